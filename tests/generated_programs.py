@@ -1,0 +1,291 @@
+"""Small caller programs built from a grammar, and a recording fake model to run them against.
+
+A program is described by a :class:`ProgramSpec` (where the hook call lives, on which receiver,
+with which argument, in which guard context) and rendered to source by :func:`render`.  Every
+program appends to a ``trace`` list before and after the hook call, so any change to a statement
+other than the call shows up when the programs are executed by :func:`execute`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import textwrap
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+
+from hypothesis import strategies as st
+
+from codemods.hooks import CATALOG
+
+HOOKS = {hook.name: hook for hook in CATALOG}
+HOOK_NAMES = tuple(HOOKS)
+
+#: Values the ids take at run time (literal arguments aside).
+VALUES = (None, [], [1, 2], (3,))
+
+# Argument forms.  ``{v}`` is where the run-time value is reached (a parameter, an attribute);
+# literal forms ignore it.  Keys name the form; values are (template, needs_value).
+ARGUMENT_FORMS = {
+    "param": ("{param}", True),
+    "attr": ("{args}.layers", True),
+    "deep-attr": ("{cfg}.capture.layer_ids", True),
+    "or-none": ("{args}.layers or None", True),
+    "or-default": ("{param} or [4, 5]", True),
+    "or-attr": ("{args}.layers or {args}.fallback_layers", True),
+    "none": ("None", False),
+    "list": ("[1, 2]", False),
+    "tuple": ("(3,)", False),
+    "empty-tuple": ("()", False),
+}
+
+# Receivers, per container kind.
+RECEIVERS = {
+    "module": ("model", "runner.model", "runner.worker.model_runner.model", "models[0]"),
+    "function": ("model", "runner.model", "runner.worker.model_runner.model", "get_model()"),
+    "method": ("self.model", "self.runner.model", "self.runner.worker.model_runner.model"),
+    "async": ("model", "runner.model"),
+}
+
+CONTAINERS = tuple(RECEIVERS)
+
+# Guard contexts: how the statement holding the call is nested.  ``{call}`` is the statement.
+CONTEXTS = (
+    "plain",
+    "if-flag",
+    "if-else",
+    "for-loop",
+    "while-once",
+    "with",
+    "try-finally",
+    "guarded-is-not-none",
+    "guarded-truthy",
+    "handles-not-implemented",
+    "inline-if",
+    "semicolons",
+    "trailing-comment",
+)
+
+STYLES = ("positional", "keyword")
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    container: str
+    receiver: str
+    hook: str
+    argument: str  # key of ARGUMENT_FORMS
+    context: str
+    style: str
+    with_logger: bool  # the module defines its own ``logger``
+
+    @property
+    def uses_value(self) -> bool:
+        return ARGUMENT_FORMS[self.argument][1]
+
+    @property
+    def valid(self) -> bool:
+        """Existing guards only make sense around a value known at run time."""
+        return self.uses_value or not self.context.startswith("guarded-")
+
+
+@st.composite
+def program_specs(draw) -> ProgramSpec:
+    container = draw(st.sampled_from(CONTAINERS))
+    spec = ProgramSpec(
+        container=container,
+        receiver=draw(st.sampled_from(RECEIVERS[container])),
+        hook=draw(st.sampled_from(HOOK_NAMES)),
+        argument=draw(st.sampled_from(tuple(ARGUMENT_FORMS))),
+        context=draw(st.sampled_from(CONTEXTS)),
+        style=draw(st.sampled_from(STYLES)),
+        with_logger=draw(st.booleans()),
+    )
+    if not spec.valid:
+        spec = replace(spec, context="plain")
+    return spec
+
+
+def _names(container: str) -> dict[str, str]:
+    if container == "method":
+        return {"param": "self.layer_ids", "args": "self.args", "cfg": "self.cfg"}
+    return {"param": "layer_ids", "args": "args", "cfg": "cfg"}
+
+
+def argument_source(spec: ProgramSpec) -> str:
+    return ARGUMENT_FORMS[spec.argument][0].format(**_names(spec.container))
+
+
+def call_source(spec: ProgramSpec) -> str:
+    arg = argument_source(spec)
+    if spec.style == "keyword":
+        arg = f"layer_ids={arg}"
+    return f"{spec.receiver}.{spec.hook}({arg})"
+
+
+def _statement_block(spec: ProgramSpec) -> str:
+    """The lines around and including the call, at indentation 0."""
+    call = call_source(spec)
+    arg = argument_source(spec)
+    flag = "self.args.enabled" if spec.container == "method" else "args.enabled"
+    before, after = 'trace.append("before")', 'trace.append("after")'
+    body = {
+        "plain": f"{call}",
+        "if-flag": f"if {flag}:\n    {call}\n    trace.append('in-if')",
+        "if-else": f"if not {flag}:\n    trace.append('off')\nelse:\n    {call}",
+        "for-loop": f"for step in range(2):\n    trace.append(('step', step))\n    {call}",
+        "while-once": f"count = 0\nwhile count < 1:\n    {call}\n    count += 1",
+        "with": f"with contextlib.nullcontext():\n    {call}\n    trace.append('in-with')",
+        "try-finally": f"try:\n    {call}\nfinally:\n    trace.append('finally')",
+        "guarded-is-not-none": f"if {arg} is not None:\n    {call}",
+        "guarded-truthy": f"if {arg}:\n    {call}",
+        "handles-not-implemented": (
+            f"try:\n    {call}\nexcept NotImplementedError:\n    trace.append('pp-handled')"
+        ),
+        "inline-if": f"if {flag}: {call}",
+        "semicolons": f"trace.append('semi-a'); {call}; trace.append('semi-b')",
+        "trailing-comment": f"{call}  # capture aux layers",
+    }[spec.context]
+    return f"{before}\n{body}\n{after}\n"
+
+
+def render(spec: ProgramSpec) -> str:
+    """The program's source text."""
+    block = _statement_block(spec)
+    head = "import contextlib\nimport logging\n\n"
+    if spec.with_logger:
+        head += "logger = logging.getLogger('generated.program')\n\n"
+    helpers = "\n\ndef get_model():\n    return model\n\n\n"
+    if spec.container == "module":
+        return head + "trace.append('start')\n" + block + "trace.append('end')\n"
+    if spec.container == "function":
+        body = textwrap.indent(block, "    ")
+        return (
+            head
+            + helpers
+            + "def setup(model, args, cfg, layer_ids, runner, trace):\n"
+            + "    trace.append('start')\n"
+            + body
+            + "    return 'done'\n"
+        )
+    if spec.container == "async":
+        body = textwrap.indent(block, "    ")
+        return (
+            head
+            + "async def setup(model, args, cfg, layer_ids, runner, trace):\n"
+            + "    trace.append('start')\n"
+            + body
+            + "    return 'done'\n"
+        )
+    body = textwrap.indent(block, "        ")
+    return (
+        head
+        + "class Runner:\n"
+        + "    def __init__(self, model, args, cfg, layer_ids, runner):\n"
+        + "        self.model = model\n"
+        + "        self.args = args\n"
+        + "        self.cfg = cfg\n"
+        + "        self.layer_ids = layer_ids\n"
+        + "        self.runner = runner\n"
+        + "\n"
+        + "    def setup(self, trace):\n"
+        + "        trace.append('start')\n"
+        + body
+        + "        return 'done'\n"
+    )
+
+
+# ---- the recording fake model ------------------------------------------------------------
+
+
+class RecordingModel:
+    """Stands in for an SGLang model: records every hook call and raises what the real one does.
+
+    ``pp=True`` behaves like Kimi-Linear under pipeline parallelism (NotImplementedError first);
+    ``permissive=True`` never raises (used to learn what the program does around the call).
+    """
+
+    def __init__(self, pp: bool = False, permissive: bool = False) -> None:
+        self.pp = pp
+        self.permissive = permissive
+        self.calls: list[tuple[str, object]] = []
+
+    def _hook(self, name: str, layer_ids) -> None:
+        self.calls.append((name, layer_ids))
+        if self.permissive:
+            return
+        hook = HOOKS[name]
+        if self.pp:
+            raise NotImplementedError(hook.pp_error[1])
+        if layer_ids is None and not hook.accepts_none:
+            raise ValueError(hook.none_error[1])
+        list(layer_ids) if layer_ids is not None else None
+
+    def set_dspark_layers_to_capture(self, layer_ids=None):
+        self._hook("set_dspark_layers_to_capture", layer_ids)
+
+    def set_dflash_layers_to_capture(self, layer_ids=None):
+        self._hook("set_dflash_layers_to_capture", layer_ids)
+
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        self._hook("set_eagle3_layers_to_capture", layer_ids)
+
+    def set_msd_layers_to_capture(self, layer_ids=None):
+        self._hook("set_msd_layers_to_capture", layer_ids)
+
+
+@dataclass
+class Outcome:
+    trace: list
+    calls: list
+    error: BaseException | None
+    warnings: list[str]
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.WARNING:
+            self.messages.append(record.getMessage())
+
+
+def execute(code, spec: ProgramSpec, value, model: RecordingModel) -> Outcome:
+    """Run compiled program ``code`` with the ids set to ``value`` against ``model``."""
+    trace: list = []
+    args = SimpleNamespace(layers=value, fallback_layers=value, enabled=True)
+    cfg = SimpleNamespace(capture=SimpleNamespace(layer_ids=value))
+    runner = SimpleNamespace(
+        model=model, worker=SimpleNamespace(model_runner=SimpleNamespace(model=model))
+    )
+    namespace = {
+        "__name__": "generated_program",
+        "model": model,
+        "models": [model],
+        "args": args,
+        "cfg": cfg,
+        "layer_ids": value,
+        "runner": runner,
+        "trace": trace,
+    }
+    handler = _Collect()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    error = None
+    try:
+        exec(code, namespace)
+        if spec.container == "function":
+            trace.append(namespace["setup"](model, args, cfg, value, runner, trace))
+        elif spec.container == "async":
+            coroutine = namespace["setup"](model, args, cfg, value, runner, trace)
+            trace.append(asyncio.run(coroutine))
+        elif spec.container == "method":
+            instance = namespace["Runner"](model, args, cfg, value, runner)
+            trace.append(instance.setup(trace))
+    except Exception as exc:  # the property checks which errors escape
+        error = exc
+    finally:
+        root.removeHandler(handler)
+    return Outcome(trace=trace, calls=list(model.calls), error=error, warnings=handler.messages)
