@@ -324,6 +324,15 @@ class FallbackCommand(VisitorBasedCodemodCommand):
             f"{self._logger} = {factory}(__name__)\n", config=updated_node.config_for_parsing
         ).with_changes(leading_lines=[cst.EmptyLine()])
         header_end = self._header_end(body)
+        if header_end < len(body):
+            following = body[header_end]
+            if isinstance(following, (cst.FunctionDef, cst.ClassDef)) and not any(
+                line.comment is None for line in following.leading_lines
+            ):
+                blank = [cst.EmptyLine(), cst.EmptyLine()]
+                body[header_end] = following.with_changes(
+                    leading_lines=[*blank, *following.leading_lines]
+                )
         body.insert(header_end, logger_line)
         if insert_logging:
             self._insert_import_logging(body, header_end)
