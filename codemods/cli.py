@@ -30,7 +30,7 @@ def _validate_hooks(ctx: click.Context, param: click.Parameter, value: tuple[str
 
 
 _paths = click.argument(
-    "paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=str)
+    "paths", nargs=-1, required=True, type=click.Path(path_type=str)
 )
 _hook_option = click.option(
     "--hook",

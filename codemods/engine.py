@@ -2,19 +2,21 @@
 
 ``run(paths, options, write)`` walks the paths (``.py``/``.pyi`` files; ``.git``, virtual
 environments, ``build`` and ``__pycache__`` folders are skipped), transforms each file in
-sorted path order and yields one :class:`~codemods.records.FileResult` per file.  With
-``write=True`` changed files are written atomically (a temporary file in the same folder,
-then ``os.replace``), keeping the file's permission bits.
+sorted path order and yields one :class:`~codemods.records.FileResult` per file.  Reads and
+writes go through :mod:`codemods.fileio`: only regular files are read (symlinks followed),
+and with ``write=True`` changed files are replaced atomically, keeping mode and owner, and
+only when nobody changed them since they were read.  A file that cannot be read or written
+gives a ``FAILED`` result naming the reason and stays byte-for-byte untouched; the other
+files are still processed.
 """
 
 from __future__ import annotations
 
 import os
-import stat
-import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from codemods import fileio
 from codemods.records import FileResult, Status
 from codemods.transform import TransformOptions, scan_source, transform_source
 
@@ -42,32 +44,13 @@ def collect_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     return sorted(found)
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that readers see the old or the new file, never half."""
-    target = Path(path)
-    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        if mode is not None:
-            os.chmod(temporary, mode)
-        os.replace(temporary, target)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
-
-
 def scan_file(path: str, options: TransformOptions) -> FileResult:
     """Discover the call sites of one file; never writes."""
     try:
-        source = Path(path).read_bytes()
-    except OSError as error:
-        return FileResult(path, Status.FAILED, error=f"cannot read: {error.strerror or error}")
-    return scan_source(source, path, options)
+        snapshot = fileio.read_source(path)
+    except fileio.SourceFileError as error:
+        return FileResult(path, Status.FAILED, error=f"cannot read: {error.reason}")
+    return scan_source(snapshot.data, path, options)
 
 
 def scan(paths: Iterable[str | os.PathLike[str]], options: TransformOptions) -> Iterator[FileResult]:
@@ -78,27 +61,43 @@ def scan(paths: Iterable[str | os.PathLike[str]], options: TransformOptions) -> 
 
 def _process(path: str, options: TransformOptions, write: bool) -> FileResult:
     try:
-        source = Path(path).read_bytes()
-    except OSError as error:
-        return FileResult(path, Status.FAILED, error=f"cannot read: {error.strerror or error}")
-    result = transform_source(source, path, options)
+        snapshot = fileio.read_source(path)
+    except fileio.SourceFileError as error:
+        return FileResult(path, Status.FAILED, error=f"cannot read: {error.reason}")
+    result = transform_source(snapshot.data, path, options)
     if write and result.status is Status.CHANGED and result.rewritten is not None:
         try:
-            write_atomic(path, result.rewritten)
+            fileio.write_atomic(snapshot, result.rewritten)
+        except fileio.SourceFileError as error:
+            reason = error.reason
         except OSError as error:
-            return FileResult(
-                path,
-                Status.FAILED,
-                result.call_sites,
-                original=source,
-                error=f"cannot write: {error.strerror or error}",
-            )
+            reason = error.strerror or str(error)
+        else:
+            return result
+        return FileResult(
+            path,
+            Status.FAILED,
+            result.call_sites,
+            original=snapshot.data,
+            error=f"cannot write: {reason}",
+        )
     return result
+
+
+def remove_stale_temp_files(files: Iterable[str]) -> list[str]:
+    """Delete temporary files left beside ``files`` by earlier runs that were killed."""
+    removed: list[str] = []
+    for directory in sorted({os.path.dirname(os.path.realpath(path)) for path in files}):
+        removed.extend(fileio.remove_stale_temp_files(directory))
+    return removed
 
 
 def run(
     paths: Iterable[str | os.PathLike[str]], options: TransformOptions, write: bool = False
 ) -> Iterator[FileResult]:
     """Transform every source file under ``paths``; write the changed ones when ``write``."""
-    for path in collect_files(paths):
+    files = collect_files(paths)
+    if write:
+        remove_stale_temp_files(files)
+    for path in files:
         yield _process(path, options, write)

@@ -68,6 +68,9 @@ CONTEXTS = (
 
 STYLES = ("positional", "keyword")
 
+#: How the ``layer_ids`` parameter (or module variable) says it may be None.
+DECLARATIONS = ("default-none", "pep604", "optional")
+
 
 @dataclass(frozen=True)
 class ProgramSpec:
@@ -78,6 +81,7 @@ class ProgramSpec:
     context: str
     style: str
     with_logger: bool  # the module defines its own ``logger``
+    declaration: str = "default-none"
 
     @property
     def uses_value(self) -> bool:
@@ -100,6 +104,7 @@ def program_specs(draw) -> ProgramSpec:
         context=draw(st.sampled_from(CONTEXTS)),
         style=draw(st.sampled_from(STYLES)),
         with_logger=draw(st.booleans()),
+        declaration=draw(st.sampled_from(DECLARATIONS)),
     )
     if not spec.valid:
         spec = replace(spec, context="plain")
@@ -108,8 +113,24 @@ def program_specs(draw) -> ProgramSpec:
 
 def _names(container: str) -> dict[str, str]:
     if container == "method":
-        return {"param": "self.layer_ids", "args": "self.args", "cfg": "self.cfg"}
+        return {"param": "layer_ids", "args": "self.args", "cfg": "self.cfg"}
     return {"param": "layer_ids", "args": "args", "cfg": "cfg"}
+
+
+def _parameter(spec: ProgramSpec) -> str:
+    return {
+        "default-none": "layer_ids=None",
+        "pep604": "layer_ids: list[int] | None",
+        "optional": "layer_ids: Optional[list[int]] = None",
+    }[spec.declaration]
+
+
+def _module_variable(spec: ProgramSpec) -> str:
+    return {
+        "default-none": "layer_ids = None\nlayer_ids = LAYER_IDS\n",
+        "pep604": "layer_ids: list[int] | None = LAYER_IDS\n",
+        "optional": "layer_ids: Optional[list[int]] = LAYER_IDS\n",
+    }[spec.declaration]
 
 
 def argument_source(spec: ProgramSpec) -> str:
@@ -152,27 +173,20 @@ def _statement_block(spec: ProgramSpec) -> str:
 def render(spec: ProgramSpec) -> str:
     """The program's source text."""
     block = _statement_block(spec)
-    head = "import contextlib\nimport logging\n\n"
+    head = "import contextlib\nimport logging\nfrom typing import Optional\n\n"
     if spec.with_logger:
         head += "logger = logging.getLogger('generated.program')\n\n"
-    helpers = "\n\ndef get_model():\n    return model\n\n\n"
+    param = _parameter(spec)
     if spec.container == "module":
-        return head + "trace.append('start')\n" + block + "trace.append('end')\n"
-    if spec.container == "function":
+        return head + _module_variable(spec) + "trace.append('start')\n" + block + "trace.append('end')\n"
+    if spec.container in ("function", "async"):
         body = textwrap.indent(block, "    ")
+        helper = "\ndef get_model():\n    return model\n\n\n" if spec.container == "function" else ""
+        keyword = "async def" if spec.container == "async" else "def"
         return (
             head
-            + helpers
-            + "def setup(model, args, cfg, layer_ids, runner, trace):\n"
-            + "    trace.append('start')\n"
-            + body
-            + "    return 'done'\n"
-        )
-    if spec.container == "async":
-        body = textwrap.indent(block, "    ")
-        return (
-            head
-            + "async def setup(model, args, cfg, layer_ids, runner, trace):\n"
+            + helper
+            + f"{keyword} setup(model, args, cfg, runner, trace, {param}):\n"
             + "    trace.append('start')\n"
             + body
             + "    return 'done'\n"
@@ -181,14 +195,13 @@ def render(spec: ProgramSpec) -> str:
     return (
         head
         + "class Runner:\n"
-        + "    def __init__(self, model, args, cfg, layer_ids, runner):\n"
+        + "    def __init__(self, model, args, cfg, runner):\n"
         + "        self.model = model\n"
         + "        self.args = args\n"
         + "        self.cfg = cfg\n"
-        + "        self.layer_ids = layer_ids\n"
         + "        self.runner = runner\n"
         + "\n"
-        + "    def setup(self, trace):\n"
+        + f"    def setup(self, trace, {param}):\n"
         + "        trace.append('start')\n"
         + body
         + "        return 'done'\n"
@@ -202,24 +215,29 @@ class RecordingModel:
     """Stands in for an SGLang model: records every hook call and raises what the real one does.
 
     ``pp=True`` behaves like Kimi-Linear under pipeline parallelism (NotImplementedError first);
-    ``permissive=True`` never raises (used to learn what the program does around the call).
+    ``permissive=True`` never raises ValueError for None, and raises the PP error only when
+    ``pp_raises_for`` accepts the ids (used to learn what a program does around the call).
     """
 
-    def __init__(self, pp: bool = False, permissive: bool = False) -> None:
+    def __init__(self, pp: bool = False, permissive: bool = False, pp_raises_for=None) -> None:
         self.pp = pp
         self.permissive = permissive
+        self.pp_raises_for = pp_raises_for
         self.calls: list[tuple[str, object]] = []
 
     def _hook(self, name: str, layer_ids) -> None:
         self.calls.append((name, layer_ids))
-        if self.permissive:
-            return
         hook = HOOKS[name]
+        if self.permissive:
+            if self.pp and self.pp_raises_for is not None and self.pp_raises_for(layer_ids):
+                raise NotImplementedError(hook.pp_error[1])
+            return
         if self.pp:
             raise NotImplementedError(hook.pp_error[1])
         if layer_ids is None and not hook.accepts_none:
             raise ValueError(hook.none_error[1])
-        list(layer_ids) if layer_ids is not None else None
+        if layer_ids is not None:
+            list(layer_ids)
 
     def set_dspark_layers_to_capture(self, layer_ids=None):
         self._hook("set_dspark_layers_to_capture", layer_ids)
@@ -240,6 +258,10 @@ class Outcome:
     calls: list
     error: BaseException | None
     warnings: list[str]
+
+
+#: The loggers a generated program can log to: its own, or one named after its module.
+PROGRAM_LOGGERS = ("generated.program", "generated_program")
 
 
 class _Collect(logging.Handler):
@@ -266,26 +288,33 @@ def execute(code, spec: ProgramSpec, value, model: RecordingModel) -> Outcome:
         "models": [model],
         "args": args,
         "cfg": cfg,
-        "layer_ids": value,
+        "LAYER_IDS": value,
         "runner": runner,
         "trace": trace,
     }
     handler = _Collect()
-    root = logging.getLogger()
-    root.addHandler(handler)
+    loggers = [logging.getLogger(name) for name in PROGRAM_LOGGERS]
+    saved = [(logger.propagate, logger.level) for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
     error = None
     try:
         exec(code, namespace)
         if spec.container == "function":
-            trace.append(namespace["setup"](model, args, cfg, value, runner, trace))
+            trace.append(namespace["setup"](model, args, cfg, runner, trace, value))
         elif spec.container == "async":
-            coroutine = namespace["setup"](model, args, cfg, value, runner, trace)
+            coroutine = namespace["setup"](model, args, cfg, runner, trace, value)
             trace.append(asyncio.run(coroutine))
         elif spec.container == "method":
-            instance = namespace["Runner"](model, args, cfg, value, runner)
-            trace.append(instance.setup(trace))
+            instance = namespace["Runner"](model, args, cfg, runner)
+            trace.append(instance.setup(trace, value))
     except Exception as exc:  # the property checks which errors escape
         error = exc
     finally:
-        root.removeHandler(handler)
+        for logger, (propagate, level) in zip(loggers, saved):
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+            logger.setLevel(level)
     return Outcome(trace=trace, calls=list(model.calls), error=error, warnings=handler.messages)
