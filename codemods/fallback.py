@@ -46,7 +46,13 @@ from libcst.metadata import ParentNodeProvider, PositionProvider
 from codemods.discover import FoundCall, find_calls
 from codemods.hooks import HookSet
 from codemods.records import Action
-from codemods.snippets import MAX_LINE, fit_call_statement, quoted, wrapped_literals
+from codemods.snippets import (
+    MAX_LINE,
+    fit_call_statement,
+    quoted,
+    suite_as_line,
+    wrapped_literals,
+)
 
 FALLBACK_POLICIES = ("warn", "raise")
 _EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error")
@@ -203,7 +209,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
             )
         self.policy = fallback_policy
         self.hooks = HookSet.with_extra(tuple(extra_hooks or ()))
-        self._statements: dict[cst.SimpleStatementLine, FoundCall] = {}
+        self._statements: dict[cst.CSTNode, FoundCall] = {}
         self._wrapped = 0
 
     @staticmethod
@@ -282,7 +288,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         )
 
     def _try_statement(self, found: FoundCall, body: cst.SimpleStatementLine) -> cst.Try:
-        column = self.get_metadata(PositionProvider, found.statement).start.column
+        column = found.statement_column
         handler = (
             self._warn_handler(found, column)
             if self.policy == "warn"
@@ -309,6 +315,15 @@ class FallbackCommand(VisitorBasedCodemodCommand):
             return updated_node
         self._wrapped += 1
         return self._try_statement(found, updated_node)
+
+    def leave_SimpleStatementSuite(
+        self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
+    ) -> cst.BaseSuite:
+        found = self._statements.get(original_node)
+        if found is None:
+            return updated_node
+        self._wrapped += 1
+        return cst.IndentedBlock(body=[self._try_statement(found, suite_as_line(updated_node))])
 
     # ---------------------------------------------------------------- logger
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:

@@ -65,6 +65,11 @@ EXPECTED = {
     "match_statement": [(9, DSPARK, "direct", GF), (11, EAGLE3, "direct", "fallback")],
     "mock_assertions": [],
     "multiline_kwargs": [(8, DSPARK, "direct", GF), (16, DFLASH, "direct", GF)],
+    "one_line_suite": [
+        (7, DSPARK, "direct", GF),
+        (8, EAGLE3, "direct", "fallback"),
+        (9, MSD, "direct", "review"),
+    ],
     "or_default": [(10, DSPARK, "direct", GF), (15, DSPARK, "direct", "fallback")],
     "receiver_chain": [(21, DSPARK, "direct", GF)],
     "try_other_exception": [(8, DSPARK, "direct", GF)],
