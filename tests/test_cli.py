@@ -66,7 +66,7 @@ def test_diff_is_the_default_and_changes_nothing(demo):
     assert "-    model.set_dspark_layers_to_capture(args.capture_layers)" in result.stdout
     assert "eval_features.py" not in result.stdout  # review only, no diff
     assert (
-        "10 file(s) scanned, 6 call site(s) found, 3 to change, 1 left for review, 0 failed"
+        "7 file(s) scanned, 6 call site(s) found, 3 to change, 1 left for review, 0 failed"
         in result.stderr
     )
 
@@ -122,7 +122,7 @@ def test_scan_json_follows_the_schema(demo):
     jsonschema.Draft202012Validator.check_schema(SCAN_JSON_SCHEMA)
     jsonschema.validate(document, SCAN_JSON_SCHEMA)
     assert document["summary"] == {
-        "files": 10, "call_sites": 6, "changed": 3, "review": 1, "failed": 0
+        "files": 7, "call_sites": 6, "changed": 3, "review": 1, "failed": 0
     }
     shapes = {site["shape"] for f in document["files"] for site in f["call_sites"]}
     assert shapes == {"direct", "variable", "loop"}

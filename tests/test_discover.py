@@ -198,6 +198,7 @@ def test_ids_from_an_expression_with_a_call_are_for_review():
         ("self.model_runner.model.set_dspark_layers_to_capture(ids)", Shape.DIRECT),
         ("get_model().set_dspark_layers_to_capture(ids)", Shape.DIRECT),
         ("models[0].set_dspark_layers_to_capture(ids)", Shape.DIRECT),
+        ("TARGET_MODEL.set_dspark_layers_to_capture(ids)", Shape.DIRECT),
         ("KimiLinearForCausalLM.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
         ("sglang.models.KimiLinear.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
         ("getattr(m, 'set_dspark_layers_to_capture')(ids)", Shape.GETATTR),
