@@ -352,9 +352,7 @@ class _Analyzer:
             receiver = _dotted(func.value)
             # ``KimiLinearForCausalLM.set_x(model, ids)``; not ``MODEL.set_x(ids)``.
             unbound = (
-                receiver is not None
-                and receiver[-1][:1].isupper()
-                and not receiver[-1].isupper()
+                receiver is not None and receiver[-1][:1].isupper() and not receiver[-1].isupper()
             )
             shape = Shape.UNBOUND if unbound else Shape.DIRECT
             return frozenset({func.attr.value}), shape
@@ -414,7 +412,9 @@ class _Analyzer:
             return "Optional" in value or re.search(r"\bNone\b", value) is not None
         return False
 
-    def _definitely_set(self, expr: cst.BaseExpression, scopes: Sequence[_Scope], depth: int) -> bool:
+    def _definitely_set(
+        self, expr: cst.BaseExpression, scopes: Sequence[_Scope], depth: int
+    ) -> bool:
         """True when ``expr`` is a value that is certainly not None (a literal, a fresh list)."""
         if isinstance(
             expr,

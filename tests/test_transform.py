@@ -59,8 +59,18 @@ def test_unknown_options_are_rejected():
 
 
 def test_collect_files_walks_sorted_and_skips_tool_folders(tmp_path):
-    for name in ("b.py", "a/z.pyi", "a/y.py", "notes.txt", ".git/x.py", ".venv/lib/x.py",
-                 "venv/x.py", "build/x.py", "a/__pycache__/x.py", "pkg/sub/deep.py"):
+    for name in (
+        "b.py",
+        "a/z.pyi",
+        "a/y.py",
+        "notes.txt",
+        ".git/x.py",
+        ".venv/lib/x.py",
+        "venv/x.py",
+        "build/x.py",
+        "a/__pycache__/x.py",
+        "pkg/sub/deep.py",
+    ):
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("")
