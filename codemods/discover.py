@@ -80,10 +80,22 @@ class _Scope:
     """Names bound in one function (or module, or class) body."""
 
     node: cst.CSTNode
+    parent: "_Scope | None" = None
     params: dict[str, cst.Param] = field(default_factory=dict)
     values: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
     annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)
     loops: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    #: For a class: ``self.<name> = value`` in its methods, with the method's scope.
+    attributes: dict[str, list[tuple[cst.BaseExpression, "_Scope"]]] = field(default_factory=dict)
+    attribute_annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)
+
+    @property
+    def self_name(self) -> str | None:
+        """``self`` (or however the first parameter is called) for a method."""
+        if isinstance(self.node, cst.FunctionDef) and self.parent is not None:
+            if isinstance(self.parent.node, cst.ClassDef) and self.node.params.params:
+                return self.node.params.params[0].name.value
+        return None
 
     def knows(self, name: str) -> bool:
         return (
@@ -102,7 +114,7 @@ class _ScopeCollector(cst.CSTVisitor):
         self._stack: list[_Scope] = [self.scopes[module]]
 
     def _push(self, node: cst.CSTNode) -> _Scope:
-        scope = _Scope(node)
+        scope = _Scope(node, parent=self._stack[-1])
         self.scopes[node] = scope
         self._stack.append(scope)
         return scope
@@ -131,6 +143,27 @@ class _ScopeCollector(cst.CSTVisitor):
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if isinstance(target, cst.Name):
             self._stack[-1].values.setdefault(target.value, []).append(value)
+        elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+            if len(target.elements) == len(value.elements):
+                for name, item in zip(target.elements, value.elements):
+                    self._bind(name.value, item.value)
+        elif self._self_attribute(target) is not None:
+            scope = self._stack[-1]
+            scope.parent.attributes.setdefault(self._self_attribute(target), []).append(
+                (value, scope)
+            )
+
+    def _self_attribute(self, target: cst.BaseExpression) -> str | None:
+        """``x`` for ``self.x`` assigned in a method, else None."""
+        scope = self._stack[-1]
+        if (
+            isinstance(target, cst.Attribute)
+            and isinstance(target.value, cst.Name)
+            and scope.self_name is not None
+            and target.value.value == scope.self_name
+        ):
+            return target.attr.value
+        return None
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -139,8 +172,12 @@ class _ScopeCollector(cst.CSTVisitor):
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if isinstance(node.target, cst.Name):
             self._stack[-1].annotations[node.target.value] = node.annotation.annotation
-            if node.value is not None:
-                self._bind(node.target, node.value)
+        attribute = self._self_attribute(node.target)
+        if attribute is not None:
+            parent = self._stack[-1].parent
+            parent.attribute_annotations[attribute] = node.annotation.annotation
+        if node.value is not None:
+            self._bind(node.target, node.value)
 
     def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
         self._bind(node.target, node.value)
@@ -475,7 +512,11 @@ class _Analyzer:
             )
         if isinstance(expr, cst.Attribute):
             chain = _dotted(expr)
-            return chain is not None and any(_CONFIG_NAME.search(part) for part in chain[:-1])
+            if chain is None:
+                return False
+            if any(_CONFIG_NAME.search(part) for part in chain[:-1]):
+                return True
+            return len(chain) == 2 and self._attribute_maybe_none(chain, scopes, depth)
         if isinstance(expr, cst.BooleanOperation):
             if isinstance(expr.operator, cst.And):
                 return True
@@ -503,11 +544,33 @@ class _Analyzer:
                 )
         return False
 
+    def _attribute_maybe_none(self, chain: list[str], scopes: Sequence[_Scope], depth: int) -> bool:
+        """``self.x`` in a method: may ``x`` be None, judging by the class and its methods?"""
+        method = scopes[0] if scopes else None
+        if method is None or method.self_name != chain[0] or method.parent is None:
+            return False
+        owner, name = method.parent, chain[1]
+        module_scope = self.scopes[self.module]
+        annotation = owner.attribute_annotations.get(name) or owner.annotations.get(name)
+        if annotation is not None and self._annotation_optional(annotation):
+            return True
+        if any(
+            self.maybe_none(value, [owner, module_scope], depth + 1)
+            for value in owner.values.get(name, [])
+        ):
+            return True
+        return any(
+            self.maybe_none(value, [scope, module_scope], depth + 1)
+            for value, scope in owner.attributes.get(name, [])
+        )
+
     # ---------------------------------------------------------------- guards
     def _asserts_present(self, test: cst.BaseExpression, key: str) -> bool:
         """True when ``test`` being true implies the ids (``key``) are set."""
         if _key(test) == key:
             return True
+        if isinstance(test, cst.NamedExpr):
+            return _key(test.target) == key or self._asserts_present(test.value, key)
         if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
             return self._asserts_present(test.left, key) or self._asserts_present(test.right, key)
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):

@@ -237,6 +237,9 @@ class FallbackCommand(VisitorBasedCodemodCommand):
                 self._statements[found.statement] = found
         if not self._statements:
             return False
+        self._first_use = min(
+            self._top_level_index(node, found.call) for found in self._statements.values()
+        )
         self._module = node
         self._state = _logging_state(node)
         collector = _NameCollector()
@@ -252,6 +255,13 @@ class FallbackCommand(VisitorBasedCodemodCommand):
                 "aux_capture_logger_",
             )
         return True
+
+    def _top_level_index(self, module: cst.Module, node: cst.CSTNode) -> int:
+        """Index in ``module.body`` of the statement that contains ``node``."""
+        parents = self.context.wrapper.resolve(ParentNodeProvider)
+        while parents.get(node) is not module:
+            node = parents[node]
+        return next(index for index, statement in enumerate(module.body) if statement is node)
 
     # -------------------------------------------------------------- handlers
     def _warn_handler(self, found: FoundCall, column: int) -> str:
@@ -332,7 +342,8 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         logger_line = cst.parse_statement(
             f"{self._logger} = {factory}(__name__)\n", config=updated_node.config_for_parsing
         ).with_changes(leading_lines=[cst.EmptyLine()])
-        header_end = self._header_end(body)
+        # After the imports, but before a module-level statement that uses the logger.
+        header_end = self._header_end(body[: self._first_use])
         if header_end < len(body):
             following = body[header_end]
             if isinstance(following, (cst.FunctionDef, cst.ClassDef)) and not any(

@@ -52,6 +52,11 @@ EXPECTED = {
     "guarded_by_else": [(10, DSPARK, "direct", "fallback"), (19, DFLASH, "direct", "fallback")],
     "hasattr_compound": [(8, DSPARK, "direct", "fallback"), (13, DFLASH, "direct", GF)],
     "hasattr_raise": [(9, DSPARK, "direct", GF)],
+    "instance_attributes": [
+        (13, DSPARK, "direct", GF),
+        (23, DSPARK, "direct", GF),
+        (24, MSD, "direct", "fallback"),
+    ],
     "keyword_ids": [(8, DFLASH, "direct", GF), (9, MSD, "direct", GF)],
     "literal_ids": [
         (7, DSPARK, "direct", "fallback"),
@@ -64,6 +69,7 @@ EXPECTED = {
     "loop_over_names": [(9, f"{DSPARK}|{EAGLE3}", "loop", GF)],
     "match_statement": [(9, DSPARK, "direct", GF), (11, EAGLE3, "direct", "fallback")],
     "mock_assertions": [],
+    "module_level_script": [(8, DSPARK, "direct", GF)],
     "multiline_kwargs": [(8, DSPARK, "direct", GF), (16, DFLASH, "direct", GF)],
     "one_line_suite": [
         (7, DSPARK, "direct", GF),
@@ -427,3 +433,37 @@ def test_mentions_hooks_text_check():
     assert mentions_hooks(
         "m.set_medusa_layers_to_capture()", HookSet.with_extra(["set_medusa_layers_to_capture"])
     )
+
+
+def test_instance_attributes_set_from_optional_values():
+    found = sites("""
+        class Runner:
+            retries: int = 3
+            extra: list[int] | None = None
+
+            def __init__(self, model, layer_ids=None, fixed=(1, 2)):
+                self.model = model
+                self.layer_ids = layer_ids
+                self.fixed = list(fixed)
+                self.loaded: list[int] | None = load()
+
+            def enable(self):
+                self.model.set_dspark_layers_to_capture(self.layer_ids)
+                self.model.set_dspark_layers_to_capture(self.fixed)
+                self.model.set_dspark_layers_to_capture(self.loaded)
+                self.model.set_dspark_layers_to_capture(self.extra)
+                self.model.set_dspark_layers_to_capture(other.layer_ids)
+        """)
+    assert [Risk.MAYBE_NONE in site.risks for site in found] == [True, False, True, True, False]
+
+
+def test_walrus_check_guards():
+    site = only(
+        """
+        def f(model, args):
+            if layers := args.capture_layers:
+                model.set_dspark_layers_to_capture(layers)
+        """
+    )
+    assert site.guarded
+    assert site.actions == (Action.FALLBACK,)

@@ -308,3 +308,14 @@ def test_latin1_encoding_cookie_is_kept():
 def test_unknown_policy_is_rejected():
     with pytest.raises(ValueError):
         FallbackCommand(CodemodContext(), fallback_policy="ignore")
+
+
+def test_logger_is_defined_before_its_first_module_level_use():
+    source = (
+        b"import torch\n\nmodel = torch.load('m')\nmodel.set_msd_layers_to_capture([1])\n\n"
+        b"import json\n"
+    )
+    result = transform_source(source, "script.py", TransformOptions())
+    text = result.rewritten.decode()
+    assert text.index("logger = logging.getLogger(__name__)") < text.index("try:")
+    assert text.startswith("import logging\nimport torch\n\nlogger = logging.getLogger")
