@@ -53,7 +53,9 @@ def scan_file(path: str, options: TransformOptions) -> FileResult:
     return scan_source(snapshot.data, path, options)
 
 
-def scan(paths: Iterable[str | os.PathLike[str]], options: TransformOptions) -> Iterator[FileResult]:
+def scan(
+    paths: Iterable[str | os.PathLike[str]], options: TransformOptions
+) -> Iterator[FileResult]:
     """Scan every source file under ``paths`` in sorted path order."""
     for path in collect_files(paths):
         yield scan_file(path, options)
