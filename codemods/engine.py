@@ -17,11 +17,15 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from codemods import fileio
+from codemods.discover import mentions_hooks
 from codemods.records import FileResult, Status
 from codemods.transform import TransformOptions, scan_source, transform_source
 
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "build", "__pycache__", ".tox"})
 SOURCE_SUFFIXES = (".py", ".pyi")
+
+#: Files larger than this that mention a hook are reported, not parsed (generated code, data).
+MAX_SOURCE_BYTES = 2 * 1024 * 1024
 
 
 def collect_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
@@ -44,12 +48,28 @@ def collect_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     return sorted(found)
 
 
-def scan_file(path: str, options: TransformOptions) -> FileResult:
-    """Discover the call sites of one file; never writes."""
+def _read(path: str, options: TransformOptions) -> fileio.SourceSnapshot | FileResult:
+    """The file's snapshot, or a ``FAILED`` result saying why it cannot be processed."""
     try:
         snapshot = fileio.read_source(path)
     except fileio.SourceFileError as error:
         return FileResult(path, Status.FAILED, error=f"cannot read: {error.reason}")
+    if snapshot.size > MAX_SOURCE_BYTES and mentions_hooks(snapshot.data, options.hooks):
+        size, limit = snapshot.size / 2**20, MAX_SOURCE_BYTES / 2**20
+        return FileResult(
+            path,
+            Status.FAILED,
+            original=snapshot.data,
+            error=f"too large to rewrite safely ({size:.1f} MiB; the limit is {limit:g} MiB)",
+        )
+    return snapshot
+
+
+def scan_file(path: str, options: TransformOptions) -> FileResult:
+    """Discover the call sites of one file; never writes."""
+    snapshot = _read(path, options)
+    if isinstance(snapshot, FileResult):
+        return snapshot
     return scan_source(snapshot.data, path, options)
 
 
@@ -62,10 +82,9 @@ def scan(
 
 
 def _process(path: str, options: TransformOptions, write: bool) -> FileResult:
-    try:
-        snapshot = fileio.read_source(path)
-    except fileio.SourceFileError as error:
-        return FileResult(path, Status.FAILED, error=f"cannot read: {error.reason}")
+    snapshot = _read(path, options)
+    if isinstance(snapshot, FileResult):
+        return snapshot
     result = transform_source(snapshot.data, path, options)
     if write and result.status is Status.CHANGED and result.rewritten is not None:
         try:
