@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.hooks import DEFAULT_HOOKS, Hook, HookSet
 from codemods.records import Action, CallSite, Risk, Shape
@@ -69,6 +69,8 @@ class FoundCall:
     ids_core: cst.BaseExpression | None
     #: Column (0-based) where the statement starts, once on a line of its own.
     statement_column: int = 0
+    #: Index in ``module.body`` of the top-level statement that contains the call.
+    module_index: int = 0
 
     @property
     def rejects_none(self) -> bool:
@@ -112,6 +114,23 @@ class _ScopeCollector(cst.CSTVisitor):
     def __init__(self, module: cst.Module) -> None:
         self.scopes: dict[cst.CSTNode, _Scope] = {module: _Scope(module)}
         self._stack: list[_Scope] = [self.scopes[module]]
+        #: Every call in the module, in source order, and every node's parent (same pass).
+        self.calls: list[cst.Call] = []
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._path: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._path:
+            self.parents[node] = self._path[-1]
+        self._path.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self._path.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
 
     def _push(self, node: cst.CSTNode) -> _Scope:
         scope = _Scope(node, parent=self._stack[-1])
@@ -262,11 +281,12 @@ class _Analyzer:
         self.path = path
         self.hooks = hooks
         self.names = hooks.names
-        self.parents = wrapper.resolve(ParentNodeProvider)
         self.positions = wrapper.resolve(PositionProvider)
         collector = _ScopeCollector(self.module)
         self.module.visit(collector)
         self.scopes = collector.scopes
+        self.calls = collector.calls
+        self.parents = collector.parents
 
     # ---------------------------------------------------------------- scopes
     def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -702,6 +722,11 @@ class _Analyzer:
                 return line, ""
         return None, "call shares its line with other statements"
 
+    def _module_index(self, node: cst.CSTNode) -> int:
+        while self._parent(node) is not self.module:
+            node = self._parent(node)
+        return next(index for index, top in enumerate(self.module.body) if top is node)
+
     def _statement_column(self, statement: cst.CSTNode | None) -> int:
         if statement is None:
             return 0
@@ -791,15 +816,8 @@ class _Analyzer:
             ids_arg=ids_arg,
             ids_core=ids_core,
             statement_column=self._statement_column(statement),
+            module_index=self._module_index(call),
         )
-
-
-class _CallCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.calls: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
 
 
 def find_calls(
@@ -807,9 +825,7 @@ def find_calls(
 ) -> list[FoundCall]:
     """Every hook call in ``wrapper.module``, in source order."""
     analyzer = _Analyzer(wrapper, path, hooks)
-    collector = _CallCollector()
-    wrapper.module.visit(collector)
-    found = (analyzer.analyze(call) for call in collector.calls)
+    found = (analyzer.analyze(call) for call in analyzer.calls)
     return sorted(
         (item for item in found if item is not None),
         key=lambda item: (item.site.line, item.site.column),

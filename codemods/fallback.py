@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
-from libcst.metadata import ParentNodeProvider, PositionProvider
+from libcst.metadata import PositionProvider
 
 from codemods.discover import FoundCall, find_calls
 from codemods.hooks import HookSet
@@ -194,7 +194,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         "in try/except: log and continue (--fallback-policy warn) or re-raise with a hint "
         "(--fallback-policy raise)."
     )
-    METADATA_DEPENDENCIES = (ParentNodeProvider, PositionProvider)
+    METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(
         self,
@@ -237,9 +237,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
                 self._statements[found.statement] = found
         if not self._statements:
             return False
-        self._first_use = min(
-            self._top_level_index(node, found.call) for found in self._statements.values()
-        )
+        self._first_use = min(found.module_index for found in self._statements.values())
         self._module = node
         self._state = _logging_state(node)
         collector = _NameCollector()
@@ -255,13 +253,6 @@ class FallbackCommand(VisitorBasedCodemodCommand):
                 "aux_capture_logger_",
             )
         return True
-
-    def _top_level_index(self, module: cst.Module, node: cst.CSTNode) -> int:
-        """Index in ``module.body`` of the statement that contains ``node``."""
-        parents = self.context.wrapper.resolve(ParentNodeProvider)
-        while parents.get(node) is not module:
-            node = parents[node]
-        return next(index for index, statement in enumerate(module.body) if statement is node)
 
     # -------------------------------------------------------------- handlers
     def _warn_handler(self, found: FoundCall, column: int) -> str:
