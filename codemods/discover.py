@@ -74,6 +74,8 @@ class FoundCall:
     statement_column: int = 0
     #: Index in ``module.body`` of the top-level statement that contains the call.
     module_index: int = 0
+    #: Names used in the function (or module) around the call: new names must avoid them.
+    names_in_scope: frozenset[str] = frozenset()
 
     @property
     def rejects_none(self) -> bool:
@@ -93,6 +95,8 @@ class _Scope:
     #: For a class: ``self.<name> = value`` in its methods, with the method's scope.
     attributes: dict[str, list[tuple[cst.BaseExpression, "_Scope"]]] = field(default_factory=dict)
     attribute_annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    #: Every name used anywhere inside this scope (nested scopes included).
+    names: set[str] = field(default_factory=set)
 
     @property
     def self_name(self) -> str | None:
@@ -134,6 +138,10 @@ class _ScopeCollector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         self.calls.append(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        for scope in self._stack:
+            scope.names.add(node.value)
 
     def _push(self, node: cst.CSTNode) -> _Scope:
         scope = _Scope(node, parent=self._stack[-1])
@@ -826,6 +834,7 @@ class _Analyzer:
             ids_core=ids_core,
             statement_column=self._statement_column(statement),
             module_index=self._module_index(call),
+            names_in_scope=frozenset(scopes[0].names) if scopes else frozenset(),
         )
 
 
