@@ -15,6 +15,15 @@ Shapes found (``records.Shape``)::
     getattr(model, {"dspark": "set_dspark_..."}.get(method))(ids)  # DICT_LOOKUP (or [method])
     for name in ("set_eagle3_...", "set_dspark_..."): getattr(model, name)(ids)  # LOOP
 
+Risk, per call: the ids *may be None* when they are a parameter defaulting to None or
+annotated ``Optional[...]``/``X | None``, an ``args.x``/``cfg.x``/``self.config.x`` field, a
+name (or ``self.x``) assigned from None, ``a or b``, ``d.get(k)`` or ``getattr(o, n, None)``,
+or literal ``None``; literal lists/tuples and fresh ``list(...)`` values are safe.  A call is
+*guarded* behind ``if ids:``, ``if ids is not None``, an ``and`` including such a check, its
+``else`` after ``if ids is None``, or after ``if not ids: raise|return|continue|break`` /
+``assert ids``.  Hooks that accept None (EAGLE3) are never guarded; every hook with a PP error
+may raise ``NotImplementedError`` unless the call is inside a ``try`` that handles it.
+
 Never reported: hook definitions, a hook that delegates to the same hook on another object
 (it must keep raising on ``None``), hook names in strings that are not getattr names, and
 mock attribute access (``model.set_x.assert_called_once_with(...)``).
