@@ -433,8 +433,9 @@ class _Analyzer:
             receiver = _dotted(func.value)
             if receiver is not None and _is_mock_call_builder(receiver):
                 return None  # mock.call.set_x(...): an expected call in a mock assertion
-            # ``KimiLinearForCausalLM.set_x(model, ids)``; not ``MODEL.set_x(ids)``.
-            unbound = (
+            # ``KimiLinearForCausalLM.set_x(model, ids)`` / ``type(m).set_x(m, ids)``: the
+            # hooks take one argument, so two positional ones mean an unbound call.
+            unbound = len(_positional(call)) >= 2 or (
                 receiver is not None and receiver[-1][:1].isupper() and not receiver[-1].isupper()
             )
             shape = Shape.UNBOUND if unbound else Shape.DIRECT

@@ -206,6 +206,8 @@ def test_ids_from_an_expression_with_a_call_are_for_review():
         ("TARGET_MODEL.set_dspark_layers_to_capture(ids)", Shape.DIRECT),
         ("KimiLinearForCausalLM.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
         ("sglang.models.KimiLinear.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
+        ("type(m).set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
+        ("m.__class__.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
         ("getattr(m, 'set_dspark_layers_to_capture')(ids)", Shape.GETATTR),
         ("getattr(m, 'set_dspark_' 'layers_to_capture')(ids)", Shape.GETATTR),
         ("getattr(m, {'dspark': 'set_dspark_layers_to_capture'}[method])(ids)", Shape.DICT_LOOKUP),
