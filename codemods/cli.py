@@ -82,19 +82,12 @@ def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...
 @cli.command()
 @_paths
 @click.option(
-    "--diff",
-    "mode",
-    flag_value="diff",
-    default=True,
-    help="Print the changes as a unified diff; change nothing (default).",
+    "--diff", "show_diff", is_flag=True, help="Print a unified diff; change nothing (default)."
 )
 @click.option(
-    "--check",
-    "mode",
-    flag_value="check",
-    help="Change nothing; exit 1 when changes are needed, 0 when none.",
+    "--check", is_flag=True, help="Change nothing; exit 1 when changes are needed, 0 when none."
 )
-@click.option("--write", "mode", flag_value="write", help="Rewrite the files in place.")
+@click.option("--write", is_flag=True, help="Rewrite the files in place.")
 @click.option(
     "--guard-policy",
     type=click.Choice(GUARD_POLICIES),
@@ -112,12 +105,17 @@ def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...
 @_hook_option
 def migrate(
     paths: tuple[str, ...],
-    mode: str,
+    show_diff: bool,
+    check: bool,
+    write: bool,
     guard_policy: str,
     fallback_policy: str,
     extra_hooks: tuple[str, ...],
 ) -> None:
     """Guard and wrap capture-hook calls under PATHS (diff by default)."""
+    if show_diff + check + write > 1:
+        raise click.UsageError("--diff, --check and --write are mutually exclusive")
+    mode = "write" if write else "check" if check else "diff"
     options = TransformOptions(guard_policy, fallback_policy, extra_hooks)
     results = []
     for result in engine.run(paths, options, write=mode == "write"):
