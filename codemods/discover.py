@@ -85,6 +85,9 @@ class FoundCall:
     module_index: int = 0
     #: Names used in the function (or module) around the call: new names must avoid them.
     names_in_scope: frozenset[str] = frozenset()
+    #: The call is a whole statement on a line shared with other statements
+    #: (``a(); model.set_x(ids)``); ``codemods.split`` gives it a line of its own.
+    shared_line: bool = False
 
     @property
     def rejects_none(self) -> bool:
@@ -231,7 +234,9 @@ def _code(node: cst.CSTNode) -> str:
 
 
 def _key(node: cst.CSTNode) -> str:
-    """Source text of an expression with all whitespace removed, for comparisons."""
+    """Source text of an expression with all whitespace and outer parentheses removed."""
+    if getattr(node, "lpar", None):
+        node = node.with_changes(lpar=[], rpar=[])
     return re.sub(r"\s+", "", _code(node))
 
 
@@ -294,6 +299,31 @@ def _is_simple_reference(expr: cst.BaseExpression) -> bool:
         return isinstance(index, cst.Index) and isinstance(
             index.value, (cst.SimpleString, cst.Integer, cst.Name)
         )
+    return False
+
+
+def _is_constant(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.Name):
+        return expr.value in {"None", "True", "False"}
+    if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
+        return True
+    if isinstance(expr, (cst.List, cst.Tuple)):
+        return all(
+            isinstance(element, cst.Element) and _is_constant(element.value)
+            for element in expr.elements
+        )
+    return False
+
+
+def _is_repeatable(expr: cst.BaseExpression) -> bool:
+    """Safe to evaluate twice (the guard's test, then the argument): references, constants,
+    and ``or`` / ``and`` / conditional expressions made of them (``args.ids or None``)."""
+    if _is_simple_reference(expr) or _is_constant(expr):
+        return True
+    if isinstance(expr, cst.BooleanOperation):
+        return _is_repeatable(expr.left) and _is_repeatable(expr.right)
+    if isinstance(expr, cst.IfExp):
+        return all(_is_repeatable(part) for part in (expr.test, expr.body, expr.orelse))
     return False
 
 
@@ -736,6 +766,8 @@ class _Analyzer:
         return chain is not None and chain[-1] in _HANDLES_NOT_IMPLEMENTED
 
     # ------------------------------------------------------------ statements
+    _SHARED_LINE = "call shares its line with other statements"
+
     def _own_statement(
         self, call: cst.Call
     ) -> tuple[cst.SimpleStatementLine | cst.SimpleStatementSuite | None, str]:
@@ -747,7 +779,7 @@ class _Analyzer:
         if isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             if len(line.body) == 1:
                 return line, ""
-        return None, "call shares its line with other statements"
+        return None, self._SHARED_LINE
 
     def _module_index(self, node: cst.CSTNode) -> int:
         while self._parent(node) is not self.module:
@@ -784,6 +816,8 @@ class _Analyzer:
         ids_arg = self._ids_arg(call, shape)
         ids_core = None if ids_arg is None or ids_arg.star else _unwrap_container(ids_arg.value)
         statement, not_own = self._own_statement(call)
+        shared_line = statement is None and not_own == self._SHARED_LINE
+        movable = statement is not None or shared_line
         guarded = ids_core is not None and self._is_guarded(call, _key(ids_core))
         handles = self._handles_not_implemented(call)
 
@@ -802,10 +836,10 @@ class _Analyzer:
                 review = True
             elif ids_core is not None and not guarded and self.maybe_none(ids_core, scopes):
                 risks.append(Risk.MAYBE_NONE)
-                if statement is None:
+                if not movable:
                     notes.append(f"{not_own}; guard the ids by hand")
                     review = True
-                elif not _is_simple_reference(ids_core):
+                elif not _is_repeatable(ids_core):
                     notes.append("ids come from an expression; bind them to a name first")
                     review = True
                 else:
@@ -813,7 +847,7 @@ class _Analyzer:
         if can_raise_pp and not handles:
             risks.append(Risk.PP_UNSUPPORTED)
             if not review:
-                if statement is None:
+                if not movable:
                     notes.append(f"{not_own}; handle NotImplementedError by hand")
                     review = True
                 else:
@@ -845,6 +879,7 @@ class _Analyzer:
             statement_column=self._statement_column(statement),
             module_index=self._module_index(call),
             names_in_scope=frozenset(scopes[0].names) if scopes else frozenset(),
+            shared_line=shared_line,
         )
 
 

@@ -46,6 +46,7 @@ from libcst.metadata import PositionProvider
 from codemods.discover import FoundCall, find_calls
 from codemods.hooks import HookSet
 from codemods.records import Action
+from codemods.split import split_shared_lines
 from codemods.snippets import (
     MAX_LINE,
     fit_call_statement,
@@ -203,6 +204,10 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         self.hooks = HookSet.with_extra(tuple(extra_hooks or ()))
         self._statements: dict[cst.CSTNode, FoundCall] = {}
         self._wrapped = 0
+
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        path = self.context.filename or "<string>"
+        return super().transform_module(split_shared_lines(tree, self.hooks, path))
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:

@@ -36,6 +36,7 @@ from libcst.metadata import PositionProvider
 from codemods.discover import FoundCall, find_calls
 from codemods.hooks import HookSet
 from codemods.records import Action
+from codemods.split import split_shared_lines
 from codemods.snippets import (
     MAX_LINE,
     fit_call_statement,
@@ -62,6 +63,14 @@ def _normalised(value: cst.BaseExpression) -> cst.BaseExpression:
     return cst.Call(func=cst.Name("list"), args=[cst.Arg(value=value)])
 
 
+def _operand_of_not(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``a or b`` -> ``(a or b)``, so that ``not`` applies to the whole value."""
+    loose = (cst.BooleanOperation, cst.IfExp, cst.NamedExpr, cst.Lambda, cst.Comparison)
+    if isinstance(value, loose) and not value.lpar:
+        return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return value
+
+
 class GuardCommand(VisitorBasedCodemodCommand):
     DESCRIPTION = (
         "Guard capture-hook calls whose layer ids may be None: skip the call when unset "
@@ -82,6 +91,10 @@ class GuardCommand(VisitorBasedCodemodCommand):
         self.hooks = HookSet.with_extra(tuple(extra_hooks or ()))
         self._calls: dict[cst.Call, FoundCall] = {}
         self._statements: dict[cst.CSTNode, FoundCall] = {}
+
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        path = self.context.filename or "<string>"
+        return super().transform_module(split_shared_lines(tree, self.hooks, path))
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
@@ -142,7 +155,7 @@ class GuardCommand(VisitorBasedCodemodCommand):
             text = f"raise ValueError(\n{lines})\n"
         raise_line = cst.parse_statement(text, config=self.module_config)
         check = cst.If(
-            test=cst.UnaryOperation(operator=cst.Not(), expression=value),
+            test=cst.UnaryOperation(operator=cst.Not(), expression=_operand_of_not(value)),
             body=cst.IndentedBlock(body=[raise_line]),
             leading_lines=leading,
         )

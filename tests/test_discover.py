@@ -74,7 +74,7 @@ EXPECTED = {
     "one_line_suite": [
         (7, DSPARK, "direct", GF),
         (8, EAGLE3, "direct", "fallback"),
-        (9, MSD, "direct", "review"),
+        (9, MSD, "direct", "fallback"),
     ],
     "or_default": [(10, DSPARK, "direct", GF), (15, DSPARK, "direct", "fallback")],
     "receiver_chain": [(21, DSPARK, "direct", GF)],
@@ -185,9 +185,20 @@ def test_expression_level_calls_are_for_review():
         def f(model, ids=None):
             ok = model.set_dspark_layers_to_capture(ids)
             flag and model.set_dspark_layers_to_capture([1])
-            x = 1; model.set_dspark_layers_to_capture([2])
         """)
-    assert [site.actions for site in found] == [(Action.REVIEW,)] * 3
+    assert [site.actions for site in found] == [(Action.REVIEW,)] * 2
+
+
+def test_calls_sharing_a_line_are_rewritten_on_their_own_line():
+    found = sites("""
+        def f(model, ids=None):
+            x = 1; model.set_dspark_layers_to_capture([2])
+            if x: x = 2; model.set_dspark_layers_to_capture(ids); x = 3
+        """)
+    assert [site.actions for site in found] == [
+        (Action.FALLBACK,),
+        (Action.GUARD, Action.FALLBACK),
+    ]
 
 
 def test_ids_from_an_expression_with_a_call_are_for_review():

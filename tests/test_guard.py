@@ -52,7 +52,7 @@ def _rewritten_lines(source: bytes, options: TransformOptions) -> set[int]:
     lines: set[int] = set()
     for found in find_calls(wrapper, "x.py", options.hooks):
         if {Action.GUARD, Action.FALLBACK} & set(found.site.actions):
-            span = positions[found.statement]
+            span = positions[found.statement or found.call]
             lines.update(range(span.start.line, span.end.line + 1))
     return lines
 
@@ -108,6 +108,28 @@ class TestGuardCommand(CodemodTest):
         """
         self.assertCodemod(before, after, guard_policy="raise")
 
+    def test_or_result_is_guarded_whole(self):
+        """``not`` must apply to the whole ``or``: ``not a or b`` would raise for ``a=[]``."""
+        before = """
+            def main(model, args):
+                model.set_dspark_layers_to_capture(args.layers or args.defaults)
+        """
+        after_skip = """
+            def main(model, args):
+                if args.layers or args.defaults:
+                    model.set_dspark_layers_to_capture(list(args.layers or args.defaults))
+        """
+        after_raise = """
+            def main(model, args):
+                if not (args.layers or args.defaults):
+                    raise ValueError(
+                        "set_dspark_layers_to_capture needs layer ids: args.layers or args.defaults is unset"
+                    )
+                model.set_dspark_layers_to_capture(list(args.layers or args.defaults))
+        """
+        self.assertCodemod(before, after_skip)
+        self.assertCodemod(before, after_raise, guard_policy="raise")
+
     def test_existing_list_call_is_kept(self):
         before = """
             def main(model, layer_ids=None):
@@ -132,6 +154,25 @@ class TestGuardCommand(CodemodTest):
         """
         self.assertCodemod(before, after, extra_hooks=["set_medusa_layers_to_capture"])
 
+    def test_call_sharing_a_line_gets_its_own_line(self):
+        before = """
+            def f(model, ids=None):
+                x = 1; model.set_dspark_layers_to_capture(ids); y = 2  # note
+                if x: x = 2; model.set_dspark_layers_to_capture(ids)
+        """
+        after = """
+            def f(model, ids=None):
+                x = 1
+                if ids:
+                    model.set_dspark_layers_to_capture(list(ids))
+                y = 2  # note
+                if x:
+                    x = 2
+                    if ids:
+                        model.set_dspark_layers_to_capture(list(ids))
+        """
+        self.assertCodemod(before, after)
+
     def test_left_alone(self):
         for code in (
             "def f(model):\n    model.set_dspark_layers_to_capture([1, 2])\n",
@@ -147,7 +188,6 @@ class TestGuardCommand(CodemodTest):
             "def f(model, ids=None):\n    model.set_eagle3_layers_to_capture(ids)\n",
             "def f(model):\n    model.set_dspark_layers_to_capture(None)\n",
             "def f(model, ids=None):\n    return model.set_dspark_layers_to_capture(ids)\n",
-            "def f(model, ids=None):\n    x = 1; model.set_dspark_layers_to_capture(ids)\n",
         ):
             with self.subTest(code=code):
                 self.assertCodemod(code, code, expected_skip=False)

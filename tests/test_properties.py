@@ -71,6 +71,7 @@ def ids_kept_as_written(spec: ProgramSpec) -> bool:
     and EAGLE3 (``None`` means its default layers)."""
     return (
         not spec.uses_value
+        or spec.argument == "or-default"  # never unset: ``layer_ids or [4, 5]``
         or spec.context.startswith("guarded-")
         or HOOKS[spec.hook].accepts_none
     )
