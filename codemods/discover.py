@@ -235,7 +235,7 @@ def _code(node: cst.CSTNode) -> str:
 
 def _key(node: cst.CSTNode) -> str:
     """Source text of an expression with all whitespace and outer parentheses removed."""
-    if getattr(node, "lpar", None):
+    if getattr(node, "lpar", None) and not isinstance(node, (cst.Tuple, cst.GeneratorExp)):
         node = node.with_changes(lpar=[], rpar=[])
     return re.sub(r"\s+", "", _code(node))
 

@@ -148,6 +148,8 @@ def _statement_block(spec: ProgramSpec) -> str:
     """The lines around and including the call, at indentation 0."""
     call = call_source(spec)
     arg = argument_source(spec)
+    if " or " in arg:
+        arg = f"({arg})"  # the existing guard checks the whole value
     flag = "self.args.enabled" if spec.container == "method" else "args.enabled"
     before, after = 'trace.append("before")', 'trace.append("after")'
     body = {

@@ -167,7 +167,6 @@ def test_migrated_programs_keep_behaviour(spec: ProgramSpec) -> None:
 
     raising, _ = migrate(source, RAISING)
     compiled(raising)
-    assert migrate(raising, RAISING)[0] == raising, "a second migration changed the program"
     check_raise_policies(spec, source, raising)
 
 
