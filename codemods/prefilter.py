@@ -1,0 +1,167 @@
+"""Decide, from a file's raw bytes, whether it can contain a hook call site.
+
+Parsing a file with LibCST costs about a thousand times more than searching its bytes, and in
+a typical tree only a few files in a thousand mention a capture hook.  ``Prefilter.needs_parse``
+lets the engine parse only those.
+
+Why it is safe (it never drops a file discovery would report a call site in)
+-----------------------------------------------------------------------------
+Discovery reports a call site only where a hook's name is spelled out in the module: as the
+attribute or name being called (``model.set_x_layers_to_capture(ids)``,
+``Model.set_x_layers_to_capture(model, ids)``), as an attribute stored in a variable, or as a
+string literal whose value is the name (``getattr(obj, "set_x_layers_to_capture")``, a dict or
+a tuple of names that a lookup or a loop picks from).  The names it knows are the catalog's and
+the user's ``--hook`` names, and any name of the form ``set_<family>_layers_to_capture``.
+
+1. *The text of the name is in the bytes.*  An identifier or a string literal without escapes
+   is stored in the file as its own characters.  In UTF-8 and in every other encoding a coding
+   cookie can declare where ASCII characters encode as themselves and never appear inside a
+   multi-byte character's encoding of a non-ASCII character (checked below:
+   ``_ASCII_TRANSPARENT``), an ASCII name is therefore a byte substring of the file.  For any
+   other declared encoding (``utf-7``, ``unicode_escape``...) the file is decoded first and the
+   text is searched instead.  Non-ASCII user hook names are searched as text too.
+2. *Stage one:* a file passes when it contains ``set_`` ... ``_layers_to_capture`` (the byte
+   regex ``set_[a-z0-9_]+_layers_to_capture``, which covers every catalog name and every name of
+   the hook form) or one of the user's other hook names.  Any file discovery reports a call
+   site in contains one of these, by 1.
+3. *Stage two* (``sharp=True``, the default) drops a file from stage one when every occurrence
+   of every needle is the name of a function *definition*: the occurrence is the whole
+   identifier right after ``def`` (or ``async def``) at the start of a line, followed by
+   ``(``.  A definition is not a call site, and the same text cannot at once be a definition's
+   name and a call, an attribute or a string literal whose value is a hook name.  When the
+   pattern is hidden in a multi-line string, the string's value still is not a hook name (it
+   contains ``def``), so nothing discovery reports is lost either.  Anything that does not
+   match exactly (a definition split over lines, a name in a comment or a docstring)
+   keeps the file: stage two only errs towards parsing.
+
+What discovery cannot see, the prefilter need not see: a name assembled at run time
+(``"set_" + kind + "_layers_to_capture"`` with ``kind`` unknown), a name spelled with string
+escapes or split over implicitly concatenated literals, and non-ASCII look-alike identifiers
+that Python folds to a hook name (NFKC) are not call sites for discovery either.
+
+``tests/test_prefilter.py`` checks all of this empirically: discovery over every fixture, a
+generated corpus of all shapes (including the adversarial spellings above) and the real
+SGLang tree when cached must report the same call sites with the prefilter on and off, with
+and without stage two.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+#: The hook spelling as bytes (see ``hooks.HOOK_NAME_PATTERN``), unanchored.
+HOOK_FORM = re.compile(rb"set_[a-z0-9_]+_layers_to_capture")
+_HOOK_FORM_TEXT = re.compile(r"set_[a-z0-9_]+_layers_to_capture")
+#: Cheap first test: every name of the hook form contains this.
+_HOOK_SUFFIX = b"_layers_to_capture"
+#: PEP 263 coding cookie (only the first two lines can hold one).
+_CODING_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
+#: Encodings in which an ASCII string always appears in the bytes as itself.
+_ASCII_TRANSPARENT = frozenset(
+    codecs.lookup(name).name
+    for name in (
+        ["utf-8", "utf-8-sig", "ascii", "latin-1"]
+        + [f"iso8859-{n}" for n in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16)]
+        + [f"cp125{n}" for n in range(9)]
+        + ["koi8-r", "koi8-u", "mac-roman"]
+    )
+)
+_IDENTIFIER_BYTE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_DEF_PREFIX = re.compile(rb"[ \t]*(?:async[ \t]+)?def[ \t]+\Z")
+_OPEN_PAREN = re.compile(rb"[ \t]*\(")
+
+
+@dataclass(frozen=True)
+class Prefilter:
+    """The text test for one run's hook names."""
+
+    #: User hook names that do not have the hook form (those that do are always covered).
+    extra_names: tuple[str, ...] = ()
+    #: Apply stage two (drop files whose only mentions are definitions).
+    sharp: bool = True
+    _extra_needles: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        names = tuple(
+            dict.fromkeys(
+                name for name in self.extra_names if not _HOOK_FORM_TEXT.fullmatch(name)
+            )
+        )
+        object.__setattr__(self, "extra_names", names)
+        object.__setattr__(self, "_extra_needles", tuple(name.encode() for name in names))
+
+    @classmethod
+    def for_names(cls, names: Iterable[str], sharp: bool = True) -> "Prefilter":
+        return cls(tuple(sorted(names)), sharp)
+
+    def needs_parse(self, data: bytes) -> bool:
+        """``False`` only when the file certainly holds no call site of a known hook."""
+        declared = _declared_encoding(data)
+        if declared is not None and declared not in _ASCII_TRANSPARENT:
+            return self._needs_parse_text(data, declared)
+        if not self._extra_needles and _HOOK_SUFFIX not in data:
+            return False
+        spans = self._occurrences(data)
+        if not spans:
+            return False
+        if not self.sharp:
+            return True
+        return not all(_is_definition_name(data, start, end) for start, end in spans)
+
+    def _occurrences(self, data: bytes) -> list[tuple[int, int]]:
+        spans = []
+        if _HOOK_SUFFIX in data:
+            spans = [match.span() for match in HOOK_FORM.finditer(data)]
+        for needle in self._extra_needles:
+            start = data.find(needle)
+            while start != -1:
+                spans.append((start, start + len(needle)))
+                start = data.find(needle, start + 1)
+        return spans
+
+    def _needs_parse_text(self, data: bytes, encoding: str) -> bool:
+        """Search the decoded text of a file in an encoding that may disguise ASCII."""
+        try:
+            text = data.decode(encoding)
+        except (UnicodeDecodeError, LookupError):
+            return True  # let the parser report it
+        if _HOOK_FORM_TEXT.search(text) or any(name in text for name in self.extra_names):
+            return True  # stage two is not applied to such rare files
+        return False
+
+
+def _declared_encoding(data: bytes) -> str | None:
+    """The normalised codec name of a PEP 263 cookie in the first two lines, if any."""
+    first_end = data.find(b"\n")
+    second_end = data.find(b"\n", first_end + 1) if first_end != -1 else -1
+    head = data if second_end == -1 else data[:second_end]
+    if b"coding" not in head:
+        return None
+    if head.startswith(codecs.BOM_UTF8):
+        head = head[len(codecs.BOM_UTF8) :]
+    for line in _LINE_BREAK.split(head)[:2]:
+        match = _CODING_COOKIE.match(line)
+        if match:
+            try:
+                return codecs.lookup(match.group(1).decode("ascii")).name
+            except (LookupError, UnicodeDecodeError):
+                return "unknown"
+        if line.strip() and not line.lstrip().startswith(b"#"):
+            break  # a cookie may only follow a comment or a blank line
+    return None
+
+
+def _is_definition_name(data: bytes, start: int, end: int) -> bool:
+    """Whether ``data[start:end]`` is the whole name after ``def`` at a line start."""
+    if start > 0 and data[start - 1] in _IDENTIFIER_BYTE:
+        return False
+    if end < len(data) and data[end] in _IDENTIFIER_BYTE:
+        return False
+    line_start = data.rfind(b"\n", 0, start) + 1
+    if not _DEF_PREFIX.match(data, line_start, start):
+        return False
+    return _OPEN_PAREN.match(data, end) is not None
