@@ -60,12 +60,15 @@ class FoundCall:
     call: cst.Call
     site: CallSite
     hooks: tuple[Hook, ...]
-    #: The statement line holding only this call, when the call is a statement of its own.
-    statement: cst.SimpleStatementLine | None
+    #: The statement holding only this call, when the call is a statement of its own: a line,
+    #: or the one-line body of a compound statement (``if ok: model.set_x(ids)``).
+    statement: cst.SimpleStatementLine | cst.SimpleStatementSuite | None
     #: The argument carrying the ids, and the expression checked for ``None`` (``x`` in
     #: ``list(x)``).
     ids_arg: cst.Arg | None
     ids_core: cst.BaseExpression | None
+    #: Column (0-based) where the statement starts, once on a line of its own.
+    statement_column: int = 0
 
     @property
     def rejects_none(self) -> bool:
@@ -618,14 +621,27 @@ class _Analyzer:
         return chain is not None and chain[-1] in _HANDLES_NOT_IMPLEMENTED
 
     # ------------------------------------------------------------ statements
-    def _own_statement(self, call: cst.Call) -> cst.SimpleStatementLine | None:
+    def _own_statement(
+        self, call: cst.Call
+    ) -> tuple[cst.SimpleStatementLine | cst.SimpleStatementSuite | None, str]:
+        """The statement that is only this call, or None and why not."""
         expr = self._parent(call)
         if not isinstance(expr, cst.Expr):
-            return None
+            return None, "call used inside an expression"
         line = self._parent(expr)
-        if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
-            return line
-        return None
+        if isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            if len(line.body) == 1:
+                return line, ""
+        return None, "call shares its line with other statements"
+
+    def _statement_column(self, statement: cst.CSTNode | None) -> int:
+        if statement is None:
+            return 0
+        if isinstance(statement, cst.SimpleStatementSuite):
+            owner = self._parent(statement)
+            column = self.positions[owner].start.column if owner is not None else 0
+            return column + len(self.module.default_indent)
+        return self.positions[statement].start.column
 
     def _delegates(self, call: cst.Call, names: frozenset[str]) -> bool:
         """A hook method forwarding to the same hook elsewhere (``def set_x(...): inner.set_x``)."""
@@ -647,7 +663,7 @@ class _Analyzer:
 
         ids_arg = self._ids_arg(call, shape)
         ids_core = None if ids_arg is None or ids_arg.star else _unwrap_container(ids_arg.value)
-        statement = self._own_statement(call)
+        statement, not_own = self._own_statement(call)
         guarded = ids_core is not None and self._is_guarded(call, _key(ids_core))
         handles = self._handles_not_implemented(call)
 
@@ -667,7 +683,7 @@ class _Analyzer:
             elif ids_core is not None and not guarded and self.maybe_none(ids_core, scopes):
                 risks.append(Risk.MAYBE_NONE)
                 if statement is None:
-                    notes.append("call used inside an expression; guard the ids by hand")
+                    notes.append(f"{not_own}; guard the ids by hand")
                     review = True
                 elif not _is_simple_reference(ids_core):
                     notes.append("ids come from an expression; bind them to a name first")
@@ -678,7 +694,7 @@ class _Analyzer:
             risks.append(Risk.PP_UNSUPPORTED)
             if not review:
                 if statement is None:
-                    notes.append("call used inside an expression; handle NotImplementedError by hand")
+                    notes.append(f"{not_own}; handle NotImplementedError by hand")
                     review = True
                 else:
                     actions.append(Action.FALLBACK)
@@ -706,6 +722,7 @@ class _Analyzer:
             statement=statement,
             ids_arg=ids_arg,
             ids_core=ids_core,
+            statement_column=self._statement_column(statement),
         )
 
 
