@@ -3,12 +3,12 @@
 ``collect_files(paths)`` turns the command-line paths into a sorted, de-duplicated list of
 files:
 
-* A **directory** is searched for ``*.py`` files.  Inside a git work tree the search asks git
+* A **directory** is searched for ``*.py`` and ``*.pyi`` files.  Inside a git work tree the search asks git
   (``git ls-files --cached --others --exclude-standard``), so ``.gitignore``,
   ``.git/info/exclude`` and the global excludes file are honoured; outside one it walks the
   file system.  A directory that git itself ignores is walked as if it were outside git (the
   user named it explicitly).
-* Either way, these directories are never entered: ``.git``, ``__pycache__``, ``.tox``,
+* Either way, these directories are never entered: ``.git``, ``.hg``, ``.svn``, ``__pycache__``, ``.tox``,
   ``.nox``, ``node_modules``, ``build``, ``.venv``, ``venv``, ``.eggs``, ``.mypy_cache``,
   ``.pytest_cache``, ``.hypothesis`` and every directory holding a ``pyvenv.cfg`` (any
   virtual environment, whatever its name).
@@ -46,6 +46,8 @@ from typing import Iterable, Iterator, Sequence
 SKIPPED_DIR_NAMES = frozenset(
     {
         ".git",
+        ".hg",
+        ".svn",
         "__pycache__",
         ".tox",
         ".nox",
@@ -61,7 +63,7 @@ SKIPPED_DIR_NAMES = frozenset(
 )
 #: A directory holding this file is a virtual environment.
 VENV_MARKER = "pyvenv.cfg"
-PYTHON_SUFFIX = ".py"
+PYTHON_SUFFIXES = (".py", ".pyi")
 
 
 class FileCollectionError(ValueError):
@@ -227,7 +229,7 @@ def _files_in_directory(root: str, file_filter: FileFilter) -> Iterator[str]:
     if relatives is None:
         relatives = _walk(root)
     for relative in relatives:
-        if relative.endswith(PYTHON_SUFFIX) and file_filter.keeps(relative):
+        if relative.endswith(PYTHON_SUFFIXES) and file_filter.keeps(relative):
             yield relative if os.sep == "/" else relative.replace("/", os.sep)
 
 
