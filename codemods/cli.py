@@ -113,8 +113,12 @@ def cli() -> None:
 @cli.command()
 @_paths
 @click.option(
-    "--format", "output_format", type=click.Choice(["text", "json"]), default="text",
-    show_default=True, help="Listing format.",
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Listing format.",
 )
 @_hook_option
 @_file_options
@@ -140,16 +144,34 @@ def scan(
 
 @cli.command()
 @_paths
-@click.option("--diff", "mode", flag_value="diff", default=True,
-              help="Print the changes as a unified diff; change nothing (default).")
-@click.option("--check", "mode", flag_value="check",
-              help="Change nothing; exit 1 when changes are needed, 0 when none.")
+@click.option(
+    "--diff",
+    "mode",
+    flag_value="diff",
+    default=True,
+    help="Print the changes as a unified diff; change nothing (default).",
+)
+@click.option(
+    "--check",
+    "mode",
+    flag_value="check",
+    help="Change nothing; exit 1 when changes are needed, 0 when none.",
+)
 @click.option("--write", "mode", flag_value="write", help="Rewrite the files in place.")
-@click.option("--guard-policy", type=click.Choice(GUARD_POLICIES), default="skip",
-              show_default=True, help="When layer ids are unset: skip the call, or raise.")
-@click.option("--fallback-policy", type=click.Choice(FALLBACK_POLICIES), default="warn",
-              show_default=True,
-              help="Under pipeline parallelism: warn and continue, or re-raise with a hint.")
+@click.option(
+    "--guard-policy",
+    type=click.Choice(GUARD_POLICIES),
+    default="skip",
+    show_default=True,
+    help="When layer ids are unset: skip the call, or raise.",
+)
+@click.option(
+    "--fallback-policy",
+    type=click.Choice(FALLBACK_POLICIES),
+    default="warn",
+    show_default=True,
+    help="Under pipeline parallelism: warn and continue, or re-raise with a hint.",
+)
 @_hook_option
 @_file_options
 def migrate(

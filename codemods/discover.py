@@ -350,7 +350,10 @@ class _Analyzer:
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value in self.names:
             receiver = _dotted(func.value)
-            unbound = receiver is not None and receiver[-1][:1].isupper()
+            # ``KimiLinearForCausalLM.set_x(model, ids)``; not ``MODEL.set_x(ids)``.
+            unbound = (
+                receiver is not None and receiver[-1][:1].isupper() and not receiver[-1].isupper()
+            )
             shape = Shape.UNBOUND if unbound else Shape.DIRECT
             return frozenset({func.attr.value}), shape
         fetched = self._getattr_names(func, scopes)
@@ -409,7 +412,9 @@ class _Analyzer:
             return "Optional" in value or re.search(r"\bNone\b", value) is not None
         return False
 
-    def _definitely_set(self, expr: cst.BaseExpression, scopes: Sequence[_Scope], depth: int) -> bool:
+    def _definitely_set(
+        self, expr: cst.BaseExpression, scopes: Sequence[_Scope], depth: int
+    ) -> bool:
         """True when ``expr`` is a value that is certainly not None (a literal, a fresh list)."""
         if isinstance(
             expr,

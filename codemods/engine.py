@@ -71,7 +71,9 @@ def write_atomic(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new file, never half."""
     target = Path(path)
     mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    handle, temporary = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
+    )
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
@@ -160,7 +162,8 @@ def _guarded(task: _Task, path: str) -> FileResult:
     try:
         return task(path)
     except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
-        return FileResult(path, Status.FAILED, error=f"internal error: {type(error).__name__}: {error}")
+        message = f"internal error: {type(error).__name__}: {error}"
+        return FileResult(path, Status.FAILED, error=message)
 
 
 @dataclass

@@ -281,11 +281,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         inner = column + 2 * len(indent)
         literals = wrapped_literals(text, max(MAX_LINE - inner, 60))
         lines = "".join(f"{indent * 2}{literal}\n" for literal in literals)
-        return (
-            f"{indent}raise NotImplementedError(\n"
-            f"{lines}"
-            f"{indent}) from {self._exc}\n"
-        )
+        return f"{indent}raise NotImplementedError(\n" f"{lines}" f"{indent}) from {self._exc}\n"
 
     def _try_statement(self, found: FoundCall, body: cst.SimpleStatementLine) -> cst.Try:
         column = found.statement_column
@@ -295,9 +291,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
             else self._raise_handler(found, column)
         )
         indent = self._module.default_indent
-        template = (
-            f"try:\n{indent}pass\nexcept NotImplementedError as {self._exc}:\n{handler}"
-        )
+        template = f"try:\n{indent}pass\nexcept NotImplementedError as {self._exc}:\n{handler}"
         template = template.replace("\n", self._module.default_newline)
         parsed = cst.parse_statement(template, config=self._module.config_for_parsing)
         assert isinstance(parsed, cst.Try)

@@ -119,9 +119,7 @@ class GuardCommand(VisitorBasedCodemodCommand):
         args[index] = arg.with_changes(value=_normalised(arg.value))
         return updated_node.with_changes(args=args)
 
-    def _wrap(
-        self, found: FoundCall, line: cst.SimpleStatementLine
-    ) -> list[cst.BaseStatement]:
+    def _wrap(self, found: FoundCall, line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
         assert found.ids_core is not None
         value = found.ids_core.deep_clone()
         leading = line.leading_lines

@@ -22,7 +22,9 @@ def invoke(*args: str):
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -66,7 +68,7 @@ def test_diff_is_the_default_and_changes_nothing(demo):
     assert "-    model.set_dspark_layers_to_capture(args.capture_layers)" in result.stdout
     assert "eval_features.py" not in result.stdout  # review only, no diff
     assert (
-        "10 file(s) scanned, 6 call site(s) found, 3 to change, 1 left for review, 0 failed"
+        "7 file(s) scanned, 6 call site(s) found, 3 to change, 1 left for review, 0 failed"
         in result.stderr
     )
 
@@ -76,7 +78,10 @@ def test_diff_applies_with_patch(demo, tmp_path):
         pytest.skip("patch(1) is not installed")
     diff = subprocess.run(
         [sys.executable, "-m", "codemods", "migrate", "--diff", "demo_repo"],
-        cwd=tmp_path, capture_output=True, check=True, env=_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        check=True,
+        env=_env(),
     ).stdout
     subprocess.run(["patch", "-p1", "-s"], input=diff, cwd=tmp_path, check=True)
     after_patch = snapshot(demo)
@@ -93,9 +98,7 @@ def _env() -> dict:
 
 
 def test_policies_reach_the_codemods(demo):
-    result = invoke(
-        "migrate", "--guard-policy", "raise", "--fallback-policy", "raise", str(demo)
-    )
+    result = invoke("migrate", "--guard-policy", "raise", "--fallback-policy", "raise", str(demo))
     assert result.exit_code == 0
     assert "+        raise ValueError(" in result.stdout
     assert "--pp-size 1" in result.stdout
@@ -108,8 +111,10 @@ def test_scan_text(demo):
     lines = result.stdout.splitlines()
     assert len(lines) == 6
     assert any(
-        line.endswith("train_distill.py:27:5: set_dspark_layers_to_capture [direct] "
-                      "ids=args.capture_layers risk=maybe-none,pp-unsupported action=guard,fallback")
+        line.endswith(
+            "train_distill.py:27:5: set_dspark_layers_to_capture [direct] "
+            "ids=args.capture_layers risk=maybe-none,pp-unsupported action=guard,fallback"
+        )
         for line in lines
     )
     assert "3 to change, 1 left for review" in result.stderr
@@ -122,16 +127,22 @@ def test_scan_json_follows_the_schema(demo):
     jsonschema.Draft202012Validator.check_schema(SCAN_JSON_SCHEMA)
     jsonschema.validate(document, SCAN_JSON_SCHEMA)
     assert document["summary"] == {
-        "files": 10, "call_sites": 6, "changed": 3, "review": 1, "failed": 0
+        "files": 7,
+        "call_sites": 6,
+        "changed": 3,
+        "review": 1,
+        "failed": 0,
     }
     shapes = {site["shape"] for f in document["files"] for site in f["call_sites"]}
     assert shapes == {"direct", "variable", "loop"}
 
 
 def test_scan_json_schema_rejects_bad_documents():
-    bad = {"version": 1, "files": [{"path": "x", "status": "weird", "error": None,
-                                    "call_sites": []}],
-           "summary": {"files": 1, "call_sites": 0, "changed": 0, "review": 0, "failed": 0}}
+    bad = {
+        "version": 1,
+        "files": [{"path": "x", "status": "weird", "error": None, "call_sites": []}],
+        "summary": {"files": 1, "call_sites": 0, "changed": 0, "review": 0, "failed": 0},
+    }
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, SCAN_JSON_SCHEMA)
 
@@ -199,7 +210,11 @@ def test_scan_reports_unprocessable_files(tmp_path):
 def test_python_m_codemods_entry_point(demo):
     completed = subprocess.run(
         [sys.executable, "-m", "codemods", "migrate", "--check", str(demo)],
-        capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=120,
     )
     assert completed.returncode == 1, completed.stderr
     assert "would change" in completed.stderr

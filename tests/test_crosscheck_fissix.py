@@ -40,9 +40,7 @@ def _files() -> list[tuple[Path, HookSet]]:
 
 
 FILES = _files()
-_DRIVER = driver.Driver(
-    pygram.python_grammar_no_print_and_exec_statement, convert=pytree.convert
-)
+_DRIVER = driver.Driver(pygram.python_grammar_no_print_and_exec_statement, convert=pytree.convert)
 _PATTERN = PatternCompiler().compile_pattern(SELECTOR)
 
 
