@@ -270,7 +270,11 @@ def _pipeline(
     execution: Execution,
 ) -> Iterator[FileResult]:
     files = collect_files(
-        list(paths), selection.include, selection.exclude, selection.force_exclude
+        list(paths),
+        selection.include,
+        selection.exclude,
+        selection.force_exclude,
+        keep_missing=True,  # reported as a failed file, naming it
     )
     prefilter = Prefilter.for_names(options.extra_hooks) if execution.prefilter else None
     needed, needed_bytes = _prefilter(files, prefilter)

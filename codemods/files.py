@@ -171,17 +171,19 @@ def collect_files(
     include: Iterable[str] = (),
     exclude: Iterable[str] = (),
     force_exclude: bool = False,
+    keep_missing: bool = False,
 ) -> list[str]:
     """The files to process for ``paths``, sorted by path components, each once.
 
     Paths keep the spelling of the argument they were found under (``src`` gives
     ``src/pkg/mod.py``).  Raises ``FileCollectionError`` naming the first path that does not
-    exist.
+    exist, unless ``keep_missing``: then such a path is returned as a file, for the caller to
+    report when it fails to read it.
     """
     file_filter = FileFilter.from_globs(include, exclude)
     _is_venv.cache_clear()
     for raw in paths:
-        if not os.path.lexists(raw):
+        if not keep_missing and not os.path.lexists(raw):
             raise FileCollectionError(f"{os.fspath(raw)}: no such file or directory")
     found: dict[str, str] = {}
     for raw in paths:
@@ -191,7 +193,7 @@ def collect_files(
             prefix = "" if path == "." else os.path.join(path, "")
             for relative in _files_in_directory(path, file_filter):
                 found.setdefault(real_prefix + relative, prefix + relative)
-        elif os.path.isfile(path):
+        elif os.path.isfile(path) or keep_missing:
             if force_exclude and _explicit_file_excluded(path, file_filter):
                 continue
             found.setdefault(os.path.realpath(path), path)

@@ -73,6 +73,9 @@ _ASCII_TRANSPARENT = frozenset(
 _IDENTIFIER_BYTE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _DEF_PREFIX = re.compile(rb"[ \t]*(?:async[ \t]+)?def[ \t]+\Z")
 _OPEN_PAREN = re.compile(rb"[ \t]*\(")
+#: A line that opens a scope, and the ``def NAME(`` form of one.
+_SCOPE_KEYWORD = re.compile(rb"[ \t]*(?:async[ \t]+)?(?:def|class)\b")
+_SCOPE_HEADER = re.compile(rb"[ \t]*(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*\(")
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ class Prefilter:
             return False
         if not self.sharp:
             return True
-        return not all(_is_definition_name(data, start, end) for start, end in spans)
+        return not all(_is_inert(data, start, end) for start, end in spans)
 
     def _occurrences(self, data: bytes) -> list[tuple[int, int]]:
         spans = []
@@ -153,6 +156,94 @@ def _declared_encoding(data: bytes) -> str | None:
         if line.strip() and not line.lstrip().startswith(b"#"):
             break  # a cookie may only follow a comment or a blank line
     return None
+
+
+def _is_inert(data: bytes, start: int, end: int) -> bool:
+    """An occurrence discovery cannot report: a comment, a definition's name, a delegation."""
+    return (
+        _is_comment(data, start)
+        or _is_definition_name(data, start, end)
+        or _is_delegation(data, start, end)
+    )
+
+
+def _is_comment(data: bytes, start: int) -> bool:
+    """A ``#`` before the occurrence on its line, and no quote before it on the line.
+
+    Without a quote on the line, the ``#`` either starts a comment or lies in a string that
+    is still open at the occurrence; either way the occurrence is no name or literal."""
+    line_start = data.rfind(b"\n", 0, start) + 1
+    prefix = data[line_start:start]
+    return b"#" in prefix and b'"' not in prefix and b"'" not in prefix and b"\r" not in prefix
+
+
+def _identifier_around(data: bytes, start: int, end: int) -> bytes:
+    while start > 0 and data[start - 1] in _IDENTIFIER_BYTE:
+        start -= 1
+    while end < len(data) and data[end] in _IDENTIFIER_BYTE:
+        end += 1
+    return data[start:end]
+
+
+def _indent_width(line: bytes) -> int | None:
+    """Indentation of a line as the tokenizer counts it (tabs to multiples of 8)."""
+    body = line.lstrip(b" \t")
+    indent = line[: len(line) - len(body)]
+    if body.startswith(b"\f"):
+        return None  # a form feed resets the column: not worth modelling
+    return len(indent.expandtabs(8))
+
+
+def _is_delegation(data: bytes, start: int, end: int) -> bool:
+    """Whether the occurrence lies inside ``def NAME(...)`` of the same ``NAME`` as its
+    innermost function, class or lambda: a hook that forwards to itself elsewhere, which
+    discovery never reports.  Any doubt (a string or a line continuation between the two, a
+    ``lambda``, a nested ``class``, an unusual definition line) answers ``False``."""
+    name = _identifier_around(data, start, end)
+    line_start = data.rfind(b"\n", 0, start) + 1
+    header = _SCOPE_HEADER.match(data, line_start)
+    if header is not None:  # the occurrence is on the header line itself
+        return header.group(1) == name and header.end() <= start and _plain(data, line_start, end)
+    line_end = data.find(b"\n", start)
+    width = _indent_width(data[line_start : line_end if line_end != -1 else len(data)])
+    if width is None:
+        return False
+    position = line_start
+    while position > 0 and width > 0:
+        previous_start = data.rfind(b"\n", 0, position - 1) + 1
+        line = data[previous_start : position - 1].rstrip(b"\r")
+        position = previous_start
+        stripped = line.strip()
+        if not stripped or stripped.startswith(b"#"):
+            continue
+        line_width = _indent_width(line)
+        if line_width is None:
+            return False
+        if line_width >= width:
+            continue
+        width = line_width
+        if _SCOPE_KEYWORD.match(line):
+            header = _SCOPE_HEADER.match(line)
+            return (
+                header is not None
+                and header.group(1) == name
+                and _plain(data, previous_start, end)
+            )
+    return False
+
+
+def _plain(data: bytes, start: int, end: int) -> bool:
+    """No multi-line string, line continuation, lone carriage return (an old-style line
+    break) or lambda in ``data[start:end]``."""
+    region = data[start:end]
+    return not (
+        b'"""' in region
+        or b"'''" in region
+        or b"\\\n" in region
+        or b"\\\r" in region
+        or region.count(b"\r") != region.count(b"\r\n")
+        or b"lambda" in region
+    )
 
 
 def _is_definition_name(data: bytes, start: int, end: int) -> bool:
