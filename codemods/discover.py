@@ -98,6 +98,7 @@ class _ScopeCollector(cst.CSTVisitor):
     """Records, for every function/class/module body, the names it binds and to what."""
 
     def __init__(self, module: cst.Module) -> None:
+        self.calls: list[cst.Call] = []
         self.scopes: dict[cst.CSTNode, _Scope] = {module: _Scope(module)}
         self._stack: list[_Scope] = [self.scopes[module]]
 
@@ -115,6 +116,9 @@ class _ScopeCollector(cst.CSTVisitor):
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._stack.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
 
     def visit_Lambda(self, node: cst.Lambda) -> None:
         self._push(node)
@@ -245,11 +249,18 @@ class _Analyzer:
         self.path = path
         self.hooks = hooks
         self.names = hooks.names
+        self._wrapper = wrapper
         self.parents = wrapper.resolve(ParentNodeProvider)
-        self.positions = wrapper.resolve(PositionProvider)
         collector = _ScopeCollector(self.module)
         self.module.visit(collector)
         self.scopes = collector.scopes
+        #: Every call in source order (collected in the same pass as the scopes).
+        self.calls = collector.calls
+
+    @property
+    def positions(self):
+        """Positions, computed on first use: a module without hook calls never needs them."""
+        return self._wrapper.resolve(PositionProvider)
 
     # ---------------------------------------------------------------- scopes
     def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -751,22 +762,12 @@ class _Analyzer:
         )
 
 
-class _CallCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.calls: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
-
-
 def find_calls(
     wrapper: MetadataWrapper, path: str = "<string>", hooks: HookSet = DEFAULT_HOOKS
 ) -> list[FoundCall]:
     """Every hook call in ``wrapper.module``, in source order."""
     analyzer = _Analyzer(wrapper, path, hooks)
-    collector = _CallCollector()
-    wrapper.module.visit(collector)
-    found = (analyzer.analyze(call) for call in collector.calls)
+    found = (analyzer.analyze(call) for call in analyzer.calls)
     return sorted(
         (item for item in found if item is not None),
         key=lambda item: (item.site.line, item.site.column),
