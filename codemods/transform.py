@@ -57,20 +57,26 @@ def _describe(error: Exception) -> str:
 
 
 def _discover(module: cst.Module, path: str, options: TransformOptions) -> tuple[CallSite, ...]:
-    return tuple(found.site for found in find_calls(MetadataWrapper(module), path, options.hooks))
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # parsed here, used only here
+    return tuple(found.site for found in find_calls(wrapper, path, options.hooks))
 
 
-def scan_source(source: bytes, path: str, options: TransformOptions | None = None) -> FileResult:
-    """Discover call sites only; never rewrites."""
-    options = options or TransformOptions()
+def _scan(
+    source: bytes, path: str, options: TransformOptions
+) -> tuple[FileResult, cst.Module | None]:
     if not mentions_hooks(source, options.hooks):
-        return FileResult(path, Status.UNCHANGED, original=source)
+        return FileResult(path, Status.UNCHANGED, original=source), None
     try:
         module = _parse(source)
         sites = _discover(module, path, options)
     except Exception as error:  # noqa: BLE001 - any failure leaves the file alone
-        return FileResult(path, Status.FAILED, original=source, error=_describe(error))
-    return FileResult(path, Status.UNCHANGED, sites, original=source)
+        return FileResult(path, Status.FAILED, original=source, error=_describe(error)), None
+    return FileResult(path, Status.UNCHANGED, sites, original=source), module
+
+
+def scan_source(source: bytes, path: str, options: TransformOptions | None = None) -> FileResult:
+    """Discover call sites only; never rewrites."""
+    return _scan(source, path, options or TransformOptions())[0]
 
 
 def _verify(rewritten: bytes, path: str) -> None:
@@ -83,15 +89,15 @@ def transform_source(
 ) -> FileResult:
     """Apply the caller codemods to one file's bytes."""
     options = options or TransformOptions()
-    scanned = scan_source(source, path, options)
-    if scanned.status is Status.FAILED:
+    scanned, module = _scan(source, path, options)
+    if module is None:
         return scanned
     sites = scanned.call_sites
     needs = {action for site in sites for action in site.actions}
     if not needs & {Action.GUARD, Action.FALLBACK}:
         return scanned
     try:
-        module = _parse(source)
+        # The codemods work on their own copies: ``module`` itself is never changed.
         if Action.GUARD in needs:
             context = CodemodContext(filename=path)
             guard = GuardCommand(context, options.guard_policy, options.extra_hooks)
