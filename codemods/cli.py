@@ -145,19 +145,12 @@ def scan(
 @cli.command()
 @_paths
 @click.option(
-    "--diff",
-    "mode",
-    flag_value="diff",
-    default=True,
-    help="Print the changes as a unified diff; change nothing (default).",
+    "--diff", "show_diff", is_flag=True, help="Print a unified diff; change nothing (default)."
 )
 @click.option(
-    "--check",
-    "mode",
-    flag_value="check",
-    help="Change nothing; exit 1 when changes are needed, 0 when none.",
+    "--check", is_flag=True, help="Change nothing; exit 1 when changes are needed, 0 when none."
 )
-@click.option("--write", "mode", flag_value="write", help="Rewrite the files in place.")
+@click.option("--write", is_flag=True, help="Rewrite the files in place.")
 @click.option(
     "--guard-policy",
     type=click.Choice(GUARD_POLICIES),
@@ -176,7 +169,9 @@ def scan(
 @_file_options
 def migrate(
     paths: tuple[str, ...],
-    mode: str,
+    show_diff: bool,
+    check: bool,
+    write: bool,
     guard_policy: str,
     fallback_policy: str,
     extra_hooks: tuple[str, ...],
@@ -184,6 +179,9 @@ def migrate(
     execution: engine.Execution,
 ) -> None:
     """Guard and wrap capture-hook calls under PATHS (diff by default)."""
+    if show_diff + check + write > 1:
+        raise click.UsageError("--diff, --check and --write are mutually exclusive")
+    mode = "write" if write else "check" if check else "diff"
     options = TransformOptions(guard_policy, fallback_policy, extra_hooks)
     execution = dataclasses.replace(execution, progress=True)
     results = []

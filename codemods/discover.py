@@ -15,19 +15,29 @@ Shapes found (``records.Shape``)::
     getattr(model, {"dspark": "set_dspark_..."}.get(method))(ids)  # DICT_LOOKUP (or [method])
     for name in ("set_eagle3_...", "set_dspark_..."): getattr(model, name)(ids)  # LOOP
 
+Risk, per call: the ids *may be None* when they are a parameter defaulting to None or
+annotated ``Optional[...]``/``X | None``, an ``args.x``/``cfg.x``/``self.config.x`` field, a
+name (or ``self.x``) assigned from None, ``a or b``, ``d.get(k)`` or ``getattr(o, n, None)``,
+or literal ``None``; literal lists/tuples and fresh ``list(...)`` values are safe.  A call is
+*guarded* behind ``if ids:``, ``if ids is not None``, an ``and`` including such a check, its
+``else`` after ``if ids is None``, or after ``if not ids: raise|return|continue|break`` /
+``assert ids``.  Hooks that accept None (EAGLE3) are never guarded; every hook with a PP error
+may raise ``NotImplementedError`` unless the call is inside a ``try`` that handles it.
+
 Never reported: hook definitions, a hook that delegates to the same hook on another object
-(it must keep raising on ``None``), hook names in strings that are not getattr names, and
+(or to another hook: calls inside a hook's own definition must keep raising on ``None``), hook names in strings that are not getattr names, and
 mock attribute access (``model.set_x.assert_called_once_with(...)``).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.hooks import DEFAULT_HOOKS, Hook, HookSet
 from codemods.records import Action, CallSite, Risk, Shape
@@ -47,6 +57,9 @@ _CONTAINER_CALLS = frozenset({"list", "tuple", "sorted"})
 _HANDLES_NOT_IMPLEMENTED = frozenset(
     {"NotImplementedError", "RuntimeError", "Exception", "BaseException"}
 )
+
+#: ``call.set_x(...)`` / ``mock.call.model.set_x(...)`` build expected calls for assertions.
+_MOCK_CALL_PREFIXES = (("call",), ("mock", "call"), ("unittest", "mock", "call"))
 
 _SCOPE_NODES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 _EXIT_STATEMENTS = (cst.Raise, cst.Return, cst.Continue, cst.Break)
@@ -69,6 +82,10 @@ class FoundCall:
     ids_core: cst.BaseExpression | None
     #: Column (0-based) where the statement starts, once on a line of its own.
     statement_column: int = 0
+    #: Index in ``module.body`` of the top-level statement that contains the call.
+    module_index: int = 0
+    #: Names used in the function (or module) around the call: new names must avoid them.
+    names_in_scope: frozenset[str] = frozenset()
 
     @property
     def rejects_none(self) -> bool:
@@ -80,10 +97,24 @@ class _Scope:
     """Names bound in one function (or module, or class) body."""
 
     node: cst.CSTNode
+    parent: "_Scope | None" = None
     params: dict[str, cst.Param] = field(default_factory=dict)
     values: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
     annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)
     loops: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    #: For a class: ``self.<name> = value`` in its methods, with the method's scope.
+    attributes: dict[str, list[tuple[cst.BaseExpression, "_Scope"]]] = field(default_factory=dict)
+    attribute_annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    #: Every name used anywhere inside this scope (nested scopes included).
+    names: set[str] = field(default_factory=set)
+
+    @property
+    def self_name(self) -> str | None:
+        """``self`` (or however the first parameter is called) for a method."""
+        if isinstance(self.node, cst.FunctionDef) and self.parent is not None:
+            if isinstance(self.parent.node, cst.ClassDef) and self.node.params.params:
+                return self.node.params.params[0].name.value
+        return None
 
     def knows(self, name: str) -> bool:
         return (
@@ -98,12 +129,32 @@ class _ScopeCollector(cst.CSTVisitor):
     """Records, for every function/class/module body, the names it binds and to what."""
 
     def __init__(self, module: cst.Module) -> None:
-        self.calls: list[cst.Call] = []
         self.scopes: dict[cst.CSTNode, _Scope] = {module: _Scope(module)}
         self._stack: list[_Scope] = [self.scopes[module]]
+        #: Every call in the module, in source order, and every node's parent (same pass).
+        self.calls: list[cst.Call] = []
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._path: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._path:
+            self.parents[node] = self._path[-1]
+        self._path.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self._path.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        for scope in self._stack:
+            scope.names.add(node.value)
 
     def _push(self, node: cst.CSTNode) -> _Scope:
-        scope = _Scope(node)
+        scope = _Scope(node, parent=self._stack[-1])
         self.scopes[node] = scope
         self._stack.append(scope)
         return scope
@@ -116,9 +167,6 @@ class _ScopeCollector(cst.CSTVisitor):
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._stack.pop()
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
 
     def visit_Lambda(self, node: cst.Lambda) -> None:
         self._push(node)
@@ -135,6 +183,27 @@ class _ScopeCollector(cst.CSTVisitor):
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if isinstance(target, cst.Name):
             self._stack[-1].values.setdefault(target.value, []).append(value)
+        elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+            if len(target.elements) == len(value.elements):
+                for name, item in zip(target.elements, value.elements):
+                    self._bind(name.value, item.value)
+        elif self._self_attribute(target) is not None:
+            scope = self._stack[-1]
+            scope.parent.attributes.setdefault(self._self_attribute(target), []).append(
+                (value, scope)
+            )
+
+    def _self_attribute(self, target: cst.BaseExpression) -> str | None:
+        """``x`` for ``self.x`` assigned in a method, else None."""
+        scope = self._stack[-1]
+        if (
+            isinstance(target, cst.Attribute)
+            and isinstance(target.value, cst.Name)
+            and scope.self_name is not None
+            and target.value.value == scope.self_name
+        ):
+            return target.attr.value
+        return None
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -143,8 +212,12 @@ class _ScopeCollector(cst.CSTVisitor):
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if isinstance(node.target, cst.Name):
             self._stack[-1].annotations[node.target.value] = node.annotation.annotation
-            if node.value is not None:
-                self._bind(node.target, node.value)
+        attribute = self._self_attribute(node.target)
+        if attribute is not None:
+            parent = self._stack[-1].parent
+            parent.attribute_annotations[attribute] = node.annotation.annotation
+        if node.value is not None:
+            self._bind(node.target, node.value)
 
     def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
         self._bind(node.target, node.value)
@@ -221,6 +294,10 @@ def _unwrap_container(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr
 
 
+def _is_mock_call_builder(receiver: list[str]) -> bool:
+    return any(tuple(receiver[: len(prefix)]) == prefix for prefix in _MOCK_CALL_PREFIXES)
+
+
 def _is_none(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value == "None"
 
@@ -250,16 +327,15 @@ class _Analyzer:
         self.hooks = hooks
         self.names = hooks.names
         self._wrapper = wrapper
-        self.parents = wrapper.resolve(ParentNodeProvider)
         collector = _ScopeCollector(self.module)
         self.module.visit(collector)
         self.scopes = collector.scopes
-        #: Every call in source order (collected in the same pass as the scopes).
         self.calls = collector.calls
+        self.parents = collector.parents
 
-    @property
+    @functools.cached_property
     def positions(self):
-        """Positions, computed on first use: a module without hook calls never needs them."""
+        """Source positions, computed only once a hook call is actually found."""
         return self._wrapper.resolve(PositionProvider)
 
     # ---------------------------------------------------------------- scopes
@@ -381,8 +457,11 @@ class _Analyzer:
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value in self.names:
             receiver = _dotted(func.value)
-            # ``KimiLinearForCausalLM.set_x(model, ids)``; not ``MODEL.set_x(ids)``.
-            unbound = (
+            if receiver is not None and _is_mock_call_builder(receiver):
+                return None  # mock.call.set_x(...): an expected call in a mock assertion
+            # ``KimiLinearForCausalLM.set_x(model, ids)`` / ``type(m).set_x(m, ids)``: the
+            # hooks take one argument, so two positional ones mean an unbound call.
+            unbound = len(_positional(call)) >= 2 or (
                 receiver is not None and receiver[-1][:1].isupper() and not receiver[-1].isupper()
             )
             shape = Shape.UNBOUND if unbound else Shape.DIRECT
@@ -506,7 +585,11 @@ class _Analyzer:
             )
         if isinstance(expr, cst.Attribute):
             chain = _dotted(expr)
-            return chain is not None and any(_CONFIG_NAME.search(part) for part in chain[:-1])
+            if chain is None:
+                return False
+            if any(_CONFIG_NAME.search(part) for part in chain[:-1]):
+                return True
+            return len(chain) == 2 and self._attribute_maybe_none(chain, scopes, depth)
         if isinstance(expr, cst.BooleanOperation):
             if isinstance(expr.operator, cst.And):
                 return True
@@ -534,11 +617,33 @@ class _Analyzer:
                 )
         return False
 
+    def _attribute_maybe_none(self, chain: list[str], scopes: Sequence[_Scope], depth: int) -> bool:
+        """``self.x`` in a method: may ``x`` be None, judging by the class and its methods?"""
+        method = scopes[0] if scopes else None
+        if method is None or method.self_name != chain[0] or method.parent is None:
+            return False
+        owner, name = method.parent, chain[1]
+        module_scope = self.scopes[self.module]
+        annotation = owner.attribute_annotations.get(name) or owner.annotations.get(name)
+        if annotation is not None and self._annotation_optional(annotation):
+            return True
+        if any(
+            self.maybe_none(value, [owner, module_scope], depth + 1)
+            for value in owner.values.get(name, [])
+        ):
+            return True
+        return any(
+            self.maybe_none(value, [scope, module_scope], depth + 1)
+            for value, scope in owner.attributes.get(name, [])
+        )
+
     # ---------------------------------------------------------------- guards
     def _asserts_present(self, test: cst.BaseExpression, key: str) -> bool:
         """True when ``test`` being true implies the ids (``key``) are set."""
         if _key(test) == key:
             return True
+        if isinstance(test, cst.NamedExpr):
+            return _key(test.target) == key or self._asserts_present(test.value, key)
         if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
             return self._asserts_present(test.left, key) or self._asserts_present(test.right, key)
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
@@ -670,6 +775,11 @@ class _Analyzer:
                 return line, ""
         return None, "call shares its line with other statements"
 
+    def _module_index(self, node: cst.CSTNode) -> int:
+        while self._parent(node) is not self.module:
+            node = self._parent(node)
+        return next(index for index, top in enumerate(self.module.body) if top is node)
+
     def _statement_column(self, statement: cst.CSTNode | None) -> int:
         if statement is None:
             return 0
@@ -679,10 +789,11 @@ class _Analyzer:
             return column + len(self.module.default_indent)
         return self.positions[statement].start.column
 
-    def _delegates(self, call: cst.Call, names: frozenset[str]) -> bool:
-        """A hook method forwarding to the same hook elsewhere (``def set_x(...): inner.set_x``)."""
+    def _delegates(self, call: cst.Call) -> bool:
+        """A call inside a hook's own definition: the hook forwards (``def set_x(...):
+        self.inner.set_x(ids)``) and must keep raising, so it is not a caller to fix."""
         scope_node = self._enclosing_scope_node(call)
-        return isinstance(scope_node, cst.FunctionDef) and scope_node.name.value in names
+        return isinstance(scope_node, cst.FunctionDef) and scope_node.name.value in self.names
 
     # ----------------------------------------------------------------- sites
     def analyze(self, call: cst.Call) -> FoundCall | None:
@@ -691,7 +802,7 @@ class _Analyzer:
         if resolved is None:
             return None
         names, shape = resolved
-        if self._delegates(call, names):
+        if self._delegates(call):
             return None
         hooks = tuple(hook for hook in self.hooks.hooks if hook.name in names)
         rejects_none = any(not hook.accepts_none for hook in hooks)
@@ -759,6 +870,8 @@ class _Analyzer:
             ids_arg=ids_arg,
             ids_core=ids_core,
             statement_column=self._statement_column(statement),
+            module_index=self._module_index(call),
+            names_in_scope=frozenset(scopes[0].names) if scopes else frozenset(),
         )
 
 
@@ -778,7 +891,8 @@ def find_call_sites(
     module: cst.Module, path: str = "<string>", hooks: HookSet = DEFAULT_HOOKS
 ) -> list[CallSite]:
     """Call-site records for a parsed module (a convenience over :func:`find_calls`)."""
-    return [item.site for item in find_calls(MetadataWrapper(module), path, hooks)]
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # read-only use
+    return [item.site for item in find_calls(wrapper, path, hooks)]
 
 
 def mentions_hooks(text: str | bytes, hooks: HookSet = DEFAULT_HOOKS) -> bool:

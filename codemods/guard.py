@@ -31,7 +31,7 @@ import argparse
 
 import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
-from libcst.metadata import ParentNodeProvider, PositionProvider
+from libcst.metadata import PositionProvider
 
 from codemods.discover import FoundCall, find_calls
 from codemods.hooks import HookSet
@@ -66,7 +66,7 @@ class GuardCommand(VisitorBasedCodemodCommand):
         "Guard capture-hook calls whose layer ids may be None: skip the call when unset "
         "(--guard-policy skip) or raise a clear ValueError (--guard-policy raise)."
     )
-    METADATA_DEPENDENCIES = (ParentNodeProvider, PositionProvider)
+    METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(
         self,

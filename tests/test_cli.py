@@ -161,6 +161,7 @@ def test_user_added_hook_option(tmp_path):
     "args",
     [
         ["migrate", "does/not/exist"],
+        ["migrate", "--check", "--write", "."],
         ["migrate"],
         ["migrate", "--guard-policy", "sometimes", "."],
         ["migrate", "--hook", "not a name", "."],

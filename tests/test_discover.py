@@ -52,6 +52,11 @@ EXPECTED = {
     "guarded_by_else": [(10, DSPARK, "direct", "fallback"), (19, DFLASH, "direct", "fallback")],
     "hasattr_compound": [(8, DSPARK, "direct", "fallback"), (13, DFLASH, "direct", GF)],
     "hasattr_raise": [(9, DSPARK, "direct", GF)],
+    "instance_attributes": [
+        (13, DSPARK, "direct", GF),
+        (23, DSPARK, "direct", GF),
+        (24, MSD, "direct", "fallback"),
+    ],
     "keyword_ids": [(8, DFLASH, "direct", GF), (9, MSD, "direct", GF)],
     "literal_ids": [
         (7, DSPARK, "direct", "fallback"),
@@ -64,6 +69,7 @@ EXPECTED = {
     "loop_over_names": [(9, f"{DSPARK}|{EAGLE3}", "loop", GF)],
     "match_statement": [(9, DSPARK, "direct", GF), (11, EAGLE3, "direct", "fallback")],
     "mock_assertions": [],
+    "module_level_script": [(8, DSPARK, "direct", GF)],
     "multiline_kwargs": [(8, DSPARK, "direct", GF), (16, DFLASH, "direct", GF)],
     "one_line_suite": [
         (7, DSPARK, "direct", GF),
@@ -200,6 +206,8 @@ def test_ids_from_an_expression_with_a_call_are_for_review():
         ("TARGET_MODEL.set_dspark_layers_to_capture(ids)", Shape.DIRECT),
         ("KimiLinearForCausalLM.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
         ("sglang.models.KimiLinear.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
+        ("type(m).set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
+        ("m.__class__.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
         ("getattr(m, 'set_dspark_layers_to_capture')(ids)", Shape.GETATTR),
         ("getattr(m, '' 'set_dspark_layers_to_capture')(ids)", Shape.GETATTR),
         ("getattr(m, {'dspark': 'set_dspark_layers_to_capture'}[method])(ids)", Shape.DICT_LOOKUP),
@@ -382,19 +390,24 @@ def test_excluded_definitions_delegation_strings_and_mocks():
             target.set_dspark_layers_to_capture.reset_mock()
             hasattr(target, "set_dspark_layers_to_capture")
             mock.patch.object(Wrapper, "set_dspark_layers_to_capture")
+            target.assert_has_calls([mock.call.set_dspark_layers_to_capture([1])])
+            target.assert_has_calls([call.draft.set_dspark_layers_to_capture([1])])
             print("set_dspark_layers_to_capture")
         """)
     assert found == []
 
 
-def test_a_hook_calling_a_different_hook_is_reported():
-    site = only("""
+def test_a_hook_forwarding_to_another_hook_is_delegation():
+    code = """
         class M:
-            def set_eagle3_layers_to_capture(self, layer_ids=None):
+            def set_dflash_layers_to_capture(self, layer_ids):
                 self.set_dspark_layers_to_capture(layer_ids)
-        """)
-    assert site.hook == DSPARK
-    assert site.actions == (Action.GUARD, Action.FALLBACK)
+
+            def enable(self, layer_ids=None):
+                self.set_dspark_layers_to_capture(layer_ids)
+        """
+    (site,) = sites(code)
+    assert site.line == 7 and site.actions == (Action.GUARD, Action.FALLBACK)
 
 
 def test_user_added_hooks():
@@ -436,3 +449,35 @@ def test_mentions_hooks_text_check():
     assert mentions_hooks(
         "m.set_medusa_layers_to_capture()", HookSet.with_extra(["set_medusa_layers_to_capture"])
     )
+
+
+def test_instance_attributes_set_from_optional_values():
+    found = sites("""
+        class Runner:
+            retries: int = 3
+            extra: list[int] | None = None
+
+            def __init__(self, model, layer_ids=None, fixed=(1, 2)):
+                self.model = model
+                self.layer_ids = layer_ids
+                self.fixed = list(fixed)
+                self.loaded: list[int] | None = load()
+
+            def enable(self):
+                self.model.set_dspark_layers_to_capture(self.layer_ids)
+                self.model.set_dspark_layers_to_capture(self.fixed)
+                self.model.set_dspark_layers_to_capture(self.loaded)
+                self.model.set_dspark_layers_to_capture(self.extra)
+                self.model.set_dspark_layers_to_capture(other.layer_ids)
+        """)
+    assert [Risk.MAYBE_NONE in site.risks for site in found] == [True, False, True, True, False]
+
+
+def test_walrus_check_guards():
+    site = only("""
+        def f(model, args):
+            if layers := args.capture_layers:
+                model.set_dspark_layers_to_capture(layers)
+        """)
+    assert site.guarded
+    assert site.actions == (Action.FALLBACK,)

@@ -114,28 +114,44 @@ class TestFallbackCommand(CodemodTest):
             from logging import getLogger
 
             logger = object()
-            exc = None
             _log = getLogger(__name__)
 
 
-            def f(m):
+            def f(m, errors):
                 m.set_dflash_layers_to_capture([1])
+                for exc in errors:
+                    print(exc)
+
+
+            def g(m):
+                m.set_dflash_layers_to_capture([2])
         """
         after = """
             from logging import getLogger
 
             logger = object()
-            exc = None
             _log = getLogger(__name__)
 
 
-            def f(m):
+            def f(m, errors):
                 try:
                     m.set_dflash_layers_to_capture([1])
                 except NotImplementedError as capture_exc:
                     _log.warning(
                         "set_dflash_layers_to_capture unavailable, running without aux hidden capture: %s",
                         capture_exc,
+                    )
+                for exc in errors:
+                    print(exc)
+
+
+            def g(m):
+                try:
+                    m.set_dflash_layers_to_capture([2])
+                except NotImplementedError as exc:
+                    _log.warning(
+                        "set_dflash_layers_to_capture unavailable, running without aux hidden capture: %s",
+                        exc,
                     )
         """
         self.assertCodemod(before, after)
@@ -308,3 +324,14 @@ def test_latin1_encoding_cookie_is_kept():
 def test_unknown_policy_is_rejected():
     with pytest.raises(ValueError):
         FallbackCommand(CodemodContext(), fallback_policy="ignore")
+
+
+def test_logger_is_defined_before_its_first_module_level_use():
+    source = (
+        b"import torch\n\nmodel = torch.load('m')\nmodel.set_msd_layers_to_capture([1])\n\n"
+        b"import json\n"
+    )
+    result = transform_source(source, "script.py", TransformOptions())
+    text = result.rewritten.decode()
+    assert text.index("logger = logging.getLogger(__name__)") < text.index("try:")
+    assert text.startswith("import logging\nimport torch\n\nlogger = logging.getLogger")
