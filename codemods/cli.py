@@ -6,16 +6,17 @@ Exit codes: 0 nothing to do / success; 1 changes needed (``--check``) or a check
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sys
 
 import click
 
 from codemods import __version__, engine, report
-from codemods.fallback import FALLBACK_POLICIES
-from codemods.guard import GUARD_POLICIES
+from codemods.files import FileCollectionError
 from codemods.hooks import custom_hook
+from codemods.options import FALLBACK_POLICIES, GUARD_POLICIES, TransformOptions
 from codemods.records import Action, FileResult, Status
-from codemods.transform import TransformOptions
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
 
@@ -42,6 +43,60 @@ _hook_option = click.option(
 )
 
 
+def _file_options(command):
+    """Options shared by the commands that walk paths: file selection and execution."""
+    decorators = [
+        click.option(
+            "--exclude",
+            multiple=True,
+            metavar="GLOB",
+            help="Skip files and folders matching GLOB (.gitignore-style, relative to the "
+            "PATH argument; repeatable).",
+        ),
+        click.option(
+            "--include",
+            multiple=True,
+            metavar="GLOB",
+            help="Only look at files matching GLOB (.gitignore-style; repeatable).",
+        ),
+        click.option(
+            "--force-exclude",
+            is_flag=True,
+            help="Apply --exclude and the skipped folders to files named explicitly too.",
+        ),
+        click.option(
+            "--jobs",
+            "-j",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Worker processes for parsing [default: one per CPU; used only when "
+            "enough files need parsing].",
+        ),
+        click.option(
+            "--no-prefilter",
+            "prefilter",
+            flag_value=False,
+            default=True,
+            hidden=True,
+            help="Parse every file, not only those whose text mentions a hook (checks, "
+            "benchmarks).",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        command = decorator(command)
+
+    @functools.wraps(command)
+    def wrapper(*args, exclude, include, force_exclude, jobs, prefilter, **kwargs):
+        selection = engine.Selection(tuple(include), tuple(exclude), force_exclude)
+        execution = engine.Execution(jobs=jobs, prefilter=prefilter)
+        try:
+            return command(*args, selection=selection, execution=execution, **kwargs)
+        except FileCollectionError as error:
+            raise click.UsageError(str(error)) from None
+
+    return wrapper
+
+
 def _report_failures(results: list[FileResult]) -> None:
     for result in results:
         if result.status is Status.FAILED:
@@ -66,10 +121,18 @@ def cli() -> None:
     help="Listing format.",
 )
 @_hook_option
-def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...]) -> None:
+@_file_options
+def scan(
+    paths: tuple[str, ...],
+    output_format: str,
+    extra_hooks: tuple[str, ...],
+    selection: engine.Selection,
+    execution: engine.Execution,
+) -> None:
     """List every capture-hook call site under PATHS with its shape and risk."""
     options = TransformOptions(extra_hooks=extra_hooks)
-    results = list(engine.scan(paths, options))
+    execution = dataclasses.replace(execution, progress=output_format != "json")
+    results = list(engine.scan(paths, options, selection, execution))
     if output_format == "json":
         click.echo(report.scan_json(results), nl=False)
     else:
@@ -103,6 +166,7 @@ def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...
     help="Under pipeline parallelism: warn and continue, or re-raise with a hint.",
 )
 @_hook_option
+@_file_options
 def migrate(
     paths: tuple[str, ...],
     show_diff: bool,
@@ -111,15 +175,19 @@ def migrate(
     guard_policy: str,
     fallback_policy: str,
     extra_hooks: tuple[str, ...],
+    selection: engine.Selection,
+    execution: engine.Execution,
 ) -> None:
     """Guard and wrap capture-hook calls under PATHS (diff by default)."""
     if show_diff + check + write > 1:
         raise click.UsageError("--diff, --check and --write are mutually exclusive")
     mode = "write" if write else "check" if check else "diff"
     options = TransformOptions(guard_policy, fallback_policy, extra_hooks)
+    execution = dataclasses.replace(execution, progress=True)
     results = []
-    for result in engine.run(paths, options, write=mode == "write"):
-        results.append(result)
+    for result in engine.run(paths, options, mode == "write", selection, execution):
+        # Keep only the records for the summary: the bytes are printed and dropped.
+        results.append(dataclasses.replace(result, original=None, rewritten=None))
         if result.status is Status.CHANGED:
             if mode == "diff":
                 click.echo(report.unified_diff(result), nl=False)

@@ -25,12 +25,13 @@ or literal ``None``; literal lists/tuples and fresh ``list(...)`` values are saf
 may raise ``NotImplementedError`` unless the call is inside a ``try`` that handles it.
 
 Never reported: hook definitions, a hook that delegates to the same hook on another object
-(it must keep raising on ``None``), hook names in strings that are not getattr names, and
+(or to another hook: calls inside a hook's own definition must keep raising on ``None``), hook names in strings that are not getattr names, and
 mock attribute access (``model.set_x.assert_called_once_with(...)``).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -261,6 +262,26 @@ def _string_value(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def _spelled_name(node: cst.BaseExpression) -> str | None:
+    """A string literal's value when it is spelled out verbatim in one literal of the source.
+
+    Hook names are recognised only where their text is written out, never when assembled from
+    escapes (``"set_x\\x5f..."``) or from implicitly concatenated pieces: that keeps a text
+    search for the names a safe prefilter for discovery (see :mod:`codemods.prefilter`).
+    """
+    value = _string_value(node)
+    if value is None:
+        return None
+    pieces = [node]
+    while pieces:
+        piece = pieces.pop()
+        if isinstance(piece, cst.ConcatenatedString):
+            pieces.extend((piece.left, piece.right))
+        elif isinstance(piece, cst.SimpleString) and value in piece.value:
+            return value
+    return None
+
+
 def _positional(call: cst.Call) -> list[cst.Arg]:
     return [arg for arg in call.args if arg.keyword is None and not arg.star]
 
@@ -335,12 +356,17 @@ class _Analyzer:
         self.path = path
         self.hooks = hooks
         self.names = hooks.names
-        self.positions = wrapper.resolve(PositionProvider)
+        self._wrapper = wrapper
         collector = _ScopeCollector(self.module)
         self.module.visit(collector)
         self.scopes = collector.scopes
         self.calls = collector.calls
         self.parents = collector.parents
+
+    @functools.cached_property
+    def positions(self):
+        """Source positions, computed only once a hook call is actually found."""
+        return self._wrapper.resolve(PositionProvider)
 
     # ---------------------------------------------------------------- scopes
     def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -374,7 +400,7 @@ class _Analyzer:
             found = set()
             for element in expr.elements:
                 if isinstance(element, cst.DictElement):
-                    value = _string_value(element.value)
+                    value = _spelled_name(element.value)
                     if value in self.names:
                         found.add(value)
             return frozenset(found) or None
@@ -390,7 +416,7 @@ class _Analyzer:
         """The hook names a getattr name expression can evaluate to, and how it picks them."""
         if depth > _MAX_DEPTH:
             return None
-        value = _string_value(expr)
+        value = _spelled_name(expr)
         if value is not None:
             return (frozenset({value}), Shape.GETATTR) if value in self.names else None
         if isinstance(expr, cst.Subscript):
@@ -412,7 +438,7 @@ class _Analyzer:
             for iterable in scope.loops.get(expr.value, []):
                 if isinstance(iterable, (cst.Tuple, cst.List, cst.Set)):
                     for element in iterable.elements:
-                        value = _string_value(element.value)
+                        value = _spelled_name(element.value)
                         if value in self.names:
                             found.add(value)
                             shape = Shape.LOOP
@@ -439,7 +465,7 @@ class _Analyzer:
         for assigned in scope.values.get(expr.value, []):
             if isinstance(assigned, (cst.Tuple, cst.List, cst.Set)):
                 for element in assigned.elements:
-                    value = _string_value(element.value)
+                    value = _spelled_name(element.value)
                     if value in self.names:
                         found.add(value)
         return frozenset(found) or None
@@ -795,10 +821,11 @@ class _Analyzer:
             return column + len(self.module.default_indent)
         return self.positions[statement].start.column
 
-    def _delegates(self, call: cst.Call, names: frozenset[str]) -> bool:
-        """A hook method forwarding to the same hook elsewhere (``def set_x(...): inner.set_x``)."""
+    def _delegates(self, call: cst.Call) -> bool:
+        """A call inside a hook's own definition: the hook forwards (``def set_x(...):
+        self.inner.set_x(ids)``) and must keep raising, so it is not a caller to fix."""
         scope_node = self._enclosing_scope_node(call)
-        return isinstance(scope_node, cst.FunctionDef) and scope_node.name.value in names
+        return isinstance(scope_node, cst.FunctionDef) and scope_node.name.value in self.names
 
     # ----------------------------------------------------------------- sites
     def analyze(self, call: cst.Call) -> FoundCall | None:
@@ -807,7 +834,7 @@ class _Analyzer:
         if resolved is None:
             return None
         names, shape = resolved
-        if self._delegates(call, names):
+        if self._delegates(call):
             return None
         hooks = tuple(hook for hook in self.hooks.hooks if hook.name in names)
         rejects_none = any(not hook.accepts_none for hook in hooks)
@@ -899,7 +926,8 @@ def find_call_sites(
     module: cst.Module, path: str = "<string>", hooks: HookSet = DEFAULT_HOOKS
 ) -> list[CallSite]:
     """Call-site records for a parsed module (a convenience over :func:`find_calls`)."""
-    return [item.site for item in find_calls(MetadataWrapper(module), path, hooks)]
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # read-only use
+    return [item.site for item in find_calls(wrapper, path, hooks)]
 
 
 def mentions_hooks(text: str | bytes, hooks: HookSet = DEFAULT_HOOKS) -> bool:

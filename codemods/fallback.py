@@ -45,6 +45,7 @@ from libcst.metadata import PositionProvider
 
 from codemods.discover import FoundCall, find_calls
 from codemods.hooks import HookSet
+from codemods.options import FALLBACK_POLICIES
 from codemods.records import Action
 from codemods.split import split_shared_lines
 from codemods.snippets import (
@@ -55,7 +56,6 @@ from codemods.snippets import (
     wrapped_literals,
 )
 
-FALLBACK_POLICIES = ("warn", "raise")
 _EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error", "capture_exc_")
 _LOGGER_NAMES = ("logger", "capture_logger", "aux_capture_logger")
 

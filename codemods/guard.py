@@ -35,6 +35,7 @@ from libcst.metadata import PositionProvider
 
 from codemods.discover import FoundCall, find_calls
 from codemods.hooks import HookSet
+from codemods.options import GUARD_POLICIES
 from codemods.records import Action
 from codemods.split import split_shared_lines
 from codemods.snippets import (
@@ -44,8 +45,6 @@ from codemods.snippets import (
     suite_as_line,
     wrapped_literals,
 )
-
-GUARD_POLICIES = ("skip", "raise")
 
 
 def unset_message(found: FoundCall) -> str:

@@ -96,7 +96,9 @@ class _Splitter(cst.CSTTransformer):
         return cst.IndentedBlock(body=lines)
 
 
-def split_shared_lines(module: cst.Module, hooks: HookSet, path: str = "<string>") -> cst.Module:
+def split_shared_lines(
+    module: cst.Module, hooks: HookSet, path: str = "<string>"
+) -> cst.Module:
     """``module`` with every rewritable hook call that shares a line moved onto its own."""
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     calls = {
