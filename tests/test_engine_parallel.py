@@ -198,7 +198,9 @@ def test_a_tree_without_hooks_never_loads_libcst(tmp_path):
     assert done.stdout.splitlines()[-1] == "False"
 
 
-def test_nonexistent_path_is_a_usage_error(tmp_path):
-    result = CliRunner().invoke(cli, ["scan", str(tmp_path / "missing")])
+def test_nonexistent_path_is_reported_and_the_rest_still_scanned(tmp_path):
+    (tmp_path / "present.py").write_text("model.set_dspark_layers_to_capture(args.ids)\n")
+    result = CliRunner().invoke(cli, ["scan", str(tmp_path / "missing"), str(tmp_path)])
     assert result.exit_code == 2
-    assert "missing" in result.output and "does not exist" in result.output
+    assert f"{tmp_path / 'missing'}: cannot read: no such file" in result.stderr
+    assert "present.py" in result.stdout

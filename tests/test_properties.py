@@ -148,6 +148,8 @@ def check_raise_policies(spec: ProgramSpec, source: str, raising: str) -> None:
                 assert outcome.trace == reference.trace, context
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
 @PROPERTY_SETTINGS
 @given(program_specs())
 def test_migrated_programs_keep_behaviour(spec: ProgramSpec) -> None:
