@@ -180,10 +180,13 @@ def render(spec: ProgramSpec) -> str:
         head += "logger = logging.getLogger('generated.program')\n\n"
     param = _parameter(spec)
     if spec.container == "module":
-        return head + _module_variable(spec) + "trace.append('start')\n" + block + "trace.append('end')\n"
+        start, end = "trace.append('start')\n", "trace.append('end')\n"
+        return head + _module_variable(spec) + start + block + end
     if spec.container in ("function", "async"):
         body = textwrap.indent(block, "    ")
-        helper = "\ndef get_model():\n    return model\n\n\n" if spec.container == "function" else ""
+        helper = "\ndef get_model():\n    return model\n\n\n"
+        if spec.container == "async":
+            helper = ""
         keyword = "async def" if spec.container == "async" else "def"
         return (
             head

@@ -236,7 +236,10 @@ def test_large_file_without_hooks_is_skipped_quickly(tree):
 
 def test_latin1_file_with_coding_cookie_is_rewritten_in_its_encoding(tree):
     path = tree / "legacy.py"
-    text = f"# -*- coding: latin-1 -*-\nGREETING = 'caf\xe9'\n\ndef main(model, args):\n    {HOOK_CALL}\n"
+    text = (
+        "# -*- coding: latin-1 -*-\nGREETING = 'caf\xe9'\n\n"
+        f"def main(model, args):\n    {HOOK_CALL}\n"
+    )
     path.write_bytes(text.encode("latin-1"))
     code, err = migrate(tree)
     assert code == 0, err

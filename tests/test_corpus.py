@@ -194,7 +194,10 @@ def test_second_run_changes_nothing(migrated):
 
 def test_the_hunk_check_catches_an_unrelated_edit():
     """The minimal-diff check can fail: an edit away from any hook call is flagged."""
-    before = "import os\n\n\ndef f(model, ids=None):\n    x = 1\n    model.set_dspark_layers_to_capture(ids)\n"
+    before = (
+        "import os\n\n\ndef f(model, ids=None):\n"
+        "    x = 1\n    model.set_dspark_layers_to_capture(ids)\n"
+    )
     after = before.replace("x = 1", "x = 2").replace(
         "    model.set_dspark_layers_to_capture(ids)",
         "    if ids:\n        model.set_dspark_layers_to_capture(list(ids))",
