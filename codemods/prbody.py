@@ -23,6 +23,17 @@ VALUE_ERROR = f'ValueError("{NONE_ERROR_DSPARK}")'
 PP_ERROR = f'NotImplementedError("{PP_ERROR_DSPARK}")'
 
 
+#: What each migrate policy does, for the PR description.
+POLICY_MEANINGS = {
+    ("guard policy", "skip"): "when the layer ids are unset, the hook is not called",
+    ("guard policy", "raise"): "when the layer ids are unset, a clear ValueError is raised "
+    "at the call site",
+    ("fallback policy", "warn"): "a NotImplementedError from the hook is logged as a warning "
+    "and the run continues without aux capture",
+    ("fallback policy", "raise"): "a NotImplementedError from the hook is re-raised with a hint",
+}
+
+
 @dataclass(frozen=True)
 class PatchedFile:
     """One file of the upstream patch: its path in the SGLang tree and what changed in it."""
@@ -122,11 +133,13 @@ def migrate_commit_message(
     lines = [
         title,
         "",
-        "Rewritten by `auxcap migrate`"
-        + (f" ({_policy_line(policies)})" if policies else "")
-        + " so that capture hooks",
-        f"are never called with None ({VALUE_ERROR})",
-        f"and a model without PP capture does not stop the run ({PP_ERROR}).",
+        "Rewritten by `auxcap migrate`" + (f" ({_policy_line(policies)})." if policies else "."),
+        "",
+        "Capture hooks are no longer called with None, which raises",
+        f"  {VALUE_ERROR}",
+        "and a model that cannot capture under pipeline parallelism, which raises",
+        f"  {PP_ERROR},",
+        "no longer stops the run.",
         "",
         "Files and call sites:",
     ]
@@ -227,7 +240,10 @@ def migrate_pr_body(
             for site in review
         ]
     out += ["", "## Policies", ""]
-    out += [f"- {name}: `{value}`" for name, value in policies.items()] or ["- defaults"]
+    out += [
+        f"- {name}: `{value}`" + (f": {POLICY_MEANINGS[name, value]}" if (name, value) in POLICY_MEANINGS else "")
+        for name, value in policies.items()
+    ] or ["- defaults"]
     out += [""]
     out += _verification_section(verification, "auxcap migrate --check")
     out += [""]

@@ -95,7 +95,8 @@ def test_migrate_pr_body_has_every_section(tmp_path):
     assert "| `src/model_a.py` | 2 | `set_dspark_layers_to_capture` | direct | maybe-none | guard |" in body
     assert "| `src/model_a.py` | 9 | `set_eagle3_layers_to_capture` | direct | pp-unsupported | fallback |" in body
     assert "`src/model_b.py:5` `set_dspark_layers_to_capture|set_msd_layers_to_capture`: hook chosen at run time" in body
-    assert "- guard policy: `skip`" in body and "- fallback policy: `warn`" in body
+    assert "- guard policy: `skip`: when the layer ids are unset, the hook is not called" in body
+    assert "- fallback policy: `warn`: a NotImplementedError from the hook is logged" in body
     assert "re-parsed with LibCST and compiled with `compile()`" in body
     assert "Idempotent: running `auxcap migrate --check` again" in body
     assert f"`git revert {'a' * 12}`" in body
