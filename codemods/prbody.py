@@ -210,7 +210,7 @@ def migrate_pr_body(
         "## What changed and why",
         "",
         f"`auxcap migrate` rewrote {_plural(len(rows), 'call site')} of SGLang's aux hidden-state "
-        f"capture hooks in {_plural(len(changed), 'file')}. Only those files are in this "
+        f"capture hooks in {_plural(len(changed), 'file')}. Only the rewritten files are in this "
         f"commit ({_code(delivery.commit[:12] if delivery.commit else '-')}).",
         "",
         f"- **guard**: the layer ids are checked before the hook is called, so a caller that "
