@@ -136,8 +136,7 @@ def migrate_on_branch(
         failed = [result for result in results if result.status is Status.FAILED]
         if failed:
             raise UnprocessableFiles(
-                "cannot process "
-                + "; ".join(f"{result.path}: {result.error}" for result in failed)
+                "cannot process " + "; ".join(f"{result.path}: {result.error}" for result in failed)
             )
         return [Path(result.path) for result in results if result.status is Status.CHANGED]
 

@@ -312,7 +312,9 @@ class _Snapshot:
             _git(repo, "symbolic-ref", "HEAD", f"refs/heads/{self.head_branch}")
         else:
             _git(repo, "update-ref", "--no-deref", "HEAD", self.head_commit)
-        if created_branch and _git_ok(repo, "show-ref", "--verify", "-q", f"refs/heads/{created_branch}"):
+        if created_branch and _git_ok(
+            repo, "show-ref", "--verify", "-q", f"refs/heads/{created_branch}"
+        ):
             _git(repo, "update-ref", "-d", f"refs/heads/{created_branch}")
         if self.index_copy is not None:
             staging = self.index_path.with_name(self.index_path.name + ".auxcap-restore")
@@ -466,11 +468,24 @@ def deliver_on_branch(
     private_index = snapshot.backup_dir / "commit-index"
     try:
         if base_commit == snapshot.head_commit:
-            _git(repo, "update-ref", "-m", "auxcap: create branch", f"refs/heads/{branch}",
-                 base_commit, "")
+            _git(
+                repo,
+                "update-ref",
+                "-m",
+                "auxcap: create branch",
+                f"refs/heads/{branch}",
+                base_commit,
+                "",
+            )
             created_branch = branch
-            _git(repo, "symbolic-ref", "-m", f"auxcap: switch to {branch}", "HEAD",
-                 f"refs/heads/{branch}")
+            _git(
+                repo,
+                "symbolic-ref",
+                "-m",
+                f"auxcap: switch to {branch}",
+                "HEAD",
+                f"refs/heads/{branch}",
+            )
         else:
             _git(repo, "checkout", "-q", "--no-track", "-b", branch, base_commit)
             created_branch = branch
@@ -483,25 +498,65 @@ def deliver_on_branch(
         _git(repo, "read-tree", base_commit, env=index_env)
         literal = {**index_env, "GIT_LITERAL_PATHSPECS": "1"}
         if reported:
-            _git(repo, "add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul",
-                 env=literal, istream=_nul_stream(reported))
-        changed = _git(repo, "diff-index", "--cached", "--name-only", "-z", base_commit,
-                       env=index_env, strip_newline_in_stdout=False)
+            _git(
+                repo,
+                "add",
+                "-A",
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
+                env=literal,
+                istream=_nul_stream(reported),
+            )
+        changed = _git(
+            repo,
+            "diff-index",
+            "--cached",
+            "--name-only",
+            "-z",
+            base_commit,
+            env=index_env,
+            strip_newline_in_stdout=False,
+        )
         files = tuple(sorted(name for name in changed.split("\0") if name))
         if not files:
             snapshot.restore(created_branch)
             snapshot.discard()
-            return DeliveryResult(root, branch, base_commit, None, (), snapshot.head_branch,
-                                  snapshot.head_commit, _remote_name(repo))
+            return DeliveryResult(
+                root,
+                branch,
+                base_commit,
+                None,
+                (),
+                snapshot.head_branch,
+                snapshot.head_commit,
+                _remote_name(repo),
+            )
 
         text = message(files) if callable(message) else message
-        _git(repo, "commit", "-q", "--no-edit", "--cleanup=verbatim", "-F", "-", *author_args,
-             env={**index_env, **commit_env}, istream=_text_stream(text))
+        _git(
+            repo,
+            "commit",
+            "-q",
+            "--no-edit",
+            "--cleanup=verbatim",
+            "-F",
+            "-",
+            *author_args,
+            env={**index_env, **commit_env},
+            istream=_text_stream(text),
+        )
         commit = _git(repo, "rev-parse", "--verify", "HEAD^{commit}")
         # The real index: the committed paths now match the new HEAD; everything else the
         # user staged stays staged.
-        _git(repo, "reset", "-q", "--pathspec-from-file=-", "--pathspec-file-nul",
-             env={"GIT_LITERAL_PATHSPECS": "1"}, istream=_nul_stream(files))
+        _git(
+            repo,
+            "reset",
+            "-q",
+            "--pathspec-from-file=-",
+            "--pathspec-file-nul",
+            env={"GIT_LITERAL_PATHSPECS": "1"},
+            istream=_nul_stream(files),
+        )
     except BaseException as error:
         try:
             snapshot.restore(created_branch)
@@ -520,8 +575,16 @@ def deliver_on_branch(
             f"and branch {branch} was not created."
         ) from error
     snapshot.discard()
-    return DeliveryResult(root, branch, base_commit, commit, files, snapshot.head_branch,
-                          snapshot.head_commit, _remote_name(repo))
+    return DeliveryResult(
+        root,
+        branch,
+        base_commit,
+        commit,
+        files,
+        snapshot.head_branch,
+        snapshot.head_commit,
+        _remote_name(repo),
+    )
 
 
 def _text_stream(text: str):
@@ -544,17 +607,15 @@ def _check_reported(repo: git.Repo, snapshot: _Snapshot, reported: list[str]) ->
     unreported = sorted(
         path
         for path in set(now) | set(snapshot.copies)
-        if path not in reported_set
-        and (path not in snapshot.dirty or snapshot.changed_since(path))
+        if path not in reported_set and (path not in snapshot.dirty or snapshot.changed_since(path))
     )
     if unreported:
-        raise GitDeliveryError(
-            f"the change wrote files it did not report: {', '.join(unreported)}"
-        )
+        raise GitDeliveryError(f"the change wrote files it did not report: {', '.join(unreported)}")
     ignored = [
         path
         for path in reported
-        if path not in now and _git_ok(repo, "check-ignore", "-q", "--no-index", "--", path)
+        if path not in now
+        and _git_ok(repo, "check-ignore", "-q", "--no-index", "--", path)
         and not _git_ok(repo, "ls-files", "--error-unmatch", "--", path)
     ]
     if ignored:
@@ -567,7 +628,9 @@ def _check_reported(repo: git.Repo, snapshot: _Snapshot, reported: list[str]) ->
 # --------------------------------------------------------------------------- format-patch
 
 
-def format_patch(repo: git.Repo | Path | str, base: str, branch: str, out_dir: Path | str) -> list[Path]:
+def format_patch(
+    repo: git.Repo | Path | str, base: str, branch: str, out_dir: Path | str
+) -> list[Path]:
     """Write ``git format-patch base..branch`` into ``out_dir``; the patch files, in order.
 
     The files apply with ``git am`` on a fresh clone that has ``base``.
@@ -576,6 +639,7 @@ def format_patch(repo: git.Repo | Path | str, base: str, branch: str, out_dir: P
         repo = open_repository(repo)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    listing = _git(repo, "format-patch", "--no-signature", "-o", str(out), f"{base}..{branch}",
-                   "--")
+    listing = _git(
+        repo, "format-patch", "--no-signature", "-o", str(out), f"{base}..{branch}", "--"
+    )
     return [Path(line) for line in listing.splitlines() if line.strip()]

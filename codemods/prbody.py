@@ -101,7 +101,9 @@ def _changed_sites(result: FileResult) -> list[CallSite]:
 
 
 def _review_sites(results: Sequence[FileResult]) -> list[CallSite]:
-    return [site for result in results for site in result.call_sites if Action.REVIEW in site.actions]
+    return [
+        site for result in results for site in result.call_sites if Action.REVIEW in site.actions
+    ]
 
 
 def _actions(site: CallSite) -> str:
@@ -146,7 +148,9 @@ def migrate_commit_message(
     for result in changed:
         lines.append(f"  {relative_path(result.path, root)}")
         for site in _changed_sites(result):
-            lines.append(f"    {site.line}:{site.column} {site.hook} ({site.shape.value}): {_actions(site)}")
+            lines.append(
+                f"    {site.line}:{site.column} {site.hook} ({site.shape.value}): {_actions(site)}"
+            )
     review = _review_sites(results)
     if review:
         lines += ["", f"Left for review ({_plural(len(review), 'call site')}):"]
@@ -158,10 +162,9 @@ def _verification_section(verification: Verification, command: str) -> list[str]
     lines = ["## How it was verified", ""]
     if verification.rechecked:
         if verification.failures:
-            lines.append(
-                f"- Re-parsed (LibCST) and compiled {_plural(len(verification.rechecked), 'file')}; "
-                f"**{_plural(len(verification.failures), 'file')} failed**:"
-            )
+            checked = _plural(len(verification.rechecked), "file")
+            failed = _plural(len(verification.failures), "file")
+            lines.append(f"- Re-parsed (LibCST) and compiled {checked}; **{failed} failed**:")
             lines += [f"  - `{path}`: {_cell(reason)}" for path, reason in verification.failures]
         else:
             lines.append(
@@ -241,7 +244,8 @@ def migrate_pr_body(
         ]
     out += ["", "## Policies", ""]
     out += [
-        f"- {name}: `{value}`" + (f": {POLICY_MEANINGS[name, value]}" if (name, value) in POLICY_MEANINGS else "")
+        f"- {name}: `{value}`"
+        + (f": {POLICY_MEANINGS[name, value]}" if (name, value) in POLICY_MEANINGS else "")
         for name, value in policies.items()
     ] or ["- defaults"]
     out += [""]
@@ -267,9 +271,7 @@ def upstream_commit_message(patched: Sequence[PatchedFile], detail: str = "") ->
     if detail:
         lines += ["", detail.rstrip()]
     lines += ["", "Files:"]
-    lines += [
-        f"  {'A' if item.added else 'M'} {item.path}: {item.summary}" for item in patched
-    ]
+    lines += [f"  {'A' if item.added else 'M'} {item.path}: {item.summary}" for item in patched]
     return "\n".join(lines) + "\n"
 
 

@@ -33,7 +33,9 @@ def recheck_python_files(root: Path, paths: Sequence[str]) -> Verification:
             libcst.parse_module(source)
             compile(source, path, "exec", dont_inherit=True)
         except libcst.ParserSyntaxError as error:
-            failures.append((path, f"LibCST cannot parse it: {error.message} (line {error.raw_line})"))
+            failures.append(
+                (path, f"LibCST cannot parse it: {error.message} (line {error.raw_line})")
+            )
         except (SyntaxError, ValueError) as error:
             failures.append((path, f"does not compile: {error}"))
     return Verification(rechecked=tuple(checked), failures=tuple(failures))

@@ -14,12 +14,12 @@ IDENTITY = {
 }
 IDENTITY_VARIABLES = (*IDENTITY, "EMAIL")
 
-MODEL_A = b'''def setup(model, layer_ids=None):
+MODEL_A = b"""def setup(model, layer_ids=None):
     model.set_dspark_layers_to_capture(layer_ids)
-'''
-MODEL_B = b'''def other(model):
+"""
+MODEL_B = b"""def other(model):
     return model
-'''
+"""
 
 
 def isolate_git(monkeypatch, tmp_path: Path, *, identity: bool = True) -> Path:

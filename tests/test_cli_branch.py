@@ -135,8 +135,14 @@ def test_base_option(repo):
 
 
 @pytest.mark.parametrize(
-    "extra", [["--base", "main"], ["--pr-body", "PR.md"], ["--allow-dirty"],
-              ["--author", "A <a@b.c>"], ["--format-patch", "out"]]
+    "extra",
+    [
+        ["--base", "main"],
+        ["--pr-body", "PR.md"],
+        ["--allow-dirty"],
+        ["--author", "A <a@b.c>"],
+        ["--format-patch", "out"],
+    ],
 )
 def test_companion_options_need_branch(repo, extra):
     result = auxcap("migrate", ".", *extra)
@@ -169,7 +175,11 @@ def test_outside_a_repository_exits_2_with_a_clear_message(tmp_path, monkeypatch
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path), "PYTHONPATH": str(PROJECT_ROOT)}
     done = subprocess.run(
         [sys.executable, "-m", "codemods", "migrate", ".", "--branch", BRANCH],
-        cwd=plain, env=env, capture_output=True, text=True, timeout=120,
+        cwd=plain,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2
     assert "not inside a git repository" in done.stderr

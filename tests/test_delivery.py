@@ -21,12 +21,12 @@ CALL = b"model.set_dspark_layers_to_capture(layer_ids)"
 GUARDED = b"model.set_dspark_layers_to_capture(list(layer_ids)) if layer_ids else None"
 KIMI = "python/sglang/srt/models/kimi_linear.py"
 TRANSPORT = "python/sglang/srt/distributed/pp_aux_transport.py"
-KIMI_SOURCE = '''class KimiLinearForCausalLM:
+KIMI_SOURCE = """class KimiLinearForCausalLM:
     def set_dspark_layers_to_capture(self, layer_ids):
         if self.pp_group.world_size > 1:
             raise NotImplementedError("DSPARK aux hidden capture requires PP=1.")
         self.layers_to_capture = list(layer_ids)
-'''
+"""
 
 
 def textual_engine(paths, options, write):
@@ -44,8 +44,18 @@ def textual_engine(paths, options, write):
             yield FileResult(str(path), Status.UNCHANGED, original=source)
             continue
         line = source[: source.index(CALL)].count(b"\n") + 1
-        site = CallSite(str(path), line, 4, "set_dspark_layers_to_capture", Shape.DIRECT,
-                        "layer_ids", (Risk.MAYBE_NONE,), False, False, (Action.GUARD,))
+        site = CallSite(
+            str(path),
+            line,
+            4,
+            "set_dspark_layers_to_capture",
+            Shape.DIRECT,
+            "layer_ids",
+            (Risk.MAYBE_NONE,),
+            False,
+            False,
+            (Action.GUARD,),
+        )
         rewritten = source.replace(CALL, GUARDED)
         if write:
             path.write_bytes(rewritten)
@@ -59,15 +69,20 @@ def repo(tmp_path, monkeypatch) -> Path:
 
 
 def test_migrate_on_branch_commits_writes_the_pr_body_and_patches(repo, tmp_path):
-    request = BranchRequest("auxcap/guard", pr_body=tmp_path / "PR.md",
-                            patch_dir=tmp_path / "patches")
-    done = migrate_on_branch([str(repo)], None, request, {"guard policy": "skip"},
-                             run=textual_engine)
+    request = BranchRequest(
+        "auxcap/guard", pr_body=tmp_path / "PR.md", patch_dir=tmp_path / "patches"
+    )
+    done = migrate_on_branch(
+        [str(repo)], None, request, {"guard policy": "skip"}, run=textual_engine
+    )
     assert git(repo, "show", "--name-only", "--format=", "HEAD").split() == ["src/model_a.py"]
     assert done.verification.rechecked == ("src/model_a.py",)
     assert done.verification.idempotent is True and done.verification.ok
     body = (tmp_path / "PR.md").read_text()
-    assert "| `src/model_a.py` | 2 | `set_dspark_layers_to_capture` | direct | maybe-none | guard |" in body
+    assert (
+        "| `src/model_a.py` | 2 | `set_dspark_layers_to_capture` | direct | maybe-none | guard |"
+        in body
+    )
     assert "- guard policy: `skip`: when the layer ids are unset" in body
     assert f"git revert {done.delivery.commit[:12]}" in body
     assert [path.name for path in done.patches] == [
@@ -82,8 +97,13 @@ def test_migrate_on_branch_fails_whole_when_a_file_cannot_be_processed(repo, tmp
     git(repo, "commit", "-q", "-m", "broken file")
     before = repo_state(repo)
     with pytest.raises(DeliveryFailed, match=r"broken\.py: syntax error"):
-        migrate_on_branch([str(repo)], None, BranchRequest("auxcap/guard", pr_body=tmp_path / "PR.md"),
-                          {}, run=textual_engine)
+        migrate_on_branch(
+            [str(repo)],
+            None,
+            BranchRequest("auxcap/guard", pr_body=tmp_path / "PR.md"),
+            {},
+            run=textual_engine,
+        )
     assert_same_state(before, repo_state(repo))
     assert not (tmp_path / "PR.md").exists()
 
@@ -91,8 +111,13 @@ def test_migrate_on_branch_fails_whole_when_a_file_cannot_be_processed(repo, tmp
 def test_migrate_on_branch_with_nothing_to_change_makes_no_branch(repo, tmp_path):
     (repo / "src" / "model_a.py").write_bytes(b"x = 1\n")
     git(repo, "commit", "-q", "-am", "no calls")
-    done = migrate_on_branch([str(repo)], None, BranchRequest("auxcap/guard", pr_body=tmp_path / "PR.md"),
-                             {}, run=textual_engine)
+    done = migrate_on_branch(
+        [str(repo)],
+        None,
+        BranchRequest("auxcap/guard", pr_body=tmp_path / "PR.md"),
+        {},
+        run=textual_engine,
+    )
     assert done.delivery.commit is None and done.pr_body is None
     assert git(repo, "branch", "--list", "auxcap/guard") == ""
 
@@ -101,8 +126,9 @@ def test_migrate_paths_must_be_in_one_repository(repo, tmp_path):
     other = tmp_path / "elsewhere"
     other.mkdir()
     with pytest.raises(GitDeliveryError, match="not inside the repository"):
-        migrate_on_branch([str(repo), str(other)], None, BranchRequest("auxcap/guard"), {},
-                          run=textual_engine)
+        migrate_on_branch(
+            [str(repo), str(other)], None, BranchRequest("auxcap/guard"), {}, run=textual_engine
+        )
 
 
 # ----------------------------------------------------------------------------- upstream
@@ -119,10 +145,12 @@ def make_sglang(path: Path) -> tuple[Path, str]:
     (path / "python" / "sglang" / "srt" / "distributed" / "__init__.py").write_text("")
     git(path, "add", "-A")
     git(path, "commit", "-q", "-m", "sglang", env=IDENTITY)
-    kimi.write_text(KIMI_SOURCE.replace(
-        '            raise NotImplementedError("DSPARK aux hidden capture requires PP=1.")\n',
-        "            self.aux_transport = make_transport(self.pp_group)\n",
-    ))
+    kimi.write_text(
+        KIMI_SOURCE.replace(
+            '            raise NotImplementedError("DSPARK aux hidden capture requires PP=1.")\n',
+            "            self.aux_transport = make_transport(self.pp_group)\n",
+        )
+    )
     (path / TRANSPORT).write_text("def make_transport(group):\n    return group\n")
     git(path, "add", "-N", TRANSPORT)
     patch = git(path, "diff")
@@ -133,8 +161,10 @@ def make_sglang(path: Path) -> tuple[Path, str]:
     return path, patch
 
 
-PATCHED = [PatchedFile(KIMI, "capture aux states on every PP stage"),
-           PatchedFile(TRANSPORT, "the PP transport", added=True)]
+PATCHED = [
+    PatchedFile(KIMI, "capture aux states on every PP stage"),
+    PatchedFile(TRANSPORT, "the PP transport", added=True),
+]
 
 
 def test_patch_paths_lists_changed_and_added_files(tmp_path, monkeypatch):
@@ -146,11 +176,13 @@ def test_patch_paths_lists_changed_and_added_files(tmp_path, monkeypatch):
 def test_upstream_on_branch_applies_and_commits_the_patch(tmp_path, monkeypatch):
     isolate_git(monkeypatch, tmp_path)
     root, patch = make_sglang(tmp_path / "sglang")
-    request = BranchRequest("auxcap/pp-capture", pr_body=tmp_path / "PR.md",
-                            patch_dir=tmp_path / "patches")
+    request = BranchRequest(
+        "auxcap/pp-capture", pr_body=tmp_path / "PR.md", patch_dir=tmp_path / "patches"
+    )
     done = upstream_on_branch(root, patch, PATCHED, request, regenerate=lambda tree: "")
     assert sorted(git(root, "show", "--name-only", "--format=", "HEAD").split()) == sorted(
-        [KIMI, TRANSPORT])
+        [KIMI, TRANSPORT]
+    )
     message = git(root, "log", "-1", "--format=%B")
     assert message.startswith("Support aux hidden-state capture under pipeline parallelism\n")
     assert f"  A {TRANSPORT}: the PP transport" in message
@@ -163,7 +195,9 @@ def test_upstream_on_branch_applies_and_commits_the_patch(tmp_path, monkeypatch)
     git(tmp_path, "clone", "-q", str(root), str(clone))
     git(clone, "checkout", "-q", "main")
     git(clone, "am", "-q", *map(str, done.patches), env=IDENTITY)
-    assert git(clone, "rev-parse", "HEAD^{tree}") == git(root, "rev-parse", "auxcap/pp-capture^{tree}")
+    assert git(clone, "rev-parse", "HEAD^{tree}") == git(
+        root, "rev-parse", "auxcap/pp-capture^{tree}"
+    )
 
 
 def test_upstream_patch_that_does_not_apply_leaves_the_checkout_as_it_was(tmp_path, monkeypatch):
@@ -191,4 +225,5 @@ def test_upstream_root_inside_a_bigger_repository(tmp_path, monkeypatch):
     git(outer, "commit", "-q", "-m", "vendored", env=IDENTITY)
     upstream_on_branch(outer / "vendor" / "sglang", patch, PATCHED, BranchRequest("auxcap/pp"))
     assert sorted(git(outer, "show", "--name-only", "--format=", "HEAD").split()) == sorted(
-        [f"vendor/sglang/{KIMI}", f"vendor/sglang/{TRANSPORT}"])
+        [f"vendor/sglang/{KIMI}", f"vendor/sglang/{TRANSPORT}"]
+    )

@@ -165,9 +165,7 @@ def test_allow_dirty_commits_only_auxcap_files_and_keeps_the_user_changes(repo):
     files_before = work_tree_files(repo)
     staged_b = git(repo, "show", ":src/model_b.py")
 
-    result = deliver_on_branch(
-        repo, BRANCH, None, rewrite_model_a, "Guard", allow_dirty=True
-    )
+    result = deliver_on_branch(repo, BRANCH, None, rewrite_model_a, "Guard", allow_dirty=True)
 
     assert committed_files(repo) == ["src/model_a.py"] == list(result.files)
     assert git(repo, "status", "--porcelain=v1", "-uall") == status_before
@@ -297,7 +295,12 @@ def test_missing_identity_is_a_clear_error_naming_the_config_keys(anonymous_repo
 
 def test_author_option_commits_without_a_configured_identity(anonymous_repo):
     deliver_on_branch(
-        anonymous_repo, BRANCH, None, rewrite_model_a, "Guard", author="Ada Lovelace <ada@example.org>"
+        anonymous_repo,
+        BRANCH,
+        None,
+        rewrite_model_a,
+        "Guard",
+        author="Ada Lovelace <ada@example.org>",
     )
     line = git(anonymous_repo, "log", "-1", "--format=%an <%ae>|%cn <%ce>").strip()
     assert line == "Ada Lovelace <ada@example.org>|Ada Lovelace <ada@example.org>"
@@ -383,7 +386,9 @@ def test_hooks_run_with_only_auxcap_files_staged(repo):
     (repo / "README.md").write_text("# staged by the user\n")
     git(repo, "add", "README.md")
     hook = repo / ".git" / "hooks" / "pre-commit"
-    hook.write_text("#!/bin/sh\ngit diff --cached --name-only > \"$(git rev-parse --git-dir)/seen\"\n")
+    hook.write_text(
+        '#!/bin/sh\ngit diff --cached --name-only > "$(git rev-parse --git-dir)/seen"\n'
+    )
     hook.chmod(0o755)
     deliver_on_branch(repo, BRANCH, None, rewrite_model_a, "Guard", allow_dirty=True)
     assert (repo / ".git" / "seen").read_text().split() == ["src/model_a.py"]

@@ -47,23 +47,32 @@ def migrate_results(root: Path) -> list[FileResult]:
             Status.CHANGED,
             (
                 site(a, 2, "set_dspark_layers_to_capture", [Action.GUARD]),
-                site(a, 9, "set_eagle3_layers_to_capture", [Action.FALLBACK],
-                     [Risk.PP_UNSUPPORTED]),
+                site(
+                    a, 9, "set_eagle3_layers_to_capture", [Action.FALLBACK], [Risk.PP_UNSUPPORTED]
+                ),
                 site(a, 14, "set_dflash_layers_to_capture", [Action.NONE], [Risk.SAFE]),
             ),
         ),
         FileResult(
             b,
             Status.UNCHANGED,
-            (site(b, 5, "set_dspark_layers_to_capture|set_msd_layers_to_capture",
-                  [Action.REVIEW], note="hook chosen at run time"),),
+            (
+                site(
+                    b,
+                    5,
+                    "set_dspark_layers_to_capture|set_msd_layers_to_capture",
+                    [Action.REVIEW],
+                    note="hook chosen at run time",
+                ),
+            ),
         ),
     ]
 
 
 def delivery(root: Path, commit: str | None = "a" * 40) -> DeliveryResult:
-    return DeliveryResult(root, "auxcap/guard-capture", "b" * 40, commit, ("src/model_a.py",),
-                          "main", "b" * 40)
+    return DeliveryResult(
+        root, "auxcap/guard-capture", "b" * 40, commit, ("src/model_a.py",), "main", "b" * 40
+    )
 
 
 def test_migrate_commit_message_lists_files_and_rewritten_call_sites(tmp_path):
@@ -92,9 +101,18 @@ def test_migrate_pr_body_has_every_section(tmp_path):
     assert 'ValueError("DSPARK requires explicit layer_ids for aux hidden capture.")' in body
     assert 'NotImplementedError("DSPARK aux hidden capture requires PP=1.")' in body
     assert "| File | Line | Hook | Shape | Risk | Change |" in body
-    assert "| `src/model_a.py` | 2 | `set_dspark_layers_to_capture` | direct | maybe-none | guard |" in body
-    assert "| `src/model_a.py` | 9 | `set_eagle3_layers_to_capture` | direct | pp-unsupported | fallback |" in body
-    assert "`src/model_b.py:5` `set_dspark_layers_to_capture|set_msd_layers_to_capture`: hook chosen at run time" in body
+    assert (
+        "| `src/model_a.py` | 2 | `set_dspark_layers_to_capture` | direct | maybe-none | guard |"
+        in body
+    )
+    assert (
+        "| `src/model_a.py` | 9 | `set_eagle3_layers_to_capture` | direct | pp-unsupported "
+        "| fallback |" in body
+    )
+    assert (
+        "`src/model_b.py:5` `set_dspark_layers_to_capture|set_msd_layers_to_capture`: "
+        "hook chosen at run time" in body
+    )
     assert "- guard policy: `skip`: when the layer ids are unset, the hook is not called" in body
     assert "- fallback policy: `warn`: a NotImplementedError from the hook is logged" in body
     assert "re-parsed with LibCST and compiled with `compile()`" in body
@@ -109,8 +127,11 @@ def test_pr_body_reports_failed_checks_honestly(tmp_path):
         migrate_results(tmp_path),
         delivery(tmp_path),
         POLICIES,
-        Verification(rechecked=("src/model_a.py",), failures=(("src/model_a.py", "bad | thing"),),
-                     idempotent=False),
+        Verification(
+            rechecked=("src/model_a.py",),
+            failures=(("src/model_a.py", "bad | thing"),),
+            idempotent=False,
+        ),
     )
     assert "**1 file failed**" in body and "bad \\| thing" in body
     assert "**Not idempotent**" in body
@@ -119,8 +140,9 @@ def test_pr_body_reports_failed_checks_honestly(tmp_path):
 def test_upstream_message_and_body_list_the_patched_files(tmp_path):
     patched = [
         PatchedFile("python/sglang/srt/models/kimi_linear.py", "capture aux states under PP"),
-        PatchedFile("python/sglang/srt/distributed/pp_aux_transport.py", "PP transport",
-                    added=True),
+        PatchedFile(
+            "python/sglang/srt/distributed/pp_aux_transport.py", "PP transport", added=True
+        ),
     ]
     message = upstream_commit_message(patched)
     assert message.splitlines()[0] == "Support aux hidden-state capture under pipeline parallelism"
@@ -140,7 +162,9 @@ def test_recheck_parses_and_compiles_python_files_only(tmp_path):
     (tmp_path / "bad.py").write_text("def f(:\n")
     (tmp_path / "notes.md").write_text("def f(:\n")
     (tmp_path / "stub.pyi").write_text("def f() -> int: ...\n")
-    result = recheck_python_files(tmp_path, ["good.py", "bad.py", "notes.md", "stub.pyi", "gone.py"])
+    result = recheck_python_files(
+        tmp_path, ["good.py", "bad.py", "notes.md", "stub.pyi", "gone.py"]
+    )
     assert result.rechecked == ("good.py", "bad.py", "stub.pyi")
     assert [path for path, _ in result.failures] == ["bad.py"]
     assert not result.ok
@@ -162,8 +186,13 @@ def test_commit_message_built_from_records_lands_in_the_commit(tmp_path, monkeyp
         target.write_text(target.read_text() + "# guarded\n")
         return [target]
 
-    deliver_on_branch(repo, "auxcap/x", None, change,
-                      lambda files: migrate_commit_message(results, POLICIES, repo))
+    deliver_on_branch(
+        repo,
+        "auxcap/x",
+        None,
+        change,
+        lambda files: migrate_commit_message(results, POLICIES, repo),
+    )
     logged = git(repo, "log", "-1", "--format=%B")
     assert logged.splitlines()[0] == "Guard aux hidden-state capture calls (2 call sites in 1 file)"
     assert "    2:4 set_dspark_layers_to_capture (direct): guard" in logged

@@ -26,8 +26,9 @@ def test_readme_walkthrough_runs_and_pushes_the_branch(tmp_path, monkeypatch):
     # `auxcap` is this checkout's CLI.
     script = f'set -euo pipefail\nauxcap() {{ {python} -m codemods "$@"; }}\n{walkthrough()}'
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=240)
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "git push -u origin auxcap/guard-capture" in done.stdout
     remote = tmp_path / "demo-remote.git"
