@@ -7,11 +7,14 @@ Exit codes: 0 nothing to do / success; 1 changes needed (``--check``) or a check
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
 from codemods import __version__, engine, report
+from codemods.delivery import BranchRequest, migrate_on_branch
 from codemods.fallback import FALLBACK_POLICIES
+from codemods.gitops import GitDeliveryError
 from codemods.guard import GUARD_POLICIES
 from codemods.hooks import custom_hook
 from codemods.records import Action, FileResult, Status
@@ -40,6 +43,67 @@ _hook_option = click.option(
     metavar="NAME",
     help="Also treat NAME as a capture hook that rejects None (repeatable).",
 )
+
+
+def _branch_options(command):
+    """``--branch`` and its companions, shared by migrate and upstream-patch."""
+    options = [
+        click.option("--branch", metavar="NAME",
+                     help="Commit the change on a new git branch NAME (created from HEAD)."),
+        click.option("--base", metavar="REF",
+                     help="With --branch: create the branch from REF instead of HEAD."),
+        click.option("--pr-body", type=click.Path(dir_okay=False, path_type=Path),
+                     metavar="FILE", help="With --branch: write a PR description (Markdown)."),
+        click.option("--format-patch", "patch_dir", metavar="DIR",
+                     type=click.Path(file_okay=False, path_type=Path),
+                     help="With --branch: write `git format-patch` files into DIR."),
+        click.option("--allow-dirty", is_flag=True,
+                     help="With --branch: accept uncommitted changes; they are left as they "
+                          "are and only auxcap's files are committed."),
+        click.option("--author", metavar='"NAME <EMAIL>"',
+                     help="With --branch: commit author (also the committer when git has "
+                          "no identity configured)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _branch_request(
+    branch: str | None,
+    base: str | None,
+    pr_body: Path | None,
+    patch_dir: Path | None,
+    allow_dirty: bool,
+    author: str | None,
+) -> BranchRequest | None:
+    """The --branch request, or None; a usage error when a companion comes without it."""
+    if branch is None:
+        given = [name for name, value in (("--base", base), ("--pr-body", pr_body),
+                                          ("--format-patch", patch_dir),
+                                          ("--allow-dirty", allow_dirty),
+                                          ("--author", author)) if value]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} only works together with --branch")
+        return None
+    return BranchRequest(branch, base, author, allow_dirty, pr_body, patch_dir)
+
+
+def _deliver(work) -> None:
+    """Run a --branch delivery, print where the branch is; exit 2 with the reason on failure."""
+    try:
+        delivered = work()
+    except GitDeliveryError as error:
+        click.echo(f"auxcap: error: {error}", err=True)
+        sys.exit(EXIT_ERROR)
+    for result in delivered.results:
+        for site in result.call_sites:
+            if Action.REVIEW in site.actions:
+                click.echo(f"review: {report.format_site(site)}", err=True)
+    for path, reason in delivered.verification.failures:
+        click.echo(f"auxcap: error: {path}: re-check failed: {reason}", err=True)
+    click.echo(delivered.summary())
+    sys.exit(EXIT_OK if delivered.verification.ok else EXIT_CHANGES)
 
 
 def _report_failures(results: list[FileResult]) -> None:
@@ -88,15 +152,34 @@ def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...
               show_default=True,
               help="Under pipeline parallelism: warn and continue, or re-raise with a hint.")
 @_hook_option
+@_branch_options
 def migrate(
     paths: tuple[str, ...],
     mode: str,
     guard_policy: str,
     fallback_policy: str,
     extra_hooks: tuple[str, ...],
+    branch: str | None,
+    base: str | None,
+    pr_body: Path | None,
+    patch_dir: Path | None,
+    allow_dirty: bool,
+    author: str | None,
 ) -> None:
-    """Guard and wrap capture-hook calls under PATHS (diff by default)."""
+    """Guard and wrap capture-hook calls under PATHS (diff by default).
+
+    With --branch NAME, the rewritten files are committed on a new branch NAME in the git
+    repository that holds PATHS, and nothing else is touched.
+    """
     options = TransformOptions(guard_policy, fallback_policy, extra_hooks)
+    request = _branch_request(branch, base, pr_body, patch_dir, allow_dirty, author)
+    if request is not None:
+        if mode == "check":
+            raise click.UsageError("--check and --branch cannot be used together")
+        policies = {"guard policy": guard_policy, "fallback policy": fallback_policy}
+        if extra_hooks:
+            policies["extra hooks"] = ", ".join(extra_hooks)
+        _deliver(lambda: migrate_on_branch(list(paths), options, request, policies))
     results = []
     for result in engine.run(paths, options, write=mode == "write"):
         results.append(result)
