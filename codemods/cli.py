@@ -7,16 +7,21 @@ Exit codes: 0 nothing to do / success; 1 changes needed (``--check``) or a check
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
 
-from codemods import __version__, engine, report
+from codemods import __version__, codetf, engine, registry, report, terminal
+from codemods.commandline import command_line
 from codemods.delivery import BranchRequest, migrate_on_branch
 from codemods.fallback import FALLBACK_POLICIES
+from codemods.fallback import METADATA as FALLBACK
 from codemods.gitops import GitDeliveryError
 from codemods.guard import GUARD_POLICIES
+from codemods.guard import METADATA as GUARD
 from codemods.hooks import custom_hook
+from codemods.metadata import HOOK_OPTION_HELP
 from codemods.records import Action, FileResult, Status
 from codemods.transform import TransformOptions
 
@@ -41,7 +46,7 @@ _hook_option = click.option(
     multiple=True,
     callback=_validate_hooks,
     metavar="NAME",
-    help="Also treat NAME as a capture hook that rejects None (repeatable).",
+    help=HOOK_OPTION_HELP,
 )
 
 
@@ -109,11 +114,19 @@ def _deliver(work) -> None:
 def _report_failures(results: list[FileResult]) -> None:
     for result in results:
         if result.status is Status.FAILED:
-            click.echo(f"auxcap: error: {result.path}: {result.error}", err=True)
+            label = terminal.error_label("auxcap: error:", _colour(err=True))
+            click.echo(f"{label} {result.path}: {result.error}", err=True, color=_colour(True))
+
+
+def _colour(err: bool = False) -> bool:
+    """Colour only on a terminal, and never with NO_COLOR set."""
+    return terminal.colour_enabled(sys.stderr if err else sys.stdout)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="auxcap")
+@click.version_option(
+    __version__, "-V", "--version", prog_name="auxcap", message="%(prog)s %(version)s"
+)
 def cli() -> None:
     """Find and fix calls of SGLang aux-hidden-state capture hooks, and generate the
     upstream patch that makes capture work under pipeline parallelism."""
@@ -139,21 +152,28 @@ def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...
     sys.exit(EXIT_ERROR if any(r.status is Status.FAILED for r in results) else EXIT_OK)
 
 
-@cli.command()
+@cli.command(epilog=registry.help_epilog())
 @_paths
 @click.option("--diff", "mode", flag_value="diff", default=True,
               help="Print the changes as a unified diff; change nothing (default).")
 @click.option("--check", "mode", flag_value="check",
               help="Change nothing; exit 1 when changes are needed, 0 when none.")
 @click.option("--write", "mode", flag_value="write", help="Rewrite the files in place.")
-@click.option("--guard-policy", type=click.Choice(GUARD_POLICIES), default="skip",
-              show_default=True, help="When layer ids are unset: skip the call, or raise.")
-@click.option("--fallback-policy", type=click.Choice(FALLBACK_POLICIES), default="warn",
+@click.option(GUARD.policy.flag, type=click.Choice(GUARD_POLICIES),
+              default=GUARD.policy.default, show_default=True, help=GUARD.policy.help)
+@click.option(FALLBACK.policy.flag, type=click.Choice(FALLBACK_POLICIES),
+              default=FALLBACK.policy.default, show_default=True, help=FALLBACK.policy.help)
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True,
-              help="Under pipeline parallelism: warn and continue, or re-raise with a hint.")
+              help="text: diffs and messages; json: a CodeTF-shaped report on stdout "
+                   "(docs/report.md).")
+@click.option("--exit-zero", is_flag=True,
+              help="Exit 0 even when --check finds changes (errors still exit 2).")
 @_hook_option
 @_branch_options
+@click.pass_context
 def migrate(
+    ctx: click.Context,
     paths: tuple[str, ...],
     mode: str,
     guard_policy: str,
@@ -165,27 +185,34 @@ def migrate(
     patch_dir: Path | None,
     allow_dirty: bool,
     author: str | None,
+    output_format: str,
+    exit_zero: bool,
 ) -> None:
     """Guard and wrap capture-hook calls under PATHS (diff by default).
 
     With --branch NAME, the rewritten files are committed on a new branch NAME in the git
     repository that holds PATHS, and nothing else is touched.
     """
+    started = time.monotonic()
     options = TransformOptions(guard_policy, fallback_policy, extra_hooks)
     request = _branch_request(branch, base, pr_body, patch_dir, allow_dirty, author)
     if request is not None:
         if mode == "check":
             raise click.UsageError("--check and --branch cannot be used together")
+        if output_format == "json":
+            raise click.UsageError("--format json and --branch cannot be used together")
         policies = {"guard policy": guard_policy, "fallback policy": fallback_policy}
         if extra_hooks:
             policies["extra hooks"] = ", ".join(extra_hooks)
         _deliver(lambda: migrate_on_branch(list(paths), options, request, policies))
     results = []
+    colour = _colour()
     for result in engine.run(paths, options, write=mode == "write"):
         results.append(result)
         if result.status is Status.CHANGED:
-            if mode == "diff":
-                click.echo(report.unified_diff(result), nl=False)
+            if mode == "diff" and output_format == "text":
+                diff = report.unified_diff(result)
+                click.echo(terminal.colour_diff(diff) if colour else diff, nl=False, color=colour)
             elif mode == "check":
                 click.echo(f"would change: {result.path}", err=True)
             else:
@@ -196,9 +223,18 @@ def migrate(
     _report_failures(results)
     label = "changed" if mode == "write" else "to change"
     click.echo(report.Summary.of(results).text(label), err=True)
+    if output_format == "json":
+        run = codetf.RunInfo(
+            command_line=command_line(ctx),
+            directory=str(Path.cwd()),
+            elapsed_ms=round((time.monotonic() - started) * 1000),
+            mode=mode,
+        )
+        click.echo(codetf.report_json(results, options, run), nl=False)
     if any(result.status is Status.FAILED for result in results):
         sys.exit(EXIT_ERROR)
-    if mode == "check" and any(result.status is Status.CHANGED for result in results):
+    needs_changes = any(result.status is Status.CHANGED for result in results)
+    if mode == "check" and needs_changes and not exit_zero:
         sys.exit(EXIT_CHANGES)
     sys.exit(EXIT_OK)
 

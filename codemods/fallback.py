@@ -45,10 +45,60 @@ from libcst.metadata import ParentNodeProvider, PositionProvider
 
 from codemods.discover import FoundCall, find_calls
 from codemods.hooks import HookSet
+from codemods.metadata import (
+    NONE_ERROR_REFERENCE,
+    PP_ERROR_REFERENCE,
+    CodemodMetadata,
+    PolicyChoice,
+    PolicyOption,
+)
 from codemods.records import Action
 from codemods.snippets import MAX_LINE, fit_call_statement, quoted, wrapped_literals
 
-FALLBACK_POLICIES = ("warn", "raise")
+METADATA = CodemodMetadata(
+    id="auxcap:python/fallback-pp-capture",
+    name="fallback",
+    action=Action.FALLBACK.value,
+    summary="Handle the NotImplementedError capture hooks raise under pipeline parallelism",
+    description=(
+        "Models that gather aux hidden states on the last pipeline stage only (Kimi-Linear's "
+        "set_dspark_layers_to_capture, ...) raise NotImplementedError when pipeline "
+        "parallelism is on (PP > 1). The hook call is wrapped in try/except "
+        "NotImplementedError: with policy warn the module's logger (added when missing) logs "
+        "a warning naming the hook and the run continues without aux hidden capture; with "
+        "policy raise the error is re-raised with a hint (run with --pp-size 1, or apply the "
+        "upstream patch from auxcap upstream-patch). Calls already inside a try that handles "
+        "NotImplementedError are left alone."
+    ),
+    review_guidance=(
+        "With policy warn, a PP deployment keeps serving without aux hidden capture, so "
+        "anything that consumes the captured states (speculative decoding drafts, "
+        "distillation features) must tolerate their absence; if it cannot, use policy raise. "
+        "Check that a module-level logger added by the rewrite fits the module's logging."
+    ),
+    references=(PP_ERROR_REFERENCE, NONE_ERROR_REFERENCE),
+    policy=PolicyOption(
+        flag="--fallback-policy",
+        help="Under pipeline parallelism: warn and continue, or re-raise with a hint.",
+        choices=(
+            PolicyChoice(
+                "warn",
+                "a NotImplementedError from the hook is logged as a warning and the run "
+                "continues without aux capture",
+                "{hook} is wrapped in try/except NotImplementedError: a warning is logged and "
+                "the run continues without aux hidden capture",
+            ),
+            PolicyChoice(
+                "raise",
+                "a NotImplementedError from the hook is re-raised with a hint",
+                "{hook} is wrapped in try/except NotImplementedError: the error is re-raised "
+                "with a hint to run with PP=1 or apply the upstream patch",
+            ),
+        ),
+        default="warn",
+    ),
+)
+FALLBACK_POLICIES = METADATA.policy.names
 _EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error")
 _LOGGER_NAMES = ("logger", "capture_logger", "aux_capture_logger")
 
@@ -183,11 +233,7 @@ class _NameCollector(cst.CSTVisitor):
 
 
 class FallbackCommand(VisitorBasedCodemodCommand):
-    DESCRIPTION = (
-        "Wrap capture-hook calls that raise NotImplementedError under pipeline parallelism "
-        "in try/except: log and continue (--fallback-policy warn) or re-raise with a hint "
-        "(--fallback-policy raise)."
-    )
+    DESCRIPTION = METADATA.libcst_description
     METADATA_DEPENDENCIES = (ParentNodeProvider, PositionProvider)
 
     def __init__(
@@ -208,20 +254,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        arg_parser.add_argument(
-            "--fallback-policy",
-            dest="fallback_policy",
-            choices=FALLBACK_POLICIES,
-            default="warn",
-            help="log a warning and continue without capture, or re-raise with a hint",
-        )
-        arg_parser.add_argument(
-            "--hook",
-            dest="extra_hooks",
-            action="append",
-            default=[],
-            help="an extra hook name to treat like set_dspark_layers_to_capture (repeatable)",
-        )
+        METADATA.add_args(arg_parser)
 
     # ----------------------------------------------------------------- setup
     def visit_Module(self, node: cst.Module) -> bool:

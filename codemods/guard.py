@@ -35,10 +35,56 @@ from libcst.metadata import ParentNodeProvider, PositionProvider
 
 from codemods.discover import FoundCall, find_calls
 from codemods.hooks import HookSet
+from codemods.metadata import (
+    NONE_ERROR_REFERENCE,
+    PP_ERROR_REFERENCE,
+    CodemodMetadata,
+    PolicyChoice,
+    PolicyOption,
+)
 from codemods.records import Action
 from codemods.snippets import MAX_LINE, fit_call_statement, quoted, wrapped_literals
 
-GUARD_POLICIES = ("skip", "raise")
+METADATA = CodemodMetadata(
+    id="auxcap:python/guard-capture-ids",
+    name="guard",
+    action=Action.GUARD.value,
+    summary="Guard capture-hook calls whose layer ids may be None",
+    description=(
+        "SGLang's DSPARK, DFLASH and MSD capture hooks (set_dspark_layers_to_capture, ...) "
+        "reject None and raise ValueError when a caller forwards an unset option such as "
+        "args.capture_layers. The call is put behind a check of the ids: with policy skip the "
+        "hook is called only when layer ids are set, with policy raise the caller fails early "
+        "with a ValueError naming the unset value. The ids are passed as list(...). Literal "
+        "ids, calls already behind a check of the ids, and EAGLE3 (which accepts None) are "
+        "left alone."
+    ),
+    review_guidance=(
+        "With policy skip, a run without layer ids now silently runs without aux hidden "
+        "capture; check that this is wanted where the ids come from, or use policy raise. "
+        "Call sites reported for review (a literal None, a call used inside an expression) "
+        "were not rewritten and need a person."
+    ),
+    references=(NONE_ERROR_REFERENCE, PP_ERROR_REFERENCE),
+    policy=PolicyOption(
+        flag="--guard-policy",
+        help="When layer ids are unset: skip the call, or raise ValueError.",
+        choices=(
+            PolicyChoice(
+                "skip",
+                "when the layer ids are unset, the hook is not called",
+                "{hook} is now called only when {ids} is set, with the ids passed as a list",
+            ),
+            PolicyChoice(
+                "raise",
+                "when the layer ids are unset, a clear ValueError is raised at the call site",
+                "a ValueError naming {ids} is raised before {hook} when the ids are unset",
+            ),
+        ),
+        default="skip",
+    ),
+)
+GUARD_POLICIES = METADATA.policy.names
 
 
 def unset_message(found: FoundCall) -> str:
@@ -57,10 +103,7 @@ def _normalised(value: cst.BaseExpression) -> cst.BaseExpression:
 
 
 class GuardCommand(VisitorBasedCodemodCommand):
-    DESCRIPTION = (
-        "Guard capture-hook calls whose layer ids may be None: skip the call when unset "
-        "(--guard-policy skip) or raise a clear ValueError (--guard-policy raise)."
-    )
+    DESCRIPTION = METADATA.libcst_description
     METADATA_DEPENDENCIES = (ParentNodeProvider, PositionProvider)
 
     def __init__(
@@ -79,20 +122,7 @@ class GuardCommand(VisitorBasedCodemodCommand):
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        arg_parser.add_argument(
-            "--guard-policy",
-            dest="guard_policy",
-            choices=GUARD_POLICIES,
-            default="skip",
-            help="skip the call when ids are unset, or raise ValueError",
-        )
-        arg_parser.add_argument(
-            "--hook",
-            dest="extra_hooks",
-            action="append",
-            default=[],
-            help="an extra hook name to treat like set_dspark_layers_to_capture (repeatable)",
-        )
+        METADATA.add_args(arg_parser)
 
     def visit_Module(self, node: cst.Module) -> bool:
         self.module_indent = node.default_indent

@@ -1,0 +1,51 @@
+"""The caller codemods, in the order ``migrate`` applies them, and texts built from their
+metadata for the CLI and the pull-request description."""
+
+from __future__ import annotations
+
+from codemods import fallback, guard
+from codemods.metadata import CodemodMetadata
+
+#: Applied in this order: the guard first, then the fallback wraps the (guarded) call.
+CODEMODS: tuple[CodemodMetadata, ...] = (guard.METADATA, fallback.METADATA)
+
+
+def by_id(codemod_id: str) -> CodemodMetadata:
+    for metadata in CODEMODS:
+        if metadata.id == codemod_id:
+            return metadata
+    raise KeyError(codemod_id)
+
+
+def by_action(action: str) -> CodemodMetadata:
+    """The codemod that performs ``action`` (an :class:`~codemods.records.Action` value)."""
+    for metadata in CODEMODS:
+        if metadata.action == action:
+            return metadata
+    raise KeyError(action)
+
+
+def policy_meanings() -> dict[tuple[str, str], str]:
+    """``{("guard policy", "skip"): "when the layer ids are unset, ..."}`` for every choice."""
+    return {
+        (metadata.policy.label, choice.name): choice.meaning
+        for metadata in CODEMODS
+        for choice in metadata.policy.choices
+    }
+
+
+def help_epilog() -> str:
+    """The codemods section of ``auxcap migrate --help``."""
+    paragraphs = ["Codemods, applied in this order:"]
+    paragraphs += [metadata.help_entry() for metadata in CODEMODS]
+    return "\n\n".join(paragraphs)
+
+
+def pr_body_sections(policies: dict[str, str] | None = None) -> str:
+    """Markdown: one section per codemod, with the policy chosen for it when known."""
+    policies = policies or {}
+    sections = [
+        metadata.markdown(policies.get(metadata.policy.label, metadata.policy.default))
+        for metadata in CODEMODS
+    ]
+    return "\n".join(sections)
