@@ -207,7 +207,10 @@ def migrate(
         _deliver(lambda: migrate_on_branch(list(paths), options, request, policies))
     results = []
     colour = _colour()
+    builder = codetf.ReportBuilder(options, str(Path.cwd())) if output_format == "json" else None
     for result in engine.run(paths, options, write=mode == "write"):
+        if builder is not None:
+            builder.add(result)
         results.append(result)
         if result.status is Status.CHANGED:
             if mode == "diff" and output_format == "text":
@@ -223,14 +226,14 @@ def migrate(
     _report_failures(results)
     label = "changed" if mode == "write" else "to change"
     click.echo(report.Summary.of(results).text(label), err=True)
-    if output_format == "json":
+    if builder is not None:
         run = codetf.RunInfo(
             command_line=command_line(ctx),
             directory=str(Path.cwd()),
             elapsed_ms=round((time.monotonic() - started) * 1000),
             mode=mode,
         )
-        click.echo(codetf.report_json(results, options, run), nl=False)
+        click.echo(codetf.dumps(builder.build(run)), nl=False)
     if any(result.status is Status.FAILED for result in results):
         sys.exit(EXIT_ERROR)
     needs_changes = any(result.status is Status.CHANGED for result in results)

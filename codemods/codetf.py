@@ -24,7 +24,7 @@ import difflib
 import json
 import os
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -170,63 +170,86 @@ def _unfixed(metadata: CodemodMetadata, result: FileResult, path: str) -> list[d
     return entries
 
 
-def build_report(
-    results: Sequence[FileResult], options: TransformOptions, run: RunInfo
-) -> dict:
-    """The CodeTF-shaped report of one ``migrate`` run, as plain data."""
-    directory = os.path.abspath(run.directory)
-    steps = {
-        result.path: _steps(result, options)
-        for result in results
-        if result.status is Status.CHANGED
-    }
-    failed = [result for result in results if result.status is Status.FAILED]
-    output_results = []
-    for metadata in CODEMODS:
-        policy = _policy(metadata, options)
-        changeset = []
-        unfixed = []
-        for result in results:
-            path = _relative(result.path, directory)
-            if result.path in steps:
-                entry = _changeset_entry(metadata, steps[result.path][metadata.action], path, policy)
+class ReportBuilder:
+    """Collects one run's results file by file (so the caller can drop each file's bytes
+    after :meth:`add`) and builds the report at the end."""
+
+    def __init__(self, options: TransformOptions, directory: str) -> None:
+        self.options = options
+        self.directory = os.path.abspath(directory)
+        self._records: list[FileResult] = []
+        self._changesets: dict[str, list[dict]] = {m.action: [] for m in CODEMODS}
+        self._unfixed: dict[str, list[dict]] = {m.action: [] for m in CODEMODS}
+
+    def add(self, result: FileResult) -> None:
+        path = _relative(result.path, self.directory)
+        steps = _steps(result, self.options) if result.status is Status.CHANGED else {}
+        for metadata in CODEMODS:
+            if metadata.action in steps:
+                policy = _policy(metadata, self.options)
+                entry = _changeset_entry(metadata, steps[metadata.action], path, policy)
                 if entry is not None:
-                    changeset.append(entry)
-            unfixed.extend(_unfixed(metadata, result, path))
-        output_results.append(
+                    self._changesets[metadata.action].append(entry)
+            self._unfixed[metadata.action].extend(_unfixed(metadata, result, path))
+        self._records.append(FileResult(result.path, result.status, result.call_sites,
+                                        error=result.error))
+
+    def build(self, run: RunInfo) -> dict:
+        """The CodeTF-shaped report, as plain data."""
+        failed = [result for result in self._records if result.status is Status.FAILED]
+        failed_paths = [_relative(result.path, self.directory) for result in failed]
+        results = [
             {
                 "codemod": metadata.id,
                 "summary": metadata.summary,
                 "description": metadata.description,
                 "references": [reference.to_dict() for reference in metadata.references],
-                "properties": {"reviewGuidance": metadata.review_guidance, "policy": policy},
-                "failedFiles": [_relative(result.path, directory) for result in failed],
-                "unfixed": unfixed,
-                "changeset": changeset,
+                "properties": {
+                    "reviewGuidance": metadata.review_guidance,
+                    "policy": _policy(metadata, self.options),
+                },
+                "failedFiles": list(failed_paths),
+                "unfixed": self._unfixed[metadata.action],
+                "changeset": self._changesets[metadata.action],
             }
-        )
-    return {
-        "run": {
-            "vendor": VENDOR,
-            "tool": TOOL,
-            "version": __version__,
-            "commandLine": run.command_line,
-            "elapsed": run.elapsed_ms,
-            "directory": directory,
-            "sarifs": [],
-            "properties": {
-                "mode": run.mode,
-                "extraHooks": list(options.extra_hooks),
-                "summary": Summary.of(results).to_dict(),
-                "failures": [
-                    {"path": _relative(result.path, directory), "reason": result.error or ""}
-                    for result in failed
-                ],
+            for metadata in CODEMODS
+        ]
+        return {
+            "run": {
+                "vendor": VENDOR,
+                "tool": TOOL,
+                "version": __version__,
+                "commandLine": run.command_line,
+                "elapsed": run.elapsed_ms,
+                "directory": self.directory,
+                "sarifs": [],
+                "properties": {
+                    "mode": run.mode,
+                    "extraHooks": list(self.options.extra_hooks),
+                    "summary": Summary.of(self._records).to_dict(),
+                    "failures": [
+                        {"path": path, "reason": result.error or ""}
+                        for path, result in zip(failed_paths, failed)
+                    ],
+                },
             },
-        },
-        "results": output_results,
-    }
+            "results": results,
+        }
+
+
+def build_report(
+    results: Iterable[FileResult], options: TransformOptions, run: RunInfo
+) -> dict:
+    """The report of ``results`` (with their bytes) in one call."""
+    builder = ReportBuilder(options, run.directory)
+    for result in results:
+        builder.add(result)
+    return builder.build(run)
+
+
+def dumps(report: dict) -> str:
+    return json.dumps(report, indent=2) + "\n"
 
 
 def report_json(results: Iterable[FileResult], options: TransformOptions, run: RunInfo) -> str:
-    return json.dumps(build_report(list(results), options, run), indent=2) + "\n"
+    return dumps(build_report(results, options, run))

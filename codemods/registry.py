@@ -3,6 +3,8 @@ metadata for the CLI and the pull-request description."""
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from codemods import fallback, guard
 from codemods.metadata import CodemodMetadata
 
@@ -41,11 +43,8 @@ def help_epilog() -> str:
     return "\n\n".join(paragraphs)
 
 
-def pr_body_sections(policies: dict[str, str] | None = None) -> str:
-    """Markdown: one section per codemod, with the policy chosen for it when known."""
-    policies = policies or {}
-    sections = [
-        metadata.markdown(policies.get(metadata.policy.label, metadata.policy.default))
-        for metadata in CODEMODS
-    ]
-    return "\n".join(sections)
+def pr_body_sections(actions: Iterable[str] | None = None) -> str:
+    """Markdown: one section per codemod (id, summary, description, review, references);
+    only the codemods performing one of ``actions`` when given."""
+    chosen = [m for m in CODEMODS if actions is None or m.action in set(actions)]
+    return "\n".join(metadata.markdown() for metadata in chosen)
