@@ -135,8 +135,12 @@ def cli() -> None:
 @cli.command()
 @_paths
 @click.option(
-    "--format", "output_format", type=click.Choice(["text", "json"]), default="text",
-    show_default=True, help="Listing format.",
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Listing format.",
 )
 @_hook_option
 def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...]) -> None:
@@ -154,28 +158,49 @@ def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...
 
 @cli.command(epilog=registry.help_epilog())
 @_paths
-@click.option("--diff", "mode", flag_value="diff", default=True,
-              help="Print the changes as a unified diff; change nothing (default).")
-@click.option("--check", "mode", flag_value="check",
-              help="Change nothing; exit 1 when changes are needed, 0 when none.")
-@click.option("--write", "mode", flag_value="write", help="Rewrite the files in place.")
-@click.option(GUARD.policy.flag, type=click.Choice(GUARD_POLICIES),
-              default=GUARD.policy.default, show_default=True, help=GUARD.policy.help)
-@click.option(FALLBACK.policy.flag, type=click.Choice(FALLBACK_POLICIES),
-              default=FALLBACK.policy.default, show_default=True, help=FALLBACK.policy.help)
-@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
-              show_default=True,
-              help="text: diffs and messages; json: a CodeTF-shaped report on stdout "
-                   "(docs/report.md).")
-@click.option("--exit-zero", is_flag=True,
-              help="Exit 0 even when --check finds changes (errors still exit 2).")
+@click.option(
+    "--diff", "show_diff", is_flag=True, help="Print a unified diff; change nothing (default)."
+)
+@click.option(
+    "--check", is_flag=True, help="Change nothing; exit 1 when changes are needed, 0 when none."
+)
+@click.option("--write", is_flag=True, help="Rewrite the files in place.")
+@click.option(
+    GUARD.policy.flag,
+    type=click.Choice(GUARD_POLICIES),
+    default=GUARD.policy.default,
+    show_default=True,
+    help=GUARD.policy.help,
+)
+@click.option(
+    FALLBACK.policy.flag,
+    type=click.Choice(FALLBACK_POLICIES),
+    default=FALLBACK.policy.default,
+    show_default=True,
+    help=FALLBACK.policy.help,
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: diffs and messages; json: a CodeTF-shaped report on stdout (docs/report.md).",
+)
+@click.option(
+    "--exit-zero",
+    is_flag=True,
+    help="Exit 0 even when --check finds changes (errors still exit 2).",
+)
 @_hook_option
 @_branch_options
 @click.pass_context
 def migrate(
     ctx: click.Context,
     paths: tuple[str, ...],
-    mode: str,
+    show_diff: bool,
+    check: bool,
+    write: bool,
     guard_policy: str,
     fallback_policy: str,
     extra_hooks: tuple[str, ...],
@@ -194,6 +219,9 @@ def migrate(
     repository that holds PATHS, and nothing else is touched.
     """
     started = time.monotonic()
+    if show_diff + check + write > 1:
+        raise click.UsageError("--diff, --check and --write are mutually exclusive")
+    mode = "write" if write else "check" if check else "diff"
     options = TransformOptions(guard_policy, fallback_policy, extra_hooks)
     request = _branch_request(branch, base, pr_body, patch_dir, allow_dirty, author)
     if request is not None:
@@ -213,9 +241,11 @@ def migrate(
             builder.add(result)
         results.append(result)
         if result.status is Status.CHANGED:
-            if mode == "diff" and output_format == "text":
-                diff = report.unified_diff(result)
-                click.echo(terminal.colour_diff(diff) if colour else diff, nl=False, color=colour)
+            if mode == "diff":
+                if output_format == "text":
+                    diff = report.unified_diff(result)
+                    text = terminal.colour_diff(diff) if colour else diff
+                    click.echo(text, nl=False, color=colour)
             elif mode == "check":
                 click.echo(f"would change: {result.path}", err=True)
             else:
