@@ -6,6 +6,8 @@ Exit codes: 0 nothing to do / success; 1 changes needed (``--check``) or a check
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sys
 import time
 from pathlib import Path
@@ -15,15 +17,14 @@ import click
 from codemods import __version__, codetf, engine, registry, report, terminal
 from codemods.commandline import command_line
 from codemods.delivery import BranchRequest, migrate_on_branch
-from codemods.fallback import FALLBACK_POLICIES
 from codemods.fallback import METADATA as FALLBACK
+from codemods.files import FileCollectionError
 from codemods.gitops import GitDeliveryError
-from codemods.guard import GUARD_POLICIES
 from codemods.guard import METADATA as GUARD
 from codemods.hooks import custom_hook
 from codemods.metadata import HOOK_OPTION_HELP
+from codemods.options import FALLBACK_POLICIES, GUARD_POLICIES, TransformOptions
 from codemods.records import Action, FileResult, Status
-from codemods.transform import TransformOptions
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
 
@@ -111,6 +112,60 @@ def _deliver(work) -> None:
     sys.exit(EXIT_OK if delivered.verification.ok else EXIT_CHANGES)
 
 
+def _file_options(command):
+    """Options shared by the commands that walk paths: file selection and execution."""
+    decorators = [
+        click.option(
+            "--exclude",
+            multiple=True,
+            metavar="GLOB",
+            help="Skip files and folders matching GLOB (.gitignore-style, relative to the "
+            "PATH argument; repeatable).",
+        ),
+        click.option(
+            "--include",
+            multiple=True,
+            metavar="GLOB",
+            help="Only look at files matching GLOB (.gitignore-style; repeatable).",
+        ),
+        click.option(
+            "--force-exclude",
+            is_flag=True,
+            help="Apply --exclude and the skipped folders to files named explicitly too.",
+        ),
+        click.option(
+            "--jobs",
+            "-j",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Worker processes for parsing [default: one per CPU; used only when "
+            "enough files need parsing].",
+        ),
+        click.option(
+            "--no-prefilter",
+            "prefilter",
+            flag_value=False,
+            default=True,
+            hidden=True,
+            help="Parse every file, not only those whose text mentions a hook (checks, "
+            "benchmarks).",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        command = decorator(command)
+
+    @functools.wraps(command)
+    def wrapper(*args, exclude, include, force_exclude, jobs, prefilter, **kwargs):
+        selection = engine.Selection(tuple(include), tuple(exclude), force_exclude)
+        execution = engine.Execution(jobs=jobs, prefilter=prefilter)
+        try:
+            return command(*args, selection=selection, execution=execution, **kwargs)
+        except FileCollectionError as error:
+            raise click.UsageError(str(error)) from None
+
+    return wrapper
+
+
 def _report_failures(results: list[FileResult]) -> None:
     for result in results:
         if result.status is Status.FAILED:
@@ -143,10 +198,18 @@ def cli() -> None:
     help="Listing format.",
 )
 @_hook_option
-def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...]) -> None:
+@_file_options
+def scan(
+    paths: tuple[str, ...],
+    output_format: str,
+    extra_hooks: tuple[str, ...],
+    selection: engine.Selection,
+    execution: engine.Execution,
+) -> None:
     """List every capture-hook call site under PATHS with its shape and risk."""
     options = TransformOptions(extra_hooks=extra_hooks)
-    results = list(engine.scan(paths, options))
+    execution = dataclasses.replace(execution, progress=output_format != "json")
+    results = list(engine.scan(paths, options, selection, execution))
     if output_format == "json":
         click.echo(report.scan_json(results), nl=False)
     else:
@@ -193,6 +256,7 @@ def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...
     help="Exit 0 even when --check finds changes (errors still exit 2).",
 )
 @_hook_option
+@_file_options
 @_branch_options
 @click.pass_context
 def migrate(
@@ -212,6 +276,8 @@ def migrate(
     author: str | None,
     output_format: str,
     exit_zero: bool,
+    selection: engine.Selection,
+    execution: engine.Execution,
 ) -> None:
     """Guard and wrap capture-hook calls under PATHS (diff by default).
 
@@ -233,13 +299,15 @@ def migrate(
         if extra_hooks:
             policies["extra hooks"] = ", ".join(extra_hooks)
         _deliver(lambda: migrate_on_branch(list(paths), options, request, policies))
+    execution = dataclasses.replace(execution, progress=True)
     results = []
     colour = _colour()
     builder = codetf.ReportBuilder(options, str(Path.cwd())) if output_format == "json" else None
-    for result in engine.run(paths, options, write=mode == "write"):
+    for result in engine.run(paths, options, mode == "write", selection, execution):
         if builder is not None:
             builder.add(result)
-        results.append(result)
+        # Keep only the records for the summary: the bytes are printed and dropped.
+        results.append(dataclasses.replace(result, original=None, rewritten=None))
         if result.status is Status.CHANGED:
             if mode == "diff":
                 if output_format == "text":

@@ -32,10 +32,11 @@ from libcst.codemod import CodemodContext
 from codemods import __version__
 from codemods.guard import GuardCommand
 from codemods.metadata import CodemodMetadata
+from codemods.options import TransformOptions
 from codemods.records import Action, CallSite, FileResult, Risk, Status
 from codemods.registry import CODEMODS
 from codemods.report import Summary
-from codemods.transform import TransformOptions, scan_source
+from codemods.transform import scan_source
 
 VENDOR = "auxcap"
 TOOL = "auxcap"

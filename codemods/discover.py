@@ -217,6 +217,26 @@ def _string_value(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def _spelled_name(node: cst.BaseExpression) -> str | None:
+    """A string literal's value when it is spelled out verbatim in one literal of the source.
+
+    Hook names are recognised only where their text is written out, never when assembled from
+    escapes (``"set_x\\x5f..."``) or from implicitly concatenated pieces: that keeps a text
+    search for the names a safe prefilter for discovery (see :mod:`codemods.prefilter`).
+    """
+    value = _string_value(node)
+    if value is None:
+        return None
+    pieces = [node]
+    while pieces:
+        piece = pieces.pop()
+        if isinstance(piece, cst.ConcatenatedString):
+            pieces.extend((piece.left, piece.right))
+        elif isinstance(piece, cst.SimpleString) and value in piece.value:
+            return value
+    return None
+
+
 def _positional(call: cst.Call) -> list[cst.Arg]:
     return [arg for arg in call.args if arg.keyword is None and not arg.star]
 
@@ -300,7 +320,7 @@ class _Analyzer:
             found = set()
             for element in expr.elements:
                 if isinstance(element, cst.DictElement):
-                    value = _string_value(element.value)
+                    value = _spelled_name(element.value)
                     if value in self.names:
                         found.add(value)
             return frozenset(found) or None
@@ -316,7 +336,7 @@ class _Analyzer:
         """The hook names a getattr name expression can evaluate to, and how it picks them."""
         if depth > _MAX_DEPTH:
             return None
-        value = _string_value(expr)
+        value = _spelled_name(expr)
         if value is not None:
             return (frozenset({value}), Shape.GETATTR) if value in self.names else None
         if isinstance(expr, cst.Subscript):
@@ -338,7 +358,7 @@ class _Analyzer:
             for iterable in scope.loops.get(expr.value, []):
                 if isinstance(iterable, (cst.Tuple, cst.List, cst.Set)):
                     for element in iterable.elements:
-                        value = _string_value(element.value)
+                        value = _spelled_name(element.value)
                         if value in self.names:
                             found.add(value)
                             shape = Shape.LOOP
@@ -365,7 +385,7 @@ class _Analyzer:
         for assigned in scope.values.get(expr.value, []):
             if isinstance(assigned, (cst.Tuple, cst.List, cst.Set)):
                 for element in assigned.elements:
-                    value = _string_value(element.value)
+                    value = _spelled_name(element.value)
                     if value in self.names:
                         found.add(value)
         return frozenset(found) or None

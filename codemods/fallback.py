@@ -52,6 +52,7 @@ from codemods.metadata import (
     PolicyChoice,
     PolicyOption,
 )
+from codemods.options import FALLBACK_POLICIES
 from codemods.records import Action
 from codemods.snippets import (
     MAX_LINE,
@@ -104,7 +105,6 @@ METADATA = CodemodMetadata(
         default="warn",
     ),
 )
-FALLBACK_POLICIES = METADATA.policy.names
 _EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error")
 _LOGGER_NAMES = ("logger", "capture_logger", "aux_capture_logger")
 

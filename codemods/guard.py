@@ -42,6 +42,7 @@ from codemods.metadata import (
     PolicyChoice,
     PolicyOption,
 )
+from codemods.options import GUARD_POLICIES
 from codemods.records import Action
 from codemods.snippets import (
     MAX_LINE,
@@ -90,7 +91,6 @@ METADATA = CodemodMetadata(
         default="skip",
     ),
 )
-GUARD_POLICIES = METADATA.policy.names
 
 
 def unset_message(found: FoundCall) -> str:

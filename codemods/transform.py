@@ -9,37 +9,15 @@ modified.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.metadata import MetadataWrapper
 
 from codemods.discover import find_calls, mentions_hooks
-from codemods.fallback import FALLBACK_POLICIES, FallbackCommand
-from codemods.guard import GUARD_POLICIES, GuardCommand
-from codemods.hooks import HookSet
+from codemods.fallback import FallbackCommand
+from codemods.guard import GuardCommand
+from codemods.options import TransformOptions
 from codemods.records import Action, CallSite, FileResult, Status
-
-
-@dataclass(frozen=True)
-class TransformOptions:
-    """How ``migrate`` rewrites: the two policies and any user-added hook names."""
-
-    guard_policy: str = "skip"
-    fallback_policy: str = "warn"
-    extra_hooks: tuple[str, ...] = field(default=())
-
-    def __post_init__(self) -> None:
-        if self.guard_policy not in GUARD_POLICIES:
-            raise ValueError(f"unknown guard policy {self.guard_policy!r}")
-        if self.fallback_policy not in FALLBACK_POLICIES:
-            raise ValueError(f"unknown fallback policy {self.fallback_policy!r}")
-        HookSet.with_extra(self.extra_hooks)  # validates the names
-
-    @property
-    def hooks(self) -> HookSet:
-        return HookSet.with_extra(self.extra_hooks)
 
 
 def _parse(source: bytes) -> cst.Module:
