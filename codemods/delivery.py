@@ -109,6 +109,29 @@ def _finish(
     return Delivered(delivery, verification, pr_path, patches, tuple(results))
 
 
+def files_git_sees(repo, paths: Sequence[str]) -> list[str]:
+    """The source files under ``paths`` (as the engine collects them) minus those git ignores.
+
+    A branch holds only files git tracks or would track, so ignored files (build output,
+    generated code) are never rewritten by a ``--branch`` run.
+    """
+    from codemods.engine import collect_files
+
+    files = collect_files(paths)
+    if not files:
+        return []
+    root = Path(repo.working_tree_dir).resolve()
+    relative = {str(Path(path).resolve().relative_to(root)): path for path in files}
+    ignored = repo.git.execute(
+        ["git", "check-ignore", "--stdin", "-z"],
+        istream=_bytes_stream(b"".join(os.fsencode(name) + b"\0" for name in relative)),
+        with_exceptions=False,
+        strip_newline_in_stdout=False,
+    )
+    skip = {name for name in ignored.split("\0") if name}
+    return [path for name, path in relative.items() if name not in skip]
+
+
 def migrate_on_branch(
     paths: Sequence[str],
     options: object,
@@ -129,10 +152,11 @@ def migrate_on_branch(
     )
     root = Path(repo.working_tree_dir).resolve()
     _check_same_repository(root, paths)
+    files = files_git_sees(repo, paths)
     results: list[FileResult] = []
 
     def apply_change(_root: Path) -> list[Path]:
-        results.extend(run(paths, options, True))
+        results.extend(run(files, options, True) if files else ())
         failed = [result for result in results if result.status is Status.FAILED]
         if failed:
             raise UnprocessableFiles(
