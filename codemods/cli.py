@@ -134,7 +134,7 @@ def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...
         click.echo(report.scan_json(results), nl=False)
     else:
         click.echo(report.scan_text(results), nl=False)
-        click.echo(report.Summary.of(results).text(), err=True)
+        click.echo(report.Summary.of(results).text("to change"), err=True)
     _report_failures(results)
     sys.exit(EXIT_ERROR if any(r.status is Status.FAILED for r in results) else EXIT_OK)
 

@@ -36,6 +36,7 @@ with one of them) are left alone.  Composed with the guard, the ``try`` goes ins
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 
 import libcst as cst
@@ -45,15 +46,11 @@ from libcst.metadata import ParentNodeProvider, PositionProvider
 from codemods.discover import FoundCall, find_calls
 from codemods.hooks import HookSet
 from codemods.records import Action
+from codemods.snippets import MAX_LINE, fit_call_statement, quoted, wrapped_literals
 
 FALLBACK_POLICIES = ("warn", "raise")
-MAX_LINE = 100
 _EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error")
 _LOGGER_NAMES = ("logger", "capture_logger", "aux_capture_logger")
-
-
-def _quoted(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _hook_label(found: FoundCall) -> str:
@@ -73,6 +70,19 @@ def _is_future_import(statement: cst.CSTNode) -> bool:
         and isinstance(statement.body[0].module, cst.Name)
         and statement.body[0].module.value == "__future__"
     )
+
+
+def _is_stdlib_import(statement: cst.SimpleStatementLine) -> bool:
+    first = statement.body[0]
+    if isinstance(first, cst.ImportFrom):
+        if first.relative or first.module is None:
+            return False
+        name = cst.Module(body=[]).code_for_node(first.module)
+    elif isinstance(first, cst.Import):
+        name = cst.Module(body=[]).code_for_node(first.names[0].name)
+    else:
+        return False
+    return name.split(".")[0] in sys.stdlib_module_names
 
 
 def _is_docstring(statement: cst.CSTNode) -> bool:
@@ -240,27 +250,31 @@ class FallbackCommand(VisitorBasedCodemodCommand):
     # -------------------------------------------------------------- handlers
     def _warn_handler(self, found: FoundCall, column: int) -> str:
         indent = self._module.default_indent
-        message = _quoted(
-            f"{_hook_label(found)} unavailable, running without aux hidden capture: %s"
-        )
-        call = f"{self._logger}.warning({message}, {self._exc})"
+        text = f"{_hook_label(found)} unavailable, running without aux hidden capture: %s"
+        call = f"{self._logger}.warning({quoted(text)}, {self._exc})"
         if column + len(indent) + len(call) <= MAX_LINE:
             return f"{indent}{call}\n"
+        inner = column + 2 * len(indent)
+        literals = wrapped_literals(text, MAX_LINE - inner - 1)
+        lines = "".join(f"{indent * 2}{literal}\n" for literal in literals[:-1])
         return (
             f"{indent}{self._logger}.warning(\n"
-            f"{indent * 2}{message},\n"
+            f"{lines}"
+            f"{indent * 2}{literals[-1]},\n"
             f"{indent * 2}{self._exc},\n"
             f"{indent})\n"
         )
 
-    def _raise_handler(self, found: FoundCall) -> str:
+    def _raise_handler(self, found: FoundCall, column: int) -> str:
         indent = self._module.default_indent
-        parts = (
-            f"{_hook_label(found)} cannot capture aux hidden states ",
-            "under pipeline parallelism: run with --pp-size 1, ",
-            "or apply the upstream patch (auxcap upstream-patch)",
+        text = (
+            f"{_hook_label(found)} cannot capture aux hidden states under pipeline "
+            "parallelism: run with --pp-size 1, or apply the upstream patch "
+            "(auxcap upstream-patch)"
         )
-        lines = "".join(f"{indent * 2}{_quoted(part)}\n" for part in parts)
+        inner = column + 2 * len(indent)
+        literals = wrapped_literals(text, max(MAX_LINE - inner, 60))
+        lines = "".join(f"{indent * 2}{literal}\n" for literal in literals)
         return (
             f"{indent}raise NotImplementedError(\n"
             f"{lines}"
@@ -272,7 +286,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         handler = (
             self._warn_handler(found, column)
             if self.policy == "warn"
-            else self._raise_handler(found)
+            else self._raise_handler(found, column)
         )
         indent = self._module.default_indent
         template = (
@@ -281,6 +295,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         template = template.replace("\n", self._module.default_newline)
         parsed = cst.parse_statement(template, config=self._module.config_for_parsing)
         assert isinstance(parsed, cst.Try)
+        body = fit_call_statement(body, column + len(indent), indent)
         return parsed.with_changes(
             body=cst.IndentedBlock(body=[body.with_changes(leading_lines=())]),
             leading_lines=body.leading_lines,
@@ -309,6 +324,15 @@ class FallbackCommand(VisitorBasedCodemodCommand):
             f"{self._logger} = {factory}(__name__)\n", config=updated_node.config_for_parsing
         ).with_changes(leading_lines=[cst.EmptyLine()])
         header_end = self._header_end(body)
+        if header_end < len(body):
+            following = body[header_end]
+            if isinstance(following, (cst.FunctionDef, cst.ClassDef)) and not any(
+                line.comment is None for line in following.leading_lines
+            ):
+                blank = [cst.EmptyLine(), cst.EmptyLine()]
+                body[header_end] = following.with_changes(
+                    leading_lines=[*blank, *following.leading_lines]
+                )
         body.insert(header_end, logger_line)
         if insert_logging:
             self._insert_import_logging(body, header_end)
@@ -345,7 +369,9 @@ class FallbackCommand(VisitorBasedCodemodCommand):
                     anchor = index + 1
             if anchor < header_end and _is_import_line(body[anchor]):
                 moved = body[anchor]
-                body[anchor] = moved.with_changes(leading_lines=())
+                # A third-party section follows: keep the blank line between sections.
+                separator = [] if _is_stdlib_import(moved) else [cst.EmptyLine()]
+                body[anchor] = moved.with_changes(leading_lines=separator)
                 body.insert(anchor, line.with_changes(leading_lines=moved.leading_lines))
             else:
                 leading = [cst.EmptyLine()] if anchor > 0 else []

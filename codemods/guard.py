@@ -36,13 +36,9 @@ from libcst.metadata import ParentNodeProvider, PositionProvider
 from codemods.discover import FoundCall, find_calls
 from codemods.hooks import HookSet
 from codemods.records import Action
+from codemods.snippets import MAX_LINE, fit_call_statement, quoted, wrapped_literals
 
 GUARD_POLICIES = ("skip", "raise")
-MAX_LINE = 100
-
-
-def _quoted(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def unset_message(found: FoundCall) -> str:
@@ -124,23 +120,26 @@ class GuardCommand(VisitorBasedCodemodCommand):
         found = self._statements.get(original_node)
         if found is None or found.ids_core is None:
             return updated_node
-        self.context.scratch.setdefault("guarded", []).append(found.site)
         value = found.ids_core.deep_clone()
         leading = updated_node.leading_lines
         call_line = updated_node.with_changes(leading_lines=())
+        column = self.get_metadata(PositionProvider, original_node).start.column
+        indent = self.module_indent
         if self.policy == "skip":
+            call_line = fit_call_statement(call_line, column + len(indent), indent)
             return cst.If(
                 test=value,
                 body=cst.IndentedBlock(body=[call_line]),
                 leading_lines=leading,
             )
-        message = _quoted(unset_message(found))
-        column = self.get_metadata(PositionProvider, original_node).start.column
-        indent = self.module_indent
-        if column + len(indent) + len(f"raise ValueError({message})") <= MAX_LINE:
-            text = f"raise ValueError({message})\n"
+        call_line = fit_call_statement(call_line, column, indent)
+        message = unset_message(found)
+        if column + len(indent) + len(f"raise ValueError({quoted(message)})") <= MAX_LINE:
+            text = f"raise ValueError({quoted(message)})\n"
         else:
-            text = f"raise ValueError(\n{indent}{message}\n)\n"
+            room = max(MAX_LINE - column - 2 * len(indent), 60)
+            lines = "".join(f"{indent}{literal}\n" for literal in wrapped_literals(message, room))
+            text = f"raise ValueError(\n{lines})\n"
         raise_line = cst.parse_statement(text, config=self.module_config)
         check = cst.If(
             test=cst.UnaryOperation(operator=cst.Not(), expression=value),

@@ -109,8 +109,21 @@ SCAN_JSON_SCHEMA = {
 }
 
 
+def _needs_change(result: FileResult) -> bool:
+    """Changed by migrate, or (for a scan) would be: a call site needs a rewrite."""
+    if result.status is Status.CHANGED:
+        return True
+    return result.status is Status.UNCHANGED and any(
+        action in (Action.GUARD, Action.FALLBACK)
+        for site in result.call_sites
+        for action in site.actions
+    )
+
+
 @dataclass(frozen=True)
 class Summary:
+    """End-of-run counts.  ``changed``: files changed (or, for a scan, needing a change)."""
+
     files: int = 0
     call_sites: int = 0
     changed: int = 0
@@ -123,7 +136,7 @@ class Summary:
         return cls(
             files=len(results),
             call_sites=sum(len(result.call_sites) for result in results),
-            changed=sum(result.status is Status.CHANGED for result in results),
+            changed=sum(_needs_change(result) for result in results),
             review=sum(result.review_count for result in results),
             failed=sum(result.status is Status.FAILED for result in results),
         )
