@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -503,3 +505,56 @@ def test_ignored_files_are_not_committed(repo):
     with pytest.raises(DeliveryFailed, match=r"debug\.log is ignored"):
         deliver_on_branch(repo, BRANCH, None, change, "Guard")
     assert current_branch(repo) == "main"
+
+
+# ----------------------------------------------------------------------------- pre-commit
+
+
+def install_pre_commit(repo: Path, tmp_path: Path, monkeypatch, entry: str) -> None:
+    """A real `pre-commit` framework hook (a local system hook: no network)."""
+    monkeypatch.setenv("PRE_COMMIT_HOME", str(tmp_path / "pre-commit-home"))
+    (repo / ".pre-commit-config.yaml").write_text(
+        "repos:\n"
+        "  - repo: local\n"
+        "    hooks:\n"
+        "      - id: check\n"
+        "        name: check\n"
+        f'        entry: "{entry}"\n'
+        "        language: system\n"
+        "        files: \\.py$\n"
+    )
+    git(repo, "add", ".pre-commit-config.yaml")
+    git(repo, "commit", "-q", "-m", "pre-commit config")
+    done = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "install"], cwd=repo, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def dirty_the_tree(repo: Path) -> None:
+    (repo / "src" / "model_b.py").write_bytes(MODEL_B + b"# staged\n")
+    git(repo, "add", "src/model_b.py")
+    (repo / "src" / "model_b.py").write_bytes(MODEL_B + b"# staged\n# unstaged\n")
+    (repo / "README.md").write_text("# unstaged edit\n")
+    (repo / "notes.txt").write_text("untracked\n")
+
+
+def test_pre_commit_framework_hook_passing_keeps_the_user_changes(repo, tmp_path, monkeypatch):
+    install_pre_commit(repo, tmp_path, monkeypatch, "true")
+    dirty_the_tree(repo)
+    status_before = git(repo, "status", "--porcelain=v1", "-uall")
+    staged_b = git(repo, "show", ":src/model_b.py")
+    deliver_on_branch(repo, BRANCH, None, rewrite_model_a, "Guard", allow_dirty=True)
+    assert committed_files(repo) == ["src/model_a.py"]
+    assert git(repo, "status", "--porcelain=v1", "-uall") == status_before
+    assert git(repo, "show", ":src/model_b.py") == staged_b
+    assert (repo / "src" / "model_b.py").read_bytes() == MODEL_B + b"# staged\n# unstaged\n"
+
+
+def test_pre_commit_framework_hook_failing_rolls_back(repo, tmp_path, monkeypatch):
+    install_pre_commit(repo, tmp_path, monkeypatch, "false")
+    dirty_the_tree(repo)
+    before = repo_state(repo)
+    with pytest.raises(DeliveryFailed, match=r"(?s)check\.+Failed.*back on main"):
+        deliver_on_branch(repo, BRANCH, None, rewrite_model_a, "Guard", allow_dirty=True)
+    assert_same_state(before, repo_state(repo))
