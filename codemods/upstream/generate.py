@@ -71,7 +71,7 @@ def generate(root: str | Path, mode: str = "relay") -> UpstreamResult:
     source = tree.read_text(model_path)
     if source is None:
         raise MissingModelFile(f"{tree.file(model_path)}: Kimi-Linear model file not found")
-    new_source, analysis = kimi.rewrite(source, model_path, mode=mode)
+    new_source, analysis = kimi.rewrite(source, str(tree.file(model_path)), mode=mode)
     result = UpstreamResult(tree, analysis.status, mode, model_path, notes=list(analysis.notes))
     if analysis.status == kimi.SUPPORTED:
         return result
