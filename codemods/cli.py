@@ -16,7 +16,7 @@ import click
 
 from codemods import __version__, codetf, engine, registry, report, terminal
 from codemods.commandline import command_line
-from codemods.delivery import BranchRequest, migrate_on_branch
+from codemods.delivery import BranchRequest, migrate_on_branch, upstream_generated_on_branch
 from codemods.fallback import METADATA as FALLBACK
 from codemods.files import FileCollectionError
 from codemods.gitops import GitDeliveryError
@@ -51,15 +51,20 @@ _hook_option = click.option(
 )
 
 
-def _branch_options(command):
+def _branch_options(pr_body: bool = True):
     """``--branch`` and its companions, shared by migrate and upstream-patch."""
     options = [
         click.option("--branch", metavar="NAME",
                      help="Commit the change on a new git branch NAME (created from HEAD)."),
         click.option("--base", metavar="REF",
                      help="With --branch: create the branch from REF instead of HEAD."),
-        click.option("--pr-body", type=click.Path(dir_okay=False, path_type=Path),
-                     metavar="FILE", help="With --branch: write a PR description (Markdown)."),
+    ]
+    if pr_body:
+        options.append(
+            click.option("--pr-body", type=click.Path(dir_okay=False, path_type=Path),
+                         metavar="FILE", help="With --branch: write a PR description (Markdown).")
+        )
+    options += [
         click.option("--format-patch", "patch_dir", metavar="DIR",
                      type=click.Path(file_okay=False, path_type=Path),
                      help="With --branch: write `git format-patch` files into DIR."),
@@ -70,9 +75,13 @@ def _branch_options(command):
                      help="With --branch: commit author (also the committer when git has "
                           "no identity configured)."),
     ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+
+    def decorate(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
 
 
 def _branch_request(
@@ -257,7 +266,7 @@ def scan(
 )
 @_hook_option
 @_file_options
-@_branch_options
+@_branch_options()
 @click.pass_context
 def migrate(
     ctx: click.Context,
@@ -338,6 +347,34 @@ def migrate(
     if mode == "check" and needs_changes and not exit_zero:
         sys.exit(EXIT_CHANGES)
     sys.exit(EXIT_OK)
+
+
+@cli.command("upstream-patch")
+@click.argument("sglang_root", type=click.Path(file_okay=False, path_type=str))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the patch here (default: stdout).")
+@click.option("--pr-body", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write a Markdown pull-request description here.")
+@click.option("--mode", type=click.Choice(["relay", "direct"]), default="relay",
+              show_default=True, help="How captures reach the last PP stage.")
+@_branch_options(pr_body=False)
+def upstream_patch(sglang_root: str, output: str | None, pr_body: str | None,
+                   mode: str, branch: str | None, base: str | None, patch_dir: Path | None,
+                   allow_dirty: bool, author: str | None) -> None:
+    """Generate the SGLang patch that makes DSPARK aux capture work under pipeline
+    parallelism for Kimi-Linear.  SGLANG_ROOT is an SGLang git checkout or an installed or
+    unpacked package tree; patch paths are relative to it (apply there with git apply).
+
+    With --branch NAME (SGLANG_ROOT in a git work tree), the patch is applied and committed
+    on a new branch NAME instead of being printed.
+    """
+    request = _branch_request(branch, base, None, patch_dir, allow_dirty, author)
+    if request is not None:
+        request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
+        _deliver(lambda: upstream_generated_on_branch(sglang_root, mode, request, output))
+    from codemods.upstream.cli_support import run_upstream_patch
+
+    raise SystemExit(run_upstream_patch(sglang_root, output, pr_body, mode))
 
 
 def main() -> None:

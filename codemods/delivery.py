@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from codemods import gitops, prbody
 from codemods.gitops import DeliveryResult, GitDeliveryError
+from codemods.prbody import PatchedFile
 from codemods.recheck import recheck_python_files
 from codemods.records import FileResult, Status
 
@@ -109,6 +110,29 @@ def _finish(
     return Delivered(delivery, verification, pr_path, patches, tuple(results))
 
 
+def files_git_sees(repo, paths: Sequence[str]) -> list[str]:
+    """The source files under ``paths`` (as the engine collects them) minus those git ignores.
+
+    A branch holds only files git tracks or would track, so ignored files (build output,
+    generated code) are never rewritten by a ``--branch`` run.
+    """
+    from codemods.engine import collect_files
+
+    files = collect_files(paths)
+    if not files:
+        return []
+    root = Path(repo.working_tree_dir).resolve()
+    relative = {str(Path(path).resolve().relative_to(root)): path for path in files}
+    ignored = repo.git.execute(
+        ["git", "check-ignore", "--stdin", "-z"],
+        istream=_bytes_stream(b"".join(os.fsencode(name) + b"\0" for name in relative)),
+        with_exceptions=False,
+        strip_newline_in_stdout=False,
+    )
+    skip = {name for name in ignored.split("\0") if name}
+    return [path for name, path in relative.items() if name not in skip]
+
+
 def migrate_on_branch(
     paths: Sequence[str],
     options: object,
@@ -129,10 +153,11 @@ def migrate_on_branch(
     )
     root = Path(repo.working_tree_dir).resolve()
     _check_same_repository(root, paths)
+    files = files_git_sees(repo, paths)
     results: list[FileResult] = []
 
     def apply_change(_root: Path) -> list[Path]:
-        results.extend(run(paths, options, True))
+        results.extend(run(files, options, True) if files else ())
         failed = [result for result in results if result.status is Status.FAILED]
         if failed:
             raise UnprocessableFiles(
@@ -218,6 +243,8 @@ def upstream_on_branch(
     request: BranchRequest,
     regenerate: Callable[[Path], str] | None = None,
     detail: str = "",
+    description: str | None = None,
+    title: str = prbody.UPSTREAM_TITLE,
 ) -> Delivered:
     """``auxcap upstream-patch SGLANG_ROOT --branch NAME``: ``git apply`` the patch and commit.
 
@@ -249,7 +276,7 @@ def upstream_on_branch(
         request.branch,
         request.base,
         apply_change,
-        lambda files: prbody.upstream_commit_message(patched, detail),
+        lambda files: prbody.upstream_commit_message(patched, detail, title),
         author=request.author,
         allow_dirty=request.allow_dirty,
     )
@@ -264,5 +291,64 @@ def upstream_on_branch(
         delivery,
         request,
         verification,
-        lambda checked: prbody.upstream_pr_body(patched, delivery, checked, detail),
+        lambda checked: prbody.upstream_pr_body(patched, delivery, checked, detail, description),
+    )
+
+
+#: What each file of the generated SGLang patch does, by its role.
+UPSTREAM_FILE_ROLES = {
+    "model": "capture DSPARK aux hidden states on every PP stage, collect them on the last",
+    "transport": "PP aux-capture transport (pure torch.distributed)",
+    "test": "CPU multi-process test comparing PP captures with a PP=1 run",
+}
+
+
+def upstream_generated_on_branch(
+    sglang_root: str | Path, mode: str, request: BranchRequest, output: str | None = None
+) -> Delivered:
+    """``auxcap upstream-patch SGLANG_ROOT --branch NAME``: generate, apply, commit.
+
+    The PR description is the generator's own (motivation, design, traffic, test plan)
+    followed by the patched-file table, the verification and how to revert.
+    """
+    from codemods.upstream import kimi
+    from codemods.upstream.generate import MissingModelFile, generate
+    from codemods.upstream.pr_body import render
+    from codemods.upstream.tree import TreeError
+
+    gitops.preflight(sglang_root, request.branch, request.base, request.author, request.allow_dirty)
+    try:
+        result = generate(sglang_root, mode=mode)
+    except (TreeError, MissingModelFile, kimi.UnrecognisedShape) as error:
+        raise UnprocessableFiles(str(error)) from error
+    roles = {
+        result.model_path: "model",
+        result.transport_path: "transport",
+        result.test_path: "test",
+    }
+    patched = [
+        PatchedFile(
+            change.path,
+            UPSTREAM_FILE_ROLES.get(roles.get(change.path, ""), "changed"),
+            added=change.is_new_file,
+        )
+        for change in result.changes
+        if change.changed
+    ]
+    patch = result.patch
+    if output:
+        write_text_atomic(Path(output), patch)
+    description = render(result) if patch else None
+    title = prbody.UPSTREAM_TITLE
+    if description and description.startswith("# "):
+        title = description.splitlines()[0][2:].strip()
+    return upstream_on_branch(
+        result.tree.root,
+        patch,
+        patched,
+        request,
+        regenerate=lambda _root: generate(sglang_root, mode=mode).patch,
+        detail=f"Transport mode: {mode}.",
+        description=description,
+        title=title,
     )

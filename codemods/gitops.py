@@ -247,6 +247,8 @@ def _inside(root: Path, path: Path) -> str:
         ) from None
     if not relative.parts or relative.parts[0] == ".git":
         raise GitDeliveryError(f"{path} is not a file of the work tree of {root}")
+    if candidate.is_dir() and not candidate.is_symlink():
+        raise GitDeliveryError(f"{path} is a directory; the change must report the files it wrote")
     return relative.as_posix()
 
 
@@ -273,11 +275,18 @@ class _Snapshot:
         auxcap_dir = _git_path(repo, "auxcap")
         auxcap_dir.mkdir(parents=True, exist_ok=True)
         self.backup_dir = Path(tempfile.mkdtemp(prefix="rollback-", dir=auxcap_dir))
+        try:
+            self._copy_state(root)
+        except BaseException:
+            self.discard()  # nothing was changed yet: the copies are not needed
+            raise
+
+    def _copy_state(self, root: Path) -> None:
         self.index_copy: Path | None = None
         if self.index_path.exists():
             self.index_copy = self.backup_dir / "index"
             shutil.copy2(self.index_path, self.index_copy)
-        self.dirty = _status(repo)
+        self.dirty = _status(self.repo)
         #: path -> copy of its bytes, or None when the path did not exist (deleted by the user).
         self.copies: dict[str, Path | None] = {}
         files_dir = self.backup_dir / "files"

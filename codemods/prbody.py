@@ -249,10 +249,15 @@ def migrate_pr_body(
 # --------------------------------------------------------------------------- upstream-patch
 
 
-def upstream_commit_message(patched: Sequence[PatchedFile], detail: str = "") -> str:
+UPSTREAM_TITLE = "Support aux hidden-state capture under pipeline parallelism"
+
+
+def upstream_commit_message(
+    patched: Sequence[PatchedFile], detail: str = "", title: str = UPSTREAM_TITLE
+) -> str:
     """Title + body listing the SGLang files the upstream patch adds or changes."""
     lines = [
-        "Support aux hidden-state capture under pipeline parallelism",
+        title,
         "",
         f"Models that raised {PP_ERROR}",
         "now capture aux hidden states on the stage that owns each layer and pass them",
@@ -271,22 +276,39 @@ def upstream_pr_body(
     delivery: DeliveryResult,
     verification: Verification,
     detail: str = "",
+    description: str | None = None,
 ) -> str:
-    """Markdown PR description for an ``upstream-patch`` commit."""
-    out = [
-        "# Support aux hidden-state capture under pipeline parallelism",
-        "",
-        "## What changed and why",
-        "",
-        f"With PP > 1, the capture hooks of the patched models raised `{PP_ERROR}`. "
-        f"This change captures the aux hidden states on the stage that owns each requested "
-        f"layer and hands them to the last stage over `torch.distributed`, so speculative "
-        f"decoding with aux capture runs under pipeline parallelism. A missing layer list "
-        f"still fails early and clearly with `{VALUE_ERROR}`.",
-    ]
-    if detail:
+    """Markdown PR description for an ``upstream-patch`` commit.
+
+    ``description``: the patch generator's own description (motivation, design, test plan);
+    when given it replaces the short "what and why" written here.
+    """
+    if description:
+        out = [description.rstrip()]
+    else:
+        out = [
+            "# Support aux hidden-state capture under pipeline parallelism",
+            "",
+            "## What changed and why",
+            "",
+            f"With PP > 1, the capture hooks of the patched models raised `{PP_ERROR}`. "
+            f"This change captures the aux hidden states on the stage that owns each requested "
+            f"layer and hands them to the last stage over `torch.distributed`, so speculative "
+            f"decoding with aux capture runs under pipeline parallelism. A missing layer list "
+            f"still fails early and clearly with `{VALUE_ERROR}`.",
+        ]
+    if detail and not description:
         out += ["", detail.rstrip()]
-    out += ["", "## Patched files", "", "| File | Change |", "| --- | --- |"]
+    commit = _code(delivery.commit[:12] if delivery.commit else "-")
+    out += [
+        "",
+        "## Patched files",
+        "",
+        f"In commit {commit} on branch `{delivery.branch}`:",
+        "",
+        "| File | Change |",
+        "| --- | --- |",
+    ]
     for item in patched:
         kind = "added: " if item.added else ""
         out.append(f"| `{_cell(item.path)}` | {kind}{_cell(item.summary)} |")

@@ -75,6 +75,11 @@ def work_tree_files(root: Path) -> dict[str, bytes]:
     }
 
 
+def index_path(root: Path) -> Path:
+    path = Path(git(root, "rev-parse", "--git-path", "index").strip())
+    return path if path.is_absolute() else root / path
+
+
 def repo_state(root: Path) -> dict:
     """Everything a failed delivery must leave exactly as it was."""
     head = git(root, "symbolic-ref", "-q", "HEAD", check=False).strip() or "detached"
@@ -82,7 +87,7 @@ def repo_state(root: Path) -> dict:
         "head_ref": head,
         "head": git(root, "rev-parse", "HEAD").strip(),
         "branches": git(root, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads"),
-        "index": (root / ".git" / "index").read_bytes(),
+        "index": index_path(root).read_bytes(),
         "staged": git(root, "--no-optional-locks", "diff", "--cached", "--name-status"),
         "status": git(root, "--no-optional-locks", "status", "--porcelain=v1", "-uall"),
         "files": work_tree_files(root),

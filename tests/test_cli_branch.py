@@ -184,3 +184,15 @@ def test_outside_a_repository_exits_2_with_a_clear_message(tmp_path, monkeypatch
     assert done.returncode == 2
     assert "not inside a git repository" in done.stderr
     assert (plain / "spec.py").read_text() == UNSAFE
+
+
+def test_ignored_files_are_neither_rewritten_nor_committed(repo):
+    (repo / ".gitignore").write_text("generated/\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "ignore generated code")
+    (repo / "generated").mkdir()
+    (repo / "generated" / "spec_copy.py").write_text(UNSAFE)
+    result = auxcap("migrate", ".", "--branch", BRANCH)
+    assert result.exit_code == 0, result.output
+    assert git(repo, "show", "--name-only", "--format=", "HEAD").split() == ["app/spec.py"]
+    assert (repo / "generated" / "spec_copy.py").read_text() == UNSAFE

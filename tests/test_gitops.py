@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -425,3 +427,134 @@ def test_format_patch_refuses_an_unknown_branch(repo, tmp_path):
 def test_internal_backup_folder_is_not_left_behind(repo):
     deliver_on_branch(repo, BRANCH, None, rewrite_model_a, "Guard")
     assert not (repo / ".git" / "auxcap").exists()
+
+
+# ----------------------------------------------------------------------------- odd shapes
+
+
+def test_linked_worktree_delivery_and_rollback(repo, tmp_path):
+    linked = tmp_path / "linked"
+    git(repo, "worktree", "add", "-q", "-b", "feature", str(linked))
+    before_main = repo_state(repo)
+
+    def failing(root: Path) -> list[Path]:
+        rewrite_model_a(root)
+        raise RuntimeError("boom")
+
+    before = repo_state(linked)
+    with pytest.raises(DeliveryFailed, match="back on feature"):
+        deliver_on_branch(linked, BRANCH, None, failing, "Guard")
+    assert_same_state(before, repo_state(linked))
+
+    result = deliver_on_branch(linked, BRANCH, None, rewrite_model_a, "Guard")
+    assert result.repo_root == linked.resolve() and result.started_on_branch == "feature"
+    assert current_branch(linked) == BRANCH
+    assert committed_files(linked) == ["src/model_a.py"]
+    after_main = repo_state(repo)
+    assert (
+        after_main["files"] == before_main["files"] and after_main["head_ref"] == "refs/heads/main"
+    )
+
+
+def test_file_names_with_spaces_glob_characters_and_unicode(repo):
+    odd = ["src/we ird[1]*.py", "src/ünïcode.py"]
+    for name in odd:
+        (repo / name).write_text("x = 1\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "odd names")
+    (repo / "src" / "we ird1x.py").write_text("matches the glob\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "glob bait")
+
+    def change(root: Path) -> list[str]:
+        for name in odd:
+            (root / name).write_text("x = 2\n")
+        (root / "src" / "we ird1x.py").write_text("not reported\n")
+        return odd
+
+    # The unreported file is caught even though a glob of the first name would match it.
+    with pytest.raises(DeliveryFailed, match=r"did not report: src/we ird1x\.py"):
+        deliver_on_branch(repo, BRANCH, None, change, "Guard")
+    assert (repo / "src" / "we ird1x.py").read_text() == "matches the glob\n"
+
+    def honest(root: Path) -> list[str]:
+        for name in odd:
+            (root / name).write_text("x = 2\n")
+        return odd
+
+    result = deliver_on_branch(repo, BRANCH, None, honest, "Guard")
+    assert result.files == tuple(sorted(odd))
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_a_reported_directory_is_refused(repo):
+    def change(root: Path) -> list[Path]:
+        rewrite_model_a(root)
+        return [root / "src"]
+
+    with pytest.raises(DeliveryFailed, match="is a directory"):
+        deliver_on_branch(repo, BRANCH, None, change, "Guard")
+    assert (repo / "src" / "model_a.py").read_bytes() == MODEL_A
+
+
+def test_ignored_files_are_not_committed(repo):
+    def change(root: Path) -> list[Path]:
+        (root / "debug.log").write_text("written\n")
+        return [root / "debug.log"]
+
+    with pytest.raises(DeliveryFailed, match=r"debug\.log is ignored"):
+        deliver_on_branch(repo, BRANCH, None, change, "Guard")
+    assert current_branch(repo) == "main"
+
+
+# ----------------------------------------------------------------------------- pre-commit
+
+
+def install_pre_commit(repo: Path, tmp_path: Path, monkeypatch, entry: str) -> None:
+    """A real `pre-commit` framework hook (a local system hook: no network)."""
+    monkeypatch.setenv("PRE_COMMIT_HOME", str(tmp_path / "pre-commit-home"))
+    (repo / ".pre-commit-config.yaml").write_text(
+        "repos:\n"
+        "  - repo: local\n"
+        "    hooks:\n"
+        "      - id: check\n"
+        "        name: check\n"
+        f'        entry: "{entry}"\n'
+        "        language: system\n"
+        "        files: \\.py$\n"
+    )
+    git(repo, "add", ".pre-commit-config.yaml")
+    git(repo, "commit", "-q", "-m", "pre-commit config")
+    done = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "install"], cwd=repo, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def dirty_the_tree(repo: Path) -> None:
+    (repo / "src" / "model_b.py").write_bytes(MODEL_B + b"# staged\n")
+    git(repo, "add", "src/model_b.py")
+    (repo / "src" / "model_b.py").write_bytes(MODEL_B + b"# staged\n# unstaged\n")
+    (repo / "README.md").write_text("# unstaged edit\n")
+    (repo / "notes.txt").write_text("untracked\n")
+
+
+def test_pre_commit_framework_hook_passing_keeps_the_user_changes(repo, tmp_path, monkeypatch):
+    install_pre_commit(repo, tmp_path, monkeypatch, "true")
+    dirty_the_tree(repo)
+    status_before = git(repo, "status", "--porcelain=v1", "-uall")
+    staged_b = git(repo, "show", ":src/model_b.py")
+    deliver_on_branch(repo, BRANCH, None, rewrite_model_a, "Guard", allow_dirty=True)
+    assert committed_files(repo) == ["src/model_a.py"]
+    assert git(repo, "status", "--porcelain=v1", "-uall") == status_before
+    assert git(repo, "show", ":src/model_b.py") == staged_b
+    assert (repo / "src" / "model_b.py").read_bytes() == MODEL_B + b"# staged\n# unstaged\n"
+
+
+def test_pre_commit_framework_hook_failing_rolls_back(repo, tmp_path, monkeypatch):
+    install_pre_commit(repo, tmp_path, monkeypatch, "false")
+    dirty_the_tree(repo)
+    before = repo_state(repo)
+    with pytest.raises(DeliveryFailed, match=r"(?s)check\.+Failed.*back on main"):
+        deliver_on_branch(repo, BRANCH, None, rewrite_model_a, "Guard", allow_dirty=True)
+    assert_same_state(before, repo_state(repo))
