@@ -74,8 +74,7 @@ def _lines(data: bytes) -> list[str]:
 def unified_diff(before: bytes, after: bytes, path: str) -> str:
     lines = difflib.unified_diff(_lines(before), _lines(after), f"a/{path}", f"b/{path}")
     return "".join(
-        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-        for line in lines
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
     )
 
 
@@ -127,9 +126,7 @@ def _policy(metadata: CodemodMetadata, options: TransformOptions) -> str:
     return getattr(options, metadata.policy.dest)
 
 
-def _changeset_entry(
-    metadata: CodemodMetadata, step: _Step, path: str, policy: str
-) -> dict | None:
+def _changeset_entry(metadata: CodemodMetadata, step: _Step, path: str, policy: str) -> dict | None:
     if step.before == step.after:
         return None
     changes = [
@@ -192,8 +189,9 @@ class ReportBuilder:
                 if entry is not None:
                     self._changesets[metadata.action].append(entry)
             self._unfixed[metadata.action].extend(_unfixed(metadata, result, path))
-        self._records.append(FileResult(result.path, result.status, result.call_sites,
-                                        error=result.error))
+        self._records.append(
+            FileResult(result.path, result.status, result.call_sites, error=result.error)
+        )
 
     def build(self, run: RunInfo) -> dict:
         """The CodeTF-shaped report, as plain data."""
@@ -238,9 +236,7 @@ class ReportBuilder:
         }
 
 
-def build_report(
-    results: Iterable[FileResult], options: TransformOptions, run: RunInfo
-) -> dict:
+def build_report(results: Iterable[FileResult], options: TransformOptions, run: RunInfo) -> dict:
     """The report of ``results`` (with their bytes) in one call."""
     builder = ReportBuilder(options, run.directory)
     for result in results:

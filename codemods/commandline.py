@@ -15,12 +15,12 @@ from click.core import ParameterSource
 
 def _option_words(option: click.Option, value: object) -> list[str]:
     flag = max(option.opts, key=len)
-    if option.is_flag and option.flag_value is not True and option.flag_value is not None:
-        return [flag] if value == option.flag_value else []
-    if option.is_flag:
+    if option.is_flag and option.is_bool_flag:
         if value:
             return [flag]
         return [max(option.secondary_opts, key=len)] if option.secondary_opts else []
+    if option.is_flag:  # one of several options sharing a name, each with its own value
+        return [flag] if value == option.flag_value else []
     values = value if option.multiple else [value]
     words: list[str] = []
     for item in values:

@@ -201,6 +201,7 @@ def migrate_pr_body(
         for result in changed
         for site in _changed_sites(result)
     ]
+    applied = {action.value for _, site in rows for action in site.actions}
     out = [
         "# Guard aux hidden-state capture calls",
         "",
@@ -210,9 +211,7 @@ def migrate_pr_body(
         f"capture hooks in {_plural(len(changed), 'file')}. Only the rewritten files are in this "
         f"commit ({_code(delivery.commit[:12] if delivery.commit else '-')}).",
         "",
-        registry.pr_body_sections(
-            action.value for _, site in rows for action in site.actions
-        ) if rows else "",
+        registry.pr_body_sections(applied),
         "## Call sites",
         "",
         "| File | Line | Hook | Shape | Risk | Change |",

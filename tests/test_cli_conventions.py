@@ -23,12 +23,10 @@ from codemods.registry import CODEMODS
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-UNGUARDED = textwrap.dedent(
-    """\
+UNGUARDED = textwrap.dedent("""\
     def enable_capture(model, args):
         model.set_dspark_layers_to_capture(args.capture_layers)
-    """
-)
+    """)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -64,8 +62,13 @@ def test_migrate_help_lists_codemods_and_policies_from_metadata():
         assert metadata.id in text
         assert " ".join(metadata.summary.split()) in text
         assert " ".join(metadata.policy.help.split()) in text
-    for option in ("--exit-zero", "--format [text|json]", "--include", "--exclude",
-                   "--force-exclude"):
+    for option in (
+        "--exit-zero",
+        "--format [text|json]",
+        "--include",
+        "--exclude",
+        "--force-exclude",
+    ):
         assert option in text
 
 
@@ -101,7 +104,11 @@ def _run_on_pty(args: list[str], cwd: Path, env: dict[str, str]) -> str:
     leader, follower = pty.openpty()
     process = subprocess.Popen(
         [sys.executable, "-m", "codemods", *args],
-        cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=follower,
     )
     os.close(follower)
     chunks = []
@@ -145,7 +152,59 @@ def test_no_color_turns_colour_off_on_a_terminal(project):
 def test_no_colour_when_piped(project):
     result = subprocess.run(
         [sys.executable, "-m", "codemods", "migrate", "train.py"],
-        cwd=project, env=_env(), capture_output=True, text=True, timeout=60,
+        cwd=project,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert "+    if args.capture_layers:" in result.stdout
     assert not ANSI.search(result.stdout + result.stderr)
+
+
+# ---------------------------------------------------------------- include / exclude / force
+
+
+@pytest.fixture()
+def tree(tmp_path, monkeypatch):
+    for name in ("src/train.py", "src/gen_capture.py", "legacy/old.py"):
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(UNGUARDED)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _would_change(result) -> set[str]:
+    return {
+        line.removeprefix("would change: ").replace(os.sep, "/")
+        for line in result.stderr.splitlines()
+        if line.startswith("would change: ")
+    }
+
+
+def test_exclude_and_include_globs_select_files_under_a_directory(tree):
+    result = _invoke("migrate", "--check", "--exclude", "gen_*.py", "--exclude", "legacy/", ".")
+    assert _would_change(result) == {"src/train.py"}
+    result = _invoke("migrate", "--check", "--include", "legacy/**", ".")
+    assert _would_change(result) == {"legacy/old.py"}
+
+
+def test_explicit_files_ignore_exclude_unless_force_exclude(tree):
+    files = ["src/train.py", "legacy/old.py"]
+    result = _invoke("migrate", "--check", "--exclude", "legacy/", *files)
+    assert result.exit_code == 1
+    assert _would_change(result) == set(files)
+    result = _invoke("migrate", "--check", "--exclude", "legacy/", "--force-exclude", *files)
+    assert result.exit_code == 1
+    assert _would_change(result) == {"src/train.py"}
+    result = _invoke("migrate", "--check", "--exclude", "legacy/", "--force-exclude", files[1])
+    assert result.exit_code == 0, result.stderr
+    assert _would_change(result) == set()
+
+
+def test_hooks_entry_forces_excludes():
+    import yaml
+
+    for hook in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text()):
+        assert "--force-exclude" in hook["entry"].split(), hook["id"]

@@ -47,9 +47,7 @@ def _libcst_tool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def _run_both(target: str, cwd: Path, policy_args: dict[str, list[str]], jobs: int = 1) -> None:
     for name in ("guard", "fallback"):
-        result = _libcst_tool(
-            f"--jobs={jobs}", COMMANDS[name], *policy_args[name], target, cwd=cwd
-        )
+        result = _libcst_tool(f"--jobs={jobs}", COMMANDS[name], *policy_args[name], target, cwd=cwd)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "Failed to codemod 0 files" in result.stderr, result.stderr
 

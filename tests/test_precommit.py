@@ -31,12 +31,10 @@ CACHE = Path(
     os.environ.get("AUXCAP_PRE_COMMIT_HOME", Path.home() / ".cache" / "auxcap" / "pre-commit")
 )
 
-UNGUARDED = textwrap.dedent(
-    """\
+UNGUARDED = textwrap.dedent("""\
     def enable_capture(model, args):
         model.set_dspark_layers_to_capture(args.capture_layers)
-    """
-)
+    """)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -177,7 +175,10 @@ def test_pinned_hook_fails_then_passes_after_fix(tmp_path):
 
     fixed = subprocess.run(
         [sys.executable, "-m", "codemods", "migrate", "--write", "train.py"],
-        cwd=target, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=target,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert fixed.returncode == 0, fixed.stderr
     passing = _pre_commit(target, "run", "--files", "train.py")
@@ -194,5 +195,7 @@ def test_pinned_hook_fails_then_passes_after_fix(tmp_path):
     ]
     assert "libcst" in installed and "codemods" in installed, installed
     assert not any(name.startswith("torch") for name in installed), installed
-    print(f"pre-commit run (cached environment after the first run): "
-          f"{time.monotonic() - started:.1f}s")
+    print(
+        f"pre-commit run (cached environment after the first run): "
+        f"{time.monotonic() - started:.1f}s"
+    )

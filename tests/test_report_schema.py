@@ -92,8 +92,9 @@ def test_check_report_validates_and_describes_the_run(project):
 
 def test_changesets_apply_in_order_and_lines_point_at_the_change(project, tmp_path):
     _, report, _ = _migrate("--check", ".")
-    originals = {path.relative_to(project).as_posix(): path.read_bytes()
-                 for path in project.rglob("*.py")}
+    originals = {
+        path.relative_to(project).as_posix(): path.read_bytes() for path in project.rglob("*.py")
+    }
     replay = tmp_path / "replay"
     shutil.copytree(project, replay)
     for result in report["results"]:
@@ -103,7 +104,8 @@ def test_changesets_apply_in_order_and_lines_point_at_the_change(project, tmp_pa
             )
             lines = (replay / entry["path"]).read_text().splitlines()
             added = {
-                line[1:] for line in entry["diff"].splitlines()
+                line[1:]
+                for line in entry["diff"].splitlines()
                 if line.startswith("+") and not line.startswith("+++")
             }
             for change in entry["changes"]:
@@ -163,3 +165,32 @@ def test_schema_rejects_what_the_report_must_not_be(project):
     broken = json.loads(json.dumps(report))
     broken["results"][1]["codemod"] = "fallback"
     assert not VALIDATOR.is_valid(broken)
+
+
+def test_command_line_reconstruction_covers_every_option_kind():
+    import click
+
+    from codemods.commandline import command_line
+
+    seen = {}
+
+    @click.group()
+    def group():
+        pass
+
+    @group.command()
+    @click.argument("paths", nargs=-1)
+    @click.option("--diff", "mode", flag_value="diff", default=True)
+    @click.option("--check", "mode", flag_value="check")
+    @click.option("--quiet", is_flag=True)
+    @click.option("--color/--no-color", default=True)
+    @click.option("--exclude", multiple=True)
+    @click.option("--policy", default="skip")
+    @click.pass_context
+    def run(ctx, **_):
+        seen["line"] = command_line(ctx)
+
+    args = ["run", "--check", "--no-color", "--exclude", "a b/", "--exclude", "c", "x y.py"]
+    assert CliRunner().invoke(group, args).exit_code == 0
+    assert seen["line"] == "auxcap run --check --no-color --exclude 'a b/' --exclude c 'x y.py'"
+    assert shlex.split(seen["line"])[1:] == [args[0], *args[1:]]
