@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from codemods import __version__
 from codemods.cli import cli
 from codemods.registry import CODEMODS
+from readme_blocks import commands
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -208,3 +209,23 @@ def test_hooks_entry_forces_excludes():
 
     for hook in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text()):
         assert "--force-exclude" in hook["entry"].split(), hook["id"]
+
+
+def test_readme_ci_commands_run_as_written(project):
+    """The README's CI lines: the check fails the job, the report never does and validates."""
+    import json
+
+    import jsonschema
+
+    lines = commands("Use in CI")
+    assert [line.split()[:3] for line in lines] == [["auxcap", "migrate", "--check"]] * 2
+    env = _env()
+    shell = f'auxcap() {{ "{sys.executable}" -m codemods "$@"; }}\n'
+    check = subprocess.run(["bash", "-c", shell + lines[0]], cwd=project, env=env, timeout=60)
+    assert check.returncode == 1
+    report = subprocess.run(["bash", "-c", shell + lines[1]], cwd=project, env=env, timeout=60)
+    assert report.returncode == 0
+    schema = json.loads((ROOT / "docs" / "report-schema.json").read_text())
+    document = json.loads((project / "auxcap-report.json").read_text())
+    jsonschema.validate(document, schema)
+    assert document["results"][0]["changeset"][0]["path"] == "train.py"

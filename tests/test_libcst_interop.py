@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from caller_cases import CALLERS
+from readme_blocks import commands
 from codemods import fallback, guard
 from codemods.fallback import FallbackCommand
 from codemods.guard import GuardCommand
@@ -111,3 +112,27 @@ def test_libcst_tool_on_a_directory_in_parallel(tmp_path):
     for case in cases:
         expected = (CALLERS / case / "after.py").read_bytes()
         assert (tree / case / "module.py").read_bytes() == expected, case
+
+
+def test_readme_libcst_commands_run_as_written(tmp_path):
+    """The README's two command lines, on a ``src/`` folder, give ``migrate --write``'s output."""
+    lines = commands("Use with LibCST")
+    assert len(lines) == 2 and all(line.endswith(" src/") for line in lines)
+    (tmp_path / "src").mkdir()
+    shutil.copyfile(CALLERS / "args_attribute" / "before.py", tmp_path / "src" / "train.py")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    for line in lines:
+        words = line.split()
+        assert words[:3] == ["python", "-m", "libcst.tool"]
+        result = subprocess.run(
+            [sys.executable, *words[1:]],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=200,
+        )
+        assert result.returncode == 0, result.stderr
+    expected = (CALLERS / "args_attribute" / "after.py").read_bytes()
+    assert (tmp_path / "src" / "train.py").read_bytes() == expected

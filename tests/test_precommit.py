@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from readme_blocks import code_block
+
 ROOT = Path(__file__).resolve().parent.parent
 HOOKS_FILE = ROOT / ".pre-commit-hooks.yaml"
 CACHE = Path(
@@ -157,20 +159,27 @@ def test_try_repo_fails_on_unguarded_call_and_fix_hook_rewrites_it(tmp_path):
 
 
 def test_pinned_hook_fails_then_passes_after_fix(tmp_path):
-    """The README's configuration shape (``repo`` + ``rev`` + hooks), run with
-    ``pre-commit run``; its environment is cached in PRE_COMMIT_HOME between runs."""
+    """The README's configuration (``repo`` + ``rev`` + hooks), run with ``pre-commit run``;
+    its environment is cached in PRE_COMMIT_HOME between runs."""
     started = time.monotonic()
     hook_repo = _hook_repository()
     rev = _git(hook_repo, "rev-parse", "HEAD").strip()
     target = _target_repository(tmp_path)
-    config = {"repos": [{"repo": str(hook_repo), "rev": rev, "hooks": [{"id": "auxcap"}]}]}
+    # The README's configuration, pointed at the local copy instead of the published URL.
+    config = yaml.safe_load(code_block("Use with pre-commit", "yaml"))
+    assert config["repos"][0]["hooks"] == [{"id": "auxcap", "args": ["--exclude", "legacy/"]}]
+    config["repos"][0].update(repo=str(hook_repo), rev=rev)
     (target / ".pre-commit-config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    _git(target, "add", ".pre-commit-config.yaml", env=_fixed_git_env())
+    (target / "legacy").mkdir()
+    (target / "legacy" / "old.py").write_text(UNGUARDED)
+    _git(target, "add", ".pre-commit-config.yaml", "legacy/old.py", env=_fixed_git_env())
 
-    failing = _pre_commit(target, "run", "--files", "train.py")
+    failing = _pre_commit(target, "run", "--all-files")
     output = failing.stdout + failing.stderr
     assert failing.returncode == 1, output
     assert "Failed" in output and "would change: train.py" in output, output
+    # pre-commit names legacy/old.py explicitly; the hook's --force-exclude drops it.
+    assert "legacy/old.py" not in output, output
     assert (target / "train.py").read_text() == UNGUARDED  # --check changes nothing
 
     fixed = subprocess.run(
@@ -181,7 +190,7 @@ def test_pinned_hook_fails_then_passes_after_fix(tmp_path):
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert fixed.returncode == 0, fixed.stderr
-    passing = _pre_commit(target, "run", "--files", "train.py")
+    passing = _pre_commit(target, "run", "--all-files")
     output = passing.stdout + passing.stderr
     assert passing.returncode == 0, output
     assert "Passed" in output, output
