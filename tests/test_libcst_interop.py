@@ -28,6 +28,7 @@ from readme_blocks import commands
 from codemods import fallback, guard
 from codemods.fallback import FallbackCommand
 from codemods.guard import GuardCommand
+from codemods.options import FALLBACK_POLICIES, GUARD_POLICIES
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = {
@@ -57,6 +58,8 @@ def test_description_and_options_come_from_the_metadata():
     assert GuardCommand.DESCRIPTION == guard.METADATA.libcst_description
     assert FallbackCommand.DESCRIPTION == fallback.METADATA.libcst_description
     assert guard.METADATA.id in GuardCommand.DESCRIPTION
+    assert guard.METADATA.policy.names == GUARD_POLICIES
+    assert fallback.METADATA.policy.names == FALLBACK_POLICIES
     for command, metadata in ((GuardCommand, guard.METADATA), (FallbackCommand, fallback.METADATA)):
         parser = argparse.ArgumentParser()
         command.add_args(parser)

@@ -141,9 +141,10 @@ def test_project_dependencies_do_not_pull_torch():
     assert not any(dep.lower().startswith("torch") for dep in project["dependencies"])
 
 
-def test_try_repo_fails_on_unguarded_call_and_fix_hook_rewrites_it(tmp_path):
+def test_try_repo_fails_on_unguarded_call_and_passes_after_fix(tmp_path):
     """``try-repo`` builds a throwaway environment each time (pip's cache still helps), so the
-    two hooks run in one invocation: ``auxcap`` fails, then ``auxcap-fix`` rewrites."""
+    first invocation runs both hooks (``auxcap`` fails, then ``auxcap-fix`` rewrites) and a
+    second one sees ``auxcap`` pass."""
     started = time.monotonic()
     hook_repo = _hook_repository()
     target = _target_repository(tmp_path)
@@ -155,7 +156,12 @@ def test_try_repo_fails_on_unguarded_call_and_fix_hook_rewrites_it(tmp_path):
     assert "files were modified by this hook" in fix and "changed: train.py" in fix, output
     fixed = (target / "train.py").read_text()
     assert "if args.capture_layers:" in fixed and "except NotImplementedError" in fixed
-    print(f"pre-commit try-repo: {time.monotonic() - started:.1f}s")
+
+    again = _pre_commit(target, "try-repo", str(hook_repo), "auxcap", "--files", "train.py")
+    output = again.stdout + again.stderr
+    assert again.returncode == 0, output
+    assert "Passed" in output and "Failed" not in output, output
+    print(f"pre-commit try-repo, twice: {time.monotonic() - started:.1f}s")
 
 
 def test_pinned_hook_fails_then_passes_after_fix(tmp_path):
