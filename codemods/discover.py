@@ -15,6 +15,15 @@ Shapes found (``records.Shape``)::
     getattr(model, {"dspark": "set_dspark_..."}.get(method))(ids)  # DICT_LOOKUP (or [method])
     for name in ("set_eagle3_...", "set_dspark_..."): getattr(model, name)(ids)  # LOOP
 
+Risk, per call: the ids *may be None* when they are a parameter defaulting to None or
+annotated ``Optional[...]``/``X | None``, an ``args.x``/``cfg.x``/``self.config.x`` field, a
+name (or ``self.x``) assigned from None, ``a or b``, ``d.get(k)`` or ``getattr(o, n, None)``,
+or literal ``None``; literal lists/tuples and fresh ``list(...)`` values are safe.  A call is
+*guarded* behind ``if ids:``, ``if ids is not None``, an ``and`` including such a check, its
+``else`` after ``if ids is None``, or after ``if not ids: raise|return|continue|break`` /
+``assert ids``.  Hooks that accept None (EAGLE3) are never guarded; every hook with a PP error
+may raise ``NotImplementedError`` unless the call is inside a ``try`` that handles it.
+
 Never reported: hook definitions, a hook that delegates to the same hook on another object
 (it must keep raising on ``None``), hook names in strings that are not getattr names, and
 mock attribute access (``model.set_x.assert_called_once_with(...)``).
@@ -27,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.hooks import DEFAULT_HOOKS, Hook, HookSet
 from codemods.records import Action, CallSite, Risk, Shape
@@ -47,6 +56,9 @@ _CONTAINER_CALLS = frozenset({"list", "tuple", "sorted"})
 _HANDLES_NOT_IMPLEMENTED = frozenset(
     {"NotImplementedError", "RuntimeError", "Exception", "BaseException"}
 )
+
+#: ``call.set_x(...)`` / ``mock.call.model.set_x(...)`` build expected calls for assertions.
+_MOCK_CALL_PREFIXES = (("call",), ("mock", "call"), ("unittest", "mock", "call"))
 
 _SCOPE_NODES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 _EXIT_STATEMENTS = (cst.Raise, cst.Return, cst.Continue, cst.Break)
@@ -69,6 +81,10 @@ class FoundCall:
     ids_core: cst.BaseExpression | None
     #: Column (0-based) where the statement starts, once on a line of its own.
     statement_column: int = 0
+    #: Index in ``module.body`` of the top-level statement that contains the call.
+    module_index: int = 0
+    #: Names used in the function (or module) around the call: new names must avoid them.
+    names_in_scope: frozenset[str] = frozenset()
 
     @property
     def rejects_none(self) -> bool:
@@ -88,6 +104,8 @@ class _Scope:
     #: For a class: ``self.<name> = value`` in its methods, with the method's scope.
     attributes: dict[str, list[tuple[cst.BaseExpression, "_Scope"]]] = field(default_factory=dict)
     attribute_annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    #: Every name used anywhere inside this scope (nested scopes included).
+    names: set[str] = field(default_factory=set)
 
     @property
     def self_name(self) -> str | None:
@@ -112,6 +130,27 @@ class _ScopeCollector(cst.CSTVisitor):
     def __init__(self, module: cst.Module) -> None:
         self.scopes: dict[cst.CSTNode, _Scope] = {module: _Scope(module)}
         self._stack: list[_Scope] = [self.scopes[module]]
+        #: Every call in the module, in source order, and every node's parent (same pass).
+        self.calls: list[cst.Call] = []
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._path: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._path:
+            self.parents[node] = self._path[-1]
+        self._path.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self._path.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        for scope in self._stack:
+            scope.names.add(node.value)
 
     def _push(self, node: cst.CSTNode) -> _Scope:
         scope = _Scope(node, parent=self._stack[-1])
@@ -254,6 +293,10 @@ def _unwrap_container(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr
 
 
+def _is_mock_call_builder(receiver: list[str]) -> bool:
+    return any(tuple(receiver[: len(prefix)]) == prefix for prefix in _MOCK_CALL_PREFIXES)
+
+
 def _is_none(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value == "None"
 
@@ -282,11 +325,12 @@ class _Analyzer:
         self.path = path
         self.hooks = hooks
         self.names = hooks.names
-        self.parents = wrapper.resolve(ParentNodeProvider)
         self.positions = wrapper.resolve(PositionProvider)
         collector = _ScopeCollector(self.module)
         self.module.visit(collector)
         self.scopes = collector.scopes
+        self.calls = collector.calls
+        self.parents = collector.parents
 
     # ---------------------------------------------------------------- scopes
     def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -407,8 +451,11 @@ class _Analyzer:
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value in self.names:
             receiver = _dotted(func.value)
-            # ``KimiLinearForCausalLM.set_x(model, ids)``; not ``MODEL.set_x(ids)``.
-            unbound = (
+            if receiver is not None and _is_mock_call_builder(receiver):
+                return None  # mock.call.set_x(...): an expected call in a mock assertion
+            # ``KimiLinearForCausalLM.set_x(model, ids)`` / ``type(m).set_x(m, ids)``: the
+            # hooks take one argument, so two positional ones mean an unbound call.
+            unbound = len(_positional(call)) >= 2 or (
                 receiver is not None and receiver[-1][:1].isupper() and not receiver[-1].isupper()
             )
             shape = Shape.UNBOUND if unbound else Shape.DIRECT
@@ -722,6 +769,11 @@ class _Analyzer:
                 return line, ""
         return None, "call shares its line with other statements"
 
+    def _module_index(self, node: cst.CSTNode) -> int:
+        while self._parent(node) is not self.module:
+            node = self._parent(node)
+        return next(index for index, top in enumerate(self.module.body) if top is node)
+
     def _statement_column(self, statement: cst.CSTNode | None) -> int:
         if statement is None:
             return 0
@@ -811,15 +863,9 @@ class _Analyzer:
             ids_arg=ids_arg,
             ids_core=ids_core,
             statement_column=self._statement_column(statement),
+            module_index=self._module_index(call),
+            names_in_scope=frozenset(scopes[0].names) if scopes else frozenset(),
         )
-
-
-class _CallCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.calls: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
 
 
 def find_calls(
@@ -827,9 +873,7 @@ def find_calls(
 ) -> list[FoundCall]:
     """Every hook call in ``wrapper.module``, in source order."""
     analyzer = _Analyzer(wrapper, path, hooks)
-    collector = _CallCollector()
-    wrapper.module.visit(collector)
-    found = (analyzer.analyze(call) for call in collector.calls)
+    found = (analyzer.analyze(call) for call in analyzer.calls)
     return sorted(
         (item for item in found if item is not None),
         key=lambda item: (item.site.line, item.site.column),

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
-from libcst.metadata import ParentNodeProvider, PositionProvider
+from libcst.metadata import PositionProvider
 
 from codemods.discover import FoundCall, find_calls
 from codemods.hooks import HookSet
@@ -105,7 +105,7 @@ METADATA = CodemodMetadata(
         default="warn",
     ),
 )
-_EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error")
+_EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error", "capture_exc_")
 _LOGGER_NAMES = ("logger", "capture_logger", "aux_capture_logger")
 
 
@@ -230,17 +230,9 @@ def _is_get_logger(
     )
 
 
-class _NameCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
-
-
 class FallbackCommand(VisitorBasedCodemodCommand):
     DESCRIPTION = METADATA.libcst_description
-    METADATA_DEPENDENCIES = (ParentNodeProvider, PositionProvider)
+    METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(
         self,
@@ -270,16 +262,9 @@ class FallbackCommand(VisitorBasedCodemodCommand):
                 self._statements[found.statement] = found
         if not self._statements:
             return False
-        self._first_use = min(
-            self._top_level_index(node, found.call) for found in self._statements.values()
-        )
+        self._first_use = min(found.module_index for found in self._statements.values())
         self._module = node
         self._state = _logging_state(node)
-        collector = _NameCollector()
-        node.visit(collector)
-        self._exc = next(
-            (name for name in _EXCEPTION_NAMES if name not in collector.names), "capture_exc_"
-        )
         if self._state.logger is not None:
             self._logger = self._state.logger
         else:
@@ -289,18 +274,18 @@ class FallbackCommand(VisitorBasedCodemodCommand):
             )
         return True
 
-    def _top_level_index(self, module: cst.Module, node: cst.CSTNode) -> int:
-        """Index in ``module.body`` of the statement that contains ``node``."""
-        parents = self.context.wrapper.resolve(ParentNodeProvider)
-        while parents.get(node) is not module:
-            node = parents[node]
-        return next(index for index, statement in enumerate(module.body) if statement is node)
-
     # -------------------------------------------------------------- handlers
+    @staticmethod
+    def _exception_name(found: FoundCall) -> str:
+        """``exc``, unless the function around the call already uses that name."""
+        taken = found.names_in_scope
+        return next((name for name in _EXCEPTION_NAMES if name not in taken), "capture_exc_1")
+
     def _warn_handler(self, found: FoundCall, column: int) -> str:
         indent = self._module.default_indent
         text = f"{_hook_label(found)} unavailable, running without aux hidden capture: %s"
-        call = f"{self._logger}.warning({quoted(text)}, {self._exc})"
+        exc = self._exception_name(found)
+        call = f"{self._logger}.warning({quoted(text)}, {exc})"
         if column + len(indent) + len(call) <= MAX_LINE:
             return f"{indent}{call}\n"
         inner = column + 2 * len(indent)
@@ -310,7 +295,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
             f"{indent}{self._logger}.warning(\n"
             f"{lines}"
             f"{indent * 2}{literals[-1]},\n"
-            f"{indent * 2}{self._exc},\n"
+            f"{indent * 2}{exc},\n"
             f"{indent})\n"
         )
 
@@ -324,7 +309,11 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         inner = column + 2 * len(indent)
         literals = wrapped_literals(text, max(MAX_LINE - inner, 60))
         lines = "".join(f"{indent * 2}{literal}\n" for literal in literals)
-        return f"{indent}raise NotImplementedError(\n" f"{lines}" f"{indent}) from {self._exc}\n"
+        return (
+            f"{indent}raise NotImplementedError(\n"
+            f"{lines}"
+            f"{indent}) from {self._exception_name(found)}\n"
+        )
 
     def _try_statement(self, found: FoundCall, body: cst.SimpleStatementLine) -> cst.Try:
         column = found.statement_column
@@ -334,7 +323,8 @@ class FallbackCommand(VisitorBasedCodemodCommand):
             else self._raise_handler(found, column)
         )
         indent = self._module.default_indent
-        template = f"try:\n{indent}pass\nexcept NotImplementedError as {self._exc}:\n{handler}"
+        exc = self._exception_name(found)
+        template = f"try:\n{indent}pass\nexcept NotImplementedError as {exc}:\n{handler}"
         template = template.replace("\n", self._module.default_newline)
         parsed = cst.parse_statement(template, config=self._module.config_for_parsing)
         assert isinstance(parsed, cst.Try)

@@ -31,7 +31,7 @@ import argparse
 
 import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
-from libcst.metadata import ParentNodeProvider, PositionProvider
+from libcst.metadata import PositionProvider
 
 from codemods.discover import FoundCall, find_calls
 from codemods.hooks import HookSet
@@ -110,7 +110,7 @@ def _normalised(value: cst.BaseExpression) -> cst.BaseExpression:
 
 class GuardCommand(VisitorBasedCodemodCommand):
     DESCRIPTION = METADATA.libcst_description
-    METADATA_DEPENDENCIES = (ParentNodeProvider, PositionProvider)
+    METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(
         self,

@@ -206,6 +206,8 @@ def test_ids_from_an_expression_with_a_call_are_for_review():
         ("TARGET_MODEL.set_dspark_layers_to_capture(ids)", Shape.DIRECT),
         ("KimiLinearForCausalLM.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
         ("sglang.models.KimiLinear.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
+        ("type(m).set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
+        ("m.__class__.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
         ("getattr(m, 'set_dspark_layers_to_capture')(ids)", Shape.GETATTR),
         ("getattr(m, 'set_dspark_' 'layers_to_capture')(ids)", Shape.GETATTR),
         ("getattr(m, {'dspark': 'set_dspark_layers_to_capture'}[method])(ids)", Shape.DICT_LOOKUP),
@@ -379,6 +381,8 @@ def test_excluded_definitions_delegation_strings_and_mocks():
             target.set_dspark_layers_to_capture.reset_mock()
             hasattr(target, "set_dspark_layers_to_capture")
             mock.patch.object(Wrapper, "set_dspark_layers_to_capture")
+            target.assert_has_calls([mock.call.set_dspark_layers_to_capture([1])])
+            target.assert_has_calls([call.draft.set_dspark_layers_to_capture([1])])
             print("set_dspark_layers_to_capture")
         """)
     assert found == []
@@ -458,12 +462,10 @@ def test_instance_attributes_set_from_optional_values():
 
 
 def test_walrus_check_guards():
-    site = only(
-        """
+    site = only("""
         def f(model, args):
             if layers := args.capture_layers:
                 model.set_dspark_layers_to_capture(layers)
-        """
-    )
+        """)
     assert site.guarded
     assert site.actions == (Action.FALLBACK,)
