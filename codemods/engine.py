@@ -102,7 +102,7 @@ def _read(path: str) -> bytes:
         os.close(descriptor)
 
 
-def scan_file(path: str, options: "TransformOptions") -> FileResult:
+def scan_file(path: str, options: "TransformOptions", prefilter: bool = True) -> FileResult:
     """Discover the call sites of one file; never writes."""
     from codemods.transform import scan_source
 
@@ -110,10 +110,12 @@ def scan_file(path: str, options: "TransformOptions") -> FileResult:
         source = _read(path)
     except OSError as error:
         return FileResult(path, Status.FAILED, error=f"cannot read: {error.strerror or error}")
-    return _slim(scan_source(source, path, options))
+    return _slim(scan_source(source, path, options, prefilter=prefilter))
 
 
-def migrate_file(path: str, options: "TransformOptions", write: bool) -> FileResult:
+def migrate_file(
+    path: str, options: "TransformOptions", write: bool, prefilter: bool = True
+) -> FileResult:
     """Transform one file; write it back when ``write`` and it changed."""
     from codemods.transform import transform_source
 
@@ -121,7 +123,7 @@ def migrate_file(path: str, options: "TransformOptions", write: bool) -> FileRes
         source = _read(path)
     except OSError as error:
         return FileResult(path, Status.FAILED, error=f"cannot read: {error.strerror or error}")
-    result = transform_source(source, path, options)
+    result = transform_source(source, path, options, prefilter=prefilter)
     if write and result.status is Status.CHANGED and result.rewritten is not None:
         try:
             write_atomic(path, result.rewritten)
@@ -169,18 +171,20 @@ def _guarded(task: _Task, path: str) -> FileResult:
 @dataclass
 class _ScanTask:
     options: "TransformOptions"
+    prefilter: bool
 
     def __call__(self, path: str) -> FileResult:
-        return scan_file(path, self.options)
+        return scan_file(path, self.options, self.prefilter)
 
 
 @dataclass
 class _MigrateTask:
     options: "TransformOptions"
     write: bool
+    prefilter: bool
 
     def __call__(self, path: str) -> FileResult:
-        return migrate_file(path, self.options, self.write)
+        return migrate_file(path, self.options, self.write, self.prefilter)
 
 
 def _prefilter(files: Sequence[str], prefilter: Prefilter | None) -> tuple[list[bool], int]:
@@ -309,7 +313,8 @@ def scan(
     execution: Execution = Execution(),
 ) -> Iterator[FileResult]:
     """Scan every source file under ``paths``, in sorted path order."""
-    return _pipeline(paths, _ScanTask(options), options, selection, execution)
+    task = _ScanTask(options, execution.prefilter)
+    return _pipeline(paths, task, options, selection, execution)
 
 
 def run(
@@ -320,4 +325,5 @@ def run(
     execution: Execution = Execution(),
 ) -> Iterator[FileResult]:
     """Transform every source file under ``paths``; write the changed ones when ``write``."""
-    return _pipeline(paths, _MigrateTask(options, write), options, selection, execution)
+    task = _MigrateTask(options, write, execution.prefilter)
+    return _pipeline(paths, task, options, selection, execution)

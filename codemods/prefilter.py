@@ -6,43 +6,51 @@ lets the engine parse only those.
 
 Why it is safe (it never drops a file discovery would report a call site in)
 -----------------------------------------------------------------------------
-Discovery reports a call site only where a hook's name is spelled out in the module: as the
-attribute or name being called (``model.set_x_layers_to_capture(ids)``,
+Discovery (:mod:`codemods.discover`) reports a call site only where a hook's name is spelled
+out in the module: as the attribute or name being called (``model.set_x_layers_to_capture(ids)``,
 ``Model.set_x_layers_to_capture(model, ids)``), as an attribute stored in a variable, or as a
-string literal whose value is the name (``getattr(obj, "set_x_layers_to_capture")``, a dict or
-a tuple of names that a lookup or a loop picks from).  The names it knows are the catalog's and
-the user's ``--hook`` names, and any name of the form ``set_<family>_layers_to_capture``.
+string literal whose value is the name, written out within one literal
+(``getattr(obj, "set_x_layers_to_capture")``, a dict or a tuple of names that a lookup or a
+loop picks from).  Names assembled from escapes or from implicitly concatenated pieces, or
+built at run time, are not recognised, by design.  The names it knows are the catalog's and
+the user's ``--hook`` names.
 
-1. *The text of the name is in the bytes.*  An identifier or a string literal without escapes
-   is stored in the file as its own characters.  In UTF-8 and in every other encoding a coding
-   cookie can declare where ASCII characters encode as themselves and never appear inside a
-   multi-byte character's encoding of a non-ASCII character (checked below:
-   ``_ASCII_TRANSPARENT``), an ASCII name is therefore a byte substring of the file.  For any
-   other declared encoding (``utf-7``, ``unicode_escape``...) the file is decoded first and the
-   text is searched instead.  Non-ASCII user hook names are searched as text too.
-2. *Stage one:* a file passes when it contains ``set_`` ... ``_layers_to_capture`` (the byte
-   regex ``set_[a-z0-9_]+_layers_to_capture``, which covers every catalog name and every name of
-   the hook form) or one of the user's other hook names.  Any file discovery reports a call
-   site in contains one of these, by 1.
-3. *Stage two* (``sharp=True``, the default) drops a file from stage one when every occurrence
-   of every needle is the name of a function *definition*: the occurrence is the whole
-   identifier right after ``def`` (or ``async def``) at the start of a line, followed by
-   ``(``.  A definition is not a call site, and the same text cannot at once be a definition's
-   name and a call, an attribute or a string literal whose value is a hook name.  When the
-   pattern is hidden in a multi-line string, the string's value still is not a hook name (it
-   contains ``def``), so nothing discovery reports is lost either.  Anything that does not
-   match exactly (a definition split over lines, a name in a comment or a docstring)
-   keeps the file: stage two only errs towards parsing.
+1. *The text of the name is in the bytes.*  An identifier or a literal as above is stored in
+   the file as its own characters.  In UTF-8 and in every encoding where ASCII characters
+   encode as themselves and never appear inside the encoding of a non-ASCII character
+   (``_ASCII_TRANSPARENT``), an ASCII name is therefore a byte substring of the file.  A file
+   whose coding cookie declares any other encoding (``utf-7``, ``unicode_escape``...) is
+   decoded and its text searched instead.
+2. *Stage one* passes a file that contains ``set_``...``_layers_to_capture`` (the byte regex
+   ``set_[a-z0-9_]+_layers_to_capture``: every catalog name and every name of the hook form) or
+   one of the user's other hook names.  By 1, any file with a call site passes.
+3. *Stage two* (``sharp=True``, the default) then drops the file when every occurrence found
+   by stage one is *inert*, i.e. cannot be part of a reported call site:
 
-What discovery cannot see, the prefilter need not see: a name assembled at run time
-(``"set_" + kind + "_layers_to_capture"`` with ``kind`` unknown), a name spelled with string
-escapes or split over implicitly concatenated literals, and non-ASCII look-alike identifiers
-that Python folds to a hook name (NFKC) are not call sites for discovery either.
+   * a **comment**: a ``#`` precedes it on its line and no quote does (without a quote the
+     ``#`` starts a comment, or lies in a string still open at the occurrence);
+   * a **definition's name**: exactly the identifier after ``def``/``async def`` at the start
+     of its line, followed by ``(``;
+   * a **self-delegation**: it lies in ``def NAME(...)`` of its own ``NAME`` and that function
+     is its innermost scope, found by reading lines upwards by indentation (the first line
+     indented less that starts with ``def``/``class`` must be ``def NAME(``).  Discovery never
+     reports a hook that forwards to the same hook (SGLang's wrapper models do that), and any
+     call inside that function can only resolve names mentioned there or at module level.
+     The reading is trusted only when nothing between the two can hide structure: no
+     multi-line string (one-line docstrings are fine), no backslash continuation, no lone
+     ``\\r`` line break and no ``lambda``; a line that starts a definition in an unexpected way
+     or a continuation line indented less than the body stops it.  A line starting with
+     ``def`` outside strings always is a definition, so these rules can only err towards
+     parsing.
+
+What discovery cannot see, the prefilter need not see; non-ASCII look-alike identifiers that
+Python folds to a hook name (NFKC) are not call sites for discovery either.  A file that is
+not parsed cannot fail to parse, so with the prefilter on a broken file that mentions no hook
+is not reported.
 
 ``tests/test_prefilter.py`` checks all of this empirically: discovery over every fixture, a
-generated corpus of all shapes (including the adversarial spellings above) and the real
-SGLang tree when cached must report the same call sites with the prefilter on and off, with
-and without stage two.
+generated corpus of shapes and adversarial spellings, and the real SGLang tree when it is
+cached must find no call site in any file either stage drops.
 """
 
 from __future__ import annotations
@@ -219,8 +227,8 @@ def _is_delegation(data: bytes, start: int, end: int) -> bool:
         line_width = _indent_width(line)
         if line_width is None:
             return False
-        if line_width >= width:
-            continue
+        if line_width >= width or stripped[:1] in (b")", b"]", b"}"):
+            continue  # deeper, or the tail of a bracketed construct: never a statement start
         width = line_width
         if _SCOPE_KEYWORD.match(line):
             header = _SCOPE_HEADER.match(line)
@@ -233,17 +241,31 @@ def _is_delegation(data: bytes, start: int, end: int) -> bool:
 
 
 def _plain(data: bytes, start: int, end: int) -> bool:
-    """No multi-line string, line continuation, lone carriage return (an old-style line
-    break) or lambda in ``data[start:end]``."""
+    """Nothing in ``data[start:end]`` that could hide structure from a line-by-line reading:
+    no line continuation, no lone carriage return (an old-style line break), no ``lambda``,
+    and triple quotes only in lines that open and close one string (``\"\"\"Doc.\"\"\"``),
+    which leave every line before and after as much inside or outside a string as it was."""
     region = data[start:end]
-    return not (
-        b'"""' in region
-        or b"'''" in region
-        or b"\\\n" in region
+    if (
+        b"\\\n" in region
         or b"\\\r" in region
         or region.count(b"\r") != region.count(b"\r\n")
         or b"lambda" in region
-    )
+    ):
+        return False
+    if b'"""' not in region and b"'''" not in region:
+        return True
+    for line in region.split(b"\n"):
+        tokens = line.count(b'"""') + line.count(b"'''")
+        if not tokens:
+            continue
+        text = line.strip()
+        quote = text[:3]
+        if tokens != 2 or quote not in (b'"""', b"'''") or not text.endswith(quote):
+            return False
+        if len(text) < 6:
+            return False
+    return True
 
 
 def _is_definition_name(data: bytes, start: int, end: int) -> bool:

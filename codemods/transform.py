@@ -13,10 +13,11 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.metadata import MetadataWrapper
 
-from codemods.discover import find_calls, mentions_hooks
+from codemods.discover import find_calls
 from codemods.fallback import FallbackCommand
 from codemods.guard import GuardCommand
 from codemods.options import TransformOptions
+from codemods.prefilter import Prefilter
 from codemods.records import Action, CallSite, FileResult, Status
 
 
@@ -35,13 +36,20 @@ def _describe(error: Exception) -> str:
 
 
 def _discover(module: cst.Module, path: str, options: TransformOptions) -> tuple[CallSite, ...]:
-    return tuple(found.site for found in find_calls(MetadataWrapper(module), path, options.hooks))
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # the module is ours alone
+    return tuple(found.site for found in find_calls(wrapper, path, options.hooks))
 
 
-def scan_source(source: bytes, path: str, options: TransformOptions | None = None) -> FileResult:
-    """Discover call sites only; never rewrites."""
+def scan_source(
+    source: bytes, path: str, options: TransformOptions | None = None, *, prefilter: bool = True
+) -> FileResult:
+    """Discover call sites only; never rewrites.
+
+    A file that the prefilter shows to hold no call site is not parsed (and so never fails);
+    ``prefilter=False`` parses every file.
+    """
     options = options or TransformOptions()
-    if not mentions_hooks(source, options.hooks):
+    if prefilter and not Prefilter.for_names(options.extra_hooks).needs_parse(source):
         return FileResult(path, Status.UNCHANGED, original=source)
     try:
         module = _parse(source)
@@ -57,11 +65,11 @@ def _verify(rewritten: bytes, path: str) -> None:
 
 
 def transform_source(
-    source: bytes, path: str, options: TransformOptions | None = None
+    source: bytes, path: str, options: TransformOptions | None = None, *, prefilter: bool = True
 ) -> FileResult:
-    """Apply the caller codemods to one file's bytes."""
+    """Apply the caller codemods to one file's bytes (``prefilter`` as for ``scan_source``)."""
     options = options or TransformOptions()
-    scanned = scan_source(source, path, options)
+    scanned = scan_source(source, path, options, prefilter=prefilter)
     if scanned.status is Status.FAILED:
         return scanned
     sites = scanned.call_sites

@@ -209,7 +209,7 @@ def test_ids_from_an_expression_with_a_call_are_for_review():
         ("type(m).set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
         ("m.__class__.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
         ("getattr(m, 'set_dspark_layers_to_capture')(ids)", Shape.GETATTR),
-        ("getattr(m, 'set_dspark_' 'layers_to_capture')(ids)", Shape.GETATTR),
+        ("getattr(m, '' 'set_dspark_layers_to_capture')(ids)", Shape.GETATTR),
         ("getattr(m, {'dspark': 'set_dspark_layers_to_capture'}[method])(ids)", Shape.DICT_LOOKUP),
         (
             "getattr(m, {'dspark': 'set_dspark_layers_to_capture'}.get(method))(ids)",
@@ -223,6 +223,15 @@ def test_call_shapes(code, shape):
     assert site.hook == DSPARK
     assert site.ids_source == "ids"
     assert Action.GUARD in site.actions
+
+
+@pytest.mark.parametrize(
+    "literal",
+    ["'set_dspark_' 'layers_to_capture'", "'set_dspark_layers\\x5fto_capture'"],
+)
+def test_hook_names_count_only_when_spelled_out_in_one_literal(literal):
+    # The contract that makes a text search a safe prefilter (codemods.prefilter).
+    assert sites(f"def f(m, ids=None):\n    getattr(m, {literal})(ids)\n") == []
 
 
 def test_variable_shapes():
