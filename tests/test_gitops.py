@@ -185,7 +185,7 @@ def test_allow_dirty_commits_only_auxcap_files_and_keeps_the_user_changes(repo):
 def test_allow_dirty_refuses_to_rewrite_a_file_the_user_has_changed(repo):
     (repo / "src" / "model_a.py").write_bytes(MODEL_A + b"# user edit\n")
     before = repo_state(repo)
-    with pytest.raises(DeliveryFailed, match=r"src/model_a\.py, which hold uncommitted"):
+    with pytest.raises(DeliveryFailed, match=r"src/model_a\.py, which has uncommitted"):
         deliver_on_branch(repo, BRANCH, None, rewrite_model_a, "Guard", allow_dirty=True)
     assert_same_state(before, repo_state(repo))
     assert (repo / "src" / "model_a.py").read_bytes() == MODEL_A + b"# user edit\n"
