@@ -132,8 +132,12 @@ def cli() -> None:
 @cli.command()
 @_paths
 @click.option(
-    "--format", "output_format", type=click.Choice(["text", "json"]), default="text",
-    show_default=True, help="Listing format.",
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Listing format.",
 )
 @_hook_option
 def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...]) -> None:
@@ -151,21 +155,34 @@ def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...
 
 @cli.command()
 @_paths
-@click.option("--diff", "mode", flag_value="diff", default=True,
-              help="Print the changes as a unified diff; change nothing (default).")
-@click.option("--check", "mode", flag_value="check",
-              help="Change nothing; exit 1 when changes are needed, 0 when none.")
-@click.option("--write", "mode", flag_value="write", help="Rewrite the files in place.")
-@click.option("--guard-policy", type=click.Choice(GUARD_POLICIES), default="skip",
-              show_default=True, help="When layer ids are unset: skip the call, or raise.")
-@click.option("--fallback-policy", type=click.Choice(FALLBACK_POLICIES), default="warn",
-              show_default=True,
-              help="Under pipeline parallelism: warn and continue, or re-raise with a hint.")
+@click.option(
+    "--diff", "show_diff", is_flag=True, help="Print a unified diff; change nothing (default)."
+)
+@click.option(
+    "--check", is_flag=True, help="Change nothing; exit 1 when changes are needed, 0 when none."
+)
+@click.option("--write", is_flag=True, help="Rewrite the files in place.")
+@click.option(
+    "--guard-policy",
+    type=click.Choice(GUARD_POLICIES),
+    default="skip",
+    show_default=True,
+    help="When layer ids are unset: skip the call, or raise.",
+)
+@click.option(
+    "--fallback-policy",
+    type=click.Choice(FALLBACK_POLICIES),
+    default="warn",
+    show_default=True,
+    help="Under pipeline parallelism: warn and continue, or re-raise with a hint.",
+)
 @_hook_option
 @_branch_options()
 def migrate(
     paths: tuple[str, ...],
-    mode: str,
+    show_diff: bool,
+    check: bool,
+    write: bool,
     guard_policy: str,
     fallback_policy: str,
     extra_hooks: tuple[str, ...],
@@ -181,11 +198,15 @@ def migrate(
     With --branch NAME, the rewritten files are committed on a new branch NAME in the git
     repository that holds PATHS, and nothing else is touched.
     """
+    if show_diff + check + write > 1:
+        raise click.UsageError("--diff, --check and --write are mutually exclusive")
+    mode = "write" if write else "check" if check else "diff"
     options = TransformOptions(guard_policy, fallback_policy, extra_hooks)
     request = _branch_request(branch, base, pr_body, patch_dir, allow_dirty, author)
     if request is not None:
-        if mode == "check":
-            raise click.UsageError("--check and --branch cannot be used together")
+        if check or show_diff:
+            flag = "--check" if check else "--diff"
+            raise click.UsageError(f"{flag} and --branch cannot be used together")
         policies = {"guard policy": guard_policy, "fallback policy": fallback_policy}
         if extra_hooks:
             policies["extra hooks"] = ", ".join(extra_hooks)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.hooks import DEFAULT_HOOKS, Hook, HookSet
 from codemods.records import Action, CallSite, Risk, Shape
@@ -60,12 +60,17 @@ class FoundCall:
     call: cst.Call
     site: CallSite
     hooks: tuple[Hook, ...]
-    #: The statement line holding only this call, when the call is a statement of its own.
-    statement: cst.SimpleStatementLine | None
+    #: The statement holding only this call, when the call is a statement of its own: a line,
+    #: or the one-line body of a compound statement (``if ok: model.set_x(ids)``).
+    statement: cst.SimpleStatementLine | cst.SimpleStatementSuite | None
     #: The argument carrying the ids, and the expression checked for ``None`` (``x`` in
     #: ``list(x)``).
     ids_arg: cst.Arg | None
     ids_core: cst.BaseExpression | None
+    #: Column (0-based) where the statement starts, once on a line of its own.
+    statement_column: int = 0
+    #: Index in ``module.body`` of the top-level statement that contains the call.
+    module_index: int = 0
 
     @property
     def rejects_none(self) -> bool:
@@ -77,10 +82,22 @@ class _Scope:
     """Names bound in one function (or module, or class) body."""
 
     node: cst.CSTNode
+    parent: "_Scope | None" = None
     params: dict[str, cst.Param] = field(default_factory=dict)
     values: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
     annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)
     loops: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    #: For a class: ``self.<name> = value`` in its methods, with the method's scope.
+    attributes: dict[str, list[tuple[cst.BaseExpression, "_Scope"]]] = field(default_factory=dict)
+    attribute_annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)
+
+    @property
+    def self_name(self) -> str | None:
+        """``self`` (or however the first parameter is called) for a method."""
+        if isinstance(self.node, cst.FunctionDef) and self.parent is not None:
+            if isinstance(self.parent.node, cst.ClassDef) and self.node.params.params:
+                return self.node.params.params[0].name.value
+        return None
 
     def knows(self, name: str) -> bool:
         return (
@@ -97,9 +114,26 @@ class _ScopeCollector(cst.CSTVisitor):
     def __init__(self, module: cst.Module) -> None:
         self.scopes: dict[cst.CSTNode, _Scope] = {module: _Scope(module)}
         self._stack: list[_Scope] = [self.scopes[module]]
+        #: Every call in the module, in source order, and every node's parent (same pass).
+        self.calls: list[cst.Call] = []
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._path: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._path:
+            self.parents[node] = self._path[-1]
+        self._path.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self._path.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
 
     def _push(self, node: cst.CSTNode) -> _Scope:
-        scope = _Scope(node)
+        scope = _Scope(node, parent=self._stack[-1])
         self.scopes[node] = scope
         self._stack.append(scope)
         return scope
@@ -128,6 +162,27 @@ class _ScopeCollector(cst.CSTVisitor):
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if isinstance(target, cst.Name):
             self._stack[-1].values.setdefault(target.value, []).append(value)
+        elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+            if len(target.elements) == len(value.elements):
+                for name, item in zip(target.elements, value.elements):
+                    self._bind(name.value, item.value)
+        elif self._self_attribute(target) is not None:
+            scope = self._stack[-1]
+            scope.parent.attributes.setdefault(self._self_attribute(target), []).append(
+                (value, scope)
+            )
+
+    def _self_attribute(self, target: cst.BaseExpression) -> str | None:
+        """``x`` for ``self.x`` assigned in a method, else None."""
+        scope = self._stack[-1]
+        if (
+            isinstance(target, cst.Attribute)
+            and isinstance(target.value, cst.Name)
+            and scope.self_name is not None
+            and target.value.value == scope.self_name
+        ):
+            return target.attr.value
+        return None
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -136,8 +191,12 @@ class _ScopeCollector(cst.CSTVisitor):
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if isinstance(node.target, cst.Name):
             self._stack[-1].annotations[node.target.value] = node.annotation.annotation
-            if node.value is not None:
-                self._bind(node.target, node.value)
+        attribute = self._self_attribute(node.target)
+        if attribute is not None:
+            parent = self._stack[-1].parent
+            parent.attribute_annotations[attribute] = node.annotation.annotation
+        if node.value is not None:
+            self._bind(node.target, node.value)
 
     def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
         self._bind(node.target, node.value)
@@ -222,11 +281,12 @@ class _Analyzer:
         self.path = path
         self.hooks = hooks
         self.names = hooks.names
-        self.parents = wrapper.resolve(ParentNodeProvider)
         self.positions = wrapper.resolve(PositionProvider)
         collector = _ScopeCollector(self.module)
         self.module.visit(collector)
         self.scopes = collector.scopes
+        self.calls = collector.calls
+        self.parents = collector.parents
 
     # ---------------------------------------------------------------- scopes
     def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -347,7 +407,10 @@ class _Analyzer:
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value in self.names:
             receiver = _dotted(func.value)
-            unbound = receiver is not None and receiver[-1][:1].isupper()
+            # ``KimiLinearForCausalLM.set_x(model, ids)``; not ``MODEL.set_x(ids)``.
+            unbound = (
+                receiver is not None and receiver[-1][:1].isupper() and not receiver[-1].isupper()
+            )
             shape = Shape.UNBOUND if unbound else Shape.DIRECT
             return frozenset({func.attr.value}), shape
         fetched = self._getattr_names(func, scopes)
@@ -406,7 +469,9 @@ class _Analyzer:
             return "Optional" in value or re.search(r"\bNone\b", value) is not None
         return False
 
-    def _definitely_set(self, expr: cst.BaseExpression, scopes: Sequence[_Scope], depth: int) -> bool:
+    def _definitely_set(
+        self, expr: cst.BaseExpression, scopes: Sequence[_Scope], depth: int
+    ) -> bool:
         """True when ``expr`` is a value that is certainly not None (a literal, a fresh list)."""
         if isinstance(
             expr,
@@ -467,7 +532,11 @@ class _Analyzer:
             )
         if isinstance(expr, cst.Attribute):
             chain = _dotted(expr)
-            return chain is not None and any(_CONFIG_NAME.search(part) for part in chain[:-1])
+            if chain is None:
+                return False
+            if any(_CONFIG_NAME.search(part) for part in chain[:-1]):
+                return True
+            return len(chain) == 2 and self._attribute_maybe_none(chain, scopes, depth)
         if isinstance(expr, cst.BooleanOperation):
             if isinstance(expr.operator, cst.And):
                 return True
@@ -495,11 +564,33 @@ class _Analyzer:
                 )
         return False
 
+    def _attribute_maybe_none(self, chain: list[str], scopes: Sequence[_Scope], depth: int) -> bool:
+        """``self.x`` in a method: may ``x`` be None, judging by the class and its methods?"""
+        method = scopes[0] if scopes else None
+        if method is None or method.self_name != chain[0] or method.parent is None:
+            return False
+        owner, name = method.parent, chain[1]
+        module_scope = self.scopes[self.module]
+        annotation = owner.attribute_annotations.get(name) or owner.annotations.get(name)
+        if annotation is not None and self._annotation_optional(annotation):
+            return True
+        if any(
+            self.maybe_none(value, [owner, module_scope], depth + 1)
+            for value in owner.values.get(name, [])
+        ):
+            return True
+        return any(
+            self.maybe_none(value, [scope, module_scope], depth + 1)
+            for value, scope in owner.attributes.get(name, [])
+        )
+
     # ---------------------------------------------------------------- guards
     def _asserts_present(self, test: cst.BaseExpression, key: str) -> bool:
         """True when ``test`` being true implies the ids (``key``) are set."""
         if _key(test) == key:
             return True
+        if isinstance(test, cst.NamedExpr):
+            return _key(test.target) == key or self._asserts_present(test.value, key)
         if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
             return self._asserts_present(test.left, key) or self._asserts_present(test.right, key)
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
@@ -618,14 +709,32 @@ class _Analyzer:
         return chain is not None and chain[-1] in _HANDLES_NOT_IMPLEMENTED
 
     # ------------------------------------------------------------ statements
-    def _own_statement(self, call: cst.Call) -> cst.SimpleStatementLine | None:
+    def _own_statement(
+        self, call: cst.Call
+    ) -> tuple[cst.SimpleStatementLine | cst.SimpleStatementSuite | None, str]:
+        """The statement that is only this call, or None and why not."""
         expr = self._parent(call)
         if not isinstance(expr, cst.Expr):
-            return None
+            return None, "call used inside an expression"
         line = self._parent(expr)
-        if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
-            return line
-        return None
+        if isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            if len(line.body) == 1:
+                return line, ""
+        return None, "call shares its line with other statements"
+
+    def _module_index(self, node: cst.CSTNode) -> int:
+        while self._parent(node) is not self.module:
+            node = self._parent(node)
+        return next(index for index, top in enumerate(self.module.body) if top is node)
+
+    def _statement_column(self, statement: cst.CSTNode | None) -> int:
+        if statement is None:
+            return 0
+        if isinstance(statement, cst.SimpleStatementSuite):
+            owner = self._parent(statement)
+            column = self.positions[owner].start.column if owner is not None else 0
+            return column + len(self.module.default_indent)
+        return self.positions[statement].start.column
 
     def _delegates(self, call: cst.Call, names: frozenset[str]) -> bool:
         """A hook method forwarding to the same hook elsewhere (``def set_x(...): inner.set_x``)."""
@@ -647,7 +756,7 @@ class _Analyzer:
 
         ids_arg = self._ids_arg(call, shape)
         ids_core = None if ids_arg is None or ids_arg.star else _unwrap_container(ids_arg.value)
-        statement = self._own_statement(call)
+        statement, not_own = self._own_statement(call)
         guarded = ids_core is not None and self._is_guarded(call, _key(ids_core))
         handles = self._handles_not_implemented(call)
 
@@ -667,7 +776,7 @@ class _Analyzer:
             elif ids_core is not None and not guarded and self.maybe_none(ids_core, scopes):
                 risks.append(Risk.MAYBE_NONE)
                 if statement is None:
-                    notes.append("call used inside an expression; guard the ids by hand")
+                    notes.append(f"{not_own}; guard the ids by hand")
                     review = True
                 elif not _is_simple_reference(ids_core):
                     notes.append("ids come from an expression; bind them to a name first")
@@ -678,7 +787,7 @@ class _Analyzer:
             risks.append(Risk.PP_UNSUPPORTED)
             if not review:
                 if statement is None:
-                    notes.append("call used inside an expression; handle NotImplementedError by hand")
+                    notes.append(f"{not_own}; handle NotImplementedError by hand")
                     review = True
                 else:
                     actions.append(Action.FALLBACK)
@@ -706,15 +815,9 @@ class _Analyzer:
             statement=statement,
             ids_arg=ids_arg,
             ids_core=ids_core,
+            statement_column=self._statement_column(statement),
+            module_index=self._module_index(call),
         )
-
-
-class _CallCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.calls: list[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
 
 
 def find_calls(
@@ -722,9 +825,7 @@ def find_calls(
 ) -> list[FoundCall]:
     """Every hook call in ``wrapper.module``, in source order."""
     analyzer = _Analyzer(wrapper, path, hooks)
-    collector = _CallCollector()
-    wrapper.module.visit(collector)
-    found = (analyzer.analyze(call) for call in collector.calls)
+    found = (analyzer.analyze(call) for call in analyzer.calls)
     return sorted(
         (item for item in found if item is not None),
         key=lambda item: (item.site.line, item.site.column),

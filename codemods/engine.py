@@ -46,7 +46,9 @@ def write_atomic(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new file, never half."""
     target = Path(path)
     mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    handle, temporary = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
+    )
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
@@ -70,7 +72,9 @@ def scan_file(path: str, options: TransformOptions) -> FileResult:
     return scan_source(source, path, options)
 
 
-def scan(paths: Iterable[str | os.PathLike[str]], options: TransformOptions) -> Iterator[FileResult]:
+def scan(
+    paths: Iterable[str | os.PathLike[str]], options: TransformOptions
+) -> Iterator[FileResult]:
     """Scan every source file under ``paths`` in sorted path order."""
     for path in collect_files(paths):
         yield scan_file(path, options)

@@ -41,12 +41,18 @@ from dataclasses import dataclass
 
 import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
-from libcst.metadata import ParentNodeProvider, PositionProvider
+from libcst.metadata import PositionProvider
 
 from codemods.discover import FoundCall, find_calls
 from codemods.hooks import HookSet
 from codemods.records import Action
-from codemods.snippets import MAX_LINE, fit_call_statement, quoted, wrapped_literals
+from codemods.snippets import (
+    MAX_LINE,
+    fit_call_statement,
+    quoted,
+    suite_as_line,
+    wrapped_literals,
+)
 
 FALLBACK_POLICIES = ("warn", "raise")
 _EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error")
@@ -188,7 +194,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         "in try/except: log and continue (--fallback-policy warn) or re-raise with a hint "
         "(--fallback-policy raise)."
     )
-    METADATA_DEPENDENCIES = (ParentNodeProvider, PositionProvider)
+    METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(
         self,
@@ -203,7 +209,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
             )
         self.policy = fallback_policy
         self.hooks = HookSet.with_extra(tuple(extra_hooks or ()))
-        self._statements: dict[cst.SimpleStatementLine, FoundCall] = {}
+        self._statements: dict[cst.CSTNode, FoundCall] = {}
         self._wrapped = 0
 
     @staticmethod
@@ -231,6 +237,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
                 self._statements[found.statement] = found
         if not self._statements:
             return False
+        self._first_use = min(found.module_index for found in self._statements.values())
         self._module = node
         self._state = _logging_state(node)
         collector = _NameCollector()
@@ -275,23 +282,17 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         inner = column + 2 * len(indent)
         literals = wrapped_literals(text, max(MAX_LINE - inner, 60))
         lines = "".join(f"{indent * 2}{literal}\n" for literal in literals)
-        return (
-            f"{indent}raise NotImplementedError(\n"
-            f"{lines}"
-            f"{indent}) from {self._exc}\n"
-        )
+        return f"{indent}raise NotImplementedError(\n" f"{lines}" f"{indent}) from {self._exc}\n"
 
     def _try_statement(self, found: FoundCall, body: cst.SimpleStatementLine) -> cst.Try:
-        column = self.get_metadata(PositionProvider, found.statement).start.column
+        column = found.statement_column
         handler = (
             self._warn_handler(found, column)
             if self.policy == "warn"
             else self._raise_handler(found, column)
         )
         indent = self._module.default_indent
-        template = (
-            f"try:\n{indent}pass\nexcept NotImplementedError as {self._exc}:\n{handler}"
-        )
+        template = f"try:\n{indent}pass\nexcept NotImplementedError as {self._exc}:\n{handler}"
         template = template.replace("\n", self._module.default_newline)
         parsed = cst.parse_statement(template, config=self._module.config_for_parsing)
         assert isinstance(parsed, cst.Try)
@@ -310,6 +311,15 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         self._wrapped += 1
         return self._try_statement(found, updated_node)
 
+    def leave_SimpleStatementSuite(
+        self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
+    ) -> cst.BaseSuite:
+        found = self._statements.get(original_node)
+        if found is None:
+            return updated_node
+        self._wrapped += 1
+        return cst.IndentedBlock(body=[self._try_statement(found, suite_as_line(updated_node))])
+
     # ---------------------------------------------------------------- logger
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if not self._wrapped or self.policy != "warn" or self._state.logger is not None:
@@ -323,7 +333,8 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         logger_line = cst.parse_statement(
             f"{self._logger} = {factory}(__name__)\n", config=updated_node.config_for_parsing
         ).with_changes(leading_lines=[cst.EmptyLine()])
-        header_end = self._header_end(body)
+        # After the imports, but before a module-level statement that uses the logger.
+        header_end = self._header_end(body[: self._first_use])
         if header_end < len(body):
             following = body[header_end]
             if isinstance(following, (cst.FunctionDef, cst.ClassDef)) and not any(

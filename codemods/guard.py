@@ -31,12 +31,18 @@ import argparse
 
 import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
-from libcst.metadata import ParentNodeProvider, PositionProvider
+from libcst.metadata import PositionProvider
 
 from codemods.discover import FoundCall, find_calls
 from codemods.hooks import HookSet
 from codemods.records import Action
-from codemods.snippets import MAX_LINE, fit_call_statement, quoted, wrapped_literals
+from codemods.snippets import (
+    MAX_LINE,
+    fit_call_statement,
+    quoted,
+    suite_as_line,
+    wrapped_literals,
+)
 
 GUARD_POLICIES = ("skip", "raise")
 
@@ -61,7 +67,7 @@ class GuardCommand(VisitorBasedCodemodCommand):
         "Guard capture-hook calls whose layer ids may be None: skip the call when unset "
         "(--guard-policy skip) or raise a clear ValueError (--guard-policy raise)."
     )
-    METADATA_DEPENDENCIES = (ParentNodeProvider, PositionProvider)
+    METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(
         self,
@@ -75,7 +81,7 @@ class GuardCommand(VisitorBasedCodemodCommand):
         self.policy = guard_policy
         self.hooks = HookSet.with_extra(tuple(extra_hooks or ()))
         self._calls: dict[cst.Call, FoundCall] = {}
-        self._statements: dict[cst.SimpleStatementLine, FoundCall] = {}
+        self._statements: dict[cst.CSTNode, FoundCall] = {}
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
@@ -114,24 +120,18 @@ class GuardCommand(VisitorBasedCodemodCommand):
         args[index] = arg.with_changes(value=_normalised(arg.value))
         return updated_node.with_changes(args=args)
 
-    def leave_SimpleStatementLine(
-        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
-    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
-        found = self._statements.get(original_node)
-        if found is None or found.ids_core is None:
-            return updated_node
+    def _wrap(self, found: FoundCall, line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+        assert found.ids_core is not None
         value = found.ids_core.deep_clone()
-        leading = updated_node.leading_lines
-        call_line = updated_node.with_changes(leading_lines=())
-        column = self.get_metadata(PositionProvider, original_node).start.column
+        leading = line.leading_lines
+        call_line = line.with_changes(leading_lines=())
+        column = found.statement_column
         indent = self.module_indent
         if self.policy == "skip":
             call_line = fit_call_statement(call_line, column + len(indent), indent)
-            return cst.If(
-                test=value,
-                body=cst.IndentedBlock(body=[call_line]),
-                leading_lines=leading,
-            )
+            return [
+                cst.If(test=value, body=cst.IndentedBlock(body=[call_line]), leading_lines=leading)
+            ]
         call_line = fit_call_statement(call_line, column, indent)
         message = unset_message(found)
         if column + len(indent) + len(f"raise ValueError({quoted(message)})") <= MAX_LINE:
@@ -146,4 +146,20 @@ class GuardCommand(VisitorBasedCodemodCommand):
             body=cst.IndentedBlock(body=[raise_line]),
             leading_lines=leading,
         )
-        return cst.FlattenSentinel([check, call_line])
+        return [check, call_line]
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        found = self._statements.get(original_node)
+        if found is None or found.ids_core is None:
+            return updated_node
+        return cst.FlattenSentinel(self._wrap(found, updated_node))
+
+    def leave_SimpleStatementSuite(
+        self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
+    ) -> cst.BaseSuite:
+        found = self._statements.get(original_node)
+        if found is None or found.ids_core is None:
+            return updated_node
+        return cst.IndentedBlock(body=self._wrap(found, suite_as_line(updated_node)))

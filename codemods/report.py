@@ -55,7 +55,10 @@ _CALL_SITE_SCHEMA = {
         "path": {"type": "string"},
         "line": {"type": "integer", "minimum": 1},
         "column": {"type": "integer", "minimum": 1},
-        "hook": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*(\|[A-Za-z_][A-Za-z0-9_]*)*$"},
+        "hook": {
+            "type": "string",
+            "pattern": r"^[A-Za-z_][A-Za-z0-9_]*(\|[A-Za-z_][A-Za-z0-9_]*)*$",
+        },
         "shape": {"enum": [shape.value for shape in Shape]},
         "ids_source": {"type": ["string", "null"]},
         "risks": {

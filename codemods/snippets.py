@@ -71,3 +71,12 @@ def fit_call_statement(
         ),
     )
     return line.with_changes(body=[statement.with_changes(value=exploded)])
+
+
+def suite_as_line(suite: cst.SimpleStatementSuite) -> cst.SimpleStatementLine:
+    """The one statement of ``if ok: call()`` as a line of its own (comment kept)."""
+    (statement,) = suite.body
+    return cst.SimpleStatementLine(
+        body=[statement.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)],
+        trailing_whitespace=suite.trailing_whitespace,
+    )

@@ -49,7 +49,9 @@ def _parse(source: bytes) -> cst.Module:
 def _describe(error: Exception) -> str:
     if isinstance(error, cst.ParserSyntaxError):
         return f"syntax error at line {error.raw_line}, column {error.raw_column}: {error.message}"
-    if isinstance(error, (UnicodeDecodeError, LookupError)):
+    if isinstance(error, (UnicodeDecodeError, LookupError)) or (
+        isinstance(error, SyntaxError) and "encoding" in str(error)
+    ):
         return f"cannot decode the file: {error}"
     return f"{type(error).__name__}: {error}"
 

@@ -152,6 +152,8 @@ def test_companion_options_need_branch(repo, extra):
 def test_check_and_branch_conflict(repo):
     result = auxcap("migrate", ".", "--check", "--branch", BRANCH)
     assert result.exit_code == 2 and "--check and --branch" in result.output
+    result = auxcap("migrate", ".", "--diff", "--branch", BRANCH)
+    assert result.exit_code == 2 and "--diff and --branch" in result.output
 
 
 def test_no_identity_error_and_author_option(tmp_path, monkeypatch):

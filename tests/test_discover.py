@@ -52,6 +52,11 @@ EXPECTED = {
     "guarded_by_else": [(10, DSPARK, "direct", "fallback"), (19, DFLASH, "direct", "fallback")],
     "hasattr_compound": [(8, DSPARK, "direct", "fallback"), (13, DFLASH, "direct", GF)],
     "hasattr_raise": [(9, DSPARK, "direct", GF)],
+    "instance_attributes": [
+        (13, DSPARK, "direct", GF),
+        (23, DSPARK, "direct", GF),
+        (24, MSD, "direct", "fallback"),
+    ],
     "keyword_ids": [(8, DFLASH, "direct", GF), (9, MSD, "direct", GF)],
     "literal_ids": [
         (7, DSPARK, "direct", "fallback"),
@@ -64,7 +69,13 @@ EXPECTED = {
     "loop_over_names": [(9, f"{DSPARK}|{EAGLE3}", "loop", GF)],
     "match_statement": [(9, DSPARK, "direct", GF), (11, EAGLE3, "direct", "fallback")],
     "mock_assertions": [],
+    "module_level_script": [(8, DSPARK, "direct", GF)],
     "multiline_kwargs": [(8, DSPARK, "direct", GF), (16, DFLASH, "direct", GF)],
+    "one_line_suite": [
+        (7, DSPARK, "direct", GF),
+        (8, EAGLE3, "direct", "fallback"),
+        (9, MSD, "direct", "review"),
+    ],
     "or_default": [(10, DSPARK, "direct", GF), (15, DSPARK, "direct", "fallback")],
     "receiver_chain": [(21, DSPARK, "direct", GF)],
     "try_other_exception": [(8, DSPARK, "direct", GF)],
@@ -98,12 +109,10 @@ def only(code: str, hooks: HookSet | None = None):
 
 
 def test_position_is_one_based_and_fields_are_filled():
-    site = only(
-        """
+    site = only("""
         def main(model, args):
             model.set_dspark_layers_to_capture(args.capture_layers)
-        """
-    )
+        """)
     assert (site.path, site.line, site.column) == ("t.py", 3, 5)
     assert site.hook == DSPARK and site.shape is Shape.DIRECT
     assert site.ids_source == "args.capture_layers"
@@ -154,8 +163,11 @@ def test_ids_that_are_not_none_are_not_guarded(ids):
 
 
 def test_literal_none_and_missing_ids_are_for_review():
-    for call in ("set_dspark_layers_to_capture(None)", "set_msd_layers_to_capture()",
-                 "set_dflash_layers_to_capture(layer_ids=None)"):
+    for call in (
+        "set_dspark_layers_to_capture(None)",
+        "set_msd_layers_to_capture()",
+        "set_dflash_layers_to_capture(layer_ids=None)",
+    ):
         site = only(f"def f(model):\n    model.{call}\n")
         assert site.risks[0] is Risk.LITERAL_NONE
         assert site.actions == (Action.REVIEW,)
@@ -169,14 +181,12 @@ def test_eagle3_is_never_guarded_but_may_raise_under_pp():
 
 
 def test_expression_level_calls_are_for_review():
-    found = sites(
-        """
+    found = sites("""
         def f(model, ids=None):
             ok = model.set_dspark_layers_to_capture(ids)
             flag and model.set_dspark_layers_to_capture([1])
             x = 1; model.set_dspark_layers_to_capture([2])
-        """
-    )
+        """)
     assert [site.actions for site in found] == [(Action.REVIEW,)] * 3
 
 
@@ -193,13 +203,16 @@ def test_ids_from_an_expression_with_a_call_are_for_review():
         ("self.model_runner.model.set_dspark_layers_to_capture(ids)", Shape.DIRECT),
         ("get_model().set_dspark_layers_to_capture(ids)", Shape.DIRECT),
         ("models[0].set_dspark_layers_to_capture(ids)", Shape.DIRECT),
+        ("TARGET_MODEL.set_dspark_layers_to_capture(ids)", Shape.DIRECT),
         ("KimiLinearForCausalLM.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
         ("sglang.models.KimiLinear.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
         ("getattr(m, 'set_dspark_layers_to_capture')(ids)", Shape.GETATTR),
         ("getattr(m, 'set_dspark_' 'layers_to_capture')(ids)", Shape.GETATTR),
         ("getattr(m, {'dspark': 'set_dspark_layers_to_capture'}[method])(ids)", Shape.DICT_LOOKUP),
-        ("getattr(m, {'dspark': 'set_dspark_layers_to_capture'}.get(method))(ids)",
-         Shape.DICT_LOOKUP),
+        (
+            "getattr(m, {'dspark': 'set_dspark_layers_to_capture'}.get(method))(ids)",
+            Shape.DICT_LOOKUP,
+        ),
     ],
 )
 def test_call_shapes(code, shape):
@@ -211,8 +224,7 @@ def test_call_shapes(code, shape):
 
 
 def test_variable_shapes():
-    found = sites(
-        """
+    found = sites("""
         def f(model, ids=None):
             setter = getattr(model, "set_dspark_layers_to_capture", None)
             bound = model.set_dflash_layers_to_capture
@@ -222,8 +234,7 @@ def test_variable_shapes():
                 setter(ids)
             bound([1])
             fetched([2])
-        """
-    )
+        """)
     assert [(s.hook, s.shape) for s in found] == [
         (DSPARK, Shape.VARIABLE),
         (DFLASH, Shape.VARIABLE),
@@ -232,36 +243,31 @@ def test_variable_shapes():
 
 
 def test_loop_over_a_named_tuple_of_hooks():
-    site = only(
-        """
+    site = only("""
         HOOKS = ("set_eagle3_layers_to_capture", "set_dspark_layers_to_capture")
 
         def f(model, ids):
             for name in HOOKS:
                 getattr(model, name)(ids)
-        """
-    )
+        """)
     assert site.shape is Shape.LOOP
     assert site.hook == f"{DSPARK}|{EAGLE3}"
 
 
 def test_multiline_call_with_keyword_ids_beside_other_keywords():
-    site = only(
-        """
+    site = only("""
         def f(model, args):
             model.set_dspark_layers_to_capture(
                 capture_hc=True,
                 layer_ids=args.layers,
             )
-        """
-    )
+        """)
     assert site.ids_source == "args.layers"
     assert site.line == 3
 
 
 def test_guarded_contexts():
-    found = sites(
-        """
+    found = sites("""
         def f(model, args, ok):
             if args.layers:
                 model.set_dspark_layers_to_capture(args.layers)
@@ -286,16 +292,14 @@ def test_guarded_contexts():
                 return
             with open("x"):
                 model.set_dspark_layers_to_capture(ids)
-        """
-    )
+        """)
     assert len(found) == 8
     assert all(site.guarded for site in found)
     assert all(Risk.MAYBE_NONE not in site.risks for site in found)
 
 
 def test_checks_that_do_not_guard():
-    found = sites(
-        """
+    found = sites("""
         def f(model, args, other):
             if other:
                 model.set_dspark_layers_to_capture(args.layers)
@@ -314,15 +318,13 @@ def test_checks_that_do_not_guard():
 
             def inner():
                 model.set_dspark_layers_to_capture(args.layers)
-        """
-    )
+        """)
     assert len(found) == 5
     assert not any(site.guarded for site in found)
 
 
 def test_calls_behind_hasattr_and_in_try_are_found():
-    found = sites(
-        """
+    found = sites("""
         def f(model, args):
             if not hasattr(model, "set_dspark_layers_to_capture"):
                 raise TypeError("no hook")
@@ -332,8 +334,7 @@ def test_calls_behind_hasattr_and_in_try_are_found():
                 pass
             if hasattr(model, "set_dspark_layers_to_capture") and callable(model.set_dspark_layers_to_capture):
                 model.set_dspark_layers_to_capture([1])
-        """
-    )
+        """)
     assert [site.handles_not_implemented for site in found] == [True, False]
     assert found[0].actions == (Action.GUARD,)
 
@@ -355,8 +356,7 @@ def test_try_handler_kinds():
 
 
 def test_excluded_definitions_delegation_strings_and_mocks():
-    found = sites(
-        """
+    found = sites("""
         import unittest.mock as mock
 
         NAMES = ["set_dspark_layers_to_capture"]
@@ -380,19 +380,16 @@ def test_excluded_definitions_delegation_strings_and_mocks():
             hasattr(target, "set_dspark_layers_to_capture")
             mock.patch.object(Wrapper, "set_dspark_layers_to_capture")
             print("set_dspark_layers_to_capture")
-        """
-    )
+        """)
     assert found == []
 
 
 def test_a_hook_calling_a_different_hook_is_reported():
-    site = only(
-        """
+    site = only("""
         class M:
             def set_eagle3_layers_to_capture(self, layer_ids=None):
                 self.set_dspark_layers_to_capture(layer_ids)
-        """
-    )
+        """)
     assert site.hook == DSPARK
     assert site.actions == (Action.GUARD, Action.FALLBACK)
 
@@ -406,16 +403,14 @@ def test_user_added_hooks():
 
 
 def test_python_310_syntax():
-    found = sites(
-        """
+    found = sites("""
         def f(model, method: str, ids: list[int] | None = None):
             match method:
                 case "dspark" if ids:
                     model.set_dspark_layers_to_capture(ids)
                 case {"layers": [*layers]}:
                     model.set_dspark_layers_to_capture(layers)
-        """
-    )
+        """)
     assert len(found) == 2
 
 
@@ -435,5 +430,40 @@ def test_node_level_api_returns_the_call_nodes():
 def test_mentions_hooks_text_check():
     assert mentions_hooks(b"x.set_dspark_layers_to_capture(1)")
     assert not mentions_hooks("print('hello')")
-    assert mentions_hooks("m.set_medusa_layers_to_capture()", HookSet.with_extra(
-        ["set_medusa_layers_to_capture"]))
+    assert mentions_hooks(
+        "m.set_medusa_layers_to_capture()", HookSet.with_extra(["set_medusa_layers_to_capture"])
+    )
+
+
+def test_instance_attributes_set_from_optional_values():
+    found = sites("""
+        class Runner:
+            retries: int = 3
+            extra: list[int] | None = None
+
+            def __init__(self, model, layer_ids=None, fixed=(1, 2)):
+                self.model = model
+                self.layer_ids = layer_ids
+                self.fixed = list(fixed)
+                self.loaded: list[int] | None = load()
+
+            def enable(self):
+                self.model.set_dspark_layers_to_capture(self.layer_ids)
+                self.model.set_dspark_layers_to_capture(self.fixed)
+                self.model.set_dspark_layers_to_capture(self.loaded)
+                self.model.set_dspark_layers_to_capture(self.extra)
+                self.model.set_dspark_layers_to_capture(other.layer_ids)
+        """)
+    assert [Risk.MAYBE_NONE in site.risks for site in found] == [True, False, True, True, False]
+
+
+def test_walrus_check_guards():
+    site = only(
+        """
+        def f(model, args):
+            if layers := args.capture_layers:
+                model.set_dspark_layers_to_capture(layers)
+        """
+    )
+    assert site.guarded
+    assert site.actions == (Action.FALLBACK,)

@@ -208,9 +208,10 @@ class TestFallbackCommand(CodemodTest):
                     m.set_eagle3_layers_to_capture(None)
         """
         result = transform_source(
-            ("import logging\nlogger = logging.getLogger()\n" + cst.parse_module(
-                before.replace("\n            ", "\n")
-            ).code).encode(),
+            (
+                "import logging\nlogger = logging.getLogger()\n"
+                + cst.parse_module(before.replace("\n            ", "\n")).code
+            ).encode(),
             "f.py",
             TransformOptions(),
         )
@@ -265,7 +266,11 @@ def test_guard_and_fallback_compose_try_inside_if():
     source = b"def f(model, args):\n    model.set_dspark_layers_to_capture(args.layers)\n"
     result = transform_source(source, "f.py", TransformOptions())
     text = result.rewritten.decode()
-    assert text.index("if args.layers:") < text.index("try:") < text.index("except NotImplementedError")
+    assert (
+        text.index("if args.layers:")
+        < text.index("try:")
+        < text.index("except NotImplementedError")
+    )
     lines = text.splitlines()
     if_line = next(line for line in lines if "if args.layers:" in line)
     try_line = next(line for line in lines if line.strip() == "try:")
@@ -303,3 +308,14 @@ def test_latin1_encoding_cookie_is_kept():
 def test_unknown_policy_is_rejected():
     with pytest.raises(ValueError):
         FallbackCommand(CodemodContext(), fallback_policy="ignore")
+
+
+def test_logger_is_defined_before_its_first_module_level_use():
+    source = (
+        b"import torch\n\nmodel = torch.load('m')\nmodel.set_msd_layers_to_capture([1])\n\n"
+        b"import json\n"
+    )
+    result = transform_source(source, "script.py", TransformOptions())
+    text = result.rewritten.decode()
+    assert text.index("logger = logging.getLogger(__name__)") < text.index("try:")
+    assert text.startswith("import logging\nimport torch\n\nlogger = logging.getLogger")

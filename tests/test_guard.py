@@ -215,3 +215,41 @@ def test_unknown_policy_is_rejected():
         GuardCommand(CodemodContext(), guard_policy="maybe")
     with pytest.raises(ValueError):
         TransformOptions(guard_policy="maybe")
+
+
+def test_codemods_run_under_libcst_tool(tmp_path):
+    """Both commands plug into LibCST's own runner (DESCRIPTION, add_args)."""
+    import os
+    import subprocess
+    import sys
+
+    from caller_cases import CALLERS, ROOT
+
+    target = tmp_path / "train.py"
+    target.write_bytes((CALLERS / "args_attribute" / "before.py").read_bytes())
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for command, extra in (
+        ("codemods.guard.GuardCommand", ["--guard-policy", "raise"]),
+        ("codemods.fallback.FallbackCommand", ["--fallback-policy", "raise"]),
+    ):
+        completed = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "libcst.tool",
+                "codemod",
+                "-x",
+                command,
+                "--no-format",
+                *extra,
+                str(target),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=180,
+        )
+        assert completed.returncode == 0, completed.stderr
+    expected = (CALLERS / "args_attribute" / "after_raise.py").read_text()
+    assert target.read_text() == expected
