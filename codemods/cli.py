@@ -54,26 +54,46 @@ _hook_option = click.option(
 def _branch_options(pr_body: bool = True):
     """``--branch`` and its companions, shared by migrate and upstream-patch."""
     options = [
-        click.option("--branch", metavar="NAME",
-                     help="Commit the change on a new git branch NAME (created from HEAD)."),
-        click.option("--base", metavar="REF",
-                     help="With --branch: create the branch from REF instead of HEAD."),
+        click.option(
+            "--branch",
+            metavar="NAME",
+            help="Commit the change on a new git branch NAME (created from HEAD).",
+        ),
+        click.option(
+            "--base",
+            metavar="REF",
+            help="With --branch: create the branch from REF instead of HEAD.",
+        ),
     ]
     if pr_body:
         options.append(
-            click.option("--pr-body", type=click.Path(dir_okay=False, path_type=Path),
-                         metavar="FILE", help="With --branch: write a PR description (Markdown).")
+            click.option(
+                "--pr-body",
+                type=click.Path(dir_okay=False, path_type=Path),
+                metavar="FILE",
+                help="With --branch: write a PR description (Markdown).",
+            )
         )
     options += [
-        click.option("--format-patch", "patch_dir", metavar="DIR",
-                     type=click.Path(file_okay=False, path_type=Path),
-                     help="With --branch: write `git format-patch` files into DIR."),
-        click.option("--allow-dirty", is_flag=True,
-                     help="With --branch: accept uncommitted changes; they are left as they "
-                          "are and only auxcap's files are committed."),
-        click.option("--author", metavar='"NAME <EMAIL>"',
-                     help="With --branch: commit author (also the committer when git has "
-                          "no identity configured)."),
+        click.option(
+            "--format-patch",
+            "patch_dir",
+            metavar="DIR",
+            type=click.Path(file_okay=False, path_type=Path),
+            help="With --branch: write `git format-patch` files into DIR.",
+        ),
+        click.option(
+            "--allow-dirty",
+            is_flag=True,
+            help="With --branch: accept uncommitted changes; they are left as they "
+            "are and only auxcap's files are committed.",
+        ),
+        click.option(
+            "--author",
+            metavar='"NAME <EMAIL>"',
+            help="With --branch: commit author (also the committer when git has "
+            "no identity configured).",
+        ),
     ]
 
     def decorate(command):
@@ -94,10 +114,17 @@ def _branch_request(
 ) -> BranchRequest | None:
     """The --branch request, or None; a usage error when a companion comes without it."""
     if branch is None:
-        given = [name for name, value in (("--base", base), ("--pr-body", pr_body),
-                                          ("--format-patch", patch_dir),
-                                          ("--allow-dirty", allow_dirty),
-                                          ("--author", author)) if value]
+        given = [
+            name
+            for name, value in (
+                ("--base", base),
+                ("--pr-body", pr_body),
+                ("--format-patch", patch_dir),
+                ("--allow-dirty", allow_dirty),
+                ("--author", author),
+            )
+            if value
+        ]
         if given:
             raise click.UsageError(f"{', '.join(given)} only works together with --branch")
         return None
@@ -300,8 +327,9 @@ def migrate(
     options = TransformOptions(guard_policy, fallback_policy, extra_hooks)
     request = _branch_request(branch, base, pr_body, patch_dir, allow_dirty, author)
     if request is not None:
-        if mode == "check":
-            raise click.UsageError("--check and --branch cannot be used together")
+        if check or show_diff:
+            flag = "--check" if check else "--diff"
+            raise click.UsageError(f"{flag} and --branch cannot be used together")
         if output_format == "json":
             raise click.UsageError("--format json and --branch cannot be used together")
         policies = {"guard policy": guard_policy, "fallback policy": fallback_policy}
@@ -351,16 +379,38 @@ def migrate(
 
 @cli.command("upstream-patch")
 @click.argument("sglang_root", type=click.Path(file_okay=False, path_type=str))
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the patch here (default: stdout).")
-@click.option("--pr-body", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write a Markdown pull-request description here.")
-@click.option("--mode", type=click.Choice(["relay", "direct"]), default="relay",
-              show_default=True, help="How captures reach the last PP stage.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write the patch here (default: stdout).",
+)
+@click.option(
+    "--pr-body",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write a Markdown pull-request description here.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["relay", "direct"]),
+    default="relay",
+    show_default=True,
+    help="How captures reach the last PP stage.",
+)
 @_branch_options(pr_body=False)
-def upstream_patch(sglang_root: str, output: str | None, pr_body: str | None,
-                   mode: str, branch: str | None, base: str | None, patch_dir: Path | None,
-                   allow_dirty: bool, author: str | None) -> None:
+def upstream_patch(
+    sglang_root: str,
+    output: str | None,
+    pr_body: str | None,
+    mode: str,
+    branch: str | None,
+    base: str | None,
+    patch_dir: Path | None,
+    allow_dirty: bool,
+    author: str | None,
+) -> None:
     """Generate the SGLang patch that makes DSPARK aux capture work under pipeline
     parallelism for Kimi-Linear.  SGLANG_ROOT is an SGLang git checkout or an installed or
     unpacked package tree; patch paths are relative to it (apply there with git apply).

@@ -163,7 +163,12 @@ def migrate_on_branch(
             raise UnprocessableFiles(
                 "cannot process " + "; ".join(f"{result.path}: {result.error}" for result in failed)
             )
-        return [Path(result.path) for result in results if result.status is Status.CHANGED]
+        # Engine paths are relative to the current directory, not to the repository root.
+        return [
+            Path(os.path.abspath(result.path))
+            for result in results
+            if result.status is Status.CHANGED
+        ]
 
     delivery = gitops.deliver_on_branch(
         root,

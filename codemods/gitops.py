@@ -609,8 +609,9 @@ def _check_reported(repo: git.Repo, snapshot: _Snapshot, reported: list[str]) ->
     clobbered = sorted(path for path in reported_set if path in snapshot.dirty)
     if clobbered:
         raise GitDeliveryError(
-            f"auxcap would rewrite {', '.join(clobbered)}, which hold uncommitted changes of "
-            f"yours; commit or stash them first so the commit holds only auxcap's change"
+            f"auxcap would rewrite {', '.join(clobbered)}, which "
+            f"{'has' if len(clobbered) == 1 else 'have'} uncommitted changes of yours; commit "
+            f"or stash them first so the commit holds only auxcap's change"
         )
     now = _status(repo)
     unreported = sorted(

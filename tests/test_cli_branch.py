@@ -152,6 +152,8 @@ def test_companion_options_need_branch(repo, extra):
 def test_check_and_branch_conflict(repo):
     result = auxcap("migrate", ".", "--check", "--branch", BRANCH)
     assert result.exit_code == 2 and "--check and --branch" in result.output
+    result = auxcap("migrate", ".", "--diff", "--branch", BRANCH)
+    assert result.exit_code == 2 and "--diff and --branch" in result.output
 
 
 def test_no_identity_error_and_author_option(tmp_path, monkeypatch):
@@ -196,3 +198,20 @@ def test_ignored_files_are_neither_rewritten_nor_committed(repo):
     assert result.exit_code == 0, result.output
     assert git(repo, "show", "--name-only", "--format=", "HEAD").split() == ["app/spec.py"]
     assert (repo / "generated" / "spec_copy.py").read_text() == UNSAFE
+
+
+def test_run_from_a_subdirectory_of_the_repository(repo, monkeypatch):
+    monkeypatch.chdir(repo / "app")
+    result = auxcap("migrate", ".", "--branch", BRANCH, "--pr-body", "../PR.md")
+    assert result.exit_code == 0, result.output
+    assert git(repo, "show", "--name-only", "--format=", "HEAD").split() == ["app/spec.py"]
+    assert "| `app/spec.py` | 7 |" in (repo / "PR.md").read_text()
+
+
+def test_allow_dirty_refuses_to_mix_the_user_edits_into_the_commit(repo):
+    (repo / "app" / "spec.py").write_text(UNSAFE + "\n# my edit\n")
+    before = repo_state(repo)
+    result = auxcap("migrate", ".", "--branch", BRANCH, "--allow-dirty")
+    assert result.exit_code == 2
+    assert "app/spec.py, which has uncommitted changes of yours" in result.output
+    assert_same_state(before, repo_state(repo))

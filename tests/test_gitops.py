@@ -185,7 +185,7 @@ def test_allow_dirty_commits_only_auxcap_files_and_keeps_the_user_changes(repo):
 def test_allow_dirty_refuses_to_rewrite_a_file_the_user_has_changed(repo):
     (repo / "src" / "model_a.py").write_bytes(MODEL_A + b"# user edit\n")
     before = repo_state(repo)
-    with pytest.raises(DeliveryFailed, match=r"src/model_a\.py, which hold uncommitted"):
+    with pytest.raises(DeliveryFailed, match=r"src/model_a\.py, which has uncommitted"):
         deliver_on_branch(repo, BRANCH, None, rewrite_model_a, "Guard", allow_dirty=True)
     assert_same_state(before, repo_state(repo))
     assert (repo / "src" / "model_a.py").read_bytes() == MODEL_A + b"# user edit\n"
@@ -558,3 +558,37 @@ def test_pre_commit_framework_hook_failing_rolls_back(repo, tmp_path, monkeypatc
     with pytest.raises(DeliveryFailed, match=r"(?s)check\.+Failed.*back on main"):
         deliver_on_branch(repo, BRANCH, None, rewrite_model_a, "Guard", allow_dirty=True)
     assert_same_state(before, repo_state(repo))
+
+
+def test_ctrl_c_midway_rolls_back_and_is_re_raised(repo):
+    before = repo_state(repo)
+
+    def interrupted(root: Path) -> list[Path]:
+        rewrite_model_a(root)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        deliver_on_branch(repo, BRANCH, None, interrupted, "Guard")
+    assert_same_state(before, repo_state(repo))
+
+
+def test_when_restoring_fails_too_the_copies_are_kept_and_named(repo, monkeypatch):
+    from codemods import gitops
+
+    (repo / "notes.txt").write_text("my untracked notes\n")
+
+    def failing_restore(self, created_branch):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(gitops._Snapshot, "restore", failing_restore)
+
+    def failing(root: Path) -> list[Path]:
+        (root / "notes.txt").write_text("clobbered\n")
+        raise RuntimeError("engine crashed")
+
+    with pytest.raises(gitops.RollbackFailed, match="disk full") as caught:
+        deliver_on_branch(repo, BRANCH, None, failing, "Guard", allow_dirty=True)
+    kept = Path(str(caught.value).rsplit(" ", 1)[1])
+    assert kept.is_dir() and (kept / "index").is_file()
+    copies = [path.read_text() for path in (kept / "files").iterdir()]
+    assert copies == ["my untracked notes\n"]
