@@ -64,7 +64,6 @@ from codemods.snippets import (
 
 METADATA = CodemodMetadata(
     id="auxcap:python/fallback-pp-capture",
-    name="fallback",
     action=Action.FALLBACK.value,
     summary="Handle the NotImplementedError capture hooks raise under pipeline parallelism",
     description=(

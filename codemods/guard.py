@@ -54,7 +54,6 @@ from codemods.snippets import (
 
 METADATA = CodemodMetadata(
     id="auxcap:python/guard-capture-ids",
-    name="guard",
     action=Action.GUARD.value,
     summary="Guard capture-hook calls whose layer ids may be None",
     description=(

@@ -102,7 +102,6 @@ class CodemodMetadata:
     """
 
     id: str
-    name: str
     action: str
     summary: str
     description: str
