@@ -25,7 +25,7 @@ or literal ``None``; literal lists/tuples and fresh ``list(...)`` values are saf
 may raise ``NotImplementedError`` unless the call is inside a ``try`` that handles it.
 
 Never reported: hook definitions, a hook that delegates to the same hook on another object
-(it must keep raising on ``None``), hook names in strings that are not getattr names, and
+(or to another hook: calls inside a hook's own definition must keep raising on ``None``), hook names in strings that are not getattr names, and
 mock attribute access (``model.set_x.assert_called_once_with(...)``).
 """
 
@@ -783,10 +783,11 @@ class _Analyzer:
             return column + len(self.module.default_indent)
         return self.positions[statement].start.column
 
-    def _delegates(self, call: cst.Call, names: frozenset[str]) -> bool:
-        """A hook method forwarding to the same hook elsewhere (``def set_x(...): inner.set_x``)."""
+    def _delegates(self, call: cst.Call) -> bool:
+        """A call inside a hook's own definition: the hook forwards (``def set_x(...):
+        self.inner.set_x(ids)``) and must keep raising, so it is not a caller to fix."""
         scope_node = self._enclosing_scope_node(call)
-        return isinstance(scope_node, cst.FunctionDef) and scope_node.name.value in names
+        return isinstance(scope_node, cst.FunctionDef) and scope_node.name.value in self.names
 
     # ----------------------------------------------------------------- sites
     def analyze(self, call: cst.Call) -> FoundCall | None:
@@ -795,7 +796,7 @@ class _Analyzer:
         if resolved is None:
             return None
         names, shape = resolved
-        if self._delegates(call, names):
+        if self._delegates(call):
             return None
         hooks = tuple(hook for hook in self.hooks.hooks if hook.name in names)
         rejects_none = any(not hook.accepts_none for hook in hooks)

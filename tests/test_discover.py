@@ -397,14 +397,17 @@ def test_excluded_definitions_delegation_strings_and_mocks():
     assert found == []
 
 
-def test_a_hook_calling_a_different_hook_is_reported():
-    site = only("""
+def test_a_hook_forwarding_to_another_hook_is_delegation():
+    code = """
         class M:
-            def set_eagle3_layers_to_capture(self, layer_ids=None):
+            def set_dflash_layers_to_capture(self, layer_ids):
                 self.set_dspark_layers_to_capture(layer_ids)
-        """)
-    assert site.hook == DSPARK
-    assert site.actions == (Action.GUARD, Action.FALLBACK)
+
+            def enable(self, layer_ids=None):
+                self.set_dspark_layers_to_capture(layer_ids)
+        """
+    (site,) = sites(code)
+    assert site.line == 7 and site.actions == (Action.GUARD, Action.FALLBACK)
 
 
 def test_user_added_hooks():
