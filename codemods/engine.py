@@ -234,7 +234,12 @@ def _pool_context():
 
 def _in_workers(task: _Task, paths: Sequence[str], jobs: int) -> Iterator[FileResult]:
     """``task`` over ``paths`` in ``jobs`` processes, results in order, bounded in flight."""
-    import codemods.transform  # noqa: F401 - loaded once here, inherited by forked workers
+    # Loaded once here and inherited by forked workers, instead of once per worker.
+    import codemods.transform  # noqa: F401
+
+    if isinstance(task, _MigrateTask):
+        import codemods.fallback  # noqa: F401
+        import codemods.guard  # noqa: F401
 
     context = _pool_context()
     pool = context.Pool(jobs, initializer=_init_worker, initargs=(task,))

@@ -10,12 +10,9 @@ modified.
 from __future__ import annotations
 
 import libcst as cst
-from libcst.codemod import CodemodContext
 from libcst.metadata import MetadataWrapper
 
 from codemods.discover import find_calls
-from codemods.fallback import FallbackCommand
-from codemods.guard import GuardCommand
 from codemods.options import TransformOptions
 from codemods.prefilter import Prefilter
 from codemods.records import Action, CallSite, FileResult, Status
@@ -76,6 +73,13 @@ def transform_source(
     needs = {action for site in sites for action in site.actions}
     if not needs & {Action.GUARD, Action.FALLBACK}:
         return scanned
+    # The codemods load libcst.codemod and libcst.matchers (most of LibCST's import time):
+    # only files that need a rewrite pay for them.
+    from libcst.codemod import CodemodContext
+
+    from codemods.fallback import FallbackCommand
+    from codemods.guard import GuardCommand
+
     try:
         module = _parse(source)
         if Action.GUARD in needs:
