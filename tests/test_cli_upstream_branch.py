@@ -53,8 +53,11 @@ def test_upstream_patch_branch_commits_the_patched_model_files(checkout, tmp_pat
         str(tmp_path / "PR.md"),
         "--format-patch",
         str(tmp_path / "patches"),
+        "-o",
+        str(tmp_path / "pp.patch"),
     )
     assert result.exit_code == 0, result.output
+    assert (tmp_path / "pp.patch").read_text().startswith(f"diff --git a/{MODEL} b/{MODEL}\n")
     assert f"git push -u origin {BRANCH}" in result.output
     assert sorted(git(checkout, "show", "--name-only", "--format=", "HEAD").split()) == sorted(
         [MODEL, TRANSPORT, TEST]
