@@ -14,13 +14,13 @@ from pathlib import Path
 
 import click
 
-from codemods import __version__, codetf, engine, registry, report, terminal
+from codemods import __version__, engine, registry, report, terminal
 from codemods.commandline import command_line
 from codemods.delivery import BranchRequest, migrate_on_branch, upstream_generated_on_branch
-from codemods.fallback import METADATA as FALLBACK
+from codemods.fallback_metadata import METADATA as FALLBACK
 from codemods.files import FileCollectionError
 from codemods.gitops import GitDeliveryError
-from codemods.guard import METADATA as GUARD
+from codemods.guard_metadata import METADATA as GUARD
 from codemods.hooks import custom_hook
 from codemods.metadata import HOOK_OPTION_HELP
 from codemods.options import FALLBACK_POLICIES, GUARD_POLICIES, TransformOptions
@@ -215,9 +215,7 @@ def _colour(err: bool = False) -> bool:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(
-    __version__, "-V", "--version", prog_name="auxcap", message="%(prog)s %(version)s"
-)
+@click.version_option(__version__, "-V", "--version", prog_name="auxcap")
 def cli() -> None:
     """Find and fix calls of SGLang aux-hidden-state capture hooks, and generate the
     upstream patch that makes capture work under pipeline parallelism."""
@@ -339,7 +337,11 @@ def migrate(
     execution = dataclasses.replace(execution, progress=True)
     results = []
     colour = _colour()
-    builder = codetf.ReportBuilder(options, str(Path.cwd())) if output_format == "json" else None
+    builder = None
+    if output_format == "json":
+        from codemods import codetf  # loads LibCST: only for the report
+
+        builder = codetf.ReportBuilder(options, str(Path.cwd()))
     for result in engine.run(paths, options, mode == "write", selection, execution):
         if builder is not None:
             builder.add(result)

@@ -44,14 +44,8 @@ from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.metadata import PositionProvider
 
 from codemods.discover import FoundCall, find_calls
+from codemods.fallback_metadata import METADATA
 from codemods.hooks import HookSet
-from codemods.metadata import (
-    NONE_ERROR_REFERENCE,
-    PP_ERROR_REFERENCE,
-    CodemodMetadata,
-    PolicyChoice,
-    PolicyOption,
-)
 from codemods.options import FALLBACK_POLICIES
 from codemods.records import Action
 from codemods.snippets import (
@@ -62,48 +56,6 @@ from codemods.snippets import (
     wrapped_literals,
 )
 
-METADATA = CodemodMetadata(
-    id="auxcap:python/fallback-pp-capture",
-    action=Action.FALLBACK.value,
-    summary="Handle the NotImplementedError capture hooks raise under pipeline parallelism",
-    description=(
-        "Models that gather aux hidden states on the last pipeline stage only (Kimi-Linear's "
-        "set_dspark_layers_to_capture, ...) raise NotImplementedError when pipeline "
-        "parallelism is on (PP > 1). The hook call is wrapped in try/except "
-        "NotImplementedError: with policy warn the module's logger (added when missing) logs "
-        "a warning naming the hook and the run continues without aux hidden capture; with "
-        "policy raise the error is re-raised with a hint (run with --pp-size 1, or apply the "
-        "upstream patch from auxcap upstream-patch). Calls already inside a try that handles "
-        "NotImplementedError are left alone."
-    ),
-    review_guidance=(
-        "With policy warn, a PP deployment keeps serving without aux hidden capture, so "
-        "anything that consumes the captured states (speculative decoding drafts, "
-        "distillation features) must tolerate their absence; if it cannot, use policy raise. "
-        "Check that a module-level logger added by the rewrite fits the module's logging."
-    ),
-    references=(PP_ERROR_REFERENCE, NONE_ERROR_REFERENCE),
-    policy=PolicyOption(
-        flag="--fallback-policy",
-        help="Under pipeline parallelism: warn and continue, or re-raise with a hint.",
-        choices=(
-            PolicyChoice(
-                "warn",
-                "a NotImplementedError from the hook is logged as a warning and the run "
-                "continues without aux capture",
-                "{hook} is wrapped in try/except NotImplementedError: a warning is logged and "
-                "the run continues without aux hidden capture",
-            ),
-            PolicyChoice(
-                "raise",
-                "a NotImplementedError from the hook is re-raised with a hint",
-                "{hook} is wrapped in try/except NotImplementedError: the error is re-raised "
-                "with a hint to run with PP=1 or apply the upstream patch",
-            ),
-        ),
-        default="warn",
-    ),
-)
 _EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error", "capture_exc_")
 _LOGGER_NAMES = ("logger", "capture_logger", "aux_capture_logger")
 

@@ -1,15 +1,16 @@
-"""The caller codemods, in the order ``migrate`` applies them, and texts built from their
-metadata for the CLI and the pull-request description."""
+"""The caller codemods' metadata, in the order ``migrate`` applies the codemods, and texts
+built from it for the CLI and the pull-request description.  Free of LibCST."""
 
 from __future__ import annotations
 
 from typing import Iterable
 
-from codemods import fallback, guard
+from codemods.fallback_metadata import METADATA as FALLBACK
+from codemods.guard_metadata import METADATA as GUARD
 from codemods.metadata import CodemodMetadata
 
 #: Applied in this order: the guard first, then the fallback wraps the (guarded) call.
-CODEMODS: tuple[CodemodMetadata, ...] = (guard.METADATA, fallback.METADATA)
+CODEMODS: tuple[CodemodMetadata, ...] = (GUARD, FALLBACK)
 
 
 def by_id(codemod_id: str) -> CodemodMetadata:

@@ -51,7 +51,7 @@ def test_version_matches_the_package(flag):
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     result = _invoke(flag)
     assert result.exit_code == 0
-    assert result.stdout == f"auxcap {version}\n"
+    assert result.stdout == f"auxcap, version {version}\n"
     assert __version__ == version
 
 
