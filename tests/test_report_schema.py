@@ -194,3 +194,44 @@ def test_command_line_reconstruction_covers_every_option_kind():
     assert CliRunner().invoke(group, args).exit_code == 0
     assert seen["line"] == "auxcap run --check --no-color --exclude 'a b/' --exclude c 'x y.py'"
     assert shlex.split(seen["line"])[1:] == [args[0], *args[1:]]
+
+
+def test_pr_body_reads_the_same_metadata(tmp_path):
+    """The PR description of ``migrate --branch`` names each applied codemod from its metadata."""
+    from codemods.gitops import DeliveryResult
+    from codemods.guard_metadata import METADATA as GUARD
+    from codemods.prbody import POLICY_MEANINGS, Verification, migrate_pr_body
+    from codemods.records import Action, CallSite, FileResult, Risk, Shape, Status
+
+    path = str(tmp_path / "train.py")
+    guarded = CallSite(
+        path,
+        3,
+        5,
+        "set_dspark_layers_to_capture",
+        Shape.DIRECT,
+        "args.capture_layers",
+        (Risk.MAYBE_NONE,),
+        False,
+        False,
+        (Action.GUARD,),
+    )
+    delivery = DeliveryResult(
+        tmp_path, "auxcap/guard", "b" * 40, "a" * 40, ("train.py",), "main", "b" * 40
+    )
+    policies = {"guard policy": "raise", "fallback policy": "warn"}
+    body = migrate_pr_body(
+        [FileResult(path, Status.CHANGED, (guarded,))], delivery, policies, Verification()
+    )
+    assert f"### `{GUARD.id}`: {GUARD.summary}" in body
+    assert GUARD.description in body and GUARD.review_guidance in body
+    for reference in GUARD.references:
+        assert f"]({reference.url})" in body
+    fallback = CODEMODS[1]
+    assert fallback.id not in body  # not applied: not described
+    assert f"`raise`: {GUARD.policy.choice('raise').meaning}" in body
+    assert POLICY_MEANINGS == {
+        (metadata.policy.label, choice.name): choice.meaning
+        for metadata in CODEMODS
+        for choice in metadata.policy.choices
+    }
