@@ -99,6 +99,18 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
         b"def f(m, ids):\n    getattr(m, 'set_dspark_layers\\x5fto_capture')(ids)\n",
         False,
     ),
+    "hasattr_only": (
+        b"def f(m):\n    if hasattr(\n        m, 'set_dspark_layers_to_capture'\n    ):\n"
+        b"        pass\n",
+        False,
+    ),
+    # A hook stored inside its own definition: kept by the prefilter (not called on the spot).
+    "hook_stored_in_its_definition": (
+        b"class W:\n    def set_dspark_layers_to_capture(self, ids):\n"
+        b"        self._fn = self.inner.set_dspark_layers_to_capture\n\n"
+        b"    def later(self, ids=None):\n        self._fn(ids)\n",
+        False,
+    ),
     # Spellings that a careless text rule would drop, but discovery reports.
     "call_in_other_function_after_definition": (
         b"class W:\n    def set_dspark_layers_to_capture(self, ids):\n        pass\n\n"
@@ -122,10 +134,12 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
         b"        def go(self, m):\n            m.set_dspark_layers_to_capture(ids)\n",
         True,
     ),
+    # Discovery treats any call inside a hook's definition as forwarding; the prefilter only
+    # drops same-name forwarding, so it parses this one.
     "other_hook_inside_hook": (
         b"class W:\n    def set_eagle3_layers_to_capture(self, ids=None):\n"
         b"        self.m.set_dspark_layers_to_capture(ids)\n",
-        True,
+        False,
     ),
     "fake_definition_in_string": (
         b'def real(m, ids=None):\n    text = """\ndef set_dspark_layers_to_capture(self):"""\n'
@@ -194,11 +208,14 @@ def test_stage_two_drops_the_inert_mentions_and_stage_one_does_not():
         "self_delegation",
         "self_delegation_one_line",
         "delegation_guarded_by_hasattr",
+        "hasattr_only",
     ]
     for name in inert:
         source = CORPUS[name][0]
         assert Prefilter.for_names(EXTRA, sharp=False).needs_parse(source), name
         assert not Prefilter.for_names(EXTRA, sharp=True).needs_parse(source), name
+    stored = CORPUS["hook_stored_in_its_definition"][0]
+    assert Prefilter.for_names(EXTRA, sharp=True).needs_parse(stored)
     plain = b"import os\nprint(os.sep)\n"
     assert not Prefilter.for_names(EXTRA, sharp=False).needs_parse(plain)
 
