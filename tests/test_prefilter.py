@@ -60,7 +60,8 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
     ),
     # UTF-7 spells "_" as "+AF8-": the bytes never hold the name, the text does.
     "utf7_cookie": (
-        b"# coding: utf-7\ndef f(m, ids=None):\n    m.set+AF8-dspark+AF8-layers+AF8-to+AF8-capture(ids)\n",
+        b"# coding: utf-7\ndef f(m, ids=None):\n"
+        b"    m.set+AF8-dspark+AF8-layers+AF8-to+AF8-capture(ids)\n",
         True,
     ),
     # Inert mentions only: stage two drops these.
