@@ -31,6 +31,7 @@ mock attribute access (``model.set_x.assert_called_once_with(...)``).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -325,12 +326,17 @@ class _Analyzer:
         self.path = path
         self.hooks = hooks
         self.names = hooks.names
-        self.positions = wrapper.resolve(PositionProvider)
+        self._wrapper = wrapper
         collector = _ScopeCollector(self.module)
         self.module.visit(collector)
         self.scopes = collector.scopes
         self.calls = collector.calls
         self.parents = collector.parents
+
+    @functools.cached_property
+    def positions(self):
+        """Source positions, computed only once a hook call is actually found."""
+        return self._wrapper.resolve(PositionProvider)
 
     # ---------------------------------------------------------------- scopes
     def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -885,7 +891,8 @@ def find_call_sites(
     module: cst.Module, path: str = "<string>", hooks: HookSet = DEFAULT_HOOKS
 ) -> list[CallSite]:
     """Call-site records for a parsed module (a convenience over :func:`find_calls`)."""
-    return [item.site for item in find_calls(MetadataWrapper(module), path, hooks)]
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # read-only use
+    return [item.site for item in find_calls(wrapper, path, hooks)]
 
 
 def mentions_hooks(text: str | bytes, hooks: HookSet = DEFAULT_HOOKS) -> bool:

@@ -38,11 +38,12 @@ from codemods.records import FileResult, Status
 if TYPE_CHECKING:  # the transform imports LibCST: only loaded when a file needs parsing
     from codemods.transform import TransformOptions
 
-#: Worker processes pay for themselves only above this much candidate work (measured with
-#: ``scripts/bench_migrate.py --crossover``: starting a pool costs about as much as parsing
-#: 150 KB of source).
-POOL_MIN_FILES = 4
-POOL_MIN_BYTES = 150_000
+#: Worker processes pay for themselves only above this much candidate work.  Starting a
+#: forked pool of two costs about 30 ms (0.2 s on a loaded machine); scanning costs about
+#: 15-25 ms of CPU per KB of source and migrating three times that, so a few files worth
+#: 50 KB already take a second (``scripts/bench_migrate.py --crossover`` measures it).
+POOL_MIN_FILES = 3
+POOL_MIN_BYTES = 48_000
 #: Chunks of work handed to one worker at a time, and chunks in flight per worker.
 CHUNK_MAX_FILES = 8
 CHUNK_MAX_BYTES = 64_000
@@ -302,7 +303,8 @@ def _pipeline(
                 continue
             result = next(transformed)
             progress.advance()
-            progress.clear()
+            if result.status is not Status.UNCHANGED or result.call_sites:
+                progress.clear()  # the caller prints something about this file
             yield result
     finally:
         progress.close()

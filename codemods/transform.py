@@ -33,8 +33,21 @@ def _describe(error: Exception) -> str:
 
 
 def _discover(module: cst.Module, path: str, options: TransformOptions) -> tuple[CallSite, ...]:
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # the module is ours alone
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # parsed here, used only here
     return tuple(found.site for found in find_calls(wrapper, path, options.hooks))
+
+
+def _scan(
+    source: bytes, path: str, options: TransformOptions, prefilter: bool
+) -> tuple[FileResult, cst.Module | None]:
+    if prefilter and not Prefilter.for_names(options.extra_hooks).needs_parse(source):
+        return FileResult(path, Status.UNCHANGED, original=source), None
+    try:
+        module = _parse(source)
+        sites = _discover(module, path, options)
+    except Exception as error:  # noqa: BLE001 - any failure leaves the file alone
+        return FileResult(path, Status.FAILED, original=source, error=_describe(error)), None
+    return FileResult(path, Status.UNCHANGED, sites, original=source), module
 
 
 def scan_source(
@@ -45,15 +58,7 @@ def scan_source(
     A file that the prefilter shows to hold no call site is not parsed (and so never fails);
     ``prefilter=False`` parses every file.
     """
-    options = options or TransformOptions()
-    if prefilter and not Prefilter.for_names(options.extra_hooks).needs_parse(source):
-        return FileResult(path, Status.UNCHANGED, original=source)
-    try:
-        module = _parse(source)
-        sites = _discover(module, path, options)
-    except Exception as error:  # noqa: BLE001 - any failure leaves the file alone
-        return FileResult(path, Status.FAILED, original=source, error=_describe(error))
-    return FileResult(path, Status.UNCHANGED, sites, original=source)
+    return _scan(source, path, options or TransformOptions(), prefilter)[0]
 
 
 def _verify(rewritten: bytes, path: str) -> None:
@@ -66,8 +71,8 @@ def transform_source(
 ) -> FileResult:
     """Apply the caller codemods to one file's bytes (``prefilter`` as for ``scan_source``)."""
     options = options or TransformOptions()
-    scanned = scan_source(source, path, options, prefilter=prefilter)
-    if scanned.status is Status.FAILED:
+    scanned, module = _scan(source, path, options, prefilter)
+    if module is None:
         return scanned
     sites = scanned.call_sites
     needs = {action for site in sites for action in site.actions}
@@ -81,7 +86,7 @@ def transform_source(
     from codemods.guard import GuardCommand
 
     try:
-        module = _parse(source)
+        # The codemods work on their own copies: ``module`` itself is never changed.
         if Action.GUARD in needs:
             context = CodemodContext(filename=path)
             guard = GuardCommand(context, options.guard_policy, options.extra_hooks)
