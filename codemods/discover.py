@@ -25,8 +25,9 @@ or literal ``None``; literal lists/tuples and fresh ``list(...)`` values are saf
 may raise ``NotImplementedError`` unless the call is inside a ``try`` that handles it.
 
 Never reported: hook definitions, a hook that delegates to the same hook on another object
-(or to another hook: calls inside a hook's own definition must keep raising on ``None``), hook names in strings that are not getattr names, and
-mock attribute access (``model.set_x.assert_called_once_with(...)``).
+(or to another hook: calls inside a hook's own definition must keep raising on ``None``),
+hook names in strings that are not getattr names, and mock attribute access
+(``model.set_x.assert_called_once_with(...)``, ``mock.call.set_x(...)``).
 """
 
 from __future__ import annotations
@@ -829,11 +830,14 @@ class _Analyzer:
         if rejects_none:
             if ids_arg is None:
                 risks.append(Risk.LITERAL_NONE)
-                notes.append("no layer ids passed; the hook requires explicit ids")
+                notes.append("will raise: no layer ids passed and the hook requires them")
                 review = True
             elif ids_core is not None and _is_none(ids_core):
                 risks.append(Risk.LITERAL_NONE)
-                notes.append("None passed to a hook that rejects it; pass explicit layer ids")
+                notes.append(
+                    "will raise ValueError: None passed to a hook that rejects it; "
+                    "pass explicit layer ids"
+                )
                 review = True
             elif ids_core is not None and not guarded and self.maybe_none(ids_core, scopes):
                 risks.append(Risk.MAYBE_NONE)
