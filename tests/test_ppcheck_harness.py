@@ -40,6 +40,11 @@ SUBSET = [
     _pick(4, "direct", "in-place layers float32"),
     _pick(4, "relay", "capture off float32"),
     _pick(4, "direct", "ids differ on last rank"),
+    replace(
+        _pick(3, "direct", "ids differ on last rank"),
+        name="ids differ, plan built then handshake()",
+        extra={"handshake_method": True},
+    ),
 ]
 
 
@@ -77,6 +82,10 @@ def test_wire_evidence(subset_results):
     assert direct[3]["direct"]["direct_recv_bytes"] == sum(
         direct[r]["direct"]["direct_send_bytes"] for r in range(3)
     )
+    assert direct[0]["direct"]["direct_sends"] == 5  # 6 microbatches, one has 0 tokens
+    zero = subset_results["P=4 direct 0 tokens bfloat16"].reports
+    assert sum(rep["direct"].get("direct_sends", 0) for rep in zero.values()) == 0
+    assert zero[3]["direct"]["direct_recvs"] == 0
     off = subset_results["P=4 relay capture off float32"].reports
     for stage in range(3):
         assert {tuple(k) for k in off[stage]["wire"]["keys"]} == {("hidden_states", "residual")}
@@ -130,8 +139,10 @@ def test_analytic_bytes_match_the_hop_counts():
     assert relay["keys"][2] == ["hidden_states", "residual"] + [
         f"aux_hidden_states_{i}" for i in (1, 3, 5)
     ]
+    assert direct0["direct_messages"] == 2
     empty = expected_wire(replace(scenario((0, 1), "direct"), tokens=(0, 0)))
     assert empty["aux_bytes"] == empty["direct_bytes"] == empty["base_bytes"] == 0
+    assert empty["direct_messages"] == 0
 
 
 def test_matrix_covers_the_required_cases():
