@@ -312,7 +312,8 @@ def _pipeline(
                 continue
             result = next(transformed)
             progress.advance()
-            progress.clear()
+            if result.status is not Status.UNCHANGED or result.call_sites:
+                progress.clear()  # the caller prints something about this file
             yield result
     finally:
         progress.close()

@@ -3,15 +3,15 @@
 ``collect_files(paths)`` turns the command-line paths into a sorted, de-duplicated list of
 files:
 
-* A **directory** is searched for ``*.py`` and ``*.pyi`` files.  Inside a git work tree the search asks git
-  (``git ls-files --cached --others --exclude-standard``), so ``.gitignore``,
+* A **directory** is searched for ``*.py`` and ``*.pyi`` files.  Inside a git work tree the
+  search asks git (``git ls-files --cached --others --exclude-standard``), so ``.gitignore``,
   ``.git/info/exclude`` and the global excludes file are honoured; outside one it walks the
   file system.  A directory that git itself ignores is walked as if it were outside git (the
   user named it explicitly).
-* Either way, these directories are never entered: ``.git``, ``.hg``, ``.svn``, ``__pycache__``, ``.tox``,
-  ``.nox``, ``node_modules``, ``build``, ``.venv``, ``venv``, ``.eggs``, ``.mypy_cache``,
-  ``.pytest_cache``, ``.hypothesis`` and every directory holding a ``pyvenv.cfg`` (any
-  virtual environment, whatever its name).
+* Either way, these directories are never entered: ``.git``, ``.hg``, ``.svn``,
+  ``__pycache__``, ``.tox``, ``.nox``, ``node_modules``, ``build``, ``.venv``, ``venv``,
+  ``.eggs``, ``.mypy_cache``, ``.pytest_cache``, ``.hypothesis`` and every directory holding a
+  ``pyvenv.cfg`` (any virtual environment, whatever its name).
 * An explicitly named **file** is always processed, whatever its name, the ignore files or the
   globs say, unless ``force_exclude`` is set: then the exclude globs and the skipped directories
   above apply to it too (what a pre-commit hook wants, since it passes every staged file).

@@ -31,15 +31,20 @@ the user's ``--hook`` names.
      ``#`` starts a comment, or lies in a string still open at the occurrence);
    * a **definition's name**: exactly the identifier after ``def``/``async def`` at the start
      of its line, followed by ``(``;
-   * a **self-delegation**: it lies in ``def NAME(...)`` of its own ``NAME`` and that function
-     is its innermost scope, found by reading lines upwards by indentation (the first line
-     indented less that starts with ``def``/``class`` must be ``def NAME(``).  Discovery never
-     reports a hook that forwards to the same hook (SGLang's wrapper models do that), and any
-     call inside that function can only resolve names mentioned there or at module level.
-     The reading is trusted only when nothing between the two can hide structure: no
-     multi-line string (one-line docstrings are fine), no backslash continuation, no lone
-     ``\\r`` line break and no ``lambda``; a line that starts a definition in an unexpected way
-     or a continuation line indented less than the body stops it.  A line starting with
+   * the **name asked about by** ``hasattr(obj, "NAME")``: exactly a string literal right
+     after ``hasattr(<expression without brackets, strings or comments>,`` and right before
+     ``)``; such a literal is no getattr name, no element of a dict, tuple or list and no
+     assigned value, so discovery never resolves it;
+   * a **self-delegation**: an attribute called on the spot (``x.NAME(``) in
+     ``def NAME(...)`` of its own ``NAME``, that function being its innermost scope, found by
+     reading lines upwards by indentation (the first line indented less that starts with
+     ``def``/``class`` must be ``def NAME(``).  Discovery never reports a call inside a hook's
+     own definition (SGLang's wrapper models forward that way), and a hook called on the spot
+     is stored nowhere a call elsewhere could pick it up.  The reading is trusted only when
+     nothing between the two can hide structure: no multi-line string (one-line docstrings
+     are fine), no backslash continuation, no lone ``\\r`` line break and no ``lambda``; a
+     line that starts a definition in an unexpected way, or a continuation line indented less
+     than the body that does not start with a closing bracket, stops it.  A line starting with
      ``def`` outside strings always is a definition, so these rules can only err towards
      parsing.
 
@@ -81,6 +86,11 @@ _ASCII_TRANSPARENT = frozenset(
 _IDENTIFIER_BYTE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _DEF_PREFIX = re.compile(rb"[ \t]*(?:async[ \t]+)?def[ \t]+\Z")
 _OPEN_PAREN = re.compile(rb"[ \t]*\(")
+_CLOSING_PAREN = re.compile(rb"[ \t\r\n]*\)")
+#: ``hasattr(<expression without brackets, strings or comments>,`` just before a literal.
+_HASATTR_OPENING = re.compile(
+    rb"(?<![A-Za-z0-9_.])hasattr[ \t]*\([^()\[\]{}\"'#=\\]*,[ \t\r\n]*\Z"
+)
 #: A line that opens a scope, and the ``def NAME(`` form of one.
 _SCOPE_KEYWORD = re.compile(rb"[ \t]*(?:async[ \t]+)?(?:def|class)\b")
 _SCOPE_HEADER = re.compile(rb"[ \t]*(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*\(")
@@ -167,12 +177,29 @@ def _declared_encoding(data: bytes) -> str | None:
 
 
 def _is_inert(data: bytes, start: int, end: int) -> bool:
-    """An occurrence discovery cannot report: a comment, a definition's name, a delegation."""
+    """An occurrence discovery cannot report: a comment, a definition's name, the name
+    argument of ``hasattr``, or a self-delegating call."""
     return (
         _is_comment(data, start)
         or _is_definition_name(data, start, end)
+        or _is_hasattr_name(data, start, end)
         or _is_delegation(data, start, end)
     )
+
+
+def _is_hasattr_name(data: bytes, start: int, end: int) -> bool:
+    """The occurrence is exactly the string literal ``hasattr(obj, "NAME")`` asks about.
+
+    Such a literal is no getattr name, no element of a dict, tuple or list, and no value
+    assigned to anything, so discovery never resolves it."""
+    if start == 0 or end >= len(data):
+        return False
+    quote = data[start - 1 : start]
+    if quote not in (b'"', b"'") or data[end : end + 1] != quote:
+        return False
+    if not _CLOSING_PAREN.match(data, end + 1):
+        return False
+    return _HASATTR_OPENING.search(data, max(0, start - 1 - 400), start - 1) is not None
 
 
 def _is_comment(data: bytes, start: int) -> bool:
@@ -203,10 +230,14 @@ def _indent_width(line: bytes) -> int | None:
 
 
 def _is_delegation(data: bytes, start: int, end: int) -> bool:
-    """Whether the occurrence lies inside ``def NAME(...)`` of the same ``NAME`` as its
-    innermost function, class or lambda: a hook that forwards to itself elsewhere, which
-    discovery never reports.  Any doubt (a string or a line continuation between the two, a
-    ``lambda``, a nested ``class``, an unusual definition line) answers ``False``."""
+    """Whether the occurrence is an attribute called on the spot (``x.NAME(``) inside
+    ``def NAME(...)`` of the same ``NAME`` as its innermost function, class or lambda: a hook
+    that forwards to itself elsewhere, which discovery never reports.  Being called there, the
+    hook is not stored anywhere a call elsewhere could pick it up.  Any doubt (a string or a
+    line continuation between the two, a ``lambda``, a nested ``class``, an unusual definition
+    line) answers ``False``."""
+    if start == 0 or data[start - 1 : start] != b"." or not _OPEN_PAREN.match(data, end):
+        return False
     name = _identifier_around(data, start, end)
     line_start = data.rfind(b"\n", 0, start) + 1
     header = _SCOPE_HEADER.match(data, line_start)

@@ -60,7 +60,8 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
     ),
     # UTF-7 spells "_" as "+AF8-": the bytes never hold the name, the text does.
     "utf7_cookie": (
-        b"# coding: utf-7\ndef f(m, ids=None):\n    m.set+AF8-dspark+AF8-layers+AF8-to+AF8-capture(ids)\n",
+        b"# coding: utf-7\ndef f(m, ids=None):\n"
+        b"    m.set+AF8-dspark+AF8-layers+AF8-to+AF8-capture(ids)\n",
         True,
     ),
     # Inert mentions only: stage two drops these.
@@ -99,6 +100,18 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
         b"def f(m, ids):\n    getattr(m, 'set_dspark_layers\\x5fto_capture')(ids)\n",
         False,
     ),
+    "hasattr_only": (
+        b"def f(m):\n    if hasattr(\n        m, 'set_dspark_layers_to_capture'\n    ):\n"
+        b"        pass\n",
+        False,
+    ),
+    # A hook stored inside its own definition: kept by the prefilter (not called on the spot).
+    "hook_stored_in_its_definition": (
+        b"class W:\n    def set_dspark_layers_to_capture(self, ids):\n"
+        b"        self._fn = self.inner.set_dspark_layers_to_capture\n\n"
+        b"    def later(self, ids=None):\n        self._fn(ids)\n",
+        False,
+    ),
     # Spellings that a careless text rule would drop, but discovery reports.
     "call_in_other_function_after_definition": (
         b"class W:\n    def set_dspark_layers_to_capture(self, ids):\n        pass\n\n"
@@ -122,10 +135,12 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
         b"        def go(self, m):\n            m.set_dspark_layers_to_capture(ids)\n",
         True,
     ),
+    # Discovery treats any call inside a hook's definition as forwarding; the prefilter only
+    # drops same-name forwarding, so it parses this one.
     "other_hook_inside_hook": (
         b"class W:\n    def set_eagle3_layers_to_capture(self, ids=None):\n"
         b"        self.m.set_dspark_layers_to_capture(ids)\n",
-        True,
+        False,
     ),
     "fake_definition_in_string": (
         b'def real(m, ids=None):\n    text = """\ndef set_dspark_layers_to_capture(self):"""\n'
@@ -194,11 +209,14 @@ def test_stage_two_drops_the_inert_mentions_and_stage_one_does_not():
         "self_delegation",
         "self_delegation_one_line",
         "delegation_guarded_by_hasattr",
+        "hasattr_only",
     ]
     for name in inert:
         source = CORPUS[name][0]
         assert Prefilter.for_names(EXTRA, sharp=False).needs_parse(source), name
         assert not Prefilter.for_names(EXTRA, sharp=True).needs_parse(source), name
+    stored = CORPUS["hook_stored_in_its_definition"][0]
+    assert Prefilter.for_names(EXTRA, sharp=True).needs_parse(stored)
     plain = b"import os\nprint(os.sep)\n"
     assert not Prefilter.for_names(EXTRA, sharp=False).needs_parse(plain)
 
@@ -279,3 +297,27 @@ def test_real_sglang_tree_identical_findings(tmp_path_factory):
         source = Path(path).read_bytes()
         assert Prefilter(sharp=False).needs_parse(source), path
         assert Prefilter(sharp=True).needs_parse(source), path
+
+
+@pytest.mark.slow
+@pytest.mark.sglang
+@pytest.mark.timeout(1800)
+def test_real_sglang_stage_two_keeps_every_file_stage_one_needs(tmp_path_factory):
+    """The quicker half of the check above: stage one is a plain text search for spelled-out
+    names (safe by construction), so discovery only needs to run on the files it passes."""
+    tree = _sglang_tree(tmp_path_factory)
+    if tree is None:
+        pytest.skip("sglang 0.5.20 is not cached (~/.cache/auxcap/wheels)")
+    stage_one, stage_two = Prefilter(sharp=False), Prefilter(sharp=True)
+    passed = dropped = 0
+    for path in sorted(tree.rglob("*.py")):
+        source = path.read_bytes()
+        if not stage_one.needs_parse(source):
+            continue
+        passed += 1
+        sites = scan_source(source, str(path), TransformOptions(), prefilter=False).call_sites
+        if sites:
+            assert stage_two.needs_parse(source), path
+        elif not stage_two.needs_parse(source):
+            dropped += 1
+    assert passed >= 40 and dropped >= 30  # SGLang's model files define and forward hooks
