@@ -9,6 +9,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
+from typing import TYPE_CHECKING
+from dataclasses import replace
+from pathlib import Path
 
 import click
 
@@ -17,6 +20,9 @@ from codemods.files import FileCollectionError
 from codemods.hooks import custom_hook
 from codemods.options import FALLBACK_POLICIES, GUARD_POLICIES, TransformOptions
 from codemods.records import Action, FileResult, Status
+
+if TYPE_CHECKING:  # delivery loads GitPython and LibCST: only --branch needs them
+    from codemods.delivery import BranchRequest
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
 
@@ -97,6 +103,107 @@ def _file_options(command):
     return wrapper
 
 
+def _branch_options(pr_body: bool = True):
+    """``--branch`` and its companions, shared by migrate and upstream-patch."""
+    options = [
+        click.option(
+            "--branch",
+            metavar="NAME",
+            help="Commit the change on a new git branch NAME (created from HEAD).",
+        ),
+        click.option(
+            "--base",
+            metavar="REF",
+            help="With --branch: create the branch from REF instead of HEAD.",
+        ),
+    ]
+    if pr_body:
+        options.append(
+            click.option(
+                "--pr-body",
+                type=click.Path(dir_okay=False, path_type=Path),
+                metavar="FILE",
+                help="With --branch: write a PR description (Markdown).",
+            )
+        )
+    options += [
+        click.option(
+            "--format-patch",
+            "patch_dir",
+            metavar="DIR",
+            type=click.Path(file_okay=False, path_type=Path),
+            help="With --branch: write `git format-patch` files into DIR.",
+        ),
+        click.option(
+            "--allow-dirty",
+            is_flag=True,
+            help="With --branch: accept uncommitted changes; they are left as they "
+            "are and only auxcap's files are committed.",
+        ),
+        click.option(
+            "--author",
+            metavar='"NAME <EMAIL>"',
+            help="With --branch: commit author (also the committer when git has "
+            "no identity configured).",
+        ),
+    ]
+
+    def decorate(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def _branch_request(
+    branch: str | None,
+    base: str | None,
+    pr_body: Path | None,
+    patch_dir: Path | None,
+    allow_dirty: bool,
+    author: str | None,
+) -> "BranchRequest | None":
+    """The --branch request, or None; a usage error when a companion comes without it."""
+    if branch is None:
+        given = [
+            name
+            for name, value in (
+                ("--base", base),
+                ("--pr-body", pr_body),
+                ("--format-patch", patch_dir),
+                ("--allow-dirty", allow_dirty),
+                ("--author", author),
+            )
+            if value
+        ]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} only works together with --branch")
+        return None
+    from codemods.delivery import BranchRequest
+
+    return BranchRequest(branch, base, author, allow_dirty, pr_body, patch_dir)
+
+
+def _deliver(work) -> None:
+    """Run a --branch delivery, print where the branch is; exit 2 with the reason on failure."""
+    from codemods.gitops import GitDeliveryError
+
+    try:
+        delivered = work()
+    except GitDeliveryError as error:
+        click.echo(f"auxcap: error: {error}", err=True)
+        sys.exit(EXIT_ERROR)
+    for result in delivered.results:
+        for site in result.call_sites:
+            if Action.REVIEW in site.actions:
+                click.echo(f"review: {report.format_site(site)}", err=True)
+    for path, reason in delivered.verification.failures:
+        click.echo(f"auxcap: error: {path}: re-check failed: {reason}", err=True)
+    click.echo(delivered.summary())
+    sys.exit(EXIT_OK if delivered.verification.ok else EXIT_CHANGES)
+
+
 def _report_failures(results: list[FileResult]) -> None:
     for result in results:
         if result.status is Status.FAILED:
@@ -166,6 +273,7 @@ def scan(
     help="Under pipeline parallelism: warn and continue, or re-raise with a hint.",
 )
 @_hook_option
+@_branch_options()
 @_file_options
 def migrate(
     paths: tuple[str, ...],
@@ -175,14 +283,35 @@ def migrate(
     guard_policy: str,
     fallback_policy: str,
     extra_hooks: tuple[str, ...],
+    branch: str | None,
+    base: str | None,
+    pr_body: Path | None,
+    patch_dir: Path | None,
+    allow_dirty: bool,
+    author: str | None,
     selection: engine.Selection,
     execution: engine.Execution,
 ) -> None:
-    """Guard and wrap capture-hook calls under PATHS (diff by default)."""
+    """Guard and wrap capture-hook calls under PATHS (diff by default).
+
+    With --branch NAME, the rewritten files are committed on a new branch NAME in the git
+    repository that holds PATHS, and nothing else is touched.
+    """
     if show_diff + check + write > 1:
         raise click.UsageError("--diff, --check and --write are mutually exclusive")
     mode = "write" if write else "check" if check else "diff"
     options = TransformOptions(guard_policy, fallback_policy, extra_hooks)
+    request = _branch_request(branch, base, pr_body, patch_dir, allow_dirty, author)
+    if request is not None:
+        if check or show_diff:
+            flag = "--check" if check else "--diff"
+            raise click.UsageError(f"{flag} and --branch cannot be used together")
+        policies = {"guard policy": guard_policy, "fallback policy": fallback_policy}
+        if extra_hooks:
+            policies["extra hooks"] = ", ".join(extra_hooks)
+        from codemods.delivery import migrate_on_branch
+
+        _deliver(lambda: migrate_on_branch(list(paths), options, request, policies))
     execution = dataclasses.replace(execution, progress=True)
     results = []
     for result in engine.run(paths, options, mode == "write", selection, execution):
@@ -206,6 +335,58 @@ def migrate(
     if mode == "check" and any(result.status is Status.CHANGED for result in results):
         sys.exit(EXIT_CHANGES)
     sys.exit(EXIT_OK)
+
+
+@cli.command("upstream-patch")
+@click.argument("sglang_root", type=click.Path(file_okay=False, path_type=str))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write the patch here (default: stdout).",
+)
+@click.option(
+    "--pr-body",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write a Markdown pull-request description here.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["relay", "direct"]),
+    default="relay",
+    show_default=True,
+    help="How captures reach the last PP stage.",
+)
+@_branch_options(pr_body=False)
+def upstream_patch(
+    sglang_root: str,
+    output: str | None,
+    pr_body: str | None,
+    mode: str,
+    branch: str | None,
+    base: str | None,
+    patch_dir: Path | None,
+    allow_dirty: bool,
+    author: str | None,
+) -> None:
+    """Generate the SGLang patch that makes DSPARK aux capture work under pipeline
+    parallelism for Kimi-Linear.  SGLANG_ROOT is an SGLang git checkout or an installed or
+    unpacked package tree; patch paths are relative to it (apply there with git apply).
+
+    With --branch NAME (SGLANG_ROOT in a git work tree), the patch is applied and committed
+    on a new branch NAME instead of being printed.
+    """
+    request = _branch_request(branch, base, None, patch_dir, allow_dirty, author)
+    if request is not None:
+        request = replace(request, pr_body=Path(pr_body) if pr_body else None)
+        from codemods.delivery import upstream_generated_on_branch
+
+        _deliver(lambda: upstream_generated_on_branch(sglang_root, mode, request, output))
+    from codemods.upstream.cli_support import run_upstream_patch
+
+    raise SystemExit(run_upstream_patch(sglang_root, output, pr_body, mode))
 
 
 def main() -> None:

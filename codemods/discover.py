@@ -25,8 +25,9 @@ or literal ``None``; literal lists/tuples and fresh ``list(...)`` values are saf
 may raise ``NotImplementedError`` unless the call is inside a ``try`` that handles it.
 
 Never reported: hook definitions, a hook that delegates to the same hook on another object
-(or to another hook: calls inside a hook's own definition must keep raising on ``None``), hook names in strings that are not getattr names, and
-mock attribute access (``model.set_x.assert_called_once_with(...)``).
+(or to another hook: calls inside a hook's own definition must keep raising on ``None``),
+hook names in strings that are not getattr names, and mock attribute access
+(``model.set_x.assert_called_once_with(...)``, ``mock.call.set_x(...)``).
 """
 
 from __future__ import annotations
@@ -389,6 +390,14 @@ class _Analyzer:
         value = _spelled_name(expr)
         if value is not None:
             return (frozenset({value}), Shape.GETATTR) if value in self.names else None
+        if isinstance(expr, cst.FormattedString):
+            # f"set_{method}_layers_to_capture": every hook the pattern can spell.
+            pattern = "".join(
+                re.escape(part.value) if isinstance(part, cst.FormattedStringText) else ".+"
+                for part in expr.parts
+            )
+            names = frozenset(name for name in self.names if re.fullmatch(pattern, name))
+            return (names, Shape.GETATTR) if names else None
         if isinstance(expr, cst.Subscript):
             names = self._dict_hook_names(expr.value, scopes, depth)
             return (names, Shape.DICT_LOOKUP) if names else None
@@ -469,20 +478,40 @@ class _Analyzer:
         fetched = self._getattr_names(func, scopes)
         if fetched is not None:
             return fetched
+        found: set[str] = set()
+        for assigned, assigned_scopes in self._stored_setters(func, scopes):
+            if isinstance(assigned, cst.Attribute) and assigned.attr.value in self.names:
+                found.add(assigned.attr.value)
+                continue
+            fetched = self._getattr_names(assigned, assigned_scopes)
+            if fetched is not None:
+                found |= fetched[0]
+        return (frozenset(found), Shape.VARIABLE) if found else None
+
+    def _stored_setters(
+        self, func: cst.BaseExpression, scopes: Sequence[_Scope]
+    ) -> list[tuple[cst.BaseExpression, Sequence[_Scope]]]:
+        """What a called name (``setter``) or attribute (``self._setter``) was assigned."""
         if isinstance(func, cst.Name):
             scope = self._lookup(func.value, scopes)
             if scope is None:
-                return None
-            found: set[str] = set()
-            for assigned in scope.values.get(func.value, []):
-                if isinstance(assigned, cst.Attribute) and assigned.attr.value in self.names:
-                    found.add(assigned.attr.value)
-                    continue
-                fetched = self._getattr_names(assigned, scopes)
-                if fetched is not None:
-                    found |= fetched[0]
-            return (frozenset(found), Shape.VARIABLE) if found else None
-        return None
+                return []
+            return [(value, scopes) for value in scope.values.get(func.value, [])]
+        chain = _dotted(func)
+        method = scopes[0] if scopes else None
+        if (
+            chain is None
+            or len(chain) != 2
+            or method is None
+            or method.self_name != chain[0]
+            or method.parent is None
+        ):
+            return []
+        module_scope = self.scopes[self.module]
+        return [
+            (value, [scope, module_scope])
+            for value, scope in method.parent.attributes.get(chain[1], [])
+        ]
 
     # -------------------------------------------------------------- ids risk
     def _ids_arg(self, call: cst.Call, shape: Shape) -> cst.Arg | None:
@@ -821,11 +850,14 @@ class _Analyzer:
         if rejects_none:
             if ids_arg is None:
                 risks.append(Risk.LITERAL_NONE)
-                notes.append("no layer ids passed; the hook requires explicit ids")
+                notes.append("will raise: no layer ids passed and the hook requires them")
                 review = True
             elif ids_core is not None and _is_none(ids_core):
                 risks.append(Risk.LITERAL_NONE)
-                notes.append("None passed to a hook that rejects it; pass explicit layer ids")
+                notes.append(
+                    "will raise ValueError: None passed to a hook that rejects it; "
+                    "pass explicit layer ids"
+                )
                 review = True
             elif ids_core is not None and not guarded and self.maybe_none(ids_core, scopes):
                 risks.append(Risk.MAYBE_NONE)
@@ -837,6 +869,12 @@ class _Analyzer:
                     review = True
                 else:
                     actions.append(Action.GUARD)
+                    lenient = [hook.name for hook in hooks if hook.accepts_none]
+                    if lenient:
+                        notes.append(
+                            f"the guard also skips {', '.join(lenient)} (it accepts None) "
+                            "when ids are unset"
+                        )
         if can_raise_pp and not handles:
             risks.append(Risk.PP_UNSUPPORTED)
             if not review:

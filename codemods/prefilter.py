@@ -21,10 +21,15 @@ the user's ``--hook`` names.
    (``_ASCII_TRANSPARENT``), an ASCII name is therefore a byte substring of the file.  A file
    whose coding cookie declares any other encoding (``utf-7``, ``unicode_escape``...) is
    decoded and its text searched instead.
-2. *Stage one* passes a file that contains ``set_``...``_layers_to_capture`` (the byte regex
+2. *f-strings.*  Discovery also takes ``getattr(obj, f"set_{kind}_layers_to_capture")`` as
+   a call of every hook the f-string can spell (its text parts, ``.+`` per field), so a file
+   holding ``getattr`` and an f-string that can spell a hook and can reach getattr (an
+   argument near ``getattr(``, or assigned to a name that is a ``getattr`` argument) always
+   passes (``Prefilter._fstring_may_name_a_hook``).
+3. *Stage one* passes a file that contains ``set_``...``_layers_to_capture`` (the byte regex
    ``set_[a-z0-9_]+_layers_to_capture``: every catalog name and every name of the hook form) or
    one of the user's other hook names.  By 1, any file with a call site passes.
-3. *Stage two* (``sharp=True``, the default) then drops the file when every occurrence found
+4. *Stage two* (``sharp=True``, the default) then drops the file when every occurrence found
    by stage one is *inert*, i.e. cannot be part of a reported call site:
 
    * a **comment**: a ``#`` precedes it on its line and no quote does (without a quote the
@@ -105,6 +110,7 @@ class Prefilter:
     #: Apply stage two (drop files whose only mentions are definitions).
     sharp: bool = True
     _extra_needles: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
+    _all_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = tuple(
@@ -114,6 +120,10 @@ class Prefilter:
         )
         object.__setattr__(self, "extra_names", names)
         object.__setattr__(self, "_extra_needles", tuple(name.encode() for name in names))
+        from codemods.hooks import CATALOG  # data only
+
+        every = {hook.name for hook in CATALOG} | set(self.extra_names)
+        object.__setattr__(self, "_all_names", tuple(sorted(every)))
 
     @classmethod
     def for_names(cls, names: Iterable[str], sharp: bool = True) -> "Prefilter":
@@ -124,6 +134,8 @@ class Prefilter:
         declared = _declared_encoding(data)
         if declared is not None and declared not in _ASCII_TRANSPARENT:
             return self._needs_parse_text(data, declared)
+        if self._fstring_may_name_a_hook(data):
+            return True
         if not self._extra_needles and _HOOK_SUFFIX not in data:
             return False
         spans = self._occurrences(data)
@@ -132,6 +144,26 @@ class Prefilter:
         if not self.sharp:
             return True
         return not all(_is_inert(data, start, end) for start, end in spans)
+
+    def _fstring_may_name_a_hook(self, data: bytes) -> bool:
+        """Whether a getattr name written as an f-string could spell a hook.
+
+        Discovery treats ``getattr(obj, f"set_{kind}_layers_to_capture")`` as a call of every
+        hook whose name the f-string's text parts and fields can spell (``.+`` per field), so
+        a file with ``getattr`` and such an f-string must be parsed even when no name is
+        written out.  Only an f-string that can reach getattr counts: a value assigned to a name
+        (discovery follows names to their assigned values) or an argument near ``getattr``;
+        one the scan cannot read plainly counts as matching."""
+        if b"getattr" not in data:
+            return False
+        names = self._all_names
+        for prefix_start, body_start, quote in _fstring_starts(data):
+            parts = _fstring_parts(data, body_start, quote)
+            if parts is not None and not any(_parts_match(parts, name) for name in names):
+                continue
+            if _may_reach_getattr(data, prefix_start):
+                return True
+        return False
 
     def _occurrences(self, data: bytes) -> list[tuple[int, int]]:
         spans = []
@@ -153,6 +185,116 @@ class Prefilter:
         if _HOOK_FORM_TEXT.search(text) or any(name in text for name in self.extra_names):
             return True  # stage two is not applied to such rare files
         return False
+
+
+_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_BRACE_TOKENS = re.compile(rb"(\{\{|\}\}|\{|\})")
+_FSTRING_MARKS = (b'f"', b"f'", b'F"', b"F'", b'r"', b"r'", b'R"', b"R'")
+
+
+def _fstring_starts(data: bytes):
+    """(prefix start, body start, quote) of every f-string literal, found with plain
+    ``bytes.find`` (much faster than a regex over the whole file)."""
+    found = []
+    for mark in _FSTRING_MARKS:
+        position = data.find(mark)
+        while position != -1:
+            prefix_start = position
+            if mark[:1] in b"rR":
+                if position == 0 or data[position - 1 : position] not in (b"f", b"F"):
+                    position = data.find(mark, position + 1)
+                    continue
+                prefix_start = position - 1
+            elif position > 0 and data[position - 1 : position] in (b"r", b"R"):
+                prefix_start = position - 1
+            if prefix_start == 0 or data[prefix_start - 1] not in _IDENTIFIER_BYTE:
+                quote_start = position + 1
+                triple = data[quote_start : quote_start + 3]
+                quote = triple if triple in (b'"""', b"'''") else data[quote_start : quote_start + 1]
+                found.append((prefix_start, quote_start + len(quote), quote))
+            position = data.find(mark, position + 1)
+    return found
+
+
+def _may_reach_getattr(data: bytes, start: int) -> bool:
+    """What precedes an f-string lets discovery treat it as a getattr name: ``=`` (an
+    assignment, an annotated one, ``:=`` or a keyword argument) of a name that appears as an
+    argument of a ``getattr(`` (``, NAME)`` within 1000 bytes after it) somewhere in the
+    file, or ``,`` within 300 bytes after ``getattr``.  Anything else (a call's first argument, ``return``, an operand, a
+    dict value, a piece of an implicit concatenation) is never resolved by discovery."""
+    index = start - 1
+    while index >= 0 and data[index] in b" \t\r\n\\(":
+        index -= 1
+    if index < 0:
+        return False
+    before = data[index : index + 1]
+    if before == b"=":
+        if data[index - 1 : index] in (b"=", b"!", b"<", b">"):
+            return False  # a comparison
+        # Discovery follows an assigned name only into ``getattr(obj, NAME)``: some name
+        # on the assignment's line must appear as a later argument somewhere in the file.
+        line_start = data.rfind(b"\n", 0, index) + 1
+        for target in set(_IDENTIFIER.findall(data, line_start, index)):
+            argument = rb"getattr\s*\([\s\S]{0,1000}?,\s*" + re.escape(target) + rb"\s*[,)]"
+            if re.search(argument, data):
+                return True
+        return False
+    if before == b",":
+        return b"getattr" in data[max(0, index - 300) : index]
+    return False
+
+
+def _fstring_parts(data: bytes, start: int, quote: bytes) -> list[str] | None:
+    """The text parts of the f-string whose body starts at ``start`` (discovery's pattern is
+    these, verbatim, joined by ``.+`` per replacement field); ``None`` when it cannot be
+    read plainly."""
+    end = data.find(quote, start)
+    if end == -1:
+        return None
+    body = data[start:end]
+    if b"{" not in body:
+        return [body.decode("utf-8", "replace")]
+    if len(quote) == 1 and (b"\n" in body or b"\\" in body):
+        return None
+    parts: list[str] = []
+    text = b""
+    depth = 0
+    for token in _BRACE_TOKENS.split(body):
+        if not token:
+            continue
+        if depth == 0 and token in (b"{{", b"}}"):
+            text += token  # an escaped brace stays doubled in the text part
+        elif token in (b"{", b"{{"):
+            if depth == 0:
+                parts.append(text.decode("utf-8", "replace"))
+                text = b""
+            depth += len(token)
+        elif token in (b"}", b"}}"):
+            depth -= len(token)
+            if depth < 0:
+                return None
+        elif depth == 0:
+            text += token
+    if depth != 0:
+        return None
+    parts.append(text.decode("utf-8", "replace"))
+    return parts
+
+
+def _parts_match(parts: list[str], name: str) -> bool:
+    """Whether ``name`` fullmatches ``parts[0] .+ parts[1] .+ ... parts[-1]``."""
+    if len(parts) == 1:
+        return name == parts[0]
+    first, *middle, last = parts
+    if not name.startswith(first) or not name.endswith(last):
+        return False
+    position = len(first)
+    for part in middle:
+        found = name.find(part, position + 1)
+        if found == -1:
+            return False
+        position = found + len(part)
+    return len(name) - len(last) >= position + 1
 
 
 def _declared_encoding(data: bytes) -> str | None:

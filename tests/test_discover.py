@@ -78,6 +78,10 @@ EXPECTED = {
     ],
     "or_default": [(10, DSPARK, "direct", GF), (15, DSPARK, "direct", "fallback")],
     "receiver_chain": [(21, DSPARK, "direct", GF)],
+    "setter_on_self": [
+        (17, DSPARK, "variable", GF),
+        (21, f"{DFLASH}|{DSPARK}|{EAGLE3}|{MSD}", "variable", GF),
+    ],
     "try_other_exception": [(8, DSPARK, "direct", GF)],
     "unbound": [(10, DSPARK, "unbound", GF)],
 }
@@ -481,3 +485,32 @@ def test_walrus_check_guards():
         """)
     assert site.guarded
     assert site.actions == (Action.FALLBACK,)
+
+
+def test_setter_stored_on_self_and_called_in_another_method():
+    site = only("""
+        class CaptureHook:
+            def __init__(self, model):
+                self._setter = getattr(model, "set_dspark_layers_to_capture", None)
+                self._other = model.forward
+
+            def enable(self, layer_ids=None):
+                if self._setter is not None:
+                    self._setter(layer_ids)
+                self._other(layer_ids)
+        """)
+    assert (site.line, site.shape, site.hook) == (9, Shape.VARIABLE, DSPARK)
+    assert site.actions == (Action.GUARD, Action.FALLBACK)
+
+
+def test_setter_name_spelled_by_an_f_string():
+    site = only(
+        """
+        def enable(model, method, layer_ids=None):
+            getattr(model, f"set_{method}_layers_to_capture")(layer_ids)
+        """
+    )
+    assert site.shape is Shape.GETATTR
+    assert site.hook == "|".join(sorted([DFLASH, DSPARK, EAGLE3, MSD]))
+    assert site.actions == (Action.GUARD, Action.FALLBACK)
+    assert sites('def f(m):\n    getattr(m, f"get_{x}_layers")(1)\n') == []
