@@ -188,6 +188,14 @@ class Prefilter:
 
 
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_TRAILING_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*\Z")
+_LEADING_IDENTIFIER = re.compile(rb"[ \t]*([A-Za-z_][A-Za-z0-9_]*)")
+#: Keywords that start a statement and can never start a line inside brackets.
+_STATEMENT_KEYWORD = re.compile(
+    rb"[ \t]*(?:assert|return|raise|del|import|from|with|elif|while|except|class|def|global"
+    rb"|nonlocal|pass)\b"
+)
+_GETATTR_CALL = re.compile(rb"(?<![A-Za-z0-9_.])getattr[ \t]*\(")
 _BRACE_TOKENS = re.compile(rb"(\{\{|\}\}|\{|\})")
 _FSTRING_MARKS = (b'f"', b"f'", b'F"', b"F'", b'r"', b"r'", b'R"', b"R'")
 
@@ -217,31 +225,120 @@ def _fstring_starts(data: bytes):
 
 
 def _may_reach_getattr(data: bytes, start: int) -> bool:
-    """What precedes an f-string lets discovery treat it as a getattr name: ``=`` (an
-    assignment, an annotated one, ``:=`` or a keyword argument) of a name that appears as an
-    argument of a ``getattr(`` (``, NAME)`` within 1000 bytes after it) somewhere in the
-    file, or ``,`` within 300 bytes after ``getattr``.  Anything else (a call's first argument, ``return``, an operand, a
-    dict value, a piece of an implicit concatenation) is never resolved by discovery."""
+    """Whether discovery may read the f-string starting at ``start`` as a getattr name: it
+    is the second argument of ``getattr(``, or the value assigned to a plain name (``NAME =``,
+    ``NAME: T =``, ``NAME :=``) that is the second argument of some ``getattr(`` in the file.
+    Anything else (another call's argument, an attribute or subscript target, a keyword
+    argument, ``return``, an operand, a dict value, a piece of an implicit concatenation) is
+    never resolved by discovery.  Whatever the scan cannot read plainly counts as reaching."""
     index = start - 1
     while index >= 0 and data[index] in b" \t\r\n\\(":
         index -= 1
     if index < 0:
         return False
     before = data[index : index + 1]
-    if before == b"=":
-        if data[index - 1 : index] in (b"=", b"!", b"<", b">"):
-            return False  # a comparison
-        # Discovery follows an assigned name only into ``getattr(obj, NAME)``: some name
-        # on the assignment's line must appear as a later argument somewhere in the file.
-        line_start = data.rfind(b"\n", 0, index) + 1
-        for target in set(_IDENTIFIER.findall(data, line_start, index)):
-            argument = rb"getattr\s*\([\s\S]{0,1000}?,\s*" + re.escape(target) + rb"\s*[,)]"
-            if re.search(argument, data):
-                return True
-        return False
     if before == b",":
-        return b"getattr" in data[max(0, index - 300) : index]
+        return _second_getattr_argument_at(data, index)
+    if before != b"=" or data[index - 1 : index] in (b"=", b"!", b"<", b">"):
+        return False
+    line_start = data.rfind(b"\n", 0, index) + 1
+    prefix = data[line_start:index].rstrip(b" \t:")
+    targets = set()
+    last = _TRAILING_IDENTIFIER.search(prefix)
+    if last is not None and not prefix[: last.start()].rstrip().endswith(b"."):
+        targets.add(last.group())
+    first = _LEADING_IDENTIFIER.match(prefix)
+    if first is not None:
+        targets.add(first.group(1))
+    return any(_is_second_getattr_argument(data, target) for target in targets)
+
+
+def _second_getattr_argument_at(data: bytes, comma: int) -> bool:
+    """Whether the ``,`` at ``comma`` separates the first two arguments of ``getattr(``."""
+    depth = 0
+    index = comma - 1
+    limit = max(0, comma - 4000)
+    while index >= limit:
+        char = data[index : index + 1]
+        if char in (b'"', b"'"):
+            opening = _string_opening(data, index)
+            if opening is None:
+                return True  # a string that cannot be read plainly: assume the worst
+            index = opening - 1
+            continue
+        if char in (b"#", b"\\"):
+            return True  # a comment or continuation could hide brackets
+        if char == b"\n" and depth == 0 and _STATEMENT_KEYWORD.match(data, index + 1):
+            return False  # the comma belongs to a statement (assert x, y), not to a call
+        if char in (b")", b"]", b"}"):
+            depth += 1
+        elif char in (b"(", b"[", b"{"):
+            if depth == 0:
+                return char == b"(" and data[:index].rstrip().endswith(b"getattr")
+            depth -= 1
+        elif char == b"," and depth == 0:
+            return False  # a third or later argument
+        index -= 1
+    return True
+
+
+def _string_opening(data: bytes, closing: int) -> int | None:
+    """The opening quote of the one-line, escape-free string literal that ends at
+    ``closing``; ``None`` for anything less plain (triple quotes, escapes, no opening)."""
+    quote = data[closing : closing + 1]
+    line_start = data.rfind(b"\n", 0, closing) + 1
+    opening = data.rfind(quote, line_start, closing)
+    if opening == -1 or data[opening - 1 : opening] == quote or b"\\" in data[opening:closing]:
+        return None
+    return opening
+
+
+def _string_closing(data: bytes, opening: int) -> int | None:
+    """The closing quote of the one-line, escape-free string literal opened at ``opening``."""
+    quote = data[opening : opening + 1]
+    line_end = data.find(b"\n", opening)
+    closing = data.find(quote, opening + 1, line_end if line_end != -1 else len(data))
+    if closing == -1 or closing == opening + 1 or b"\\" in data[opening:closing]:
+        return None
+    return closing
+
+
+def _is_second_getattr_argument(data: bytes, name: bytes) -> bool:
+    """Whether ``name`` appears as the bare second argument of some ``getattr(``."""
+    argument = re.compile(rb"[ \t\r\n]*" + re.escape(name) + rb"[ \t\r\n]*[,)]")
+    for match in _GETATTR_CALL.finditer(data):
+        comma = _first_top_level_comma(data, match.end())
+        if comma is None or (comma >= 0 and argument.match(data, comma + 1)):
+            return True
     return False
+
+
+def _first_top_level_comma(data: bytes, start: int) -> int | None:
+    """Index of the first top-level ``,`` after an opening bracket at ``start - 1``; -1 when
+    the call ends first; ``None`` when a string or comment makes the reading uncertain."""
+    depth = 0
+    index = start
+    limit = min(len(data), start + 4000)
+    while index < limit:
+        char = data[index : index + 1]
+        if char in (b'"', b"'"):
+            closing = _string_closing(data, index)
+            if closing is None:
+                return None
+            index = closing + 1
+            continue
+        if char in (b"#", b"\\"):
+            return None
+        if char in (b"(", b"[", b"{"):
+            depth += 1
+        elif char in (b")", b"]", b"}"):
+            if depth == 0:
+                return -1
+            depth -= 1
+        elif char == b"," and depth == 0:
+            return index
+        index += 1
+    return None
 
 
 def _fstring_parts(data: bytes, start: int, quote: bytes) -> list[str] | None:
@@ -254,8 +351,10 @@ def _fstring_parts(data: bytes, start: int, quote: bytes) -> list[str] | None:
     body = data[start:end]
     if b"{" not in body:
         return [body.decode("utf-8", "replace")]
-    if len(quote) == 1 and (b"\n" in body or b"\\" in body):
+    if len(quote) == 1 and b"\n" in body:
         return None
+    # A backslash (even one that escapes a quote and so cut the body short) stays in a text
+    # part: no hook name has one, so such a part never matches, as in discovery's pattern.
     parts: list[str] = []
     text = b""
     depth = 0

@@ -75,6 +75,17 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
         b"    getattr(m.model(), name)(ids)\n",
         True,
     ),
+    "fstring_getattr_multiline_with_strings": (
+        b"def f(m, k, x):\n    getattr(\n        m.get('a,b'),\n        f'{k}',\n    )(x)\n", True
+    ),
+    "fstring_annotated_name_then_getattr": (
+        b"def f(m, k, x):\n    name: str = f'{k}'\n    getattr(m.get('x', 1), name)(x)\n", True
+    ),
+    "fstring_in_assert_and_join": (
+        b"import os\ndef f(m, a, b):\n    getattr(m, 'x')\n    assert a, f'{a}'\n"
+        b"    return os.path.join(a, f'{a}_{b}')\n",
+        False,
+    ),
     "fstring_elsewhere": (
         b"def f(m, n):\n    print(f'{n}')\n    return getattr(m, f'{n}_proj')\n", False
     ),
@@ -232,6 +243,7 @@ def test_stage_two_drops_the_inert_mentions_and_stage_one_does_not():
     stored = CORPUS["hook_stored_in_its_definition"][0]
     assert Prefilter.for_names(EXTRA, sharp=True).needs_parse(stored)
     assert not Prefilter().needs_parse(CORPUS["fstring_elsewhere"][0])
+    assert not Prefilter().needs_parse(CORPUS["fstring_in_assert_and_join"][0])
     plain = b"import os\nprint(os.sep)\n"
     assert not Prefilter.for_names(EXTRA, sharp=False).needs_parse(plain)
 
