@@ -88,6 +88,7 @@ _ASCII_TRANSPARENT = frozenset(
         + ["koi8-r", "koi8-u", "mac-roman"]
     )
 )
+_IDENTIFIER_OR_DOT = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 _IDENTIFIER_BYTE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _DEF_PREFIX = re.compile(rb"[ \t]*(?:async[ \t]+)?def[ \t]+\Z")
 _OPEN_PAREN = re.compile(rb"[ \t]*\(")
@@ -154,7 +155,7 @@ class Prefilter:
         written out.  Only an f-string that can reach getattr counts: a value assigned to a name
         (discovery follows names to their assigned values) or an argument near ``getattr``;
         one the scan cannot read plainly counts as matching."""
-        if b"getattr" not in data:
+        if b"getattr" not in data or not _getattr_takes_a_computed_name(data):
             return False
         names = self._all_names
         for prefix_start, body_start, quote in _fstring_starts(data):
@@ -195,7 +196,10 @@ _STATEMENT_KEYWORD = re.compile(
     rb"[ \t]*(?:assert|return|raise|del|import|from|with|elif|while|except|class|def|global"
     rb"|nonlocal|pass)\b"
 )
-_GETATTR_CALL = re.compile(rb"(?<![A-Za-z0-9_.])getattr[ \t]*\(")
+#: A second getattr argument that is a plain name or an f-string (or unclear: a prefix).
+_COMPUTED_NAME_ARGUMENT = re.compile(
+    rb"[ \t\r\n]*(?:[A-Za-z_][A-Za-z0-9_]*[ \t\r\n]*[,)]|[A-Za-z]{1,2}[\"\']|[\\(])"
+)
 _BRACE_TOKENS = re.compile(rb"(\{\{|\}\}|\{|\})")
 _FSTRING_MARKS = (b'f"', b"f'", b'F"', b"F'", b'r"', b"r'", b'R"', b"R'")
 
@@ -253,6 +257,32 @@ def _may_reach_getattr(data: bytes, start: int) -> bool:
     return any(_is_second_getattr_argument(data, target) for target in targets)
 
 
+def _getattr_takes_a_computed_name(data: bytes) -> bool:
+    """Whether some ``getattr(`` call's second argument may be an f-string or a plain name
+    (the only ways an f-string reaches it); a string literal or an attribute is neither.
+    Most files that call getattr pass literal names, and skip the f-string scan."""
+    for opening in _getattr_calls(data):
+        comma = _first_top_level_comma(data, opening)
+        if comma is None:
+            return True
+        if comma >= 0 and _COMPUTED_NAME_ARGUMENT.match(data, comma + 1):
+            return True
+    return False
+
+
+def _getattr_calls(data: bytes) -> list[int]:
+    """Where the arguments of each ``getattr(`` call start (found with ``bytes.find``)."""
+    found = []
+    position = data.find(b"getattr")
+    while position != -1:
+        if position == 0 or data[position - 1] not in _IDENTIFIER_OR_DOT:
+            paren = _OPEN_PAREN.match(data, position + 7)
+            if paren is not None:
+                found.append(paren.end())
+        position = data.find(b"getattr", position + 7)
+    return found
+
+
 def _second_getattr_argument_at(data: bytes, comma: int) -> bool:
     """Whether the ``,`` at ``comma`` separates the first two arguments of ``getattr(``."""
     depth = 0
@@ -306,8 +336,8 @@ def _string_closing(data: bytes, opening: int) -> int | None:
 def _is_second_getattr_argument(data: bytes, name: bytes) -> bool:
     """Whether ``name`` appears as the bare second argument of some ``getattr(``."""
     argument = re.compile(rb"[ \t\r\n]*" + re.escape(name) + rb"[ \t\r\n]*[,)]")
-    for match in _GETATTR_CALL.finditer(data):
-        comma = _first_top_level_comma(data, match.end())
+    for opening in _getattr_calls(data):
+        comma = _first_top_level_comma(data, opening)
         if comma is None or (comma >= 0 and argument.match(data, comma + 1)):
             return True
     return False

@@ -78,6 +78,7 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
     "fstring_getattr_multiline_with_strings": (
         b"def f(m, k, x):\n    getattr(\n        m.get('a,b'),\n        f'{k}',\n    )(x)\n", True
     ),
+    "fstring_parenthesised": (b"def f(m, k, x):\n    getattr(m, (f'{k}'))(x)\n", True),
     "fstring_annotated_name_then_getattr": (
         b"def f(m, k, x):\n    name: str = f'{k}'\n    getattr(m.get('x', 1), name)(x)\n", True
     ),
