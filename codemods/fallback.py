@@ -44,6 +44,7 @@ from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.metadata import PositionProvider
 
 from codemods.discover import FoundCall, find_calls
+from codemods.fallback_metadata import METADATA
 from codemods.hooks import HookSet
 from codemods.options import FALLBACK_POLICIES
 from codemods.records import Action
@@ -181,11 +182,7 @@ def _is_get_logger(
 
 
 class FallbackCommand(VisitorBasedCodemodCommand):
-    DESCRIPTION = (
-        "Wrap capture-hook calls that raise NotImplementedError under pipeline parallelism "
-        "in try/except: log and continue (--fallback-policy warn) or re-raise with a hint "
-        "(--fallback-policy raise)."
-    )
+    DESCRIPTION = METADATA.libcst_description
     METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(
@@ -206,20 +203,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        arg_parser.add_argument(
-            "--fallback-policy",
-            dest="fallback_policy",
-            choices=FALLBACK_POLICIES,
-            default="warn",
-            help="log a warning and continue without capture, or re-raise with a hint",
-        )
-        arg_parser.add_argument(
-            "--hook",
-            dest="extra_hooks",
-            action="append",
-            default=[],
-            help="an extra hook name to treat like set_dspark_layers_to_capture (repeatable)",
-        )
+        METADATA.add_args(arg_parser)
 
     # ----------------------------------------------------------------- setup
     def visit_Module(self, node: cst.Module) -> bool:
