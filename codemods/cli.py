@@ -11,20 +11,22 @@ import functools
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from codemods import __version__, engine, registry, report, terminal
 from codemods.commandline import command_line
-from codemods.delivery import BranchRequest, migrate_on_branch, upstream_generated_on_branch
 from codemods.fallback_metadata import METADATA as FALLBACK
 from codemods.files import FileCollectionError
-from codemods.gitops import GitDeliveryError
 from codemods.guard_metadata import METADATA as GUARD
 from codemods.hooks import custom_hook
 from codemods.metadata import HOOK_OPTION_HELP
 from codemods.options import FALLBACK_POLICIES, GUARD_POLICIES, TransformOptions
 from codemods.records import Action, FileResult, Status
+
+if TYPE_CHECKING:  # delivery loads GitPython: only --branch needs it
+    from codemods.delivery import BranchRequest
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
 
@@ -111,7 +113,7 @@ def _branch_request(
     patch_dir: Path | None,
     allow_dirty: bool,
     author: str | None,
-) -> BranchRequest | None:
+) -> "BranchRequest | None":
     """The --branch request, or None; a usage error when a companion comes without it."""
     if branch is None:
         given = [
@@ -128,14 +130,22 @@ def _branch_request(
         if given:
             raise click.UsageError(f"{', '.join(given)} only works together with --branch")
         return None
+    from codemods.delivery import BranchRequest
+
     return BranchRequest(branch, base, author, allow_dirty, pr_body, patch_dir)
+
+
+def _git_delivery_error() -> type[Exception]:
+    from codemods.gitops import GitDeliveryError
+
+    return GitDeliveryError
 
 
 def _deliver(work) -> None:
     """Run a --branch delivery, print where the branch is; exit 2 with the reason on failure."""
     try:
         delivered = work()
-    except GitDeliveryError as error:
+    except _git_delivery_error() as error:
         click.echo(f"auxcap: error: {error}", err=True)
         sys.exit(EXIT_ERROR)
     for result in delivered.results:
@@ -333,6 +343,8 @@ def migrate(
         policies = {"guard policy": guard_policy, "fallback policy": fallback_policy}
         if extra_hooks:
             policies["extra hooks"] = ", ".join(extra_hooks)
+        from codemods.delivery import migrate_on_branch
+
         _deliver(lambda: migrate_on_branch(list(paths), options, request, policies))
     execution = dataclasses.replace(execution, progress=True)
     results = []
@@ -423,6 +435,8 @@ def upstream_patch(
     request = _branch_request(branch, base, None, patch_dir, allow_dirty, author)
     if request is not None:
         request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
+        from codemods.delivery import upstream_generated_on_branch
+
         _deliver(lambda: upstream_generated_on_branch(sglang_root, mode, request, output))
     from codemods.upstream.cli_support import run_upstream_patch
 

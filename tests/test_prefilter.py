@@ -64,6 +64,32 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
         b"    m.set+AF8-dspark+AF8-layers+AF8-to+AF8-capture(ids)\n",
         True,
     ),
+    # f-string getattr names: discovery matches them against every hook (no name written).
+    "fstring_getattr": (
+        b"def f(m, kind, ids=None):\n    getattr(m, f'set_{kind}_layers_to_capture')(ids)\n",
+        True,
+    ),
+    "fstring_any_attribute": (b"def f(obj, attr, x):\n    getattr(obj, f'{attr}')(x)\n", True),
+    "fstring_assigned_then_getattr": (
+        b"def f(m, kind, ids=None):\n    name = rf'set_{kind}_layers_to_capture'\n"
+        b"    getattr(m.model(), name)(ids)\n",
+        True,
+    ),
+    "fstring_getattr_multiline_with_strings": (
+        b"def f(m, k, x):\n    getattr(\n        m.get('a,b'),\n        f'{k}',\n    )(x)\n", True
+    ),
+    "fstring_parenthesised": (b"def f(m, k, x):\n    getattr(m, (f'{k}'))(x)\n", True),
+    "fstring_annotated_name_then_getattr": (
+        b"def f(m, k, x):\n    name: str = f'{k}'\n    getattr(m.get('x', 1), name)(x)\n", True
+    ),
+    "fstring_in_assert_and_join": (
+        b"import os\ndef f(m, a, b):\n    getattr(m, 'x')\n    assert a, f'{a}'\n"
+        b"    return os.path.join(a, f'{a}_{b}')\n",
+        False,
+    ),
+    "fstring_elsewhere": (
+        b"def f(m, n):\n    print(f'{n}')\n    return getattr(m, f'{n}_proj')\n", False
+    ),
     # Inert mentions only: stage two drops these.
     "definition_only": (b"class M:\n    def set_dspark_layers_to_capture(self, ids):\n"
                         b"        self.ids = ids\n", False),
@@ -105,12 +131,12 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
         b"        pass\n",
         False,
     ),
-    # A hook stored inside its own definition: kept by the prefilter (not called on the spot).
+    # A hook stored inside its own definition and called elsewhere: a call site.
     "hook_stored_in_its_definition": (
         b"class W:\n    def set_dspark_layers_to_capture(self, ids):\n"
         b"        self._fn = self.inner.set_dspark_layers_to_capture\n\n"
         b"    def later(self, ids=None):\n        self._fn(ids)\n",
-        False,
+        True,
     ),
     # Spellings that a careless text rule would drop, but discovery reports.
     "call_in_other_function_after_definition": (
@@ -217,6 +243,8 @@ def test_stage_two_drops_the_inert_mentions_and_stage_one_does_not():
         assert not Prefilter.for_names(EXTRA, sharp=True).needs_parse(source), name
     stored = CORPUS["hook_stored_in_its_definition"][0]
     assert Prefilter.for_names(EXTRA, sharp=True).needs_parse(stored)
+    assert not Prefilter().needs_parse(CORPUS["fstring_elsewhere"][0])
+    assert not Prefilter().needs_parse(CORPUS["fstring_in_assert_and_join"][0])
     plain = b"import os\nprint(os.sep)\n"
     assert not Prefilter.for_names(EXTRA, sharp=False).needs_parse(plain)
 
