@@ -76,7 +76,7 @@ class Execution:
 
 def _read(path: str) -> bytes:
     """The bytes of a regular file (symlinks followed); :class:`fileio.SourceFileError` else."""
-    return fileio.read_source(path).data
+    return fileio.read_bytes(path)
 
 
 def _mentions_hooks(data: bytes, options: "TransformOptions") -> bool:

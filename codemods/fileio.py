@@ -95,9 +95,7 @@ def _read_all(fd: int) -> bytes:
         chunks.append(chunk)
 
 
-def read_source(path: str | os.PathLike) -> SourceSnapshot:
-    """Read one regular file (following symlinks); raise :class:`SourceFileError` otherwise."""
-    path = os.fspath(path)
+def _read_regular(path: str) -> tuple[bytes, os.stat_result]:
     try:
         fd = _open_for_reading(path)
     except OSError as exc:
@@ -107,15 +105,25 @@ def read_source(path: str | os.PathLike) -> SourceSnapshot:
         if not stat.S_ISREG(info.st_mode):
             raise SourceFileError(path, f"{_kind(info.st_mode)}, not a regular file")
         try:
-            data = _read_all(fd)
+            return _read_all(fd), info
         except OSError as exc:
             raise SourceFileError(path, f"read failed: {_describe_os_error(exc)}") from exc
     finally:
         os.close(fd)
-    target = os.path.realpath(path)
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The bytes of one regular file (following symlinks), for a quick look; no snapshot."""
+    return _read_regular(os.fspath(path))[0]
+
+
+def read_source(path: str | os.PathLike) -> SourceSnapshot:
+    """Read one regular file (following symlinks); raise :class:`SourceFileError` otherwise."""
+    path = os.fspath(path)
+    data, info = _read_regular(path)
     return SourceSnapshot(
         path=path,
-        target=target,
+        target=os.path.realpath(path),
         data=data,
         size=info.st_size,
         mtime_ns=info.st_mtime_ns,
