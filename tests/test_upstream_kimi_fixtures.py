@@ -207,3 +207,15 @@ def _drive(root: Path, runs: list[dict]) -> dict:
                       timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_generated_sglang_unittest_passes_in_the_patched_tree(tmp_path):
+    root, _ = _tree(tmp_path, "kimi_renamed.py")
+    result = generate(root)
+    assert git_apply(root, result.patch).returncode == 0
+    proc = run_python(["-m", "unittest", "-v", "sglang.test.test_pp_aux_capture"], root,
+                      timeout=500, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Ran 4 tests" in proc.stderr and "OK" in proc.stderr
