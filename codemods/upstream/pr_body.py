@@ -158,10 +158,11 @@ relay moves a capture made on stage `s` across `P - 1 - s` links, direct across 
 
 {traffic_table()}
 
-Relay adds no messages of its own (captures are extra entries of the handoff that is sent
-anyway) but re-sends early captures on every later link; direct sends each capture once
-at the cost of extra point-to-point messages into the last rank. Both deliver the same
-bytes into the last rank.
+Relay needs no communication code in the model (each aux entry is one more tensor of the
+handoff the scheduler already sends) but re-sends early captures on every later link;
+direct sends each capture exactly once, with its own `isend`/`irecv` into the last rank
+outside the handoff. Both deliver the same bytes into the last rank; direct lowers the
+total and the load of the busiest link once PP >= 3.
 
 ## Known limitation
 
