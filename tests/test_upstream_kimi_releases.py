@@ -98,7 +98,7 @@ def test_direct_mode_patch_matches_pp1_on_three_stages(sglang_release, tmp_path)
     (run,) = report["runs"]
     assert run["ok"] and run["status"] == "PASS", run
     # Layer 0 lives two hops before the last stage: it must have gone over the direct group.
-    assert "0B direct" not in run["detail"], run["detail"]
+    assert "+ 0B direct" not in run["detail"], run["detail"]
 
 
 @pytest.mark.timeout(300)
