@@ -345,7 +345,11 @@ def migrate(
             policies["extra hooks"] = ", ".join(extra_hooks)
         from codemods.delivery import migrate_on_branch
 
-        _deliver(lambda: migrate_on_branch(list(paths), options, request, policies))
+        _deliver(
+            lambda: migrate_on_branch(
+                list(paths), options, request, policies, selection=selection
+            )
+        )
     execution = dataclasses.replace(execution, progress=True)
     results = []
     colour = _colour()

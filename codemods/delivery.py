@@ -110,15 +110,18 @@ def _finish(
     return Delivered(delivery, verification, pr_path, patches, tuple(results))
 
 
-def files_git_sees(repo, paths: Sequence[str]) -> list[str]:
+def files_git_sees(repo, paths: Sequence[str], selection: object = None) -> list[str]:
     """The source files under ``paths`` (as the engine collects them) minus those git ignores.
 
     A branch holds only files git tracks or would track, so ignored files (build output,
     generated code) are never rewritten by a ``--branch`` run.
     """
-    from codemods.engine import collect_files
+    from codemods.engine import Selection, collect_files
 
-    files = collect_files(paths)
+    selection = selection or Selection()
+    files = collect_files(
+        paths, selection.include, selection.exclude, selection.force_exclude
+    )
     if not files:
         return []
     root = Path(repo.working_tree_dir).resolve()
@@ -139,8 +142,9 @@ def migrate_on_branch(
     request: BranchRequest,
     policies: Mapping[str, str],
     run: RunEngine | None = None,
+    selection: object = None,
 ) -> Delivered:
-    """``auxcap migrate PATH... --branch NAME``.
+    """``auxcap migrate PATH... --branch NAME`` (``selection``: the --include/--exclude globs).
 
     Files the engine cannot process make the whole delivery fail (nothing committed, the
     repository as it was), so a branch never holds half a migration.
@@ -153,7 +157,7 @@ def migrate_on_branch(
     )
     root = Path(repo.working_tree_dir).resolve()
     _check_same_repository(root, paths)
-    files = files_git_sees(repo, paths)
+    files = files_git_sees(repo, paths, selection)
     results: list[FileResult] = []
 
     def apply_change(_root: Path) -> list[Path]:

@@ -64,6 +64,9 @@ _MOCK_CALL_PREFIXES = (("call",), ("mock", "call"), ("unittest", "mock", "call")
 
 _SCOPE_NODES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 _EXIT_STATEMENTS = (cst.Raise, cst.Return, cst.Continue, cst.Break)
+#: Every hook name of the hook form ends with this; an f-string name must spell it out.
+_HOOK_TAIL = "_layers_to_capture"
+_HOOK_TAIL_CHARS = re.compile(r"[a-z0-9_]+")
 _MAX_DEPTH = 6
 
 
@@ -421,7 +424,15 @@ class _Analyzer:
         if value is not None:
             return (frozenset({value}), Shape.GETATTR) if value in self.names else None
         if isinstance(expr, cst.FormattedString):
-            # f"set_{method}_layers_to_capture": every hook the pattern can spell.
+            # f"set_{method}_layers_to_capture": every hook the pattern can spell.  The
+            # name's tail must be written out, so f"{attr}" alone names no hook.
+            tail = expr.parts[-1] if expr.parts else None
+            if not (
+                isinstance(tail, cst.FormattedStringText)
+                and tail.value.endswith(_HOOK_TAIL)
+                and _HOOK_TAIL_CHARS.fullmatch(tail.value)
+            ):
+                return None
             pattern = "".join(
                 re.escape(part.value) if isinstance(part, cst.FormattedStringText) else ".+"
                 for part in expr.parts

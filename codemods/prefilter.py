@@ -22,10 +22,11 @@ the user's ``--hook`` names.
    whose coding cookie declares any other encoding (``utf-7``, ``unicode_escape``...) is
    decoded and its text searched instead.
 2. *f-strings.*  Discovery also takes ``getattr(obj, f"set_{kind}_layers_to_capture")`` as
-   a call of every hook the f-string can spell (its text parts, ``.+`` per field), so a file
-   holding ``getattr`` and an f-string that can spell a hook and can reach getattr (an
-   argument near ``getattr(``, or assigned to a name that is a ``getattr`` argument) always
-   passes (``Prefilter._fstring_may_name_a_hook``).
+   a call of every hook of the hook form the f-string can spell, but only when its last part
+   is text ending in ``_layers_to_capture``.  That text follows the last replacement field's
+   ``}`` and ends at the closing quote, and can only hold name characters, so such a file
+   contains the bytes ``}[a-z0-9_]*_layers_to_capture`` followed by a quote, and always passes
+   (``_FSTRING_HOOK_TAIL``).
 3. *Stage one* passes a file that contains ``set_``...``_layers_to_capture`` (the byte regex
    ``set_[a-z0-9_]+_layers_to_capture``: every catalog name and every name of the hook form) or
    one of the user's other hook names.  By 1, any file with a call site passes.
@@ -78,6 +79,8 @@ _HOOK_SUFFIX = b"_layers_to_capture"
 #: PEP 263 coding cookie (only the first two lines can hold one).
 _CODING_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
+#: The last text part of an f-string that may spell a hook: ``}`` + the name's tail + quote.
+_FSTRING_HOOK_TAIL = re.compile(rb"\}[a-z0-9_]*_layers_to_capture[\"']")
 #: Encodings in which an ASCII string always appears in the bytes as itself.
 _ASCII_TRANSPARENT = frozenset(
     codecs.lookup(name).name
@@ -88,7 +91,6 @@ _ASCII_TRANSPARENT = frozenset(
         + ["koi8-r", "koi8-u", "mac-roman"]
     )
 )
-_IDENTIFIER_OR_DOT = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 _IDENTIFIER_BYTE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _DEF_PREFIX = re.compile(rb"[ \t]*(?:async[ \t]+)?def[ \t]+\Z")
 _OPEN_PAREN = re.compile(rb"[ \t]*\(")
@@ -135,8 +137,8 @@ class Prefilter:
         declared = _declared_encoding(data)
         if declared is not None and declared not in _ASCII_TRANSPARENT:
             return self._needs_parse_text(data, declared)
-        if self._fstring_may_name_a_hook(data):
-            return True
+        if _FSTRING_HOOK_TAIL.search(data):
+            return True  # f"set_{kind}_layers_to_capture" (see 2. above)
         if not self._extra_needles and _HOOK_SUFFIX not in data:
             return False
         spans = self._occurrences(data)
@@ -145,26 +147,6 @@ class Prefilter:
         if not self.sharp:
             return True
         return not all(_is_inert(data, start, end) for start, end in spans)
-
-    def _fstring_may_name_a_hook(self, data: bytes) -> bool:
-        """Whether a getattr name written as an f-string could spell a hook.
-
-        Discovery treats ``getattr(obj, f"set_{kind}_layers_to_capture")`` as a call of every
-        hook whose name the f-string's text parts and fields can spell (``.+`` per field), so
-        a file with ``getattr`` and such an f-string must be parsed even when no name is
-        written out.  Only an f-string that can reach getattr counts: a value assigned to a name
-        (discovery follows names to their assigned values) or an argument near ``getattr``;
-        one the scan cannot read plainly counts as matching."""
-        if b"getattr" not in data or not _getattr_takes_a_computed_name(data):
-            return False
-        names = self._all_names
-        for prefix_start, body_start, quote in _fstring_starts(data):
-            parts = _fstring_parts(data, body_start, quote)
-            if parts is not None and not any(_parts_match(parts, name) for name in names):
-                continue
-            if _may_reach_getattr(data, prefix_start):
-                return True
-        return False
 
     def _occurrences(self, data: bytes) -> list[tuple[int, int]]:
         spans = []
@@ -186,244 +168,6 @@ class Prefilter:
         if _HOOK_FORM_TEXT.search(text) or any(name in text for name in self.extra_names):
             return True  # stage two is not applied to such rare files
         return False
-
-
-_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
-_TRAILING_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*\Z")
-_LEADING_IDENTIFIER = re.compile(rb"[ \t]*([A-Za-z_][A-Za-z0-9_]*)")
-#: Keywords that start a statement and can never start a line inside brackets.
-_STATEMENT_KEYWORD = re.compile(
-    rb"[ \t]*(?:assert|return|raise|del|import|from|with|elif|while|except|class|def|global"
-    rb"|nonlocal|pass)\b"
-)
-#: A second getattr argument that is a plain name or an f-string (or unclear: a prefix).
-_COMPUTED_NAME_ARGUMENT = re.compile(
-    rb"[ \t\r\n]*(?:[A-Za-z_][A-Za-z0-9_]*[ \t\r\n]*[,)]|[A-Za-z]{1,2}[\"\']|[\\(])"
-)
-_BRACE_TOKENS = re.compile(rb"(\{\{|\}\}|\{|\})")
-_FSTRING_MARKS = (b'f"', b"f'", b'F"', b"F'", b'r"', b"r'", b'R"', b"R'")
-
-
-def _fstring_starts(data: bytes):
-    """(prefix start, body start, quote) of every f-string literal, found with plain
-    ``bytes.find`` (much faster than a regex over the whole file)."""
-    found = []
-    for mark in _FSTRING_MARKS:
-        position = data.find(mark)
-        while position != -1:
-            prefix_start = position
-            if mark[:1] in b"rR":
-                if position == 0 or data[position - 1 : position] not in (b"f", b"F"):
-                    position = data.find(mark, position + 1)
-                    continue
-                prefix_start = position - 1
-            elif position > 0 and data[position - 1 : position] in (b"r", b"R"):
-                prefix_start = position - 1
-            if prefix_start == 0 or data[prefix_start - 1] not in _IDENTIFIER_BYTE:
-                quote_start = position + 1
-                triple = data[quote_start : quote_start + 3]
-                quote = triple if triple in (b'"""', b"'''") else data[quote_start : quote_start + 1]
-                found.append((prefix_start, quote_start + len(quote), quote))
-            position = data.find(mark, position + 1)
-    return found
-
-
-def _may_reach_getattr(data: bytes, start: int) -> bool:
-    """Whether discovery may read the f-string starting at ``start`` as a getattr name: it
-    is the second argument of ``getattr(``, or the value assigned to a plain name (``NAME =``,
-    ``NAME: T =``, ``NAME :=``) that is the second argument of some ``getattr(`` in the file.
-    Anything else (another call's argument, an attribute or subscript target, a keyword
-    argument, ``return``, an operand, a dict value, a piece of an implicit concatenation) is
-    never resolved by discovery.  Whatever the scan cannot read plainly counts as reaching."""
-    index = start - 1
-    while index >= 0 and data[index] in b" \t\r\n\\(":
-        index -= 1
-    if index < 0:
-        return False
-    before = data[index : index + 1]
-    if before == b",":
-        return _second_getattr_argument_at(data, index)
-    if before != b"=" or data[index - 1 : index] in (b"=", b"!", b"<", b">"):
-        return False
-    line_start = data.rfind(b"\n", 0, index) + 1
-    prefix = data[line_start:index].rstrip(b" \t:")
-    targets = set()
-    last = _TRAILING_IDENTIFIER.search(prefix)
-    if last is not None and not prefix[: last.start()].rstrip().endswith(b"."):
-        targets.add(last.group())
-    first = _LEADING_IDENTIFIER.match(prefix)
-    if first is not None:
-        targets.add(first.group(1))
-    return any(_is_second_getattr_argument(data, target) for target in targets)
-
-
-def _getattr_takes_a_computed_name(data: bytes) -> bool:
-    """Whether some ``getattr(`` call's second argument may be an f-string or a plain name
-    (the only ways an f-string reaches it); a string literal or an attribute is neither.
-    Most files that call getattr pass literal names, and skip the f-string scan."""
-    for opening in _getattr_calls(data):
-        comma = _first_top_level_comma(data, opening)
-        if comma is None:
-            return True
-        if comma >= 0 and _COMPUTED_NAME_ARGUMENT.match(data, comma + 1):
-            return True
-    return False
-
-
-def _getattr_calls(data: bytes) -> list[int]:
-    """Where the arguments of each ``getattr(`` call start (found with ``bytes.find``)."""
-    found = []
-    position = data.find(b"getattr")
-    while position != -1:
-        if position == 0 or data[position - 1] not in _IDENTIFIER_OR_DOT:
-            paren = _OPEN_PAREN.match(data, position + 7)
-            if paren is not None:
-                found.append(paren.end())
-        position = data.find(b"getattr", position + 7)
-    return found
-
-
-def _second_getattr_argument_at(data: bytes, comma: int) -> bool:
-    """Whether the ``,`` at ``comma`` separates the first two arguments of ``getattr(``."""
-    depth = 0
-    index = comma - 1
-    limit = max(0, comma - 4000)
-    while index >= limit:
-        char = data[index : index + 1]
-        if char in (b'"', b"'"):
-            opening = _string_opening(data, index)
-            if opening is None:
-                return True  # a string that cannot be read plainly: assume the worst
-            index = opening - 1
-            continue
-        if char in (b"#", b"\\"):
-            return True  # a comment or continuation could hide brackets
-        if char == b"\n" and depth == 0 and _STATEMENT_KEYWORD.match(data, index + 1):
-            return False  # the comma belongs to a statement (assert x, y), not to a call
-        if char in (b")", b"]", b"}"):
-            depth += 1
-        elif char in (b"(", b"[", b"{"):
-            if depth == 0:
-                return char == b"(" and data[:index].rstrip().endswith(b"getattr")
-            depth -= 1
-        elif char == b"," and depth == 0:
-            return False  # a third or later argument
-        index -= 1
-    return True
-
-
-def _string_opening(data: bytes, closing: int) -> int | None:
-    """The opening quote of the one-line, escape-free string literal that ends at
-    ``closing``; ``None`` for anything less plain (triple quotes, escapes, no opening)."""
-    quote = data[closing : closing + 1]
-    line_start = data.rfind(b"\n", 0, closing) + 1
-    opening = data.rfind(quote, line_start, closing)
-    if opening == -1 or data[opening - 1 : opening] == quote or b"\\" in data[opening:closing]:
-        return None
-    return opening
-
-
-def _string_closing(data: bytes, opening: int) -> int | None:
-    """The closing quote of the one-line, escape-free string literal opened at ``opening``."""
-    quote = data[opening : opening + 1]
-    line_end = data.find(b"\n", opening)
-    closing = data.find(quote, opening + 1, line_end if line_end != -1 else len(data))
-    if closing == -1 or closing == opening + 1 or b"\\" in data[opening:closing]:
-        return None
-    return closing
-
-
-def _is_second_getattr_argument(data: bytes, name: bytes) -> bool:
-    """Whether ``name`` appears as the bare second argument of some ``getattr(``."""
-    argument = re.compile(rb"[ \t\r\n]*" + re.escape(name) + rb"[ \t\r\n]*[,)]")
-    for opening in _getattr_calls(data):
-        comma = _first_top_level_comma(data, opening)
-        if comma is None or (comma >= 0 and argument.match(data, comma + 1)):
-            return True
-    return False
-
-
-def _first_top_level_comma(data: bytes, start: int) -> int | None:
-    """Index of the first top-level ``,`` after an opening bracket at ``start - 1``; -1 when
-    the call ends first; ``None`` when a string or comment makes the reading uncertain."""
-    depth = 0
-    index = start
-    limit = min(len(data), start + 4000)
-    while index < limit:
-        char = data[index : index + 1]
-        if char in (b'"', b"'"):
-            closing = _string_closing(data, index)
-            if closing is None:
-                return None
-            index = closing + 1
-            continue
-        if char in (b"#", b"\\"):
-            return None
-        if char in (b"(", b"[", b"{"):
-            depth += 1
-        elif char in (b")", b"]", b"}"):
-            if depth == 0:
-                return -1
-            depth -= 1
-        elif char == b"," and depth == 0:
-            return index
-        index += 1
-    return None
-
-
-def _fstring_parts(data: bytes, start: int, quote: bytes) -> list[str] | None:
-    """The text parts of the f-string whose body starts at ``start`` (discovery's pattern is
-    these, verbatim, joined by ``.+`` per replacement field); ``None`` when it cannot be
-    read plainly."""
-    end = data.find(quote, start)
-    if end == -1:
-        return None
-    body = data[start:end]
-    if b"{" not in body:
-        return [body.decode("utf-8", "replace")]
-    if len(quote) == 1 and b"\n" in body:
-        return None
-    # A backslash (even one that escapes a quote and so cut the body short) stays in a text
-    # part: no hook name has one, so such a part never matches, as in discovery's pattern.
-    parts: list[str] = []
-    text = b""
-    depth = 0
-    for token in _BRACE_TOKENS.split(body):
-        if not token:
-            continue
-        if depth == 0 and token in (b"{{", b"}}"):
-            text += token  # an escaped brace stays doubled in the text part
-        elif token in (b"{", b"{{"):
-            if depth == 0:
-                parts.append(text.decode("utf-8", "replace"))
-                text = b""
-            depth += len(token)
-        elif token in (b"}", b"}}"):
-            depth -= len(token)
-            if depth < 0:
-                return None
-        elif depth == 0:
-            text += token
-    if depth != 0:
-        return None
-    parts.append(text.decode("utf-8", "replace"))
-    return parts
-
-
-def _parts_match(parts: list[str], name: str) -> bool:
-    """Whether ``name`` fullmatches ``parts[0] .+ parts[1] .+ ... parts[-1]``."""
-    if len(parts) == 1:
-        return name == parts[0]
-    first, *middle, last = parts
-    if not name.startswith(first) or not name.endswith(last):
-        return False
-    position = len(first)
-    for part in middle:
-        found = name.find(part, position + 1)
-        if found == -1:
-            return False
-        position = found + len(part)
-    return len(name) - len(last) >= position + 1
 
 
 def _declared_encoding(data: bytes) -> str | None:

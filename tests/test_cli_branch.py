@@ -74,6 +74,17 @@ def test_migrate_branch_then_check_finds_nothing_more(repo):
     assert again.exit_code == 0, again.output
 
 
+def test_migrate_branch_honours_exclude_globs(repo):
+    (repo / "legacy").mkdir()
+    (repo / "legacy" / "old.py").write_text(UNSAFE)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "legacy", env=IDENTITY)
+    result = auxcap("migrate", ".", "--exclude", "legacy/", "--branch", BRANCH)
+    assert result.exit_code == 0, result.output
+    assert git(repo, "show", "--name-only", "--format=", "HEAD").split() == ["app/spec.py"]
+    assert (repo / "legacy" / "old.py").read_text() == UNSAFE
+
+
 def test_format_patch_output_applies_on_a_fresh_clone(repo, tmp_path):
     result = auxcap("migrate", "app", "--branch", BRANCH, "--format-patch", str(tmp_path / "out"))
     assert result.exit_code == 0, result.output

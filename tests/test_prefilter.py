@@ -64,23 +64,36 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
         b"    m.set+AF8-dspark+AF8-layers+AF8-to+AF8-capture(ids)\n",
         True,
     ),
-    # f-string getattr names: discovery matches them against every hook (no name written).
+    # f-string getattr names: discovery matches them against every hook whose tail they spell
+    # out; an f-string without the "_layers_to_capture" tail names no hook.
     "fstring_getattr": (
         b"def f(m, kind, ids=None):\n    getattr(m, f'set_{kind}_layers_to_capture')(ids)\n",
         True,
     ),
-    "fstring_any_attribute": (b"def f(obj, attr, x):\n    getattr(obj, f'{attr}')(x)\n", True),
+    "fstring_any_attribute": (b"def f(obj, attr, x):\n    getattr(obj, f'{attr}')(x)\n", False),
+    "fstring_family_tail": (
+        b"def f(m, kind, ids=None):\n    getattr(m, f\"{kind}_layers_to_capture\")(ids)\n",
+        True,
+    ),
+    "fstring_tail_with_format_spec": (
+        b"def f(m, kind, ids=None):\n    getattr(m, f'set_{kind!s:>1}_layers_to_capture')(ids)\n",
+        True,
+    ),
     "fstring_assigned_then_getattr": (
         b"def f(m, kind, ids=None):\n    name = rf'set_{kind}_layers_to_capture'\n"
         b"    getattr(m.model(), name)(ids)\n",
         True,
     ),
     "fstring_getattr_multiline_with_strings": (
-        b"def f(m, k, x):\n    getattr(\n        m.get('a,b'),\n        f'{k}',\n    )(x)\n", True
+        b"def f(m, k, x):\n    getattr(\n        m.get('a,b'),\n        f'{k}',\n    )(x)\n", False
     ),
-    "fstring_parenthesised": (b"def f(m, k, x):\n    getattr(m, (f'{k}'))(x)\n", True),
+    "fstring_parenthesised": (
+        b"def f(m, k, x):\n    getattr(m, (f'set_{k}_layers_to_capture'))(x)\n", True
+    ),
     "fstring_annotated_name_then_getattr": (
-        b"def f(m, k, x):\n    name: str = f'{k}'\n    getattr(m.get('x', 1), name)(x)\n", True
+        b"def f(m, k, x):\n    name: str = f'set_{k}_layers_to_capture'\n"
+        b"    getattr(m.get('x', 1), name)(x)\n",
+        True,
     ),
     "fstring_in_assert_and_join": (
         b"import os\ndef f(m, a, b):\n    getattr(m, 'x')\n    assert a, f'{a}'\n"

@@ -383,10 +383,12 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
                         [f"{path} already carries DSPARK captures across PP with "
                          f"{TRANSPORT_MODULE}"])
     if not setter.pp_guards and forward.relays:
+        assert forward.boundary is not None
+        extra_keys = sorted(set(_strings_in(forward.boundary)) - {"hidden_states", "residual"})
         return Analysis(path, SUPPORTED, module, setter, forward,
                         [f"{path} already carries DSPARK captures across PP stages "
                          f"(setter has no PP=1 guard; the stage handoff carries aux "
-                         f"entries: {sorted(set(_strings_in(forward.boundary)) - {'hidden_states', 'residual'})})"])  # noqa: E501
+                         f"entries: {extra_keys})"])
     problems = []
     if forward.boundary is None:
         problems.append(f"{forward.cls.name.value}.forward: `if not <pp>.is_last_rank:` "
@@ -546,11 +548,16 @@ def _rewrite_forward(func: cst.FunctionDef, shape: ForwardShape) -> cst.Function
     new_func = func.visit(_Forward())
     assert isinstance(new_func, cst.FunctionDef)
     body: list[cst.BaseStatement] = []
-    for original, stmt in zip(_body(func), _body(new_func)):
+    originals = list(_body(func))
+    for index, (original, stmt) in enumerate(zip(originals, _body(new_func))):
         body.append(stmt)
         if original is shape.aux_init:
             body.extend(init_nodes)
         if original is shape.boundary:
+            # Separate the new block the way the file separates the next statement.
+            following = originals[index + 1] if index + 1 < len(originals) else None
+            if following is not None and not following.leading_lines:
+                collect_node = collect_node.with_changes(leading_lines=[])
             body.append(collect_node)
     assert isinstance(new_func.body, cst.IndentedBlock)
     return new_func.with_changes(body=new_func.body.with_changes(body=body))

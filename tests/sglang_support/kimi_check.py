@@ -3,10 +3,14 @@ SGLang tree on ``PYTHONPATH`` and report, as one JSON line on stdout, how each p
 size compares with the PP=1 run of the same module.
 
     python -m sglang_support.kimi_check '{"num_layers": 7, "hidden_size": 4,
-        "layer_ids": [6, 0, 3, 2], "tokens": [3, 0, 2], "pp_sizes": [2, 3],
-        "bypass_setter": false}'
+        "layer_ids": [6, 0, 3, 2], "tokens": [3, 0, 2],
+        "runs": [{"pp": 2}, {"pp": 3}, {"pp": 2, "bypass_setter": true}]}'
 
-Per pipeline size: ``ok`` (aux states and final hidden states equal with torch.equal),
+With ``"harness": true`` (and ``"mode"``: the mode the patch was generated with) the runs
+go through ``codemods.ppcheck.run_scenarios`` instead of the forked drive.
+``bypass_setter`` stores the ids on the inner model of every stage instead of calling the
+setter (what the forward does once the PP guard is out of the way).
+Per run: ``ok`` (aux states and final hidden states equal with torch.equal),
 ``error`` (a stage raised: the exception text), ``aux_counts`` per microbatch and
 ``expected_counts`` from PP=1.
 """
@@ -20,8 +24,39 @@ import time
 import torch
 
 
+def run_with_harness(config: dict) -> dict:
+    """The same stages through ``codemods.ppcheck.run_scenarios`` (spawned ranks, the
+    scheduler-like loop, PP=1 comparison and wire-byte accounting of the harness)."""
+    from codemods.ppcheck import Scenario, run_scenarios
+    from sglang_support.kimi_stage import kimi_stage_factory
+
+    scenarios = [
+        Scenario(
+            name=f"kimi-linear-{config.get('mode', 'relay')}",
+            world_size=int(run["pp"]),
+            mode=config.get("mode", "relay"),
+            num_layers=config["num_layers"],
+            layer_ids=tuple(config["layer_ids"]),
+            tokens=tuple(config["tokens"]),
+            hidden=config["hidden_size"],
+            dtype="float32",
+            extra={"construct": bool(config.get("construct", False)),
+                   "bypass_setter": bool(run.get("bypass_setter", False))},
+        )
+        for run in config["runs"]
+    ]
+    results = run_scenarios(scenarios, stage_factory=kimi_stage_factory,
+                            timeout=float(config.get("timeout", 300)))
+    return {"harness": "codemods.ppcheck", "runs": [
+        {"pp": r.scenario.world_size, "ok": r.passed, "status": r.status, "detail": r.detail,
+         "seconds": round(r.seconds, 2)} for r in results]}
+
+
 def main(argv: list[str]) -> int:
     config = json.loads(argv[0])
+    if config.get("harness"):
+        print(json.dumps(run_with_harness(config)))
+        return 0
     torch.set_num_threads(1)
     started = time.time()
     import sglang.srt.models.kimi_linear as module  # noqa: F401  (warm import before fork)
@@ -31,17 +66,19 @@ def main(argv: list[str]) -> int:
     from sglang_support.stages import run_chain
 
     spec = {k: config[k] for k in ("num_layers", "hidden_size", "layer_ids")}
-    spec["bypass_setter"] = bool(config.get("bypass_setter", False))
+    spec["construct"] = bool(config.get("construct", False))
     tokens = list(config["tokens"])
     import_s = time.time() - started
-    reference = run_chain([kimi_stage_factory(dict(spec, bypass_setter=False), 0, 1, {})],
+    reference = run_chain([kimi_stage_factory(spec, 0, 1, {})],
                           tokens, spec["hidden_size"])
     report = {"module": module.__file__, "import_s": round(import_s, 2), "runs": []}
-    for pp_size in config["pp_sizes"]:
+    for run in config["runs"]:
+        pp_size = int(run["pp"])
+        bypass = bool(run.get("bypass_setter", False))
         t0 = time.time()
-        result = drive(kimi_stage_factory, spec, pp_size, tokens,
+        result = drive(kimi_stage_factory, dict(spec, bypass_setter=bypass), pp_size, tokens,
                        timeout=float(config.get("timeout", 120)))
-        entry = {"pp": pp_size, "seconds": round(time.time() - t0, 2),
+        entry = {"pp": pp_size, "bypass_setter": bypass, "seconds": round(time.time() - t0, 2),
                  "expected_counts": [len(aux) for _, aux in reference]}
         if result.ok:
             same, detail = same_outputs(result.outputs, reference)
