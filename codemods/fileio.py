@@ -240,6 +240,37 @@ def write_atomic(snapshot: SourceSnapshot, data: bytes) -> None:
     _fsync_directory(os.path.dirname(target) or ".")
 
 
+def write_output_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Create or replace an output file (a patch, a PR description) atomically.
+
+    Unlike :func:`write_atomic` there is no source snapshot to compare with: the file is
+    auxcap's own output.  A new file gets mode 0644; an existing one keeps its mode.
+    """
+    target = os.path.realpath(os.fspath(path))
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = 0o644
+    fd, temp_path = _temp_path(target)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+        os.replace(temp_path, target)
+    except BaseException:
+        try:
+            os.unlink(temp_path)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_directory(os.path.dirname(target) or ".")
+
+
 def _process_alive(pid: int) -> bool:
     if pid == os.getpid():
         return True

@@ -274,3 +274,17 @@ def test_temp_names_never_look_like_sources():
     assert not fileio.TEMP_PATTERN.match("a.py")
     assert not fileio.TEMP_PATTERN.match(".a.py.auxcap-12-ab.py")
     assert fileio.TEMP_PATTERN.match(".a.py.auxcap-12-ab.tmp")
+
+
+def test_write_output_atomic_creates_and_replaces_keeping_mode(tmp_path):
+    from codemods.fileio import write_output_atomic
+
+    out = tmp_path / "kimi.patch"
+    write_output_atomic(out, b"first\n")
+    assert out.read_bytes() == b"first\n"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+    out.chmod(0o600)
+    write_output_atomic(out, b"second\n")
+    assert out.read_bytes() == b"second\n"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kimi.patch"]

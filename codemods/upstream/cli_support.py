@@ -11,9 +11,9 @@ import sys
 
 import click
 
+from codemods.fileio import write_output_atomic
 from codemods.upstream import kimi
 from codemods.upstream.generate import MissingModelFile, generate
-from codemods.upstream.output import write_text_atomic
 from codemods.upstream.tree import TreeError
 
 
@@ -38,14 +38,14 @@ def run_upstream_patch(root: str, output: str | None, pr_body: str | None, mode:
     if not patch:
         _say(f"{where}: already patched; the patch is empty.")
         if output:
-            write_text_atomic(output, "")
+            write_output_atomic(output, b"")
         return 0
     if pr_body:
         from codemods.upstream.pr_body import render
 
-        write_text_atomic(pr_body, render(result))
+        write_output_atomic(pr_body, render(result).encode("utf-8"))
     if output:
-        write_text_atomic(output, patch)
+        write_output_atomic(output, patch.encode("utf-8"))
     else:
         sys.stdout.write(patch)
         sys.stdout.flush()
