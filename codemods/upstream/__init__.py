@@ -1,0 +1,1 @@
+"""The upstream SGLang patch: model-file rewriters and the PP aux transport they use."""

@@ -1,0 +1,492 @@
+"""Recognise the shapes of SGLang model code that drop aux captures under PP.
+
+Read-only analysis of one parsed model file.  Two shapes matter:
+
+* a **capture hook** (``set_<x>_layers_to_capture``) on the causal-LM class that starts
+  with ``if not <pp group>.is_last_rank: return`` and then stores the capture ids on a
+  submodule (``self.model.layers_to_capture = ...`` or
+  ``self.model.set_<x>_layers_to_capture(...)``);
+* a **decoder-stack forward** that collects ``aux_hidden_states`` at the start of layer
+  ``i`` for ``i in self.layers_to_capture`` (appended in the loop, or handed to the layer
+  as ``captured_last_layer_outputs``) and returns ``PPProxyTensors({...})`` on non-last
+  ranks.
+
+Each finding carries the reason when a shape is not recognised, so reports can say why
+a file was left alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+
+from codemods.hooks import HOOK_NAME_PATTERN
+
+CAPTURE_KWARG = "captured_last_layer_outputs"
+LAYER_FLAG = "_is_layer_to_capture"
+IDS_ATTR = "layers_to_capture"
+CAPTURE_FLAG = "capture_aux_hidden_states"
+
+#: ``<pp group>.is_last_rank`` receivers that the hooks use.
+_PP_GROUP = m.Attribute(value=m.Name("self"), attr=m.Name("pp_group")) | m.Call(
+    func=m.Name("get_pp_group"), args=[]
+)
+NOT_LAST_RANK = m.UnaryOperation(
+    operator=m.Not(), expression=m.Attribute(value=_PP_GROUP, attr=m.Name("is_last_rank"))
+)
+SELF_IDS = m.Attribute(value=m.Name("self"), attr=m.Name(IDS_ATTR))
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+@dataclass(frozen=True)
+class SetterShape:
+    """One capture hook defined on a class."""
+
+    class_name: str
+    hook: str
+    line: int
+    early_return: bool
+    #: ``self.pp_group`` or ``get_pp_group()``, from the early return.
+    pp_group: str | None = None
+    #: Source of the submodule that receives the ids (``self.model``).
+    receiver: str | None = None
+    #: ``self.<flag> = True`` attributes the hook sets.
+    flags: tuple[str, ...] = ()
+    #: Why the hook cannot be rewritten; ``None`` when it can.
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class ForwardShape:
+    """The forward of a class that reads ``self.layers_to_capture``."""
+
+    class_name: str
+    line: int
+    aux_name: str | None = None
+    capture_kinds: tuple[str, ...] = ()
+    proxy_arg: str | None = None  # "dict" or "name"
+    proxy_param: str | None = None
+    #: The last stage captures the stage output (id == num_layers) after the handoff.
+    final_capture: bool = False
+    problem: str | None = None
+
+    @property
+    def recognised(self) -> bool:
+        return self.problem is None
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    name: str
+    bases: tuple[str, ...]
+    has_forward: bool
+    #: ``attr -> class name`` for ``self.attr = ClassName(...)`` in ``__init__`` (or a
+    #: ``self.attr = self._init_model(...)`` helper returning ``ClassName(...)``).
+    submodules: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModuleShapes:
+    setters: tuple[SetterShape, ...]
+    forwards: tuple[ForwardShape, ...]
+    classes: dict[str, ClassInfo]
+    #: ``local name -> (module, name)`` for ``from sglang.srt.models.X import Name``.
+    imports: dict[str, tuple[str, str]]
+
+
+def analyse(module: cst.Module) -> ModuleShapes:
+    """Find the capture hooks, capture forwards and class wiring of one module."""
+    positions = _LineFinder(module)
+    setters: list[SetterShape] = []
+    forwards: list[ForwardShape] = []
+    classes: dict[str, ClassInfo] = {}
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef):
+            info, class_setters, forward = _analyse_class(statement, positions)
+            classes[info.name] = info
+            setters.extend(class_setters)
+            if forward is not None:
+                forwards.append(forward)
+    return ModuleShapes(tuple(setters), tuple(forwards), classes, _model_imports(module))
+
+
+class _LineFinder:
+    """Line numbers of top-level classes and their methods, from the module text.
+
+    Cheaper than LibCST position metadata on multi-thousand-line model files.
+    """
+
+    def __init__(self, module: cst.Module) -> None:
+        self._lines = module.code.splitlines()
+
+    def class_text(self, class_name: str) -> str:
+        start = None
+        for number, text in enumerate(self._lines):
+            if text.startswith("class "):
+                if start is not None:
+                    return "\n".join(self._lines[start:number])
+                if text[6:].startswith((class_name + "(", class_name + ":")):
+                    start = number
+            elif start is not None and text and not text[0].isspace() and not text.startswith(")"):
+                if not text.startswith(("#", "@")):
+                    return "\n".join(self._lines[start:number])
+        return "\n".join(self._lines[start:]) if start is not None else ""
+
+    def line_of(self, class_name: str, method: str) -> int:
+        in_class = False
+        for number, text in enumerate(self._lines, start=1):
+            if text.startswith("class "):
+                in_class = text[6:].startswith((class_name + "(", class_name + ":"))
+            elif in_class and text.lstrip().startswith(f"def {method}("):
+                return number
+        return 0
+
+
+def _model_imports(module: cst.Module) -> dict[str, tuple[str, str]]:
+    imports: dict[str, tuple[str, str]] = {}
+    for statement in module.body:
+        if not m.matches(statement, m.SimpleStatementLine(body=[m.ImportFrom()])):
+            continue
+        node = statement.body[0]
+        if node.module is None or isinstance(node.names, cst.ImportStar):
+            continue
+        source = code_of(node.module)
+        for alias in node.names:
+            name = code_of(alias.name)
+            local = code_of(alias.asname.name) if alias.asname else name
+            imports[local] = (source, name)
+    return imports
+
+
+def _methods(cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+    return {
+        node.name.value: node for node in cls.body.body if isinstance(node, cst.FunctionDef)
+    }
+
+
+def _analyse_class(cls: cst.ClassDef, positions) -> tuple[ClassInfo, list, ForwardShape | None]:
+    methods = _methods(cls)
+    bases = tuple(code_of(arg.value) for arg in cls.bases)
+    relevant = any(word in positions.class_text(cls.name.value) for word in (IDS_ATTR, LAYER_FLAG))
+    info = ClassInfo(
+        name=cls.name.value,
+        bases=bases,
+        has_forward="forward" in methods,
+        submodules=_submodules(methods) if relevant else {},
+    )
+    if not relevant:
+        return info, [], None
+    setters = [
+        _setter_shape(cls.name.value, fn, positions.line_of(cls.name.value, name))
+        for name, fn in methods.items()
+        if HOOK_NAME_PATTERN.match(name)
+    ]
+    forward = None
+    if "forward" in methods and _mentions_capture(methods["forward"]):
+        fn = methods["forward"]
+        forward = forward_shape(cls.name.value, fn, positions.line_of(cls.name.value, "forward"))
+    return info, setters, forward
+
+
+def _submodules(methods: dict[str, cst.FunctionDef]) -> dict[str, str]:
+    submodules: dict[str, str] = {}
+    init = methods.get("__init__")
+    if init is None:
+        return submodules
+    factories: dict[str, str] = {}
+    for name in _self_calls(init):
+        if name in methods and name != "__init__":
+            for ret in m.findall(methods[name], m.Return(value=m.Call(func=m.Name()))):
+                factories[name] = ret.value.func.value
+    pattern = m.Assign(
+        targets=[m.AssignTarget(target=m.Attribute(value=m.Name("self"), attr=m.Name()))],
+        value=m.Call(),
+    )
+    for assign in m.findall(init, pattern):
+        attr = assign.targets[0].target.attr.value
+        func = assign.value.func
+        if isinstance(func, cst.Name):
+            submodules.setdefault(attr, func.value)
+        elif m.matches(func, m.Attribute(value=m.Name("self"))) and func.attr.value in factories:
+            submodules.setdefault(attr, factories[func.attr.value])
+    return submodules
+
+
+def _self_calls(fn: cst.FunctionDef) -> set[str]:
+    calls = m.findall(fn, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name())))
+    return {call.func.attr.value for call in calls}
+
+
+def _mentions_capture(fn: cst.FunctionDef) -> bool:
+    return bool(
+        m.findall(fn, SELF_IDS)
+        or m.findall(fn, m.SimpleString(value=f'"{LAYER_FLAG}"'))
+        or m.findall(fn, m.Attribute(attr=m.Name(LAYER_FLAG)))
+    )
+
+
+# ---------------------------------------------------------------------------- setters
+
+
+def split_docstring(body: list[cst.BaseStatement]) -> tuple[list, list]:
+    if body and m.matches(body[0], m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])):
+        return body[:1], body[1:]
+    return [], body
+
+
+def early_return_of(fn: cst.FunctionDef) -> cst.If | None:
+    """The leading ``if not <pp>.is_last_rank: return`` of a hook, if present."""
+    if not isinstance(fn.body, cst.IndentedBlock):
+        return None
+    _, rest = split_docstring(list(fn.body.body))
+    if not rest:
+        return None
+    first = rest[0]
+    bare_return = m.IndentedBlock(body=[m.SimpleStatementLine(body=[m.Return(value=None)])])
+    if m.matches(first, m.If(test=NOT_LAST_RANK, body=bare_return, orelse=None)):
+        return first
+    return None
+
+
+def _setter_shape(class_name: str, fn: cst.FunctionDef, line: int) -> SetterShape:
+    hook = fn.name.value
+    early = early_return_of(fn)
+    if early is None:
+        return SetterShape(class_name, hook, line, early_return=False)
+    pp_group = code_of(early.test.expression.value)
+    receivers = _receivers(fn)
+    flags = tuple(
+        assign.targets[0].target.attr.value
+        for assign in m.findall(
+            fn,
+            m.Assign(
+                targets=[m.AssignTarget(target=m.Attribute(value=m.Name("self")))],
+                value=m.Name("True"),
+            ),
+        )
+    )
+    problem = None
+    returns = [node for node in m.findall(fn.body, m.Return()) if not _inside_nested_def(fn, node)]
+    if len(returns) > 1:
+        problem = "hook returns before its end in more than one place"
+    elif not receivers:
+        problem = "hook does not store the capture ids on a submodule"
+    elif len(receivers) > 1:
+        problem = f"hook stores capture ids on several submodules ({', '.join(receivers)})"
+    elif m.findall(fn, m.Yield()):
+        problem = "hook is a generator"
+    return SetterShape(
+        class_name,
+        hook,
+        line,
+        early_return=True,
+        pp_group=pp_group,
+        receiver=receivers[0] if len(receivers) == 1 else None,
+        flags=tuple(dict.fromkeys(flags)),
+        problem=problem,
+    )
+
+
+def _inside_nested_def(fn: cst.FunctionDef, node: cst.CSTNode) -> bool:
+    return any(
+        id(node) in node_ids(inner) for inner in m.findall(fn.body, m.FunctionDef() | m.Lambda())
+    )
+
+
+class _IdCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.ids.add(id(node))
+        return True
+
+
+def node_ids(container: cst.CSTNode) -> set[int]:
+    """Identities of ``container`` and every node below it (one traversal)."""
+    collector = _IdCollector()
+    container.visit(collector)
+    return collector.ids
+
+
+def _receivers(fn: cst.FunctionDef) -> list[str]:
+    found: list[str] = []
+    for target in m.findall(fn, m.AssignTarget(target=m.Attribute(attr=m.Name(IDS_ATTR)))):
+        found.append(code_of(target.target.value))
+    for call in m.findall(
+        fn,
+        m.Call(
+            func=m.Attribute(
+                attr=m.Name(value=m.MatchIfTrue(lambda v: bool(HOOK_NAME_PATTERN.match(v))))
+            )
+        ),
+    ):
+        found.append(code_of(call.func.value))
+    return [receiver for receiver in dict.fromkeys(found) if receiver != "self"]
+
+
+# --------------------------------------------------------------------------- forwards
+
+
+def non_last_return_index(body: list[cst.BaseStatement]) -> int | None:
+    """Index of the top-level ``if not <pp>.is_last_rank: ... return PPProxyTensors(..)``."""
+    for index, statement in enumerate(body):
+        if not m.matches(statement, m.If(test=NOT_LAST_RANK)):
+            continue
+        last = statement.body.body[-1] if statement.body.body else None
+        if m.matches(
+            last,
+            m.SimpleStatementLine(body=[m.Return(value=m.Call(func=m.Name("PPProxyTensors")))]),
+        ):
+            return index
+    return None
+
+
+def proxy_return_of(statement: cst.If) -> cst.Return:
+    return statement.body.body[-1].body[0]
+
+
+def _ids_test(loop_var: str) -> m.BaseMatcherNode:
+    return m.Comparison(
+        left=m.Name(loop_var),
+        comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+    )
+
+
+_FLAG_TEST = m.Call(
+    func=m.Name("getattr"),
+    args=[m.Arg(m.Name()), m.Arg(m.SimpleString(f'"{LAYER_FLAG}"')), m.Arg(m.Name("False"))],
+) | m.Attribute(value=m.Name(), attr=m.Name(LAYER_FLAG))
+
+
+def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardShape:
+    """Classify a forward that reads the capture ids; ``problem`` says why it is not ours."""
+
+    def reject(problem: str, **known) -> ForwardShape:
+        return ForwardShape(class_name, line, problem=problem, **known)
+
+    if not isinstance(fn.body, cst.IndentedBlock):
+        return reject("forward has no block body")
+    body = list(fn.body.body)
+    proxy_param = next(
+        (p.name.value for p in fn.params.params if p.name.value == "pp_proxy_tensors"), None
+    )
+    if proxy_param is None:
+        return reject("forward takes no pp_proxy_tensors (model does not run under PP)")
+    handoff = non_last_return_index(body)
+    if handoff is None:
+        return reject("no `return PPProxyTensors(...)` under `if not ...is_last_rank`")
+    proxy_value = proxy_return_of(body[handoff]).value.args
+    if len(proxy_value) != 1:
+        return reject("PPProxyTensors(...) does not take one dict")
+    arg = proxy_value[0].value
+    if isinstance(arg, cst.Dict):
+        proxy_arg = "dict"
+        if any(not isinstance(el, cst.DictElement) for el in arg.elements) or any(
+            "\n" in code_of(el.key) + code_of(el.value) or "#" in code_of(el)
+            for el in arg.elements
+        ):
+            return reject("PPProxyTensors dict has multi-line entries or comments")
+    elif isinstance(arg, cst.Name):
+        proxy_arg = "name"
+    else:
+        return reject("PPProxyTensors(...) argument is neither a dict literal nor a name")
+
+    kinds: list[str] = []
+    aux_names: set[str] = set()
+    accounted: list[cst.CSTNode] = []
+    for loop in m.findall(fn, m.For(target=m.Name(), iter=m.Call(func=m.Name("range")))):
+        loop_var = loop.target.value
+        for branch in m.findall(loop, m.If(test=_ids_test(loop_var))):
+            appended = m.findall(
+                branch,
+                m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))),
+            )
+            if not appended:
+                return reject(f"`if {loop_var} in self.{IDS_ATTR}` block appends nothing")
+            if not _before_layer_call(loop, branch):
+                return reject("captures after the layer call (a different capture point)")
+            aux_names.update(call.func.value.value for call in appended)
+            kinds.append("loop-append")
+            accounted.append(branch.test)
+        for arg_node in m.findall(loop, m.Arg(keyword=m.Name(CAPTURE_KWARG))):
+            value = arg_node.value
+            if m.matches(
+                value, m.IfExp(test=_ids_test(loop_var) | _FLAG_TEST, body=m.Name(), orelse=m.Name("None"))
+            ):
+                aux_names.add(value.body.value)
+                kinds.append("layer-kwarg" if m.matches(value.test, m.Comparison()) else "layer-flag")
+                accounted.append(value.test)
+            elif not m.matches(value, m.Name("None")):
+                return reject(f"unrecognised `{CAPTURE_KWARG}=` value: {code_of(value)}")
+    if not kinds:
+        return reject(f"no capture at the start of a layer loop iteration (`i in self.{IDS_ATTR}`)")
+    if len(aux_names) != 1:
+        return reject(f"captures go to several lists: {', '.join(sorted(aux_names))}")
+    aux_name = aux_names.pop()
+    init_index = _list_init_index(body[:handoff], aux_name)
+    if init_index is None:
+        return reject(f"`{aux_name}` is not created as `[]` / an accumulator before the loop")
+
+    final_capture = False
+    accounted_ids: set[int] = set().union(*(node_ids(node) for node in accounted))
+    statement_ids = [node_ids(statement) for statement in body]
+    for reference in m.findall(fn, SELF_IDS):
+        if id(reference) in accounted_ids:
+            continue
+        statement_index = next(
+            (k for k, ids in enumerate(statement_ids) if id(reference) in ids), -1
+        )
+        owner = body[statement_index] if statement_index >= 0 else None
+        if statement_index == init_index:
+            continue  # e.g. AuxHiddenStatePacker(len(self.layers_to_capture))
+        if statement_index > handoff:
+            final_capture = True  # last stage only: captures the stage output
+            continue
+        snippet = code_of(owner).strip().splitlines()[0] if owner is not None else "?"
+        return reject(f"reads capture ids outside the recognised capture point: `{snippet}`")
+    return ForwardShape(
+        class_name,
+        line,
+        aux_name=aux_name,
+        capture_kinds=tuple(dict.fromkeys(kinds)),
+        proxy_arg=proxy_arg,
+        proxy_param=proxy_param,
+        final_capture=final_capture,
+    )
+
+
+def _list_init_index(body: list[cst.BaseStatement], name: str) -> int | None:
+    pattern = m.SimpleStatementLine(
+        body=[
+            m.Assign(
+                targets=[m.AssignTarget(target=m.Name(name))],
+                value=m.List(elements=[]) | m.Call(func=m.Name()),
+            )
+        ]
+    )
+    for index, statement in enumerate(body):
+        if m.matches(statement, pattern):
+            return index
+    return None
+
+
+def _before_layer_call(loop: cst.For, branch: cst.If) -> bool:
+    """``branch`` runs before anything in its block assigns ``hidden_states``."""
+    for block in m.findall(loop, m.IndentedBlock()):
+        statements = list(block.body)
+        if branch not in statements:
+            continue
+        for statement in statements[: statements.index(branch)]:
+            if m.findall(statement, m.AssignTarget(target=m.Name("hidden_states"))) or m.findall(
+                statement,
+                m.AssignTarget(target=m.Tuple(elements=[m.Element(m.Name("hidden_states")), m.ZeroOrMore()])),
+            ):
+                return False
+        return True
+    return False

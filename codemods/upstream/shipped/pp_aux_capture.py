@@ -1,0 +1,161 @@
+"""Pipeline-parallel support for the aux hidden-state capture of EAGLE3 / DFlash.
+
+A model captures aux hidden states at the start of layer ``i`` for every ``i`` in
+``layers_to_capture``.  Under pipeline parallelism a stage only runs its own layers,
+so without help the last stage sees only the captures of its own layers.  With a
+transport attached, every stage captures the layers it owns, the captures of earlier
+stages travel to the last stage (in the PP handoff by default, or point-to-point with
+``SGLANG_PP_AUX_TRANSPORT=direct``), and the last stage returns all of them in the
+order a single-stage run returns them (ascending layer id).
+
+Model code calls three functions:
+
+* ``attach_pp_aux_transport(model, pp_group)`` at the end of a
+  ``set_*_layers_to_capture`` hook, on every rank;
+* ``pp_aux_outgoing(model, aux_hidden_states, pp_proxy_tensors)`` on non-last stages,
+  merged into the ``PPProxyTensors`` handed to the next stage;
+* ``pp_aux_collect(model, aux_hidden_states, pp_proxy_tensors, like)`` on the last
+  stage, which returns the full set of captures.
+
+Under PP=1, or before a hook is called, ``pp_aux_outgoing`` returns ``{}`` and
+``pp_aux_collect`` returns its input unchanged.
+"""
+
+import os
+from typing import Any, Dict, List, Mapping, Optional
+
+import torch
+
+from sglang.srt.distributed.pp_aux_transport import AuxCapturePlan, PPAuxTransport
+
+PP_AUX_TRANSPORT_MODE_ENV = "SGLANG_PP_AUX_TRANSPORT"
+
+
+def attach_pp_aux_transport(model: torch.nn.Module, pp_group: Any) -> None:
+    """Attach the transport for ``model.layers_to_capture`` to ``model``.
+
+    ``model`` is the decoder stack (the module whose forward runs the layer loop).
+    Every rank of the PP group calls this with the same capture layers.
+    """
+    model.pp_aux_transport = None
+    if pp_group.world_size == 1:
+        return
+    num_layers = _num_layers(model)
+    # Ids outside [0, num_layers) are never reached by the layer loop, so a
+    # single-stage run captures nothing for them; keep it that way.
+    layer_ids = sorted(
+        {int(i) for i in model.layers_to_capture if 0 <= int(i) < num_layers}
+    )
+    if not layer_ids:
+        return
+    mode = os.environ.get(PP_AUX_TRANSPORT_MODE_ENV, "relay")
+    plan = AuxCapturePlan.build(
+        layer_ids,
+        num_layers,
+        pp_group.rank_in_group,
+        pp_group.world_size,
+        mode=mode,
+        feature="aux hidden state capture",
+    )
+    if (plan.start_layer, plan.end_layer) != (model.start_layer, model.end_layer):
+        raise RuntimeError(
+            f"PP stage {pp_group.rank_in_group} runs layers "
+            f"[{model.start_layer}, {model.end_layer}) but the aux capture plan "
+            f"expects [{plan.start_layer}, {plan.end_layer})."
+        )
+    transport = PPAuxTransport(
+        plan,
+        group=pp_group.cpu_group,
+        # Direct sends go from a stage at least two hops away to the last stage;
+        # the scheduler never sends in that direction, so the PP device group
+        # carries them without mixing with the handoff traffic.
+        direct_group=pp_group.device_group,
+        ranks=list(pp_group.ranks),
+    )
+    transport.handshake(_hidden_size(model), _dtype(model))
+    model.pp_aux_transport = transport
+
+
+def pp_aux_outgoing(
+    model: torch.nn.Module,
+    aux_hidden_states: Any,
+    pp_proxy_tensors: Optional[Any],
+) -> Dict[str, torch.Tensor]:
+    """Aux entries to add to the tensors handed to the next stage (non-last stage)."""
+    transport = getattr(model, "pp_aux_transport", None)
+    if transport is None:
+        return {}
+    captures = _local_captures(transport, aux_hidden_states)
+    return transport.outgoing(captures, _tensors_of(pp_proxy_tensors))
+
+
+def pp_aux_collect(
+    model: torch.nn.Module,
+    aux_hidden_states: Any,
+    pp_proxy_tensors: Optional[Any],
+    like: torch.Tensor,
+) -> Any:
+    """All captures of all stages, in ascending layer order (last stage)."""
+    transport = getattr(model, "pp_aux_transport", None)
+    if transport is None:
+        return aux_hidden_states
+    captures = _local_captures(transport, aux_hidden_states)
+    collected = transport.collect(captures, _tensors_of(pp_proxy_tensors), like=like)
+    if isinstance(aux_hidden_states, list):
+        return collected
+    # An append-compatible accumulator (e.g. AuxHiddenStatePacker): hand back one of
+    # the same kind holding every capture.
+    packed = type(aux_hidden_states)(len(collected))
+    for tensor in collected:
+        packed.append(tensor)
+    return packed
+
+
+def _local_captures(transport: Any, aux_hidden_states: Any) -> Dict[int, torch.Tensor]:
+    tensors = _captured_tensors(aux_hidden_states)
+    layer_ids = sorted(transport.plan.local_layer_ids)
+    if len(tensors) != len(layer_ids):
+        raise RuntimeError(
+            f"PP stage {transport.plan.pp_rank} captured {len(tensors)} aux hidden "
+            f"states but owns capture layers {layer_ids}."
+        )
+    return dict(zip(layer_ids, tensors))
+
+
+def _captured_tensors(aux_hidden_states: Any) -> List[torch.Tensor]:
+    if isinstance(aux_hidden_states, (list, tuple)):
+        return list(aux_hidden_states)
+    # AuxHiddenStatePacker keeps the captures side by side in one buffer.
+    count = len(aux_hidden_states)
+    if count == 0:
+        return []
+    width = aux_hidden_states._feature_size
+    buffer = aux_hidden_states._buffer
+    return [buffer[..., k * width : (k + 1) * width] for k in range(count)]
+
+
+def _tensors_of(pp_proxy_tensors: Optional[Any]) -> Optional[Mapping[str, Any]]:
+    if pp_proxy_tensors is None:
+        return None
+    return getattr(pp_proxy_tensors, "tensors", pp_proxy_tensors)
+
+
+def _num_layers(model: torch.nn.Module) -> int:
+    config = getattr(model, "config", None)
+    num_layers = getattr(config, "num_hidden_layers", None)
+    if num_layers is None:
+        num_layers = len(model.layers)
+    return int(num_layers)
+
+
+def _hidden_size(model: torch.nn.Module) -> int:
+    config = getattr(model, "config", None)
+    return int(getattr(config, "hidden_size", 0) or 0)
+
+
+def _dtype(model: torch.nn.Module) -> torch.dtype:
+    # The same answer on every stage: the checkpoint dtype from the shared config.
+    dtype = getattr(getattr(model, "config", None), "torch_dtype", None)
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    return torch.get_default_dtype()
