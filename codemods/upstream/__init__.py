@@ -1,1 +1,2 @@
-"""The upstream SGLang patch: model-file rewriters and the PP aux transport they use."""
+"""Generate the upstream SGLang patch that makes aux-hidden-state capture work under pipeline
+parallelism, and hold the PP transport module that the patch adds to SGLang."""

@@ -1,0 +1,625 @@
+"""Carry aux hidden states captured on every pipeline stage to the last stage.
+
+Under pipeline parallelism (PP) a speculative drafter runs on the last stage, but the
+layers whose hidden states it consumes live on every stage. This module gives a model's
+forward what it needs to move those captures:
+
+* ``validate_layer_ids`` checks the requested capture ids once, identically on every
+  rank, before any communication.
+* ``pp_layer_range`` / ``owner_stage`` tell which stage owns a layer (same rule as
+  ``get_pp_indices``: even split, remainder layers on the last stages,
+  ``SGLANG_PP_LAYER_PARTITION`` override).
+* ``PPAuxTransport`` carries captures in one of two modes:
+
+  - ``relay``: captures ride the stage-to-stage handoff dict (``PPProxyTensors``)
+    under one key per layer, ``aux_hidden_states_<layer_id>``, ordered numerically.
+    Entries that arrive from earlier stages are passed through by reference (no
+    concatenation, no copy). A capture made on stage ``s`` crosses ``P - 1 - s``
+    hops.
+  - ``direct``: stages two or more hops from the last ``isend`` their captures straight
+    to the last rank on a *dedicated* process group, so the transfers can never be
+    matched against the scheduler's own send/recv on the same rank pair (NCCL has no
+    tags). The stage next to the last rides the handoff. Every capture crosses one hop.
+    The last rank shapes its receive buffers from the hidden states it already holds
+    (``[tokens, hidden]``, same dtype and device), so no metadata is exchanged, and a
+    0-token batch sends and receives nothing.
+
+* On the last stage ``PPAuxTransport.collect`` returns the captures in the requested
+  order and raises if any is missing or unexpected: it never returns fewer features
+  than requested.
+* ``PPAuxTransport.handshake`` (or ``PPAuxTransport.create``) compares ids, partition,
+  hidden size, dtype and mode across the PP group with ``all_gather_object`` and raises
+  on every rank when they disagree, instead of hanging later in a mismatched receive.
+
+Direct mode and outstanding sends: ``outgoing`` never waits on its ``isend`` handles (a
+far stage must not block before the scheduler's own handoff proceeds, or the pipeline
+deadlocks). The handles, together with the tensors they read, are kept until they
+complete; ``poll()`` drops the finished ones (it runs on every ``outgoing`` call) and
+``flush()`` waits for all of them. Call ``flush()`` when the stage is idle or shutting
+down.
+
+Creating the direct group is collective: ``new_direct_group`` calls
+``torch.distributed.new_group``, which every process of the default group must call, in
+the same order, even processes that are not members.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+
+AUX_KEY_PREFIX = "aux_hidden_states_"
+PP_LAYER_PARTITION_ENV = "SGLANG_PP_LAYER_PARTITION"
+MODES = ("relay", "direct")
+
+
+def aux_key(layer_id: int) -> str:
+    """Handoff key of the capture of ``layer_id``: ``aux_hidden_states_<layer_id>``."""
+    return f"{AUX_KEY_PREFIX}{int(layer_id)}"
+
+
+def _parse_aux_key(key: Any) -> Optional[int]:
+    if not isinstance(key, str) or not key.startswith(AUX_KEY_PREFIX):
+        return None
+    suffix = key[len(AUX_KEY_PREFIX) :]
+    if not (suffix.isascii() and suffix.isdigit()) or str(int(suffix)) != suffix:
+        return None
+    return int(suffix)
+
+
+def aux_layer_ids(tensors: Optional[Mapping[str, Any]]) -> List[int]:
+    """Layer ids of the aux entries in ``tensors``, sorted numerically (10 after 9)."""
+    if not tensors:
+        return []
+    ids = (_parse_aux_key(key) for key in tensors)
+    return sorted(layer_id for layer_id in ids if layer_id is not None)
+
+
+def validate_layer_ids(
+    layer_ids: Any, num_layers: int, *, feature: str = "DSPARK"
+) -> List[int]:
+    """Check the capture ids and return them as a new list, requested order kept.
+
+    Raises ``ValueError`` for None, a value that is not a list or tuple, an element
+    that is not an int (bool included), an id outside ``[0, num_layers)``, duplicates,
+    or an empty list. Pure: gives the same answer on every rank.
+    """
+    if layer_ids is None:
+        raise ValueError(
+            f"{feature} requires explicit layer_ids for aux hidden capture."
+        )
+    if not isinstance(layer_ids, (list, tuple)):
+        raise ValueError(
+            f"{feature} layer_ids must be a list or tuple of ints, "
+            f"got {type(layer_ids).__name__}."
+        )
+    if _is_bool(num_layers) or not isinstance(num_layers, numbers.Integral):
+        raise ValueError(f"num_layers must be an int, got {num_layers!r}.")
+    if num_layers <= 0:
+        raise ValueError(f"num_layers must be positive, got {num_layers}.")
+    if len(layer_ids) == 0:
+        raise ValueError(f"{feature} layer_ids must not be empty.")
+    result: List[int] = []
+    seen = set()
+    for position, layer_id in enumerate(layer_ids):
+        if _is_bool(layer_id) or not isinstance(layer_id, numbers.Integral):
+            raise ValueError(
+                f"{feature} layer_ids[{position}] must be an int, got {layer_id!r}."
+            )
+        layer_id = int(layer_id)
+        if not 0 <= layer_id < num_layers:
+            raise ValueError(
+                f"{feature} layer_ids[{position}] = {layer_id} is out of range "
+                f"[0, {num_layers})."
+            )
+        if layer_id in seen:
+            raise ValueError(f"{feature} layer_ids has duplicate layer id {layer_id}.")
+        seen.add(layer_id)
+        result.append(layer_id)
+    return result
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool) or type(value).__name__ == "bool_"
+
+
+def _check_pp(pp_rank: int, pp_size: int) -> None:
+    if pp_size < 1:
+        raise ValueError(f"pp_size must be >= 1, got {pp_size}.")
+    if not 0 <= pp_rank < pp_size:
+        raise ValueError(f"pp_rank must be in [0, {pp_size}), got {pp_rank}.")
+
+
+def partition_from_string(
+    partition: Optional[str], num_layers: int, pp_size: int
+) -> List[Tuple[int, int]]:
+    """(start, end) layer range of every stage, for an explicit override string.
+
+    ``partition`` is a comma-separated list of per-stage layer counts (the format of
+    ``SGLANG_PP_LAYER_PARTITION``) or None for the even split, where the last
+    ``num_layers % pp_size`` stages get one extra layer. ``pp_size == 1`` ignores the
+    override.
+    """
+    _check_pp(0, pp_size)
+    if pp_size == 1:
+        partition = None
+    if partition is not None:
+        try:
+            counts = [int(count) for count in partition.split(",")]
+        except ValueError as err:
+            raise ValueError(f"Invalid partition string: {partition}") from err
+        if len(counts) != pp_size:
+            raise ValueError(
+                f"len(partitions)={len(counts)} does not match {pp_size=}."
+            )
+        if sum(counts) != num_layers:
+            raise ValueError(
+                f"sum(partitions)={sum(counts)} does not match {num_layers=}."
+            )
+        if any(count < 0 for count in counts):
+            raise ValueError(f"Invalid partition string: {partition}")
+    else:
+        base, remainder = divmod(num_layers, pp_size)
+        counts = [base + int(rank >= pp_size - remainder) for rank in range(pp_size)]
+    ranges = []
+    start = 0
+    for count in counts:
+        ranges.append((start, start + count))
+        start += count
+    return ranges
+
+
+def layer_partition(num_layers: int, pp_size: int) -> List[Tuple[int, int]]:
+    """(start, end) of every stage, honouring ``SGLANG_PP_LAYER_PARTITION``."""
+    return partition_from_string(
+        os.environ.get(PP_LAYER_PARTITION_ENV), num_layers, pp_size
+    )
+
+
+def pp_layer_range(num_layers: int, pp_rank: int, pp_size: int) -> Tuple[int, int]:
+    """Layers ``[start, end)`` run by stage ``pp_rank`` (rule of ``get_pp_indices``)."""
+    _check_pp(pp_rank, pp_size)
+    return layer_partition(num_layers, pp_size)[pp_rank]
+
+
+def _owner_in(layer_id: int, ranges: Sequence[Tuple[int, int]]) -> int:
+    for rank, (start, end) in enumerate(ranges):
+        if start <= layer_id < end:
+            return rank
+    raise ValueError(f"layer {layer_id} is not owned by any stage of {list(ranges)}.")
+
+
+def owner_stage(layer_id: int, num_layers: int, pp_size: int) -> int:
+    """The stage whose layer range contains ``layer_id``."""
+    return _owner_in(layer_id, layer_partition(num_layers, pp_size))
+
+
+@dataclass(frozen=True)
+class AuxCapturePlan:
+    """Who captures what, where it travels, and in which order the last stage wants it.
+
+    ``partition`` is filled from ``SGLANG_PP_LAYER_PARTITION`` (or the even split) when
+    the plan is built, so later changes of the environment cannot change a live plan.
+    """
+
+    layer_ids: Tuple[int, ...]
+    num_layers: int
+    pp_rank: int
+    pp_size: int
+    mode: str = "relay"
+    partition: Tuple[Tuple[int, int], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        ids = tuple(validate_layer_ids(list(self.layer_ids), self.num_layers))
+        object.__setattr__(self, "layer_ids", ids)
+        _check_pp(self.pp_rank, self.pp_size)
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}.")
+        if not self.partition:
+            ranges = layer_partition(self.num_layers, self.pp_size)
+        else:
+            ranges = [tuple(r) for r in self.partition]
+            expected_start = 0
+            for start, end in ranges:
+                if start != expected_start or end < start:
+                    raise ValueError(f"partition {ranges} is not contiguous.")
+                expected_start = end
+            if len(ranges) != self.pp_size or expected_start != self.num_layers:
+                raise ValueError(
+                    f"partition {ranges} does not cover {self.num_layers} layers "
+                    f"on {self.pp_size} stages."
+                )
+        object.__setattr__(self, "partition", tuple(tuple(r) for r in ranges))
+
+    @classmethod
+    def build(
+        cls,
+        layer_ids: Any,
+        num_layers: int,
+        pp_rank: int,
+        pp_size: int,
+        mode: str = "relay",
+        feature: str = "DSPARK",
+    ) -> "AuxCapturePlan":
+        ids = validate_layer_ids(layer_ids, num_layers, feature=feature)
+        return cls(tuple(ids), num_layers, pp_rank, pp_size, mode)
+
+    @property
+    def start_layer(self) -> int:
+        return self.partition[self.pp_rank][0]
+
+    @property
+    def end_layer(self) -> int:
+        return self.partition[self.pp_rank][1]
+
+    @property
+    def is_first_stage(self) -> bool:
+        return self.pp_rank == 0
+
+    @property
+    def is_last_stage(self) -> bool:
+        return self.pp_rank == self.pp_size - 1
+
+    @property
+    def hops_to_last(self) -> int:
+        return self.pp_size - 1 - self.pp_rank
+
+    def owns(self, layer_id: int) -> bool:
+        return self.start_layer <= layer_id < self.end_layer
+
+    def owner_of(self, layer_id: int) -> int:
+        return _owner_in(layer_id, self.partition)
+
+    def ids_of_stage(self, stage: int) -> List[int]:
+        """Capture ids owned by ``stage``, in requested order."""
+        start, end = self.partition[stage]
+        return [i for i in self.layer_ids if start <= i < end]
+
+    @property
+    def local_layer_ids(self) -> List[int]:
+        return self.ids_of_stage(self.pp_rank)
+
+    def sends_direct(self, stage: int) -> bool:
+        """Whether ``stage`` sends its captures straight to the last rank."""
+        return self.mode == "direct" and self.pp_size - 1 - stage >= 2
+
+    def handoff_ids_after(self, stage: int) -> List[int]:
+        """Capture ids the handoff leaving ``stage`` carries, sorted numerically."""
+        if stage >= self.pp_size - 1:
+            return []
+        owners = range(stage + 1)
+        if self.mode == "direct":
+            owners = [s for s in owners if not self.sends_direct(s)]
+        return sorted(i for s in owners for i in self.ids_of_stage(s))
+
+    def direct_ids(self) -> List[Tuple[int, int]]:
+        """(stage, layer id) of every direct transfer, in the order both sides use:
+        by stage, then numerically by layer id."""
+        return [
+            (stage, layer_id)
+            for stage in range(self.pp_size)
+            if self.sends_direct(stage)
+            for layer_id in sorted(self.ids_of_stage(stage))
+        ]
+
+    def fingerprint(self) -> Dict[str, Any]:
+        return {
+            "layer_ids": list(self.layer_ids),
+            "num_layers": self.num_layers,
+            "pp_size": self.pp_size,
+            "partition": [list(r) for r in self.partition],
+            "mode": self.mode,
+        }
+
+
+def new_direct_group(ranks: Sequence[int], backend: Optional[str] = None) -> Any:
+    """Create the dedicated group for direct-mode transfers.
+
+    Collective: every process of the default group must call this (members or not), in
+    the same order relative to other ``new_group`` calls.
+    """
+    return dist.new_group(ranks=list(ranks), backend=backend)
+
+
+def _all_gather(group: Any, payload: Any) -> List[Any]:
+    if not dist.is_available() or not dist.is_initialized():
+        return [payload]
+    size = dist.get_world_size(group=group)
+    gathered: List[Any] = [None] * size
+    dist.all_gather_object(gathered, payload, group=group)
+    return gathered
+
+
+def _describe_disagreement(gathered: Sequence[Mapping[str, Any]]) -> str:
+    errors = [
+        f"rank {index}: {entry['error']}"
+        for index, entry in enumerate(gathered)
+        if entry.get("error")
+    ]
+    if errors:
+        return "invalid aux capture config: " + "; ".join(errors)
+    reference = gathered[0]
+    problems = []
+    for index, entry in enumerate(gathered):
+        if entry.get("pp_rank") != index:
+            problems.append(f"rank {index} reports pp_rank={entry.get('pp_rank')}")
+        for key in sorted(set(reference) | set(entry)):
+            if key in ("pp_rank", "error"):
+                continue
+            if entry.get(key) != reference.get(key):
+                problems.append(
+                    f"{key}: rank 0 has {reference.get(key)!r}, "
+                    f"rank {index} has {entry.get(key)!r}"
+                )
+    if not problems:
+        return ""
+    return "aux capture config differs across PP ranks: " + "; ".join(problems)
+
+
+class PPAuxTransport:
+    """Move one forward's captures to the last stage (see the module docstring)."""
+
+    def __init__(
+        self,
+        plan: AuxCapturePlan,
+        *,
+        group: Any = None,
+        direct_group: Any = None,
+        ranks: Optional[Sequence[int]] = None,
+    ) -> None:
+        self.plan = plan
+        self.group = group
+        self.direct_group = direct_group
+        self._ranks = list(ranks) if ranks is not None else None
+        if self._ranks is not None and len(self._ranks) != plan.pp_size:
+            raise ValueError(
+                f"ranks has {len(self._ranks)} entries, "
+                f"expected pp_size={plan.pp_size}."
+            )
+        self.needs_direct = any(plan.sends_direct(s) for s in range(plan.pp_size))
+        if self.needs_direct and direct_group is None:
+            raise ValueError(
+                "direct mode needs a dedicated direct_group (see new_direct_group) so "
+                "its transfers never match the scheduler's own send/recv."
+            )
+        self.hidden_size: Optional[int] = None
+        self.dtype: Optional[torch.dtype] = None
+        self._pending: List[Tuple[Any, torch.Tensor]] = []
+        self.stats: Dict[str, int] = {
+            "direct_sends": 0,
+            "direct_send_bytes": 0,
+            "direct_recvs": 0,
+            "direct_recv_bytes": 0,
+        }
+
+    # ------------------------------------------------------------------ set-up
+    @classmethod
+    def create(
+        cls,
+        layer_ids: Any,
+        num_layers: int,
+        *,
+        pp_rank: int,
+        pp_size: int,
+        hidden_size: int,
+        dtype: torch.dtype,
+        mode: str = "relay",
+        feature: str = "DSPARK",
+        group: Any = None,
+        direct_group: Any = None,
+        ranks: Optional[Sequence[int]] = None,
+    ) -> "PPAuxTransport":
+        """Validate, build the plan and handshake in one step.
+
+        A rank whose own config is invalid still joins the handshake, so every rank
+        raises the same ``ValueError`` rather than the others waiting for it.
+        """
+        plan = None
+        error = ""
+        try:
+            plan = AuxCapturePlan.build(
+                layer_ids, num_layers, pp_rank, pp_size, mode=mode, feature=feature
+            )
+        except ValueError as err:
+            error = str(err)
+        payload = (
+            cls._payload(plan, hidden_size, dtype)
+            if plan is not None
+            else {"pp_rank": pp_rank, "error": error}
+        )
+        message = _describe_disagreement(_all_gather(group, payload))
+        if message:
+            raise ValueError(message)
+        assert plan is not None
+        transport = cls(plan, group=group, direct_group=direct_group, ranks=ranks)
+        transport.hidden_size = int(hidden_size)
+        transport.dtype = dtype
+        return transport
+
+    @staticmethod
+    def _payload(
+        plan: AuxCapturePlan, hidden_size: int, dtype: torch.dtype
+    ) -> Dict[str, Any]:
+        payload = plan.fingerprint()
+        payload.update(
+            pp_rank=plan.pp_rank, hidden_size=int(hidden_size), dtype=str(dtype)
+        )
+        return payload
+
+    def handshake(self, hidden_size: int, dtype: torch.dtype) -> None:
+        """Compare the config across the PP group; raise ``ValueError`` on every rank
+        when any rank disagrees. Collective on ``group``."""
+        payload = self._payload(self.plan, hidden_size, dtype)
+        message = _describe_disagreement(_all_gather(self.group, payload))
+        if message:
+            raise ValueError(message)
+        self.hidden_size = int(hidden_size)
+        self.dtype = dtype
+
+    @property
+    def ranks(self) -> List[int]:
+        if self._ranks is None:
+            if self.group is not None and dist.is_initialized():
+                self._ranks = list(dist.get_process_group_ranks(self.group))
+            else:
+                self._ranks = list(range(self.plan.pp_size))
+        return self._ranks
+
+    @property
+    def last_rank(self) -> int:
+        return self.ranks[-1]
+
+    # ------------------------------------------------------------ non-last stage
+    def outgoing(
+        self,
+        captures: Mapping[int, torch.Tensor],
+        incoming: Optional[Mapping[str, torch.Tensor]],
+    ) -> Dict[str, torch.Tensor]:
+        """Aux entries to merge into the handoff sent to the next stage."""
+        plan = self.plan
+        if plan.is_last_stage:
+            raise RuntimeError("outgoing() is for non-last stages; use collect().")
+        self._check_local(captures)
+        self._check_incoming(incoming, plan.handoff_ids_after(plan.pp_rank - 1))
+        self.poll()
+        if plan.sends_direct(plan.pp_rank):
+            for layer_id in sorted(plan.local_layer_ids):
+                self._isend(captures[layer_id])
+            return {}
+        merged: Dict[int, torch.Tensor] = {}
+        if incoming:
+            for layer_id in aux_layer_ids(incoming):
+                merged[layer_id] = incoming[aux_key(layer_id)]
+        for layer_id in plan.local_layer_ids:
+            merged[layer_id] = captures[layer_id]
+        return {aux_key(layer_id): merged[layer_id] for layer_id in sorted(merged)}
+
+    def _isend(self, tensor: torch.Tensor) -> None:
+        self._check_wire_tensor(tensor)
+        if tensor.numel() == 0:
+            return
+        tensor = tensor.contiguous()
+        work = dist.isend(tensor, dst=self.last_rank, group=self.direct_group)
+        self._pending.append((work, tensor))
+        self.stats["direct_sends"] += 1
+        self.stats["direct_send_bytes"] += tensor.numel() * tensor.element_size()
+
+    def _check_wire_tensor(self, tensor: torch.Tensor) -> None:
+        if self.dtype is not None and tensor.dtype != self.dtype:
+            raise RuntimeError(
+                f"direct aux capture has dtype {tensor.dtype}, "
+                f"handshake said {self.dtype}."
+            )
+        if (
+            self.hidden_size is not None
+            and tensor.dim() > 0
+            and tensor.shape[-1] != self.hidden_size
+        ):
+            raise RuntimeError(
+                f"direct aux capture has hidden size {tensor.shape[-1]}, "
+                f"handshake said {self.hidden_size}."
+            )
+
+    @property
+    def pending_sends(self) -> int:
+        return len(self._pending)
+
+    def poll(self) -> None:
+        """Drop the direct sends that have completed."""
+        self._pending = [(w, t) for w, t in self._pending if not w.is_completed()]
+
+    def flush(self) -> None:
+        """Wait for every outstanding direct send."""
+        pending, self._pending = self._pending, []
+        for work, _ in pending:
+            work.wait()
+
+    # ---------------------------------------------------------------- last stage
+    def collect(
+        self,
+        captures: Mapping[int, torch.Tensor],
+        incoming: Optional[Mapping[str, torch.Tensor]],
+        like: torch.Tensor,
+    ) -> List[torch.Tensor]:
+        """All captures in requested order; ``RuntimeError`` if any is missing/extra."""
+        plan = self.plan
+        if not plan.is_last_stage:
+            raise RuntimeError("collect() is for the last stage; use outgoing().")
+        self._check_local(captures)
+        gathered: Dict[int, torch.Tensor] = {}
+        if plan.pp_size > 1:
+            self._check_incoming(incoming, plan.handoff_ids_after(plan.pp_rank - 1))
+            for layer_id in aux_layer_ids(incoming):
+                gathered[layer_id] = incoming[aux_key(layer_id)]
+            gathered.update(self._receive_direct(like))
+        for layer_id in plan.local_layer_ids:
+            gathered[layer_id] = captures[layer_id]
+        missing = [i for i in plan.layer_ids if i not in gathered]
+        extra = sorted(set(gathered) - set(plan.layer_ids))
+        if missing or extra:
+            raise RuntimeError(
+                f"aux hidden capture on the last stage: missing layers {missing}, "
+                f"unexpected layers {extra} (requested {list(plan.layer_ids)})."
+            )
+        result = [gathered[layer_id] for layer_id in plan.layer_ids]
+        for layer_id, tensor in zip(plan.layer_ids, result):
+            if tensor.shape != like.shape:
+                raise RuntimeError(
+                    f"aux capture of layer {layer_id} has shape {tuple(tensor.shape)}, "
+                    f"expected {tuple(like.shape)}."
+                )
+        return result
+
+    def _receive_direct(self, like: torch.Tensor) -> Dict[int, torch.Tensor]:
+        transfers = self.plan.direct_ids()
+        received: Dict[int, torch.Tensor] = {}
+        if not transfers:
+            return received
+        works = []
+        for stage, layer_id in transfers:
+            buffer = torch.empty(like.shape, dtype=like.dtype, device=like.device)
+            received[layer_id] = buffer
+            if buffer.numel() == 0:
+                continue
+            works.append(
+                dist.irecv(buffer, src=self.ranks[stage], group=self.direct_group)
+            )
+            self.stats["direct_recvs"] += 1
+            self.stats["direct_recv_bytes"] += buffer.numel() * buffer.element_size()
+        for work in works:
+            work.wait()
+        return received
+
+    # ------------------------------------------------------------------- checks
+    def _check_local(self, captures: Mapping[int, torch.Tensor]) -> None:
+        expected = set(self.plan.local_layer_ids)
+        got = set(captures)
+        if got != expected:
+            raise RuntimeError(
+                f"stage {self.plan.pp_rank} captured layers {sorted(got)}, "
+                f"expected {sorted(expected)}."
+            )
+
+    def _check_incoming(
+        self, incoming: Optional[Mapping[str, torch.Tensor]], expected: List[int]
+    ) -> None:
+        malformed = [
+            key
+            for key in (incoming or {})
+            if isinstance(key, str)
+            and key.startswith(AUX_KEY_PREFIX)
+            and _parse_aux_key(key) is None
+        ]
+        if malformed:
+            raise RuntimeError(f"malformed aux handoff keys: {malformed}.")
+        got = aux_layer_ids(incoming)
+        if got != expected:
+            raise RuntimeError(
+                f"stage {self.plan.pp_rank} received aux entries for layers {got}, "
+                f"expected {expected} (mode {self.plan.mode})."
+            )

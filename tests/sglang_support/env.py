@@ -1,0 +1,147 @@
+"""Cached, unpacked SGLang release trees that import on CPU in subprocesses.
+
+Layout of the cache (root: ``$AUXCAP_CACHE``, default ``~/.cache/auxcap``)::
+
+    wheels/sglang-<ver>-*.whl        from ``pip download --no-deps sglang==<ver>``
+    unpacked/sglang-<ver>/sglang/... the wheel's files, extracted once (atomic rename)
+
+``sglang_tree(ver)`` returns the unpacked root (the directory that holds ``sglang/``).
+``sglang_env(root)`` returns an ``os.environ`` copy whose ``PYTHONPATH`` puts the stand-in
+modules (``stubs/``: triton, torchvision, IPython, xgrammar), the tree, this project and the
+``tests`` directory first, so ``python -c "import sglang.srt.models.kimi_linear"`` works on a
+CPU-only machine with the packages of ``tests/requirements-sglang.txt`` installed.
+``run_python(code_or_args, root)`` runs such a subprocess with a timeout.
+
+Nothing here imports SGLang into the calling process: SGLang's import has side effects
+(logging, env vars, torch settings) that must not leak into the test process.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+TESTS_DIR = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = TESTS_DIR.parent
+STUBS_DIR = Path(__file__).resolve().parent / "stubs"
+REQUIREMENTS = TESTS_DIR / "requirements-sglang.txt"
+#: Releases the upstream-patch tests exercise; 0.5.21 already relays DSPARK captures under PP.
+RELEASES = ("0.5.18", "0.5.19", "0.5.20", "0.5.21")
+
+
+class SGLangUnavailable(RuntimeError):
+    """The wheel could not be downloaded or unpacked (no network, no such release)."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("AUXCAP_CACHE") or Path.home() / ".cache" / "auxcap")
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Serialise download/unpack between concurrent test processes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def find_wheel(version: str) -> Path | None:
+    wheels = sorted((cache_root() / "wheels").glob(f"sglang-{version}-*.whl"))
+    return wheels[0] if wheels else None
+
+
+def download_wheel(version: str, timeout: float = 900.0) -> Path:
+    """The cached wheel of ``sglang==version``, downloaded (without dependencies) if absent."""
+    wheel = find_wheel(version)
+    if wheel is not None:
+        return wheel
+    wheels_dir = cache_root() / "wheels"
+    with _locked(cache_root() / f".sglang-{version}.lock"):
+        wheel = find_wheel(version)
+        if wheel is not None:
+            return wheel
+        wheels_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-q", "-d", str(wheels_dir), f"sglang=={version}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        wheel = find_wheel(version)
+        if proc.returncode != 0 or wheel is None:
+            raise SGLangUnavailable(
+                f"pip download sglang=={version} failed (exit {proc.returncode}): "
+                f"{proc.stderr.strip()[-2000:]}"
+            )
+        return wheel
+
+
+def sglang_tree(version: str) -> Path:
+    """Root of the unpacked ``sglang==version`` wheel (holds ``sglang/``), created once."""
+    target = cache_root() / "unpacked" / f"sglang-{version}"
+    if (target / "sglang" / "__init__.py").is_file():
+        return target
+    wheel = download_wheel(version)
+    with _locked(cache_root() / f".sglang-{version}.lock"):
+        if (target / "sglang" / "__init__.py").is_file():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".sglang-{version}-", dir=target.parent))
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                members = [m for m in archive.namelist() if m.startswith("sglang/")]
+                archive.extractall(staging, members)
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(staging, target)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def sglang_env(root: Path | None, extra_paths: Sequence[Path] = ()) -> dict[str, str]:
+    """Environment for a subprocess that imports SGLang from ``root`` on CPU."""
+    paths = [str(p) for p in extra_paths]
+    paths += [str(STUBS_DIR)]
+    if root is not None:
+        paths.append(str(root))
+    paths += [str(PROJECT_ROOT), str(TESTS_DIR)]
+    env = dict(os.environ)
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    return env
+
+
+def run_python(
+    args: Sequence[str],
+    root: Path | None,
+    *,
+    timeout: float = 300.0,
+    extra_paths: Sequence[Path] = (),
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python ARGS`` under :func:`sglang_env`; never hangs past ``timeout``."""
+    return subprocess.run(
+        [sys.executable, *args],
+        env=sglang_env(root, extra_paths),
+        cwd=str(cwd or PROJECT_ROOT),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

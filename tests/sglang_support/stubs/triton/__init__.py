@@ -1,0 +1,88 @@
+"""Stand-in for ``triton`` so SGLang model modules import on a CPU-only machine.
+
+Every attribute is a permissive placeholder: decorators (``jit``, ``autotune``,
+``heuristics``) hand the decorated function back unchanged, anything else is a placeholder
+that can be called, indexed or read further.  Submodules (``triton.language``,
+``triton.language.extra.libdevice``, ...) are created on first import.  No kernel ever runs.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+
+__version__ = "3.5.0"
+
+
+class _Placeholder:
+    """Callable, indexable stand-in; used as a decorator it returns the function unchanged."""
+
+    def __init__(self, name: str = "triton") -> None:
+        self._name = name
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]):
+            return args[0]
+        return _Placeholder(f"{self._name}()")
+
+    def __getattr__(self, item: str):
+        if item.startswith("__"):
+            raise AttributeError(item)
+        return _Placeholder(f"{self._name}.{item}")
+
+    def __getitem__(self, item):
+        return _Placeholder(f"{self._name}[]")
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+    def __repr__(self) -> str:
+        return f"<triton stand-in {self._name}>"
+
+
+def _module_getattr(module_name: str):
+    """Module ``__getattr__``: CamelCase names become real (empty) classes, so that
+    ``isinstance`` checks against them work; other names become placeholders."""
+
+    def __getattr__(item: str):
+        if item.startswith("__"):
+            raise AttributeError(item)
+        module = sys.modules.get(module_name)
+        if item[:1].isupper():
+            value = type(item, (), {"__module__": module_name, "__init__": _accept_any})
+        else:
+            value = _Placeholder(f"{module_name}.{item}")
+        if module is not None:
+            setattr(module, item, value)
+        return value
+
+    return __getattr__
+
+
+def _accept_any(self, *args, **kwargs) -> None:
+    self.args = args
+    self.kwargs = kwargs
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.startswith("triton."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        module.__getattr__ = _module_getattr(spec.name)
+        return module
+
+    def exec_module(self, module):
+        return None
+
+
+if not any(isinstance(finder, _StubFinder) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _StubFinder())
+
+__getattr__ = _module_getattr("triton")
