@@ -122,12 +122,18 @@ class _Corpus:
         self.modules: dict[str, cst.Module] = {}
         self.shapes: dict[str, ModuleShapes] = {}
 
+        self.errors: dict[str, str] = {}
+
     def get(self, file: str) -> ModuleShapes | None:
         if file not in self.shapes:
             path = self.models_dir / file
-            if not path.is_file():
+            if file in self.errors or not path.is_file():
                 return None
-            module = cst.parse_module(path.read_bytes())
+            try:
+                module = cst.parse_module(path.read_bytes())
+            except cst.ParserSyntaxError as error:
+                self.errors[file] = f"cannot parse: line {error.raw_line}: {error.message}"
+                return None
             self.modules[file] = module
             self.shapes[file] = analyse(module)
         return self.shapes[file]
@@ -151,6 +157,9 @@ def plan_family(models_dir: Path | str) -> FamilyPlan:
     plan = FamilyPlan(models_dir, {}, modules=corpus.modules)
     for file in candidate_files(models_dir):
         shapes = corpus.get(file)
+        if file in corpus.errors:
+            plan.decisions[file] = FileDecision(file, (), (), False, corpus.errors[file])
+            continue
         if shapes is None or not shapes.setters:
             continue
         plan.decisions[file] = _decide(file, shapes, corpus, plan)

@@ -53,7 +53,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from codemods.upstream.family_format import Call, render_call, render_import
+from codemods.upstream.imports import add_from_import
+from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, render_call
 from codemods.upstream.family_shapes import (
     ForwardShape,
     SetterShape,
@@ -99,7 +100,7 @@ def rewrite_module(
         names.append(ATTACH)
     if forwards:
         names.extend([COLLECT, OUTGOING])
-    return add_import(updated, GLUE_MODULE, names) if names else updated
+    return add_from_import(updated, GLUE_MODULE, names) if names else updated
 
 
 class _FamilyTransformer(cst.CSTTransformer):
@@ -155,14 +156,13 @@ def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
     # Comments above the removed return describe the hook: keep them.
     leading = list(early.leading_lines) + _comments_only(rest[0].leading_lines)
     rest[0] = rest[0].with_changes(leading_lines=leading)
-    attach = render_call(Call(ATTACH, (shape.receiver, shape.pp_group)), 0)
-    added = [cst.parse_statement(attach + "\n")]
+    pad = " " * METHOD_INDENT
+    lines = render_call(pad, "", Call(ATTACH, (shape.receiver, shape.pp_group)))
     if shape.flags:
-        resets = "".join(f"    self.{flag} = False\n" for flag in shape.flags)
-        comment = "".join(f"    {line}\n" for line in FLAG_RESET_COMMENT.splitlines())
-        added.append(
-            cst.parse_statement(f"if not {shape.pp_group}.is_last_rank:\n{comment}{resets}")
-        )
+        lines.append(f"{pad}if not {shape.pp_group}.is_last_rank:")
+        lines += [f"{pad}    {line}" for line in FLAG_RESET_COMMENT.splitlines()]
+        lines += [f"{pad}    self.{flag} = False" for flag in shape.flags]
+    added = parse_statements(lines_to_text(lines), pad)
     return fn.with_changes(body=fn.body.with_changes(body=docstring + rest + added))
 
 
@@ -177,27 +177,28 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     handoff_body = list(handoff.body.body)
     returned = proxy_return_of(handoff)
     argument = returned.value.args[0].value
+    block_pad = " " * BLOCK_INDENT
     if isinstance(argument, cst.Dict):
-        handoff_body[-1] = cst.parse_statement(_proxy_return_text(argument, outgoing) + "\n")
-        handoff_body[-1] = handoff_body[-1].with_changes(
-            leading_lines=handoff.body.body[-1].leading_lines
-        )
+        replaced = parse_statements(_proxy_return_text(argument, outgoing), block_pad)[0]
+        handoff_body[-1] = replaced.with_changes(leading_lines=handoff_body[-1].leading_lines)
     else:
         update = Call(f"{code_of(argument)}.update", (outgoing,))
-        update_text = _dedent(render_call(update, BLOCK_INDENT), BLOCK_INDENT)
-        handoff_body.insert(len(handoff_body) - 1, cst.parse_statement(update_text + "\n"))
-        # The statement keeps the blank lines / comments that preceded the return.
-        handoff_body[-2] = handoff_body[-2].with_changes(
-            leading_lines=handoff_body[-1].leading_lines
+        (statement,) = parse_statements(lines_to_text(render_call(block_pad, "", update)), block_pad)
+        # The new statement takes the blank lines / comments that preceded the return.
+        handoff_body.insert(
+            len(handoff_body) - 1,
+            statement.with_changes(leading_lines=handoff_body[-1].leading_lines),
         )
         handoff_body[-1] = handoff_body[-1].with_changes(leading_lines=[])
     body[index] = handoff.with_changes(body=handoff.body.with_changes(body=handoff_body))
 
-    collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, "hidden_states"))
-    collect_text = render_call(collect, METHOD_INDENT, prefix=f"{shape.aux_name} = ")
-    collect_statement = cst.parse_statement(_dedent(collect_text, METHOD_INDENT) + "\n")
     if index + 1 >= len(body):
         raise FamilyRewriteError(f"{shape.class_name}.forward ends at the PP handoff")
+    pad = " " * METHOD_INDENT
+    collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, "hidden_states"))
+    (collect_statement,) = parse_statements(
+        lines_to_text(render_call(pad, f"{shape.aux_name} = ", collect)), pad
+    )
     following = body[index + 1]
     blank, comments = _split_leading(following.leading_lines)
     body.insert(index + 1, collect_statement.with_changes(leading_lines=blank))
@@ -206,17 +207,16 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
 
 
 def _proxy_return_text(argument: cst.Dict, outgoing: Call) -> str:
-    lines = ["return PPProxyTensors(", "    {"]
+    """``return PPProxyTensors({...})`` with the outgoing captures spliced in, laid out as
+    black lays out a dict that no longer fits on one line (one entry per line)."""
+    pad = " " * BLOCK_INDENT
+    entry_pad = pad + " " * 8
+    lines = [f"{pad}return PPProxyTensors(", f"{pad}    {{"]
     for element in argument.elements:
-        lines.append(f"        {code_of(element.key)}: {code_of(element.value)},")
-    spliced = render_call(outgoing, BLOCK_INDENT + 8, prefix="**", suffix=",")
-    lines.append(_dedent(spliced, BLOCK_INDENT))
-    lines += ["    }", ")"]
-    return "\n".join(lines)
-
-
-def _dedent(text: str, indent: int) -> str:
-    return "\n".join(line[indent:] if line.startswith(" " * indent) else line for line in text.split("\n"))
+        lines.append(f"{entry_pad}{code_of(element.key)}: {code_of(element.value)},")
+    lines += render_call(entry_pad, "**", outgoing, ",")
+    lines += [f"{pad}    }}", f"{pad})"]
+    return lines_to_text(lines)
 
 
 def _comments_only(lines) -> list[cst.EmptyLine]:
@@ -229,37 +229,3 @@ def _split_leading(lines) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
     while split < len(lines) and lines[split].comment is None:
         split += 1
     return lines[:split], lines[split:]
-
-
-# ---------------------------------------------------------------------------- imports
-
-
-def add_import(module: cst.Module, source: str, names: list[str]) -> cst.Module:
-    """Add ``from source import names`` where isort (black profile) would put it."""
-    body = list(module.body)
-    positions = []
-    for index, statement in enumerate(body):
-        if m.matches(statement, m.SimpleStatementLine(body=[m.ImportFrom()])):
-            node = statement.body[0]
-            if node.module is not None and not node.relative:
-                positions.append((index, code_of(node.module)))
-    existing = [(i, mod) for i, mod in positions if mod == source]
-    if existing:
-        index = existing[0][0]
-        node = body[index].body[0]
-        present = [code_of(alias.name) for alias in node.names]
-        merged = cst.parse_statement(render_import(source, present + names) + "\n")
-        body[index] = merged.with_changes(leading_lines=body[index].leading_lines)
-        return module.with_changes(body=body)
-    statement = cst.parse_statement(render_import(source, names) + "\n")
-    first_party = [(i, mod) for i, mod in positions if mod.split(".")[0] == source.split(".")[0]]
-    if not first_party:
-        raise FamilyRewriteError(f"no `from {source.split('.')[0]}... import` block to join")
-    after = [i for i, mod in first_party if mod.lower() > source.lower()]
-    if after:
-        index = after[0]
-        body.insert(index, statement.with_changes(leading_lines=body[index].leading_lines))
-        body[index + 1] = body[index + 1].with_changes(leading_lines=[])
-    else:
-        body.insert(first_party[-1][0] + 1, statement)
-    return module.with_changes(body=body)

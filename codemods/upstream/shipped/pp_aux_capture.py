@@ -22,11 +22,11 @@ Under PP=1, or before a hook is called, ``pp_aux_outgoing`` returns ``{}`` and
 """
 
 import os
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from sglang.srt.distributed.pp_aux_transport import AuxCapturePlan, PPAuxTransport
+from sglang.srt.distributed.pp_aux_transport import PPAuxTransport, new_direct_group
 
 PP_AUX_TRANSPORT_MODE_ENV = "SGLANG_PP_AUX_TRANSPORT"
 
@@ -49,31 +49,52 @@ def attach_pp_aux_transport(model: torch.nn.Module, pp_group: Any) -> None:
     if not layer_ids:
         return
     mode = os.environ.get(PP_AUX_TRANSPORT_MODE_ENV, "relay")
-    plan = AuxCapturePlan.build(
+    transport = PPAuxTransport.create(
         layer_ids,
         num_layers,
-        pp_group.rank_in_group,
-        pp_group.world_size,
+        pp_rank=pp_group.rank_in_group,
+        pp_size=pp_group.world_size,
+        hidden_size=_hidden_size(model),
+        dtype=_dtype(model),
         mode=mode,
         feature="aux hidden state capture",
+        group=pp_group.cpu_group,
+        direct_group=_direct_group(pp_group) if mode == "direct" else None,
+        ranks=list(pp_group.ranks),
     )
+    plan = transport.plan
     if (plan.start_layer, plan.end_layer) != (model.start_layer, model.end_layer):
         raise RuntimeError(
             f"PP stage {pp_group.rank_in_group} runs layers "
             f"[{model.start_layer}, {model.end_layer}) but the aux capture plan "
             f"expects [{plan.start_layer}, {plan.end_layer})."
         )
-    transport = PPAuxTransport(
-        plan,
-        group=pp_group.cpu_group,
-        # Direct sends go from a stage at least two hops away to the last stage;
-        # the scheduler never sends in that direction, so the PP device group
-        # carries them without mixing with the handoff traffic.
-        direct_group=pp_group.device_group,
-        ranks=list(pp_group.ranks),
-    )
-    transport.handshake(_hidden_size(model), _dtype(model))
     model.pp_aux_transport = transport
+
+
+_DIRECT_GROUPS: Dict[Tuple[int, ...], Any] = {}
+
+
+def _direct_group(pp_group: Any) -> Any:
+    """The dedicated group for direct sends among ``pp_group``'s ranks.
+
+    ``new_group`` is collective over the whole world, so every rank creates the groups
+    of all PP groups, in the same order (the layout ``initialize_model_parallel`` uses:
+    PP group ``i`` holds ranks ``i, i + n, i + 2n, ...`` with ``n = world // pp_size``).
+    """
+    own = tuple(pp_group.ranks)
+    if own not in _DIRECT_GROUPS:
+        world_size = torch.distributed.get_world_size()
+        num_groups = world_size // pp_group.world_size
+        layouts = [tuple(range(i, world_size, num_groups)) for i in range(num_groups)]
+        if own not in layouts:
+            raise RuntimeError(
+                f"PP group ranks {list(own)} do not follow the expected layout "
+                f"{[list(r) for r in layouts]}; use SGLANG_PP_AUX_TRANSPORT=relay."
+            )
+        for ranks in layouts:
+            _DIRECT_GROUPS[ranks] = new_direct_group(ranks)
+    return _DIRECT_GROUPS[own]
 
 
 def pp_aux_outgoing(
@@ -97,7 +118,7 @@ def pp_aux_collect(
 ) -> Any:
     """All captures of all stages, in ascending layer order (last stage)."""
     transport = getattr(model, "pp_aux_transport", None)
-    if transport is None:
+    if transport is None or not transport.plan.is_last_stage:
         return aux_hidden_states
     captures = _local_captures(transport, aux_hidden_states)
     collected = transport.collect(captures, _tensors_of(pp_proxy_tensors), like=like)
