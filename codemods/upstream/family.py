@@ -51,6 +51,8 @@ class FileDecision:
     reason: str
     forward: ForwardRef | None = None
     capture_kinds: tuple[str, ...] = ()
+    #: (causal-LM class, decoder-stack class as named in this file, patched hooks)
+    cases: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
     @property
     def name(self) -> str:
@@ -180,11 +182,13 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
     if problems:
         return keep("; ".join(problems))
     targets: dict[tuple[str, str], ForwardShape] = {}
+    stacks: dict[str, str] = {}
     for setter in candidates:
         found = _resolve_forward(file, shapes, setter, corpus)
         if isinstance(found, str):
             return keep(f"{setter.hook}: {found}")
-        ref_file, forward = found
+        stack_class, ref_file, forward = found
+        stacks[setter.class_name] = stack_class
         if not forward.recognised:
             return keep(
                 f"{ref_file}:{forward.class_name}.forward: {forward.problem}",
@@ -198,6 +202,14 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
     edits = plan.forward_edits.setdefault(ref_file, [])
     if all(shape.class_name != class_name for shape in edits):
         edits.append(forward)
+    cases = tuple(
+        (
+            outer,
+            stacks[outer],
+            tuple(s.hook for s in candidates if s.class_name == outer),
+        )
+        for outer in dict.fromkeys(s.class_name for s in candidates)
+    )
     return FileDecision(
         file,
         hooks,
@@ -206,13 +218,15 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
         "patched",
         ForwardRef(ref_file, class_name),
         forward.capture_kinds,
+        cases,
     )
 
 
 def _resolve_forward(
     file: str, shapes: ModuleShapes, setter: SetterShape, corpus: _Corpus
-) -> tuple[str, ForwardShape] | str:
-    """The capture forward that ``setter``'s receiver runs, or why it was not found."""
+) -> tuple[str, str, ForwardShape] | str:
+    """(decoder-stack class, file of its capture forward, that forward) for ``setter``'s
+    receiver, or why it was not found."""
     receiver = setter.receiver or ""
     if not receiver.startswith("self.") or receiver.count(".") != 1:
         return f"capture ids go to `{receiver}`, not a direct submodule"
@@ -222,9 +236,10 @@ def _resolve_forward(
     if class_name is None:
         local = [f for f in shapes.forwards]
         if len(local) == 1:
-            return file, local[0]
+            return local[0].class_name, file, local[0]
         return f"cannot tell which class `{receiver}` is"
-    return _find_forward(file, class_name, corpus, depth=0)
+    found = _find_forward(file, class_name, corpus, depth=0)
+    return found if isinstance(found, str) else (class_name, *found)
 
 
 def _find_forward(

@@ -1,0 +1,413 @@
+"""Aux hidden-state capture under pipeline parallelism, on CPU with real processes.
+
+For every model of the PP aux-capture family (``FAMILY``), each PP stage is built
+from the real model classes with tiny stand-in decoder layers (no weights to load, no
+attention kernels), the real capture hook is called on every rank, and the real
+causal-LM ``forward`` runs on 2 and 3 gloo processes; the ``PPProxyTensors`` move
+between stages as the scheduler moves them.  The last stage's aux hidden states must
+equal (``torch.equal``) those of a single-stage run of the same model.
+
+All models run in one set of worker processes per PP size, so the SGLang import is
+paid once.  Run directly (``python test_pp_aux_capture_family.py``) or with pytest.
+"""
+
+import json
+import os
+import socket
+import sys
+import tempfile
+import traceback
+import unittest
+from datetime import timedelta
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+# module, causal-LM class, decoder-stack class, capture hooks
+FAMILY = [
+    # @@FAMILY_CASES@@
+]
+
+NUM_LAYERS = 8
+HIDDEN_SIZE = 16
+#: Capture ids passed to every hook: stored ids land on every stage for 2 and 3 stages.
+LAYER_IDS = [0, 2, 4, 6]
+#: Token counts of the batches each case runs.
+BATCHES = (3, 1)
+WORKER_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_TIMEOUT", "900"))
+
+
+# ------------------------------------------------------------------ stand-ins
+
+
+class StandInLayer(nn.Module):
+    """A decoder layer with SGLang's calling convention and deterministic math."""
+
+    def __init__(self, layer_id: int, returns: int) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(1000 + layer_id)
+        weight = torch.randn(HIDDEN_SIZE, HIDDEN_SIZE, generator=generator)
+        self.weight = nn.Parameter(weight / HIDDEN_SIZE**0.5, requires_grad=False)
+        self.returns = returns
+
+    def forward(
+        self,
+        positions=None,
+        hidden_states=None,
+        forward_batch=None,
+        residual=None,
+        *args,
+        captured_last_layer_outputs=None,
+        **kwargs,
+    ):
+        residual = hidden_states if residual is None else hidden_states + residual
+        if captured_last_layer_outputs is not None:
+            captured_last_layer_outputs.append(residual)
+        hidden_states = torch.tanh(residual @ self.weight)
+        if self.returns == 3:
+            return hidden_states, residual, None
+        return hidden_states, residual
+
+
+class StandInNorm(nn.Module):
+    def forward(self, hidden_states, residual=None):
+        if residual is None:
+            return hidden_states * 0.5
+        return (hidden_states + residual) * 0.5, residual
+
+
+class RecordingLogitsProcessor:
+    """Stands in for LogitsProcessor: returns what the last stage hands it."""
+
+    def __call__(self, input_ids, hidden_states, lm_head, forward_batch, *args, **kw):
+        aux = kw.get("aux_hidden_states", args[0] if args else None)
+        return SimpleNamespace(hidden_states=hidden_states, aux_hidden_states=aux)
+
+
+class StandInPPGroup:
+    """The attributes of SGLang's GroupCoordinator that model code reads."""
+
+    def __init__(self, rank: int, size: int, group=None) -> None:
+        self.rank_in_group = rank
+        self.world_size = size
+        self.ranks = list(range(size))
+        self.rank = rank
+        self.is_first_rank = rank == 0
+        self.is_last_rank = rank == size - 1
+        self.cpu_group = group
+        self.device_group = group
+        self.local_rank = 0
+        self.first_rank = 0
+        self.last_rank = size - 1
+
+
+def _forward_batch(tokens: int):
+    mode = SimpleNamespace(
+        is_idle=lambda: tokens == 0,
+        is_extend=lambda: True,
+        is_decode=lambda: False,
+        is_target_verify=lambda: False,
+    )
+    return SimpleNamespace(
+        can_run_tbo=False,
+        forward_mode=mode,
+        return_hidden_states_before_norm=False,
+        batch_size=1,
+        seq_lens=torch.tensor([tokens]),
+        extend_seq_lens=torch.tensor([tokens]),
+    )
+
+
+#: Extra decoder-stack attributes a model's forward reads (its __init__ is skipped).
+STACK_ATTRIBUTES = {
+    "DeepseekV2Model": dict(
+        use_dsa=False,
+        first_k_dense_replace=0,
+        llama_4_scaling_config=None,
+        next_full_attention_layer_id={},
+        enable_a2a_moe=False,
+        gemm_output_zero_allocator_size=0,
+    ),
+}
+#: Modules whose decoder layers return (hidden_states, residual, extra).
+THREE_OUTPUT_LAYERS = {"DeepseekV2Model"}
+
+
+def _set_pp_group(group: StandInPPGroup) -> None:
+    from sglang.srt.distributed import parallel_state
+
+    parallel_state._PP = group
+
+
+def build_model(case, pp_rank: int, pp_size: int, group):
+    """The causal-LM object of ``case`` for one PP stage, with stand-in layers."""
+    import importlib
+
+    from sglang.srt.distributed import get_pp_indices
+    from sglang.srt.layers.utils import PPMissingLayer
+
+    module_name, outer_name, inner_name, _ = case
+    module = importlib.import_module(f"sglang.srt.models.{module_name}")
+    outer_cls = getattr(module, outer_name)
+    inner_cls = getattr(module, inner_name)
+    pp_group = StandInPPGroup(pp_rank, pp_size, group)
+    _set_pp_group(pp_group)
+    config = SimpleNamespace(
+        num_hidden_layers=NUM_LAYERS,
+        hidden_size=HIDDEN_SIZE,
+        torch_dtype=torch.float32,
+        vocab_size=32,
+        tie_word_embeddings=False,
+    )
+
+    start, end = get_pp_indices(NUM_LAYERS, pp_rank, pp_size)
+    returns = 3 if inner_name in THREE_OUTPUT_LAYERS else 2
+    inner = inner_cls.__new__(inner_cls)
+    nn.Module.__init__(inner)
+    inner.config = config
+    inner.pp_group = pp_group
+    inner.start_layer, inner.end_layer = start, end
+    inner.layers = nn.ModuleList(
+        StandInLayer(i, returns) if start <= i < end else PPMissingLayer()
+        for i in range(NUM_LAYERS)
+    )
+    inner.layers_to_capture = []
+    inner.norm = StandInNorm()
+    inner.embed_tokens = nn.Identity()
+    for attribute, value in STACK_ATTRIBUTES.get(inner_name, {}).items():
+        setattr(inner, attribute, value)
+
+    outer = outer_cls.__new__(outer_cls)
+    nn.Module.__init__(outer)
+    outer.config = config
+    outer.pp_group = pp_group
+    outer.model = inner
+    outer.capture_aux_hidden_states = False
+    outer.logits_processor = RecordingLogitsProcessor()
+    outer.lm_head = nn.Identity()
+    return outer
+
+
+def run_forward(model, tokens: int, proxy):
+    """One causal-LM forward; returns PPProxyTensors (non-last) or the recorded output."""
+    import inspect
+
+    from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
+
+    generator = torch.Generator().manual_seed(tokens)
+    embeds = torch.randn(tokens, HIDDEN_SIZE, generator=generator)
+    kwargs = {}
+    parameters = inspect.signature(model.forward).parameters
+    for name in ("input_embeds", "inputs_embeds"):
+        if name in parameters:
+            kwargs[name] = embeds if model.pp_group.is_first_rank else None
+    if "pp_proxy_tensors" in parameters:
+        kwargs["pp_proxy_tensors"] = PPProxyTensors(proxy) if proxy is not None else None
+    input_ids = torch.zeros(tokens, dtype=torch.long)
+    positions = torch.arange(tokens)
+    with torch.no_grad():
+        return model.forward(input_ids, positions, _forward_batch(tokens), **kwargs)
+
+
+def _aux_list(aux):
+    if aux is None:
+        return []
+    if isinstance(aux, torch.Tensor):
+        return [aux]
+    return list(aux)
+
+
+def reference_aux(case, hook, tokens):
+    """Aux states of a single-stage run (PP=1) of the same model."""
+    model = build_model(case, 0, 1, None)
+    getattr(model, hook)(list(LAYER_IDS))
+    return _aux_list(run_forward(model, tokens, None).aux_hidden_states)
+
+
+# ----------------------------------------------------------- PP handoff (p2p)
+
+
+def _send_dict(tensors, dst, error=None):
+    """Send a handoff dict (metadata first, then tensors), or only an error marker."""
+    tensors = {} if error is not None else tensors
+    meta = {k: (tuple(v.shape), str(v.dtype)) for k, v in tensors.items() if v is not None}
+    none_keys = [k for k, v in tensors.items() if v is None]
+    dist.send_object_list([(meta, none_keys, error)], dst=dst)
+    for key in sorted(meta):
+        dist.send(tensors[key].contiguous(), dst=dst)
+
+
+def _recv_dict(src):
+    """(tensors, error) from the previous stage."""
+    holder = [None]
+    dist.recv_object_list(holder, src=src)
+    meta, none_keys, error = holder[0]
+    tensors = {}
+    for key in sorted(meta):
+        shape, dtype = meta[key]
+        buffer = torch.empty(shape, dtype=getattr(torch, dtype.split(".")[-1]))
+        dist.recv(buffer, src=src)
+        tensors[key] = buffer
+    tensors.update({key: None for key in none_keys})
+    return tensors, error
+
+
+def _describe(error):
+    return f"{type(error).__name__}: {error}"
+
+
+def _run_case(case, hook, mode, rank, size, group):
+    """Runs one case on this rank; the last rank returns its comparison.
+
+    Every rank does every receive and send of every batch, also after an error (an
+    error travels downstream as a marker), so a failing model never leaves a message
+    in flight for the next case.
+    """
+    from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
+
+    os.environ["SGLANG_PP_AUX_TRANSPORT"] = mode
+    result = {"equal": True, "reference": [], "pipelined": [], "error": None}
+    model = None
+    try:
+        model = build_model(case, rank, size, group)
+        getattr(model, hook)(list(LAYER_IDS))
+    except Exception as error:
+        result["error"] = _describe(error)
+        result["traceback"] = traceback.format_exc()[-4000:]
+    for tokens in BATCHES:
+        proxy, upstream_error = _recv_dict(rank - 1) if rank > 0 else (None, None)
+        error = result["error"] or upstream_error
+        output = None
+        if error is None:
+            try:
+                _set_pp_group(model.pp_group)
+                output = run_forward(model, tokens, proxy)
+                if rank < size - 1 and not isinstance(output, PPProxyTensors):
+                    raise TypeError(f"stage {rank} returned {type(output).__name__}")
+            except Exception as exc:
+                error = _describe(exc)
+                result["traceback"] = traceback.format_exc()[-4000:]
+        if error is not None:
+            result["error"] = result["error"] or error
+        if rank < size - 1:
+            _send_dict(output.tensors if error is None else {}, rank + 1, error)
+            continue
+        if error is not None:
+            result["equal"] = False
+            continue
+        pipelined = _aux_list(output.aux_hidden_states)
+        try:
+            reference = reference_aux(case, hook, tokens)
+        except Exception as exc:
+            result.update(equal=False, error=f"PP=1 reference: {_describe(exc)}")
+            continue
+        result["reference"].append(len(reference))
+        result["pipelined"].append(len(pipelined))
+        result["equal"] &= len(reference) == len(pipelined) and all(
+            torch.equal(a, b) for a, b in zip(reference, pipelined)
+        )
+    return result
+
+
+def _worker(rank, size, port, jobs, out_dir):
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=size,
+        timeout=timedelta(seconds=60),
+    )
+    group = dist.new_group(list(range(size)), backend="gloo")
+    results = []
+    for case, hook, mode in jobs:
+        entry = {"model": case[0], "hook": hook, "pp": size, "mode": mode}
+        entry.update(_run_case(case, hook, mode, rank, size, group))
+        statuses = [None] * size
+        dist.all_gather_object(statuses, entry["error"])
+        entry["errors"] = statuses
+        results.append(entry)
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as handle:
+        json.dump(results, handle)
+    dist.destroy_process_group()
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_family(pp_size, jobs, timeout=WORKER_TIMEOUT_S):
+    """Run ``jobs`` ((case, hook, mode), ...) on ``pp_size`` processes; last-rank results."""
+    context = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory() as out_dir:
+        port = _free_port()
+        workers = [
+            context.Process(target=_worker, args=(r, pp_size, port, jobs, out_dir))
+            for r in range(pp_size)
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(timeout)
+        for worker in workers:
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
+        path = os.path.join(out_dir, f"rank{pp_size - 1}.json")
+        if not os.path.exists(path):
+            codes = [worker.exitcode for worker in workers]
+            raise RuntimeError(f"PP workers did not finish (exit codes {codes})")
+        with open(path) as handle:
+            return json.load(handle)
+
+
+def family_jobs(pp_size, cases=None):
+    modes = ("relay", "direct") if pp_size >= 3 else ("relay",)
+    return [
+        (case, hook, mode)
+        for case in (FAMILY if cases is None else cases)
+        for hook in case[3]
+        for mode in modes
+    ]
+
+
+class TestPPAuxCaptureFamily(unittest.TestCase):
+    def test_hooks_no_longer_return_early(self):
+        import importlib
+        import inspect
+
+        for module_name, outer_name, _, hooks in FAMILY:
+            module = importlib.import_module(f"sglang.srt.models.{module_name}")
+            for hook in hooks:
+                source = inspect.getsource(getattr(getattr(module, outer_name), hook))
+                with self.subTest(model=module_name, hook=hook):
+                    self.assertIn("attach_pp_aux_transport", source)
+
+    def _check(self, pp_size):
+        for entry in run_family(pp_size, family_jobs(pp_size)):
+            label = f"{entry['model']}.{entry['hook']} pp={pp_size} {entry['mode']}"
+            with self.subTest(label):
+                self.assertIsNone(entry["error"], entry.get("traceback"))
+                self.assertTrue(entry["equal"], entry)
+                self.assertEqual(entry["reference"], entry["pipelined"])
+
+    def test_two_stages(self):
+        self._check(2)
+
+    def test_three_stages(self):
+        self._check(3)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--json":
+        # python test_pp_aux_capture_family.py --json PP [MODEL ...]: raw results.
+        size = int(sys.argv[2])
+        chosen = [c for c in FAMILY if not sys.argv[3:] or c[0] in sys.argv[3:]]
+        print(json.dumps(run_family(size, family_jobs(size, chosen))))
+    else:
+        unittest.main()
