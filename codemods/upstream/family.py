@@ -250,6 +250,13 @@ def _find_forward(
     shapes = corpus.get(file)
     if shapes is None:
         return f"{file} not found"
+    if "." in class_name:
+        # ``module.Class`` with ``from sglang.srt.models import module``
+        alias, name = class_name.rsplit(".", 1)
+        source = shapes.imports.get(alias)
+        if source is None or source[0] != MODELS_PACKAGE:
+            return f"`{class_name}` is not a class of a model file"
+        return _find_forward(source[1] + ".py", name, corpus, depth + 1)
     info = shapes.classes.get(class_name)
     if info is None:
         source = shapes.imports.get(class_name)

@@ -112,10 +112,17 @@ class _FamilyTransformer(cst.CSTTransformer):
         }
         self.done: set[str] = set()
         self._classes: list[str] = []
+        self._effective: dict[str, cst.FunctionDef] = {}
         self._depth = 0
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         self._classes.append(node.name.value)
+        # A name defined twice in a class body: the last definition is the method.
+        self._effective = {
+            statement.name.value: statement
+            for statement in node.body.body
+            if isinstance(statement, cst.FunctionDef)
+        }
         return True
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
@@ -131,6 +138,8 @@ class _FamilyTransformer(cst.CSTTransformer):
     ) -> cst.FunctionDef:
         self._depth -= 1
         if len(self._classes) != 1 or self._depth != 0:
+            return updated
+        if self._effective.get(original.name.value) is not original:
             return updated
         class_name = self._classes[0]
         setter = self.setters.get((class_name, original.name.value))
@@ -192,17 +201,18 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
         handoff_body[-1] = handoff_body[-1].with_changes(leading_lines=[])
     body[index] = handoff.with_changes(body=handoff.body.with_changes(body=handoff_body))
 
-    if index + 1 >= len(body):
+    position = shape.collect_before if shape.collect_before is not None else index + 1
+    if position >= len(body):
         raise FamilyRewriteError(f"{shape.class_name}.forward ends at the PP handoff")
     pad = " " * METHOD_INDENT
     collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, "hidden_states"))
     (collect_statement,) = parse_statements(
         lines_to_text(render_call(pad, f"{shape.aux_name} = ", collect)), pad
     )
-    following = body[index + 1]
+    following = body[position]
     blank, comments = _split_leading(following.leading_lines)
-    body.insert(index + 1, collect_statement.with_changes(leading_lines=blank))
-    body[index + 2] = following.with_changes(leading_lines=comments)
+    body.insert(position, collect_statement.with_changes(leading_lines=blank))
+    body[position + 1] = following.with_changes(leading_lines=comments)
     return fn.with_changes(body=fn.body.with_changes(body=body))
 
 

@@ -71,8 +71,11 @@ class ForwardShape:
     capture_kinds: tuple[str, ...] = ()
     proxy_arg: str | None = None  # "dict" or "name"
     proxy_param: str | None = None
-    #: The last stage captures the stage output (id == num_layers) after the handoff.
+    #: The last stage captures the stage output (id == num_layers) after its layers.
     final_capture: bool = False
+    #: Index of the top-level statement the gathering must precede (a last-rank capture
+    #: placed before the handoff); ``None``: right after the handoff.
+    collect_before: int | None = None
     problem: str | None = None
 
     @property
@@ -138,13 +141,15 @@ class _LineFinder:
         return "\n".join(self._lines[start:]) if start is not None else ""
 
     def line_of(self, class_name: str, method: str) -> int:
+        """Line of the last ``def method`` in the class (the one Python keeps)."""
         in_class = False
+        found = 0
         for number, text in enumerate(self._lines, start=1):
             if text.startswith("class "):
                 in_class = text[6:].startswith((class_name + "(", class_name + ":"))
             elif in_class and text.lstrip().startswith(f"def {method}("):
-                return number
-        return 0
+                found = number
+        return found
 
 
 def _model_imports(module: cst.Module) -> dict[str, tuple[str, str]]:
@@ -177,7 +182,7 @@ def _analyse_class(cls: cst.ClassDef, positions) -> tuple[ClassInfo, list, Forwa
         name=cls.name.value,
         bases=bases,
         has_forward="forward" in methods,
-        submodules=_submodules(methods) if relevant else {},
+        submodules=_submodules(cls, methods) if relevant else {},
     )
     if not relevant:
         return info, [], None
@@ -193,7 +198,10 @@ def _analyse_class(cls: cst.ClassDef, positions) -> tuple[ClassInfo, list, Forwa
     return info, setters, forward
 
 
-def _submodules(methods: dict[str, cst.FunctionDef]) -> dict[str, str]:
+def _submodules(cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> dict[str, str]:
+    """``attr -> class`` for ``self.attr = X(...)`` in ``__init__``; ``X`` may be a class
+    name, ``module.Class``, a ``self._factory(...)`` returning one, a class attribute
+    (``body_cls = module.Class``) or an ``__init__`` parameter with a class default."""
     submodules: dict[str, str] = {}
     init = methods.get("__init__")
     if init is None:
@@ -203,6 +211,21 @@ def _submodules(methods: dict[str, cst.FunctionDef]) -> dict[str, str]:
         if name in methods and name != "__init__":
             for ret in m.findall(methods[name], m.Return(value=m.Call(func=m.Name()))):
                 factories[name] = ret.value.func.value
+    class_attributes: dict[str, str] = {}
+    for statement in cls.body.body:
+        if m.matches(
+            statement,
+            m.SimpleStatementLine(
+                body=[m.Assign(targets=[m.AssignTarget(m.Name())], value=m.Name() | m.Attribute())]
+            ),
+        ):
+            assign = statement.body[0]
+            class_attributes[assign.targets[0].target.value] = code_of(assign.value)
+    defaults = {
+        param.name.value: code_of(param.default)
+        for param in (*init.params.params, *init.params.kwonly_params)
+        if param.default is not None and m.matches(param.default, m.Name() | m.Attribute())
+    }
     pattern = m.Assign(
         targets=[m.AssignTarget(target=m.Attribute(value=m.Name("self"), attr=m.Name()))],
         value=m.Call(),
@@ -210,10 +233,16 @@ def _submodules(methods: dict[str, cst.FunctionDef]) -> dict[str, str]:
     for assign in m.findall(init, pattern):
         attr = assign.targets[0].target.attr.value
         func = assign.value.func
+        target = None
         if isinstance(func, cst.Name):
-            submodules.setdefault(attr, func.value)
-        elif m.matches(func, m.Attribute(value=m.Name("self"))) and func.attr.value in factories:
-            submodules.setdefault(attr, factories[func.attr.value])
+            target = defaults.get(func.value, func.value)
+        elif m.matches(func, m.Attribute(value=m.Name("self"))):
+            name = func.attr.value
+            target = factories.get(name) or class_attributes.get(name)
+        elif m.matches(func, m.Attribute(value=m.Name(), attr=m.Name())):
+            target = code_of(func)
+        if target is not None:
+            submodules.setdefault(attr, target)
     return submodules
 
 
@@ -400,8 +429,10 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
     kinds: list[str] = []
     aux_names: set[str] = set()
     accounted: list[cst.CSTNode] = []
-    for loop in m.findall(fn, m.For(target=m.Name(), iter=m.Call(func=m.Name("range")))):
-        loop_var = loop.target.value
+    for loop in m.findall(fn, m.For()):
+        loop_var = _layer_loop_var(loop)
+        if loop_var is None:
+            continue
         for branch in m.findall(loop, m.If(test=_ids_test(loop_var))):
             appended = m.findall(
                 branch,
@@ -434,6 +465,9 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
         return reject(f"`{aux_name}` is not created as `[]` / an accumulator before the loop")
 
     final_capture = False
+    collect_before: int | None = None
+    for reference in m.findall(fn, _SIZE_READ):
+        accounted.append(reference)  # emptiness / size checks read the same on every rank
     accounted_ids: set[int] = set().union(*(node_ids(node) for node in accounted))
     statement_ids = [node_ids(statement) for statement in body]
     for reference in m.findall(fn, SELF_IDS):
@@ -448,6 +482,13 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
         if statement_index > handoff:
             final_capture = True  # last stage only: captures the stage output
             continue
+        if statement_index > init_index and m.matches(owner, _LAST_RANK_CAPTURE):
+            # Captures the stage output on the last rank before the handoff: the
+            # gathered captures of all stages must come first.
+            final_capture = True
+            if collect_before is None:
+                collect_before = statement_index
+            continue
         snippet = code_of(owner).strip().splitlines()[0] if owner is not None else "?"
         return reject(f"reads capture ids outside the recognised capture point: `{snippet}`")
     return ForwardShape(
@@ -458,7 +499,52 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
         proxy_arg=proxy_arg,
         proxy_param=proxy_param,
         final_capture=final_capture,
+        collect_before=collect_before,
     )
+
+
+_SIZE_READ = m.UnaryOperation(operator=m.Not(), expression=SELF_IDS) | m.Call(
+    func=m.Name("len"), args=[m.Arg(SELF_IDS)]
+)
+_LAST_RANK_CAPTURE = m.If(
+    test=m.BooleanOperation(
+        left=m.Attribute(value=_PP_GROUP, attr=m.Name("is_last_rank")),
+        operator=m.And(),
+        right=m.Comparison(
+            comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)]
+        ),
+    )
+)
+
+
+def _layer_loop_var(loop: cst.For) -> str | None:
+    """The global layer index of a layer loop: ``for i in range(...)``, or
+    ``for i, layer in enumerate(...)`` whose body starts with ``i = i + self.start_layer``."""
+    if m.matches(loop, m.For(target=m.Name(), iter=m.Call(func=m.Name("range")))):
+        return loop.target.value
+    if not m.matches(
+        loop,
+        m.For(
+            target=m.Tuple(elements=[m.Element(m.Name()), m.Element(m.Name())]),
+            iter=m.Call(func=m.Name("enumerate")),
+        ),
+    ):
+        return None
+    name = loop.target.elements[0].value.value
+    offset = m.BinaryOperation(
+        left=m.Name(name),
+        operator=m.Add(),
+        right=m.Attribute(value=m.Name("self"), attr=m.Name("start_layer")),
+    )
+    first = loop.body.body[0] if loop.body.body else None
+    if m.matches(
+        first,
+        m.SimpleStatementLine(
+            body=[m.Assign(targets=[m.AssignTarget(target=m.Name(name))], value=offset)]
+        ),
+    ):
+        return name
+    return None
 
 
 def _list_init_index(body: list[cst.BaseStatement], name: str) -> int | None:

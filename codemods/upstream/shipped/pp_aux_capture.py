@@ -126,7 +126,9 @@ def pp_aux_collect(
         return collected
     # An append-compatible accumulator (e.g. AuxHiddenStatePacker): hand back one of
     # the same kind holding every capture.
-    packed = type(aux_hidden_states)(len(collected))
+    # Same capacity as the forward gave it: a last-rank capture may still follow.
+    capacity = getattr(aux_hidden_states, "_num_captures", len(collected))
+    packed = type(aux_hidden_states)(capacity)
     for tensor in collected:
         packed.append(tensor)
     return packed

@@ -152,7 +152,9 @@ def build_model(case, pp_rank: int, pp_size: int, group):
     module_name, outer_name, inner_name, _ = case
     module = importlib.import_module(f"sglang.srt.models.{module_name}")
     outer_cls = getattr(module, outer_name)
-    inner_cls = getattr(module, inner_name)
+    inner_cls = module
+    for part in inner_name.split("."):  # "Qwen2Model" or "qwen3_5.Qwen3_5ForCausalLM"
+        inner_cls = getattr(inner_cls, part)
     pp_group = StandInPPGroup(pp_rank, pp_size, group)
     _set_pp_group(pp_group)
     config = SimpleNamespace(
@@ -164,12 +166,15 @@ def build_model(case, pp_rank: int, pp_size: int, group):
     )
 
     start, end = get_pp_indices(NUM_LAYERS, pp_rank, pp_size)
-    returns = 3 if inner_name in THREE_OUTPUT_LAYERS else 2
+    returns = 3 if inner_cls.__name__ in THREE_OUTPUT_LAYERS else 2
     inner = inner_cls.__new__(inner_cls)
     nn.Module.__init__(inner)
     inner.config = config
     inner.pp_group = pp_group
-    inner.start_layer, inner.end_layer = start, end
+    if isinstance(getattr(inner_cls, "start_layer", None), property):
+        inner._start_layer, inner._end_layer = start, end
+    else:
+        inner.start_layer, inner.end_layer = start, end
     inner.layers = nn.ModuleList(
         StandInLayer(i, returns) if start <= i < end else PPMissingLayer()
         for i in range(NUM_LAYERS)
@@ -177,7 +182,7 @@ def build_model(case, pp_rank: int, pp_size: int, group):
     inner.layers_to_capture = []
     inner.norm = StandInNorm()
     inner.embed_tokens = nn.Identity()
-    for attribute, value in STACK_ATTRIBUTES.get(inner_name, {}).items():
+    for attribute, value in STACK_ATTRIBUTES.get(inner_cls.__name__, {}).items():
         setattr(inner, attribute, value)
 
     outer = outer_cls.__new__(outer_cls)
