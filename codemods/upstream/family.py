@@ -189,6 +189,12 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
             return keep(f"{setter.hook}: {found}")
         stack_class, ref_file, forward = found
         stacks[setter.class_name] = stack_class
+        for method in setter.receiver_calls:
+            if not _defines(file, stack_class, method, corpus, depth=0):
+                return keep(
+                    f"{setter.hook}: calls {setter.receiver}.{method}, which "
+                    f"{stack_class} does not define (fails with PP=1 too)"
+                )
         if not forward.recognised:
             return keep(
                 f"{ref_file}:{forward.class_name}.forward: {forward.problem}",
@@ -273,3 +279,32 @@ def _find_forward(
         if not isinstance(found, str):
             return found
     return f"{file}:{class_name} has no forward that captures"
+
+
+def _defines(file: str, class_name: str, method: str, corpus: _Corpus, depth: int) -> bool:
+    """Whether ``class_name`` (as named in ``file``) or a base defines ``method``.
+
+    Classes outside the model files (e.g. ``nn.Module``) are taken not to."""
+    if depth > 6:
+        return False
+    shapes = corpus.get(file)
+    if shapes is None:
+        return False
+    if "." in class_name:
+        alias, name = class_name.rsplit(".", 1)
+        source = shapes.imports.get(alias)
+        if source is None or source[0] != MODELS_PACKAGE:
+            return False
+        return _defines(source[1] + ".py", name, method, corpus, depth + 1)
+    info = shapes.classes.get(class_name)
+    if info is None:
+        source = shapes.imports.get(class_name)
+        if source is None or not source[0].startswith(MODELS_PACKAGE + "."):
+            return False
+        return _defines(source[0].rsplit(".", 1)[1] + ".py", source[1], method, corpus, depth + 1)
+    if method in info.methods:
+        return True
+    return any(
+        _defines(file, base.split(".")[-1] if "." not in base else base, method, corpus, depth + 1)
+        for base in info.bases
+    )

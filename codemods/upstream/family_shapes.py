@@ -57,6 +57,8 @@ class SetterShape:
     receiver: str | None = None
     #: ``self.<flag> = True`` attributes the hook sets.
     flags: tuple[str, ...] = ()
+    #: Hook methods it calls on the receiver (``self.model.set_x_layers_to_capture``).
+    receiver_calls: tuple[str, ...] = ()
     #: Why the hook cannot be rewritten; ``None`` when it can.
     problem: str | None = None
 
@@ -88,6 +90,7 @@ class ClassInfo:
     name: str
     bases: tuple[str, ...]
     has_forward: bool
+    methods: tuple[str, ...] = ()
     #: ``attr -> class name`` for ``self.attr = ClassName(...)`` in ``__init__`` (or a
     #: ``self.attr = self._init_model(...)`` helper returning ``ClassName(...)``).
     submodules: dict[str, str] = field(default_factory=dict)
@@ -182,6 +185,7 @@ def _analyse_class(cls: cst.ClassDef, positions) -> tuple[ClassInfo, list, Forwa
         name=cls.name.value,
         bases=bases,
         has_forward="forward" in methods,
+        methods=tuple(methods),
         submodules=_submodules(cls, methods) if relevant else {},
     )
     if not relevant:
@@ -309,14 +313,25 @@ def _setter_shape(class_name: str, fn: cst.FunctionDef, line: int) -> SetterShap
         problem = f"hook stores capture ids on several submodules ({', '.join(receivers)})"
     elif m.findall(fn, m.Yield()):
         problem = "hook is a generator"
+    receiver = receivers[0] if len(receivers) == 1 else None
+    calls = tuple(
+        dict.fromkeys(
+            call.func.attr.value
+            for call in m.findall(fn, m.Call(func=m.Attribute(attr=m.Name())))
+            if receiver is not None
+            and code_of(call.func.value) == receiver
+            and HOOK_NAME_PATTERN.match(call.func.attr.value)
+        )
+    )
     return SetterShape(
         class_name,
         hook,
         line,
         early_return=True,
         pp_group=pp_group,
-        receiver=receivers[0] if len(receivers) == 1 else None,
+        receiver=receiver,
         flags=tuple(dict.fromkeys(flags)),
+        receiver_calls=calls,
         problem=problem,
     )
 

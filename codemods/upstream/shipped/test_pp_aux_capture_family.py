@@ -31,10 +31,13 @@ FAMILY = [
     # @@FAMILY_CASES@@
 ]
 
-NUM_LAYERS = 8
+NUM_LAYERS = 9
 HIDDEN_SIZE = 16
-#: Capture ids passed to every hook: stored ids land on every stage for 2 and 3 stages.
-LAYER_IDS = [0, 2, 4, 6]
+#: Capture ids passed to every hook.  Stored as [2, 4, 5, 7] (capture before layer
+#: id + 1): on 3 stages ([0, 3), [3, 6), [6, 9)) every stage owns one; on 2 stages
+#: ([0, 4), [4, 9)) the last stage owns most.  EAGLE3 hooks also run with None (the
+#: model's default layers).
+LAYER_IDS = [1, 3, 4, 6]
 #: Token counts of the batches each case runs.
 BATCHES = (3, 1)
 WORKER_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_TIMEOUT", "900"))
@@ -132,6 +135,8 @@ STACK_ATTRIBUTES = {
         gemm_output_zero_allocator_size=0,
     ),
 }
+#: Causal-LM attributes some forwards read (their __init__ is skipped).
+OUTER_ATTRIBUTES = dict(is_mrope_enabled=False)
 #: Modules whose decoder layers return (hidden_states, residual, extra).
 THREE_OUTPUT_LAYERS = {"DeepseekV2Model"}
 
@@ -163,6 +168,7 @@ def build_model(case, pp_rank: int, pp_size: int, group):
         torch_dtype=torch.float32,
         vocab_size=32,
         tie_word_embeddings=False,
+        encoder_only=False,
     )
 
     start, end = get_pp_indices(NUM_LAYERS, pp_rank, pp_size)
@@ -193,6 +199,9 @@ def build_model(case, pp_rank: int, pp_size: int, group):
     outer.capture_aux_hidden_states = False
     outer.logits_processor = RecordingLogitsProcessor()
     outer.lm_head = nn.Identity()
+    for attribute, value in OUTER_ATTRIBUTES.items():
+        if not hasattr(outer_cls, attribute):
+            setattr(outer, attribute, value)
     return outer
 
 
@@ -225,10 +234,14 @@ def _aux_list(aux):
     return list(aux)
 
 
-def reference_aux(case, hook, tokens):
+def _call_hook(model, hook, layer_ids):
+    getattr(model, hook)(None if layer_ids is None else list(layer_ids))
+
+
+def reference_aux(case, hook, layer_ids, tokens):
     """Aux states of a single-stage run (PP=1) of the same model."""
     model = build_model(case, 0, 1, None)
-    getattr(model, hook)(list(LAYER_IDS))
+    _call_hook(model, hook, layer_ids)
     return _aux_list(run_forward(model, tokens, None).aux_hidden_states)
 
 
@@ -264,7 +277,7 @@ def _describe(error):
     return f"{type(error).__name__}: {error}"
 
 
-def _run_case(case, hook, mode, rank, size, group):
+def _run_case(case, hook, layer_ids, mode, rank, size, group):
     """Runs one case on this rank; the last rank returns its comparison.
 
     Every rank does every receive and send of every batch, also after an error (an
@@ -278,7 +291,7 @@ def _run_case(case, hook, mode, rank, size, group):
     model = None
     try:
         model = build_model(case, rank, size, group)
-        getattr(model, hook)(list(LAYER_IDS))
+        _call_hook(model, hook, layer_ids)
     except Exception as error:
         result["error"] = _describe(error)
         result["traceback"] = traceback.format_exc()[-4000:]
@@ -305,7 +318,7 @@ def _run_case(case, hook, mode, rank, size, group):
             continue
         pipelined = _aux_list(output.aux_hidden_states)
         try:
-            reference = reference_aux(case, hook, tokens)
+            reference = reference_aux(case, hook, layer_ids, tokens)
         except Exception as exc:
             result.update(equal=False, error=f"PP=1 reference: {_describe(exc)}")
             continue
@@ -328,9 +341,10 @@ def _worker(rank, size, port, jobs, out_dir):
     )
     group = dist.new_group(list(range(size)), backend="gloo")
     results = []
-    for case, hook, mode in jobs:
-        entry = {"model": case[0], "hook": hook, "pp": size, "mode": mode}
-        entry.update(_run_case(case, hook, mode, rank, size, group))
+    for case, hook, layer_ids, mode in jobs:
+        entry = {"model": case[0], "hook": hook, "layer_ids": layer_ids}
+        entry.update(pp=size, mode=mode)
+        entry.update(_run_case(case, hook, layer_ids, mode, rank, size, group))
         statuses = [None] * size
         dist.all_gather_object(statuses, entry["error"])
         entry["errors"] = statuses
@@ -347,7 +361,8 @@ def _free_port():
 
 
 def run_family(pp_size, jobs, timeout=WORKER_TIMEOUT_S):
-    """Run ``jobs`` ((case, hook, mode), ...) on ``pp_size`` processes; last-rank results."""
+    """Run ``jobs`` ((case, hook, layer ids, mode), ...) on ``pp_size`` processes; returns
+    the last rank's results."""
     context = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as out_dir:
         port = _free_port()
@@ -374,9 +389,12 @@ def run_family(pp_size, jobs, timeout=WORKER_TIMEOUT_S):
 def family_jobs(pp_size, cases=None):
     modes = ("relay", "direct") if pp_size >= 3 else ("relay",)
     return [
-        (case, hook, mode)
+        (case, hook, layer_ids, mode)
         for case in (FAMILY if cases is None else cases)
         for hook in case[3]
+        for layer_ids in (
+            (LAYER_IDS, None) if hook == "set_eagle3_layers_to_capture" else (LAYER_IDS,)
+        )
         for mode in modes
     ]
 
@@ -395,7 +413,10 @@ class TestPPAuxCaptureFamily(unittest.TestCase):
 
     def _check(self, pp_size):
         for entry in run_family(pp_size, family_jobs(pp_size)):
-            label = f"{entry['model']}.{entry['hook']} pp={pp_size} {entry['mode']}"
+            label = (
+                f"{entry['model']}.{entry['hook']}({entry['layer_ids']}) "
+                f"pp={pp_size} {entry['mode']}"
+            )
             with self.subTest(label):
                 self.assertIsNone(entry["error"], entry.get("traceback"))
                 self.assertTrue(entry["equal"], entry)
