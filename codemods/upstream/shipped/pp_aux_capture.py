@@ -55,7 +55,9 @@ def attach_pp_aux_transport(model: torch.nn.Module, pp_group: Any) -> None:
         pp_rank=pp_group.rank_in_group,
         pp_size=pp_group.world_size,
         hidden_size=_hidden_size(model),
-        dtype=_dtype(model),
+        # Activations may run in another dtype than the checkpoint (--dtype), so the
+        # dtype is not part of the agreement; receive buffers follow the hidden states.
+        dtype=None,
         mode=mode,
         feature="aux hidden state capture",
         group=pp_group.cpu_group,
@@ -174,11 +176,3 @@ def _num_layers(model: torch.nn.Module) -> int:
 def _hidden_size(model: torch.nn.Module) -> int:
     config = getattr(model, "config", None)
     return int(getattr(config, "hidden_size", 0) or 0)
-
-
-def _dtype(model: torch.nn.Module) -> torch.dtype:
-    # The same answer on every stage: the checkpoint dtype from the shared config.
-    dtype = getattr(getattr(model, "config", None), "torch_dtype", None)
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    return torch.get_default_dtype()
