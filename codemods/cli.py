@@ -18,5 +18,23 @@ def cli() -> None:
     upstream patch that makes capture work under pipeline parallelism."""
 
 
+@cli.command("upstream-patch")
+@click.argument("sglang_root", type=click.Path(file_okay=False, path_type=str))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the patch here (default: stdout).")
+@click.option("--pr-body", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write a Markdown pull-request description here.")
+@click.option("--mode", type=click.Choice(["relay", "direct"]), default="relay",
+              show_default=True, help="How captures reach the last PP stage.")
+def upstream_patch(sglang_root: str, output: str | None, pr_body: str | None,
+                   mode: str) -> None:
+    """Generate the SGLang patch that makes DSPARK aux capture work under pipeline
+    parallelism for Kimi-Linear.  SGLANG_ROOT is an SGLang git checkout or an installed or
+    unpacked package tree; patch paths are relative to it (apply there with git apply)."""
+    from codemods.upstream.cli_support import run_upstream_patch
+
+    raise SystemExit(run_upstream_patch(sglang_root, output, pr_body, mode))
+
+
 def main() -> None:
     cli(prog_name="auxcap")

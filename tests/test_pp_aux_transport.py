@@ -137,7 +137,9 @@ def test_plan_properties(monkeypatch):
     assert plan.partition == ((0, 2), (2, 4), (4, 7), (7, 10))
     assert (plan.start_layer, plan.end_layer) == (2, 4)
     assert plan.local_layer_ids == [3, 2]
-    assert plan.owns(2) and plan.owns(3) and not plan.owns(4)
+    assert plan.owns(2) and plan.owns(3) and not plan.owns(4) and not plan.owns(0)
+    plan_gap = t.AuxCapturePlan.build([3], 10, pp_rank=1, pp_size=4)
+    assert not plan_gap.owns(2) and plan_gap.in_stage(2) and not plan_gap.in_stage(4)
     assert plan.hops_to_last == 2 and not plan.is_last_stage
     assert plan.handoff_ids_after(0) == [0]
     assert plan.handoff_ids_after(2) == [0, 2, 3, 5]

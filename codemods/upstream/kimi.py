@@ -546,11 +546,16 @@ def _rewrite_forward(func: cst.FunctionDef, shape: ForwardShape) -> cst.Function
     new_func = func.visit(_Forward())
     assert isinstance(new_func, cst.FunctionDef)
     body: list[cst.BaseStatement] = []
-    for original, stmt in zip(_body(func), _body(new_func)):
+    originals = list(_body(func))
+    for index, (original, stmt) in enumerate(zip(originals, _body(new_func))):
         body.append(stmt)
         if original is shape.aux_init:
             body.extend(init_nodes)
         if original is shape.boundary:
+            # Separate the new block the way the file separates the next statement.
+            following = originals[index + 1] if index + 1 < len(originals) else None
+            if following is not None and not following.leading_lines:
+                collect_node = collect_node.with_changes(leading_lines=[])
             body.append(collect_node)
     assert isinstance(new_func.body, cst.IndentedBlock)
     return new_func.with_changes(body=new_func.body.with_changes(body=body))

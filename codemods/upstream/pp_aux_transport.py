@@ -270,6 +270,11 @@ class AuxCapturePlan:
         return self.pp_size - 1 - self.pp_rank
 
     def owns(self, layer_id: int) -> bool:
+        """Whether this stage captures ``layer_id`` (requested and run here)."""
+        return layer_id in self._local_set
+
+    def in_stage(self, layer_id: int) -> bool:
+        """Whether ``layer_id`` runs on this stage (captured or not)."""
         return self.start_layer <= layer_id < self.end_layer
 
     def owner_of(self, layer_id: int) -> int:
@@ -283,6 +288,10 @@ class AuxCapturePlan:
     @property
     def local_layer_ids(self) -> List[int]:
         return self.ids_of_stage(self.pp_rank)
+
+    @property
+    def _local_set(self) -> frozenset:
+        return frozenset(self.ids_of_stage(self.pp_rank))
 
     def sends_direct(self, stage: int) -> bool:
         """Whether ``stage`` sends its captures straight to the last rank."""
@@ -326,8 +335,9 @@ def new_direct_group(ranks: Sequence[int], backend: Optional[str] = None) -> Any
     return dist.new_group(ranks=list(ranks), backend=backend)
 
 
-def _all_gather(group: Any, payload: Any) -> List[Any]:
-    if not dist.is_available() or not dist.is_initialized():
+def _all_gather(group: Any, payload: Any, pp_size: int) -> List[Any]:
+    # A single stage has nobody to agree with; it must not touch the default group.
+    if pp_size == 1 or not dist.is_available() or not dist.is_initialized():
         return [payload]
     size = dist.get_world_size(group=group)
     gathered: List[Any] = [None] * size
@@ -432,7 +442,7 @@ class PPAuxTransport:
             if plan is not None
             else {"pp_rank": pp_rank, "error": error}
         )
-        message = _describe_disagreement(_all_gather(group, payload))
+        message = _describe_disagreement(_all_gather(group, payload, pp_size))
         if message:
             raise ValueError(message)
         assert plan is not None
@@ -455,7 +465,8 @@ class PPAuxTransport:
         """Compare the config across the PP group; raise ``ValueError`` on every rank
         when any rank disagrees. Collective on ``group``."""
         payload = self._payload(self.plan, hidden_size, dtype)
-        message = _describe_disagreement(_all_gather(self.group, payload))
+        gathered = _all_gather(self.group, payload, self.plan.pp_size)
+        message = _describe_disagreement(gathered)
         if message:
             raise ValueError(message)
         self.hidden_size = int(hidden_size)

@@ -145,3 +145,24 @@ def run_python(
         text=True,
         timeout=timeout,
     )
+
+
+def linked_copy(root: Path, dest: Path, writable: Sequence[str] = ()) -> Path:
+    """Copy the tree ``root`` to ``dest`` with hard links (fast, no extra space), then make
+    the files named in ``writable`` (POSIX paths relative to ``root``) private copies, so
+    patching them never touches the cached original."""
+    shutil.copytree(root, dest, copy_function=os.link)
+    for rel in writable:
+        target = dest.joinpath(*rel.split("/"))
+        if target.exists():
+            data = target.read_bytes()
+            target.unlink()
+            target.write_bytes(data)
+    return dest
+
+
+def git_apply(root: Path, patch: str, *, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """``git apply [--check]`` of ``patch`` in ``root`` (works outside a repository)."""
+    args = ["git", "apply", "--check"] if check else ["git", "apply"]
+    return subprocess.run(args, cwd=root, input=patch, text=True, capture_output=True,
+                          timeout=60)

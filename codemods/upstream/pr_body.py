@@ -1,0 +1,187 @@
+"""The Markdown pull-request description that goes with the upstream patch.
+
+Sections: title, motivation (the two errors users hit), design, bytes on the wire (relay vs
+direct, computed analytically from the transport's own partition rule), test plan, and the
+files the patch touches.  The traffic table is computed, not written by hand: for every
+captured layer, relay moves it ``P - 1 - owner`` hops, direct moves it one hop (none when the
+last stage owns it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from codemods.upstream import kimi
+from codemods.upstream.generate import UpstreamResult
+from codemods.upstream.pp_aux_transport import AuxCapturePlan
+
+#: Example used for the traffic table: a 27-layer model with hidden size 2304 in bf16,
+#: capturing three layers spread over the depth.
+EXAMPLE_LAYERS = 27
+EXAMPLE_HIDDEN = 2304
+EXAMPLE_CAPTURE = (2, 13, 24)
+EXAMPLE_DTYPE_BYTES = 2
+EXAMPLE_TOKENS = (1, 8192)
+EXAMPLE_PP = (2, 3, 4)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Aux traffic of one forward, per token: messages and bytes."""
+
+    pp_size: int
+    mode: str
+    transfers: int  # point-to-point tensor transfers (one per capture per hop)
+    bytes_per_token: int  # summed over all links
+    bytes_into_last_per_token: int  # arriving at the last rank (handoff + direct)
+    max_link_bytes_per_token: int  # busiest single link
+
+
+def traffic(layer_ids: Sequence[int], num_layers: int, hidden: int, dtype_bytes: int,
+            pp_size: int, mode: str) -> Traffic:
+    """Analytic aux traffic of one forward under the transport's partition rule."""
+    plan = AuxCapturePlan.build(list(layer_ids), num_layers, 0, pp_size, mode=mode)
+    per = hidden * dtype_bytes
+    links: dict[tuple[int, int], int] = {}
+    transfers = 0
+    into_last = 0
+    last = pp_size - 1
+    for layer_id in plan.layer_ids:
+        owner = plan.owner_of(layer_id)
+        if owner == last:
+            continue
+        if plan.sends_direct(owner):
+            hops = [(owner, last)]
+        else:
+            hops = [(stage, stage + 1) for stage in range(owner, last)]
+        for link in hops:
+            links[link] = links.get(link, 0) + per
+        transfers += len(hops)
+        into_last += per
+    return Traffic(pp_size, mode, transfers, sum(links.values()), into_last,
+                   max(links.values(), default=0))
+
+
+def _fmt_bytes(count: int) -> str:
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} B"
+
+
+def traffic_table() -> str:
+    head_tokens = " | ".join(f"bytes, {t} token{'s' if t > 1 else ''}" for t in EXAMPLE_TOKENS)
+    rows = [
+        f"| PP | mode | transfers | {head_tokens} | into last rank | busiest link |",
+        "|---|---|---|" + "---|" * len(EXAMPLE_TOKENS) + "---|---|",
+    ]
+    for pp_size in EXAMPLE_PP:
+        for mode in kimi.MODES:
+            t = traffic(EXAMPLE_CAPTURE, EXAMPLE_LAYERS, EXAMPLE_HIDDEN, EXAMPLE_DTYPE_BYTES,
+                        pp_size, mode)
+            sizes = " | ".join(_fmt_bytes(t.bytes_per_token * n) for n in EXAMPLE_TOKENS)
+            rows.append(
+                f"| {pp_size} | {mode} | {t.transfers} | {sizes} | "
+                f"{_fmt_bytes(t.bytes_into_last_per_token * EXAMPLE_TOKENS[-1])} | "
+                f"{_fmt_bytes(t.max_link_bytes_per_token * EXAMPLE_TOKENS[-1])} |"
+            )
+    return "\n".join(rows)
+
+
+def render(result: UpstreamResult, patch_name: str | None = None) -> str:
+    mode = result.mode
+    tree = result.tree
+    test_cmd = (
+        f"cd {tree.tests} && python3 -m unittest test_pp_aux_capture"
+        if tree.kind == "checkout"
+        else "python3 -m unittest sglang.test.test_pp_aux_capture"
+    )
+    files = "\n".join(f"- `{path}`" for path in result.changed)
+    other_mode = "direct" if mode == "relay" else "relay"
+    return f"""\
+# [PP] Kimi-Linear: carry DSPARK aux hidden states across pipeline stages
+
+## Motivation
+
+DSPARK speculative decoding reads aux hidden states captured after a few target layers.
+With pipeline parallelism those layers live on different stages, but:
+
+- `KimiLinearForCausalLM.set_dspark_layers_to_capture` refuses PP outright:
+  `NotImplementedError("{kimi.PP_ERROR}")`;
+- removing that guard is not enough: non-last ranks return before storing the ids, and
+  the model forward passes only `hidden_states` and `residual` across the stage boundary,
+  so every capture made on a non-last stage would be dropped silently and the drafter
+  would get fewer features than requested;
+- the check for callers that pass `None`,
+  `ValueError("{kimi.NONE_ERROR}")`, sits behind that early
+  return, so only the last rank would run it.
+
+## Design
+
+- **Setter** (`set_dspark_layers_to_capture`): runs the same on every rank. `None` still
+  raises the same `ValueError`; ids are then validated with `validate_layer_ids` (type,
+  range, duplicates, empty) identically on every rank, stored on every rank, and an
+  `AuxCapturePlan` + `PPAuxTransport` is built from the PP group. A handshake
+  (`all_gather_object` on the PP CPU group) compares ids, layer partition, hidden size and
+  mode across ranks and raises on *every* rank when they disagree, instead of hanging in a
+  mismatched receive later.
+- **Forward** (`KimiLinearModel.forward`): each stage captures the file's own
+  materialisation (`hidden_states + residual`) after each listed layer it owns, exactly as
+  before, and also records it by layer id. Non-last stages add
+  `transport.outgoing(...)` to the `PPProxyTensors` handoff; the last stage calls
+  `transport.collect(...)`, which returns the full list in layer order (the PP=1 order)
+  and raises if any capture is missing or unexpected — it never returns fewer features.
+  With PP=1 nothing is communicated and the result is the list the loop built.
+- **Transport** (new `{result.transport_path}`, pure
+  `torch.distributed`): the layer partition follows `get_pp_indices` (including
+  `SGLANG_PP_LAYER_PARTITION`).
+  - `relay`{" (default, used by this patch)" if mode == "relay" else " (default)"}: captures ride
+    the existing stage handoff under `aux_hidden_states_<layer_id>`, passed through by
+    reference on intermediate stages; no new communication calls, the scheduler's
+    existing tensor-dict send/recv moves them.
+  - `direct`{" (used by this patch)" if mode == "direct" else ""}: stages two or more hops
+    from the last `isend` their captures straight to the last rank; the stage next to the
+    last rides the handoff. Every capture crosses one link. The generated code passes the
+    PP device group as `direct_group`; a deployment that also runs other point-to-point
+    traffic from those stages to the last rank on that group should pass a dedicated group
+    from `new_direct_group` (collective: created where the PP groups are created).
+  Regenerate with `--mode {other_mode}` for the other variant.
+
+## Bytes on the wire
+
+Aux traffic per forward, analytic, for an example configuration: {EXAMPLE_LAYERS} layers,
+hidden size {EXAMPLE_HIDDEN}, bf16, capture layers {list(EXAMPLE_CAPTURE)}, even layer
+split. One capture of one token is `hidden × dtype bytes` = {EXAMPLE_HIDDEN * EXAMPLE_DTYPE_BYTES} B;
+relay moves a capture made on stage `s` across `P - 1 - s` links, direct across one.
+"Into last rank" and "busiest link" are for {EXAMPLE_TOKENS[-1]} tokens.
+
+{traffic_table()}
+
+Relay adds no messages of its own (captures are extra entries of the handoff that is sent
+anyway) but re-sends early captures on every later link; direct sends each capture once
+at the cost of extra point-to-point messages into the last rank. Both deliver the same
+bytes into the last rank.
+
+## Known limitation
+
+CUDA-graph runners preallocate the `PPProxyTensors` buffers of non-first stages for
+`hidden_states`/`residual` only. Until they also allocate the aux entries, run PP + DSPARK
+with CUDA graphs disabled on non-first stages; with graphs enabled the last stage fails
+loudly (`RuntimeError` naming the missing layers) rather than returning fewer features.
+
+## Test plan
+
+- [x] New CPU multi-process unittest (gloo, 2 and 3 stages, relay and direct, an empty
+  microbatch), comparing the last stage's captures with a PP=1 run via `torch.equal`:
+  `{test_cmd}`
+- [x] The patched `kimi_linear.py` imported on CPU and driven as real pipeline stages
+  (separate processes, gloo, 2 and 3 stages, captures on every stage, several
+  microbatches): aux states equal the PP=1 run exactly; the unpatched file raises
+  `NotImplementedError` (or loses the non-last captures when the guard is bypassed).
+- [ ] GPU run with `--pp-size 2` and DSPARK speculative decoding (NCCL).
+
+## Files
+
+{files}
+"""

@@ -1,0 +1,221 @@
+"""The Kimi-Linear rewriter on synthetic model files (``fixtures/upstream/kimi_*.py``) that
+keep Kimi-Linear's structure but differ in formatting, names and surrounding code; plus the
+already-supported and unrecognised shapes, tree layouts, idempotence, and the CLI's exit
+codes.  Patched fixtures are driven as real pipeline stages over the mini ``sglang`` tree
+(``fixtures/upstream/mini_sglang``) and must match their PP=1 run exactly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from click.testing import CliRunner
+
+from codemods.cli import cli
+from codemods.upstream import kimi
+from codemods.upstream.generate import generate, package_text
+from sglang_support.env import PROJECT_ROOT, git_apply, run_python
+
+FIXTURES = PROJECT_ROOT / "fixtures" / "upstream"
+MINI_SGLANG = FIXTURES / "mini_sglang"
+PATCHABLE = ("kimi_reformatted.py", "kimi_renamed.py", "kimi_extra_code.py")
+MODEL = "srt/models/kimi_linear.py"
+
+
+def _tree(tmp_path: Path, fixture: str, layout: str = "package") -> tuple[Path, str]:
+    """A tree with the mini sglang package and ``fixture`` as its Kimi-Linear file."""
+    root = tmp_path / f"{layout}-{fixture[:-3]}"
+    package = root / "python" / "sglang" if layout == "checkout" else root / "sglang"
+    shutil.copytree(MINI_SGLANG / "sglang", package)
+    shutil.copyfile(FIXTURES / fixture, package / MODEL)
+    prefix = "python/sglang" if layout == "checkout" else "sglang"
+    return root, f"{prefix}/{MODEL}"
+
+
+def _removed_and_added(patch: str, path: str) -> tuple[list[str], list[str]]:
+    section = patch.split(f"diff --git a/{path} b/{path}\n", 1)[1].split("diff --git", 1)[0]
+    lines = section.splitlines()
+    removed = [ln[1:] for ln in lines if ln.startswith("-") and not ln.startswith("---")]
+    added = [ln[1:] for ln in lines if ln.startswith("+") and not ln.startswith("+++")]
+    return removed, added
+
+
+@pytest.mark.parametrize("fixture", PATCHABLE)
+def test_patch_applies_compiles_and_is_idempotent(tmp_path, fixture):
+    root, model_path = _tree(tmp_path, fixture)
+    original = (root / model_path).read_text()
+    result = generate(root)
+    assert result.status == kimi.NEEDS_PATCH
+    assert result.changed == [model_path, "sglang/srt/distributed/pp_aux_transport.py",
+                              "sglang/test/test_pp_aux_capture.py"]
+    assert git_apply(root, result.patch, check=True).returncode == 0
+    assert git_apply(root, result.patch).returncode == 0
+    new = (root / model_path).read_text()
+    compile(new, model_path, "exec")
+    assert (root / "sglang/srt/distributed/pp_aux_transport.py").read_text() == package_text(
+        "pp_aux_transport.py")
+
+    removed, added = _removed_and_added(result.patch, model_path)
+    # Only the PP guards and the bare handoff return go; everything else stays byte-equal.
+    allowed = ("world_size > 1", "NotImplementedError", "is_last_rank", "return",
+               "return PPProxyTensors(", "{", "}", ")", '"hidden_states"', "'hidden_states'",
+               '"residual"', "'residual'")
+    for line in removed:
+        assert any(token in line for token in allowed), line
+    assert "NotImplementedError" not in new
+    assert all(len(line) <= 88 for line in added), [ln for ln in added if len(ln) > 88]
+    # Lines of the original all survive, in order, except the removed ones.
+    kept = [ln for ln in original.splitlines() if ln not in removed]
+    remaining = iter(new.splitlines())
+    assert all(any(line == other for other in remaining) for line in kept)
+
+    again = generate(root)
+    assert again.status == kimi.PATCHED and again.patch == ""
+
+
+def test_checkout_layout_paths(tmp_path):
+    root, model_path = _tree(tmp_path, "kimi_renamed.py", layout="checkout")
+    result = generate(root)
+    assert result.changed == [model_path,
+                              "python/sglang/srt/distributed/pp_aux_transport.py",
+                              "test/srt/test_pp_aux_capture.py"]
+    assert "diff --git a/test/srt/test_pp_aux_capture.py b/test/srt/test_pp_aux_capture.py\n"\
+           "new file mode 100644\n" in result.patch
+    assert git_apply(root, result.patch).returncode == 0
+
+
+def test_rewriter_keeps_local_names_and_capture_expression():
+    source = (FIXTURES / "kimi_renamed.py").read_text()
+    new, analysis = kimi.rewrite(source, "kimi_renamed.py")
+    assert analysis.setter.inner == "self.backbone" and analysis.setter.pp == "self.pipeline"
+    assert analysis.forward.loop_var == "layer_idx" and analysis.forward.aux_name == "captured"
+    assert "dspark_captures[layer_idx] = captured[-1]" in new
+    assert "captured.append(hs + res)" in new
+    assert "like=hs" in new
+    assert "None if intermediate is None else intermediate.tensors" in new
+    assert "capture_ids = validate_layer_ids(capture_ids, self.config.num_hidden_layers)" \
+        in new
+    assert "self.backbone.dspark_aux_transport = aux_transport" in new
+    assert "self.dspark_aux_transport: PPAuxTransport | None = None" in new
+
+
+def test_direct_mode_passes_a_direct_group():
+    source = (FIXTURES / "kimi_extra_code.py").read_text()
+    relay, _ = kimi.rewrite(source, "x.py")
+    direct, _ = kimi.rewrite(source, "x.py", mode="direct")
+    assert 'mode="relay"' in relay and "direct_group" not in relay
+    assert 'mode="direct"' in direct and "direct_group=self.pp_group.device_group" in direct
+    cst.parse_module(direct)
+
+
+def test_extra_code_fixture_leaves_eagle3_path_alone():
+    source = (FIXTURES / "kimi_extra_code.py").read_text()
+    new, _ = kimi.rewrite(source, "x.py")
+    eagle = source[source.index("    def set_eagle3_layers_to_capture"):
+                   source.index("    def set_dspark_layers_to_capture")]
+    assert eagle in new
+    assert "eagle_aux.append(hidden_states + (residual if residual is not None else 0))" in new
+    # The comment above the old handoff return is kept above the new handoff.
+    assert "# Only the residual stream crosses the stage boundary.\n" \
+           "            proxy_tensors = {" in new
+
+
+def test_supported_shape_is_reported_and_nothing_written(tmp_path):
+    root, _ = _tree(tmp_path, "kimi_supported.py")
+    result = generate(root)
+    assert result.status == kimi.SUPPORTED and result.changes == [] and result.patch == ""
+    out = tmp_path / "out.patch"
+    outcome = CliRunner().invoke(cli, ["upstream-patch", str(root), "-o", str(out)])
+    assert outcome.exit_code == 0
+    assert "already supports DSPARK aux capture under PP" in outcome.output
+    assert "dspark_aux" in outcome.output
+    assert not out.exists()
+
+
+def test_unrecognised_shape_exits_2_naming_file_and_what_was_looked_for(tmp_path):
+    root, model_path = _tree(tmp_path, "kimi_unrecognised.py")
+    before = (root / model_path).read_bytes()
+    out, body = tmp_path / "out.patch", tmp_path / "pr.md"
+    outcome = CliRunner().invoke(cli, ["upstream-patch", str(root), "-o", str(out),
+                                       "--pr-body", str(body)])
+    assert outcome.exit_code == 2
+    assert str(root / model_path) in outcome.output
+    assert "appends to an aux list" in outcome.output
+    assert not out.exists() and not body.exists()
+    assert (root / model_path).read_bytes() == before
+
+
+def test_missing_model_file_and_non_tree_exit_2(tmp_path):
+    root, model_path = _tree(tmp_path, "kimi_renamed.py")
+    (root / model_path).unlink()
+    outcome = CliRunner().invoke(cli, ["upstream-patch", str(root)])
+    assert outcome.exit_code == 2 and "kimi_linear.py" in outcome.output
+    outcome = CliRunner().invoke(cli, ["upstream-patch", str(tmp_path / "nowhere")])
+    assert outcome.exit_code == 2
+
+
+def test_cli_stdout_then_empty_patch_after_apply(tmp_path):
+    root, _ = _tree(tmp_path, "kimi_reformatted.py")
+    first = CliRunner().invoke(cli, ["upstream-patch", str(root)])
+    assert first.exit_code == 0
+    patch = first.stdout
+    assert patch.startswith("diff --git a/sglang/srt/models/kimi_linear.py")
+    assert git_apply(root, patch).returncode == 0
+    out = tmp_path / "again.patch"
+    second = CliRunner().invoke(cli, ["upstream-patch", str(root), "-o", str(out)])
+    assert second.exit_code == 0
+    assert "already patched; the patch is empty" in second.output
+    assert out.read_text() == ""
+
+
+def test_pr_body_cites_both_errors_and_tables_both_modes(tmp_path):
+    root, _ = _tree(tmp_path, "kimi_renamed.py")
+    body = tmp_path / "pr.md"
+    outcome = CliRunner().invoke(cli, ["upstream-patch", str(root), "-o",
+                                       str(tmp_path / "p.patch"), "--pr-body", str(body)])
+    assert outcome.exit_code == 0, outcome.output
+    text = body.read_text()
+    assert text.splitlines()[0].startswith("# ")
+    for needle in ("## Motivation", "## Design", "## Bytes on the wire", "## Test plan",
+                   'NotImplementedError("DSPARK aux hidden capture requires PP=1.")',
+                   'ValueError("DSPARK requires explicit layer_ids for aux hidden capture.")',
+                   "| 3 | relay |", "| 3 | direct |", "sglang/test/test_pp_aux_capture.py"):
+        assert needle in text, needle
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("fixture", PATCHABLE)
+def test_patched_fixture_matches_pp1_across_processes(tmp_path, fixture):
+    root, _ = _tree(tmp_path, fixture)
+    unpatched = _drive(root, [{"pp": 2}])
+    assert "NotImplementedError" in unpatched["runs"][0]["error"]
+    assert git_apply(root, generate(root).patch).returncode == 0
+    report = _drive(root, [{"pp": 2}, {"pp": 3}])
+    for run in report["runs"]:
+        assert run.get("error") is None, run.get("error")
+        assert run["ok"] and run["aux_counts"] == [4, 4, 4], run
+
+
+def _drive(root: Path, runs: list[dict]) -> dict:
+    config = {"num_layers": 7, "hidden_size": 4, "layer_ids": [6, 0, 3, 2],
+              "tokens": [3, 0, 2], "construct": True, "runs": runs, "timeout": 90}
+    proc = run_python(["-m", "sglang_support.kimi_check", json.dumps(config)], root,
+                      timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_generated_sglang_unittest_passes_in_the_patched_tree(tmp_path):
+    root, _ = _tree(tmp_path, "kimi_renamed.py")
+    result = generate(root)
+    assert git_apply(root, result.patch).returncode == 0
+    proc = run_python(["-m", "unittest", "-v", "sglang.test.test_pp_aux_capture"], root,
+                      timeout=500, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Ran 4 tests" in proc.stderr and "OK" in proc.stderr
