@@ -26,14 +26,20 @@ def cli() -> None:
               help="Write a Markdown pull-request description here.")
 @click.option("--mode", type=click.Choice(["relay", "direct"]), default="relay",
               show_default=True, help="How captures reach the last PP stage.")
+@click.option("--models", default=None, metavar="NAME,...",
+              help="Only these model files (e.g. llama,qwen3,kimi_linear); default: "
+                   "Kimi-Linear and every recognised model with a capture hook.")
 def upstream_patch(sglang_root: str, output: str | None, pr_body: str | None,
-                   mode: str) -> None:
-    """Generate the SGLang patch that makes DSPARK aux capture work under pipeline
-    parallelism for Kimi-Linear.  SGLANG_ROOT is an SGLang git checkout or an installed or
-    unpacked package tree; patch paths are relative to it (apply there with git apply)."""
-    from codemods.upstream.cli_support import run_upstream_patch
+                   mode: str, models: str | None) -> None:
+    """Generate the SGLang patch that makes aux capture work under pipeline parallelism:
+    Kimi-Linear (DSPARK) and every model whose capture hooks return early on non-last PP
+    ranks (reported one line per model file with a hook).  SGLANG_ROOT is an SGLang git
+    checkout or an installed or unpacked package tree; patch paths are relative to it
+    (apply there with git apply)."""
+    from codemods.upstream.cli_support import parse_models, run_upstream_patch
 
-    raise SystemExit(run_upstream_patch(sglang_root, output, pr_body, mode))
+    raise SystemExit(run_upstream_patch(sglang_root, output, pr_body, mode,
+                                        parse_models(models)))
 
 
 def main() -> None:

@@ -150,19 +150,36 @@ def candidate_files(models_dir: Path) -> list[str]:
     )
 
 
-def plan_family(models_dir: Path | str) -> FamilyPlan:
-    """Decide, for every model file with a capture hook, whether and how to patch it."""
+#: Model files another rewriter owns: reported, never rewritten by the family patch.
+OWNED_ELSEWHERE = {
+    "kimi_linear.py": "rewritten by the Kimi-Linear rewriter (DSPARK, raises under PP)",
+}
+
+
+def plan_family(models_dir: Path | str, only: list[str] | None = None) -> FamilyPlan:
+    """Decide, for every model file with a capture hook (or those named in ``only``, as
+    file stems), whether and how to patch it.  Files the decisions depend on (a base
+    class's forward in another file) are read as needed."""
     models_dir = Path(models_dir)
     if not models_dir.is_dir():
         raise FileNotFoundError(f"{models_dir}: not a directory")
     corpus = _Corpus(models_dir)
     plan = FamilyPlan(models_dir, {}, modules=corpus.modules)
-    for file in candidate_files(models_dir):
+    files = candidate_files(models_dir)
+    if only is not None:
+        wanted = {name.removesuffix(".py") for name in only}
+        files = [file for file in files if file.removesuffix(".py") in wanted]
+    for file in files:
         shapes = corpus.get(file)
         if file in corpus.errors:
             plan.decisions[file] = FileDecision(file, (), (), False, corpus.errors[file])
             continue
         if shapes is None or not shapes.setters:
+            continue
+        if file in OWNED_ELSEWHERE:
+            hooks = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters)
+            early = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters if s.early_return)
+            plan.decisions[file] = FileDecision(file, hooks, early, False, OWNED_ELSEWHERE[file])
             continue
         plan.decisions[file] = _decide(file, shapes, corpus, plan)
     return plan

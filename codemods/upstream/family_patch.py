@@ -32,7 +32,9 @@ def models_dir(tree: SGLangTree) -> Path:
 
 
 def plan_for_tree(tree: SGLangTree, models: list[str] | None = None) -> FamilyPlan:
-    return plan_family(models_dir(tree)).select(models)
+    """The family plan of ``tree``; ``models`` (file stems) restricts it, and a name
+    without a capture hook in the tree is an error (``ValueError``)."""
+    return plan_family(models_dir(tree), only=models).select(models)
 
 
 def render_cases(plan: FamilyPlan) -> str:
@@ -63,12 +65,27 @@ def render_test(plan: FamilyPlan) -> str:
     return template.replace(CASES_MARKER, render_cases(plan))
 
 
-def shipped_file(tree: SGLangTree, module: str, source: Path) -> FileChange:
+MODE_LINE = 'DEFAULT_MODE = "relay"\n'
+
+
+def render_glue(mode: str = "relay") -> str:
+    """The glue module with ``mode`` as its default transport mode."""
+    if mode not in ("relay", "direct"):
+        raise ValueError(f"mode must be relay or direct, got {mode!r}")
+    text = GLUE_SOURCE.read_text(encoding="utf-8")
+    if MODE_LINE not in text:
+        raise RuntimeError(f"{GLUE_SOURCE}: {MODE_LINE.strip()!r} missing")
+    return text.replace(MODE_LINE, f'DEFAULT_MODE = "{mode}"\n')
+
+
+def shipped_file(tree: SGLangTree, module: str, text: str) -> FileChange:
     path = tree.module_path(module)
-    return FileChange(path, tree.read_text(path), source.read_text(encoding="utf-8"))
+    return FileChange(path, tree.read_text(path), text)
 
 
-def family_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
+def family_changes(
+    tree: SGLangTree, plan: FamilyPlan, mode: str = "relay"
+) -> list[FileChange]:
     """Every file change of the family patch (unchanged files are left out)."""
     rewritten = plan.rewritten()
     if not rewritten:
@@ -77,8 +94,9 @@ def family_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
     for file, text in sorted(rewritten.items()):
         path = tree.module_path(f"sglang.srt.models.{file.removesuffix('.py')}")
         changes.append(FileChange(path, tree.read_text(path), text))
-    changes.append(shipped_file(tree, TRANSPORT_MODULE, TRANSPORT_SOURCE))
-    changes.append(shipped_file(tree, GLUE_MODULE, GLUE_SOURCE))
+    transport = TRANSPORT_SOURCE.read_text(encoding="utf-8")
+    changes.append(shipped_file(tree, TRANSPORT_MODULE, transport))
+    changes.append(shipped_file(tree, GLUE_MODULE, render_glue(mode)))
     test_path = tree.test_path(TEST_FILE)
     changes.append(FileChange(test_path, tree.read_text(test_path), render_test(plan)))
     return [change for change in changes if change.changed]

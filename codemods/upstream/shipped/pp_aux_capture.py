@@ -29,6 +29,9 @@ import torch
 from sglang.srt.distributed.pp_aux_transport import PPAuxTransport, new_direct_group
 
 PP_AUX_TRANSPORT_MODE_ENV = "SGLANG_PP_AUX_TRANSPORT"
+#: How captures reach the last stage unless the environment variable says otherwise:
+#: "relay" (in the PP handoff) or "direct" (point-to-point to the last rank).
+DEFAULT_MODE = "relay"
 
 
 def attach_pp_aux_transport(model: torch.nn.Module, pp_group: Any) -> None:
@@ -48,7 +51,7 @@ def attach_pp_aux_transport(model: torch.nn.Module, pp_group: Any) -> None:
     )
     if not layer_ids:
         return
-    mode = os.environ.get(PP_AUX_TRANSPORT_MODE_ENV, "relay")
+    mode = os.environ.get(PP_AUX_TRANSPORT_MODE_ENV, DEFAULT_MODE)
     transport = PPAuxTransport.create(
         layer_ids,
         num_layers,
