@@ -44,6 +44,7 @@ def test_decisions_say_why(plan):
     assert decisions["family_llama_like.py"].patched
     assert decisions["family_llama_like.py"].capture_kinds == ("loop-append",)
     assert decisions["family_deepseek_like.py"].capture_kinds == ("layer-kwarg",)
+    assert decisions["family_boundaries.py"].capture_kinds == ("boundaries",)
     unsupported = decisions["family_unsupported.py"]
     assert not unsupported.patched
     assert "AfterLayerModel.forward" in unsupported.reason
@@ -138,3 +139,65 @@ def test_unparseable_model_file_is_reported_and_left_alone(tmp_path):
     assert not decision.patched
     assert decision.reason.startswith("cannot parse")
     assert "family_broken.py" not in plan.rewritten()
+
+
+# ------------------------------------------------------------------ upstream-patch CLI
+
+MINI_SGLANG = FIXTURES / "mini_sglang"
+
+
+def _mini_tree(tmp_path: Path) -> Path:
+    root = tmp_path / "tree"
+    shutil.copytree(MINI_SGLANG / "sglang", root / "sglang")
+    _copy_inputs(root / "sglang" / "srt" / "models")
+    return root
+
+
+def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
+    from click.testing import CliRunner
+
+    from codemods.cli import cli
+    from sglang_support.env import git_apply
+
+    root = _mini_tree(tmp_path)
+    out = tmp_path / "family.patch"
+    outcome = CliRunner().invoke(
+        cli,
+        ["upstream-patch", str(root), "-o", str(out), "--mode", "direct",
+         "--models", "family_llama_like,family_qwen_derived,family_unsupported"],
+    )
+    assert outcome.exit_code == 0, outcome.output
+    assert "2 of 3 model files with a hook patched" in outcome.output
+    assert "patched  family_llama_like.py" in outcome.output
+    assert "skipped  family_unsupported.py: family_unsupported.py:AfterLayerModel" in (
+        outcome.output
+    )
+    patch = out.read_text()
+    touched = [line.split(" b/")[1] for line in patch.splitlines()
+               if line.startswith("diff --git")]
+    assert touched == [
+        "sglang/srt/models/family_llama_like.py",
+        "sglang/srt/models/family_qwen_base.py",
+        "sglang/srt/models/family_qwen_derived.py",
+        "sglang/srt/distributed/pp_aux_transport.py",
+        "sglang/srt/distributed/pp_aux_capture.py",
+        "sglang/test/test_pp_aux_capture_family.py",
+    ]
+    assert '+DEFAULT_MODE = "direct"' in patch
+    assert git_apply(root, patch, check=True).returncode == 0
+    assert git_apply(root, patch).returncode == 0
+    test_file = (root / "sglang/test/test_pp_aux_capture_family.py").read_text()
+    assert '"family_llama_like",\n        "TinyForCausalLM",\n        "TinyModel",' in test_file
+    assert "family_unsupported" not in test_file
+    compile(test_file, "test_pp_aux_capture_family.py", "exec")
+
+
+def test_cli_rejects_a_model_without_a_capture_hook(tmp_path):
+    from click.testing import CliRunner
+
+    from codemods.cli import cli
+
+    root = _mini_tree(tmp_path)
+    outcome = CliRunner().invoke(cli, ["upstream-patch", str(root), "--models", "no_such"])
+    assert outcome.exit_code == 2
+    assert "no_such" in outcome.output

@@ -181,7 +181,8 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     index = non_last_return_index(body)
     if index is None or shape.aux_name is None or shape.proxy_param is None:
         raise FamilyRewriteError(f"{shape.class_name}.forward has no PP handoff")
-    outgoing = Call(OUTGOING, ("self", shape.aux_name, shape.proxy_param))
+    extra = ("boundaries=True",) if "boundaries" in shape.capture_kinds else ()
+    outgoing = Call(OUTGOING, ("self", shape.aux_name, shape.proxy_param, *extra))
     handoff: cst.If = body[index]
     handoff_body = list(handoff.body.body)
     returned = proxy_return_of(handoff)
@@ -205,7 +206,9 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     if position >= len(body):
         raise FamilyRewriteError(f"{shape.class_name}.forward ends at the PP handoff")
     pad = " " * METHOD_INDENT
-    collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, "hidden_states"))
+    collect = Call(
+        COLLECT, ("self", shape.aux_name, shape.proxy_param, "hidden_states", *extra)
+    )
     (collect_statement,) = parse_statements(
         lines_to_text(render_call(pad, f"{shape.aux_name} = ", collect)), pad
     )

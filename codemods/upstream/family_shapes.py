@@ -460,6 +460,12 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
             aux_names.update(call.func.value.value for call in appended)
             kinds.append("loop-append")
             accounted.append(branch.test)
+        boundary = _boundary_captures(body, loop, loop_var)
+        if boundary is not None:
+            names, tests = boundary
+            aux_names.update(names)
+            kinds.append("boundaries")
+            accounted.extend(tests)
         for arg_node in m.findall(loop, m.Arg(keyword=m.Name(CAPTURE_KWARG))):
             value = arg_node.value
             if m.matches(
@@ -530,6 +536,36 @@ _LAST_RANK_CAPTURE = m.If(
         ),
     )
 )
+
+
+def _appended_names(node: cst.CSTNode) -> list[str]:
+    calls = m.findall(node, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))))
+    return [call.func.value.value for call in calls]
+
+
+def _boundary_captures(body, loop: cst.For, loop_var: str):
+    """Captures at layer boundaries: ``if self.start_layer in ids`` before a top-level
+    loop, and ``if i + 1 in ids`` after the layer call inside it (boundary ``i + 1`` is
+    the output of layer ``i``).  Returns (aux names, the tests) or ``None``."""
+    if loop not in body:
+        return None
+    start_test = m.Comparison(
+        left=m.Attribute(value=m.Name("self"), attr=m.Name("start_layer")),
+        comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+    )
+    after_test = m.Comparison(
+        left=m.BinaryOperation(left=m.Name(loop_var), operator=m.Add(), right=m.Integer("1")),
+        comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+    )
+    before = body[: body.index(loop)]
+    starts = [stmt for stmt in before if m.matches(stmt, m.If(test=start_test))]
+    afters = m.findall(loop, m.If(test=after_test))
+    if len(starts) != 1 or len(afters) != 1:
+        return None
+    names = _appended_names(starts[0]) + _appended_names(afters[0])
+    if not names or _before_layer_call(loop, afters[0]):
+        return None
+    return names, [starts[0].test, afters[0].test]
 
 
 def _layer_loop_var(loop: cst.For) -> str | None:

@@ -106,12 +106,18 @@ def pp_aux_outgoing(
     model: torch.nn.Module,
     aux_hidden_states: Any,
     pp_proxy_tensors: Optional[Any],
+    boundaries: bool = False,
 ) -> Dict[str, torch.Tensor]:
-    """Aux entries to add to the tensors handed to the next stage (non-last stage)."""
+    """Aux entries to add to the tensors handed to the next stage (non-last stage).
+
+    ``boundaries``: the forward captures layer boundaries ``[start, end]`` of its stage
+    (boundary ``i + 1`` after layer ``i``); boundary ``end`` is captured again, as its
+    ``start``, by the next stage, so it is not handed on.
+    """
     transport = getattr(model, "pp_aux_transport", None)
     if transport is None:
         return {}
-    captures = _local_captures(transport, aux_hidden_states)
+    captures, _ = _local_captures(model, transport, aux_hidden_states, boundaries)
     return transport.outgoing(captures, _tensors_of(pp_proxy_tensors))
 
 
@@ -120,13 +126,15 @@ def pp_aux_collect(
     aux_hidden_states: Any,
     pp_proxy_tensors: Optional[Any],
     like: torch.Tensor,
+    boundaries: bool = False,
 ) -> Any:
     """All captures of all stages, in ascending layer order (last stage)."""
     transport = getattr(model, "pp_aux_transport", None)
     if transport is None or not transport.plan.is_last_stage:
         return aux_hidden_states
-    captures = _local_captures(transport, aux_hidden_states)
+    captures, tail = _local_captures(model, transport, aux_hidden_states, boundaries)
     collected = transport.collect(captures, _tensors_of(pp_proxy_tensors), like=like)
+    collected += tail
     if isinstance(aux_hidden_states, list):
         return collected
     # An append-compatible accumulator (e.g. AuxHiddenStatePacker): hand back one of
@@ -139,15 +147,26 @@ def pp_aux_collect(
     return packed
 
 
-def _local_captures(transport: Any, aux_hidden_states: Any) -> Dict[int, torch.Tensor]:
+def _local_captures(
+    model: torch.nn.Module, transport: Any, aux_hidden_states: Any, boundaries: bool
+) -> Tuple[Dict[int, torch.Tensor], List[torch.Tensor]]:
+    """This stage's captures by layer id, and the captures past the plan (the stage
+    output, boundary ``num_layers``) that the last stage appends after the others."""
     tensors = _captured_tensors(aux_hidden_states)
-    layer_ids = sorted(transport.plan.local_layer_ids)
+    plan = transport.plan
+    tail: List[torch.Tensor] = []
+    if boundaries and plan.end_layer in {int(i) for i in model.layers_to_capture}:
+        if tensors:
+            end_capture = tensors.pop()
+            if plan.is_last_stage:
+                tail.append(end_capture)
+    layer_ids = sorted(plan.local_layer_ids)
     if len(tensors) != len(layer_ids):
         raise RuntimeError(
-            f"PP stage {transport.plan.pp_rank} captured {len(tensors)} aux hidden "
+            f"PP stage {plan.pp_rank} captured {len(tensors)} aux hidden "
             f"states but owns capture layers {layer_ids}."
         )
-    return dict(zip(layer_ids, tensors))
+    return dict(zip(layer_ids, tensors)), tail
 
 
 def _captured_tensors(aux_hidden_states: Any) -> List[torch.Tensor]:

@@ -116,6 +116,7 @@ def _forward_batch(tokens: int):
     )
     return SimpleNamespace(
         can_run_tbo=False,
+        contains_mm_inputs=lambda: False,
         forward_mode=mode,
         return_hidden_states_before_norm=False,
         batch_size=1,
@@ -134,9 +135,14 @@ STACK_ATTRIBUTES = {
         enable_a2a_moe=False,
         gemm_output_zero_allocator_size=0,
     ),
+    "Qwen3_5ForCausalLM": dict(
+        flashinfer_mnnvl_cutedsl_fusion=None, hidden_size=HIDDEN_SIZE
+    ),
 }
+#: Decoder stacks that check their layers' types against a module-level tuple.
+LAYER_TYPE_TUPLES = {"NemotronHModel": "Layers"}
 #: Causal-LM attributes some forwards read (their __init__ is skipped).
-OUTER_ATTRIBUTES = dict(is_mrope_enabled=False)
+OUTER_ATTRIBUTES = dict(is_mrope_enabled=False, _is_multimodal=False)
 #: Modules whose decoder layers return (hidden_states, residual, extra).
 THREE_OUTPUT_LAYERS = {"DeepseekV2Model"}
 
@@ -170,6 +176,7 @@ def build_model(case, pp_rank: int, pp_size: int, group):
         tie_word_embeddings=False,
         encoder_only=False,
     )
+    config.text_config = config
 
     start, end = get_pp_indices(NUM_LAYERS, pp_rank, pp_size)
     returns = 3 if inner_cls.__name__ in THREE_OUTPUT_LAYERS else 2
@@ -190,6 +197,12 @@ def build_model(case, pp_rank: int, pp_size: int, group):
     inner.embed_tokens = nn.Identity()
     for attribute, value in STACK_ATTRIBUTES.get(inner_cls.__name__, {}).items():
         setattr(inner, attribute, value)
+    tuple_name = LAYER_TYPE_TUPLES.get(inner_cls.__name__)
+    if tuple_name is not None:
+        stack_module = sys.modules[inner_cls.__module__]
+        known = getattr(stack_module, tuple_name)
+        if StandInLayer not in known:
+            setattr(stack_module, tuple_name, (*known, StandInLayer))
 
     outer = outer_cls.__new__(outer_cls)
     nn.Module.__init__(outer)
@@ -206,7 +219,7 @@ def build_model(case, pp_rank: int, pp_size: int, group):
 
 
 def run_forward(model, tokens: int, proxy):
-    """One causal-LM forward; returns PPProxyTensors (non-last) or the recorded output."""
+    """One causal-LM forward: PPProxyTensors (non-last stage) or the recorded output."""
     import inspect
 
     from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
@@ -219,7 +232,7 @@ def run_forward(model, tokens: int, proxy):
         if name in parameters:
             kwargs[name] = embeds if model.pp_group.is_first_rank else None
     if "pp_proxy_tensors" in parameters:
-        kwargs["pp_proxy_tensors"] = PPProxyTensors(proxy) if proxy is not None else None
+        kwargs["pp_proxy_tensors"] = None if proxy is None else PPProxyTensors(proxy)
     input_ids = torch.zeros(tokens, dtype=torch.long)
     positions = torch.arange(tokens)
     with torch.no_grad():
@@ -251,7 +264,9 @@ def reference_aux(case, hook, layer_ids, tokens):
 def _send_dict(tensors, dst, error=None):
     """Send a handoff dict (metadata first, then tensors), or only an error marker."""
     tensors = {} if error is not None else tensors
-    meta = {k: (tuple(v.shape), str(v.dtype)) for k, v in tensors.items() if v is not None}
+    meta = {
+        k: (tuple(v.shape), str(v.dtype)) for k, v in tensors.items() if v is not None
+    }
     none_keys = [k for k, v in tensors.items() if v is None]
     dist.send_object_list([(meta, none_keys, error)], dst=dst)
     for key in sorted(meta):
@@ -361,8 +376,8 @@ def _free_port():
 
 
 def run_family(pp_size, jobs, timeout=WORKER_TIMEOUT_S):
-    """Run ``jobs`` ((case, hook, layer ids, mode), ...) on ``pp_size`` processes; returns
-    the last rank's results."""
+    """Run ``jobs`` ((case, hook, layer ids, mode), ...) on ``pp_size`` processes;
+    returns the last rank's results."""
     context = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as out_dir:
         port = _free_port()
@@ -386,15 +401,19 @@ def run_family(pp_size, jobs, timeout=WORKER_TIMEOUT_S):
             return json.load(handle)
 
 
+def _layer_id_sets(hook):
+    if hook == "set_eagle3_layers_to_capture":
+        return (LAYER_IDS, None)
+    return (LAYER_IDS,)
+
+
 def family_jobs(pp_size, cases=None):
     modes = ("relay", "direct") if pp_size >= 3 else ("relay",)
     return [
         (case, hook, layer_ids, mode)
         for case in (FAMILY if cases is None else cases)
         for hook in case[3]
-        for layer_ids in (
-            (LAYER_IDS, None) if hook == "set_eagle3_layers_to_capture" else (LAYER_IDS,)
-        )
+        for layer_ids in _layer_id_sets(hook)
         for mode in modes
     ]
 
