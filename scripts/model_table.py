@@ -40,19 +40,28 @@ END = "<!-- models-table:end -->"
 HEADING = "## Models covered by the upstream patch"
 
 
-def validate(release: Path) -> dict[str, str]:
+def validate(release: Path, saved: list[Path]) -> dict[str, str]:
+    """Validation verdicts per model: from saved ``--json`` outputs of the family test
+    (one per PP size), or by running the test on a patched copy of ``release``."""
     from sglang_support.family_check import patched_copy, run_family_test, validated_models
 
-    with tempfile.TemporaryDirectory() as scratch:
-        result, copy = patched_copy(release, Path(scratch) / "patched")
-        passed: dict[str, list[bool]] = {}
-        for pp_size in (2, 3):
-            started = time.monotonic()
-            records = run_family_test(copy, result, pp_size)
-            print(f"family test, {pp_size} stages: {len(records)} cases in "
-                  f"{time.monotonic() - started:.0f} s", file=sys.stderr)
-            for model, ok in validated_models(records).items():
-                passed.setdefault(model, []).append(ok)
+    passed: dict[str, list[bool]] = {}
+    runs = [json.loads(path.read_text(encoding="utf-8")) for path in saved]
+    if not runs:
+        with tempfile.TemporaryDirectory() as scratch:
+            result, copy = patched_copy(release, Path(scratch) / "patched")
+            for pp_size in (2, 3):
+                started = time.monotonic()
+                runs.append(run_family_test(copy, result, pp_size))
+                print(f"family test, {pp_size} stages: {len(runs[-1])} cases in "
+                      f"{time.monotonic() - started:.0f} s", file=sys.stderr)
+    sizes = set()
+    for records in runs:
+        sizes.update(record["pp"] for record in records)
+        for model, ok in validated_models(records).items():
+            passed.setdefault(model, []).append(ok)
+    if sizes != {2, 3}:
+        raise SystemExit(f"validation results cover PP sizes {sorted(sizes)}, need 2 and 3")
     return {
         model: "yes: 2 and 3 stages, relay and direct, `torch.equal` with PP=1"
         if len(oks) == 2 and all(oks)
@@ -61,12 +70,13 @@ def validate(release: Path) -> dict[str, str]:
     }
 
 
-def section(release: Path, version: str, run: bool, json_out: Path | None) -> str:
+def section(release: Path, version: str, run: bool, json_out: Path | None,
+            saved: list[Path]) -> str:
     tree = detect_tree(release)
     plan = plan_family(models_dir(tree))
     if json_out is not None:
         json_out.write_text(json.dumps(survey(plan), indent=2) + "\n", encoding="utf-8")
-    validated = validate(release) if run else {}
+    validated = validate(release, saved) if run else {}
     if not run:
         validated = {d.name: "not run" for d in plan.decisions.values() if d.patched}
     return (
@@ -95,13 +105,16 @@ def main() -> None:
     parser.add_argument("--no-run", action="store_true", help="skip the validation run")
     parser.add_argument("--print", action="store_true", help="print instead of editing README")
     parser.add_argument("--json", type=Path, default=None, help="write the survey here")
+    parser.add_argument("--results", type=Path, nargs="*", default=[],
+                        help="saved --json outputs of the family test (2 and 3 stages) "
+                             "instead of running it")
     args = parser.parse_args()
     release = args.sglang
     if release is None:
         from sglang_support.env import sglang_tree
 
         release = sglang_tree(args.version)
-    text = section(release, args.version, not args.no_run, args.json)
+    text = section(release, args.version, not args.no_run, args.json, args.results)
     if args.print:
         sys.stdout.write(text)
         return

@@ -81,3 +81,34 @@ def coverage_line(plan: FamilyPlan) -> str:
         f"{len(patched)} of {len(with_early)} model files whose hooks return early on "
         f"non-last PP ranks are patched ({len(plan.decisions)} files define a hook)."
     )
+
+
+def pr_section(plan: FamilyPlan | None, test_cmd: str) -> str:
+    """The pull-request section on the capture-hook family ("" when not patched)."""
+    if plan is None or not plan.patched:
+        return ""
+    patched = [d for d in sorted(plan.decisions.values(), key=lambda d: d.file) if d.patched]
+    files = ", ".join(f"`{d.file}`" for d in patched)
+    return f"""\
+## Models whose capture hooks returned early off the last rank
+
+{len(patched)} more model files ({files}) define `set_eagle3_layers_to_capture` /
+`set_dflash_layers_to_capture` as `if not self.pp_group.is_last_rank: return`, so under
+PP only the last stage captured: the drafter silently got fewer aux states than it was
+trained on, or the last stage failed unpacking `(hidden_states, aux_hidden_states)` when
+it owned none of the capture layers.  Each hook now stores the ids on every rank and
+attaches the same transport (`attach_pp_aux_transport`, new
+`sglang/srt/distributed/pp_aux_capture.py`); the decoder-stack forward adds its captures
+to the `PPProxyTensors` handoff (`pp_aux_outgoing`) and the last stage gathers all of them
+(`pp_aux_collect`).  Ids, default layers (EAGLE3's `None` -> `[2, n // 2, n - 3]`), order
+(ascending layer id) and capture point (start of layer `i`) are each model's own; with
+PP=1 nothing changes.  `SGLANG_PP_AUX_TRANSPORT=relay|direct` selects the mode at run
+time.
+
+{coverage_line(plan)}
+
+{markdown_table(plan)}
+Test: `{test_cmd}` (CPU, gloo, 2 and 3 stages, relay and direct; every model's real
+hooks and forward with stand-in decoder layers, compared with PP=1 via `torch.equal`).
+
+"""

@@ -292,6 +292,16 @@ def _describe(error):
     return f"{type(error).__name__}: {error}"
 
 
+def _create_direct_group(rank, size, group):
+    """Create the direct-mode group up front, where SGLang creates its groups, not in
+    the middle of the run; every rank does it at the same point."""
+    try:
+        from sglang.srt.distributed import pp_aux_capture
+    except ImportError:  # the release without the patch's new files
+        return
+    pp_aux_capture._direct_group(StandInPPGroup(rank, size, group))
+
+
 def _run_case(case, hook, layer_ids, mode, rank, size, group):
     """Runs one case on this rank; the last rank returns its comparison.
 
@@ -342,6 +352,11 @@ def _run_case(case, hook, layer_ids, mode, rank, size, group):
         result["equal"] &= len(reference) == len(pipelined) and all(
             torch.equal(a, b) for a, b in zip(reference, pipelined)
         )
+    # Direct-mode sends are not waited for by the forward; complete them while the
+    # model (which holds them) is alive, as a running server would.
+    transport = getattr(getattr(model, "model", None), "pp_aux_transport", None)
+    if transport is not None:
+        transport.flush()
     return result
 
 
@@ -355,17 +370,20 @@ def _worker(rank, size, port, jobs, out_dir):
         timeout=timedelta(seconds=60),
     )
     group = dist.new_group(list(range(size)), backend="gloo")
-    results = []
+    status_group = dist.new_group(list(range(size)), backend="gloo")
+    _create_direct_group(rank, size, group)
+    path = os.path.join(out_dir, f"rank{rank}.jsonl")
     for case, hook, layer_ids, mode in jobs:
         entry = {"model": case[0], "hook": hook, "layer_ids": layer_ids}
         entry.update(pp=size, mode=mode)
+        with open(path, "a") as handle:  # what this rank is on, should it never return
+            handle.write(json.dumps(dict(entry, started=True)) + "\n")
         entry.update(_run_case(case, hook, layer_ids, mode, rank, size, group))
         statuses = [None] * size
-        dist.all_gather_object(statuses, entry["error"])
+        dist.all_gather_object(statuses, entry["error"], group=status_group)
         entry["errors"] = statuses
-        results.append(entry)
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as handle:
-        json.dump(results, handle)
+        with open(path, "a") as handle:
+            handle.write(json.dumps(entry) + "\n")
     dist.destroy_process_group()
 
 
@@ -393,12 +411,24 @@ def run_family(pp_size, jobs, timeout=WORKER_TIMEOUT_S):
             if worker.is_alive():
                 worker.kill()
                 worker.join()
-        path = os.path.join(out_dir, f"rank{pp_size - 1}.json")
-        if not os.path.exists(path):
-            codes = [worker.exitcode for worker in workers]
-            raise RuntimeError(f"PP workers did not finish (exit codes {codes})")
-        with open(path) as handle:
-            return json.load(handle)
+        records = {}
+        for rank in range(pp_size):
+            path = os.path.join(out_dir, f"rank{rank}.jsonl")
+            if os.path.exists(path):
+                with open(path) as handle:
+                    records[rank] = [json.loads(line) for line in handle]
+        codes = [worker.exitcode for worker in workers]
+        if any(code != 0 for code in codes):
+            keys = ("model", "hook", "mode", "layer_ids")
+            where = {
+                rank: {key: lines[-1].get(key) for key in keys}
+                for rank, lines in records.items()
+                if lines
+            }
+            raise RuntimeError(
+                f"PP workers failed (exit codes {codes}); last case: {where}"
+            )
+        return [r for r in records.get(pp_size - 1, []) if not r.get("started")]
 
 
 def _layer_id_sets(hook):
