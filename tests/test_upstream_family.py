@@ -201,3 +201,28 @@ def test_cli_rejects_a_model_without_a_capture_hook(tmp_path):
     outcome = CliRunner().invoke(cli, ["upstream-patch", str(root), "--models", "no_such"])
     assert outcome.exit_code == 2
     assert "no_such" in outcome.output
+
+
+def test_survey_and_table_describe_every_hook_file(plan):
+    from codemods.upstream.family_report import coverage_line, markdown_table, survey
+
+    records = {record["file"]: record for record in survey(plan)}
+    assert set(records) == set(plan.decisions)
+    llama = records["family_llama_like.py"]
+    assert llama["early_return"] == [
+        "TinyForCausalLM.set_eagle3_layers_to_capture",
+        "TinyForCausalLM.set_dflash_layers_to_capture",
+    ]
+    assert llama["handoff"] == "PPProxyTensors({...})"
+    assert records["family_deepseek_like.py"]["handoff"] == "PPProxyTensors(name)"
+    assert records["family_qwen_base.py"]["last_stage_captures_output"] is True
+    assert not records["family_unsupported.py"]["patched"]
+
+    table = markdown_table(plan, {"family_llama_like": "yes"})
+    rows = [row for row in table.splitlines() if row.startswith("| `")]
+    assert len(rows) == len(plan.decisions)
+    llama_row = next(row for row in rows if "family_llama_like.py" in row)
+    assert "`eagle3`, `dflash`" in llama_row and llama_row.endswith("| yes |")
+    unsupported = next(row for row in rows if "family_unsupported.py" in row)
+    assert "| no: " in unsupported and unsupported.endswith("| - |")
+    assert coverage_line(plan).startswith("5 of 6 model files")

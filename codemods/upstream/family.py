@@ -53,6 +53,10 @@ class FileDecision:
     capture_kinds: tuple[str, ...] = ()
     #: (causal-LM class, decoder-stack class as named in this file, patched hooks)
     cases: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    #: The handoff: ``PPProxyTensors({...})`` ("dict") or ``PPProxyTensors(name)``.
+    proxy_arg: str | None = None
+    #: The last stage also captures its own output (the id past the last layer).
+    final_capture: bool = False
 
     @property
     def name(self) -> str:
@@ -189,8 +193,12 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
     hooks = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters)
     early = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters if s.early_return)
 
-    def keep(reason: str, forward: ForwardRef | None = None) -> FileDecision:
-        return FileDecision(file, hooks, early, False, reason, forward)
+    def keep(reason: str, forward: ForwardRef | None = None,
+             shape: ForwardShape | None = None) -> FileDecision:
+        if shape is None:
+            return FileDecision(file, hooks, early, False, reason, forward)
+        return FileDecision(file, hooks, early, False, reason, forward, shape.capture_kinds,
+                            proxy_arg=shape.proxy_arg, final_capture=shape.final_capture)
 
     if not early:
         return keep("no hook returns early on non-last PP ranks")
@@ -216,6 +224,7 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
             return keep(
                 f"{ref_file}:{forward.class_name}.forward: {forward.problem}",
                 ForwardRef(ref_file, forward.class_name),
+                forward,
             )
         targets[(ref_file, forward.class_name)] = forward
     if len(targets) != 1:
@@ -242,6 +251,8 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
         ForwardRef(ref_file, class_name),
         forward.capture_kinds,
         cases,
+        proxy_arg=forward.proxy_arg,
+        final_capture=forward.final_capture,
     )
 
 

@@ -17,6 +17,7 @@ CAPTURE_KINDS = {
     "loop-append": "appended in the layer loop",
     "layer-kwarg": "handed to the layer (`captured_last_layer_outputs`)",
     "layer-flag": "layer flag `_is_layer_to_capture`",
+    "boundaries": "layer boundaries (`start_layer`, then `i + 1` after layer `i`)",
 }
 
 
@@ -33,6 +34,12 @@ def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
                 "reason": decision.reason,
                 "capture_forward": str(decision.forward) if decision.forward else None,
                 "capture_kinds": list(decision.capture_kinds),
+                "handoff": (
+                    f"PPProxyTensors({'{...}' if decision.proxy_arg == 'dict' else 'name'})"
+                    if decision.proxy_arg
+                    else None
+                ),
+                "last_stage_captures_output": decision.final_capture,
                 "cases": [
                     {"class": outer, "stack": stack, "hooks": list(hooks)}
                     for outer, stack, hooks in decision.cases
