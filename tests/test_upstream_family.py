@@ -48,7 +48,7 @@ def test_decisions_say_why(plan):
     unsupported = decisions["family_unsupported.py"]
     assert not unsupported.patched
     assert "AfterLayerModel.forward" in unsupported.reason
-    assert "no capture at the start of a layer loop iteration" in unsupported.reason
+    assert "captures under `i + 1 in self.layers_to_capture`" in unsupported.reason
 
 
 def test_inherited_forward_is_patched_in_the_base_file(plan):

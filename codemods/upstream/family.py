@@ -24,7 +24,13 @@ from pathlib import Path
 import libcst as cst
 
 from codemods.upstream.family_rewrite import rewrite_module
-from codemods.upstream.family_shapes import ForwardShape, ModuleShapes, SetterShape, analyse
+from codemods.upstream.family_shapes import (
+    ForwardShape,
+    ModuleShapes,
+    SetterShape,
+    analyse,
+    unpacks_stack_output,
+)
 
 MODELS_PACKAGE = "sglang.srt.models"
 #: Text every file with a capture hook or a capture forward contains.
@@ -95,7 +101,9 @@ class FamilyPlan:
         for file, decision in self.decisions.items():
             if decision.name in wanted:
                 decisions[file] = decision
-        setter_edits = {f: e for f, e in self.setter_edits.items() if f.removesuffix(".py") in wanted}
+        setter_edits = {
+            f: e for f, e in self.setter_edits.items() if f.removesuffix(".py") in wanted
+        }
         needed = {
             (d.forward.file, d.forward.class_name)
             for d in decisions.values()
@@ -214,6 +222,13 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
             return keep(f"{setter.hook}: {found}")
         stack_class, ref_file, forward = found
         stacks[setter.class_name] = stack_class
+        outer = _class_node(corpus.modules[file], setter.class_name)
+        unpacked = unpacks_stack_output(outer, setter.receiver) if outer else None
+        if unpacked is not None:
+            return keep(
+                f"{setter.class_name}.forward does `{unpacked}` with capture off, which "
+                f"fails on non-last PP ranks (PPProxyTensors) before any capture matters"
+            )
         for method in setter.receiver_calls:
             if not _defines(file, stack_class, method, corpus, depth=0):
                 return keep(
@@ -336,3 +351,10 @@ def _defines(file: str, class_name: str, method: str, corpus: _Corpus, depth: in
         _defines(file, base.split(".")[-1] if "." not in base else base, method, corpus, depth + 1)
         for base in info.bases
     )
+
+
+def _class_node(module: cst.Module, name: str) -> cst.ClassDef | None:
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef) and statement.name.value == name:
+            return statement
+    return None

@@ -193,7 +193,8 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
         handoff_body[-1] = replaced.with_changes(leading_lines=handoff_body[-1].leading_lines)
     else:
         update = Call(f"{code_of(argument)}.update", (outgoing,))
-        (statement,) = parse_statements(lines_to_text(render_call(block_pad, "", update)), block_pad)
+        update_text = lines_to_text(render_call(block_pad, "", update))
+        (statement,) = parse_statements(update_text, block_pad)
         # The new statement takes the blank lines / comments that preceded the return.
         handoff_body.insert(
             len(handoff_body) - 1,

@@ -308,7 +308,16 @@ def _setter_shape(class_name: str, fn: cst.FunctionDef, line: int) -> SetterShap
     if len(returns) > 1:
         problem = "hook returns before its end in more than one place"
     elif not receivers:
-        problem = "hook does not store the capture ids on a submodule"
+        other = [
+            code_of(target.target)
+            for target in m.findall(fn, m.AssignTarget(target=m.Attribute(attr=m.Name())))
+            if target.target.attr.value.endswith("_" + IDS_ATTR)
+        ]
+        problem = (
+            f"hook stores the ids in `{other[0]}`, not `{IDS_ATTR}` (another capture shape)"
+            if other
+            else "hook does not store the capture ids on a submodule"
+        )
     elif len(receivers) > 1:
         problem = f"hook stores capture ids on several submodules ({', '.join(receivers)})"
     elif m.findall(fn, m.Yield()):
@@ -469,15 +478,27 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
         for arg_node in m.findall(loop, m.Arg(keyword=m.Name(CAPTURE_KWARG))):
             value = arg_node.value
             if m.matches(
-                value, m.IfExp(test=_ids_test(loop_var) | _FLAG_TEST, body=m.Name(), orelse=m.Name("None"))
+                value,
+                m.IfExp(
+                    test=_ids_test(loop_var) | _FLAG_TEST,
+                    body=m.Name(),
+                    orelse=m.Name("None"),
+                ),
             ):
                 aux_names.add(value.body.value)
-                kinds.append("layer-kwarg" if m.matches(value.test, m.Comparison()) else "layer-flag")
+                by_id = m.matches(value.test, m.Comparison())
+                kinds.append("layer-kwarg" if by_id else "layer-flag")
                 accounted.append(value.test)
             elif not m.matches(value, m.Name("None")):
                 return reject(f"unrecognised `{CAPTURE_KWARG}=` value: {code_of(value)}")
     if not kinds:
-        return reject(f"no capture at the start of a layer loop iteration (`i in self.{IDS_ATTR}`)")
+        tests = [
+            code_of(node.test)
+            for node in m.findall(fn, m.If())
+            if m.findall(node.test, SELF_IDS)
+        ]
+        where = f"; captures under `{' '.join(tests[0].split())}`" if tests else ""
+        return reject(f"no capture at the start of layer i (`i in self.{IDS_ATTR}`){where}")
     if len(aux_names) != 1:
         return reject(f"captures go to several lists: {', '.join(sorted(aux_names))}")
     aux_name = aux_names.pop()
@@ -622,8 +643,31 @@ def _before_layer_call(loop: cst.For, branch: cst.If) -> bool:
         for statement in statements[: statements.index(branch)]:
             if m.findall(statement, m.AssignTarget(target=m.Name("hidden_states"))) or m.findall(
                 statement,
-                m.AssignTarget(target=m.Tuple(elements=[m.Element(m.Name("hidden_states")), m.ZeroOrMore()])),
+                m.AssignTarget(
+                    target=m.Tuple(
+                        elements=[m.Element(m.Name("hidden_states")), m.ZeroOrMore()]
+                    )
+                ),
             ):
                 return False
         return True
     return False
+
+
+def unpacks_stack_output(cls: cst.ClassDef, receiver: str) -> str | None:
+    """Source of a ``a, b = <receiver>(...)`` in the class's ``forward`` that runs even
+    when capture is off: on non-last PP ranks the stack returns ``PPProxyTensors``, which
+    cannot be unpacked, so such a forward does not run under PP at all."""
+    forward = _methods(cls).get("forward")
+    if forward is None:
+        return None
+    guarded: set[int] = set()
+    for branch in m.findall(forward, m.If()):
+        if CAPTURE_FLAG in code_of(branch.test):
+            guarded |= node_ids(branch.body)
+    for assign in m.findall(
+        forward, m.Assign(targets=[m.AssignTarget(target=m.Tuple())], value=m.Call())
+    ):
+        if code_of(assign.value.func) == receiver and id(assign) not in guarded:
+            return code_of(assign.targets[0].target) + " = " + receiver + "(...)"
+    return None

@@ -117,6 +117,7 @@ def _forward_batch(tokens: int):
     return SimpleNamespace(
         can_run_tbo=False,
         contains_mm_inputs=lambda: False,
+        input_embeds=None,
         forward_mode=mode,
         return_hidden_states_before_norm=False,
         batch_size=1,
