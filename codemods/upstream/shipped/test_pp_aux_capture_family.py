@@ -136,6 +136,7 @@ STACK_ATTRIBUTES = {
         enable_a2a_moe=False,
         gemm_output_zero_allocator_size=0,
     ),
+    "NemotronHModel": dict(norm_f=StandInNorm()),
     "Qwen3_5ForCausalLM": dict(
         flashinfer_mnnvl_cutedsl_fusion=None, hidden_size=HIDDEN_SIZE
     ),
