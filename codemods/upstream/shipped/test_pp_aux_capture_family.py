@@ -75,6 +75,14 @@ class StandInLayer(nn.Module):
         return hidden_states, residual
 
 
+class StandInEmbedding(nn.Module):
+    """Token ids -> deterministic hidden states (first stage)."""
+
+    def forward(self, input_ids):
+        base = input_ids.to(torch.float32).unsqueeze(-1) / HIDDEN_SIZE
+        return torch.sin(base + torch.arange(HIDDEN_SIZE, dtype=torch.float32))
+
+
 class StandInNorm(nn.Module):
     def forward(self, hidden_states, residual=None):
         if residual is None:
@@ -146,7 +154,7 @@ LAYER_TYPE_TUPLES = {"NemotronHModel": "Layers"}
 #: Causal-LM attributes some forwards read (their __init__ is skipped).
 OUTER_ATTRIBUTES = dict(is_mrope_enabled=False, _is_multimodal=False)
 #: Modules whose decoder layers return (hidden_states, residual, extra).
-THREE_OUTPUT_LAYERS = {"DeepseekV2Model"}
+THREE_OUTPUT_LAYERS = {"DeepseekV2Model", "Glm5NextModel"}
 
 
 def _set_pp_group(group: StandInPPGroup) -> None:
@@ -196,7 +204,7 @@ def build_model(case, pp_rank: int, pp_size: int, group):
     )
     inner.layers_to_capture = []
     inner.norm = StandInNorm()
-    inner.embed_tokens = nn.Identity()
+    inner.embed_tokens = StandInEmbedding()
     for attribute, value in STACK_ATTRIBUTES.get(inner_cls.__name__, {}).items():
         setattr(inner, attribute, value)
     tuple_name = LAYER_TYPE_TUPLES.get(inner_cls.__name__)
@@ -226,16 +234,12 @@ def run_forward(model, tokens: int, proxy):
 
     from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
 
-    generator = torch.Generator().manual_seed(tokens)
-    embeds = torch.randn(tokens, HIDDEN_SIZE, generator=generator)
     kwargs = {}
     parameters = inspect.signature(model.forward).parameters
-    for name in ("input_embeds", "inputs_embeds"):
-        if name in parameters:
-            kwargs[name] = embeds if model.pp_group.is_first_rank else None
     if "pp_proxy_tensors" in parameters:
         kwargs["pp_proxy_tensors"] = None if proxy is None else PPProxyTensors(proxy)
-    input_ids = torch.zeros(tokens, dtype=torch.long)
+    # The first stage embeds these ids with the stand-in embedding.
+    input_ids = torch.arange(tokens, dtype=torch.long) + 7 * tokens
     positions = torch.arange(tokens)
     with torch.no_grad():
         return model.forward(input_ids, positions, _forward_batch(tokens), **kwargs)
