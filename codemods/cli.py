@@ -6,9 +6,147 @@ Exit codes: 0 nothing to do / success; 1 changes needed (``--check``) or a check
 
 from __future__ import annotations
 
+import sys
+from dataclasses import replace
+from pathlib import Path
+
 import click
 
-from codemods import __version__
+from codemods import __version__, engine, report
+from codemods.delivery import BranchRequest, migrate_on_branch, upstream_generated_on_branch
+from codemods.fallback import FALLBACK_POLICIES
+from codemods.gitops import GitDeliveryError
+from codemods.guard import GUARD_POLICIES
+from codemods.hooks import custom_hook
+from codemods.records import Action, FileResult, Status
+from codemods.transform import TransformOptions
+
+EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
+
+
+def _validate_hooks(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]):
+    for name in value:
+        try:
+            custom_hook(name)
+        except ValueError as error:
+            raise click.BadParameter(str(error), ctx=ctx, param=param) from error
+    return value
+
+
+_paths = click.argument(
+    "paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=str)
+)
+_hook_option = click.option(
+    "--hook",
+    "extra_hooks",
+    multiple=True,
+    callback=_validate_hooks,
+    metavar="NAME",
+    help="Also treat NAME as a capture hook that rejects None (repeatable).",
+)
+
+
+def _branch_options(pr_body: bool = True):
+    """``--branch`` and its companions, shared by migrate and upstream-patch."""
+    options = [
+        click.option(
+            "--branch",
+            metavar="NAME",
+            help="Commit the change on a new git branch NAME (created from HEAD).",
+        ),
+        click.option(
+            "--base",
+            metavar="REF",
+            help="With --branch: create the branch from REF instead of HEAD.",
+        ),
+    ]
+    if pr_body:
+        options.append(
+            click.option(
+                "--pr-body",
+                type=click.Path(dir_okay=False, path_type=Path),
+                metavar="FILE",
+                help="With --branch: write a PR description (Markdown).",
+            )
+        )
+    options += [
+        click.option(
+            "--format-patch",
+            "patch_dir",
+            metavar="DIR",
+            type=click.Path(file_okay=False, path_type=Path),
+            help="With --branch: write `git format-patch` files into DIR.",
+        ),
+        click.option(
+            "--allow-dirty",
+            is_flag=True,
+            help="With --branch: accept uncommitted changes; they are left as they "
+            "are and only auxcap's files are committed.",
+        ),
+        click.option(
+            "--author",
+            metavar='"NAME <EMAIL>"',
+            help="With --branch: commit author (also the committer when git has "
+            "no identity configured).",
+        ),
+    ]
+
+    def decorate(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def _branch_request(
+    branch: str | None,
+    base: str | None,
+    pr_body: Path | None,
+    patch_dir: Path | None,
+    allow_dirty: bool,
+    author: str | None,
+) -> BranchRequest | None:
+    """The --branch request, or None; a usage error when a companion comes without it."""
+    if branch is None:
+        given = [
+            name
+            for name, value in (
+                ("--base", base),
+                ("--pr-body", pr_body),
+                ("--format-patch", patch_dir),
+                ("--allow-dirty", allow_dirty),
+                ("--author", author),
+            )
+            if value
+        ]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} only works together with --branch")
+        return None
+    return BranchRequest(branch, base, author, allow_dirty, pr_body, patch_dir)
+
+
+def _deliver(work) -> None:
+    """Run a --branch delivery, print where the branch is; exit 2 with the reason on failure."""
+    try:
+        delivered = work()
+    except GitDeliveryError as error:
+        click.echo(f"auxcap: error: {error}", err=True)
+        sys.exit(EXIT_ERROR)
+    for result in delivered.results:
+        for site in result.call_sites:
+            if Action.REVIEW in site.actions:
+                click.echo(f"review: {report.format_site(site)}", err=True)
+    for path, reason in delivered.verification.failures:
+        click.echo(f"auxcap: error: {path}: re-check failed: {reason}", err=True)
+    click.echo(delivered.summary())
+    sys.exit(EXIT_OK if delivered.verification.ok else EXIT_CHANGES)
+
+
+def _report_failures(results: list[FileResult]) -> None:
+    for result in results:
+        if result.status is Status.FAILED:
+            click.echo(f"auxcap: error: {result.path}: {result.error}", err=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,28 +156,221 @@ def cli() -> None:
     upstream patch that makes capture work under pipeline parallelism."""
 
 
+@cli.command()
+@_paths
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Listing format.",
+)
+@_hook_option
+def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...]) -> None:
+    """List every capture-hook call site under PATHS with its shape and risk."""
+    options = TransformOptions(extra_hooks=extra_hooks)
+    results = list(engine.scan(paths, options))
+    if output_format == "json":
+        click.echo(report.scan_json(results), nl=False)
+    else:
+        click.echo(report.scan_text(results), nl=False)
+        click.echo(report.Summary.of(results).text("to change"), err=True)
+    _report_failures(results)
+    sys.exit(EXIT_ERROR if any(r.status is Status.FAILED for r in results) else EXIT_OK)
+
+
+@cli.command()
+@_paths
+@click.option(
+    "--diff", "show_diff", is_flag=True, help="Print a unified diff; change nothing (default)."
+)
+@click.option(
+    "--check", is_flag=True, help="Change nothing; exit 1 when changes are needed, 0 when none."
+)
+@click.option("--write", is_flag=True, help="Rewrite the files in place.")
+@click.option(
+    "--guard-policy",
+    type=click.Choice(GUARD_POLICIES),
+    default="skip",
+    show_default=True,
+    help="When layer ids are unset: skip the call, or raise.",
+)
+@click.option(
+    "--fallback-policy",
+    type=click.Choice(FALLBACK_POLICIES),
+    default="warn",
+    show_default=True,
+    help="Under pipeline parallelism: warn and continue, or re-raise with a hint.",
+)
+@_hook_option
+@_branch_options()
+def migrate(
+    paths: tuple[str, ...],
+    show_diff: bool,
+    check: bool,
+    write: bool,
+    guard_policy: str,
+    fallback_policy: str,
+    extra_hooks: tuple[str, ...],
+    branch: str | None,
+    base: str | None,
+    pr_body: Path | None,
+    patch_dir: Path | None,
+    allow_dirty: bool,
+    author: str | None,
+) -> None:
+    """Guard and wrap capture-hook calls under PATHS (diff by default).
+
+    With --branch NAME, the rewritten files are committed on a new branch NAME in the git
+    repository that holds PATHS, and nothing else is touched.
+    """
+    if show_diff + check + write > 1:
+        raise click.UsageError("--diff, --check and --write are mutually exclusive")
+    mode = "write" if write else "check" if check else "diff"
+    options = TransformOptions(guard_policy, fallback_policy, extra_hooks)
+    request = _branch_request(branch, base, pr_body, patch_dir, allow_dirty, author)
+    if request is not None:
+        if check or show_diff:
+            flag = "--check" if check else "--diff"
+            raise click.UsageError(f"{flag} and --branch cannot be used together")
+        policies = {"guard policy": guard_policy, "fallback policy": fallback_policy}
+        if extra_hooks:
+            policies["extra hooks"] = ", ".join(extra_hooks)
+        _deliver(lambda: migrate_on_branch(list(paths), options, request, policies))
+    results = []
+    for result in engine.run(paths, options, write=mode == "write"):
+        results.append(result)
+        if result.status is Status.CHANGED:
+            if mode == "diff":
+                click.echo(report.unified_diff(result), nl=False)
+            elif mode == "check":
+                click.echo(f"would change: {result.path}", err=True)
+            else:
+                click.echo(f"changed: {result.path}", err=True)
+        for site in result.call_sites:
+            if Action.REVIEW in site.actions:
+                click.echo(f"review: {report.format_site(site)}", err=True)
+    _report_failures(results)
+    label = "changed" if mode == "write" else "to change"
+    click.echo(report.Summary.of(results).text(label), err=True)
+    if any(result.status is Status.FAILED for result in results):
+        sys.exit(EXIT_ERROR)
+    if mode == "check" and any(result.status is Status.CHANGED for result in results):
+        sys.exit(EXIT_CHANGES)
+    sys.exit(EXIT_OK)
+
+
 @cli.command("upstream-patch")
 @click.argument("sglang_root", type=click.Path(file_okay=False, path_type=str))
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the patch here (default: stdout).")
-@click.option("--pr-body", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write a Markdown pull-request description here.")
-@click.option("--mode", type=click.Choice(["relay", "direct"]), default="relay",
-              show_default=True, help="How captures reach the last PP stage.")
-@click.option("--models", default=None, metavar="NAME,...",
-              help="Only these model files (e.g. llama,qwen3,kimi_linear); default: "
-                   "Kimi-Linear and every recognised model with a capture hook.")
-def upstream_patch(sglang_root: str, output: str | None, pr_body: str | None,
-                   mode: str, models: str | None) -> None:
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write the patch here (default: stdout).",
+)
+@click.option(
+    "--pr-body",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write a Markdown pull-request description here.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["relay", "direct"]),
+    default="relay",
+    show_default=True,
+    help="How captures reach the last PP stage.",
+)
+@click.option(
+    "--models",
+    default=None,
+    metavar="NAME,...",
+    help="Only these model files (e.g. llama,qwen3,kimi_linear); default: Kimi-Linear "
+    "and every recognised model with a capture hook.",
+)
+@_branch_options(pr_body=False)
+def upstream_patch(
+    sglang_root: str,
+    output: str | None,
+    pr_body: str | None,
+    mode: str,
+    models: str | None,
+    branch: str | None,
+    base: str | None,
+    patch_dir: Path | None,
+    allow_dirty: bool,
+    author: str | None,
+) -> None:
     """Generate the SGLang patch that makes aux capture work under pipeline parallelism:
     Kimi-Linear (DSPARK) and every model whose capture hooks return early on non-last PP
     ranks (reported one line per model file with a hook).  SGLANG_ROOT is an SGLang git
     checkout or an installed or unpacked package tree; patch paths are relative to it
-    (apply there with git apply)."""
+    (apply there with git apply).
+
+    With --branch NAME (SGLANG_ROOT in a git work tree), the patch is applied and committed
+    on a new branch NAME instead of being printed.
+    """
     from codemods.upstream.cli_support import parse_models, run_upstream_patch
 
-    raise SystemExit(run_upstream_patch(sglang_root, output, pr_body, mode,
-                                        parse_models(models)))
+    chosen = parse_models(models)
+    request = _branch_request(branch, base, None, patch_dir, allow_dirty, author)
+    if request is not None:
+        request = replace(request, pr_body=Path(pr_body) if pr_body else None)
+        _deliver(
+            lambda: upstream_generated_on_branch(
+                sglang_root, mode, request, output, models=chosen
+            )
+        )
+    raise SystemExit(run_upstream_patch(sglang_root, output, pr_body, mode, chosen))
+
+
+@cli.command("validate-pp")
+@click.option(
+    "--world-size",
+    type=click.IntRange(2, 16),
+    default=4,
+    show_default=True,
+    help="Largest pipeline size; the matrix runs every size from 2 to N.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["gloo", "nccl"]),
+    default="gloo",
+    show_default=True,
+    help="gloo on CPU, or NCCL with one GPU per rank.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["relay", "direct", "both"]),
+    default="both",
+    show_default=True,
+    help="Transport mode(s) to validate.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="Seconds without progress after which a scenario counts as hung.",
+)
+@click.option(
+    "--select",
+    metavar="TEXT",
+    default=None,
+    help="Only scenarios whose label ('P=4 direct one-per-stage ...') has TEXT.",
+)
+def validate_pp(
+    world_size: int, backend: str, mode: str, timeout: float, select: str | None
+) -> None:
+    """Validate aux hidden-state capture under pipeline parallelism in real processes."""
+    try:
+        from codemods.ppcheck.command import validate_pp as run
+    except ImportError as err:  # torch is an optional dependency
+        click.echo(f"error: validate-pp needs torch ({err}); install auxcap[pp]", err=True)
+        raise SystemExit(2) from err
+    raise SystemExit(run(world_size, backend, mode, timeout, select, echo=click.echo))
 
 
 def main() -> None:

@@ -41,6 +41,8 @@ class Action(str, Enum):
 
 @dataclass(frozen=True)
 class CallSite:
+    """One hook call found by discovery; ``line`` and ``column`` are 1-based."""
+
     path: str
     line: int
     column: int
@@ -69,6 +71,8 @@ class Status(str, Enum):
 
 @dataclass(frozen=True)
 class FileResult:
+    """The outcome for one file; ``rewritten`` is set only when ``status`` is CHANGED."""
+
     path: str
     status: Status
     call_sites: tuple[CallSite, ...] = ()

@@ -4,7 +4,8 @@ For 0.5.18, 0.5.19 and 0.5.20: the patch passes ``git apply --check`` on the rel
 applies to a copy of it, is empty on the patched copy (idempotent), and the patched
 ``kimi_linear.py``, imported on CPU and driven as real pipeline stages in separate processes
 (gloo, 2 and 3 stages, captures on every stage, three microbatches incl. an empty one),
-hands the logits processor exactly the aux states of the PP=1 run.  The same drive of the
+hands the logits processor exactly the aux states of the PP=1 run, both in a forked drive
+and through the ``codemods.ppcheck`` harness.  The same drive of the
 unpatched module fails: ``NotImplementedError`` from the setter, and fewer aux states when
 the ids are stored past the guard.  0.5.21 is reported as already supported.
 """
@@ -29,10 +30,10 @@ SCENARIO = {"num_layers": 7, "hidden_size": 4, "layer_ids": [6, 0, 3, 2],
             "tokens": [3, 0, 2], "timeout": 120}
 
 
-def _check(root, runs):
-    config = dict(SCENARIO, runs=runs)
+def _check(root, runs, **options):
+    config = dict(SCENARIO, runs=runs, **options)
     proc = run_python(["-m", "sglang_support.kimi_check", json.dumps(config)], root,
-                      timeout=600)
+                      timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -48,7 +49,7 @@ def _patched_copy(release, tmp_path, mode="relay"):
     return result, copy
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1800)
 @pytest.mark.parametrize("version", PATCHED_RELEASES)
 def test_patched_release_matches_pp1_and_unpatched_loses_captures(
         sglang_release, tmp_path, version):
@@ -71,6 +72,13 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
         assert run["ok"], run
         assert run["aux_counts"] == run["expected_counts"] == [4, 4, 4]
 
+    # The same module through the PP validation harness (spawned ranks, scheduler-like
+    # loop with microbatches in flight, PP=1 comparison, wire bytes vs analytic).
+    harness = _check(copy, [{"pp": 3}], harness=True, mode="relay", timeout=400)
+    assert harness["harness"] == "codemods.ppcheck"
+    (run,) = harness["runs"]
+    assert run["ok"] and run["status"] == "PASS", run
+
     unpatched = _check(release, [{"pp": 2}, {"pp": 3, "bypass_setter": True}])
     raised, bypassed = unpatched["runs"]
     assert not raised["ok"]
@@ -81,15 +89,16 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
                                                bypassed["expected_counts"]))
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1200)
 def test_direct_mode_patch_matches_pp1_on_three_stages(sglang_release, tmp_path):
     release = sglang_release("0.5.20")
     result, copy = _patched_copy(release, tmp_path, mode="direct")
     assert 'mode="direct"' in (copy / result.model_path).read_text()
-    report = _check(copy, [{"pp": 3}, {"pp": 2}])
-    for run in report["runs"]:
-        assert run.get("error") is None, run.get("error")
-        assert run["ok"], run
+    report = _check(copy, [{"pp": 3}], harness=True, mode="direct", timeout=400)
+    (run,) = report["runs"]
+    assert run["ok"] and run["status"] == "PASS", run
+    # Layer 0 lives two hops before the last stage: it must have gone over the direct group.
+    assert "+ 0B direct" not in run["detail"], run["detail"]
 
 
 @pytest.mark.timeout(300)

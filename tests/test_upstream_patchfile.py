@@ -79,7 +79,8 @@ _lines = st.lists(st.sampled_from(["a\n", "b\n", "c\n", "\n", "d\r\n", "    x = 
                   max_size=30)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(old=_lines, new=_lines, tail=st.sampled_from(["", "end", "end\n"]))
 def test_any_edit_round_trips_through_git_apply(tmp_path_factory, old, new, tail):
     root = tmp_path_factory.mktemp("rt")

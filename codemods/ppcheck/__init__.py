@@ -18,6 +18,7 @@ The model under test is pluggable. A stage factory is a picklable, module-level 
   ``layer_ids_by_rank``, ``tokens`` (per microbatch), ``hidden``, ``dtype`` (a torch
   dtype name), ``mode``, ``in_place``, ``fault``, ``light``, ``feature``, plus
   ``Scenario.extra`` merged in (free-form, for your factory).
+  ``fault`` is None in the PP=1 reference run.
 * ``transport_kwargs`` has ``mode``, ``group`` (the group for the handshake),
   ``direct_group`` (the dedicated direct-mode group), ``ranks`` (global ranks in stage
   order), ``device`` and ``feature``. With ``pp_size == 1`` (the reference run) it only

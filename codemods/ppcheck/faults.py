@@ -54,11 +54,21 @@ class StaleCapture(PPAuxTransport):
         return super().outgoing(stale, incoming)
 
 
+class SkipsDirectSend(PPAuxTransport):
+    """Direct mode whose far stages never send: the last rank waits forever (a hang)."""
+
+    def outgoing(self, captures, incoming):
+        if self.plan.sends_direct(self.plan.pp_rank):
+            return {}
+        return super().outgoing(captures, incoming)
+
+
 FAULTS = {
     "drop-pass-through": DropsPassThrough,
     "sorted-order": SortedOrder,
     "string-key-order": StringKeyOrder,
     "stale-capture": StaleCapture,
+    "skip-direct-send": SkipsDirectSend,
 }
 
 

@@ -62,11 +62,15 @@ def judge(scenario: Scenario, reports: dict[int, dict[str, Any]]) -> tuple[bool,
     measured_base = sum(rep["wire"]["base_bytes"] for rep in reports.values())
     sent_direct = sum(rep["direct"].get("direct_send_bytes", 0) for rep in reports.values())
     got_direct = last["direct"].get("direct_recv_bytes", 0)
+    sends = sum(rep["direct"].get("direct_sends", 0) for rep in reports.values())
+    receives = last["direct"].get("direct_recvs", 0)
     for what, got, want in (
         ("handoff aux bytes", measured_aux, expected["aux_bytes"]),
         ("handoff base bytes", measured_base, expected["base_bytes"]),
         ("direct bytes sent", sent_direct, expected["direct_bytes"]),
         ("direct bytes received", got_direct, expected["direct_bytes"]),
+        ("direct messages sent", sends, expected["direct_messages"]),
+        ("direct messages received", receives, expected["direct_messages"]),
     ):
         if got != want:
             return False, f"{what}: measured {got}, analytic {want}"

@@ -118,10 +118,19 @@ def expected_wire(scenario: Scenario) -> dict[str, Any]:
             per_tensor = tokens * scenario.hidden * item
             base += per_tensor * (2 if has_residual else 1)
             aux += per_tensor * len(ids)
+    direct_messages = 0
     if plan is not None:
         for tokens in scenario.tokens:
             direct += tokens * scenario.hidden * item * len(plan.direct_ids())
-    return {"aux_bytes": aux, "direct_bytes": direct, "base_bytes": base, "keys": keys}
+            if tokens * scenario.hidden > 0:  # a 0-token batch sends nothing
+                direct_messages += len(plan.direct_ids())
+    return {
+        "aux_bytes": aux,
+        "direct_bytes": direct,
+        "direct_messages": direct_messages,
+        "base_bytes": base,
+        "keys": keys,
+    }
 
 
 # ------------------------------------------------------------------------- matrix

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import torch
 
-from codemods.upstream.pp_aux_transport import PPAuxTransport, pp_layer_range
+from codemods.upstream.pp_aux_transport import AuxCapturePlan, PPAuxTransport, pp_layer_range
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -53,6 +53,19 @@ def make_transport(
     layer_ids = spec.get("layer_ids_by_rank", {}).get(pp_rank, spec.get("layer_ids"))
     if layer_ids is None and not spec.get("layer_ids_by_rank"):
         return None
+    mode = transport_kwargs.get("mode", spec.get("mode", "relay"))
+    if spec.get("handshake_method"):  # build the plan, then call handshake() itself
+        plan = AuxCapturePlan.build(
+            layer_ids, spec["num_layers"], pp_rank, pp_size, mode, spec.get("feature", "DSPARK")
+        )
+        transport = transport_cls(
+            plan,
+            group=transport_kwargs.get("group"),
+            direct_group=transport_kwargs.get("direct_group"),
+            ranks=transport_kwargs.get("ranks"),
+        )
+        transport.handshake(hidden_size, dtype)
+        return transport
     return transport_cls.create(
         layer_ids,
         spec["num_layers"],
@@ -60,7 +73,7 @@ def make_transport(
         pp_size=pp_size,
         hidden_size=hidden_size,
         dtype=dtype,
-        mode=transport_kwargs.get("mode", spec.get("mode", "relay")),
+        mode=mode,
         feature=spec.get("feature", "DSPARK"),
         group=transport_kwargs.get("group"),
         direct_group=transport_kwargs.get("direct_group"),

@@ -130,7 +130,7 @@ def run_pipeline(scenario: Scenario, stage, rank: int, channels: Channels) -> Re
 
 def compare_with_single_stage(scenario: Scenario, factory, results, device) -> tuple[bool, str]:
     """Run the same microbatches with ``pp_size=1`` and compare with ``torch.equal``."""
-    spec = scenario.spec()
+    spec = dict(scenario.spec(), fault=None)  # the reference never runs a broken transport
     stage = factory(spec, 0, 1, {"mode": scenario.mode, "device": device})
     expected_count = len(scenario.layer_ids or ())
     for mb, (hidden, aux) in enumerate(results):
@@ -199,7 +199,8 @@ def spawn_worker(rank: int, world: int, backend: str, init_method: str, timeout:
         faulthandler.dump_traceback_later(float(os.environ["AUXCAP_PPCHECK_DUMP"]))
     try:
         torch.set_num_threads(1)
-        channels = init_channels(rank, world, backend, init_method, timeout)
+        # collectives outlive the parent's per-scenario deadline, so a stall is a HANG
+        channels = init_channels(rank, world, backend, init_method, timeout + 30)
     except Exception as err:
         queue.put((rank, -1, {"status": "init-error", "message": f"{type(err).__name__}: {err}"}))
         return

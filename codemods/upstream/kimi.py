@@ -383,10 +383,12 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
                         [f"{path} already carries DSPARK captures across PP with "
                          f"{TRANSPORT_MODULE}"])
     if not setter.pp_guards and forward.relays:
+        assert forward.boundary is not None
+        extra_keys = sorted(set(_strings_in(forward.boundary)) - {"hidden_states", "residual"})
         return Analysis(path, SUPPORTED, module, setter, forward,
                         [f"{path} already carries DSPARK captures across PP stages "
                          f"(setter has no PP=1 guard; the stage handoff carries aux "
-                         f"entries: {sorted(set(_strings_in(forward.boundary)) - {'hidden_states', 'residual'})})"])  # noqa: E501
+                         f"entries: {extra_keys})"])
     problems = []
     if forward.boundary is None:
         problems.append(f"{forward.cls.name.value}.forward: `if not <pp>.is_last_rank:` "

@@ -72,7 +72,9 @@ def _fmt_bytes(count: int) -> str:
 
 
 def traffic_table() -> str:
-    head_tokens = " | ".join(f"bytes, {t} token{'s' if t > 1 else ''}" for t in EXAMPLE_TOKENS)
+    head_tokens = " | ".join(
+        f"bytes, {t} token{'s' if t > 1 else ''}" for t in EXAMPLE_TOKENS
+    )
     rows = [
         f"| PP | mode | transfers | {head_tokens} | into last rank | busiest link |",
         "|---|---|---|" + "---|" * len(EXAMPLE_TOKENS) + "---|---|",
@@ -109,8 +111,11 @@ def render(result: UpstreamResult, patch_name: str | None = None) -> str:
     title = "# [PP] Kimi-Linear: carry DSPARK aux hidden states across pipeline stages"
     if family:
         count = len(result.family.patched)
-        title = (f"# [PP] Carry aux hidden states across pipeline stages: Kimi-Linear "
-                 f"(DSPARK) and {count} EAGLE3/DFlash models")
+        title = (
+            f"# [PP] Carry aux hidden states across pipeline stages: Kimi-Linear "
+            f"(DSPARK) and {count} EAGLE3/DFlash models"
+        )
+    capture_bytes = EXAMPLE_HIDDEN * EXAMPLE_DTYPE_BYTES
     return f"""\
 {title}
 
@@ -164,16 +169,17 @@ With pipeline parallelism those layers live on different stages, but:
 
 Aux traffic per forward, analytic, for an example configuration: {EXAMPLE_LAYERS} layers,
 hidden size {EXAMPLE_HIDDEN}, bf16, capture layers {list(EXAMPLE_CAPTURE)}, even layer
-split. One capture of one token is `hidden × dtype bytes` = {EXAMPLE_HIDDEN * EXAMPLE_DTYPE_BYTES} B;
+split. One capture of one token is `hidden × dtype bytes` = {capture_bytes} B;
 relay moves a capture made on stage `s` across `P - 1 - s` links, direct across one.
 "Into last rank" and "busiest link" are for {EXAMPLE_TOKENS[-1]} tokens.
 
 {traffic_table()}
 
-Relay adds no messages of its own (captures are extra entries of the handoff that is sent
-anyway) but re-sends early captures on every later link; direct sends each capture once
-at the cost of extra point-to-point messages into the last rank. Both deliver the same
-bytes into the last rank.
+Relay needs no communication code in the model (each aux entry is one more tensor of the
+handoff the scheduler already sends) but re-sends early captures on every later link;
+direct sends each capture exactly once, with its own `isend`/`irecv` into the last rank
+outside the handoff. Both deliver the same bytes into the last rank; direct lowers the
+total and the load of the busiest link once PP >= 3.
 
 ## Known limitation
 

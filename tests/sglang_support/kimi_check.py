@@ -6,6 +6,8 @@ size compares with the PP=1 run of the same module.
         "layer_ids": [6, 0, 3, 2], "tokens": [3, 0, 2],
         "runs": [{"pp": 2}, {"pp": 3}, {"pp": 2, "bypass_setter": true}]}'
 
+With ``"harness": true`` (and ``"mode"``: the mode the patch was generated with) the runs
+go through ``codemods.ppcheck.run_scenarios`` instead of the forked drive.
 ``bypass_setter`` stores the ids on the inner model of every stage instead of calling the
 setter (what the forward does once the PP guard is out of the way).
 Per run: ``ok`` (aux states and final hidden states equal with torch.equal),
@@ -22,8 +24,39 @@ import time
 import torch
 
 
+def run_with_harness(config: dict) -> dict:
+    """The same stages through ``codemods.ppcheck.run_scenarios`` (spawned ranks, the
+    scheduler-like loop, PP=1 comparison and wire-byte accounting of the harness)."""
+    from codemods.ppcheck import Scenario, run_scenarios
+    from sglang_support.kimi_stage import kimi_stage_factory
+
+    scenarios = [
+        Scenario(
+            name=f"kimi-linear-{config.get('mode', 'relay')}",
+            world_size=int(run["pp"]),
+            mode=config.get("mode", "relay"),
+            num_layers=config["num_layers"],
+            layer_ids=tuple(config["layer_ids"]),
+            tokens=tuple(config["tokens"]),
+            hidden=config["hidden_size"],
+            dtype="float32",
+            extra={"construct": bool(config.get("construct", False)),
+                   "bypass_setter": bool(run.get("bypass_setter", False))},
+        )
+        for run in config["runs"]
+    ]
+    results = run_scenarios(scenarios, stage_factory=kimi_stage_factory,
+                            timeout=float(config.get("timeout", 300)))
+    return {"harness": "codemods.ppcheck", "runs": [
+        {"pp": r.scenario.world_size, "ok": r.passed, "status": r.status, "detail": r.detail,
+         "seconds": round(r.seconds, 2)} for r in results]}
+
+
 def main(argv: list[str]) -> int:
     config = json.loads(argv[0])
+    if config.get("harness"):
+        print(json.dumps(run_with_harness(config)))
+        return 0
     torch.set_num_threads(1)
     started = time.time()
     import sglang.srt.models.kimi_linear as module  # noqa: F401  (warm import before fork)

@@ -106,7 +106,9 @@ def _stage(rank, world_size, port, mode, layer_ids, results):
                 hidden, residual = incoming["hidden_states"], incoming["residual"]
             captures = {}
             for layer_id in range(plan.start_layer, plan.end_layer):
-                hidden, residual = _decoder_layer(hidden, residual, layer_id, microbatch)
+                hidden, residual = _decoder_layer(
+                    hidden, residual, layer_id, microbatch
+                )
                 if plan.owns(layer_id) and layer_id in plan.layer_ids:
                     captures[layer_id] = hidden + residual
             if not plan.is_last_stage:

@@ -1,0 +1,404 @@
+"""Codemod: handle the pipeline-parallel ``NotImplementedError`` of capture hooks.
+
+Models that gather aux hidden states on the last pipeline stage only raise
+``NotImplementedError("DSPARK aux hidden capture requires PP=1.")`` under PP.  Policy
+``warn`` (the default) logs a warning naming the hook and the reason, and carries on
+without capture::
+
+    # before
+    model.set_dspark_layers_to_capture([3, 18, 33])
+    # after
+    try:
+        model.set_dspark_layers_to_capture([3, 18, 33])
+    except NotImplementedError as exc:
+        logger.warning(
+            "set_dspark_layers_to_capture unavailable, running without aux hidden capture: %s",
+            exc,
+        )
+
+Policy ``raise`` re-raises with an actionable hint, chained ``from exc``::
+
+    except NotImplementedError as exc:
+        raise NotImplementedError(
+            "set_dspark_layers_to_capture cannot capture aux hidden states "
+            "under pipeline parallelism: run with --pp-size 1, "
+            "or apply the upstream patch (auxcap upstream-patch)"
+        ) from exc
+
+The module's own logger is used (any module-level name bound to ``logging.getLogger(...)``);
+otherwise ``import logging`` (when missing) and ``logger = logging.getLogger(__name__)`` are
+added once, after the imports.  Calls already inside a ``try`` that handles
+``NotImplementedError`` (or a bare ``except``, ``Exception``, ``RuntimeError``, or a tuple
+with one of them) are left alone.  Composed with the guard, the ``try`` goes inside the
+``if``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+import libcst as cst
+from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+from libcst.metadata import PositionProvider
+
+from codemods.discover import FoundCall, find_calls
+from codemods.hooks import HookSet
+from codemods.records import Action
+from codemods.snippets import (
+    MAX_LINE,
+    fit_call_statement,
+    quoted,
+    suite_as_line,
+    wrapped_literals,
+)
+
+FALLBACK_POLICIES = ("warn", "raise")
+_EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error")
+_LOGGER_NAMES = ("logger", "capture_logger", "aux_capture_logger")
+
+
+def _hook_label(found: FoundCall) -> str:
+    return " / ".join(hook.name for hook in found.hooks if hook.pp_error is not None)
+
+
+def _is_import_line(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
+    )
+
+
+def _is_future_import(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and isinstance(statement.body[0], cst.ImportFrom)
+        and isinstance(statement.body[0].module, cst.Name)
+        and statement.body[0].module.value == "__future__"
+    )
+
+
+def _is_stdlib_import(statement: cst.SimpleStatementLine) -> bool:
+    first = statement.body[0]
+    if isinstance(first, cst.ImportFrom):
+        if first.relative or first.module is None:
+            return False
+        name = cst.Module(body=[]).code_for_node(first.module)
+    elif isinstance(first, cst.Import):
+        name = cst.Module(body=[]).code_for_node(first.names[0].name)
+    else:
+        return False
+    return name.split(".")[0] in sys.stdlib_module_names
+
+
+def _is_docstring(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _imports_inside(statement: cst.CSTNode) -> bool:
+    """``try: import x`` / ``if TYPE_CHECKING: import x`` blocks count as imports."""
+    if isinstance(statement, (cst.Try, cst.If)) and isinstance(statement.body, cst.IndentedBlock):
+        return bool(statement.body.body) and _is_import_line(statement.body.body[0])
+    return False
+
+
+@dataclass(frozen=True)
+class _LoggingState:
+    """What the module already has: a logger name, and the name ``logging`` is bound to."""
+
+    logger: str | None
+    logging_alias: str | None
+    get_logger_alias: str | None
+    taken: frozenset[str]
+
+
+def _logging_state(module: cst.Module) -> _LoggingState:
+    logging_alias = None
+    get_logger_alias = None
+    taken: set[str] = set()
+    for statement in module.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    if isinstance(alias.name, cst.Name) and alias.name.value == "logging":
+                        logging_alias = alias.asname.name.value if alias.asname else "logging"
+            elif (
+                isinstance(small, cst.ImportFrom)
+                and isinstance(small.module, cst.Name)
+                and small.module.value == "logging"
+                and not isinstance(small.names, cst.ImportStar)
+            ):
+                for alias in small.names:
+                    if alias.name.value == "getLogger":
+                        get_logger_alias = alias.asname.name.value if alias.asname else "getLogger"
+    logger = None
+    for statement in module.body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            taken.add(statement.name.value)
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            targets: list[cst.BaseExpression] = []
+            value = None
+            if isinstance(small, cst.Assign):
+                targets = [target.target for target in small.targets]
+                value = small.value
+            elif isinstance(small, cst.AnnAssign):
+                targets, value = [small.target], small.value
+            elif isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(
+                small.names, cst.ImportStar
+            ):
+                for alias in small.names:
+                    bound = alias.asname.name if alias.asname else alias.name
+                    if isinstance(bound, cst.Name):
+                        taken.add(bound.value)
+            names = [target.value for target in targets if isinstance(target, cst.Name)]
+            taken.update(names)
+            if names and logger is None and _is_get_logger(value, logging_alias, get_logger_alias):
+                logger = names[0]
+    return _LoggingState(logger, logging_alias, get_logger_alias, frozenset(taken))
+
+
+def _is_get_logger(
+    value: cst.BaseExpression | None, logging_alias: str | None, get_logger_alias: str | None
+) -> bool:
+    if not isinstance(value, cst.Call):
+        return False
+    func = value.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "getLogger":
+        return isinstance(func.value, cst.Name) and func.value.value in {logging_alias, "logging"}
+    return (
+        get_logger_alias is not None
+        and isinstance(func, cst.Name)
+        and func.value == get_logger_alias
+    )
+
+
+class _NameCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+
+class FallbackCommand(VisitorBasedCodemodCommand):
+    DESCRIPTION = (
+        "Wrap capture-hook calls that raise NotImplementedError under pipeline parallelism "
+        "in try/except: log and continue (--fallback-policy warn) or re-raise with a hint "
+        "(--fallback-policy raise)."
+    )
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(
+        self,
+        context: CodemodContext,
+        fallback_policy: str = "warn",
+        extra_hooks: tuple[str, ...] | list[str] | None = None,
+    ) -> None:
+        super().__init__(context)
+        if fallback_policy not in FALLBACK_POLICIES:
+            raise ValueError(
+                f"unknown fallback policy {fallback_policy!r}; use one of {FALLBACK_POLICIES}"
+            )
+        self.policy = fallback_policy
+        self.hooks = HookSet.with_extra(tuple(extra_hooks or ()))
+        self._statements: dict[cst.CSTNode, FoundCall] = {}
+        self._wrapped = 0
+
+    @staticmethod
+    def add_args(arg_parser: argparse.ArgumentParser) -> None:
+        arg_parser.add_argument(
+            "--fallback-policy",
+            dest="fallback_policy",
+            choices=FALLBACK_POLICIES,
+            default="warn",
+            help="log a warning and continue without capture, or re-raise with a hint",
+        )
+        arg_parser.add_argument(
+            "--hook",
+            dest="extra_hooks",
+            action="append",
+            default=[],
+            help="an extra hook name to treat like set_dspark_layers_to_capture (repeatable)",
+        )
+
+    # ----------------------------------------------------------------- setup
+    def visit_Module(self, node: cst.Module) -> bool:
+        path = self.context.filename or "<string>"
+        for found in find_calls(self.context.wrapper, path, self.hooks):
+            if Action.FALLBACK in found.site.actions and found.statement is not None:
+                self._statements[found.statement] = found
+        if not self._statements:
+            return False
+        self._first_use = min(found.module_index for found in self._statements.values())
+        self._module = node
+        self._state = _logging_state(node)
+        collector = _NameCollector()
+        node.visit(collector)
+        self._exc = next(
+            (name for name in _EXCEPTION_NAMES if name not in collector.names), "capture_exc_"
+        )
+        if self._state.logger is not None:
+            self._logger = self._state.logger
+        else:
+            self._logger = next(
+                (name for name in _LOGGER_NAMES if name not in self._state.taken),
+                "aux_capture_logger_",
+            )
+        return True
+
+    # -------------------------------------------------------------- handlers
+    def _warn_handler(self, found: FoundCall, column: int) -> str:
+        indent = self._module.default_indent
+        text = f"{_hook_label(found)} unavailable, running without aux hidden capture: %s"
+        call = f"{self._logger}.warning({quoted(text)}, {self._exc})"
+        if column + len(indent) + len(call) <= MAX_LINE:
+            return f"{indent}{call}\n"
+        inner = column + 2 * len(indent)
+        literals = wrapped_literals(text, MAX_LINE - inner - 1)
+        lines = "".join(f"{indent * 2}{literal}\n" for literal in literals[:-1])
+        return (
+            f"{indent}{self._logger}.warning(\n"
+            f"{lines}"
+            f"{indent * 2}{literals[-1]},\n"
+            f"{indent * 2}{self._exc},\n"
+            f"{indent})\n"
+        )
+
+    def _raise_handler(self, found: FoundCall, column: int) -> str:
+        indent = self._module.default_indent
+        text = (
+            f"{_hook_label(found)} cannot capture aux hidden states under pipeline "
+            "parallelism: run with --pp-size 1, or apply the upstream patch "
+            "(auxcap upstream-patch)"
+        )
+        inner = column + 2 * len(indent)
+        literals = wrapped_literals(text, max(MAX_LINE - inner, 60))
+        lines = "".join(f"{indent * 2}{literal}\n" for literal in literals)
+        return f"{indent}raise NotImplementedError(\n" f"{lines}" f"{indent}) from {self._exc}\n"
+
+    def _try_statement(self, found: FoundCall, body: cst.SimpleStatementLine) -> cst.Try:
+        column = found.statement_column
+        handler = (
+            self._warn_handler(found, column)
+            if self.policy == "warn"
+            else self._raise_handler(found, column)
+        )
+        indent = self._module.default_indent
+        template = f"try:\n{indent}pass\nexcept NotImplementedError as {self._exc}:\n{handler}"
+        template = template.replace("\n", self._module.default_newline)
+        parsed = cst.parse_statement(template, config=self._module.config_for_parsing)
+        assert isinstance(parsed, cst.Try)
+        body = fit_call_statement(body, column + len(indent), indent)
+        return parsed.with_changes(
+            body=cst.IndentedBlock(body=[body.with_changes(leading_lines=())]),
+            leading_lines=body.leading_lines,
+        )
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.BaseStatement:
+        found = self._statements.get(original_node)
+        if found is None:
+            return updated_node
+        self._wrapped += 1
+        return self._try_statement(found, updated_node)
+
+    def leave_SimpleStatementSuite(
+        self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
+    ) -> cst.BaseSuite:
+        found = self._statements.get(original_node)
+        if found is None:
+            return updated_node
+        self._wrapped += 1
+        return cst.IndentedBlock(body=[self._try_statement(found, suite_as_line(updated_node))])
+
+    # ---------------------------------------------------------------- logger
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if not self._wrapped or self.policy != "warn" or self._state.logger is not None:
+            return updated_node
+        body = list(updated_node.body)
+        logging_name = self._state.logging_alias
+        insert_logging = logging_name is None
+        factory = f"{logging_name or 'logging'}.getLogger"
+        if logging_name is None and self._state.get_logger_alias is not None:
+            factory, insert_logging = self._state.get_logger_alias, False
+        logger_line = cst.parse_statement(
+            f"{self._logger} = {factory}(__name__)\n", config=updated_node.config_for_parsing
+        ).with_changes(leading_lines=[cst.EmptyLine()])
+        # After the imports, but before a module-level statement that uses the logger.
+        header_end = self._header_end(body[: self._first_use])
+        if header_end < len(body):
+            following = body[header_end]
+            if isinstance(following, (cst.FunctionDef, cst.ClassDef)) and not any(
+                line.comment is None for line in following.leading_lines
+            ):
+                blank = [cst.EmptyLine(), cst.EmptyLine()]
+                body[header_end] = following.with_changes(
+                    leading_lines=[*blank, *following.leading_lines]
+                )
+        body.insert(header_end, logger_line)
+        if insert_logging:
+            self._insert_import_logging(body, header_end)
+        return updated_node.with_changes(body=body)
+
+    @staticmethod
+    def _header_end(body: list[cst.BaseStatement]) -> int:
+        """Index just after the module's imports (or its docstring and future imports)."""
+        end = 0
+        for index, statement in enumerate(body):
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if index == 0 and _is_docstring(statement):
+                end = 1
+            elif _is_import_line(statement) or _imports_inside(statement):
+                end = index + 1
+        return end
+
+    @staticmethod
+    def _insert_import_logging(body: list[cst.BaseStatement], header_end: int) -> None:
+        """Add ``import logging``, in alphabetical place among the first plain imports."""
+        line = cst.parse_statement("import logging\n")
+        first_plain = None
+        for index in range(header_end):
+            statement = body[index]
+            if _is_import_line(statement) and isinstance(statement.body[0], cst.Import):
+                first_plain = index
+                break
+        if first_plain is None:
+            anchor = 0
+            for index in range(header_end):
+                statement = body[index]
+                if (index == 0 and _is_docstring(statement)) or _is_future_import(statement):
+                    anchor = index + 1
+            if anchor < header_end and _is_import_line(body[anchor]):
+                moved = body[anchor]
+                # A third-party section follows: keep the blank line between sections.
+                separator = [] if _is_stdlib_import(moved) else [cst.EmptyLine()]
+                body[anchor] = moved.with_changes(leading_lines=separator)
+                body.insert(anchor, line.with_changes(leading_lines=moved.leading_lines))
+            else:
+                leading = [cst.EmptyLine()] if anchor > 0 else []
+                body.insert(anchor, line.with_changes(leading_lines=leading))
+            return
+        index = first_plain
+        while index < header_end:
+            statement = body[index]
+            if not (_is_import_line(statement) and isinstance(statement.body[0], cst.Import)):
+                break
+            if index > first_plain and statement.leading_lines:
+                break
+            name = cst.Module(body=[]).code_for_node(statement.body[0].names[0].name)
+            if name > "logging":
+                body[index] = statement.with_changes(leading_lines=())
+                body.insert(index, line.with_changes(leading_lines=statement.leading_lines))
+                return
+            index += 1
+        body.insert(index, line)

@@ -1,0 +1,165 @@
+"""Codemod: guard capture-hook calls whose layer ids may be unset.
+
+A hook that rejects ``None`` (DSPARK, DFLASH, MSD, user-added hooks) raises ``ValueError``
+when a caller forwards an unset option.  Policy ``skip`` (the default) calls the hook only
+when ids are set::
+
+    # before
+    model.set_dspark_layers_to_capture(args.capture_layers)
+    # after
+    if args.capture_layers:
+        model.set_dspark_layers_to_capture(list(args.capture_layers))
+
+Policy ``raise`` fails early with a message naming the unset value and the hook::
+
+    # after
+    if not args.capture_layers:
+        raise ValueError(
+            "set_dspark_layers_to_capture needs layer ids: args.capture_layers is unset"
+        )
+    model.set_dspark_layers_to_capture(list(args.capture_layers))
+
+Left alone: literal ids, calls already behind a check of the ids (``if ids:``, ``if ids is not
+None``, an ``and`` including it, an earlier ``if not ids: raise|return``), and EAGLE3 (it
+accepts ``None``).  A literal ``None``, and a call used inside an expression, are reported for
+review instead of rewritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import libcst as cst
+from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+from libcst.metadata import PositionProvider
+
+from codemods.discover import FoundCall, find_calls
+from codemods.hooks import HookSet
+from codemods.records import Action
+from codemods.snippets import (
+    MAX_LINE,
+    fit_call_statement,
+    quoted,
+    suite_as_line,
+    wrapped_literals,
+)
+
+GUARD_POLICIES = ("skip", "raise")
+
+
+def unset_message(found: FoundCall) -> str:
+    """The ``ValueError`` message of policy ``raise``: names the hook and the unset value."""
+    hooks = " / ".join(hook.name for hook in found.hooks if not hook.accepts_none)
+    value = cst.Module(body=[]).code_for_node(found.ids_core) if found.ids_core else "ids"
+    return f"{hooks} needs layer ids: {value} is unset"
+
+
+def _normalised(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``x`` -> ``list(x)``; an explicit ``list``/``tuple``/``sorted`` call is kept."""
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+        if value.func.value in {"list", "tuple", "sorted"}:
+            return value
+    return cst.Call(func=cst.Name("list"), args=[cst.Arg(value=value)])
+
+
+class GuardCommand(VisitorBasedCodemodCommand):
+    DESCRIPTION = (
+        "Guard capture-hook calls whose layer ids may be None: skip the call when unset "
+        "(--guard-policy skip) or raise a clear ValueError (--guard-policy raise)."
+    )
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(
+        self,
+        context: CodemodContext,
+        guard_policy: str = "skip",
+        extra_hooks: tuple[str, ...] | list[str] | None = None,
+    ) -> None:
+        super().__init__(context)
+        if guard_policy not in GUARD_POLICIES:
+            raise ValueError(f"unknown guard policy {guard_policy!r}; use one of {GUARD_POLICIES}")
+        self.policy = guard_policy
+        self.hooks = HookSet.with_extra(tuple(extra_hooks or ()))
+        self._calls: dict[cst.Call, FoundCall] = {}
+        self._statements: dict[cst.CSTNode, FoundCall] = {}
+
+    @staticmethod
+    def add_args(arg_parser: argparse.ArgumentParser) -> None:
+        arg_parser.add_argument(
+            "--guard-policy",
+            dest="guard_policy",
+            choices=GUARD_POLICIES,
+            default="skip",
+            help="skip the call when ids are unset, or raise ValueError",
+        )
+        arg_parser.add_argument(
+            "--hook",
+            dest="extra_hooks",
+            action="append",
+            default=[],
+            help="an extra hook name to treat like set_dspark_layers_to_capture (repeatable)",
+        )
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        self.module_indent = node.default_indent
+        self.module_config = node.config_for_parsing
+        path = self.context.filename or "<string>"
+        for found in find_calls(self.context.wrapper, path, self.hooks):
+            if Action.GUARD in found.site.actions and found.statement is not None:
+                self._calls[found.call] = found
+                self._statements[found.statement] = found
+        return True
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        found = self._calls.get(original_node)
+        if found is None or found.ids_arg is None:
+            return updated_node
+        index = next(i for i, arg in enumerate(original_node.args) if arg is found.ids_arg)
+        arg = updated_node.args[index]
+        args = list(updated_node.args)
+        args[index] = arg.with_changes(value=_normalised(arg.value))
+        return updated_node.with_changes(args=args)
+
+    def _wrap(self, found: FoundCall, line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+        assert found.ids_core is not None
+        value = found.ids_core.deep_clone()
+        leading = line.leading_lines
+        call_line = line.with_changes(leading_lines=())
+        column = found.statement_column
+        indent = self.module_indent
+        if self.policy == "skip":
+            call_line = fit_call_statement(call_line, column + len(indent), indent)
+            return [
+                cst.If(test=value, body=cst.IndentedBlock(body=[call_line]), leading_lines=leading)
+            ]
+        call_line = fit_call_statement(call_line, column, indent)
+        message = unset_message(found)
+        if column + len(indent) + len(f"raise ValueError({quoted(message)})") <= MAX_LINE:
+            text = f"raise ValueError({quoted(message)})\n"
+        else:
+            room = max(MAX_LINE - column - 2 * len(indent), 60)
+            lines = "".join(f"{indent}{literal}\n" for literal in wrapped_literals(message, room))
+            text = f"raise ValueError(\n{lines})\n"
+        raise_line = cst.parse_statement(text, config=self.module_config)
+        check = cst.If(
+            test=cst.UnaryOperation(operator=cst.Not(), expression=value),
+            body=cst.IndentedBlock(body=[raise_line]),
+            leading_lines=leading,
+        )
+        return [check, call_line]
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        found = self._statements.get(original_node)
+        if found is None or found.ids_core is None:
+            return updated_node
+        return cst.FlattenSentinel(self._wrap(found, updated_node))
+
+    def leave_SimpleStatementSuite(
+        self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
+    ) -> cst.BaseSuite:
+        found = self._statements.get(original_node)
+        if found is None or found.ids_core is None:
+            return updated_node
+        return cst.IndentedBlock(body=self._wrap(found, suite_as_line(updated_node)))

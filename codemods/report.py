@@ -1,0 +1,221 @@
+"""Reports: unified diffs, the end-of-run summary, and the scan listing (text or JSON).
+
+``scan --format json`` prints one JSON object (schema in :data:`SCAN_JSON_SCHEMA`)::
+
+    {
+      "version": 1,
+      "files": [
+        {"path": "train.py", "status": "unchanged" | "changed" | "failed",
+         "error": null | "reason",
+         "call_sites": [
+           {"path": "train.py", "line": 12, "column": 5,          # 1-based
+            "hook": "set_dspark_layers_to_capture",                # "a|b" when chosen at run time
+            "shape": "direct" | "unbound" | "getattr" | "variable" | "dict-lookup" | "loop",
+            "ids_source": "args.capture_layers" | null,            # source of the ids argument
+            "risks": ["safe" | "maybe-none" | "literal-none" | "pp-unsupported", ...],
+            "guarded": false,                                       # behind a check of the ids
+            "handles_not_implemented": false,                       # inside a matching try
+            "actions": ["none" | "guard" | "fallback" | "review", ...],
+            "note": ""}]}],
+      "summary": {"files": 3, "call_sites": 4, "changed": 0, "review": 1, "failed": 0}
+    }
+
+Only files with call sites or errors are listed under ``files``; ``summary.files`` counts
+every file scanned.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from typing import Iterable
+
+from codemods.records import Action, FileResult, Risk, Shape, Status
+
+SCAN_JSON_VERSION = 1
+
+_CALL_SITE_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": [
+        "path",
+        "line",
+        "column",
+        "hook",
+        "shape",
+        "ids_source",
+        "risks",
+        "guarded",
+        "handles_not_implemented",
+        "actions",
+        "note",
+    ],
+    "properties": {
+        "path": {"type": "string"},
+        "line": {"type": "integer", "minimum": 1},
+        "column": {"type": "integer", "minimum": 1},
+        "hook": {
+            "type": "string",
+            "pattern": r"^[A-Za-z_][A-Za-z0-9_]*(\|[A-Za-z_][A-Za-z0-9_]*)*$",
+        },
+        "shape": {"enum": [shape.value for shape in Shape]},
+        "ids_source": {"type": ["string", "null"]},
+        "risks": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"enum": [risk.value for risk in Risk]},
+        },
+        "guarded": {"type": "boolean"},
+        "handles_not_implemented": {"type": "boolean"},
+        "actions": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"enum": [action.value for action in Action]},
+        },
+        "note": {"type": "string"},
+    },
+}
+
+SCAN_JSON_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "auxcap scan report",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["version", "files", "summary"],
+    "properties": {
+        "version": {"const": SCAN_JSON_VERSION},
+        "files": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["path", "status", "error", "call_sites"],
+                "properties": {
+                    "path": {"type": "string"},
+                    "status": {"enum": [status.value for status in Status]},
+                    "error": {"type": ["string", "null"]},
+                    "call_sites": {"type": "array", "items": _CALL_SITE_SCHEMA},
+                },
+            },
+        },
+        "summary": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["files", "call_sites", "changed", "review", "failed"],
+            "properties": {
+                name: {"type": "integer", "minimum": 0}
+                for name in ("files", "call_sites", "changed", "review", "failed")
+            },
+        },
+    },
+}
+
+
+def _needs_change(result: FileResult) -> bool:
+    """Changed by migrate, or (for a scan) would be: a call site needs a rewrite."""
+    if result.status is Status.CHANGED:
+        return True
+    return result.status is Status.UNCHANGED and any(
+        action in (Action.GUARD, Action.FALLBACK)
+        for site in result.call_sites
+        for action in site.actions
+    )
+
+
+@dataclass(frozen=True)
+class Summary:
+    """End-of-run counts.  ``changed``: files changed (or, for a scan, needing a change)."""
+
+    files: int = 0
+    call_sites: int = 0
+    changed: int = 0
+    review: int = 0
+    failed: int = 0
+
+    @classmethod
+    def of(cls, results: Iterable[FileResult]) -> "Summary":
+        results = list(results)
+        return cls(
+            files=len(results),
+            call_sites=sum(len(result.call_sites) for result in results),
+            changed=sum(_needs_change(result) for result in results),
+            review=sum(result.review_count for result in results),
+            failed=sum(result.status is Status.FAILED for result in results),
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "files": self.files,
+            "call_sites": self.call_sites,
+            "changed": self.changed,
+            "review": self.review,
+            "failed": self.failed,
+        }
+
+    def text(self, changed_label: str = "changed") -> str:
+        return (
+            f"{self.files} file(s) scanned, {self.call_sites} call site(s) found, "
+            f"{self.changed} {changed_label}, {self.review} left for review, "
+            f"{self.failed} failed"
+        )
+
+
+def _text(data: bytes) -> list[str]:
+    return data.decode("utf-8", errors="replace").splitlines(keepends=True)
+
+
+def unified_diff(result: FileResult) -> str:
+    """The change to one file as a unified diff (empty when unchanged)."""
+    if result.status is not Status.CHANGED or result.original is None or result.rewritten is None:
+        return ""
+    lines = difflib.unified_diff(
+        _text(result.original),
+        _text(result.rewritten),
+        fromfile=f"a/{result.path.lstrip('/')}",
+        tofile=f"b/{result.path.lstrip('/')}",
+    )
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def format_site(site) -> str:
+    risks = ",".join(risk.value for risk in site.risks)
+    actions = ",".join(action.value for action in site.actions)
+    text = (
+        f"{site.path}:{site.line}:{site.column}: {site.hook} [{site.shape.value}] "
+        f"ids={site.ids_source if site.ids_source is not None else '-'} "
+        f"risk={risks} action={actions}"
+    )
+    return f"{text} ({site.note})" if site.note else text
+
+
+def scan_text(results: Iterable[FileResult]) -> str:
+    lines = []
+    for result in results:
+        if result.status is Status.FAILED:
+            lines.append(f"{result.path}: error: {result.error}")
+        lines.extend(format_site(site) for site in result.call_sites)
+    return "".join(line + "\n" for line in lines)
+
+
+def scan_json(results: Iterable[FileResult]) -> str:
+    results = list(results)
+    files = [
+        {
+            "path": result.path,
+            "status": result.status.value,
+            "error": result.error,
+            "call_sites": [site.to_dict() for site in result.call_sites],
+        }
+        for result in results
+        if result.call_sites or result.status is Status.FAILED
+    ]
+    document = {
+        "version": SCAN_JSON_VERSION,
+        "files": files,
+        "summary": Summary.of(results).to_dict(),
+    }
+    return json.dumps(document, indent=2) + "\n"

@@ -1,0 +1,121 @@
+"""``auxcap upstream-patch --branch`` on SGLang checkouts built from real release files."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from codemods.cli import cli
+from tests.gitrepo import IDENTITY, assert_same_state, git, isolate_git, repo_state
+
+pytestmark = pytest.mark.sglang
+
+BRANCH = "auxcap/pp-capture"
+MODEL = "python/sglang/srt/models/kimi_linear.py"
+TRANSPORT = "python/sglang/srt/distributed/pp_aux_transport.py"
+TEST = "test/srt/test_pp_aux_capture.py"
+#: The release files a checkout needs for the patch: package marker, model, distributed pkg.
+RELEASE_FILES = ("__init__.py", "srt/models/kimi_linear.py", "srt/distributed/__init__.py")
+
+
+def make_checkout(release: Path, path: Path) -> Path:
+    """A git checkout laid out like SGLang's repository, holding a few files of a release."""
+    for name in RELEASE_FILES:
+        target = path / "python" / "sglang" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(release / "sglang" / name, target)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "SGLang release files", env=IDENTITY)
+    return path
+
+
+def auxcap(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch, sglang_release) -> Path:
+    isolate_git(monkeypatch, tmp_path)
+    return make_checkout(sglang_release("0.5.20"), tmp_path / "sglang")
+
+
+def test_upstream_patch_branch_commits_the_patched_model_files(checkout, tmp_path):
+    result = auxcap(
+        "upstream-patch",
+        str(checkout),
+        "--branch",
+        BRANCH,
+        "--pr-body",
+        str(tmp_path / "PR.md"),
+        "--format-patch",
+        str(tmp_path / "patches"),
+        "-o",
+        str(tmp_path / "pp.patch"),
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "pp.patch").read_text().startswith(f"diff --git a/{MODEL} b/{MODEL}\n")
+    assert f"git push -u origin {BRANCH}" in result.output
+    assert sorted(git(checkout, "show", "--name-only", "--format=", "HEAD").split()) == sorted(
+        [MODEL, TRANSPORT, TEST]
+    )
+    message = git(checkout, "log", "-1", "--format=%B")
+    assert message.startswith("[PP] Kimi-Linear: carry DSPARK aux hidden states across")
+    assert f"  M {MODEL}: " in message and f"  A {TRANSPORT}: " in message
+    assert git(checkout, "status", "--porcelain", "-uall") == ""
+
+    body = (tmp_path / "PR.md").read_text()
+    assert "## Motivation" in body  # the generator's own description
+    assert f"| `{TRANSPORT}` | added: PP aux-capture transport" in body
+    assert "Idempotent: running `auxcap upstream-patch` again" in body
+    assert "git revert" in body
+
+    again = auxcap("upstream-patch", str(checkout))
+    assert again.exit_code == 0 and "already patched" in again.output
+
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(checkout), str(clone))
+    git(clone, "checkout", "-q", "main")
+    patches = sorted((tmp_path / "patches").glob("*.patch"))
+    git(clone, "am", "-q", *map(str, patches), env=IDENTITY)
+    assert git(clone, "rev-parse", "HEAD^{tree}") == git(checkout, "rev-parse", "HEAD^{tree}")
+
+
+def test_upstream_patch_branch_rolls_back_when_the_commit_hook_fails(checkout):
+    hook = checkout / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\necho 'style check failed' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    before = repo_state(checkout)
+    result = auxcap("upstream-patch", str(checkout), "--branch", BRANCH)
+    assert result.exit_code == 2
+    assert "style check failed" in result.output and "back on main" in result.output
+    assert_same_state(before, repo_state(checkout))
+
+
+def test_already_supported_release_creates_no_branch(tmp_path, monkeypatch, sglang_release):
+    isolate_git(monkeypatch, tmp_path)
+    checkout = make_checkout(sglang_release("0.5.21"), tmp_path / "sglang")
+    result = auxcap("upstream-patch", str(checkout), "--branch", BRANCH)
+    assert result.exit_code == 0, result.output
+    assert "Nothing to change" in result.output
+    assert git(checkout, "branch", "--list", BRANCH) == ""
+
+
+def test_upstream_branch_outside_a_repository_is_exit_2(tmp_path, monkeypatch, sglang_release):
+    isolate_git(monkeypatch, tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    tree = tmp_path / "tree"
+    for name in RELEASE_FILES:
+        target = tree / "python" / "sglang" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(sglang_release("0.5.20") / "sglang" / name, target)
+    result = auxcap("upstream-patch", str(tree), "--branch", BRANCH)
+    assert result.exit_code == 2 and "not inside a git repository" in result.output
+
+
+def test_branch_companions_need_branch(checkout):
+    result = auxcap("upstream-patch", str(checkout), "--allow-dirty")
+    assert result.exit_code == 2 and "only works together with --branch" in result.output

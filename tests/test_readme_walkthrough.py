@@ -1,0 +1,38 @@
+"""The README's "Migrate a repo into a PR branch" walk-through runs as written."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.gitrepo import git, isolate_git
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def walkthrough() -> str:
+    text = (PROJECT_ROOT / "README.md").read_text()
+    section = text.split("## Migrate a repo into a PR branch", 1)[1]
+    return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+
+
+def test_readme_walkthrough_runs_and_pushes_the_branch(tmp_path, monkeypatch):
+    isolate_git(monkeypatch, tmp_path)
+    python = shlex.quote(sys.executable)
+    # `auxcap` is this checkout's CLI.
+    script = f'set -euo pipefail\nauxcap() {{ {python} -m codemods "$@"; }}\n{walkthrough()}'
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "git push -u origin auxcap/guard-capture" in done.stdout
+    remote = tmp_path / "demo-remote.git"
+    pushed = git(remote, "show", "--name-only", "--format=%s", "auxcap/guard-capture").split("\n")
+    assert pushed[0].startswith("Guard aux hidden-state capture calls")
+    assert "app/spec.py" in pushed
+    assert "| `app/spec.py` | 7 |" in (tmp_path / "demo" / "PR.md").read_text()
