@@ -6,20 +6,25 @@ Exit codes: 0 nothing to do / success; 1 changes needed (``--check``) or a check
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sys
-from dataclasses import replace
+import time
 from pathlib import Path
 
 import click
 
-from codemods import __version__, engine, report
+from codemods import __version__, engine, registry, report, terminal
+from codemods.commandline import command_line
 from codemods.delivery import BranchRequest, migrate_on_branch, upstream_generated_on_branch
-from codemods.fallback import FALLBACK_POLICIES
+from codemods.fallback_metadata import METADATA as FALLBACK
+from codemods.files import FileCollectionError
 from codemods.gitops import GitDeliveryError
-from codemods.guard import GUARD_POLICIES
+from codemods.guard_metadata import METADATA as GUARD
 from codemods.hooks import custom_hook
+from codemods.metadata import HOOK_OPTION_HELP
+from codemods.options import FALLBACK_POLICIES, GUARD_POLICIES, TransformOptions
 from codemods.records import Action, FileResult, Status
-from codemods.transform import TransformOptions
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
 
@@ -42,7 +47,7 @@ _hook_option = click.option(
     multiple=True,
     callback=_validate_hooks,
     metavar="NAME",
-    help="Also treat NAME as a capture hook that rejects None (repeatable).",
+    help=HOOK_OPTION_HELP,
 )
 
 
@@ -143,14 +148,74 @@ def _deliver(work) -> None:
     sys.exit(EXIT_OK if delivered.verification.ok else EXIT_CHANGES)
 
 
+def _file_options(command):
+    """Options shared by the commands that walk paths: file selection and execution."""
+    decorators = [
+        click.option(
+            "--exclude",
+            multiple=True,
+            metavar="GLOB",
+            help="Skip files and folders matching GLOB (.gitignore-style, relative to the "
+            "PATH argument; repeatable).",
+        ),
+        click.option(
+            "--include",
+            multiple=True,
+            metavar="GLOB",
+            help="Only look at files matching GLOB (.gitignore-style; repeatable).",
+        ),
+        click.option(
+            "--force-exclude",
+            is_flag=True,
+            help="Apply --exclude and the skipped folders to files named explicitly too.",
+        ),
+        click.option(
+            "--jobs",
+            "-j",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Worker processes for parsing [default: one per CPU; used only when "
+            "enough files need parsing].",
+        ),
+        click.option(
+            "--no-prefilter",
+            "prefilter",
+            flag_value=False,
+            default=True,
+            hidden=True,
+            help="Parse every file, not only those whose text mentions a hook (checks, "
+            "benchmarks).",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        command = decorator(command)
+
+    @functools.wraps(command)
+    def wrapper(*args, exclude, include, force_exclude, jobs, prefilter, **kwargs):
+        selection = engine.Selection(tuple(include), tuple(exclude), force_exclude)
+        execution = engine.Execution(jobs=jobs, prefilter=prefilter)
+        try:
+            return command(*args, selection=selection, execution=execution, **kwargs)
+        except FileCollectionError as error:
+            raise click.UsageError(str(error)) from None
+
+    return wrapper
+
+
 def _report_failures(results: list[FileResult]) -> None:
     for result in results:
         if result.status is Status.FAILED:
-            click.echo(f"auxcap: error: {result.path}: {result.error}", err=True)
+            label = terminal.error_label("auxcap: error:", _colour(err=True))
+            click.echo(f"{label} {result.path}: {result.error}", err=True, color=_colour(True))
+
+
+def _colour(err: bool = False) -> bool:
+    """Colour only on a terminal, and never with NO_COLOR set."""
+    return terminal.colour_enabled(sys.stderr if err else sys.stdout)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="auxcap")
+@click.version_option(__version__, "-V", "--version", prog_name="auxcap")
 def cli() -> None:
     """Find and fix calls of SGLang aux-hidden-state capture hooks, and generate the
     upstream patch that makes capture work under pipeline parallelism."""
@@ -167,10 +232,18 @@ def cli() -> None:
     help="Listing format.",
 )
 @_hook_option
-def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...]) -> None:
+@_file_options
+def scan(
+    paths: tuple[str, ...],
+    output_format: str,
+    extra_hooks: tuple[str, ...],
+    selection: engine.Selection,
+    execution: engine.Execution,
+) -> None:
     """List every capture-hook call site under PATHS with its shape and risk."""
     options = TransformOptions(extra_hooks=extra_hooks)
-    results = list(engine.scan(paths, options))
+    execution = dataclasses.replace(execution, progress=output_format != "json")
+    results = list(engine.scan(paths, options, selection, execution))
     if output_format == "json":
         click.echo(report.scan_json(results), nl=False)
     else:
@@ -180,7 +253,7 @@ def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...
     sys.exit(EXIT_ERROR if any(r.status is Status.FAILED for r in results) else EXIT_OK)
 
 
-@cli.command()
+@cli.command(epilog=registry.help_epilog())
 @_paths
 @click.option(
     "--diff", "show_diff", is_flag=True, help="Print a unified diff; change nothing (default)."
@@ -190,22 +263,38 @@ def scan(paths: tuple[str, ...], output_format: str, extra_hooks: tuple[str, ...
 )
 @click.option("--write", is_flag=True, help="Rewrite the files in place.")
 @click.option(
-    "--guard-policy",
+    GUARD.policy.flag,
     type=click.Choice(GUARD_POLICIES),
-    default="skip",
+    default=GUARD.policy.default,
     show_default=True,
-    help="When layer ids are unset: skip the call, or raise.",
+    help=GUARD.policy.help,
 )
 @click.option(
-    "--fallback-policy",
+    FALLBACK.policy.flag,
     type=click.Choice(FALLBACK_POLICIES),
-    default="warn",
+    default=FALLBACK.policy.default,
     show_default=True,
-    help="Under pipeline parallelism: warn and continue, or re-raise with a hint.",
+    help=FALLBACK.policy.help,
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: diffs and messages; json: a CodeTF-shaped report on stdout (docs/report.md).",
+)
+@click.option(
+    "--exit-zero",
+    is_flag=True,
+    help="Exit 0 even when --check finds changes (errors still exit 2).",
 )
 @_hook_option
+@_file_options
 @_branch_options()
+@click.pass_context
 def migrate(
+    ctx: click.Context,
     paths: tuple[str, ...],
     show_diff: bool,
     check: bool,
@@ -219,12 +308,17 @@ def migrate(
     patch_dir: Path | None,
     allow_dirty: bool,
     author: str | None,
+    output_format: str,
+    exit_zero: bool,
+    selection: engine.Selection,
+    execution: engine.Execution,
 ) -> None:
     """Guard and wrap capture-hook calls under PATHS (diff by default).
 
     With --branch NAME, the rewritten files are committed on a new branch NAME in the git
     repository that holds PATHS, and nothing else is touched.
     """
+    started = time.monotonic()
     if show_diff + check + write > 1:
         raise click.UsageError("--diff, --check and --write are mutually exclusive")
     mode = "write" if write else "check" if check else "diff"
@@ -234,16 +328,31 @@ def migrate(
         if check or show_diff:
             flag = "--check" if check else "--diff"
             raise click.UsageError(f"{flag} and --branch cannot be used together")
+        if output_format == "json":
+            raise click.UsageError("--format json and --branch cannot be used together")
         policies = {"guard policy": guard_policy, "fallback policy": fallback_policy}
         if extra_hooks:
             policies["extra hooks"] = ", ".join(extra_hooks)
         _deliver(lambda: migrate_on_branch(list(paths), options, request, policies))
+    execution = dataclasses.replace(execution, progress=True)
     results = []
-    for result in engine.run(paths, options, write=mode == "write"):
-        results.append(result)
+    colour = _colour()
+    builder = None
+    if output_format == "json":
+        from codemods import codetf  # loads LibCST: only for the report
+
+        builder = codetf.ReportBuilder(options, str(Path.cwd()))
+    for result in engine.run(paths, options, mode == "write", selection, execution):
+        if builder is not None:
+            builder.add(result)
+        # Keep only the records for the summary: the bytes are printed and dropped.
+        results.append(dataclasses.replace(result, original=None, rewritten=None))
         if result.status is Status.CHANGED:
             if mode == "diff":
-                click.echo(report.unified_diff(result), nl=False)
+                if output_format == "text":
+                    diff = report.unified_diff(result)
+                    text = terminal.colour_diff(diff) if colour else diff
+                    click.echo(text, nl=False, color=colour)
             elif mode == "check":
                 click.echo(f"would change: {result.path}", err=True)
             else:
@@ -254,9 +363,18 @@ def migrate(
     _report_failures(results)
     label = "changed" if mode == "write" else "to change"
     click.echo(report.Summary.of(results).text(label), err=True)
+    if builder is not None:
+        run = codetf.RunInfo(
+            command_line=command_line(ctx),
+            directory=str(Path.cwd()),
+            elapsed_ms=round((time.monotonic() - started) * 1000),
+            mode=mode,
+        )
+        click.echo(codetf.dumps(builder.build(run)), nl=False)
     if any(result.status is Status.FAILED for result in results):
         sys.exit(EXIT_ERROR)
-    if mode == "check" and any(result.status is Status.CHANGED for result in results):
+    needs_changes = any(result.status is Status.CHANGED for result in results)
+    if mode == "check" and needs_changes and not exit_zero:
         sys.exit(EXIT_CHANGES)
     sys.exit(EXIT_OK)
 
@@ -317,7 +435,7 @@ def upstream_patch(
     chosen = parse_models(models)
     request = _branch_request(branch, base, None, patch_dir, allow_dirty, author)
     if request is not None:
-        request = replace(request, pr_body=Path(pr_body) if pr_body else None)
+        request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
         _deliver(
             lambda: upstream_generated_on_branch(
                 sglang_root, mode, request, output, models=chosen

@@ -15,13 +15,24 @@ Shapes found (``records.Shape``)::
     getattr(model, {"dspark": "set_dspark_..."}.get(method))(ids)  # DICT_LOOKUP (or [method])
     for name in ("set_eagle3_...", "set_dspark_..."): getattr(model, name)(ids)  # LOOP
 
+Risk, per call: the ids *may be None* when they are a parameter defaulting to None or
+annotated ``Optional[...]``/``X | None``, an ``args.x``/``cfg.x``/``self.config.x`` field, a
+name (or ``self.x``) assigned from None, ``a or b``, ``d.get(k)`` or ``getattr(o, n, None)``,
+or literal ``None``; literal lists/tuples and fresh ``list(...)`` values are safe.  A call is
+*guarded* behind ``if ids:``, ``if ids is not None``, an ``and`` including such a check, its
+``else`` after ``if ids is None``, or after ``if not ids: raise|return|continue|break`` /
+``assert ids``.  Hooks that accept None (EAGLE3) are never guarded; every hook with a PP error
+may raise ``NotImplementedError`` unless the call is inside a ``try`` that handles it.
+
 Never reported: hook definitions, a hook that delegates to the same hook on another object
-(it must keep raising on ``None``), hook names in strings that are not getattr names, and
-mock attribute access (``model.set_x.assert_called_once_with(...)``).
+(or to another hook: calls inside a hook's own definition must keep raising on ``None``),
+hook names in strings that are not getattr names, and mock attribute access
+(``model.set_x.assert_called_once_with(...)``, ``mock.call.set_x(...)``).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -48,6 +59,9 @@ _HANDLES_NOT_IMPLEMENTED = frozenset(
     {"NotImplementedError", "RuntimeError", "Exception", "BaseException"}
 )
 
+#: ``call.set_x(...)`` / ``mock.call.model.set_x(...)`` build expected calls for assertions.
+_MOCK_CALL_PREFIXES = (("call",), ("mock", "call"), ("unittest", "mock", "call"))
+
 _SCOPE_NODES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 _EXIT_STATEMENTS = (cst.Raise, cst.Return, cst.Continue, cst.Break)
 _MAX_DEPTH = 6
@@ -71,6 +85,8 @@ class FoundCall:
     statement_column: int = 0
     #: Index in ``module.body`` of the top-level statement that contains the call.
     module_index: int = 0
+    #: Names used in the function (or module) around the call: new names must avoid them.
+    names_in_scope: frozenset[str] = frozenset()
 
     @property
     def rejects_none(self) -> bool:
@@ -90,6 +106,8 @@ class _Scope:
     #: For a class: ``self.<name> = value`` in its methods, with the method's scope.
     attributes: dict[str, list[tuple[cst.BaseExpression, "_Scope"]]] = field(default_factory=dict)
     attribute_annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    #: Every name used anywhere inside this scope (nested scopes included).
+    names: set[str] = field(default_factory=set)
 
     @property
     def self_name(self) -> str | None:
@@ -131,6 +149,10 @@ class _ScopeCollector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         self.calls.append(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        for scope in self._stack:
+            scope.names.add(node.value)
 
     def _push(self, node: cst.CSTNode) -> _Scope:
         scope = _Scope(node, parent=self._stack[-1])
@@ -236,6 +258,26 @@ def _string_value(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def _spelled_name(node: cst.BaseExpression) -> str | None:
+    """A string literal's value when it is spelled out verbatim in one literal of the source.
+
+    Hook names are recognised only where their text is written out, never when assembled from
+    escapes (``"set_x\\x5f..."``) or from implicitly concatenated pieces: that keeps a text
+    search for the names a safe prefilter for discovery (see :mod:`codemods.prefilter`).
+    """
+    value = _string_value(node)
+    if value is None:
+        return None
+    pieces = [node]
+    while pieces:
+        piece = pieces.pop()
+        if isinstance(piece, cst.ConcatenatedString):
+            pieces.extend((piece.left, piece.right))
+        elif isinstance(piece, cst.SimpleString) and value in piece.value:
+            return value
+    return None
+
+
 def _positional(call: cst.Call) -> list[cst.Arg]:
     return [arg for arg in call.args if arg.keyword is None and not arg.star]
 
@@ -251,6 +293,10 @@ def _unwrap_container(expr: cst.BaseExpression) -> cst.BaseExpression:
     ):
         expr = expr.args[0].value
     return expr
+
+
+def _is_mock_call_builder(receiver: list[str]) -> bool:
+    return any(tuple(receiver[: len(prefix)]) == prefix for prefix in _MOCK_CALL_PREFIXES)
 
 
 def _is_none(node: cst.BaseExpression) -> bool:
@@ -281,12 +327,17 @@ class _Analyzer:
         self.path = path
         self.hooks = hooks
         self.names = hooks.names
-        self.positions = wrapper.resolve(PositionProvider)
+        self._wrapper = wrapper
         collector = _ScopeCollector(self.module)
         self.module.visit(collector)
         self.scopes = collector.scopes
         self.calls = collector.calls
         self.parents = collector.parents
+
+    @functools.cached_property
+    def positions(self):
+        """Source positions, computed only once a hook call is actually found."""
+        return self._wrapper.resolve(PositionProvider)
 
     # ---------------------------------------------------------------- scopes
     def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -320,7 +371,7 @@ class _Analyzer:
             found = set()
             for element in expr.elements:
                 if isinstance(element, cst.DictElement):
-                    value = _string_value(element.value)
+                    value = _spelled_name(element.value)
                     if value in self.names:
                         found.add(value)
             return frozenset(found) or None
@@ -336,9 +387,17 @@ class _Analyzer:
         """The hook names a getattr name expression can evaluate to, and how it picks them."""
         if depth > _MAX_DEPTH:
             return None
-        value = _string_value(expr)
+        value = _spelled_name(expr)
         if value is not None:
             return (frozenset({value}), Shape.GETATTR) if value in self.names else None
+        if isinstance(expr, cst.FormattedString):
+            # f"set_{method}_layers_to_capture": every hook the pattern can spell.
+            pattern = "".join(
+                re.escape(part.value) if isinstance(part, cst.FormattedStringText) else ".+"
+                for part in expr.parts
+            )
+            names = frozenset(name for name in self.names if re.fullmatch(pattern, name))
+            return (names, Shape.GETATTR) if names else None
         if isinstance(expr, cst.Subscript):
             names = self._dict_hook_names(expr.value, scopes, depth)
             return (names, Shape.DICT_LOOKUP) if names else None
@@ -358,7 +417,7 @@ class _Analyzer:
             for iterable in scope.loops.get(expr.value, []):
                 if isinstance(iterable, (cst.Tuple, cst.List, cst.Set)):
                     for element in iterable.elements:
-                        value = _string_value(element.value)
+                        value = _spelled_name(element.value)
                         if value in self.names:
                             found.add(value)
                             shape = Shape.LOOP
@@ -385,7 +444,7 @@ class _Analyzer:
         for assigned in scope.values.get(expr.value, []):
             if isinstance(assigned, (cst.Tuple, cst.List, cst.Set)):
                 for element in assigned.elements:
-                    value = _string_value(element.value)
+                    value = _spelled_name(element.value)
                     if value in self.names:
                         found.add(value)
         return frozenset(found) or None
@@ -407,8 +466,11 @@ class _Analyzer:
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value in self.names:
             receiver = _dotted(func.value)
-            # ``KimiLinearForCausalLM.set_x(model, ids)``; not ``MODEL.set_x(ids)``.
-            unbound = (
+            if receiver is not None and _is_mock_call_builder(receiver):
+                return None  # mock.call.set_x(...): an expected call in a mock assertion
+            # ``KimiLinearForCausalLM.set_x(model, ids)`` / ``type(m).set_x(m, ids)``: the
+            # hooks take one argument, so two positional ones mean an unbound call.
+            unbound = len(_positional(call)) >= 2 or (
                 receiver is not None and receiver[-1][:1].isupper() and not receiver[-1].isupper()
             )
             shape = Shape.UNBOUND if unbound else Shape.DIRECT
@@ -416,20 +478,40 @@ class _Analyzer:
         fetched = self._getattr_names(func, scopes)
         if fetched is not None:
             return fetched
+        found: set[str] = set()
+        for assigned, assigned_scopes in self._stored_setters(func, scopes):
+            if isinstance(assigned, cst.Attribute) and assigned.attr.value in self.names:
+                found.add(assigned.attr.value)
+                continue
+            fetched = self._getattr_names(assigned, assigned_scopes)
+            if fetched is not None:
+                found |= fetched[0]
+        return (frozenset(found), Shape.VARIABLE) if found else None
+
+    def _stored_setters(
+        self, func: cst.BaseExpression, scopes: Sequence[_Scope]
+    ) -> list[tuple[cst.BaseExpression, Sequence[_Scope]]]:
+        """What a called name (``setter``) or attribute (``self._setter``) was assigned."""
         if isinstance(func, cst.Name):
             scope = self._lookup(func.value, scopes)
             if scope is None:
-                return None
-            found: set[str] = set()
-            for assigned in scope.values.get(func.value, []):
-                if isinstance(assigned, cst.Attribute) and assigned.attr.value in self.names:
-                    found.add(assigned.attr.value)
-                    continue
-                fetched = self._getattr_names(assigned, scopes)
-                if fetched is not None:
-                    found |= fetched[0]
-            return (frozenset(found), Shape.VARIABLE) if found else None
-        return None
+                return []
+            return [(value, scopes) for value in scope.values.get(func.value, [])]
+        chain = _dotted(func)
+        method = scopes[0] if scopes else None
+        if (
+            chain is None
+            or len(chain) != 2
+            or method is None
+            or method.self_name != chain[0]
+            or method.parent is None
+        ):
+            return []
+        module_scope = self.scopes[self.module]
+        return [
+            (value, [scope, module_scope])
+            for value, scope in method.parent.attributes.get(chain[1], [])
+        ]
 
     # -------------------------------------------------------------- ids risk
     def _ids_arg(self, call: cst.Call, shape: Shape) -> cst.Arg | None:
@@ -736,10 +818,11 @@ class _Analyzer:
             return column + len(self.module.default_indent)
         return self.positions[statement].start.column
 
-    def _delegates(self, call: cst.Call, names: frozenset[str]) -> bool:
-        """A hook method forwarding to the same hook elsewhere (``def set_x(...): inner.set_x``)."""
+    def _delegates(self, call: cst.Call) -> bool:
+        """A call inside a hook's own definition: the hook forwards (``def set_x(...):
+        self.inner.set_x(ids)``) and must keep raising, so it is not a caller to fix."""
         scope_node = self._enclosing_scope_node(call)
-        return isinstance(scope_node, cst.FunctionDef) and scope_node.name.value in names
+        return isinstance(scope_node, cst.FunctionDef) and scope_node.name.value in self.names
 
     # ----------------------------------------------------------------- sites
     def analyze(self, call: cst.Call) -> FoundCall | None:
@@ -748,7 +831,7 @@ class _Analyzer:
         if resolved is None:
             return None
         names, shape = resolved
-        if self._delegates(call, names):
+        if self._delegates(call):
             return None
         hooks = tuple(hook for hook in self.hooks.hooks if hook.name in names)
         rejects_none = any(not hook.accepts_none for hook in hooks)
@@ -767,11 +850,14 @@ class _Analyzer:
         if rejects_none:
             if ids_arg is None:
                 risks.append(Risk.LITERAL_NONE)
-                notes.append("no layer ids passed; the hook requires explicit ids")
+                notes.append("will raise: no layer ids passed and the hook requires them")
                 review = True
             elif ids_core is not None and _is_none(ids_core):
                 risks.append(Risk.LITERAL_NONE)
-                notes.append("None passed to a hook that rejects it; pass explicit layer ids")
+                notes.append(
+                    "will raise ValueError: None passed to a hook that rejects it; "
+                    "pass explicit layer ids"
+                )
                 review = True
             elif ids_core is not None and not guarded and self.maybe_none(ids_core, scopes):
                 risks.append(Risk.MAYBE_NONE)
@@ -783,6 +869,12 @@ class _Analyzer:
                     review = True
                 else:
                     actions.append(Action.GUARD)
+                    lenient = [hook.name for hook in hooks if hook.accepts_none]
+                    if lenient:
+                        notes.append(
+                            f"the guard also skips {', '.join(lenient)} (it accepts None) "
+                            "when ids are unset"
+                        )
         if can_raise_pp and not handles:
             risks.append(Risk.PP_UNSUPPORTED)
             if not review:
@@ -817,6 +909,7 @@ class _Analyzer:
             ids_core=ids_core,
             statement_column=self._statement_column(statement),
             module_index=self._module_index(call),
+            names_in_scope=frozenset(scopes[0].names) if scopes else frozenset(),
         )
 
 
@@ -836,7 +929,8 @@ def find_call_sites(
     module: cst.Module, path: str = "<string>", hooks: HookSet = DEFAULT_HOOKS
 ) -> list[CallSite]:
     """Call-site records for a parsed module (a convenience over :func:`find_calls`)."""
-    return [item.site for item in find_calls(MetadataWrapper(module), path, hooks)]
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # read-only use
+    return [item.site for item in find_calls(wrapper, path, hooks)]
 
 
 def mentions_hooks(text: str | bytes, hooks: HookSet = DEFAULT_HOOKS) -> bool:

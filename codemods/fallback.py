@@ -44,7 +44,9 @@ from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.metadata import PositionProvider
 
 from codemods.discover import FoundCall, find_calls
+from codemods.fallback_metadata import METADATA
 from codemods.hooks import HookSet
+from codemods.options import FALLBACK_POLICIES
 from codemods.records import Action
 from codemods.snippets import (
     MAX_LINE,
@@ -54,8 +56,7 @@ from codemods.snippets import (
     wrapped_literals,
 )
 
-FALLBACK_POLICIES = ("warn", "raise")
-_EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error")
+_EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error", "capture_exc_")
 _LOGGER_NAMES = ("logger", "capture_logger", "aux_capture_logger")
 
 
@@ -180,20 +181,8 @@ def _is_get_logger(
     )
 
 
-class _NameCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
-
-
 class FallbackCommand(VisitorBasedCodemodCommand):
-    DESCRIPTION = (
-        "Wrap capture-hook calls that raise NotImplementedError under pipeline parallelism "
-        "in try/except: log and continue (--fallback-policy warn) or re-raise with a hint "
-        "(--fallback-policy raise)."
-    )
+    DESCRIPTION = METADATA.libcst_description
     METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(
@@ -214,20 +203,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        arg_parser.add_argument(
-            "--fallback-policy",
-            dest="fallback_policy",
-            choices=FALLBACK_POLICIES,
-            default="warn",
-            help="log a warning and continue without capture, or re-raise with a hint",
-        )
-        arg_parser.add_argument(
-            "--hook",
-            dest="extra_hooks",
-            action="append",
-            default=[],
-            help="an extra hook name to treat like set_dspark_layers_to_capture (repeatable)",
-        )
+        METADATA.add_args(arg_parser)
 
     # ----------------------------------------------------------------- setup
     def visit_Module(self, node: cst.Module) -> bool:
@@ -240,11 +216,6 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         self._first_use = min(found.module_index for found in self._statements.values())
         self._module = node
         self._state = _logging_state(node)
-        collector = _NameCollector()
-        node.visit(collector)
-        self._exc = next(
-            (name for name in _EXCEPTION_NAMES if name not in collector.names), "capture_exc_"
-        )
         if self._state.logger is not None:
             self._logger = self._state.logger
         else:
@@ -255,10 +226,17 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         return True
 
     # -------------------------------------------------------------- handlers
+    @staticmethod
+    def _exception_name(found: FoundCall) -> str:
+        """``exc``, unless the function around the call already uses that name."""
+        taken = found.names_in_scope
+        return next((name for name in _EXCEPTION_NAMES if name not in taken), "capture_exc_1")
+
     def _warn_handler(self, found: FoundCall, column: int) -> str:
         indent = self._module.default_indent
         text = f"{_hook_label(found)} unavailable, running without aux hidden capture: %s"
-        call = f"{self._logger}.warning({quoted(text)}, {self._exc})"
+        exc = self._exception_name(found)
+        call = f"{self._logger}.warning({quoted(text)}, {exc})"
         if column + len(indent) + len(call) <= MAX_LINE:
             return f"{indent}{call}\n"
         inner = column + 2 * len(indent)
@@ -268,7 +246,7 @@ class FallbackCommand(VisitorBasedCodemodCommand):
             f"{indent}{self._logger}.warning(\n"
             f"{lines}"
             f"{indent * 2}{literals[-1]},\n"
-            f"{indent * 2}{self._exc},\n"
+            f"{indent * 2}{exc},\n"
             f"{indent})\n"
         )
 
@@ -282,7 +260,11 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         inner = column + 2 * len(indent)
         literals = wrapped_literals(text, max(MAX_LINE - inner, 60))
         lines = "".join(f"{indent * 2}{literal}\n" for literal in literals)
-        return f"{indent}raise NotImplementedError(\n" f"{lines}" f"{indent}) from {self._exc}\n"
+        return (
+            f"{indent}raise NotImplementedError(\n"
+            f"{lines}"
+            f"{indent}) from {self._exception_name(found)}\n"
+        )
 
     def _try_statement(self, found: FoundCall, body: cst.SimpleStatementLine) -> cst.Try:
         column = found.statement_column
@@ -292,7 +274,8 @@ class FallbackCommand(VisitorBasedCodemodCommand):
             else self._raise_handler(found, column)
         )
         indent = self._module.default_indent
-        template = f"try:\n{indent}pass\nexcept NotImplementedError as {self._exc}:\n{handler}"
+        exc = self._exception_name(found)
+        template = f"try:\n{indent}pass\nexcept NotImplementedError as {exc}:\n{handler}"
         template = template.replace("\n", self._module.default_newline)
         parsed = cst.parse_statement(template, config=self._module.config_for_parsing)
         assert isinstance(parsed, cst.Try)

@@ -34,7 +34,9 @@ from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.metadata import PositionProvider
 
 from codemods.discover import FoundCall, find_calls
+from codemods.guard_metadata import METADATA
 from codemods.hooks import HookSet
+from codemods.options import GUARD_POLICIES
 from codemods.records import Action
 from codemods.snippets import (
     MAX_LINE,
@@ -43,8 +45,6 @@ from codemods.snippets import (
     suite_as_line,
     wrapped_literals,
 )
-
-GUARD_POLICIES = ("skip", "raise")
 
 
 def unset_message(found: FoundCall) -> str:
@@ -63,10 +63,7 @@ def _normalised(value: cst.BaseExpression) -> cst.BaseExpression:
 
 
 class GuardCommand(VisitorBasedCodemodCommand):
-    DESCRIPTION = (
-        "Guard capture-hook calls whose layer ids may be None: skip the call when unset "
-        "(--guard-policy skip) or raise a clear ValueError (--guard-policy raise)."
-    )
+    DESCRIPTION = METADATA.libcst_description
     METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(
@@ -85,20 +82,7 @@ class GuardCommand(VisitorBasedCodemodCommand):
 
     @staticmethod
     def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        arg_parser.add_argument(
-            "--guard-policy",
-            dest="guard_policy",
-            choices=GUARD_POLICIES,
-            default="skip",
-            help="skip the call when ids are unset, or raise ValueError",
-        )
-        arg_parser.add_argument(
-            "--hook",
-            dest="extra_hooks",
-            action="append",
-            default=[],
-            help="an extra hook name to treat like set_dspark_layers_to_capture (repeatable)",
-        )
+        METADATA.add_args(arg_parser)
 
     def visit_Module(self, node: cst.Module) -> bool:
         self.module_indent = node.default_indent

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from codemods import registry
 from codemods.gitops import DeliveryResult
 from codemods.hooks import NONE_ERROR_DSPARK, PP_ERROR_DSPARK
 from codemods.records import Action, CallSite, FileResult, Status
@@ -23,15 +24,8 @@ VALUE_ERROR = f'ValueError("{NONE_ERROR_DSPARK}")'
 PP_ERROR = f'NotImplementedError("{PP_ERROR_DSPARK}")'
 
 
-#: What each migrate policy does, for the PR description.
-POLICY_MEANINGS = {
-    ("guard policy", "skip"): "when the layer ids are unset, the hook is not called",
-    ("guard policy", "raise"): "when the layer ids are unset, a clear ValueError is raised "
-    "at the call site",
-    ("fallback policy", "warn"): "a NotImplementedError from the hook is logged as a warning "
-    "and the run continues without aux capture",
-    ("fallback policy", "raise"): "a NotImplementedError from the hook is re-raised with a hint",
-}
+#: What each migrate policy does, for the PR description (from the codemods' metadata).
+POLICY_MEANINGS = registry.policy_meanings()
 
 
 @dataclass(frozen=True)
@@ -207,6 +201,7 @@ def migrate_pr_body(
         for result in changed
         for site in _changed_sites(result)
     ]
+    applied = {action.value for _, site in rows for action in site.actions}
     out = [
         "# Guard aux hidden-state capture calls",
         "",
@@ -216,12 +211,7 @@ def migrate_pr_body(
         f"capture hooks in {_plural(len(changed), 'file')}. Only the rewritten files are in this "
         f"commit ({_code(delivery.commit[:12] if delivery.commit else '-')}).",
         "",
-        f"- **guard**: the layer ids are checked before the hook is called, so a caller that "
-        f"forwards `None` no longer hits `{VALUE_ERROR}` inside the model.",
-        f"- **fallback**: the call is wrapped in `try/except NotImplementedError`, so a model "
-        f"that refuses capture under pipeline parallelism (`{PP_ERROR}`) is handled by the "
-        f"chosen policy instead of stopping the run.",
-        "",
+        registry.pr_body_sections(applied),
         "## Call sites",
         "",
         "| File | Line | Hook | Shape | Risk | Change |",

@@ -10,8 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-import libcst
-
 from codemods.prbody import Verification
 
 PYTHON_SUFFIXES = (".py", ".pyi")
@@ -19,6 +17,8 @@ PYTHON_SUFFIXES = (".py", ".pyi")
 
 def recheck_python_files(root: Path, paths: Sequence[str]) -> Verification:
     """Parse (LibCST) and compile every ``.py``/``.pyi`` file among ``paths`` under ``root``."""
+    import libcst  # here, so that importing the command line does not load the parser
+
     checked: list[str] = []
     failures: list[tuple[str, str]] = []
     for path in paths:

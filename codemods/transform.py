@@ -9,37 +9,13 @@ modified.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import libcst as cst
-from libcst.codemod import CodemodContext
 from libcst.metadata import MetadataWrapper
 
-from codemods.discover import find_calls, mentions_hooks
-from codemods.fallback import FALLBACK_POLICIES, FallbackCommand
-from codemods.guard import GUARD_POLICIES, GuardCommand
-from codemods.hooks import HookSet
+from codemods.discover import find_calls
+from codemods.options import TransformOptions
+from codemods.prefilter import Prefilter
 from codemods.records import Action, CallSite, FileResult, Status
-
-
-@dataclass(frozen=True)
-class TransformOptions:
-    """How ``migrate`` rewrites: the two policies and any user-added hook names."""
-
-    guard_policy: str = "skip"
-    fallback_policy: str = "warn"
-    extra_hooks: tuple[str, ...] = field(default=())
-
-    def __post_init__(self) -> None:
-        if self.guard_policy not in GUARD_POLICIES:
-            raise ValueError(f"unknown guard policy {self.guard_policy!r}")
-        if self.fallback_policy not in FALLBACK_POLICIES:
-            raise ValueError(f"unknown fallback policy {self.fallback_policy!r}")
-        HookSet.with_extra(self.extra_hooks)  # validates the names
-
-    @property
-    def hooks(self) -> HookSet:
-        return HookSet.with_extra(self.extra_hooks)
 
 
 def _parse(source: bytes) -> cst.Module:
@@ -57,20 +33,32 @@ def _describe(error: Exception) -> str:
 
 
 def _discover(module: cst.Module, path: str, options: TransformOptions) -> tuple[CallSite, ...]:
-    return tuple(found.site for found in find_calls(MetadataWrapper(module), path, options.hooks))
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # parsed here, used only here
+    return tuple(found.site for found in find_calls(wrapper, path, options.hooks))
 
 
-def scan_source(source: bytes, path: str, options: TransformOptions | None = None) -> FileResult:
-    """Discover call sites only; never rewrites."""
-    options = options or TransformOptions()
-    if not mentions_hooks(source, options.hooks):
-        return FileResult(path, Status.UNCHANGED, original=source)
+def _scan(
+    source: bytes, path: str, options: TransformOptions, prefilter: bool
+) -> tuple[FileResult, cst.Module | None]:
+    if prefilter and not Prefilter.for_names(options.extra_hooks).needs_parse(source):
+        return FileResult(path, Status.UNCHANGED, original=source), None
     try:
         module = _parse(source)
         sites = _discover(module, path, options)
     except Exception as error:  # noqa: BLE001 - any failure leaves the file alone
-        return FileResult(path, Status.FAILED, original=source, error=_describe(error))
-    return FileResult(path, Status.UNCHANGED, sites, original=source)
+        return FileResult(path, Status.FAILED, original=source, error=_describe(error)), None
+    return FileResult(path, Status.UNCHANGED, sites, original=source), module
+
+
+def scan_source(
+    source: bytes, path: str, options: TransformOptions | None = None, *, prefilter: bool = True
+) -> FileResult:
+    """Discover call sites only; never rewrites.
+
+    A file that the prefilter shows to hold no call site is not parsed (and so never fails);
+    ``prefilter=False`` parses every file.
+    """
+    return _scan(source, path, options or TransformOptions(), prefilter)[0]
 
 
 def _verify(rewritten: bytes, path: str) -> None:
@@ -79,19 +67,26 @@ def _verify(rewritten: bytes, path: str) -> None:
 
 
 def transform_source(
-    source: bytes, path: str, options: TransformOptions | None = None
+    source: bytes, path: str, options: TransformOptions | None = None, *, prefilter: bool = True
 ) -> FileResult:
-    """Apply the caller codemods to one file's bytes."""
+    """Apply the caller codemods to one file's bytes (``prefilter`` as for ``scan_source``)."""
     options = options or TransformOptions()
-    scanned = scan_source(source, path, options)
-    if scanned.status is Status.FAILED:
+    scanned, module = _scan(source, path, options, prefilter)
+    if module is None:
         return scanned
     sites = scanned.call_sites
     needs = {action for site in sites for action in site.actions}
     if not needs & {Action.GUARD, Action.FALLBACK}:
         return scanned
+    # The codemods load libcst.codemod and libcst.matchers (most of LibCST's import time):
+    # only files that need a rewrite pay for them.
+    from libcst.codemod import CodemodContext
+
+    from codemods.fallback import FallbackCommand
+    from codemods.guard import GuardCommand
+
     try:
-        module = _parse(source)
+        # The codemods work on their own copies: ``module`` itself is never changed.
         if Action.GUARD in needs:
             context = CodemodContext(filename=path)
             guard = GuardCommand(context, options.guard_policy, options.extra_hooks)

@@ -78,6 +78,10 @@ EXPECTED = {
     ],
     "or_default": [(10, DSPARK, "direct", GF), (15, DSPARK, "direct", "fallback")],
     "receiver_chain": [(21, DSPARK, "direct", GF)],
+    "setter_on_self": [
+        (17, DSPARK, "variable", GF),
+        (21, f"{DFLASH}|{DSPARK}|{EAGLE3}|{MSD}", "variable", GF),
+    ],
     "try_other_exception": [(8, DSPARK, "direct", GF)],
     "unbound": [(10, DSPARK, "unbound", GF)],
 }
@@ -206,8 +210,10 @@ def test_ids_from_an_expression_with_a_call_are_for_review():
         ("TARGET_MODEL.set_dspark_layers_to_capture(ids)", Shape.DIRECT),
         ("KimiLinearForCausalLM.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
         ("sglang.models.KimiLinear.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
+        ("type(m).set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
+        ("m.__class__.set_dspark_layers_to_capture(m, ids)", Shape.UNBOUND),
         ("getattr(m, 'set_dspark_layers_to_capture')(ids)", Shape.GETATTR),
-        ("getattr(m, 'set_dspark_' 'layers_to_capture')(ids)", Shape.GETATTR),
+        ("getattr(m, '' 'set_dspark_layers_to_capture')(ids)", Shape.GETATTR),
         ("getattr(m, {'dspark': 'set_dspark_layers_to_capture'}[method])(ids)", Shape.DICT_LOOKUP),
         (
             "getattr(m, {'dspark': 'set_dspark_layers_to_capture'}.get(method))(ids)",
@@ -221,6 +227,15 @@ def test_call_shapes(code, shape):
     assert site.hook == DSPARK
     assert site.ids_source == "ids"
     assert Action.GUARD in site.actions
+
+
+@pytest.mark.parametrize(
+    "literal",
+    ["'set_dspark_' 'layers_to_capture'", "'set_dspark_layers\\x5fto_capture'"],
+)
+def test_hook_names_count_only_when_spelled_out_in_one_literal(literal):
+    # The contract that makes a text search a safe prefilter (codemods.prefilter).
+    assert sites(f"def f(m, ids=None):\n    getattr(m, {literal})(ids)\n") == []
 
 
 def test_variable_shapes():
@@ -379,19 +394,24 @@ def test_excluded_definitions_delegation_strings_and_mocks():
             target.set_dspark_layers_to_capture.reset_mock()
             hasattr(target, "set_dspark_layers_to_capture")
             mock.patch.object(Wrapper, "set_dspark_layers_to_capture")
+            target.assert_has_calls([mock.call.set_dspark_layers_to_capture([1])])
+            target.assert_has_calls([call.draft.set_dspark_layers_to_capture([1])])
             print("set_dspark_layers_to_capture")
         """)
     assert found == []
 
 
-def test_a_hook_calling_a_different_hook_is_reported():
-    site = only("""
+def test_a_hook_forwarding_to_another_hook_is_delegation():
+    code = """
         class M:
-            def set_eagle3_layers_to_capture(self, layer_ids=None):
+            def set_dflash_layers_to_capture(self, layer_ids):
                 self.set_dspark_layers_to_capture(layer_ids)
-        """)
-    assert site.hook == DSPARK
-    assert site.actions == (Action.GUARD, Action.FALLBACK)
+
+            def enable(self, layer_ids=None):
+                self.set_dspark_layers_to_capture(layer_ids)
+        """
+    (site,) = sites(code)
+    assert site.line == 7 and site.actions == (Action.GUARD, Action.FALLBACK)
 
 
 def test_user_added_hooks():
@@ -458,12 +478,39 @@ def test_instance_attributes_set_from_optional_values():
 
 
 def test_walrus_check_guards():
-    site = only(
-        """
+    site = only("""
         def f(model, args):
             if layers := args.capture_layers:
                 model.set_dspark_layers_to_capture(layers)
-        """
-    )
+        """)
     assert site.guarded
     assert site.actions == (Action.FALLBACK,)
+
+
+def test_setter_stored_on_self_and_called_in_another_method():
+    site = only("""
+        class CaptureHook:
+            def __init__(self, model):
+                self._setter = getattr(model, "set_dspark_layers_to_capture", None)
+                self._other = model.forward
+
+            def enable(self, layer_ids=None):
+                if self._setter is not None:
+                    self._setter(layer_ids)
+                self._other(layer_ids)
+        """)
+    assert (site.line, site.shape, site.hook) == (9, Shape.VARIABLE, DSPARK)
+    assert site.actions == (Action.GUARD, Action.FALLBACK)
+
+
+def test_setter_name_spelled_by_an_f_string():
+    site = only(
+        """
+        def enable(model, method, layer_ids=None):
+            getattr(model, f"set_{method}_layers_to_capture")(layer_ids)
+        """
+    )
+    assert site.shape is Shape.GETATTR
+    assert site.hook == "|".join(sorted([DFLASH, DSPARK, EAGLE3, MSD]))
+    assert site.actions == (Action.GUARD, Action.FALLBACK)
+    assert sites('def f(m):\n    getattr(m, f"get_{x}_layers")(1)\n') == []

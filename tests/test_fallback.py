@@ -114,28 +114,44 @@ class TestFallbackCommand(CodemodTest):
             from logging import getLogger
 
             logger = object()
-            exc = None
             _log = getLogger(__name__)
 
 
-            def f(m):
+            def f(m, errors):
                 m.set_dflash_layers_to_capture([1])
+                for exc in errors:
+                    print(exc)
+
+
+            def g(m):
+                m.set_dflash_layers_to_capture([2])
         """
         after = """
             from logging import getLogger
 
             logger = object()
-            exc = None
             _log = getLogger(__name__)
 
 
-            def f(m):
+            def f(m, errors):
                 try:
                     m.set_dflash_layers_to_capture([1])
                 except NotImplementedError as capture_exc:
                     _log.warning(
                         "set_dflash_layers_to_capture unavailable, running without aux hidden capture: %s",
                         capture_exc,
+                    )
+                for exc in errors:
+                    print(exc)
+
+
+            def g(m):
+                try:
+                    m.set_dflash_layers_to_capture([2])
+                except NotImplementedError as exc:
+                    _log.warning(
+                        "set_dflash_layers_to_capture unavailable, running without aux hidden capture: %s",
+                        exc,
                     )
         """
         self.assertCodemod(before, after)

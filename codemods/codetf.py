@@ -1,0 +1,252 @@
+"""``migrate --format json``: a report shaped like the Code Transformation Format (CodeTF).
+
+before: the per-file results of one ``migrate`` run (original and rewritten bytes, call sites).
+after:  one JSON document (schema: ``docs/report-schema.json``, prose: ``docs/report.md``)::
+
+    {"run": {"vendor", "tool", "version", "commandLine", "elapsed", "directory", "sarifs",
+             "properties": {mode, policies, extra hooks, summary, failures}},
+     "results": [                       # one per codemod, in the order they are applied
+        {"codemod": "auxcap:python/guard-capture-ids", "summary", "description",
+         "references": [{"url", "description"}], "properties": {"reviewGuidance", "policy"},
+         "failedFiles": [path], "unfixed": [{"path", "lineNumber", "reason"}],
+         "changeset": [{"path", "diff", "changes": [
+             {"lineNumber", "diffSide": "right", "description", "properties"}]}]}]}
+
+As in CodeTF, the changesets of the results form a series of patches: the guard's diff is
+against the original file, the fallback's against the guarded one; applied in order they give
+the rewritten file.  ``lineNumber`` is the first line of the change in the file after that
+codemod (``diffSide: right``).  Paths are relative to ``run.directory`` when below it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from dataclasses import dataclass
+from typing import Iterable
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+
+from codemods import __version__
+from codemods.guard import GuardCommand
+from codemods.metadata import CodemodMetadata
+from codemods.options import TransformOptions
+from codemods.records import Action, CallSite, FileResult, Risk, Status
+from codemods.registry import CODEMODS
+from codemods.report import Summary
+from codemods.transform import scan_source
+
+VENDOR = "auxcap"
+TOOL = "auxcap"
+
+#: Which codemod a call site left for review belongs to, by its risk.
+_REVIEW_OWNER = {
+    Risk.MAYBE_NONE: Action.GUARD.value,
+    Risk.LITERAL_NONE: Action.GUARD.value,
+    Risk.PP_UNSUPPORTED: Action.FALLBACK.value,
+}
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """How the run was started: the command line that re-creates it, where, how long."""
+
+    command_line: str
+    directory: str
+    elapsed_ms: int
+    mode: str = "diff"
+
+
+def _relative(path: str, directory: str) -> str:
+    absolute = os.path.abspath(path)
+    root = os.path.abspath(directory)
+    if absolute == root or absolute.startswith(root.rstrip(os.sep) + os.sep):
+        return os.path.relpath(absolute, root).replace(os.sep, "/")
+    return absolute.replace(os.sep, "/")
+
+
+def _lines(data: bytes) -> list[str]:
+    return data.decode("utf-8", errors="replace").splitlines(keepends=True)
+
+
+def unified_diff(before: bytes, after: bytes, path: str) -> str:
+    lines = difflib.unified_diff(_lines(before), _lines(after), f"a/{path}", f"b/{path}")
+    return "".join(
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+    )
+
+
+def new_line_number(before: bytes, after: bytes, line: int) -> int:
+    """Where line ``line`` (1-based) of ``before`` is in ``after``: the same line when
+    unchanged, else the first line of the block that replaced it."""
+    matcher = difflib.SequenceMatcher(None, _lines(before), _lines(after), autojunk=False)
+    index = line - 1
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if i1 <= index < i2 or (tag == "insert" and i1 == index):
+            if tag == "equal":
+                return j1 + (index - i1) + 1
+            return j1 + 1
+    return max(len(_lines(after)), 1)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One codemod's share of one file: its input, its output, the sites it rewrote."""
+
+    before: bytes
+    after: bytes
+    sites: tuple[CallSite, ...]
+
+
+def _steps(result: FileResult, options: TransformOptions) -> dict[str, _Step]:
+    """Split a changed file's rewrite into the guard step and the fallback step."""
+    assert result.original is not None and result.rewritten is not None
+    original = result.original
+    guard_sites = tuple(s for s in result.call_sites if Action.GUARD in s.actions)
+    guarded = original
+    if guard_sites:
+        command = GuardCommand(
+            CodemodContext(filename=result.path), options.guard_policy, options.extra_hooks
+        )
+        guarded = command.transform_module(cst.parse_module(original)).bytes
+    fallback_sites = tuple(
+        site
+        for site in scan_source(guarded, result.path, options).call_sites
+        if Action.FALLBACK in site.actions
+    )
+    return {
+        Action.GUARD.value: _Step(original, guarded, guard_sites),
+        Action.FALLBACK.value: _Step(guarded, result.rewritten, fallback_sites),
+    }
+
+
+def _policy(metadata: CodemodMetadata, options: TransformOptions) -> str:
+    return getattr(options, metadata.policy.dest)
+
+
+def _changeset_entry(metadata: CodemodMetadata, step: _Step, path: str, policy: str) -> dict | None:
+    if step.before == step.after:
+        return None
+    changes = [
+        {
+            "lineNumber": new_line_number(step.before, step.after, site.line),
+            "diffSide": "right",
+            "description": metadata.change_description(
+                policy, site.hook.replace("|", " or "), site.ids_source
+            ),
+            "properties": {
+                "lineNumberBefore": site.line,
+                "column": site.column,
+                "hook": site.hook,
+                "shape": site.shape.value,
+                "risks": [risk.value for risk in site.risks],
+            },
+        }
+        for site in step.sites
+    ]
+    if not changes:  # a rewrite with no call site of its own cannot happen; keep CodeTF valid
+        changes = [{"lineNumber": 1, "diffSide": "right", "description": metadata.summary}]
+    return {"path": path, "diff": unified_diff(step.before, step.after, path), "changes": changes}
+
+
+def _unfixed(metadata: CodemodMetadata, result: FileResult, path: str) -> list[dict]:
+    entries = []
+    for site in result.call_sites:
+        if Action.REVIEW not in site.actions:
+            continue
+        if not any(_REVIEW_OWNER.get(risk) == metadata.action for risk in site.risks):
+            continue
+        entries.append(
+            {
+                "path": path,
+                "lineNumber": site.line,
+                "reason": site.note or f"{site.hook} call left for review",
+            }
+        )
+    return entries
+
+
+class ReportBuilder:
+    """Collects one run's results file by file (so the caller can drop each file's bytes
+    after :meth:`add`) and builds the report at the end."""
+
+    def __init__(self, options: TransformOptions, directory: str) -> None:
+        self.options = options
+        self.directory = os.path.abspath(directory)
+        self._records: list[FileResult] = []
+        self._changesets: dict[str, list[dict]] = {m.action: [] for m in CODEMODS}
+        self._unfixed: dict[str, list[dict]] = {m.action: [] for m in CODEMODS}
+
+    def add(self, result: FileResult) -> None:
+        path = _relative(result.path, self.directory)
+        steps = _steps(result, self.options) if result.status is Status.CHANGED else {}
+        for metadata in CODEMODS:
+            if metadata.action in steps:
+                policy = _policy(metadata, self.options)
+                entry = _changeset_entry(metadata, steps[metadata.action], path, policy)
+                if entry is not None:
+                    self._changesets[metadata.action].append(entry)
+            self._unfixed[metadata.action].extend(_unfixed(metadata, result, path))
+        self._records.append(
+            FileResult(result.path, result.status, result.call_sites, error=result.error)
+        )
+
+    def build(self, run: RunInfo) -> dict:
+        """The CodeTF-shaped report, as plain data."""
+        failed = [result for result in self._records if result.status is Status.FAILED]
+        failed_paths = [_relative(result.path, self.directory) for result in failed]
+        results = [
+            {
+                "codemod": metadata.id,
+                "summary": metadata.summary,
+                "description": metadata.description,
+                "references": [reference.to_dict() for reference in metadata.references],
+                "properties": {
+                    "reviewGuidance": metadata.review_guidance,
+                    "policy": _policy(metadata, self.options),
+                },
+                "failedFiles": list(failed_paths),
+                "unfixed": self._unfixed[metadata.action],
+                "changeset": self._changesets[metadata.action],
+            }
+            for metadata in CODEMODS
+        ]
+        return {
+            "run": {
+                "vendor": VENDOR,
+                "tool": TOOL,
+                "version": __version__,
+                "commandLine": run.command_line,
+                "elapsed": run.elapsed_ms,
+                "directory": self.directory,
+                "sarifs": [],
+                "properties": {
+                    "mode": run.mode,
+                    "extraHooks": list(self.options.extra_hooks),
+                    "summary": Summary.of(self._records).to_dict(),
+                    "failures": [
+                        {"path": path, "reason": result.error or ""}
+                        for path, result in zip(failed_paths, failed)
+                    ],
+                },
+            },
+            "results": results,
+        }
+
+
+def build_report(results: Iterable[FileResult], options: TransformOptions, run: RunInfo) -> dict:
+    """The report of ``results`` (with their bytes) in one call."""
+    builder = ReportBuilder(options, run.directory)
+    for result in results:
+        builder.add(result)
+    return builder.build(run)
+
+
+def dumps(report: dict) -> str:
+    return json.dumps(report, indent=2) + "\n"
+
+
+def report_json(results: Iterable[FileResult], options: TransformOptions, run: RunInfo) -> str:
+    return dumps(build_report(results, options, run))

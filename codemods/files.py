@@ -1,0 +1,300 @@
+"""Collect the Python files a run works on.
+
+``collect_files(paths)`` turns the command-line paths into a sorted, de-duplicated list of
+files:
+
+* A **directory** is searched for ``*.py`` and ``*.pyi`` files.  Inside a git work tree the
+  search asks git (``git ls-files --cached --others --exclude-standard``), so ``.gitignore``,
+  ``.git/info/exclude`` and the global excludes file are honoured; outside one it walks the
+  file system.  A directory that git itself ignores is walked as if it were outside git (the
+  user named it explicitly).
+* Either way, these directories are never entered: ``.git``, ``.hg``, ``.svn``,
+  ``__pycache__``, ``.tox``, ``.nox``, ``node_modules``, ``build``, ``.venv``, ``venv``,
+  ``.eggs``, ``.mypy_cache``, ``.pytest_cache``, ``.hypothesis`` and every directory holding a
+  ``pyvenv.cfg`` (any virtual environment, whatever its name).
+* An explicitly named **file** is always processed, whatever its name, the ignore files or the
+  globs say, unless ``force_exclude`` is set: then the exclude globs and the skipped directories
+  above apply to it too (what a pre-commit hook wants, since it passes every staged file).
+
+Globs (``--include`` / ``--exclude``) follow ``.gitignore`` conventions and are matched against
+the path relative to the directory argument the file was found under (for an explicit file:
+relative to the current directory when below it, else its absolute path), always with ``/``:
+
+* a glob without ``/`` matches a file or directory name at any depth: ``*_pb2.py``,
+  ``tests``, ``gen_*``;
+* a glob with a ``/`` in it is anchored at that directory: ``srt/models/*.py``,
+  ``/setup.py`` (a leading ``/`` is dropped);
+* ``*`` and ``?`` never match ``/``; ``[...]`` is a character class; ``**`` matches any number
+  of directories (``**/test_*.py``, ``srt/**/kernels``, ``docs/**``);
+* a trailing ``/`` makes a glob match directories only (``generated/``);
+* a glob that matches a directory matches everything below it.
+
+``--exclude`` drops every file a glob matches; ``--include`` (when given) keeps only files
+some glob matches.  Exclusion wins.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable, Iterator, Sequence
+
+#: Directory names that are never searched.
+SKIPPED_DIR_NAMES = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "__pycache__",
+        ".tox",
+        ".nox",
+        "node_modules",
+        "build",
+        ".venv",
+        "venv",
+        ".eggs",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".hypothesis",
+    }
+)
+#: A directory holding this file is a virtual environment.
+VENV_MARKER = "pyvenv.cfg"
+PYTHON_SUFFIXES = (".py", ".pyi")
+
+
+class FileCollectionError(ValueError):
+    """A command-line path that cannot be used (missing, not a file or directory)."""
+
+
+@dataclass(frozen=True)
+class Glob:
+    """One ``.gitignore``-style glob, compiled."""
+
+    text: str
+    regex: re.Pattern[str]
+    anchored: bool
+    directories_only: bool
+
+    @classmethod
+    def compile(cls, text: str) -> "Glob":
+        pattern = text.strip()
+        if not pattern:
+            raise ValueError("empty glob")
+        directories_only = pattern.endswith("/")
+        pattern = pattern.rstrip("/")
+        anchored = "/" in pattern
+        pattern = pattern.lstrip("/")
+        if not pattern:
+            raise ValueError(f"glob matches nothing: {text!r}")
+        return cls(text, re.compile(_glob_to_regex(pattern)), anchored, directories_only)
+
+    def matches(self, relative: str, is_dir: bool) -> bool:
+        """Whether the glob matches ``relative`` (posix, no leading ``/``) or a parent of it."""
+        parts = relative.split("/")
+        last = len(parts) - 1
+        for index in range(len(parts)):
+            part_is_dir = is_dir or index < last
+            if self.directories_only and not part_is_dir:
+                continue
+            candidate = "/".join(parts[: index + 1]) if self.anchored else parts[index]
+            if self.regex.fullmatch(candidate):
+                return True
+        return False
+
+
+def _glob_to_regex(pattern: str) -> str:
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        char = pattern[i]
+        if pattern.startswith("**/", i) and (i == 0 or pattern[i - 1] == "/"):
+            out.append("(?:[^/]+/)*")
+            i += 3
+        elif pattern.startswith("**", i) and i + 2 == n and (i == 0 or pattern[i - 1] == "/"):
+            out.append(".*")
+            i += 2
+        elif char == "*":
+            out.append("[^/]*")
+            i += 1
+        elif char == "?":
+            out.append("[^/]")
+            i += 1
+        elif char == "[":
+            end = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] in ("!", "]") else i + 1)
+            if end == -1:
+                out.append(re.escape(char))
+                i += 1
+                continue
+            body = pattern[i + 1 : end]
+            if body.startswith("!"):
+                body = "^" + body[1:]
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(char))
+            i += 1
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class FileFilter:
+    """The include/exclude globs of one run."""
+
+    include: tuple[Glob, ...] = ()
+    exclude: tuple[Glob, ...] = ()
+
+    @classmethod
+    def from_globs(cls, include: Iterable[str] = (), exclude: Iterable[str] = ()) -> "FileFilter":
+        try:
+            return cls(
+                tuple(Glob.compile(text) for text in include),
+                tuple(Glob.compile(text) for text in exclude),
+            )
+        except (ValueError, re.error) as error:
+            raise FileCollectionError(f"invalid glob: {error}") from None
+
+    def excluded(self, relative: str) -> bool:
+        return any(glob.matches(relative, is_dir=False) for glob in self.exclude)
+
+    def keeps(self, relative: str) -> bool:
+        if self.excluded(relative):
+            return False
+        return not self.include or any(g.matches(relative, is_dir=False) for g in self.include)
+
+
+def collect_files(
+    paths: Sequence[str | os.PathLike[str]],
+    include: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+    force_exclude: bool = False,
+    keep_missing: bool = False,
+) -> list[str]:
+    """The files to process for ``paths``, sorted by path components, each once.
+
+    Paths keep the spelling of the argument they were found under (``src`` gives
+    ``src/pkg/mod.py``).  Raises ``FileCollectionError`` naming the first path that does not
+    exist, unless ``keep_missing``: then such a path is returned as a file, for the caller to
+    report when it fails to read it.
+    """
+    file_filter = FileFilter.from_globs(include, exclude)
+    _is_venv.cache_clear()
+    for raw in paths:
+        if not keep_missing and not os.path.lexists(raw):
+            raise FileCollectionError(f"{os.fspath(raw)}: no such file or directory")
+    found: dict[str, str] = {}
+    for raw in paths:
+        path = os.path.normpath(os.fspath(raw))
+        if os.path.isdir(path):
+            real_prefix = os.path.join(os.path.realpath(path), "")
+            prefix = "" if path == "." else os.path.join(path, "")
+            for relative in _files_in_directory(path, file_filter):
+                found.setdefault(real_prefix + relative, prefix + relative)
+        elif os.path.isfile(path) or keep_missing:
+            if force_exclude and _explicit_file_excluded(path, file_filter):
+                continue
+            found.setdefault(os.path.realpath(path), path)
+        else:
+            raise FileCollectionError(f"{path}: not a regular file or directory")
+    return sorted(found.values(), key=lambda file: file.split(os.sep))
+
+
+def _explicit_file_excluded(path: str, file_filter: FileFilter) -> bool:
+    relative = _relative_to_cwd(path)
+    if any(_skipped_dir_name(part) for part in relative.split("/")[:-1]):
+        return True
+    parent = os.path.dirname(os.path.abspath(path))
+    while True:
+        if _is_venv(parent):
+            return True
+        above = os.path.dirname(parent)
+        if above == parent:
+            break
+        parent = above
+    return file_filter.excluded(relative)
+
+
+def _relative_to_cwd(path: str) -> str:
+    absolute = os.path.abspath(path)
+    cwd = os.getcwd()
+    if absolute.startswith(cwd.rstrip(os.sep) + os.sep):
+        return os.path.relpath(absolute, cwd).replace(os.sep, "/")
+    return absolute.replace(os.sep, "/").lstrip("/")
+
+
+def _files_in_directory(root: str, file_filter: FileFilter) -> Iterator[str]:
+    """Relative (posix) paths of the Python files below ``root`` that the filter keeps."""
+    relatives = _git_listing(root)
+    if relatives is None:
+        relatives = _walk(root)
+    for relative in relatives:
+        if relative.endswith(PYTHON_SUFFIXES) and file_filter.keeps(relative):
+            yield relative if os.sep == "/" else relative.replace("/", os.sep)
+
+
+def _git_listing(root: str) -> list[str] | None:
+    """Paths below ``root`` (relative, posix) that git does not ignore, or ``None`` when
+    ``root`` is not inside a git work tree (or is itself ignored, or git is missing)."""
+    command = ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", "."]
+    try:
+        listing = subprocess.run(
+            command, cwd=root, capture_output=True, check=False, env=_git_env()
+        )
+    except OSError:
+        return None
+    if listing.returncode != 0:
+        return None
+    names = [os.fsdecode(name) for name in listing.stdout.split(b"\0") if name]
+    if not names and _git_ignores(root):
+        return None
+    kept = []
+    for name in names:
+        parts = name.split("/")
+        if any(_skipped_dir_name(part) for part in parts[:-1]):
+            continue
+        if any(_is_venv(os.path.join(root, *parts[:depth])) for depth in range(1, len(parts))):
+            continue
+        if os.path.isfile(os.path.join(root, name)):  # tracked but deleted, or a submodule
+            kept.append(name)
+    return kept
+
+
+def _git_ignores(root: str) -> bool:
+    check = subprocess.run(
+        ["git", "check-ignore", "-q", "--", "."], cwd=root, capture_output=True, env=_git_env()
+    )
+    return check.returncode == 0
+
+
+def _git_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("GIT_OPTIONAL_LOCKS", "0")  # a read-only listing must not take index.lock
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):  # set by git hooks
+        env.pop(name, None)
+    return env
+
+
+def _walk(root: str) -> list[str]:
+    found: list[str] = []
+    for directory, subdirectories, files in os.walk(root):
+        subdirectories[:] = [
+            name
+            for name in subdirectories
+            if not _skipped_dir_name(name) and not _is_venv(os.path.join(directory, name))
+        ]
+        relative_dir = os.path.relpath(directory, root)
+        prefix = "" if relative_dir == "." else relative_dir.replace(os.sep, "/") + "/"
+        found.extend(prefix + name for name in files)
+    return found
+
+
+def _skipped_dir_name(name: str) -> bool:
+    return name in SKIPPED_DIR_NAMES
+
+
+@lru_cache(maxsize=4096)
+def _is_venv(directory: str) -> bool:
+    return os.path.isfile(os.path.join(directory, VENV_MARKER))

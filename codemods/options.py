@@ -1,0 +1,36 @@
+"""What a run of the caller codemods is asked to do: the two policies and the hook names.
+
+Kept free of LibCST so that the command line can validate options (and answer ``--version``
+or a run that needs no parsing) without loading the parser.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from codemods.hooks import HookSet
+
+#: Guard codemod: when the layer ids are unset, skip the call or raise a clear ValueError.
+GUARD_POLICIES = ("skip", "raise")
+#: Fallback codemod: under pipeline parallelism, warn and continue or re-raise with a hint.
+FALLBACK_POLICIES = ("warn", "raise")
+
+
+@dataclass(frozen=True)
+class TransformOptions:
+    """How ``migrate`` rewrites: the two policies and any user-added hook names."""
+
+    guard_policy: str = "skip"
+    fallback_policy: str = "warn"
+    extra_hooks: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.guard_policy not in GUARD_POLICIES:
+            raise ValueError(f"unknown guard policy {self.guard_policy!r}")
+        if self.fallback_policy not in FALLBACK_POLICIES:
+            raise ValueError(f"unknown fallback policy {self.fallback_policy!r}")
+        HookSet.with_extra(self.extra_hooks)  # validates the names
+
+    @property
+    def hooks(self) -> HookSet:
+        return HookSet.with_extra(self.extra_hooks)
