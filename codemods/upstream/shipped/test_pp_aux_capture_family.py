@@ -145,6 +145,9 @@ STACK_ATTRIBUTES = {
         gemm_output_zero_allocator_size=0,
     ),
     "NemotronHModel": dict(norm_f=StandInNorm()),
+    "Glm5NextModel": dict(
+        dflash_capture=False, enable_a2a_moe=False, first_k_dense_replace=0
+    ),
     "Qwen3_5ForCausalLM": dict(
         flashinfer_mnnvl_cutedsl_fusion=None, hidden_size=HIDDEN_SIZE
     ),
@@ -185,6 +188,7 @@ def build_model(case, pp_rank: int, pp_size: int, group):
         vocab_size=32,
         tie_word_embeddings=False,
         encoder_only=False,
+        mhc=False,
     )
     config.text_config = config
 
@@ -205,6 +209,7 @@ def build_model(case, pp_rank: int, pp_size: int, group):
     inner.layers_to_capture = []
     inner.norm = StandInNorm()
     inner.embed_tokens = StandInEmbedding()
+    inner.word_embeddings = StandInEmbedding()
     for attribute, value in STACK_ATTRIBUTES.get(inner_cls.__name__, {}).items():
         setattr(inner, attribute, value)
     tuple_name = LAYER_TYPE_TUPLES.get(inner_cls.__name__)
@@ -238,8 +243,12 @@ def run_forward(model, tokens: int, proxy):
     parameters = inspect.signature(model.forward).parameters
     if "pp_proxy_tensors" in parameters:
         kwargs["pp_proxy_tensors"] = None if proxy is None else PPProxyTensors(proxy)
-    # The first stage embeds these ids with the stand-in embedding.
+    # The first stage gets these ids embedded by the stand-in embedding, either from
+    # input_embeds or by its own embedding layer: the same values both ways.
     input_ids = torch.arange(tokens, dtype=torch.long) + 7 * tokens
+    for name in ("input_embeds", "inputs_embeds"):
+        if name in parameters and model.pp_group.is_first_rank:
+            kwargs[name] = StandInEmbedding()(input_ids)
     positions = torch.arange(tokens)
     with torch.no_grad():
         return model.forward(input_ids, positions, _forward_batch(tokens), **kwargs)
