@@ -417,34 +417,51 @@ def migrate(
     show_default=True,
     help="How captures reach the last PP stage.",
 )
+@click.option(
+    "--models",
+    default=None,
+    metavar="NAME,...",
+    help="Only these model files (e.g. llama,qwen3,kimi_linear); default: Kimi-Linear "
+    "and every recognised model with a capture hook.",
+)
 @_branch_options(pr_body=False)
 def upstream_patch(
     sglang_root: str,
     output: str | None,
     pr_body: str | None,
     mode: str,
+    models: str | None,
     branch: str | None,
     base: str | None,
     patch_dir: Path | None,
     allow_dirty: bool,
     author: str | None,
 ) -> None:
-    """Generate the SGLang patch that makes DSPARK aux capture work under pipeline
-    parallelism for Kimi-Linear.  SGLANG_ROOT is an SGLang git checkout or an installed or
-    unpacked package tree; patch paths are relative to it (apply there with git apply).
+    """Generate the SGLang patch that makes aux capture work under pipeline parallelism:
+    Kimi-Linear (DSPARK) and every model whose capture hooks return early on non-last PP
+    ranks (reported one line per model file with a hook).  SGLANG_ROOT is an SGLang git
+    checkout or an installed or unpacked package tree; patch paths are relative to it
+    (apply there with git apply).
 
     With --branch NAME (SGLANG_ROOT in a git work tree), the patch is applied and committed
     on a new branch NAME instead of being printed.
     """
+    from codemods.upstream.cli_support import parse_models, run_upstream_patch
+
+    chosen = parse_models(models)
     request = _branch_request(branch, base, None, patch_dir, allow_dirty, author)
     if request is not None:
         request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
         from codemods.delivery import upstream_generated_on_branch
 
-        _deliver(lambda: upstream_generated_on_branch(sglang_root, mode, request, output))
+        _deliver(
+            lambda: upstream_generated_on_branch(
+                sglang_root, mode, request, output, models=chosen
+            )
+        )
     from codemods.upstream.cli_support import run_upstream_patch
 
-    raise SystemExit(run_upstream_patch(sglang_root, output, pr_body, mode))
+    raise SystemExit(run_upstream_patch(sglang_root, output, pr_body, mode, chosen))
 
 
 @cli.command("validate-pp")

@@ -313,7 +313,11 @@ UPSTREAM_FILE_ROLES = {
 
 
 def upstream_generated_on_branch(
-    sglang_root: str | Path, mode: str, request: BranchRequest, output: str | None = None
+    sglang_root: str | Path,
+    mode: str,
+    request: BranchRequest,
+    output: str | None = None,
+    models: list[str] | None = None,
 ) -> Delivered:
     """``auxcap upstream-patch SGLANG_ROOT --branch NAME``: generate, apply, commit.
 
@@ -327,8 +331,8 @@ def upstream_generated_on_branch(
 
     gitops.preflight(sglang_root, request.branch, request.base, request.author, request.allow_dirty)
     try:
-        result = generate(sglang_root, mode=mode)
-    except (TreeError, MissingModelFile, kimi.UnrecognisedShape) as error:
+        result = generate(sglang_root, mode=mode, models=models)
+    except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError) as error:
         raise UnprocessableFiles(str(error)) from error
     roles = {
         result.model_path: "model",

@@ -21,14 +21,43 @@ def _say(message: str) -> None:
     click.echo(f"auxcap: {message}", err=True)
 
 
-def run_upstream_patch(root: str, output: str | None, pr_body: str | None, mode: str) -> int:
+def parse_models(value: str | None) -> list[str] | None:
+    """``--models llama,qwen3`` -> ``["llama", "qwen3"]`` (file stems; ``.py`` allowed)."""
+    if value is None:
+        return None
+    names = [name.strip().removesuffix(".py") for name in value.split(",") if name.strip()]
+    if not names:
+        raise click.BadParameter("expected model names separated by commas", param_hint="--models")
+    return names
+
+
+def report_family(result) -> None:
+    """One line per model file with a capture hook: patched or not, and why."""
+    plan = result.family
+    if plan is None:
+        return
+    decisions = sorted(plan.decisions.values(), key=lambda d: d.file)
+    patched = [d for d in decisions if d.patched]
+    _say(f"capture-hook family: {len(patched)} of {len(decisions)} model files with a "
+         f"hook patched")
+    for decision in decisions:
+        if decision.patched:
+            hooks = ", ".join(hook for _, _, hs in decision.cases for hook in hs)
+            _say(f"  patched  {decision.file}: {hooks} (capture in {decision.forward})")
+        else:
+            _say(f"  skipped  {decision.file}: {decision.reason}")
+
+
+def run_upstream_patch(root: str, output: str | None, pr_body: str | None, mode: str,
+                       models: list[str] | None = None) -> int:
     try:
-        result = generate(root, mode=mode)
-    except (TreeError, MissingModelFile, kimi.UnrecognisedShape) as err:
+        result = generate(root, mode=mode, models=models)
+    except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError) as err:
         _say(f"error: {err}")
         return 2
     where = result.tree.describe()
-    if result.status == kimi.SUPPORTED:
+    report_family(result)
+    if result.status == kimi.SUPPORTED and not result.changes:
         _say(f"{where}: {result.model_path} already supports DSPARK aux capture under PP; "
              f"no patch written.")
         for note in result.notes:

@@ -1,7 +1,9 @@
 """Build the upstream patch for one SGLang tree: which files change and how.
 
-``generate(root, mode)`` detects the tree (``tree.py``), rewrites
-``srt/models/kimi_linear.py`` (``kimi.py``) and adds two new files:
+``generate(root, mode, models)`` detects the tree (``tree.py``), rewrites
+``srt/models/kimi_linear.py`` (``kimi.py``) and every model file of the capture-hook family
+(``family.py``, ``family_patch.py``: the model files, the glue module and a family test),
+and adds two new files:
 
 * the PP transport module, this package's ``pp_aux_transport.py`` read as package data, at
   ``<package>/srt/distributed/pp_aux_transport.py``;
@@ -21,12 +23,17 @@ from importlib import resources
 from pathlib import Path
 
 from codemods.upstream import kimi
+from codemods.upstream.family import FamilyPlan
+from codemods.upstream.family_patch import family_changes, plan_for_tree
 from codemods.upstream.patchfile import FileChange, changed_paths, render_patch
 from codemods.upstream.tree import SGLangTree, detect_tree
 
 TRANSPORT_RESOURCE = "pp_aux_transport.py"
 TEST_RESOURCE = "templates/test_pp_aux_capture.py"
 TEST_FILENAME = "test_pp_aux_capture.py"
+KIMI_NAME = "kimi_linear"
+#: Status when the tree has no Kimi-Linear file and only the family is patched.
+FAMILY_ONLY = "family_only"
 
 
 class MissingModelFile(FileNotFoundError):
@@ -46,6 +53,8 @@ class UpstreamResult:
     model_path: str
     changes: list[FileChange] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: What the capture-hook family part decided per model file (None: not asked for).
+    family: FamilyPlan | None = None
 
     @property
     def patch(self) -> str:
@@ -64,23 +73,47 @@ class UpstreamResult:
         return self.tree.module_path(kimi.TRANSPORT_MODULE)
 
 
-def generate(root: str | Path, mode: str = "relay") -> UpstreamResult:
-    """Raises ``TreeError``, ``MissingModelFile`` or ``kimi.UnrecognisedShape``."""
+def generate(root: str | Path, mode: str = "relay",
+             models: list[str] | None = None) -> UpstreamResult:
+    """Raises ``TreeError``, ``MissingModelFile``, ``kimi.UnrecognisedShape`` or
+    ``ValueError`` (a name in ``models`` that has no capture hook in the tree).
+
+    ``models`` (file stems, e.g. ``["llama", "kimi_linear"]``) restricts the patch; by
+    default it covers Kimi-Linear and every recognised model of the capture-hook family
+    (``family.py``).  The transport module is added once.
+    """
     tree = detect_tree(root)
+    wanted = None if models is None else list(dict.fromkeys(models))
+    with_kimi = wanted is None or KIMI_NAME in wanted
+    family_names = None if wanted is None else [n for n in wanted if n != KIMI_NAME]
     model_path = tree.module_path(kimi.MODULE)
-    source = tree.read_text(model_path)
-    if source is None:
+    source = tree.read_text(model_path) if with_kimi else None
+
+    family = None
+    if family_names is None or family_names:
+        family = plan_for_tree(tree, family_names)
+    family_changes_ = family_changes(tree, family, mode) if family is not None else []
+
+    if with_kimi and source is None and (wanted is not None or not family_changes_):
         raise MissingModelFile(f"{tree.file(model_path)}: Kimi-Linear model file not found")
-    new_source, analysis = kimi.rewrite(source, str(tree.file(model_path)), mode=mode)
-    result = UpstreamResult(tree, analysis.status, mode, model_path, notes=list(analysis.notes))
-    if analysis.status == kimi.SUPPORTED:
-        return result
-    transport_path = result.transport_path
-    test_path = result.test_path
-    result.changes = [
-        FileChange(model_path, source, new_source),
-        FileChange(transport_path, tree.read_text(transport_path),
-                   package_text(TRANSPORT_RESOURCE)),
-        FileChange(test_path, tree.read_text(test_path), package_text(TEST_RESOURCE)),
-    ]
+    if source is not None:
+        new_source, analysis = kimi.rewrite(source, str(tree.file(model_path)), mode=mode)
+        result = UpstreamResult(tree, analysis.status, mode, model_path,
+                                notes=list(analysis.notes))
+    else:
+        result = UpstreamResult(tree, FAMILY_ONLY, mode, model_path)
+        if with_kimi:
+            result.notes.append(f"{model_path} not found; Kimi-Linear not patched")
+    result.family = family
+    if source is not None and result.status != kimi.SUPPORTED:
+        transport_path = result.transport_path
+        test_path = result.test_path
+        result.changes = [
+            FileChange(model_path, source, new_source),
+            FileChange(transport_path, tree.read_text(transport_path),
+                       package_text(TRANSPORT_RESOURCE)),
+            FileChange(test_path, tree.read_text(test_path), package_text(TEST_RESOURCE)),
+        ]
+    present = {change.path for change in result.changes}
+    result.changes += [change for change in family_changes_ if change.path not in present]
     return result

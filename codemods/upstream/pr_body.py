@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from codemods.upstream import kimi
+from codemods.upstream.family_report import pr_section
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.pp_aux_transport import AuxCapturePlan
 
@@ -101,9 +102,22 @@ def render(result: UpstreamResult, patch_name: str | None = None) -> str:
     )
     files = "\n".join(f"- `{path}`" for path in result.changed)
     other_mode = "direct" if mode == "relay" else "relay"
+    family_cmd = (
+        f"cd {tree.tests} && python3 -m unittest test_pp_aux_capture_family"
+        if tree.kind == "checkout"
+        else "python3 -m unittest sglang.test.test_pp_aux_capture_family"
+    )
+    family = pr_section(result.family, family_cmd)
+    title = "# [PP] Kimi-Linear: carry DSPARK aux hidden states across pipeline stages"
+    if family:
+        count = len(result.family.patched)
+        title = (
+            f"# [PP] Carry aux hidden states across pipeline stages: Kimi-Linear "
+            f"(DSPARK) and {count} EAGLE3/DFlash models"
+        )
     capture_bytes = EXAMPLE_HIDDEN * EXAMPLE_DTYPE_BYTES
     return f"""\
-# [PP] Kimi-Linear: carry DSPARK aux hidden states across pipeline stages
+{title}
 
 ## Motivation
 
@@ -174,7 +188,7 @@ CUDA-graph runners preallocate the `PPProxyTensors` buffers of non-first stages 
 with CUDA graphs disabled on non-first stages; with graphs enabled the last stage fails
 loudly (`RuntimeError` naming the missing layers) rather than returning fewer features.
 
-## Test plan
+{family}## Test plan
 
 - [x] New CPU multi-process unittest (gloo, 2 and 3 stages, relay and direct, an empty
   microbatch), comparing the last stage's captures with a PP=1 run via `torch.equal`:

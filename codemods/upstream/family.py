@@ -1,0 +1,360 @@
+"""The family patch: every SGLang model whose capture hooks drop aux captures under PP.
+
+Most SGLang causal-LM classes define ``set_eagle3_layers_to_capture`` /
+``set_dflash_layers_to_capture`` / ... as ``if not self.pp_group.is_last_rank: return``
+followed by storing the capture ids on the decoder stack.  Under PP only the last stage
+then captures, so the drafter silently gets fewer aux states than it was trained on (or
+the last stage crashes unpacking a tuple when it owns none of the captures).
+
+``plan_family(models_dir)`` looks at every model file with a capture hook, follows each
+hook to the decoder-stack forward that does the capturing (possibly in another file,
+e.g. ``qwen3.py`` -> ``Qwen2Model.forward`` in ``qwen2.py``), and decides per file
+whether it can be patched, and why not when it cannot.  ``FamilyPlan.rewritten()`` gives
+the new text of every touched file: hooks no longer return early but attach the PP aux
+transport, forwards hand captures to the next stage and gather them on the last one.
+Model semantics are kept: same ids, same default layers, same order (ascending layer
+id, as the layer loop appends them), same capture point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from codemods.upstream.family_rewrite import rewrite_module
+from codemods.upstream.family_shapes import (
+    ForwardShape,
+    ModuleShapes,
+    SetterShape,
+    analyse,
+    unpacks_stack_output,
+)
+
+MODELS_PACKAGE = "sglang.srt.models"
+#: Text every file with a capture hook or a capture forward contains.
+_PREFILTER = ("_layers_to_capture", "_is_layer_to_capture")
+
+
+@dataclass(frozen=True)
+class ForwardRef:
+    file: str
+    class_name: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.class_name}.forward"
+
+
+@dataclass(frozen=True)
+class FileDecision:
+    """What the family patch does with one model file that defines a capture hook."""
+
+    file: str
+    hooks: tuple[str, ...]  # "Class.hook" for every hook defined in the file
+    early_return: tuple[str, ...]  # the hooks among them that return early off the last rank
+    patched: bool
+    reason: str
+    forward: ForwardRef | None = None
+    capture_kinds: tuple[str, ...] = ()
+    #: (causal-LM class, decoder-stack class as named in this file, patched hooks)
+    cases: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    #: The handoff: ``PPProxyTensors({...})`` ("dict") or ``PPProxyTensors(name)``.
+    proxy_arg: str | None = None
+    #: The last stage also captures its own output (the id past the last layer).
+    final_capture: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.file.removesuffix(".py")
+
+
+@dataclass
+class FamilyPlan:
+    models_dir: Path
+    decisions: dict[str, FileDecision]
+    #: file -> hooks to rewrite / forwards to rewrite in that file
+    setter_edits: dict[str, list[SetterShape]] = field(default_factory=dict)
+    forward_edits: dict[str, list[ForwardShape]] = field(default_factory=dict)
+    modules: dict[str, cst.Module] = field(default_factory=dict, repr=False)
+
+    @property
+    def patched(self) -> list[str]:
+        return sorted(f for f, d in self.decisions.items() if d.patched)
+
+    @property
+    def touched_files(self) -> list[str]:
+        return sorted(set(self.setter_edits) | set(self.forward_edits))
+
+    def select(self, names: list[str] | None) -> "FamilyPlan":
+        """The plan restricted to the given model names (file stems); forwards they
+        depend on stay in, since the hooks need them."""
+        if not names:
+            return self
+        wanted = {name.removesuffix(".py") for name in names}
+        unknown = wanted - {d.name for d in self.decisions.values()}
+        if unknown:
+            raise ValueError(
+                f"no model file with a capture hook named: {', '.join(sorted(unknown))}"
+            )
+        decisions = {}
+        for file, decision in self.decisions.items():
+            if decision.name in wanted:
+                decisions[file] = decision
+        setter_edits = {
+            f: e for f, e in self.setter_edits.items() if f.removesuffix(".py") in wanted
+        }
+        needed = {
+            (d.forward.file, d.forward.class_name)
+            for d in decisions.values()
+            if d.patched and d.forward is not None
+        }
+        forward_edits: dict[str, list[ForwardShape]] = {}
+        for file, shapes in self.forward_edits.items():
+            kept = [shape for shape in shapes if (file, shape.class_name) in needed]
+            if kept:
+                forward_edits[file] = kept
+        return FamilyPlan(self.models_dir, decisions, setter_edits, forward_edits, self.modules)
+
+    def rewritten(self) -> dict[str, str]:
+        """``file -> new text`` for every file the patch touches."""
+        result = {}
+        for file in self.touched_files:
+            module = self.modules[file]
+            updated = rewrite_module(
+                module, self.setter_edits.get(file, []), self.forward_edits.get(file, [])
+            )
+            result[file] = updated.code
+        return result
+
+
+class _Corpus:
+    """Parsed model files, loaded on demand (parsing is the expensive part)."""
+
+    def __init__(self, models_dir: Path) -> None:
+        self.models_dir = models_dir
+        self.modules: dict[str, cst.Module] = {}
+        self.shapes: dict[str, ModuleShapes] = {}
+
+        self.errors: dict[str, str] = {}
+
+    def get(self, file: str) -> ModuleShapes | None:
+        if file not in self.shapes:
+            path = self.models_dir / file
+            if file in self.errors or not path.is_file():
+                return None
+            try:
+                module = cst.parse_module(path.read_bytes())
+            except cst.ParserSyntaxError as error:
+                self.errors[file] = f"cannot parse: line {error.raw_line}: {error.message}"
+                return None
+            self.modules[file] = module
+            self.shapes[file] = analyse(module)
+        return self.shapes[file]
+
+
+def candidate_files(models_dir: Path) -> list[str]:
+    """Model files that mention capture ids at all (cheap text filter)."""
+    return sorted(
+        path.name
+        for path in models_dir.glob("*.py")
+        if any(word in path.read_text(encoding="utf-8", errors="replace") for word in _PREFILTER)
+    )
+
+
+#: Model files another rewriter owns: reported, never rewritten by the family patch.
+OWNED_ELSEWHERE = {
+    "kimi_linear.py": "rewritten by the Kimi-Linear rewriter (DSPARK, raises under PP)",
+}
+
+
+def plan_family(models_dir: Path | str, only: list[str] | None = None) -> FamilyPlan:
+    """Decide, for every model file with a capture hook (or those named in ``only``, as
+    file stems), whether and how to patch it.  Files the decisions depend on (a base
+    class's forward in another file) are read as needed."""
+    models_dir = Path(models_dir)
+    if not models_dir.is_dir():
+        raise FileNotFoundError(f"{models_dir}: not a directory")
+    corpus = _Corpus(models_dir)
+    plan = FamilyPlan(models_dir, {}, modules=corpus.modules)
+    files = candidate_files(models_dir)
+    if only is not None:
+        wanted = {name.removesuffix(".py") for name in only}
+        files = [file for file in files if file.removesuffix(".py") in wanted]
+    for file in files:
+        shapes = corpus.get(file)
+        if file in corpus.errors:
+            plan.decisions[file] = FileDecision(file, (), (), False, corpus.errors[file])
+            continue
+        if shapes is None or not shapes.setters:
+            continue
+        if file in OWNED_ELSEWHERE:
+            hooks = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters)
+            early = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters if s.early_return)
+            plan.decisions[file] = FileDecision(file, hooks, early, False, OWNED_ELSEWHERE[file])
+            continue
+        plan.decisions[file] = _decide(file, shapes, corpus, plan)
+    return plan
+
+
+def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) -> FileDecision:
+    hooks = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters)
+    early = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters if s.early_return)
+
+    def keep(reason: str, forward: ForwardRef | None = None,
+             shape: ForwardShape | None = None) -> FileDecision:
+        if shape is None:
+            return FileDecision(file, hooks, early, False, reason, forward)
+        return FileDecision(file, hooks, early, False, reason, forward, shape.capture_kinds,
+                            proxy_arg=shape.proxy_arg, final_capture=shape.final_capture)
+
+    if not early:
+        return keep("no hook returns early on non-last PP ranks")
+    candidates = [s for s in shapes.setters if s.early_return]
+    problems = [f"{s.hook}: {s.problem}" for s in candidates if s.problem]
+    if problems:
+        return keep("; ".join(problems))
+    targets: dict[tuple[str, str], ForwardShape] = {}
+    stacks: dict[str, str] = {}
+    for setter in candidates:
+        found = _resolve_forward(file, shapes, setter, corpus)
+        if isinstance(found, str):
+            return keep(f"{setter.hook}: {found}")
+        stack_class, ref_file, forward = found
+        stacks[setter.class_name] = stack_class
+        outer = _class_node(corpus.modules[file], setter.class_name)
+        unpacked = unpacks_stack_output(outer, setter.receiver) if outer else None
+        if unpacked is not None:
+            return keep(
+                f"{setter.class_name}.forward does `{unpacked}` with capture off, which "
+                f"fails on non-last PP ranks (PPProxyTensors) before any capture matters"
+            )
+        for method in setter.receiver_calls:
+            if not _defines(file, stack_class, method, corpus, depth=0):
+                return keep(
+                    f"{setter.hook}: calls {setter.receiver}.{method}, which "
+                    f"{stack_class} does not define (fails with PP=1 too)"
+                )
+        if not forward.recognised:
+            return keep(
+                f"{ref_file}:{forward.class_name}.forward: {forward.problem}",
+                ForwardRef(ref_file, forward.class_name),
+                forward,
+            )
+        targets[(ref_file, forward.class_name)] = forward
+    if len(targets) != 1:
+        return keep("hooks of this file reach different decoder stacks")
+    (ref_file, class_name), forward = next(iter(targets.items()))
+    plan.setter_edits.setdefault(file, []).extend(candidates)
+    edits = plan.forward_edits.setdefault(ref_file, [])
+    if all(shape.class_name != class_name for shape in edits):
+        edits.append(forward)
+    cases = tuple(
+        (
+            outer,
+            stacks[outer],
+            tuple(s.hook for s in candidates if s.class_name == outer),
+        )
+        for outer in dict.fromkeys(s.class_name for s in candidates)
+    )
+    return FileDecision(
+        file,
+        hooks,
+        early,
+        True,
+        "patched",
+        ForwardRef(ref_file, class_name),
+        forward.capture_kinds,
+        cases,
+        proxy_arg=forward.proxy_arg,
+        final_capture=forward.final_capture,
+    )
+
+
+def _resolve_forward(
+    file: str, shapes: ModuleShapes, setter: SetterShape, corpus: _Corpus
+) -> tuple[str, str, ForwardShape] | str:
+    """(decoder-stack class, file of its capture forward, that forward) for ``setter``'s
+    receiver, or why it was not found."""
+    receiver = setter.receiver or ""
+    if not receiver.startswith("self.") or receiver.count(".") != 1:
+        return f"capture ids go to `{receiver}`, not a direct submodule"
+    attribute = receiver.split(".", 1)[1]
+    owner = shapes.classes.get(setter.class_name)
+    class_name = owner.submodules.get(attribute) if owner else None
+    if class_name is None:
+        local = [f for f in shapes.forwards]
+        if len(local) == 1:
+            return local[0].class_name, file, local[0]
+        return f"cannot tell which class `{receiver}` is"
+    found = _find_forward(file, class_name, corpus, depth=0)
+    return found if isinstance(found, str) else (class_name, *found)
+
+
+def _find_forward(
+    file: str, class_name: str, corpus: _Corpus, depth: int
+) -> tuple[str, ForwardShape] | str:
+    if depth > 6:
+        return f"{class_name}: base classes nest too deeply"
+    shapes = corpus.get(file)
+    if shapes is None:
+        return f"{file} not found"
+    if "." in class_name:
+        # ``module.Class`` with ``from sglang.srt.models import module``
+        alias, name = class_name.rsplit(".", 1)
+        source = shapes.imports.get(alias)
+        if source is None or source[0] != MODELS_PACKAGE:
+            return f"`{class_name}` is not a class of a model file"
+        return _find_forward(source[1] + ".py", name, corpus, depth + 1)
+    info = shapes.classes.get(class_name)
+    if info is None:
+        source = shapes.imports.get(class_name)
+        if source is None or not source[0].startswith(MODELS_PACKAGE + "."):
+            return f"`{class_name}` is not defined in a model file"
+        return _find_forward(source[0].rsplit(".", 1)[1] + ".py", source[1], corpus, depth + 1)
+    for forward in shapes.forwards:
+        if forward.class_name == class_name:
+            return file, forward
+    if info.has_forward:
+        return f"{file}:{class_name}.forward does not read the capture ids"
+    for base in info.bases:
+        found = _find_forward(file, base.split(".")[-1], corpus, depth + 1)
+        if not isinstance(found, str):
+            return found
+    return f"{file}:{class_name} has no forward that captures"
+
+
+def _defines(file: str, class_name: str, method: str, corpus: _Corpus, depth: int) -> bool:
+    """Whether ``class_name`` (as named in ``file``) or a base defines ``method``.
+
+    Classes outside the model files (e.g. ``nn.Module``) are taken not to."""
+    if depth > 6:
+        return False
+    shapes = corpus.get(file)
+    if shapes is None:
+        return False
+    if "." in class_name:
+        alias, name = class_name.rsplit(".", 1)
+        source = shapes.imports.get(alias)
+        if source is None or source[0] != MODELS_PACKAGE:
+            return False
+        return _defines(source[1] + ".py", name, method, corpus, depth + 1)
+    info = shapes.classes.get(class_name)
+    if info is None:
+        source = shapes.imports.get(class_name)
+        if source is None or not source[0].startswith(MODELS_PACKAGE + "."):
+            return False
+        return _defines(source[0].rsplit(".", 1)[1] + ".py", source[1], method, corpus, depth + 1)
+    if method in info.methods:
+        return True
+    return any(
+        _defines(file, base.split(".")[-1] if "." not in base else base, method, corpus, depth + 1)
+        for base in info.bases
+    )
+
+
+def _class_node(module: cst.Module, name: str) -> cst.ClassDef | None:
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef) and statement.name.value == name:
+            return statement
+    return None

@@ -1,0 +1,102 @@
+"""File changes of the family patch for one SGLang tree.
+
+The patch holds the rewritten model files, the PP aux transport module (once), the
+model-side glue that the rewritten files call (``pp_aux_capture.py``, next to the
+transport), and a CPU multi-process test covering every patched model.  The glue and
+the test are kept under ``codemods/upstream/shipped/``; the test's model list is
+generated from the plan.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from codemods.upstream.family import FamilyPlan, plan_family
+from codemods.upstream.patchfile import FileChange
+from codemods.upstream.tree import SGLangTree
+
+UPSTREAM_DIR = Path(__file__).resolve().parent
+SHIPPED_DIR = UPSTREAM_DIR / "shipped"
+TRANSPORT_SOURCE = UPSTREAM_DIR / "pp_aux_transport.py"
+GLUE_SOURCE = SHIPPED_DIR / "pp_aux_capture.py"
+TEST_TEMPLATE = SHIPPED_DIR / "test_pp_aux_capture_family.py"
+
+TRANSPORT_MODULE = "sglang.srt.distributed.pp_aux_transport"
+GLUE_MODULE = "sglang.srt.distributed.pp_aux_capture"
+TEST_FILE = "test_pp_aux_capture_family.py"
+CASES_MARKER = "    # @@FAMILY_CASES@@\n"
+
+
+def models_dir(tree: SGLangTree) -> Path:
+    return tree.file(tree.module_path("sglang.srt.models.__init__")).parent
+
+
+def plan_for_tree(tree: SGLangTree, models: list[str] | None = None) -> FamilyPlan:
+    """The family plan of ``tree``; ``models`` (file stems) restricts it, and a name
+    without a capture hook in the tree is an error (``ValueError``)."""
+    return plan_family(models_dir(tree), only=models).select(models)
+
+
+def render_cases(plan: FamilyPlan) -> str:
+    """The ``FAMILY`` entries of the test file, black-formatted."""
+    lines = []
+    for decision in sorted(plan.decisions.values(), key=lambda d: d.file):
+        if not decision.patched:
+            continue
+        for outer, stack, hooks in decision.cases:
+            hook_text = ", ".join(f'"{hook}"' for hook in hooks)
+            if len(hooks) == 1:
+                hook_text += ","
+            lines += [
+                "    (",
+                f'        "{decision.name}",',
+                f'        "{outer}",',
+                f'        "{stack}",',
+                f"        ({hook_text}),",
+                "    ),",
+            ]
+    return "".join(line + "\n" for line in lines)
+
+
+def render_test(plan: FamilyPlan) -> str:
+    template = TEST_TEMPLATE.read_text(encoding="utf-8")
+    if CASES_MARKER not in template:
+        raise RuntimeError(f"{TEST_TEMPLATE}: marker {CASES_MARKER.strip()!r} missing")
+    return template.replace(CASES_MARKER, render_cases(plan))
+
+
+MODE_LINE = 'DEFAULT_MODE = "relay"\n'
+
+
+def render_glue(mode: str = "relay") -> str:
+    """The glue module with ``mode`` as its default transport mode."""
+    if mode not in ("relay", "direct"):
+        raise ValueError(f"mode must be relay or direct, got {mode!r}")
+    text = GLUE_SOURCE.read_text(encoding="utf-8")
+    if MODE_LINE not in text:
+        raise RuntimeError(f"{GLUE_SOURCE}: {MODE_LINE.strip()!r} missing")
+    return text.replace(MODE_LINE, f'DEFAULT_MODE = "{mode}"\n')
+
+
+def shipped_file(tree: SGLangTree, module: str, text: str) -> FileChange:
+    path = tree.module_path(module)
+    return FileChange(path, tree.read_text(path), text)
+
+
+def family_changes(
+    tree: SGLangTree, plan: FamilyPlan, mode: str = "relay"
+) -> list[FileChange]:
+    """Every file change of the family patch (unchanged files are left out)."""
+    rewritten = plan.rewritten()
+    if not rewritten:
+        return []
+    changes = []
+    for file, text in sorted(rewritten.items()):
+        path = tree.module_path(f"sglang.srt.models.{file.removesuffix('.py')}")
+        changes.append(FileChange(path, tree.read_text(path), text))
+    transport = TRANSPORT_SOURCE.read_text(encoding="utf-8")
+    changes.append(shipped_file(tree, TRANSPORT_MODULE, transport))
+    changes.append(shipped_file(tree, GLUE_MODULE, render_glue(mode)))
+    test_path = tree.test_path(TEST_FILE)
+    changes.append(FileChange(test_path, tree.read_text(test_path), render_test(plan)))
+    return [change for change in changes if change.changed]

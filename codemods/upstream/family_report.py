@@ -1,0 +1,121 @@
+"""Reports of the capture-hook family: a JSON-able survey and Markdown tables.
+
+``survey(plan)`` lists, for every model file with a capture hook, its hooks, which of them
+return early off the last PP rank, the decoder-stack forward that does the capturing and
+how it captures, and whether the family patch rewrites the file (and why not).
+``markdown_table`` renders the same for the README and the pull-request description.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from codemods.upstream.family import FamilyPlan
+
+#: How each capture kind is described in tables.
+CAPTURE_KINDS = {
+    "loop-append": "appended in the layer loop",
+    "layer-kwarg": "handed to the layer (`captured_last_layer_outputs`)",
+    "layer-flag": "layer flag `_is_layer_to_capture`",
+    "boundaries": "layer boundaries (`start_layer`, then `i + 1` after layer `i`)",
+}
+
+
+def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
+    """One record per model file with a capture hook, sorted by file name."""
+    records = []
+    for decision in sorted(plan.decisions.values(), key=lambda d: d.file):
+        records.append(
+            {
+                "file": decision.file,
+                "hooks": list(decision.hooks),
+                "early_return": list(decision.early_return),
+                "patched": decision.patched,
+                "reason": decision.reason,
+                "capture_forward": str(decision.forward) if decision.forward else None,
+                "capture_kinds": list(decision.capture_kinds),
+                "handoff": (
+                    f"PPProxyTensors({'{...}' if decision.proxy_arg == 'dict' else 'name'})"
+                    if decision.proxy_arg
+                    else None
+                ),
+                "last_stage_captures_output": decision.final_capture,
+                "cases": [
+                    {"class": outer, "stack": stack, "hooks": list(hooks)}
+                    for outer, stack, hooks in decision.cases
+                ],
+            }
+        )
+    return records
+
+
+def _hook_names(qualified: tuple[str, ...]) -> str:
+    names = dict.fromkeys(name.split(".", 1)[1] for name in qualified)
+    return ", ".join(f"`{name.removeprefix('set_').removesuffix('_layers_to_capture')}`"
+                     for name in names)
+
+
+def markdown_table(plan: FamilyPlan, validated: dict[str, str] | None = None) -> str:
+    """Markdown table: file, hooks, early return, patched (or why not), validated.
+
+    ``validated`` maps file stems to a short description of the validation that passed
+    (e.g. "2+3 stages, relay+direct"); files missing from it show "no".
+    """
+    validated = validated or {}
+    rows = [
+        "| model file | hooks | returns early off the last rank | patched | validated |",
+        "|---|---|---|---|---|",
+    ]
+    for decision in sorted(plan.decisions.values(), key=lambda d: d.file):
+        early = _hook_names(decision.early_return) if decision.early_return else "no"
+        if decision.patched:
+            kinds = "; ".join(CAPTURE_KINDS.get(k, k) for k in decision.capture_kinds)
+            patched = f"yes ({kinds}; forward `{decision.forward}`)"
+        else:
+            patched = "no: " + decision.reason.replace("|", "\\|")
+        check = validated.get(decision.name, "no") if decision.patched else "-"
+        rows.append(
+            f"| `{decision.file}` | {_hook_names(decision.hooks) or '-'} | {early} | "
+            f"{patched} | {check} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def coverage_line(plan: FamilyPlan) -> str:
+    with_early = [d for d in plan.decisions.values() if d.early_return]
+    patched = [d for d in with_early if d.patched]
+    return (
+        f"{len(patched)} of {len(with_early)} model files whose hooks return early on "
+        f"non-last PP ranks are patched ({len(plan.decisions)} files define a hook)."
+    )
+
+
+def pr_section(plan: FamilyPlan | None, test_cmd: str) -> str:
+    """The pull-request section on the capture-hook family ("" when not patched)."""
+    if plan is None or not plan.patched:
+        return ""
+    patched = [d for d in sorted(plan.decisions.values(), key=lambda d: d.file) if d.patched]
+    files = ", ".join(f"`{d.file}`" for d in patched)
+    return f"""\
+## Models whose capture hooks returned early off the last rank
+
+{len(patched)} more model files ({files}) define `set_eagle3_layers_to_capture` /
+`set_dflash_layers_to_capture` as `if not self.pp_group.is_last_rank: return`, so under
+PP only the last stage captured: the drafter silently got fewer aux states than it was
+trained on, or the last stage failed unpacking `(hidden_states, aux_hidden_states)` when
+it owned none of the capture layers.  Each hook now stores the ids on every rank and
+attaches the same transport (`attach_pp_aux_transport`, new
+`sglang/srt/distributed/pp_aux_capture.py`); the decoder-stack forward adds its captures
+to the `PPProxyTensors` handoff (`pp_aux_outgoing`) and the last stage gathers all of them
+(`pp_aux_collect`).  Ids, default layers (EAGLE3's `None` -> `[2, n // 2, n - 3]`), order
+(ascending layer id) and capture point (start of layer `i`) are each model's own; with
+PP=1 nothing changes.  `SGLANG_PP_AUX_TRANSPORT=relay|direct` selects the mode at run
+time.
+
+{coverage_line(plan)}
+
+{markdown_table(plan)}
+Test: `{test_cmd}` (CPU, gloo, 2 and 3 stages, relay and direct; every model's real
+hooks and forward with stand-in decoder layers, compared with PP=1 via `torch.equal`).
+
+"""

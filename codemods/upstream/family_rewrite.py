@@ -1,0 +1,245 @@
+"""LibCST rewrites that make one model file keep its aux captures under PP.
+
+Capture hook (``set_<x>_layers_to_capture`` on the causal-LM class), before::
+
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        if not self.pp_group.is_last_rank:
+            return
+
+        self.capture_aux_hidden_states = True
+        self.model.layers_to_capture = [val + 1 for val in layer_ids]
+
+after (every rank stores the ids and gets a transport; only the last stage keeps the
+flag that makes ``forward`` unpack ``(hidden_states, aux_hidden_states)``)::
+
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        self.capture_aux_hidden_states = True
+        self.model.layers_to_capture = [val + 1 for val in layer_ids]
+        attach_pp_aux_transport(self.model, self.pp_group)
+        if not self.pp_group.is_last_rank:
+            # ...
+            self.capture_aux_hidden_states = False
+
+Decoder-stack forward, before::
+
+        if not self.pp_group.is_last_rank:
+            return PPProxyTensors({"hidden_states": hidden_states, "residual": residual})
+        ...
+        if len(aux_hidden_states) == 0:
+
+after (non-last stages add their captures to the handoff; the last stage gathers them
+all, so it returns ``(hidden_states, aux_hidden_states)`` even when it owns none)::
+
+        if not self.pp_group.is_last_rank:
+            return PPProxyTensors(
+                {
+                    "hidden_states": hidden_states,
+                    "residual": residual,
+                    **pp_aux_outgoing(self, aux_hidden_states, pp_proxy_tensors),
+                }
+            )
+        ...
+        aux_hidden_states = pp_aux_collect(
+            self, aux_hidden_states, pp_proxy_tensors, hidden_states
+        )
+        if len(aux_hidden_states) == 0:
+
+Nothing else in the file changes; inserted code is black (88) formatted and the import
+goes where isort puts it.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from codemods.upstream.imports import add_from_import
+from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, render_call
+from codemods.upstream.family_shapes import (
+    ForwardShape,
+    SetterShape,
+    code_of,
+    early_return_of,
+    non_last_return_index,
+    proxy_return_of,
+    split_docstring,
+)
+
+GLUE_MODULE = "sglang.srt.distributed.pp_aux_capture"
+ATTACH = "attach_pp_aux_transport"
+OUTGOING = "pp_aux_outgoing"
+COLLECT = "pp_aux_collect"
+
+#: Indentation of a method body and of a block directly inside it (black, 4 spaces).
+METHOD_INDENT = 8
+BLOCK_INDENT = 12
+
+FLAG_RESET_COMMENT = (
+    "# Earlier stages hand their captures to the next stage; only the last\n"
+    "# stage returns (hidden_states, aux_hidden_states)."
+)
+
+
+class FamilyRewriteError(ValueError):
+    """A shape that analysis accepted could not be rewritten (a bug, reported per file)."""
+
+
+def rewrite_module(
+    module: cst.Module,
+    setters: list[SetterShape],
+    forwards: list[ForwardShape],
+) -> cst.Module:
+    """Rewrite the given hooks and forwards of ``module``; everything else is kept."""
+    transformer = _FamilyTransformer(setters, forwards)
+    updated = module.visit(transformer)
+    missing = transformer.expected - transformer.done
+    if missing:
+        raise FamilyRewriteError(f"did not find {', '.join(sorted(missing))}")
+    names = []
+    if setters:
+        names.append(ATTACH)
+    if forwards:
+        names.extend([COLLECT, OUTGOING])
+    return add_from_import(updated, GLUE_MODULE, names) if names else updated
+
+
+class _FamilyTransformer(cst.CSTTransformer):
+    def __init__(self, setters: list[SetterShape], forwards: list[ForwardShape]) -> None:
+        self.setters = {(s.class_name, s.hook): s for s in setters}
+        self.forwards = {f.class_name: f for f in forwards}
+        self.expected = {f"{c}.{h}" for c, h in self.setters} | {
+            f"{c}.forward" for c in self.forwards
+        }
+        self.done: set[str] = set()
+        self._classes: list[str] = []
+        self._effective: dict[str, cst.FunctionDef] = {}
+        self._depth = 0
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        self._classes.append(node.name.value)
+        # A name defined twice in a class body: the last definition is the method.
+        self._effective = {
+            statement.name.value: statement
+            for statement in node.body.body
+            if isinstance(statement, cst.FunctionDef)
+        }
+        return True
+
+    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+        self._classes.pop()
+        return updated
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self._depth += 1
+        return False  # nothing nested needs visiting
+
+    def leave_FunctionDef(
+        self, original: cst.FunctionDef, updated: cst.FunctionDef
+    ) -> cst.FunctionDef:
+        self._depth -= 1
+        if len(self._classes) != 1 or self._depth != 0:
+            return updated
+        if self._effective.get(original.name.value) is not original:
+            return updated
+        class_name = self._classes[0]
+        setter = self.setters.get((class_name, original.name.value))
+        if setter is not None:
+            self.done.add(f"{class_name}.{setter.hook}")
+            return rewrite_setter(updated, setter)
+        forward = self.forwards.get(class_name)
+        if forward is not None and original.name.value == "forward":
+            self.done.add(f"{class_name}.forward")
+            return rewrite_forward(updated, forward)
+        return updated
+
+
+def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
+    """Drop the non-last-rank early return; attach the transport at the end."""
+    early = early_return_of(fn)
+    if early is None or shape.receiver is None or shape.pp_group is None:
+        raise FamilyRewriteError(f"{shape.class_name}.{shape.hook} has no early return")
+    docstring, rest = split_docstring(list(fn.body.body))
+    rest = rest[1:]
+    if not rest:
+        raise FamilyRewriteError(f"{shape.class_name}.{shape.hook} has nothing after the return")
+    # Comments above the removed return describe the hook: keep them.
+    leading = list(early.leading_lines) + _comments_only(rest[0].leading_lines)
+    rest[0] = rest[0].with_changes(leading_lines=leading)
+    pad = " " * METHOD_INDENT
+    lines = render_call(pad, "", Call(ATTACH, (shape.receiver, shape.pp_group)))
+    if shape.flags:
+        lines.append(f"{pad}if not {shape.pp_group}.is_last_rank:")
+        lines += [f"{pad}    {line}" for line in FLAG_RESET_COMMENT.splitlines()]
+        lines += [f"{pad}    self.{flag} = False" for flag in shape.flags]
+    added = parse_statements(lines_to_text(lines), pad)
+    return fn.with_changes(body=fn.body.with_changes(body=docstring + rest + added))
+
+
+def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
+    """Add this stage's captures to the handoff; gather all of them on the last stage."""
+    body = list(fn.body.body)
+    index = non_last_return_index(body)
+    if index is None or shape.aux_name is None or shape.proxy_param is None:
+        raise FamilyRewriteError(f"{shape.class_name}.forward has no PP handoff")
+    extra = ("boundaries=True",) if "boundaries" in shape.capture_kinds else ()
+    outgoing = Call(OUTGOING, ("self", shape.aux_name, shape.proxy_param, *extra))
+    handoff: cst.If = body[index]
+    handoff_body = list(handoff.body.body)
+    returned = proxy_return_of(handoff)
+    argument = returned.value.args[0].value
+    block_pad = " " * BLOCK_INDENT
+    if isinstance(argument, cst.Dict):
+        replaced = parse_statements(_proxy_return_text(argument, outgoing), block_pad)[0]
+        handoff_body[-1] = replaced.with_changes(leading_lines=handoff_body[-1].leading_lines)
+    else:
+        update = Call(f"{code_of(argument)}.update", (outgoing,))
+        update_text = lines_to_text(render_call(block_pad, "", update))
+        (statement,) = parse_statements(update_text, block_pad)
+        # The new statement takes the blank lines / comments that preceded the return.
+        handoff_body.insert(
+            len(handoff_body) - 1,
+            statement.with_changes(leading_lines=handoff_body[-1].leading_lines),
+        )
+        handoff_body[-1] = handoff_body[-1].with_changes(leading_lines=[])
+    body[index] = handoff.with_changes(body=handoff.body.with_changes(body=handoff_body))
+
+    position = shape.collect_before if shape.collect_before is not None else index + 1
+    if position >= len(body):
+        raise FamilyRewriteError(f"{shape.class_name}.forward ends at the PP handoff")
+    pad = " " * METHOD_INDENT
+    collect = Call(
+        COLLECT, ("self", shape.aux_name, shape.proxy_param, "hidden_states", *extra)
+    )
+    (collect_statement,) = parse_statements(
+        lines_to_text(render_call(pad, f"{shape.aux_name} = ", collect)), pad
+    )
+    following = body[position]
+    blank, comments = _split_leading(following.leading_lines)
+    body.insert(position, collect_statement.with_changes(leading_lines=blank))
+    body[position + 1] = following.with_changes(leading_lines=comments)
+    return fn.with_changes(body=fn.body.with_changes(body=body))
+
+
+def _proxy_return_text(argument: cst.Dict, outgoing: Call) -> str:
+    """``return PPProxyTensors({...})`` with the outgoing captures spliced in, laid out as
+    black lays out a dict that no longer fits on one line (one entry per line)."""
+    pad = " " * BLOCK_INDENT
+    entry_pad = pad + " " * 8
+    lines = [f"{pad}return PPProxyTensors(", f"{pad}    {{"]
+    for element in argument.elements:
+        lines.append(f"{entry_pad}{code_of(element.key)}: {code_of(element.value)},")
+    lines += render_call(entry_pad, "**", outgoing, ",")
+    lines += [f"{pad}    }}", f"{pad})"]
+    return lines_to_text(lines)
+
+
+def _comments_only(lines) -> list[cst.EmptyLine]:
+    return [line for line in lines if line.comment is not None]
+
+
+def _split_leading(lines) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
+    lines = list(lines)
+    split = 0
+    while split < len(lines) and lines[split].comment is None:
+        split += 1
+    return lines[:split], lines[split:]

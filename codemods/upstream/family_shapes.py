@@ -1,0 +1,673 @@
+"""Recognise the shapes of SGLang model code that drop aux captures under PP.
+
+Read-only analysis of one parsed model file.  Two shapes matter:
+
+* a **capture hook** (``set_<x>_layers_to_capture``) on the causal-LM class that starts
+  with ``if not <pp group>.is_last_rank: return`` and then stores the capture ids on a
+  submodule (``self.model.layers_to_capture = ...`` or
+  ``self.model.set_<x>_layers_to_capture(...)``);
+* a **decoder-stack forward** that collects ``aux_hidden_states`` at the start of layer
+  ``i`` for ``i in self.layers_to_capture`` (appended in the loop, or handed to the layer
+  as ``captured_last_layer_outputs``) and returns ``PPProxyTensors({...})`` on non-last
+  ranks.
+
+Each finding carries the reason when a shape is not recognised, so reports can say why
+a file was left alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+
+from codemods.hooks import HOOK_NAME_PATTERN
+
+CAPTURE_KWARG = "captured_last_layer_outputs"
+LAYER_FLAG = "_is_layer_to_capture"
+IDS_ATTR = "layers_to_capture"
+CAPTURE_FLAG = "capture_aux_hidden_states"
+
+#: ``<pp group>.is_last_rank`` receivers that the hooks use.
+_PP_GROUP = m.Attribute(value=m.Name("self"), attr=m.Name("pp_group")) | m.Call(
+    func=m.Name("get_pp_group"), args=[]
+)
+NOT_LAST_RANK = m.UnaryOperation(
+    operator=m.Not(), expression=m.Attribute(value=_PP_GROUP, attr=m.Name("is_last_rank"))
+)
+SELF_IDS = m.Attribute(value=m.Name("self"), attr=m.Name(IDS_ATTR))
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+@dataclass(frozen=True)
+class SetterShape:
+    """One capture hook defined on a class."""
+
+    class_name: str
+    hook: str
+    line: int
+    early_return: bool
+    #: ``self.pp_group`` or ``get_pp_group()``, from the early return.
+    pp_group: str | None = None
+    #: Source of the submodule that receives the ids (``self.model``).
+    receiver: str | None = None
+    #: ``self.<flag> = True`` attributes the hook sets.
+    flags: tuple[str, ...] = ()
+    #: Hook methods it calls on the receiver (``self.model.set_x_layers_to_capture``).
+    receiver_calls: tuple[str, ...] = ()
+    #: Why the hook cannot be rewritten; ``None`` when it can.
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class ForwardShape:
+    """The forward of a class that reads ``self.layers_to_capture``."""
+
+    class_name: str
+    line: int
+    aux_name: str | None = None
+    capture_kinds: tuple[str, ...] = ()
+    proxy_arg: str | None = None  # "dict" or "name"
+    proxy_param: str | None = None
+    #: The last stage captures the stage output (id == num_layers) after its layers.
+    final_capture: bool = False
+    #: Index of the top-level statement the gathering must precede (a last-rank capture
+    #: placed before the handoff); ``None``: right after the handoff.
+    collect_before: int | None = None
+    problem: str | None = None
+
+    @property
+    def recognised(self) -> bool:
+        return self.problem is None
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    name: str
+    bases: tuple[str, ...]
+    has_forward: bool
+    methods: tuple[str, ...] = ()
+    #: ``attr -> class name`` for ``self.attr = ClassName(...)`` in ``__init__`` (or a
+    #: ``self.attr = self._init_model(...)`` helper returning ``ClassName(...)``).
+    submodules: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModuleShapes:
+    setters: tuple[SetterShape, ...]
+    forwards: tuple[ForwardShape, ...]
+    classes: dict[str, ClassInfo]
+    #: ``local name -> (module, name)`` for ``from sglang.srt.models.X import Name``.
+    imports: dict[str, tuple[str, str]]
+
+
+def analyse(module: cst.Module) -> ModuleShapes:
+    """Find the capture hooks, capture forwards and class wiring of one module."""
+    positions = _LineFinder(module)
+    setters: list[SetterShape] = []
+    forwards: list[ForwardShape] = []
+    classes: dict[str, ClassInfo] = {}
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef):
+            info, class_setters, forward = _analyse_class(statement, positions)
+            classes[info.name] = info
+            setters.extend(class_setters)
+            if forward is not None:
+                forwards.append(forward)
+    return ModuleShapes(tuple(setters), tuple(forwards), classes, _model_imports(module))
+
+
+class _LineFinder:
+    """Line numbers of top-level classes and their methods, from the module text.
+
+    Cheaper than LibCST position metadata on multi-thousand-line model files.
+    """
+
+    def __init__(self, module: cst.Module) -> None:
+        self._lines = module.code.splitlines()
+
+    def class_text(self, class_name: str) -> str:
+        start = None
+        for number, text in enumerate(self._lines):
+            if text.startswith("class "):
+                if start is not None:
+                    return "\n".join(self._lines[start:number])
+                if text[6:].startswith((class_name + "(", class_name + ":")):
+                    start = number
+            elif start is not None and text and not text[0].isspace() and not text.startswith(")"):
+                if not text.startswith(("#", "@")):
+                    return "\n".join(self._lines[start:number])
+        return "\n".join(self._lines[start:]) if start is not None else ""
+
+    def line_of(self, class_name: str, method: str) -> int:
+        """Line of the last ``def method`` in the class (the one Python keeps)."""
+        in_class = False
+        found = 0
+        for number, text in enumerate(self._lines, start=1):
+            if text.startswith("class "):
+                in_class = text[6:].startswith((class_name + "(", class_name + ":"))
+            elif in_class and text.lstrip().startswith(f"def {method}("):
+                found = number
+        return found
+
+
+def _model_imports(module: cst.Module) -> dict[str, tuple[str, str]]:
+    imports: dict[str, tuple[str, str]] = {}
+    for statement in module.body:
+        if not m.matches(statement, m.SimpleStatementLine(body=[m.ImportFrom()])):
+            continue
+        node = statement.body[0]
+        if node.module is None or isinstance(node.names, cst.ImportStar):
+            continue
+        source = code_of(node.module)
+        for alias in node.names:
+            name = code_of(alias.name)
+            local = code_of(alias.asname.name) if alias.asname else name
+            imports[local] = (source, name)
+    return imports
+
+
+def _methods(cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+    return {
+        node.name.value: node for node in cls.body.body if isinstance(node, cst.FunctionDef)
+    }
+
+
+def _analyse_class(cls: cst.ClassDef, positions) -> tuple[ClassInfo, list, ForwardShape | None]:
+    methods = _methods(cls)
+    bases = tuple(code_of(arg.value) for arg in cls.bases)
+    relevant = any(word in positions.class_text(cls.name.value) for word in (IDS_ATTR, LAYER_FLAG))
+    info = ClassInfo(
+        name=cls.name.value,
+        bases=bases,
+        has_forward="forward" in methods,
+        methods=tuple(methods),
+        submodules=_submodules(cls, methods) if relevant else {},
+    )
+    if not relevant:
+        return info, [], None
+    setters = [
+        _setter_shape(cls.name.value, fn, positions.line_of(cls.name.value, name))
+        for name, fn in methods.items()
+        if HOOK_NAME_PATTERN.match(name)
+    ]
+    forward = None
+    if "forward" in methods and _mentions_capture(methods["forward"]):
+        fn = methods["forward"]
+        forward = forward_shape(cls.name.value, fn, positions.line_of(cls.name.value, "forward"))
+    return info, setters, forward
+
+
+def _submodules(cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> dict[str, str]:
+    """``attr -> class`` for ``self.attr = X(...)`` in ``__init__``; ``X`` may be a class
+    name, ``module.Class``, a ``self._factory(...)`` returning one, a class attribute
+    (``body_cls = module.Class``) or an ``__init__`` parameter with a class default."""
+    submodules: dict[str, str] = {}
+    init = methods.get("__init__")
+    if init is None:
+        return submodules
+    factories: dict[str, str] = {}
+    for name in _self_calls(init):
+        if name in methods and name != "__init__":
+            for ret in m.findall(methods[name], m.Return(value=m.Call(func=m.Name()))):
+                factories[name] = ret.value.func.value
+    class_attributes: dict[str, str] = {}
+    for statement in cls.body.body:
+        if m.matches(
+            statement,
+            m.SimpleStatementLine(
+                body=[m.Assign(targets=[m.AssignTarget(m.Name())], value=m.Name() | m.Attribute())]
+            ),
+        ):
+            assign = statement.body[0]
+            class_attributes[assign.targets[0].target.value] = code_of(assign.value)
+    defaults = {
+        param.name.value: code_of(param.default)
+        for param in (*init.params.params, *init.params.kwonly_params)
+        if param.default is not None and m.matches(param.default, m.Name() | m.Attribute())
+    }
+    pattern = m.Assign(
+        targets=[m.AssignTarget(target=m.Attribute(value=m.Name("self"), attr=m.Name()))],
+        value=m.Call(),
+    )
+    for assign in m.findall(init, pattern):
+        attr = assign.targets[0].target.attr.value
+        func = assign.value.func
+        target = None
+        if isinstance(func, cst.Name):
+            target = defaults.get(func.value, func.value)
+        elif m.matches(func, m.Attribute(value=m.Name("self"))):
+            name = func.attr.value
+            target = factories.get(name) or class_attributes.get(name)
+        elif m.matches(func, m.Attribute(value=m.Name(), attr=m.Name())):
+            target = code_of(func)
+        if target is not None:
+            submodules.setdefault(attr, target)
+    return submodules
+
+
+def _self_calls(fn: cst.FunctionDef) -> set[str]:
+    calls = m.findall(fn, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name())))
+    return {call.func.attr.value for call in calls}
+
+
+def _mentions_capture(fn: cst.FunctionDef) -> bool:
+    return bool(
+        m.findall(fn, SELF_IDS)
+        or m.findall(fn, m.SimpleString(value=f'"{LAYER_FLAG}"'))
+        or m.findall(fn, m.Attribute(attr=m.Name(LAYER_FLAG)))
+    )
+
+
+# ---------------------------------------------------------------------------- setters
+
+
+def split_docstring(body: list[cst.BaseStatement]) -> tuple[list, list]:
+    if body and m.matches(body[0], m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])):
+        return body[:1], body[1:]
+    return [], body
+
+
+def early_return_of(fn: cst.FunctionDef) -> cst.If | None:
+    """The leading ``if not <pp>.is_last_rank: return`` of a hook, if present."""
+    if not isinstance(fn.body, cst.IndentedBlock):
+        return None
+    _, rest = split_docstring(list(fn.body.body))
+    if not rest:
+        return None
+    first = rest[0]
+    bare_return = m.IndentedBlock(body=[m.SimpleStatementLine(body=[m.Return(value=None)])])
+    if m.matches(first, m.If(test=NOT_LAST_RANK, body=bare_return, orelse=None)):
+        return first
+    return None
+
+
+def _setter_shape(class_name: str, fn: cst.FunctionDef, line: int) -> SetterShape:
+    hook = fn.name.value
+    early = early_return_of(fn)
+    if early is None:
+        return SetterShape(class_name, hook, line, early_return=False)
+    pp_group = code_of(early.test.expression.value)
+    receivers = _receivers(fn)
+    flags = tuple(
+        assign.targets[0].target.attr.value
+        for assign in m.findall(
+            fn,
+            m.Assign(
+                targets=[m.AssignTarget(target=m.Attribute(value=m.Name("self")))],
+                value=m.Name("True"),
+            ),
+        )
+    )
+    problem = None
+    returns = [node for node in m.findall(fn.body, m.Return()) if not _inside_nested_def(fn, node)]
+    if len(returns) > 1:
+        problem = "hook returns before its end in more than one place"
+    elif not receivers:
+        other = [
+            code_of(target.target)
+            for target in m.findall(fn, m.AssignTarget(target=m.Attribute(attr=m.Name())))
+            if target.target.attr.value.endswith("_" + IDS_ATTR)
+        ]
+        problem = (
+            f"hook stores the ids in `{other[0]}`, not `{IDS_ATTR}` (another capture shape)"
+            if other
+            else "hook does not store the capture ids on a submodule"
+        )
+    elif len(receivers) > 1:
+        problem = f"hook stores capture ids on several submodules ({', '.join(receivers)})"
+    elif m.findall(fn, m.Yield()):
+        problem = "hook is a generator"
+    receiver = receivers[0] if len(receivers) == 1 else None
+    calls = tuple(
+        dict.fromkeys(
+            call.func.attr.value
+            for call in m.findall(fn, m.Call(func=m.Attribute(attr=m.Name())))
+            if receiver is not None
+            and code_of(call.func.value) == receiver
+            and HOOK_NAME_PATTERN.match(call.func.attr.value)
+        )
+    )
+    return SetterShape(
+        class_name,
+        hook,
+        line,
+        early_return=True,
+        pp_group=pp_group,
+        receiver=receiver,
+        flags=tuple(dict.fromkeys(flags)),
+        receiver_calls=calls,
+        problem=problem,
+    )
+
+
+def _inside_nested_def(fn: cst.FunctionDef, node: cst.CSTNode) -> bool:
+    return any(
+        id(node) in node_ids(inner) for inner in m.findall(fn.body, m.FunctionDef() | m.Lambda())
+    )
+
+
+class _IdCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.ids.add(id(node))
+        return True
+
+
+def node_ids(container: cst.CSTNode) -> set[int]:
+    """Identities of ``container`` and every node below it (one traversal)."""
+    collector = _IdCollector()
+    container.visit(collector)
+    return collector.ids
+
+
+def _receivers(fn: cst.FunctionDef) -> list[str]:
+    found: list[str] = []
+    for target in m.findall(fn, m.AssignTarget(target=m.Attribute(attr=m.Name(IDS_ATTR)))):
+        found.append(code_of(target.target.value))
+    for call in m.findall(
+        fn,
+        m.Call(
+            func=m.Attribute(
+                attr=m.Name(value=m.MatchIfTrue(lambda v: bool(HOOK_NAME_PATTERN.match(v))))
+            )
+        ),
+    ):
+        found.append(code_of(call.func.value))
+    return [receiver for receiver in dict.fromkeys(found) if receiver != "self"]
+
+
+# --------------------------------------------------------------------------- forwards
+
+
+def non_last_return_index(body: list[cst.BaseStatement]) -> int | None:
+    """Index of the top-level ``if not <pp>.is_last_rank: ... return PPProxyTensors(..)``."""
+    for index, statement in enumerate(body):
+        if not m.matches(statement, m.If(test=NOT_LAST_RANK)):
+            continue
+        last = statement.body.body[-1] if statement.body.body else None
+        if m.matches(
+            last,
+            m.SimpleStatementLine(body=[m.Return(value=m.Call(func=m.Name("PPProxyTensors")))]),
+        ):
+            return index
+    return None
+
+
+def proxy_return_of(statement: cst.If) -> cst.Return:
+    return statement.body.body[-1].body[0]
+
+
+def _ids_test(loop_var: str) -> m.BaseMatcherNode:
+    return m.Comparison(
+        left=m.Name(loop_var),
+        comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+    )
+
+
+_FLAG_TEST = m.Call(
+    func=m.Name("getattr"),
+    args=[m.Arg(m.Name()), m.Arg(m.SimpleString(f'"{LAYER_FLAG}"')), m.Arg(m.Name("False"))],
+) | m.Attribute(value=m.Name(), attr=m.Name(LAYER_FLAG))
+
+
+def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardShape:
+    """Classify a forward that reads the capture ids; ``problem`` says why it is not ours."""
+
+    def reject(problem: str, **known) -> ForwardShape:
+        return ForwardShape(class_name, line, problem=problem, **known)
+
+    if not isinstance(fn.body, cst.IndentedBlock):
+        return reject("forward has no block body")
+    body = list(fn.body.body)
+    proxy_param = next(
+        (p.name.value for p in fn.params.params if p.name.value == "pp_proxy_tensors"), None
+    )
+    if proxy_param is None:
+        return reject("forward takes no pp_proxy_tensors (model does not run under PP)")
+    handoff = non_last_return_index(body)
+    if handoff is None:
+        return reject("no `return PPProxyTensors(...)` under `if not ...is_last_rank`")
+    proxy_value = proxy_return_of(body[handoff]).value.args
+    if len(proxy_value) != 1:
+        return reject("PPProxyTensors(...) does not take one dict")
+    arg = proxy_value[0].value
+    if isinstance(arg, cst.Dict):
+        proxy_arg = "dict"
+        if any(not isinstance(el, cst.DictElement) for el in arg.elements) or any(
+            "\n" in code_of(el.key) + code_of(el.value) or "#" in code_of(el)
+            for el in arg.elements
+        ):
+            return reject("PPProxyTensors dict has multi-line entries or comments")
+    elif isinstance(arg, cst.Name):
+        proxy_arg = "name"
+    else:
+        return reject("PPProxyTensors(...) argument is neither a dict literal nor a name")
+
+    kinds: list[str] = []
+    aux_names: set[str] = set()
+    accounted: list[cst.CSTNode] = []
+    for loop in m.findall(fn, m.For()):
+        loop_var = _layer_loop_var(loop)
+        if loop_var is None:
+            continue
+        for branch in m.findall(loop, m.If(test=_ids_test(loop_var))):
+            appended = m.findall(
+                branch,
+                m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))),
+            )
+            if not appended:
+                return reject(f"`if {loop_var} in self.{IDS_ATTR}` block appends nothing")
+            if not _before_layer_call(loop, branch):
+                return reject("captures after the layer call (a different capture point)")
+            aux_names.update(call.func.value.value for call in appended)
+            kinds.append("loop-append")
+            accounted.append(branch.test)
+        boundary = _boundary_captures(body, loop, loop_var)
+        if boundary is not None:
+            names, tests = boundary
+            aux_names.update(names)
+            kinds.append("boundaries")
+            accounted.extend(tests)
+        for arg_node in m.findall(loop, m.Arg(keyword=m.Name(CAPTURE_KWARG))):
+            value = arg_node.value
+            if m.matches(
+                value,
+                m.IfExp(
+                    test=_ids_test(loop_var) | _FLAG_TEST,
+                    body=m.Name(),
+                    orelse=m.Name("None"),
+                ),
+            ):
+                aux_names.add(value.body.value)
+                by_id = m.matches(value.test, m.Comparison())
+                kinds.append("layer-kwarg" if by_id else "layer-flag")
+                accounted.append(value.test)
+            elif not m.matches(value, m.Name("None")):
+                return reject(f"unrecognised `{CAPTURE_KWARG}=` value: {code_of(value)}")
+    if not kinds:
+        tests = [
+            code_of(node.test)
+            for node in m.findall(fn, m.If())
+            if m.findall(node.test, SELF_IDS)
+        ]
+        where = f"; captures under `{' '.join(tests[0].split())}`" if tests else ""
+        return reject(f"no capture at the start of layer i (`i in self.{IDS_ATTR}`){where}")
+    if len(aux_names) != 1:
+        return reject(f"captures go to several lists: {', '.join(sorted(aux_names))}")
+    aux_name = aux_names.pop()
+    init_index = _list_init_index(body[:handoff], aux_name)
+    if init_index is None:
+        return reject(f"`{aux_name}` is not created as `[]` / an accumulator before the loop")
+
+    final_capture = False
+    collect_before: int | None = None
+    for reference in m.findall(fn, _SIZE_READ):
+        accounted.append(reference)  # emptiness / size checks read the same on every rank
+    accounted_ids: set[int] = set().union(*(node_ids(node) for node in accounted))
+    statement_ids = [node_ids(statement) for statement in body]
+    for reference in m.findall(fn, SELF_IDS):
+        if id(reference) in accounted_ids:
+            continue
+        statement_index = next(
+            (k for k, ids in enumerate(statement_ids) if id(reference) in ids), -1
+        )
+        owner = body[statement_index] if statement_index >= 0 else None
+        if statement_index == init_index:
+            continue  # e.g. AuxHiddenStatePacker(len(self.layers_to_capture))
+        if statement_index > handoff:
+            final_capture = True  # last stage only: captures the stage output
+            continue
+        if statement_index > init_index and m.matches(owner, _LAST_RANK_CAPTURE):
+            # Captures the stage output on the last rank before the handoff: the
+            # gathered captures of all stages must come first.
+            final_capture = True
+            if collect_before is None:
+                collect_before = statement_index
+            continue
+        snippet = code_of(owner).strip().splitlines()[0] if owner is not None else "?"
+        return reject(f"reads capture ids outside the recognised capture point: `{snippet}`")
+    return ForwardShape(
+        class_name,
+        line,
+        aux_name=aux_name,
+        capture_kinds=tuple(dict.fromkeys(kinds)),
+        proxy_arg=proxy_arg,
+        proxy_param=proxy_param,
+        final_capture=final_capture,
+        collect_before=collect_before,
+    )
+
+
+_SIZE_READ = m.UnaryOperation(operator=m.Not(), expression=SELF_IDS) | m.Call(
+    func=m.Name("len"), args=[m.Arg(SELF_IDS)]
+)
+_LAST_RANK_CAPTURE = m.If(
+    test=m.BooleanOperation(
+        left=m.Attribute(value=_PP_GROUP, attr=m.Name("is_last_rank")),
+        operator=m.And(),
+        right=m.Comparison(
+            comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)]
+        ),
+    )
+)
+
+
+def _appended_names(node: cst.CSTNode) -> list[str]:
+    calls = m.findall(node, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))))
+    return [call.func.value.value for call in calls]
+
+
+def _boundary_captures(body, loop: cst.For, loop_var: str):
+    """Captures at layer boundaries: ``if self.start_layer in ids`` before a top-level
+    loop, and ``if i + 1 in ids`` after the layer call inside it (boundary ``i + 1`` is
+    the output of layer ``i``).  Returns (aux names, the tests) or ``None``."""
+    if loop not in body:
+        return None
+    start_test = m.Comparison(
+        left=m.Attribute(value=m.Name("self"), attr=m.Name("start_layer")),
+        comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+    )
+    after_test = m.Comparison(
+        left=m.BinaryOperation(left=m.Name(loop_var), operator=m.Add(), right=m.Integer("1")),
+        comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+    )
+    before = body[: body.index(loop)]
+    starts = [stmt for stmt in before if m.matches(stmt, m.If(test=start_test))]
+    afters = m.findall(loop, m.If(test=after_test))
+    if len(starts) != 1 or len(afters) != 1:
+        return None
+    names = _appended_names(starts[0]) + _appended_names(afters[0])
+    if not names or _before_layer_call(loop, afters[0]):
+        return None
+    return names, [starts[0].test, afters[0].test]
+
+
+def _layer_loop_var(loop: cst.For) -> str | None:
+    """The global layer index of a layer loop: ``for i in range(...)``, or
+    ``for i, layer in enumerate(...)`` whose body starts with ``i = i + self.start_layer``."""
+    if m.matches(loop, m.For(target=m.Name(), iter=m.Call(func=m.Name("range")))):
+        return loop.target.value
+    if not m.matches(
+        loop,
+        m.For(
+            target=m.Tuple(elements=[m.Element(m.Name()), m.Element(m.Name())]),
+            iter=m.Call(func=m.Name("enumerate")),
+        ),
+    ):
+        return None
+    name = loop.target.elements[0].value.value
+    offset = m.BinaryOperation(
+        left=m.Name(name),
+        operator=m.Add(),
+        right=m.Attribute(value=m.Name("self"), attr=m.Name("start_layer")),
+    )
+    first = loop.body.body[0] if loop.body.body else None
+    if m.matches(
+        first,
+        m.SimpleStatementLine(
+            body=[m.Assign(targets=[m.AssignTarget(target=m.Name(name))], value=offset)]
+        ),
+    ):
+        return name
+    return None
+
+
+def _list_init_index(body: list[cst.BaseStatement], name: str) -> int | None:
+    pattern = m.SimpleStatementLine(
+        body=[
+            m.Assign(
+                targets=[m.AssignTarget(target=m.Name(name))],
+                value=m.List(elements=[]) | m.Call(func=m.Name()),
+            )
+        ]
+    )
+    for index, statement in enumerate(body):
+        if m.matches(statement, pattern):
+            return index
+    return None
+
+
+def _before_layer_call(loop: cst.For, branch: cst.If) -> bool:
+    """``branch`` runs before anything in its block assigns ``hidden_states``."""
+    for block in m.findall(loop, m.IndentedBlock()):
+        statements = list(block.body)
+        if branch not in statements:
+            continue
+        for statement in statements[: statements.index(branch)]:
+            if m.findall(statement, m.AssignTarget(target=m.Name("hidden_states"))) or m.findall(
+                statement,
+                m.AssignTarget(
+                    target=m.Tuple(
+                        elements=[m.Element(m.Name("hidden_states")), m.ZeroOrMore()]
+                    )
+                ),
+            ):
+                return False
+        return True
+    return False
+
+
+def unpacks_stack_output(cls: cst.ClassDef, receiver: str) -> str | None:
+    """Source of a ``a, b = <receiver>(...)`` in the class's ``forward`` that runs even
+    when capture is off: on non-last PP ranks the stack returns ``PPProxyTensors``, which
+    cannot be unpacked, so such a forward does not run under PP at all."""
+    forward = _methods(cls).get("forward")
+    if forward is None:
+        return None
+    guarded: set[int] = set()
+    for branch in m.findall(forward, m.If()):
+        if CAPTURE_FLAG in code_of(branch.test):
+            guarded |= node_ids(branch.body)
+    for assign in m.findall(
+        forward, m.Assign(targets=[m.AssignTarget(target=m.Tuple())], value=m.Call())
+    ):
+        if code_of(assign.value.func) == receiver and id(assign) not in guarded:
+            return code_of(assign.targets[0].target) + " = " + receiver + "(...)"
+    return None

@@ -1,0 +1,200 @@
+"""Pipeline-parallel support for the aux hidden-state capture of EAGLE3 / DFlash.
+
+A model captures aux hidden states at the start of layer ``i`` for every ``i`` in
+``layers_to_capture``.  Under pipeline parallelism a stage only runs its own layers,
+so without help the last stage sees only the captures of its own layers.  With a
+transport attached, every stage captures the layers it owns, the captures of earlier
+stages travel to the last stage (in the PP handoff by default, or point-to-point with
+``SGLANG_PP_AUX_TRANSPORT=direct``), and the last stage returns all of them in the
+order a single-stage run returns them (ascending layer id).
+
+Model code calls three functions:
+
+* ``attach_pp_aux_transport(model, pp_group)`` at the end of a
+  ``set_*_layers_to_capture`` hook, on every rank;
+* ``pp_aux_outgoing(model, aux_hidden_states, pp_proxy_tensors)`` on non-last stages,
+  merged into the ``PPProxyTensors`` handed to the next stage;
+* ``pp_aux_collect(model, aux_hidden_states, pp_proxy_tensors, like)`` on the last
+  stage, which returns the full set of captures.
+
+Under PP=1, or before a hook is called, ``pp_aux_outgoing`` returns ``{}`` and
+``pp_aux_collect`` returns its input unchanged.
+"""
+
+import os
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import torch
+
+from sglang.srt.distributed.pp_aux_transport import PPAuxTransport, new_direct_group
+
+PP_AUX_TRANSPORT_MODE_ENV = "SGLANG_PP_AUX_TRANSPORT"
+#: How captures reach the last stage unless the environment variable says otherwise:
+#: "relay" (in the PP handoff) or "direct" (point-to-point to the last rank).
+DEFAULT_MODE = "relay"
+
+
+def attach_pp_aux_transport(model: torch.nn.Module, pp_group: Any) -> None:
+    """Attach the transport for ``model.layers_to_capture`` to ``model``.
+
+    ``model`` is the decoder stack (the module whose forward runs the layer loop).
+    Every rank of the PP group calls this with the same capture layers.
+    """
+    model.pp_aux_transport = None
+    if pp_group.world_size == 1:
+        return
+    num_layers = _num_layers(model)
+    # Ids outside [0, num_layers) are never reached by the layer loop, so a
+    # single-stage run captures nothing for them; keep it that way.
+    layer_ids = sorted(
+        {int(i) for i in model.layers_to_capture if 0 <= int(i) < num_layers}
+    )
+    if not layer_ids:
+        return
+    mode = os.environ.get(PP_AUX_TRANSPORT_MODE_ENV, DEFAULT_MODE)
+    transport = PPAuxTransport.create(
+        layer_ids,
+        num_layers,
+        pp_rank=pp_group.rank_in_group,
+        pp_size=pp_group.world_size,
+        hidden_size=_hidden_size(model),
+        # Activations may run in another dtype than the checkpoint (--dtype), so the
+        # dtype is not part of the agreement; receive buffers follow the hidden states.
+        dtype=None,
+        mode=mode,
+        feature="aux hidden state capture",
+        group=pp_group.cpu_group,
+        direct_group=_direct_group(pp_group) if mode == "direct" else None,
+        ranks=list(pp_group.ranks),
+    )
+    plan = transport.plan
+    if (plan.start_layer, plan.end_layer) != (model.start_layer, model.end_layer):
+        raise RuntimeError(
+            f"PP stage {pp_group.rank_in_group} runs layers "
+            f"[{model.start_layer}, {model.end_layer}) but the aux capture plan "
+            f"expects [{plan.start_layer}, {plan.end_layer})."
+        )
+    model.pp_aux_transport = transport
+
+
+_DIRECT_GROUPS: Dict[Tuple[int, ...], Any] = {}
+
+
+def _direct_group(pp_group: Any) -> Any:
+    """The dedicated group for direct sends among ``pp_group``'s ranks.
+
+    ``new_group`` is collective over the whole world, so every rank creates the groups
+    of all PP groups, in the same order (the layout ``initialize_model_parallel`` uses:
+    PP group ``i`` holds ranks ``i, i + n, i + 2n, ...`` with ``n = world // pp_size``).
+    """
+    own = tuple(pp_group.ranks)
+    if own not in _DIRECT_GROUPS:
+        world_size = torch.distributed.get_world_size()
+        num_groups = world_size // pp_group.world_size
+        layouts = [tuple(range(i, world_size, num_groups)) for i in range(num_groups)]
+        if own not in layouts:
+            raise RuntimeError(
+                f"PP group ranks {list(own)} do not follow the expected layout "
+                f"{[list(r) for r in layouts]}; use SGLANG_PP_AUX_TRANSPORT=relay."
+            )
+        for ranks in layouts:
+            _DIRECT_GROUPS[ranks] = new_direct_group(ranks)
+    return _DIRECT_GROUPS[own]
+
+
+def pp_aux_outgoing(
+    model: torch.nn.Module,
+    aux_hidden_states: Any,
+    pp_proxy_tensors: Optional[Any],
+    boundaries: bool = False,
+) -> Dict[str, torch.Tensor]:
+    """Aux entries to add to the tensors handed to the next stage (non-last stage).
+
+    ``boundaries``: the forward captures layer boundaries ``[start, end]`` of its stage
+    (boundary ``i + 1`` after layer ``i``); boundary ``end`` is captured again, as its
+    ``start``, by the next stage, so it is not handed on.
+    """
+    transport = getattr(model, "pp_aux_transport", None)
+    if transport is None:
+        return {}
+    captures, _ = _local_captures(model, transport, aux_hidden_states, boundaries)
+    return transport.outgoing(captures, _tensors_of(pp_proxy_tensors))
+
+
+def pp_aux_collect(
+    model: torch.nn.Module,
+    aux_hidden_states: Any,
+    pp_proxy_tensors: Optional[Any],
+    like: torch.Tensor,
+    boundaries: bool = False,
+) -> Any:
+    """All captures of all stages, in ascending layer order (last stage)."""
+    transport = getattr(model, "pp_aux_transport", None)
+    if transport is None or not transport.plan.is_last_stage:
+        return aux_hidden_states
+    captures, tail = _local_captures(model, transport, aux_hidden_states, boundaries)
+    collected = transport.collect(captures, _tensors_of(pp_proxy_tensors), like=like)
+    collected += tail
+    if isinstance(aux_hidden_states, list):
+        return collected
+    # An append-compatible accumulator (e.g. AuxHiddenStatePacker): hand back one of
+    # the same kind holding every capture.
+    # Same capacity as the forward gave it: a last-rank capture may still follow.
+    capacity = getattr(aux_hidden_states, "_num_captures", len(collected))
+    packed = type(aux_hidden_states)(capacity)
+    for tensor in collected:
+        packed.append(tensor)
+    return packed
+
+
+def _local_captures(
+    model: torch.nn.Module, transport: Any, aux_hidden_states: Any, boundaries: bool
+) -> Tuple[Dict[int, torch.Tensor], List[torch.Tensor]]:
+    """This stage's captures by layer id, and the captures past the plan (the stage
+    output, boundary ``num_layers``) that the last stage appends after the others."""
+    tensors = _captured_tensors(aux_hidden_states)
+    plan = transport.plan
+    tail: List[torch.Tensor] = []
+    if boundaries and plan.end_layer in {int(i) for i in model.layers_to_capture}:
+        if tensors:
+            end_capture = tensors.pop()
+            if plan.is_last_stage:
+                tail.append(end_capture)
+    layer_ids = sorted(plan.local_layer_ids)
+    if len(tensors) != len(layer_ids):
+        raise RuntimeError(
+            f"PP stage {plan.pp_rank} captured {len(tensors)} aux hidden "
+            f"states but owns capture layers {layer_ids}."
+        )
+    return dict(zip(layer_ids, tensors)), tail
+
+
+def _captured_tensors(aux_hidden_states: Any) -> List[torch.Tensor]:
+    if isinstance(aux_hidden_states, (list, tuple)):
+        return list(aux_hidden_states)
+    # AuxHiddenStatePacker keeps the captures side by side in one buffer.
+    count = len(aux_hidden_states)
+    if count == 0:
+        return []
+    width = aux_hidden_states._feature_size
+    buffer = aux_hidden_states._buffer
+    return [buffer[..., k * width : (k + 1) * width] for k in range(count)]
+
+
+def _tensors_of(pp_proxy_tensors: Optional[Any]) -> Optional[Mapping[str, Any]]:
+    if pp_proxy_tensors is None:
+        return None
+    return getattr(pp_proxy_tensors, "tensors", pp_proxy_tensors)
+
+
+def _num_layers(model: torch.nn.Module) -> int:
+    config = getattr(model, "config", None)
+    num_layers = getattr(config, "num_hidden_layers", None)
+    if num_layers is None:
+        num_layers = len(model.layers)
+    return int(num_layers)
+
+
+def _hidden_size(model: torch.nn.Module) -> int:
+    config = getattr(model, "config", None)
+    return int(getattr(config, "hidden_size", 0) or 0)

@@ -1,0 +1,87 @@
+"""Build a patched copy of an SGLang release and run the family test the patch adds.
+
+``patched_copy(release, dest, models)`` generates the upstream patch (``generate``), checks
+it with ``git apply --check`` on the release, applies it to a hard-linked copy (the files
+it touches are private copies, so the cached release never changes) and returns
+``(result, copy)``.
+
+``run_family_test(copy, result, pp_size, models)`` runs the generated
+``test_pp_aux_capture_family.py`` of the copy in ``--json`` mode (one set of worker
+processes for all models at that PP size) and returns its per-case records.
+
+``unpatched_copy(release, dest, result)`` is the release with only the patch's new files
+added (transport, glue, family test) and every model file as released: the same drive
+then shows what the unpatched models do under PP.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from codemods.upstream.family_patch import TEST_FILE
+from codemods.upstream.generate import UpstreamResult, generate
+from sglang_support.env import git_apply, linked_copy, run_python
+
+
+class PatchFailed(RuntimeError):
+    pass
+
+
+def patched_copy(release: Path, dest: Path, models: list[str] | None = None,
+                 mode: str = "relay") -> tuple[UpstreamResult, Path]:
+    result = generate(release, mode=mode, models=models)
+    check = git_apply(release, result.patch, check=True)
+    if check.returncode != 0:
+        raise PatchFailed(f"git apply --check on {release}: {check.stderr}")
+    if dest.exists():
+        shutil.rmtree(dest)
+    linked_copy(release, dest, result.changed)
+    applied = git_apply(dest, result.patch)
+    if applied.returncode != 0:
+        raise PatchFailed(f"git apply in {dest}: {applied.stderr}")
+    return result, dest
+
+
+def unpatched_copy(release: Path, dest: Path, result: UpstreamResult) -> Path:
+    """The release plus the patch's new files only (model files as released)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    new_files = [change for change in result.changes if change.is_new_file]
+    linked_copy(release, dest, [change.path for change in new_files])
+    for change in new_files:
+        target = dest.joinpath(*change.path.split("/"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(change.new, encoding="utf-8")
+    return dest
+
+
+def family_test_path(tree_root: Path, result: UpstreamResult) -> Path:
+    return tree_root.joinpath(*result.tree.test_path(TEST_FILE).split("/"))
+
+
+def run_family_test(tree_root: Path, result: UpstreamResult, pp_size: int,
+                    models: list[str] | None = None, timeout: float = 1500.0
+                    ) -> list[dict[str, Any]]:
+    """Per-case records of the family test's ``--json`` mode on ``tree_root``."""
+    test = family_test_path(tree_root, result)
+    args = [str(test), "--json", str(pp_size), *(models or [])]
+    proc = run_python(args, tree_root, timeout=timeout)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"family test --json {pp_size} failed (exit {proc.returncode}): "
+            f"{proc.stderr[-4000:]}"
+        )
+    return json.loads(lines[-1])
+
+
+def validated_models(records: list[dict[str, Any]]) -> dict[str, bool]:
+    """``model -> every case of it matched PP=1``."""
+    verdict: dict[str, bool] = {}
+    for record in records:
+        ok = record["equal"] and record["error"] is None
+        verdict[record["model"]] = verdict.get(record["model"], True) and ok
+    return verdict

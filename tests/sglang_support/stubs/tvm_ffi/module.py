@@ -1,0 +1,11 @@
+"""Stand-in for ``tvm_ffi.module`` (see ``tvm_ffi/__init__.py``)."""
+
+from __future__ import annotations
+
+
+def __getattr__(item: str):
+    if item.startswith("__"):
+        raise AttributeError(item)
+    value = type(item, (), {"__module__": __name__})
+    globals()[item] = value
+    return value

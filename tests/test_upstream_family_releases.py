@@ -1,0 +1,94 @@
+"""The family patch on the real SGLang 0.5.20 release.
+
+The generated patch passes ``git apply --check`` on the release and applies to a copy.
+In the patched copy the family test that the patch adds to SGLang's test layout passes:
+every patched model file is imported on CPU (with the stand-in modules), and its real
+capture hooks and causal-LM forward run as 2 and 3 pipeline stages in separate processes
+(gloo; relay, and direct on 3 stages) with tiny stand-in decoder layers; the last stage's
+aux states equal a PP=1 run (``torch.equal``).  The same drive on the release's own model
+files shows the loss: fewer aux states than PP=1, or an error.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from codemods.upstream.family_patch import TEST_FILE
+from sglang_support.env import run_python
+from sglang_support.family_check import (
+    family_test_path,
+    patched_copy,
+    run_family_test,
+    unpatched_copy,
+)
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+VERSION = "0.5.20"
+#: Models the brief names; each must be patched, validated, and show the loss unpatched.
+REQUIRED = ("llama", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2")
+
+
+@pytest.fixture(scope="module")
+def patched(sglang_release, tmp_path_factory):
+    release = sglang_release(VERSION)
+    result, copy = patched_copy(release, tmp_path_factory.mktemp("family") / "patched")
+    return release, result, copy
+
+
+def test_patch_covers_the_family_and_applies(patched):
+    release, result, copy = patched
+    decisions = result.family.decisions
+    for name in REQUIRED:
+        assert decisions[f"{name}.py"].patched, decisions[f"{name}.py"].reason
+    with_early = [d for d in decisions.values() if d.early_return]
+    patched_files = [d for d in with_early if d.patched]
+    assert len(patched_files) >= 19, [d.file for d in patched_files]
+    # Every file with an early-return hook that is not patched says why.
+    for decision in with_early:
+        assert decision.patched or decision.reason, decision.file
+    assert result.changed.count("sglang/srt/distributed/pp_aux_transport.py") == 1
+    assert "sglang/srt/distributed/pp_aux_capture.py" in result.changed
+    assert f"sglang/test/{TEST_FILE}" in result.changed
+    # Applied: the copy carries the rewrite, the cached release does not.
+    llama = "sglang/srt/models/llama.py"
+    assert "attach_pp_aux_transport" in (copy / llama).read_text()
+    assert "attach_pp_aux_transport" not in (release / llama).read_text()
+
+
+@pytest.mark.timeout(2400)
+def test_generated_family_test_passes_in_the_patched_tree(patched):
+    _, result, copy = patched
+    test = family_test_path(copy, result)
+    source = test.read_text()
+    for name in REQUIRED:
+        assert f'        "{name}",\n' in source, name
+    proc = run_python([str(test), "-v"], copy, timeout=2300)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert "Ran 3 tests" in proc.stderr and "OK" in proc.stderr.splitlines()[-1]
+
+
+@pytest.mark.timeout(1800)
+def test_unpatched_models_lose_captures_under_pp(patched, tmp_path):
+    release, result, _ = patched
+    baseline = unpatched_copy(release, tmp_path / "unpatched", result)
+    for pp_size in (2, 3):
+        records = run_family_test(baseline, result, pp_size, list(REQUIRED), timeout=1700)
+        seen = {record["model"] for record in records}
+        assert seen == set(REQUIRED)
+        for record in records:
+            lost = (
+                record["error"] is not None
+                or any(got < want for got, want in zip(record["pipelined"],
+                                                       record["reference"]))
+            )
+            assert lost and not record["equal"], record
+
+
+def test_patch_check_passes_on_the_release_tree(patched):
+    release, result, _ = patched
+    proc = subprocess.run(["git", "apply", "--check"], cwd=release, input=result.patch,
+                          text=True, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
