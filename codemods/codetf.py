@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from typing import Iterable
 
 import libcst as cst
-from libcst.codemod import CodemodContext
 
 from codemods import __version__
-from codemods.guard import GuardCommand
+from codemods.guard import GuardTransformer
 from codemods.metadata import CodemodMetadata
 from codemods.options import TransformOptions
 from codemods.records import Action, CallSite, FileResult, Risk, Status
@@ -107,10 +106,8 @@ def _steps(result: FileResult, options: TransformOptions) -> dict[str, _Step]:
     guard_sites = tuple(s for s in result.call_sites if Action.GUARD in s.actions)
     guarded = original
     if guard_sites:
-        command = GuardCommand(
-            CodemodContext(filename=result.path), options.guard_policy, options.extra_hooks
-        )
-        guarded = command.transform_module(cst.parse_module(original)).bytes
+        guard = GuardTransformer(result.path, options.guard_policy, options.extra_hooks)
+        guarded = guard.transform_module(cst.parse_module(original)).bytes
     fallback_sites = tuple(
         site
         for site in scan_source(guarded, result.path, options).call_sites

@@ -35,13 +35,11 @@ with one of them) are left alone.  Composed with the guard, the ``try`` goes ins
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
-from libcst.metadata import PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.discover import FoundCall, find_calls
 from codemods.fallback_metadata import METADATA
@@ -182,17 +180,18 @@ def _is_get_logger(
     )
 
 
-class FallbackCommand(VisitorBasedCodemodCommand):
-    DESCRIPTION = METADATA.libcst_description
+class FallbackTransformer(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(
         self,
-        context: CodemodContext,
+        filename: str,
         fallback_policy: str = "warn",
         extra_hooks: tuple[str, ...] | list[str] | None = None,
     ) -> None:
-        super().__init__(context)
+        super().__init__()
+        self.filename = filename
+        self.wrapper: MetadataWrapper | None = None
         if fallback_policy not in FALLBACK_POLICIES:
             raise ValueError(
                 f"unknown fallback policy {fallback_policy!r}; use one of {FALLBACK_POLICIES}"
@@ -203,17 +202,14 @@ class FallbackCommand(VisitorBasedCodemodCommand):
         self._wrapped = 0
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
-        path = self.context.filename or "<string>"
-        return super().transform_module(split_shared_lines(tree, self.hooks, path))
-
-    @staticmethod
-    def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        METADATA.add_args(arg_parser)
+        """The rewritten module (``tree`` itself is never changed)."""
+        self.wrapper = MetadataWrapper(split_shared_lines(tree, self.hooks, self.filename))
+        return self.wrapper.visit(self)
 
     # ----------------------------------------------------------------- setup
     def visit_Module(self, node: cst.Module) -> bool:
-        path = self.context.filename or "<string>"
-        for found in find_calls(self.context.wrapper, path, self.hooks):
+        path = self.filename
+        for found in find_calls(self.wrapper, path, self.hooks):
             if Action.FALLBACK in found.site.actions and found.statement is not None:
                 self._statements[found.statement] = found
         if not self._statements:
@@ -390,3 +386,15 @@ class FallbackCommand(VisitorBasedCodemodCommand):
                 return
             index += 1
         body.insert(index, line)
+
+
+def __getattr__(name: str):
+    """``FallbackCommand``: the LibCST codemod command, built on first use (see
+    :mod:`codemods.libcst_command`)."""
+    if name == "FallbackCommand":
+        from codemods.libcst_command import command_class
+
+        command = command_class(name, __name__, FallbackTransformer, METADATA)
+        globals()[name] = command
+        return command
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

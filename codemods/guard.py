@@ -27,11 +27,9 @@ review instead of rewritten.
 
 from __future__ import annotations
 
-import argparse
 
 import libcst as cst
-from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
-from libcst.metadata import PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.discover import FoundCall, find_calls
 from codemods.guard_metadata import METADATA
@@ -71,17 +69,18 @@ def _operand_of_not(value: cst.BaseExpression) -> cst.BaseExpression:
     return value
 
 
-class GuardCommand(VisitorBasedCodemodCommand):
-    DESCRIPTION = METADATA.libcst_description
+class GuardTransformer(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(
         self,
-        context: CodemodContext,
+        filename: str,
         guard_policy: str = "skip",
         extra_hooks: tuple[str, ...] | list[str] | None = None,
     ) -> None:
-        super().__init__(context)
+        super().__init__()
+        self.filename = filename
+        self.wrapper: MetadataWrapper | None = None
         if guard_policy not in GUARD_POLICIES:
             raise ValueError(f"unknown guard policy {guard_policy!r}; use one of {GUARD_POLICIES}")
         self.policy = guard_policy
@@ -90,18 +89,15 @@ class GuardCommand(VisitorBasedCodemodCommand):
         self._statements: dict[cst.CSTNode, FoundCall] = {}
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
-        path = self.context.filename or "<string>"
-        return super().transform_module(split_shared_lines(tree, self.hooks, path))
-
-    @staticmethod
-    def add_args(arg_parser: argparse.ArgumentParser) -> None:
-        METADATA.add_args(arg_parser)
+        """The rewritten module (``tree`` itself is never changed)."""
+        self.wrapper = MetadataWrapper(split_shared_lines(tree, self.hooks, self.filename))
+        return self.wrapper.visit(self)
 
     def visit_Module(self, node: cst.Module) -> bool:
         self.module_indent = node.default_indent
         self.module_config = node.config_for_parsing
-        path = self.context.filename or "<string>"
-        for found in find_calls(self.context.wrapper, path, self.hooks):
+        path = self.filename
+        for found in find_calls(self.wrapper, path, self.hooks):
             if Action.GUARD in found.site.actions and found.statement is not None:
                 self._calls[found.call] = found
                 self._statements[found.statement] = found
@@ -160,3 +156,15 @@ class GuardCommand(VisitorBasedCodemodCommand):
         if found is None or found.ids_core is None:
             return updated_node
         return cst.IndentedBlock(body=self._wrap(found, suite_as_line(updated_node)))
+
+
+def __getattr__(name: str):
+    """``GuardCommand``: the LibCST codemod command, built on first use (see
+    :mod:`codemods.libcst_command`)."""
+    if name == "GuardCommand":
+        from codemods.libcst_command import command_class
+
+        command = command_class(name, __name__, GuardTransformer, METADATA)
+        globals()[name] = command
+        return command
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

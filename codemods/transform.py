@@ -78,21 +78,15 @@ def transform_source(
     needs = {action for site in sites for action in site.actions}
     if not needs & {Action.GUARD, Action.FALLBACK}:
         return scanned
-    # The codemods load libcst.codemod and libcst.matchers (most of LibCST's import time):
-    # only files that need a rewrite pay for them.
-    from libcst.codemod import CodemodContext
-
-    from codemods.fallback import FallbackCommand
-    from codemods.guard import GuardCommand
+    from codemods.fallback import FallbackTransformer
+    from codemods.guard import GuardTransformer
 
     try:
         # The codemods work on their own copies: ``module`` itself is never changed.
         if Action.GUARD in needs:
-            context = CodemodContext(filename=path)
-            guard = GuardCommand(context, options.guard_policy, options.extra_hooks)
+            guard = GuardTransformer(path, options.guard_policy, options.extra_hooks)
             module = guard.transform_module(module)
-        context = CodemodContext(filename=path)
-        fallback = FallbackCommand(context, options.fallback_policy, options.extra_hooks)
+        fallback = FallbackTransformer(path, options.fallback_policy, options.extra_hooks)
         module = fallback.transform_module(module)
         rewritten = module.bytes
         _verify(rewritten, path)

@@ -122,3 +122,34 @@ def test_failed_write_leaves_the_original(tmp_path, monkeypatch):
     assert result.status is Status.FAILED and "cannot write" in result.error
     assert target.read_bytes() == NEEDS_CHANGE
     assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
+
+
+def test_a_rewrite_does_not_load_libcst_codemod_or_matchers():
+    """libcst.codemod/libcst.matchers cost more than a whole fast run: only LibCST's own
+    codemod CLI and CodemodTest (through GuardCommand/FallbackCommand) load them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from codemods.transform import transform_source\n"
+        "src = b'def f(m, ids=None):\\n    m.set_dspark_layers_to_capture(ids)\\n'\n"
+        "result = transform_source(src, 'x.py')\n"
+        "assert result.status.value == 'changed', result\n"
+        "loaded = [m for m in sys.modules if m.startswith(('libcst.codemod', 'libcst.matchers'))]\n"
+        "print(sorted(loaded))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    command = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from codemods.guard import GuardCommand as G; "
+            "print(G.__module__, G.__mro__[1].__name__)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert command.stdout.split() == ["codemods.guard", "VisitorBasedCodemodCommand"]
