@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
+from _empty_names import empty_names
 
-def __getattr__(item: str):
-    if item.startswith("__"):
-        raise AttributeError(item)
-    value = type(item, (), {"__module__": __name__})
-    globals()[item] = value
-    return value
+__getattr__ = empty_names(__name__)
