@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -306,28 +305,11 @@ def test_engine_findings_identical_with_prefilter_on_and_off(tmp_path):
     assert sum(map(len, _sites_by_file(on).values())) >= 40
 
 
-def _sglang_tree(tmp_path_factory) -> Path | None:
-    unpacked = Path("/tmp/sglang-0.5.20/sglang")
-    if unpacked.is_dir():
-        return unpacked
-    wheels = Path.home() / ".cache" / "auxcap" / "wheels"
-    for wheel in sorted(wheels.glob("sglang-0.5.20-*.whl")) if wheels.is_dir() else []:
-        target = tmp_path_factory.mktemp("sglang")
-        with zipfile.ZipFile(wheel) as archive:
-            for member in archive.namelist():
-                if member.startswith("sglang/") and member.endswith(".py"):
-                    archive.extract(member, target)
-        return target / "sglang"
-    return None
-
-
 @pytest.mark.slow
 @pytest.mark.sglang
 @pytest.mark.timeout(3600)
-def test_real_sglang_tree_identical_findings(tmp_path_factory):
-    tree = _sglang_tree(tmp_path_factory)
-    if tree is None:
-        pytest.skip("sglang 0.5.20 is not cached (~/.cache/auxcap/wheels)")
+def test_real_sglang_tree_identical_findings(sglang_release):
+    tree = sglang_release("0.5.20") / "sglang"
     options = TransformOptions()
     on, off = _on_and_off(tree, options, jobs=os.cpu_count() or 1)
     assert len(on) == len(off) > 3000
@@ -343,12 +325,10 @@ def test_real_sglang_tree_identical_findings(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.sglang
 @pytest.mark.timeout(1800)
-def test_real_sglang_stage_two_keeps_every_file_stage_one_needs(tmp_path_factory):
+def test_real_sglang_stage_two_keeps_every_file_stage_one_needs(sglang_release):
     """The quicker half of the check above: stage one is a plain text search for spelled-out
     names (safe by construction), so discovery only needs to run on the files it passes."""
-    tree = _sglang_tree(tmp_path_factory)
-    if tree is None:
-        pytest.skip("sglang 0.5.20 is not cached (~/.cache/auxcap/wheels)")
+    tree = sglang_release("0.5.20") / "sglang"
     stage_one, stage_two = Prefilter(sharp=False), Prefilter(sharp=True)
     passed = dropped = 0
     for path in sorted(tree.rglob("*.py")):

@@ -10,7 +10,6 @@ only read, never stored in the project.
 from __future__ import annotations
 
 import ast
-import os
 import zipfile
 from pathlib import Path
 
@@ -22,14 +21,14 @@ from codemods.transform import TransformOptions, transform_source
 
 pytestmark = [pytest.mark.slow, pytest.mark.sglang]
 
-WHEEL_CACHE = Path(os.environ.get("AUXCAP_WHEEL_CACHE", Path.home() / ".cache/auxcap/wheels"))
+SGLANG_VERSION = "0.5.21"
 
 
 def _wheel() -> Path:
-    wheels = sorted(WHEEL_CACHE.glob("sglang-*.whl"))
-    if not wheels:
-        pytest.skip(f"no sglang wheel cached in {WHEEL_CACHE}")
-    return wheels[-1]
+    """The release wheel, downloaded once into the cache (a failed download is an error)."""
+    from sglang_support.env import download_wheel
+
+    return download_wheel(SGLANG_VERSION)
 
 
 def _hook_sources() -> dict[str, bytes]:
