@@ -107,11 +107,16 @@ def test_release_0_5_21_is_reported_as_supported(sglang_release, tmp_path):
     out = tmp_path / "p.patch"
     body = tmp_path / "pr.md"
     outcome = CliRunner().invoke(cli, ["upstream-patch", str(release), "-o", str(out),
-                                       "--pr-body", str(body)])
+                                       "--pr-body", str(body), "--models", "kimi_linear"])
     assert outcome.exit_code == 0, outcome.output
-    assert "already supports DSPARK aux capture under PP" in outcome.output
+    assert "already supports DSPARK aux capture under PP; no patch written" in outcome.output
     assert "dspark_hidden_states" in outcome.output
     assert not out.exists() and not body.exists()
+    # With the whole family, Kimi-Linear is still reported and kept out of the patch.
+    outcome = CliRunner().invoke(cli, ["upstream-patch", str(release), "-o", str(out)])
+    assert outcome.exit_code == 0, outcome.output
+    assert "already supports DSPARK aux capture under PP; it is left out" in outcome.output
+    assert out.exists() and "kimi_linear.py" not in out.read_text()
 
 
 @pytest.mark.timeout(300)

@@ -57,12 +57,14 @@ def run_upstream_patch(root: str, output: str | None, pr_body: str | None, mode:
         return 2
     where = result.tree.describe()
     report_family(result)
-    if result.status == kimi.SUPPORTED and not result.changes:
+    if result.status == kimi.SUPPORTED:
+        done = "no patch written" if not result.changes else "it is left out of the patch"
         _say(f"{where}: {result.model_path} already supports DSPARK aux capture under PP; "
-             f"no patch written.")
+             f"{done}.")
         for note in result.notes:
             _say(f"  {note}")
-        return 0
+        if not result.changes:
+            return 0
     patch = result.patch
     if not patch:
         _say(f"{where}: already patched; the patch is empty.")
