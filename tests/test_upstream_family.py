@@ -59,6 +59,65 @@ def test_inherited_forward_is_patched_in_the_base_file(plan):
     assert "family_qwen_derived.py" not in plan.forward_edits
 
 
+def test_capture_after_the_layer_under_a_condition_is_patched(plan):
+    decision = plan.decisions["family_after_layer.py"]
+    assert decision.patched, decision.reason
+    assert decision.capture_kinds == ("after-layer",)
+    (shape,) = plan.forward_edits["family_after_layer.py"]
+    assert shape.gate == "capture_aux and hidden_states.shape[0] != 0"
+    text = plan.rewritten()["family_after_layer.py"]
+    # Every stage captures: the last-rank operand of the condition is gone, the rest kept.
+    condition = text.split("capture_aux = (", 1)[1].split(")", 1)[0]
+    assert "is_last_rank" not in condition
+    assert "self.layers_to_capture is not None" in condition
+    # Handoff and gathering run under the same condition as the capture.
+    handoff = text.split("if not self.pp_group.is_last_rank:\n            aux_outgoing", 1)[1]
+    assert handoff.index("if capture_aux and hidden_states.shape[0] != 0:") < handoff.index(
+        "pp_aux_outgoing(self, gated_aux, pp_proxy_tensors)"
+    )
+    # The last stage gathers inside the handoff's else block, before it reads the list.
+    else_block = text.split("        else:\n", 1)[1]
+    assert else_block.index("pp_aux_collect(") < else_block.index("len(gated_aux) > 0")
+
+
+def test_ids_under_a_drafter_specific_name_are_followed(plan):
+    decision = plan.decisions["family_named_ids.py"]
+    assert decision.patched, decision.reason
+    text = plan.rewritten()["family_named_ids.py"]
+    assert 'ids_attr="dspark_layers_to_capture"' in text
+    # The gathering goes inside the `if capture_dspark:` block that returns the list.
+    assert (
+        "        if capture_dspark:\n            dspark_aux = pp_aux_collect(" in text
+    )
+
+
+def test_stage_dependent_capture_condition_is_refused(plan):
+    reason = plan.decisions["family_unsupported.py"].reason
+    assert "AfterLayerModel.forward" in reason  # the first unsupported shape in the file
+    source = (FIXTURES / "family_unsupported.py").read_text(encoding="utf-8")
+    rank_dependent = source[source.index("class RankDependentStack"):]
+    module = cst.parse_module("from x import PPProxyTensors\n\n" + rank_dependent)
+    (forward,) = analyse(module).forwards
+    assert not forward.recognised
+    assert "self.keep_layer(i)" in forward.problem
+    assert "may differ between PP stages" in forward.problem
+
+
+def test_hook_and_forward_must_agree_on_the_ids_attribute(tmp_path):
+    source = (FIXTURES / "family_named_ids.py").read_text(encoding="utf-8")
+    (tmp_path / "mismatch.py").write_text(
+        source.replace(
+            "self.model.dspark_layers_to_capture = list(layer_ids)",
+            "self.model.layers_to_capture = list(layer_ids)",
+        ),
+        encoding="utf-8",
+    )
+    decision = plan_family(tmp_path).decisions["mismatch.py"]
+    assert not decision.patched
+    assert "`layers_to_capture`" in decision.reason
+    assert "reads `dspark_layers_to_capture`" in decision.reason
+
+
 def test_selecting_a_model_keeps_the_forward_it_needs(plan):
     selected = plan.select(["family_qwen_derived"])
     assert selected.touched_files == ["family_qwen_base.py", "family_qwen_derived.py"]
@@ -78,14 +137,22 @@ def test_untouched_lines_are_kept_byte_for_byte(plan, models_dir):
         original = (models_dir / name).read_text(encoding="utf-8").splitlines()
         new = text.splitlines()
         removed = [line for line in original if line not in new]
-        # Only the early returns (and a one-line handoff dict that black explodes) go.
+        # Only the early returns and the last-rank operand of a capture condition go;
+        # a one-line handoff dict is exploded and a shortened condition re-joined, as
+        # black lays them out, without changing their text.
         for line in removed:
-            assert line.strip() in {
+            stripped = line.strip()
+            dropped = stripped in {
                 "if not self.pp_group.is_last_rank:",
                 "if not get_pp_group().is_last_rank:",
                 "return",
+                "and self.pp_group.is_last_rank",
                 "",
-            } or line.strip().startswith("return PPProxyTensors({"), (name, line)
+            }
+            relaid = stripped.startswith(("return PPProxyTensors({", "{")) or (
+                stripped.removeprefix("and ") in text
+            )
+            assert dropped or relaid, (name, line)
 
 
 def test_rewritten_files_compile_and_are_not_patched_again(plan, tmp_path):
@@ -225,4 +292,4 @@ def test_survey_and_table_describe_every_hook_file(plan):
     assert "`eagle3`, `dflash`" in llama_row and llama_row.endswith("| yes |")
     unsupported = next(row for row in rows if "family_unsupported.py" in row)
     assert "| no: " in unsupported and unsupported.endswith("| - |")
-    assert coverage_line(plan).startswith("5 of 6 model files")
+    assert coverage_line(plan).startswith("7 of 8 model files")

@@ -241,6 +241,11 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
                 ForwardRef(ref_file, forward.class_name),
                 forward,
             )
+        if not setter.receiver_calls and setter.ids_attr != forward.ids_attr:
+            return keep(
+                f"{setter.hook} stores the ids in `{setter.ids_attr}` but "
+                f"{forward.class_name}.forward reads `{forward.ids_attr}`"
+            )
         targets[(ref_file, forward.class_name)] = forward
     if len(targets) != 1:
         return keep("hooks of this file reach different decoder stacks")

@@ -15,6 +15,7 @@ from codemods.upstream.family import FamilyPlan
 #: How each capture kind is described in tables.
 CAPTURE_KINDS = {
     "loop-append": "appended in the layer loop",
+    "after-layer": "appended after the layer call (raw layer ids)",
     "layer-kwarg": "handed to the layer (`captured_last_layer_outputs`)",
     "layer-flag": "layer flag `_is_layer_to_capture`",
     "boundaries": "layer boundaries (`start_layer`, then `i + 1` after layer `i`)",

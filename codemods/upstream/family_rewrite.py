@@ -50,15 +50,26 @@ goes where isort puts it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.imports import add_from_import
-from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, render_call
+from codemods.upstream.pyformat import (
+    LINE_LENGTH,
+    Call,
+    lines_to_text,
+    parse_statements,
+    render_call,
+)
 from codemods.upstream.family_shapes import (
+    IDS_ATTR,
+    LAST_RANK,
     ForwardShape,
     SetterShape,
     code_of,
+    conjuncts_of,
     early_return_of,
     non_last_return_index,
     proxy_return_of,
@@ -69,6 +80,8 @@ GLUE_MODULE = "sglang.srt.distributed.pp_aux_capture"
 ATTACH = "attach_pp_aux_transport"
 OUTGOING = "pp_aux_outgoing"
 COLLECT = "pp_aux_collect"
+#: Local holding a gated forward's outgoing captures (``{}`` when it captured nothing).
+OUTGOING_LOCAL = "aux_outgoing"
 
 #: Indentation of a method body and of a block directly inside it (black, 4 spaces).
 METHOD_INDENT = 8
@@ -166,7 +179,10 @@ def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
     leading = list(early.leading_lines) + _comments_only(rest[0].leading_lines)
     rest[0] = rest[0].with_changes(leading_lines=leading)
     pad = " " * METHOD_INDENT
-    lines = render_call(pad, "", Call(ATTACH, (shape.receiver, shape.pp_group)))
+    args = (shape.receiver, shape.pp_group)
+    if shape.ids_attr != IDS_ATTR:
+        args += (f'ids_attr="{shape.ids_attr}"',)
+    lines = render_call(pad, "", Call(ATTACH, args))
     if shape.flags:
         lines.append(f"{pad}if not {shape.pp_group}.is_last_rank:")
         lines += [f"{pad}    {line}" for line in FLAG_RESET_COMMENT.splitlines()]
@@ -181,6 +197,8 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     index = non_last_return_index(body)
     if index is None or shape.aux_name is None or shape.proxy_param is None:
         raise FamilyRewriteError(f"{shape.class_name}.forward has no PP handoff")
+    for position in shape.gate_assignments:
+        body[position] = _every_stage(body[position])
     extra = ("boundaries=True",) if "boundaries" in shape.capture_kinds else ()
     outgoing = Call(OUTGOING, ("self", shape.aux_name, shape.proxy_param, *extra))
     handoff: cst.If = body[index]
@@ -188,8 +206,29 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     returned = proxy_return_of(handoff)
     argument = returned.value.args[0].value
     block_pad = " " * BLOCK_INDENT
-    if isinstance(argument, cst.Dict):
-        replaced = parse_statements(_proxy_return_text(argument, outgoing), block_pad)[0]
+    if shape.gate is not None:
+        if m.findall(fn, m.Name(OUTGOING_LOCAL)):
+            raise FamilyRewriteError(f"{shape.class_name}.forward already uses {OUTGOING_LOCAL}")
+        if isinstance(argument, cst.Dict):
+            lines = [f"{block_pad}{OUTGOING_LOCAL} = {{}}", f"{block_pad}if {shape.gate}:"]
+            lines += render_call(block_pad + "    ", f"{OUTGOING_LOCAL} = ", outgoing)
+            added = parse_statements(lines_to_text(lines), block_pad)
+            entry = [f"{block_pad}{' ' * 8}**{OUTGOING_LOCAL},"]
+            replaced = parse_statements(_proxy_return_text(argument, entry), block_pad)[0]
+        else:
+            update = Call(f"{code_of(argument)}.update", (outgoing,))
+            lines = [f"{block_pad}if {shape.gate}:"]
+            lines += render_call(block_pad + "    ", "", update)
+            added = parse_statements(lines_to_text(lines), block_pad)
+            replaced = handoff_body[-1]
+        # The new statements take the blank lines before the return; comments stay
+        # with the return they describe.
+        blank, comments = _split_leading(handoff_body[-1].leading_lines)
+        added[0] = added[0].with_changes(leading_lines=blank)
+        handoff_body[-1:] = [*added, replaced.with_changes(leading_lines=comments)]
+    elif isinstance(argument, cst.Dict):
+        entry = render_call(block_pad + " " * 8, "**", outgoing, ",")
+        replaced = parse_statements(_proxy_return_text(argument, entry), block_pad)[0]
         handoff_body[-1] = replaced.with_changes(leading_lines=handoff_body[-1].leading_lines)
     else:
         update = Call(f"{code_of(argument)}.update", (outgoing,))
@@ -201,34 +240,117 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
             statement.with_changes(leading_lines=handoff_body[-1].leading_lines),
         )
         handoff_body[-1] = handoff_body[-1].with_changes(leading_lines=[])
-    body[index] = handoff.with_changes(body=handoff.body.with_changes(body=handoff_body))
+    handoff = handoff.with_changes(body=handoff.body.with_changes(body=handoff_body))
+    collect = Call(
+        COLLECT, ("self", shape.aux_name, shape.proxy_param, "hidden_states", *extra)
+    )
+    if shape.collect_in_else is not None:
+        if not isinstance(handoff.orelse, cst.Else):
+            raise FamilyRewriteError(f"{shape.class_name}.forward handoff has no else block")
+        block = list(handoff.orelse.body.body)
+        _insert_collect(block, shape.collect_in_else, BLOCK_INDENT, shape, collect)
+        orelse = handoff.orelse.with_changes(body=handoff.orelse.body.with_changes(body=block))
+        body[index] = handoff.with_changes(orelse=orelse)
+        return fn.with_changes(body=fn.body.with_changes(body=body))
+    body[index] = handoff
 
     position = shape.collect_before if shape.collect_before is not None else index + 1
     if position >= len(body):
         raise FamilyRewriteError(f"{shape.class_name}.forward ends at the PP handoff")
-    pad = " " * METHOD_INDENT
-    collect = Call(
-        COLLECT, ("self", shape.aux_name, shape.proxy_param, "hidden_states", *extra)
-    )
-    (collect_statement,) = parse_statements(
-        lines_to_text(render_call(pad, f"{shape.aux_name} = ", collect)), pad
-    )
-    following = body[position]
-    blank, comments = _split_leading(following.leading_lines)
-    body.insert(position, collect_statement.with_changes(leading_lines=blank))
-    body[position + 1] = following.with_changes(leading_lines=comments)
+    _insert_collect(body, position, METHOD_INDENT, shape, collect)
     return fn.with_changes(body=fn.body.with_changes(body=body))
 
 
-def _proxy_return_text(argument: cst.Dict, outgoing: Call) -> str:
-    """``return PPProxyTensors({...})`` with the outgoing captures spliced in, laid out as
-    black lays out a dict that no longer fits on one line (one entry per line)."""
+def _insert_collect(
+    block: list, position: int, indent: int, shape: ForwardShape, collect: Call
+) -> None:
+    """Insert ``aux = pp_aux_collect(...)`` (under the gate, if any) before
+    ``block[position]``, taking over its blank lines."""
+    pad = " " * indent
+    target = f"{shape.aux_name} = "
+    following = block[position]
+    if shape.gate is not None and _tests_exactly(following, shape.gate):
+        # ``if <gate>: ... return ..., aux``: gather first thing inside that block.
+        inner = list(following.body.body)
+        _insert_collect(inner, 0, indent + 4, replace(shape, gate=None), collect)
+        block[position] = following.with_changes(body=following.body.with_changes(body=inner))
+        return
+    if shape.gate is None:
+        lines = render_call(pad, target, collect)
+    else:
+        lines = [f"{pad}if {shape.gate}:", *render_call(pad + "    ", target, collect)]
+    (statement,) = parse_statements(lines_to_text(lines), pad)
+    blank, comments = _split_leading(following.leading_lines)
+    block.insert(position, statement.with_changes(leading_lines=blank))
+    block[position + 1] = following.with_changes(leading_lines=comments)
+
+
+def _tests_exactly(statement: cst.CSTNode, condition: str) -> bool:
+    return (
+        isinstance(statement, cst.If)
+        and isinstance(statement.body, cst.IndentedBlock)
+        and " ".join(code_of(statement.test).split()) == condition
+    )
+
+
+def _every_stage(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    """``gate = a and <pp>.is_last_rank and b`` -> ``gate = a and b``: with the
+    transport attached every stage captures its own layers."""
+    assign = statement.body[0]
+    value = assign.value
+    operands = conjuncts_of(value)
+    if not isinstance(value, cst.BooleanOperation):
+        return statement
+    operators = _and_operators(value)
+    kept = [k for k, operand in enumerate(operands) if not m.matches(operand, LAST_RANK)]
+    if len(kept) == len(operands) or not kept:
+        if not kept:
+            raise FamilyRewriteError("capture condition is only the last-rank test")
+        return statement
+    texts = [code_of(operands[k]) for k in kept]
+    if any("\n" in text or "#" in text for text in texts):
+        # Keep the layout: each kept operand keeps the operator in front of it.
+        new_value: cst.BaseExpression = operands[kept[0]]
+        for k in kept[1:]:
+            new_value = cst.BooleanOperation(
+                left=new_value, operator=operators[k - 1], right=operands[k]
+            )
+        if isinstance(new_value, cst.BooleanOperation):
+            new_value = new_value.with_changes(lpar=value.lpar, rpar=value.rpar)
+        return statement.with_changes(body=[assign.with_changes(value=new_value)])
+    # Lay the shorter condition out as black does: one line, else the operands on one
+    # line inside parentheses, else one operand per line.
+    pad = " " * METHOD_INDENT
+    head = code_of(statement.body[0]).split("=", 1)[0].rstrip() + " = "
+    flat = " and ".join(texts)
+    if len(pad + head + flat) <= LINE_LENGTH:
+        lines = [pad + head + flat]
+    elif len(pad + "    " + flat) <= LINE_LENGTH:
+        lines = [pad + head + "(", pad + "    " + flat, pad + ")"]
+    else:
+        body = [texts[0]] + [f"and {text}" for text in texts[1:]]
+        lines = [pad + head + "(", *(pad + "    " + text for text in body), pad + ")"]
+    (rendered,) = parse_statements(lines_to_text(lines), pad)
+    return rendered.with_changes(leading_lines=statement.leading_lines)
+
+
+def _and_operators(value: cst.BaseExpression) -> list[cst.And]:
+    """The ``and`` operators of a chain, left to right (as :func:`conjuncts_of`)."""
+    if isinstance(value, cst.BooleanOperation) and isinstance(value.operator, cst.And):
+        return _and_operators(value.left) + [value.operator] + _and_operators(value.right)
+    return []
+
+
+def _proxy_return_text(argument: cst.Dict, entry: list[str]) -> str:
+    """``return PPProxyTensors({...})`` with the outgoing-captures ``entry`` lines spliced
+    in, laid out as black lays out a dict that no longer fits on one line (one entry per
+    line)."""
     pad = " " * BLOCK_INDENT
     entry_pad = pad + " " * 8
     lines = [f"{pad}return PPProxyTensors(", f"{pad}    {{"]
     for element in argument.elements:
         lines.append(f"{entry_pad}{code_of(element.key)}: {code_of(element.value)},")
-    lines += render_call(entry_pad, "**", outgoing, ",")
+    lines += entry
     lines += [f"{pad}    }}", f"{pad})"]
     return lines_to_text(lines)
 

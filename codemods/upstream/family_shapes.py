@@ -36,7 +36,15 @@ _PP_GROUP = m.Attribute(value=m.Name("self"), attr=m.Name("pp_group")) | m.Call(
 NOT_LAST_RANK = m.UnaryOperation(
     operator=m.Not(), expression=m.Attribute(value=_PP_GROUP, attr=m.Name("is_last_rank"))
 )
-SELF_IDS = m.Attribute(value=m.Name("self"), attr=m.Name(IDS_ATTR))
+
+
+def is_ids_attr(name: str) -> bool:
+    """``layers_to_capture`` or a per-drafter variant (``dspark_layers_to_capture``)."""
+    return name.endswith(IDS_ATTR) and not name.startswith("set_")
+
+
+#: ``self.layers_to_capture`` (or a per-drafter variant of the name).
+SELF_IDS = m.Attribute(value=m.Name("self"), attr=m.Name(value=m.MatchIfTrue(is_ids_attr)))
 
 
 def code_of(node: cst.CSTNode) -> str:
@@ -59,6 +67,9 @@ class SetterShape:
     flags: tuple[str, ...] = ()
     #: Hook methods it calls on the receiver (``self.model.set_x_layers_to_capture``).
     receiver_calls: tuple[str, ...] = ()
+    #: The receiver attribute that holds the ids (``layers_to_capture`` unless the hook
+    #: stores them under another name, e.g. ``dspark_layers_to_capture``).
+    ids_attr: str = IDS_ATTR
     #: Why the hook cannot be rewritten; ``None`` when it can.
     problem: str | None = None
 
@@ -78,6 +89,18 @@ class ForwardShape:
     #: Index of the top-level statement the gathering must precede (a last-rank capture
     #: placed before the handoff); ``None``: right after the handoff.
     collect_before: int | None = None
+    #: The attribute the forward reads the capture ids from.
+    ids_attr: str = IDS_ATTR
+    #: Source of the condition, besides ``i in ids``, under which the forward captures
+    #: (e.g. ``capture_aux and hidden_states.shape[0] != 0``); the same on every stage.
+    #: The handoff and the gathering then run only when it holds.
+    gate: str | None = None
+    #: Top-level statements ``name = ... and <pp>.is_last_rank and ...`` that define a
+    #: gate: the last-rank condition is dropped so that every stage captures.
+    gate_assignments: tuple[int, ...] = ()
+    #: The gathering goes into the handoff's ``else:`` block, before its statement at
+    #: this index (the first that reads the captures); ``None``: at the top level.
+    collect_in_else: int | None = None
     problem: str | None = None
 
     @property
@@ -308,21 +331,15 @@ def _setter_shape(class_name: str, fn: cst.FunctionDef, line: int) -> SetterShap
     if len(returns) > 1:
         problem = "hook returns before its end in more than one place"
     elif not receivers:
-        other = [
-            code_of(target.target)
-            for target in m.findall(fn, m.AssignTarget(target=m.Attribute(attr=m.Name())))
-            if target.target.attr.value.endswith("_" + IDS_ATTR)
-        ]
-        problem = (
-            f"hook stores the ids in `{other[0]}`, not `{IDS_ATTR}` (another capture shape)"
-            if other
-            else "hook does not store the capture ids on a submodule"
-        )
+        problem = "hook does not store the capture ids on a submodule"
     elif len(receivers) > 1:
         problem = f"hook stores capture ids on several submodules ({', '.join(receivers)})"
     elif m.findall(fn, m.Yield()):
         problem = "hook is a generator"
     receiver = receivers[0] if len(receivers) == 1 else None
+    ids_attrs = _ids_attrs(fn)
+    if problem is None and len(ids_attrs) > 1:
+        problem = f"hook stores capture ids under several names ({', '.join(ids_attrs)})"
     calls = tuple(
         dict.fromkeys(
             call.func.attr.value
@@ -341,6 +358,7 @@ def _setter_shape(class_name: str, fn: cst.FunctionDef, line: int) -> SetterShap
         receiver=receiver,
         flags=tuple(dict.fromkeys(flags)),
         receiver_calls=calls,
+        ids_attr=ids_attrs[0] if len(ids_attrs) == 1 else IDS_ATTR,
         problem=problem,
     )
 
@@ -367,9 +385,22 @@ def node_ids(container: cst.CSTNode) -> set[int]:
     return collector.ids
 
 
+_IDS_TARGET = m.Attribute(attr=m.Name(value=m.MatchIfTrue(is_ids_attr)))
+
+
+def _ids_attrs(fn: cst.FunctionDef) -> list[str]:
+    """Names of the ids attributes a hook assigns (``self.model.<name> = ...``)."""
+    return list(
+        dict.fromkeys(
+            target.target.attr.value
+            for target in m.findall(fn, m.AssignTarget(target=_IDS_TARGET))
+        )
+    )
+
+
 def _receivers(fn: cst.FunctionDef) -> list[str]:
     found: list[str] = []
-    for target in m.findall(fn, m.AssignTarget(target=m.Attribute(attr=m.Name(IDS_ATTR)))):
+    for target in m.findall(fn, m.AssignTarget(target=_IDS_TARGET)):
         found.append(code_of(target.target.value))
     for call in m.findall(
         fn,
@@ -450,24 +481,43 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
     else:
         return reject("PPProxyTensors(...) argument is neither a dict literal nor a name")
 
+    ids_attrs = sorted({node.attr.value for node in m.findall(fn, SELF_IDS)})
+    if len(ids_attrs) > 1:
+        return reject(f"reads capture ids from several attributes ({', '.join(ids_attrs)})")
+    ids_attr = ids_attrs[0] if ids_attrs else IDS_ATTR
+
     kinds: list[str] = []
     aux_names: set[str] = set()
     accounted: list[cst.CSTNode] = []
+    gates: set[tuple[str, ...]] = set()
+    gate_assignments: set[int] = set()
     for loop in m.findall(fn, m.For()):
         loop_var = _layer_loop_var(loop)
         if loop_var is None:
             continue
-        for branch in m.findall(loop, m.If(test=_ids_test(loop_var))):
+        for branch in m.findall(loop, m.If()):
+            conjuncts = conjuncts_of(branch.test)
+            by_id = [c for c in conjuncts if m.matches(c, _ids_test(loop_var))]
+            if not by_id:
+                continue
             appended = m.findall(
-                branch,
+                branch.body,
                 m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))),
             )
             if not appended:
-                return reject(f"`if {loop_var} in self.{IDS_ATTR}` block appends nothing")
-            if not _before_layer_call(loop, branch):
-                return reject("captures after the layer call (a different capture point)")
+                return reject(f"`if {loop_var} in self.{ids_attr}` block appends nothing")
+            found = _gate_of(body, loop, [c for c in conjuncts if c is not by_id[0]])
+            if isinstance(found, str):
+                return reject(found)
+            gate, assignments = found
+            gates.add(gate)
+            gate_assignments.update(assignments)
+            accounted.extend(body[k] for k in assignments)
             aux_names.update(call.func.value.value for call in appended)
-            kinds.append("loop-append")
+            # Either way the capture of id i is taken in iteration i, on the stage
+            # that owns layer i: before the layer runs (ids stored as layer + 1) or
+            # after it (raw layer ids).
+            kinds.append("loop-append" if _before_layer_call(loop, branch) else "after-layer")
             accounted.append(branch.test)
         boundary = _boundary_captures(body, loop, loop_var)
         if boundary is not None:
@@ -498,13 +548,25 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
             if m.findall(node.test, SELF_IDS)
         ]
         where = f"; captures under `{' '.join(tests[0].split())}`" if tests else ""
-        return reject(f"no capture at the start of layer i (`i in self.{IDS_ATTR}`){where}")
+        return reject(f"no capture in iteration i of the layer loop (`i in self.{ids_attr}`){where}")
     if len(aux_names) != 1:
         return reject(f"captures go to several lists: {', '.join(sorted(aux_names))}")
     aux_name = aux_names.pop()
-    init_index = _list_init_index(body[:handoff], aux_name)
+    if len(gates) > 1:
+        return reject("captures are taken under different conditions")
+    gate_parts = gates.pop() if gates else ()
+    gate_names = {part for part in gate_parts if part.isidentifier()}
+    init_index = _list_init_index(body[:handoff], aux_name, gate_names)
     if init_index is None:
         return reject(f"`{aux_name}` is not created as `[]` / an accumulator before the loop")
+    collect_in_else = None
+    gated_collect_before = None
+    if gate_parts:
+        # The gathering goes where the last stage first reads its captures.
+        placement = _first_reader(body, handoff, aux_name)
+        if placement is None:
+            return reject(f"the last stage never reads `{aux_name}`")
+        gated_collect_before, collect_in_else = placement
 
     final_capture = False
     collect_before: int | None = None
@@ -533,6 +595,8 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
             continue
         snippet = code_of(owner).strip().splitlines()[0] if owner is not None else "?"
         return reject(f"reads capture ids outside the recognised capture point: `{snippet}`")
+    if gate_parts and final_capture:
+        return reject("captures the stage output as well as under a condition")
     return ForwardShape(
         class_name,
         line,
@@ -541,8 +605,99 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
         proxy_arg=proxy_arg,
         proxy_param=proxy_param,
         final_capture=final_capture,
-        collect_before=collect_before,
+        collect_before=gated_collect_before if gate_parts else collect_before,
+        ids_attr=ids_attr,
+        gate=" and ".join(gate_parts) or None,
+        gate_assignments=tuple(sorted(gate_assignments)),
+        collect_in_else=collect_in_else,
     )
+
+
+def conjuncts_of(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The operands of an ``a and b and c`` chain (``[test]`` for anything else)."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return conjuncts_of(test.left) + conjuncts_of(test.right)
+    return [test]
+
+
+#: ``hidden_states.shape[0] != 0`` / ``> 0``: the batch is not empty.  The token count
+#: is the same on every PP stage, so such a condition holds on all stages or on none.
+_NON_EMPTY = m.Comparison(
+    left=m.Subscript(
+        value=m.Attribute(value=m.Name(), attr=m.Name("shape")),
+        slice=[m.SubscriptElement(m.Index(m.Integer("0")))],
+    ),
+    comparisons=[
+        m.ComparisonTarget(operator=m.NotEqual() | m.GreaterThan(), comparator=m.Integer("0"))
+    ],
+)
+LAST_RANK = m.Attribute(value=_PP_GROUP, attr=m.Name("is_last_rank"))
+
+
+def _gate_of(body, loop: cst.For, conditions) -> tuple[tuple[str, ...], list[int]] | str:
+    """The capture condition besides ``i in ids``, as source parts, and the indices of
+    the top-level statements defining its names; or why it may differ between stages.
+
+    Allowed: ``<x>.shape[0] != 0`` (the token count is the same on every stage) and
+    names assigned once, at the top level, before the layer loop (``capture_aux =
+    ...``); a ``<pp>.is_last_rank`` operand of such a name is dropped by the rewrite.
+    """
+    top = next(
+        (k for k, statement in enumerate(body) if any(n is loop for n in _loops_in(statement))),
+        None,
+    )
+    parts: list[str] = []
+    assignments: list[int] = []
+    for condition in conditions:
+        text = " ".join(code_of(condition).split())
+        if m.matches(condition, _NON_EMPTY):
+            parts.append(text)
+            continue
+        if not isinstance(condition, cst.Name) or top is None:
+            return f"captures under `{text}`, which may differ between PP stages"
+        index = _single_assignment(body, condition.value)
+        if index is None or index >= top:
+            return (
+                f"capture condition `{text}` is not assigned once before the layer loop"
+            )
+        parts.append(text)
+        assignments.append(index)
+    return tuple(parts), assignments
+
+
+def _loops_in(statement: cst.CSTNode) -> list[cst.CSTNode]:
+    return [statement, *m.findall(statement, m.For())]
+
+
+def _single_assignment(body, name: str) -> int | None:
+    """Index of the one top-level ``name = ...`` / ``name: T = ...`` of ``body``."""
+    target = m.Name(name)
+    pattern = m.SimpleStatementLine(
+        body=[m.Assign(targets=[m.AssignTarget(target)]) | m.AnnAssign(target=target)]
+    )
+    found = [k for k, statement in enumerate(body) if m.matches(statement, pattern)]
+    every = sum(
+        len(m.findall(statement, m.AssignTarget(target=target) | m.AnnAssign(target=target)))
+        for statement in body
+    )
+    if len(found) != 1 or every != 1:
+        return None
+    return found[0]
+
+
+def _first_reader(body, handoff: int, aux_name: str) -> tuple[int | None, int | None] | None:
+    """Where the last stage first reads ``aux_name`` after the handoff: ``(top-level
+    index, None)``, or ``(None, index in the handoff's else block)``."""
+    reads = m.Name(aux_name)
+    branch = body[handoff]
+    if isinstance(branch.orelse, cst.Else):
+        for k, statement in enumerate(branch.orelse.body.body):
+            if m.findall(statement, reads):
+                return None, k
+    for k in range(handoff + 1, len(body)):
+        if m.findall(body[k], reads):
+            return k, None
+    return None
 
 
 _SIZE_READ = m.UnaryOperation(operator=m.Not(), expression=SELF_IDS) | m.Call(
@@ -619,17 +774,25 @@ def _layer_loop_var(loop: cst.For) -> str | None:
     return None
 
 
-def _list_init_index(body: list[cst.BaseStatement], name: str) -> int | None:
+def _list_init_index(
+    body: list[cst.BaseStatement], name: str, gate_names: set[str] = frozenset()
+) -> int | None:
+    """Index of the top-level ``name = []`` (or ``name: T = []``, or an accumulator
+    call), possibly inside ``if <gate name>:``."""
+    value = m.List(elements=[]) | m.Call(func=m.Name())
     pattern = m.SimpleStatementLine(
         body=[
-            m.Assign(
-                targets=[m.AssignTarget(target=m.Name(name))],
-                value=m.List(elements=[]) | m.Call(func=m.Name()),
-            )
+            m.Assign(targets=[m.AssignTarget(target=m.Name(name))], value=value)
+            | m.AnnAssign(target=m.Name(name), value=value)
         ]
     )
+    gated = m.If(
+        test=m.Name(value=m.MatchIfTrue(lambda v: v in gate_names)),
+        body=m.IndentedBlock(body=[pattern]),
+        orelse=None,
+    )
     for index, statement in enumerate(body):
-        if m.matches(statement, pattern):
+        if m.matches(statement, pattern) or m.matches(statement, gated):
             return index
     return None
 

@@ -34,11 +34,15 @@ PP_AUX_TRANSPORT_MODE_ENV = "SGLANG_PP_AUX_TRANSPORT"
 DEFAULT_MODE = "relay"
 
 
-def attach_pp_aux_transport(model: torch.nn.Module, pp_group: Any) -> None:
-    """Attach the transport for ``model.layers_to_capture`` to ``model``.
+def attach_pp_aux_transport(
+    model: torch.nn.Module, pp_group: Any, ids_attr: str = "layers_to_capture"
+) -> None:
+    """Attach the transport for the capture ids ``model.<ids_attr>`` to ``model``.
 
     ``model`` is the decoder stack (the module whose forward runs the layer loop).
-    Every rank of the PP group calls this with the same capture layers.
+    Every rank of the PP group calls this with the same capture layers.  Capture id
+    ``i`` is taken in iteration ``i`` of the layer loop (at its start, or after the
+    layer for raw layer ids), so it belongs to the stage that runs layer ``i``.
     """
     model.pp_aux_transport = None
     if pp_group.world_size == 1:
@@ -47,7 +51,7 @@ def attach_pp_aux_transport(model: torch.nn.Module, pp_group: Any) -> None:
     # Ids outside [0, num_layers) are never reached by the layer loop, so a
     # single-stage run captures nothing for them; keep it that way.
     layer_ids = sorted(
-        {int(i) for i in model.layers_to_capture if 0 <= int(i) < num_layers}
+        {int(i) for i in getattr(model, ids_attr) if 0 <= int(i) < num_layers}
     )
     if not layer_ids:
         return

@@ -33,8 +33,9 @@ FAMILY = [
 
 NUM_LAYERS = 9
 HIDDEN_SIZE = 16
-#: Capture ids passed to every hook.  Stored as [2, 4, 5, 7] (capture before layer
-#: id + 1): on 3 stages ([0, 3), [3, 6), [6, 9)) every stage owns one; on 2 stages
+#: Capture ids passed to every hook.  Stored as [2, 4, 5, 7] by hooks that capture
+#: before layer id + 1, kept as they are by those that capture after the layer: either
+#: way, on 3 stages ([0, 3), [3, 6), [6, 9)) every stage owns one; on 2 stages
 #: ([0, 4), [4, 9)) the last stage owns most.  EAGLE3 hooks also run with None (the
 #: model's default layers).
 LAYER_IDS = [1, 3, 4, 6]
@@ -70,6 +71,8 @@ class StandInLayer(nn.Module):
         if captured_last_layer_outputs is not None:
             captured_last_layer_outputs.append(residual)
         hidden_states = torch.tanh(residual @ self.weight)
+        if self.returns == 4:  # mHC layers: (hidden_states, residual, post, comb)
+            return hidden_states, None, None, None
         if self.returns == 3:
             return hidden_states, residual, None
         return hidden_states, residual
@@ -123,6 +126,7 @@ def _forward_batch(tokens: int):
         is_target_verify=lambda: False,
     )
     return SimpleNamespace(
+        capture_hidden_mode=SimpleNamespace(need_capture=lambda: True),
         can_run_tbo=False,
         contains_mm_inputs=lambda: False,
         input_embeds=None,
@@ -151,6 +155,19 @@ STACK_ATTRIBUTES = {
     "Qwen3_5ForCausalLM": dict(
         flashinfer_mnnvl_cutedsl_fusion=None, hidden_size=HIDDEN_SIZE
     ),
+    "BailingMoELinearModel": dict(capture_aux_hidden_states=False),
+    "DeepseekV4Model": dict(
+        dspark_layers_to_capture=None,
+        hc_mult=2,
+        hidden_size=HIDDEN_SIZE,
+        use_fused_mhc_post_pre=False,
+        _can_run_tbo=lambda forward_batch: False,
+        # Folds the mHC copies back into one hidden state, as the real head does.
+        hc_head=lambda hidden_states, *weights: hidden_states.mean(dim=1),
+        hc_head_fn=None,
+        hc_head_scale=None,
+        hc_head_base=None,
+    ),
 }
 #: Decoder stacks that check their layers' types against a module-level tuple.
 LAYER_TYPE_TUPLES = {"NemotronHModel": "Layers"}
@@ -158,6 +175,20 @@ LAYER_TYPE_TUPLES = {"NemotronHModel": "Layers"}
 OUTER_ATTRIBUTES = dict(is_mrope_enabled=False, _is_multimodal=False)
 #: Modules whose decoder layers return (hidden_states, residual, extra).
 THREE_OUTPUT_LAYERS = {"DeepseekV2Model", "Glm5NextModel"}
+#: Modules whose decoder layers return four values (mHC).
+FOUR_OUTPUT_LAYERS = {"DeepseekV4Model"}
+
+
+def _single_device_widths() -> None:
+    """Parallel widths a forward reads that a launched server would have published
+    (one rank per attention-DP / TP group here)."""
+    from sglang.srt.runtime_context import get_parallel
+
+    get_parallel().override_permanently(attn_dp_size=1)
+
+
+#: Per decoder stack: process state its forward reads that a server would have set up.
+STACK_SETUP = {"DeepseekV4Model": _single_device_widths}
 
 
 def _set_pp_group(group: StandInPPGroup) -> None:
@@ -194,6 +225,8 @@ def build_model(case, pp_rank: int, pp_size: int, group):
 
     start, end = get_pp_indices(NUM_LAYERS, pp_rank, pp_size)
     returns = 3 if inner_cls.__name__ in THREE_OUTPUT_LAYERS else 2
+    if inner_cls.__name__ in FOUR_OUTPUT_LAYERS:
+        returns = 4
     inner = inner_cls.__new__(inner_cls)
     nn.Module.__init__(inner)
     inner.config = config
@@ -210,6 +243,9 @@ def build_model(case, pp_rank: int, pp_size: int, group):
     inner.norm = StandInNorm()
     inner.embed_tokens = StandInEmbedding()
     inner.word_embeddings = StandInEmbedding()
+    setup = STACK_SETUP.get(inner_cls.__name__)
+    if setup is not None:
+        setup()
     for attribute, value in STACK_ATTRIBUTES.get(inner_cls.__name__, {}).items():
         setattr(inner, attribute, value)
     tuple_name = LAYER_TYPE_TUPLES.get(inner_cls.__name__)
