@@ -23,8 +23,9 @@ from pathlib import Path
 
 import libcst as cst
 
-from codemods.upstream.family_rewrite import rewrite_module
+from codemods.upstream.family_rewrite import StackSetter, rewrite_module
 from codemods.upstream.family_shapes import (
+    IDS_ATTR,
     ForwardShape,
     ModuleShapes,
     SetterShape,
@@ -63,6 +64,8 @@ class FileDecision:
     proxy_arg: str | None = None
     #: The last stage also captures its own output (the id past the last layer).
     final_capture: bool = False
+    #: Other fixes the patch makes in the file, in words.
+    fixes: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -76,6 +79,8 @@ class FamilyPlan:
     #: file -> hooks to rewrite / forwards to rewrite in that file
     setter_edits: dict[str, list[SetterShape]] = field(default_factory=dict)
     forward_edits: dict[str, list[ForwardShape]] = field(default_factory=dict)
+    #: file -> stack setters to add (a hook calls them, the stack class lacks them)
+    stack_setters: dict[str, list[StackSetter]] = field(default_factory=dict)
     modules: dict[str, cst.Module] = field(default_factory=dict, repr=False)
 
     @property
@@ -84,7 +89,7 @@ class FamilyPlan:
 
     @property
     def touched_files(self) -> list[str]:
-        return sorted(set(self.setter_edits) | set(self.forward_edits))
+        return sorted(set(self.setter_edits) | set(self.forward_edits) | set(self.stack_setters))
 
     def select(self, names: list[str] | None) -> "FamilyPlan":
         """The plan restricted to the given model names (file stems); forwards they
@@ -114,7 +119,12 @@ class FamilyPlan:
             kept = [shape for shape in shapes if (file, shape.class_name) in needed]
             if kept:
                 forward_edits[file] = kept
-        return FamilyPlan(self.models_dir, decisions, setter_edits, forward_edits, self.modules)
+        stack_setters = {
+            f: e for f, e in self.stack_setters.items() if f.removesuffix(".py") in wanted
+        }
+        return FamilyPlan(
+            self.models_dir, decisions, setter_edits, forward_edits, stack_setters, self.modules
+        )
 
     def rewritten(self) -> dict[str, str]:
         """``file -> new text`` for every file the patch touches."""
@@ -122,7 +132,10 @@ class FamilyPlan:
         for file in self.touched_files:
             module = self.modules[file]
             updated = rewrite_module(
-                module, self.setter_edits.get(file, []), self.forward_edits.get(file, [])
+                module,
+                self.setter_edits.get(file, []),
+                self.forward_edits.get(file, []),
+                self.stack_setters.get(file, []),
             )
             result[file] = updated.code
         return result
@@ -216,6 +229,7 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
         return keep("; ".join(problems))
     targets: dict[tuple[str, str], ForwardShape] = {}
     stacks: dict[str, str] = {}
+    additions: list[StackSetter] = []
     for setter in candidates:
         found = _resolve_forward(file, shapes, setter, corpus)
         if isinstance(found, str):
@@ -230,11 +244,14 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
                 f"fails on non-last PP ranks (PPProxyTensors) before any capture matters"
             )
         for method in setter.receiver_calls:
-            if not _defines(file, stack_class, method, corpus, depth=0):
+            if _defines(file, stack_class, method, corpus, depth=0):
+                continue
+            if not _can_add_stack_setter(file, stack_class, ref_file, forward):
                 return keep(
                     f"{setter.hook}: calls {setter.receiver}.{method}, which "
                     f"{stack_class} does not define (fails with PP=1 too)"
                 )
+            additions.append(StackSetter(stack_class, method, setter.ids_annotation))
         if not forward.recognised:
             return keep(
                 f"{ref_file}:{forward.class_name}.forward: {forward.problem}",
@@ -251,6 +268,9 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
         return keep("hooks of this file reach different decoder stacks")
     (ref_file, class_name), forward = next(iter(targets.items()))
     plan.setter_edits.setdefault(file, []).extend(candidates)
+    additions = list(dict.fromkeys(additions))
+    if additions:
+        plan.stack_setters.setdefault(file, []).extend(additions)
     edits = plan.forward_edits.setdefault(ref_file, [])
     if all(shape.class_name != class_name for shape in edits):
         edits.append(forward)
@@ -273,6 +293,25 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
         cases,
         proxy_arg=forward.proxy_arg,
         final_capture=forward.final_capture,
+        fixes=tuple(
+            f"adds `{a.class_name}.{a.method}`, which the hook calls but was missing "
+            f"(the hook failed even with PP=1)"
+            for a in additions
+        ),
+    )
+
+
+def _can_add_stack_setter(
+    file: str, stack_class: str, ref_file: str, forward: ForwardShape
+) -> bool:
+    """A stack setter the hook calls can be added when the stack class is defined in
+    the hook's file with its own capture forward, which reads the ids directly."""
+    return (
+        forward.recognised
+        and ref_file == file
+        and forward.class_name == stack_class
+        and set(forward.capture_kinds) <= {"loop-append", "after-layer"}
+        and forward.ids_attr == IDS_ATTR
     )
 
 

@@ -50,7 +50,7 @@ goes where isort puts it.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import libcst as cst
 import libcst.matchers as m
@@ -93,6 +93,24 @@ FLAG_RESET_COMMENT = (
 )
 
 
+@dataclass(frozen=True)
+class StackSetter:
+    """A capture-id setter to add to a decoder-stack class: the causal-LM hook calls
+    ``self.model.<method>(ids)`` but the class does not define it."""
+
+    class_name: str
+    method: str
+    annotation: str | None = None
+
+    def source(self) -> str:
+        annotation = f": {self.annotation}" if self.annotation else ""
+        pad = " " * 4
+        return (
+            f"{pad}def {self.method}(self, {IDS_ATTR}{annotation}):\n"
+            f"{pad * 2}self.{IDS_ATTR} = {IDS_ATTR}\n"
+        )
+
+
 class FamilyRewriteError(ValueError):
     """A shape that analysis accepted could not be rewritten (a bug, reported per file)."""
 
@@ -101,9 +119,11 @@ def rewrite_module(
     module: cst.Module,
     setters: list[SetterShape],
     forwards: list[ForwardShape],
+    stack_setters: list[StackSetter] = (),
 ) -> cst.Module:
-    """Rewrite the given hooks and forwards of ``module``; everything else is kept."""
-    transformer = _FamilyTransformer(setters, forwards)
+    """Rewrite the given hooks and forwards of ``module``, and add the missing stack
+    setters; everything else is kept."""
+    transformer = _FamilyTransformer(setters, forwards, stack_setters)
     updated = module.visit(transformer)
     missing = transformer.expected - transformer.done
     if missing:
@@ -117,12 +137,22 @@ def rewrite_module(
 
 
 class _FamilyTransformer(cst.CSTTransformer):
-    def __init__(self, setters: list[SetterShape], forwards: list[ForwardShape]) -> None:
+    def __init__(
+        self,
+        setters: list[SetterShape],
+        forwards: list[ForwardShape],
+        stack_setters: list[StackSetter] = (),
+    ) -> None:
         self.setters = {(s.class_name, s.hook): s for s in setters}
         self.forwards = {f.class_name: f for f in forwards}
-        self.expected = {f"{c}.{h}" for c, h in self.setters} | {
-            f"{c}.forward" for c in self.forwards
-        }
+        self.additions: dict[str, list[StackSetter]] = {}
+        for addition in stack_setters:
+            self.additions.setdefault(addition.class_name, []).append(addition)
+        self.expected = (
+            {f"{c}.{h}" for c, h in self.setters}
+            | {f"{c}.forward" for c in self.forwards}
+            | {f"{a.class_name}.{a.method}" for a in stack_setters}
+        )
         self.done: set[str] = set()
         self._classes: list[str] = []
         self._effective: dict[str, cst.FunctionDef] = {}
@@ -140,7 +170,30 @@ class _FamilyTransformer(cst.CSTTransformer):
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self._classes.pop()
-        return updated
+        additions = self.additions.get(original.name.value) if not self._classes else None
+        if not additions:
+            return updated
+        body = list(updated.body.body)
+        # Right before the class's forward (the method that reads the ids).
+        position = next(
+            (
+                k
+                for k, statement in enumerate(body)
+                if isinstance(statement, cst.FunctionDef) and statement.name.value == "forward"
+            ),
+            len(body),
+        )
+        for addition in additions:
+            (method,) = parse_statements(addition.source(), " " * 4)
+            method = method.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+            body.insert(position, method)
+            position += 1
+            self.done.add(f"{addition.class_name}.{addition.method}")
+        if position < len(body):
+            body[position] = body[position].with_changes(
+                leading_lines=[cst.EmptyLine(indent=False), *_comments_only(body[position].leading_lines)]
+            )
+        return updated.with_changes(body=updated.body.with_changes(body=body))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         self._depth += 1

@@ -70,6 +70,8 @@ class SetterShape:
     #: The receiver attribute that holds the ids (``layers_to_capture`` unless the hook
     #: stores them under another name, e.g. ``dspark_layers_to_capture``).
     ids_attr: str = IDS_ATTR
+    #: Source of the annotation of the hook's ids parameter (``List[int]``), if any.
+    ids_annotation: str | None = None
     #: Why the hook cannot be rewritten; ``None`` when it can.
     problem: str | None = None
 
@@ -359,6 +361,7 @@ def _setter_shape(class_name: str, fn: cst.FunctionDef, line: int) -> SetterShap
         flags=tuple(dict.fromkeys(flags)),
         receiver_calls=calls,
         ids_attr=ids_attrs[0] if len(ids_attrs) == 1 else IDS_ATTR,
+        ids_annotation=_ids_annotation(fn),
         problem=problem,
     )
 
@@ -383,6 +386,13 @@ def node_ids(container: cst.CSTNode) -> set[int]:
     collector = _IdCollector()
     container.visit(collector)
     return collector.ids
+
+
+def _ids_annotation(fn: cst.FunctionDef) -> str | None:
+    params = fn.params.params
+    if len(params) < 2 or params[1].annotation is None:
+        return None
+    return code_of(params[1].annotation.annotation)
 
 
 _IDS_TARGET = m.Attribute(attr=m.Name(value=m.MatchIfTrue(is_ids_attr)))

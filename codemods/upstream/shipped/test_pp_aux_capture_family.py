@@ -87,7 +87,7 @@ class StandInEmbedding(nn.Module):
 
 
 class StandInNorm(nn.Module):
-    def forward(self, hidden_states, residual=None):
+    def forward(self, hidden_states, residual=None, **kwargs):
         if residual is None:
             return hidden_states * 0.5
         return (hidden_states + residual) * 0.5, residual
@@ -156,6 +156,11 @@ STACK_ATTRIBUTES = {
         flashinfer_mnnvl_cutedsl_fusion=None, hidden_size=HIDDEN_SIZE
     ),
     "BailingMoELinearModel": dict(capture_aux_hidden_states=False),
+    "Qwen3LLMModel": dict(
+        use_hf_deepstack_order=False,
+        deepstack_embed_to_decoder_layer=range(0),
+        hidden_size=HIDDEN_SIZE,
+    ),
     "DeepseekV4Model": dict(
         dspark_layers_to_capture=None,
         hc_mult=2,
@@ -172,7 +177,9 @@ STACK_ATTRIBUTES = {
 #: Decoder stacks that check their layers' types against a module-level tuple.
 LAYER_TYPE_TUPLES = {"NemotronHModel": "Layers"}
 #: Causal-LM attributes some forwards read (their __init__ is skipped).
-OUTER_ATTRIBUTES = dict(is_mrope_enabled=False, _is_multimodal=False)
+OUTER_ATTRIBUTES = dict(
+    is_mrope_enabled=False, _is_multimodal=False, language_model_only=True
+)
 #: Modules whose decoder layers return (hidden_states, residual, extra).
 THREE_OUTPUT_LAYERS = {"DeepseekV2Model", "Glm5NextModel"}
 #: Modules whose decoder layers return four values (mHC).
@@ -343,22 +350,26 @@ def _describe(error):
     return f"{type(error).__name__}: {error}"
 
 
-def _create_direct_group(rank, size, group):
+def _create_direct_group(rank, size, group, fresh=False):
     """Create the direct-mode group up front, where SGLang creates its groups, not in
-    the middle of the run; every rank does it at the same point."""
+    the middle of the run; every rank does it at the same point.  ``fresh``: replace
+    the group (after a failed case left direct sends unmatched in the old one)."""
     try:
         from sglang.srt.distributed import pp_aux_capture
     except ImportError:  # the release without the patch's new files
         return
+    if fresh:
+        pp_aux_capture._DIRECT_GROUPS.clear()
     pp_aux_capture._direct_group(StandInPPGroup(rank, size, group))
 
 
 def _run_case(case, hook, layer_ids, mode, rank, size, group):
-    """Runs one case on this rank; the last rank returns its comparison.
+    """Runs one case on this rank: (result, transport).  The last rank's result holds
+    its comparison.
 
     Every rank does every receive and send of every batch, also after an error (an
-    error travels downstream as a marker), so a failing model never leaves a message
-    in flight for the next case.
+    error travels downstream as a marker), so a failing model never leaves a handoff
+    in flight for the next case.  Direct-mode sends are left to the caller.
     """
     from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
 
@@ -403,12 +414,7 @@ def _run_case(case, hook, layer_ids, mode, rank, size, group):
         result["equal"] &= len(reference) == len(pipelined) and all(
             torch.equal(a, b) for a, b in zip(reference, pipelined)
         )
-    # Direct-mode sends are not waited for by the forward; complete them while the
-    # model (which holds them) is alive, as a running server would.
-    transport = getattr(getattr(model, "model", None), "pp_aux_transport", None)
-    if transport is not None:
-        transport.flush()
-    return result
+    return result, getattr(getattr(model, "model", None), "pp_aux_transport", None)
 
 
 def _worker(rank, size, port, jobs, out_dir):
@@ -424,17 +430,31 @@ def _worker(rank, size, port, jobs, out_dir):
     status_group = dist.new_group(list(range(size)), backend="gloo")
     _create_direct_group(rank, size, group)
     path = os.path.join(out_dir, f"rank{rank}.jsonl")
+    abandoned = False
     for case, hook, layer_ids, mode in jobs:
         entry = {"model": case[0], "hook": hook, "layer_ids": layer_ids}
         entry.update(pp=size, mode=mode)
         with open(path, "a") as handle:  # what this rank is on, should it never return
             handle.write(json.dumps(dict(entry, started=True)) + "\n")
-        entry.update(_run_case(case, hook, layer_ids, mode, rank, size, group))
+        result, transport = _run_case(case, hook, layer_ids, mode, rank, size, group)
+        entry.update(result)
         statuses = [None] * size
         dist.all_gather_object(statuses, entry["error"], group=status_group)
         entry["errors"] = statuses
+        if any(status is not None for status in statuses):
+            if mode == "direct":
+                # A failed stage may never receive this case's direct sends: leave
+                # them, and give later cases a group of their own.
+                abandoned = True
+                _create_direct_group(rank, size, group, fresh=True)
+        elif transport is not None:
+            # The forward does not wait for direct sends; complete them while the
+            # model (which holds them) is alive, as a running server would.
+            transport.flush()
         with open(path, "a") as handle:
             handle.write(json.dumps(entry) + "\n")
+    if abandoned:
+        os._exit(0)  # unmatched sends would hold up the process group's teardown
     dist.destroy_process_group()
 
 
