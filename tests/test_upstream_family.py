@@ -118,6 +118,64 @@ def test_hook_and_forward_must_agree_on_the_ids_attribute(tmp_path):
     assert "reads `dspark_layers_to_capture`" in decision.reason
 
 
+def test_missing_stack_setter_is_added_before_the_forward(plan):
+    decision = plan.decisions["family_missing_setter.py"]
+    assert decision.patched, decision.reason
+    assert decision.fixes == (
+        "adds `TextStack.set_dflash_layers_to_capture`, which the hook calls but was "
+        "missing (the hook failed even with PP=1)",
+    )
+    text = plan.rewritten()["family_missing_setter.py"]
+    stack = text[text.index("class TextStack") : text.index("class VisionLanguageModel")]
+    added = (
+        "    def set_dflash_layers_to_capture(self, layers_to_capture: List[int]):\n"
+        "        self.layers_to_capture = layers_to_capture\n\n"
+        "    def forward("
+    )
+    assert added in stack
+
+
+def test_missing_stack_setter_for_a_flag_forward_is_not_invented(tmp_path):
+    # A forward that reads per-layer flags needs its own setter: nothing to add.
+    source = (FIXTURES / "family_qwen_base.py").read_text(encoding="utf-8")
+    start = source.index("    def set_eagle3_layers_to_capture(self, layers_to_capture")
+    end = source.index("    def forward(", start)
+    (tmp_path / "flags.py").write_text(source[:start] + source[end:], encoding="utf-8")
+    decision = plan_family(tmp_path).decisions["flags.py"]
+    assert not decision.patched
+    assert "does not define (fails with PP=1 too)" in decision.reason
+
+
+def test_forward_unpacking_the_stack_output_on_every_rank_is_fixed(plan):
+    decision = plan.decisions["family_stage_unpack.py"]
+    assert decision.patched, decision.reason
+    assert "hidden_states, before_norm = self.model(...)" in decision.fixes[0]
+    text = plan.rewritten()["family_stage_unpack.py"]
+    fixed = (
+        "            stage_output = self.model(\n"
+        "                input_ids, positions, forward_batch, pp_proxy_tensors=pp_proxy_tensors\n"
+        "            )\n"
+        "            if not self.pp_group.is_last_rank:\n"
+        "                return stage_output\n"
+        "            hidden_states, before_norm = stage_output\n"
+    )
+    assert fixed in text
+    # The capture branch runs on the last stage only (the hook resets the flag
+    # elsewhere), so it keeps unpacking directly.
+    assert "hidden_states, before_norm, aux_hidden_states = self.model(" in text
+    assert text.count("stage_output = ") == 1
+
+
+def test_model_that_refuses_pp_is_reported_not_patched(plan):
+    decision = plan.decisions["family_refuses_pp.py"]
+    assert not decision.patched
+    assert decision.reason == (
+        "the model refuses PP in its constructor (`assert self.pp_group.is_first_rank "
+        "and self.pp_group.is_last_rank`): the early return never runs and no capture "
+        "is lost"
+    )
+
+
 def test_selecting_a_model_keeps_the_forward_it_needs(plan):
     selected = plan.select(["family_qwen_derived"])
     assert selected.touched_files == ["family_qwen_base.py", "family_qwen_derived.py"]
@@ -152,7 +210,12 @@ def test_untouched_lines_are_kept_byte_for_byte(plan, models_dir):
             relaid = stripped.startswith(("return PPProxyTensors({", "{")) or (
                 stripped.removeprefix("and ") in text
             )
-            assert dropped or relaid, (name, line)
+            # A stack call whose result a forward unpacked on every rank now goes
+            # through `stage_output` (the call itself is kept line for line).
+            staged = "= " in stripped and (
+                "stage_output = " + stripped.split("= ", 1)[1] in text
+            )
+            assert dropped or relaid or staged, (name, line)
 
 
 def test_rewritten_files_compile_and_are_not_patched_again(plan, tmp_path):
@@ -292,4 +355,4 @@ def test_survey_and_table_describe_every_hook_file(plan):
     assert "`eagle3`, `dflash`" in llama_row and llama_row.endswith("| yes |")
     unsupported = next(row for row in rows if "family_unsupported.py" in row)
     assert "| no: " in unsupported and unsupported.endswith("| - |")
-    assert coverage_line(plan).startswith("7 of 8 model files")
+    assert coverage_line(plan).startswith("9 of 11 model files")

@@ -23,7 +23,14 @@ from pathlib import Path
 
 import libcst as cst
 
-from codemods.upstream.family_rewrite import StackSetter, rewrite_module
+import libcst.matchers as m
+
+from codemods.upstream.family_rewrite import (
+    STAGE_OUTPUT,
+    StackSetter,
+    StageOutputFix,
+    rewrite_module,
+)
 from codemods.upstream.family_shapes import (
     IDS_ATTR,
     ForwardShape,
@@ -81,6 +88,8 @@ class FamilyPlan:
     forward_edits: dict[str, list[ForwardShape]] = field(default_factory=dict)
     #: file -> stack setters to add (a hook calls them, the stack class lacks them)
     stack_setters: dict[str, list[StackSetter]] = field(default_factory=dict)
+    #: file -> causal-LM forwards that unpack the stack output on every rank
+    stage_fixes: dict[str, list[StageOutputFix]] = field(default_factory=dict)
     modules: dict[str, cst.Module] = field(default_factory=dict, repr=False)
 
     @property
@@ -89,7 +98,12 @@ class FamilyPlan:
 
     @property
     def touched_files(self) -> list[str]:
-        return sorted(set(self.setter_edits) | set(self.forward_edits) | set(self.stack_setters))
+        return sorted(
+            set(self.setter_edits)
+            | set(self.forward_edits)
+            | set(self.stack_setters)
+            | set(self.stage_fixes)
+        )
 
     def select(self, names: list[str] | None) -> "FamilyPlan":
         """The plan restricted to the given model names (file stems); forwards they
@@ -122,8 +136,17 @@ class FamilyPlan:
         stack_setters = {
             f: e for f, e in self.stack_setters.items() if f.removesuffix(".py") in wanted
         }
+        stage_fixes = {
+            f: e for f, e in self.stage_fixes.items() if f.removesuffix(".py") in wanted
+        }
         return FamilyPlan(
-            self.models_dir, decisions, setter_edits, forward_edits, stack_setters, self.modules
+            self.models_dir,
+            decisions,
+            setter_edits,
+            forward_edits,
+            stack_setters,
+            stage_fixes,
+            self.modules,
         )
 
     def rewritten(self) -> dict[str, str]:
@@ -136,6 +159,7 @@ class FamilyPlan:
                 self.setter_edits.get(file, []),
                 self.forward_edits.get(file, []),
                 self.stack_setters.get(file, []),
+                self.stage_fixes.get(file, []),
             )
             result[file] = updated.code
         return result
@@ -230,19 +254,29 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
     targets: dict[tuple[str, str], ForwardShape] = {}
     stacks: dict[str, str] = {}
     additions: list[StackSetter] = []
+    stage_fixes: list[StageOutputFix] = []
     for setter in candidates:
         found = _resolve_forward(file, shapes, setter, corpus)
         if isinstance(found, str):
             return keep(f"{setter.hook}: {found}")
         stack_class, ref_file, forward = found
+        refusal = _refuses_pp(file, shapes, setter.class_name, stack_class, corpus)
+        if refusal is not None:
+            return keep(
+                f"the model refuses PP in its constructor (`{refusal}`): the early "
+                f"return never runs and no capture is lost"
+            )
         stacks[setter.class_name] = stack_class
         outer = _class_node(corpus.modules[file], setter.class_name)
         unpacked = unpacks_stack_output(outer, setter.receiver) if outer else None
         if unpacked is not None:
-            return keep(
-                f"{setter.class_name}.forward does `{unpacked}` with capture off, which "
-                f"fails on non-last PP ranks (PPProxyTensors) before any capture matters"
-            )
+            if m.findall(outer, m.Name(STAGE_OUTPUT)):
+                return keep(
+                    f"{setter.class_name}.forward does `{unpacked}` with capture off, "
+                    f"which fails on non-last PP ranks (PPProxyTensors)"
+                )
+            stage_fixes.append(StageOutputFix(setter.class_name, setter.receiver,
+                                              setter.pp_group, unpacked))
         for method in setter.receiver_calls:
             if _defines(file, stack_class, method, corpus, depth=0):
                 continue
@@ -271,6 +305,9 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
     additions = list(dict.fromkeys(additions))
     if additions:
         plan.stack_setters.setdefault(file, []).extend(additions)
+    stage_fixes = list(dict.fromkeys(stage_fixes))
+    if stage_fixes:
+        plan.stage_fixes.setdefault(file, []).extend(stage_fixes)
     edits = plan.forward_edits.setdefault(ref_file, [])
     if all(shape.class_name != class_name for shape in edits):
         edits.append(forward)
@@ -297,8 +334,24 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
             f"adds `{a.class_name}.{a.method}`, which the hook calls but was missing "
             f"(the hook failed even with PP=1)"
             for a in additions
+        )
+        + tuple(
+            f"`{f.class_name}.forward` hands non-last stages' `PPProxyTensors` on instead "
+            f"of `{f.unpacked}` (it failed under PP with or without capture)"
+            for f in stage_fixes
         ),
     )
+
+
+def _refuses_pp(
+    file: str, shapes: ModuleShapes, outer: str, stack_class: str, corpus: _Corpus
+) -> str | None:
+    """The single-stage ``assert`` of the causal-LM class or its decoder stack, if any."""
+    for name in (outer, stack_class):
+        info = shapes.classes.get(name)
+        if info is not None and info.pp_assert:
+            return info.pp_assert
+    return None
 
 
 def _can_add_stack_setter(

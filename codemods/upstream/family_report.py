@@ -15,7 +15,7 @@ from codemods.upstream.family import FamilyPlan
 #: How each capture kind is described in tables.
 CAPTURE_KINDS = {
     "loop-append": "appended in the layer loop",
-    "after-layer": "appended after the layer call (raw layer ids)",
+    "after-layer": "appended after the layer call, raw layer ids",
     "layer-kwarg": "handed to the layer (`captured_last_layer_outputs`)",
     "layer-flag": "layer flag `_is_layer_to_capture`",
     "boundaries": "layer boundaries (`start_layer`, then `i + 1` after layer `i`)",
@@ -35,6 +35,7 @@ def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
                 "reason": decision.reason,
                 "capture_forward": str(decision.forward) if decision.forward else None,
                 "capture_kinds": list(decision.capture_kinds),
+                "other_fixes": list(decision.fixes),
                 "handoff": (
                     f"PPProxyTensors({'{...}' if decision.proxy_arg == 'dict' else 'name'})"
                     if decision.proxy_arg
@@ -71,7 +72,8 @@ def markdown_table(plan: FamilyPlan, validated: dict[str, str] | None = None) ->
         early = _hook_names(decision.early_return) if decision.early_return else "no"
         if decision.patched:
             kinds = "; ".join(CAPTURE_KINDS.get(k, k) for k in decision.capture_kinds)
-            patched = f"yes ({kinds}; forward `{decision.forward}`)"
+            also = "".join(f"; also {fix}" for fix in decision.fixes)
+            patched = f"yes ({kinds}; forward `{decision.forward}`{also})"
         else:
             patched = "no: " + decision.reason.replace("|", "\\|")
         check = validated.get(decision.name, "no") if decision.patched else "-"
@@ -82,13 +84,25 @@ def markdown_table(plan: FamilyPlan, validated: dict[str, str] | None = None) ->
     return "\n".join(rows) + "\n"
 
 
+#: The reason of a file whose model refuses PP outright (it loses nothing under PP).
+REFUSES_PP = "the model refuses PP in its constructor"
+
+
 def coverage_line(plan: FamilyPlan) -> str:
     with_early = [d for d in plan.decisions.values() if d.early_return]
     patched = [d for d in with_early if d.patched]
-    return (
+    refusing = [d for d in with_early if d.reason.startswith(REFUSES_PP)]
+    line = (
         f"{len(patched)} of {len(with_early)} model files whose hooks return early on "
         f"non-last PP ranks are patched ({len(plan.decisions)} files define a hook)."
     )
+    if refusing:
+        names = ", ".join(f"`{d.file}`" for d in sorted(refusing, key=lambda d: d.file))
+        line += (
+            f" {len(refusing)} of the others ({names}) refuse PP in their constructor, "
+            f"so their early return never runs."
+        )
+    return line
 
 
 def pr_section(plan: FamilyPlan | None, test_cmd: str) -> str:
@@ -97,26 +111,39 @@ def pr_section(plan: FamilyPlan | None, test_cmd: str) -> str:
         return ""
     patched = [d for d in sorted(plan.decisions.values(), key=lambda d: d.file) if d.patched]
     files = ", ".join(f"`{d.file}`" for d in patched)
+    fixes = [(d.file, fix) for d in patched for fix in d.fixes]
+    fix_lines = "".join(f"- `{file}`: {fix}.\n" for file, fix in fixes)
+    fix_section = (
+        f"\nThe patch also fixes what kept some of these models from capturing at all:\n\n"
+        f"{fix_lines}"
+        if fixes
+        else ""
+    )
     return f"""\
 ## Models whose capture hooks returned early off the last rank
 
-{len(patched)} more model files ({files}) define `set_eagle3_layers_to_capture` /
-`set_dflash_layers_to_capture` as `if not self.pp_group.is_last_rank: return`, so under
+{len(patched)} more model files ({files}) define their capture hooks
+(`set_eagle3_layers_to_capture`, `set_dflash_layers_to_capture`,
+`set_dspark_layers_to_capture`) as `if not self.pp_group.is_last_rank: return`, so under
 PP only the last stage captured: the drafter silently got fewer aux states than it was
 trained on, or the last stage failed unpacking `(hidden_states, aux_hidden_states)` when
 it owned none of the capture layers.  Each hook now stores the ids on every rank and
 attaches the same transport (`attach_pp_aux_transport`, new
 `sglang/srt/distributed/pp_aux_capture.py`); the decoder-stack forward adds its captures
 to the `PPProxyTensors` handoff (`pp_aux_outgoing`) and the last stage gathers all of them
-(`pp_aux_collect`).  Ids, default layers (EAGLE3's `None` -> `[2, n // 2, n - 3]`), order
-(ascending layer id) and capture point (start of layer `i`) are each model's own; with
-PP=1 nothing changes.  `SGLANG_PP_AUX_TRANSPORT=relay|direct` selects the mode at run
-time.
-
+(`pp_aux_collect`).  Where a forward captures only under a condition (DSpark targets:
+`capture_aux and ... and hidden_states.shape[0] != 0`), the condition drops its
+last-rank operand and the handoff and the gathering run under the same condition, which
+holds on every stage or on none.  Ids, default layers (EAGLE3's `None` ->
+`[2, n // 2, n - 3]`), order (ascending layer id) and capture point (at the start of layer
+`i`, or after it for raw DSpark ids) are each model's own; with PP=1 nothing changes.
+`SGLANG_PP_AUX_TRANSPORT=relay|direct` selects the mode at run time.
+{fix_section}
 {coverage_line(plan)}
 
 {markdown_table(plan)}
-Test: `{test_cmd}` (CPU, gloo, 2 and 3 stages, relay and direct; every model's real
-hooks and forward with stand-in decoder layers, compared with PP=1 via `torch.equal`).
+Test: `{test_cmd}` (CPU, gloo, 2 and 3 stages, relay and direct, including an empty
+microbatch; every model's real hooks and forward with stand-in decoder layers, compared
+with PP=1 via `torch.equal`).
 
 """

@@ -71,6 +71,7 @@ from codemods.upstream.family_shapes import (
     code_of,
     conjuncts_of,
     early_return_of,
+    forward_stack_unpacks,
     non_last_return_index,
     proxy_return_of,
     split_docstring,
@@ -111,6 +112,35 @@ class StackSetter:
         )
 
 
+#: Local holding a stack's output before a causal-LM forward unpacks it.
+STAGE_OUTPUT = "stage_output"
+
+
+@dataclass(frozen=True)
+class StageOutputFix:
+    """A causal-LM ``forward`` that unpacks the decoder-stack output on every rank,
+    which fails on non-last PP ranks (the stack returns ``PPProxyTensors``).
+
+    Before::
+
+        hidden_states, hidden_states_before_norm = self.model(...)
+
+    after (a non-last stage hands its ``PPProxyTensors`` on, as the forward's final
+    ``else: return hidden_states`` meant to)::
+
+        stage_output = self.model(...)
+        if not self.pp_group.is_last_rank:
+            return stage_output
+        hidden_states, hidden_states_before_norm = stage_output
+    """
+
+    class_name: str
+    receiver: str
+    pp_group: str
+    #: The first such statement, shortened, for reports.
+    unpacked: str
+
+
 class FamilyRewriteError(ValueError):
     """A shape that analysis accepted could not be rewritten (a bug, reported per file)."""
 
@@ -120,10 +150,12 @@ def rewrite_module(
     setters: list[SetterShape],
     forwards: list[ForwardShape],
     stack_setters: list[StackSetter] = (),
+    stage_fixes: list[StageOutputFix] = (),
 ) -> cst.Module:
-    """Rewrite the given hooks and forwards of ``module``, and add the missing stack
-    setters; everything else is kept."""
-    transformer = _FamilyTransformer(setters, forwards, stack_setters)
+    """Rewrite the given hooks and forwards of ``module``, add the missing stack
+    setters and fix the causal-LM forwards that unpack non-last stages' output;
+    everything else is kept."""
+    transformer = _FamilyTransformer(setters, forwards, stack_setters, stage_fixes)
     updated = module.visit(transformer)
     missing = transformer.expected - transformer.done
     if missing:
@@ -142,8 +174,10 @@ class _FamilyTransformer(cst.CSTTransformer):
         setters: list[SetterShape],
         forwards: list[ForwardShape],
         stack_setters: list[StackSetter] = (),
+        stage_fixes: list[StageOutputFix] = (),
     ) -> None:
         self.setters = {(s.class_name, s.hook): s for s in setters}
+        self.stage_fixes = {f.class_name: f for f in stage_fixes}
         self.forwards = {f.class_name: f for f in forwards}
         self.additions: dict[str, list[StackSetter]] = {}
         for addition in stack_setters:
@@ -152,6 +186,7 @@ class _FamilyTransformer(cst.CSTTransformer):
             {f"{c}.{h}" for c, h in self.setters}
             | {f"{c}.forward" for c in self.forwards}
             | {f"{a.class_name}.{a.method}" for a in stack_setters}
+            | {f"{f.class_name}.forward (stage output)" for f in stage_fixes}
         )
         self.done: set[str] = set()
         self._classes: list[str] = []
@@ -212,11 +247,51 @@ class _FamilyTransformer(cst.CSTTransformer):
         if setter is not None:
             self.done.add(f"{class_name}.{setter.hook}")
             return rewrite_setter(updated, setter)
+        fix = self.stage_fixes.get(class_name)
+        if fix is not None and original.name.value == "forward":
+            self.done.add(f"{class_name}.forward (stage output)")
+            return fix_stage_unpacks(updated, fix)
         forward = self.forwards.get(class_name)
         if forward is not None and original.name.value == "forward":
             self.done.add(f"{class_name}.forward")
             return rewrite_forward(updated, forward)
         return updated
+
+
+def fix_stage_unpacks(fn: cst.FunctionDef, fix: StageOutputFix) -> cst.FunctionDef:
+    """See :class:`StageOutputFix`."""
+    targets = {id(statement) for statement in forward_stack_unpacks(fn, fix.receiver)}
+    if not targets:
+        raise FamilyRewriteError(f"{fix.class_name}.forward unpacks no stack output")
+    check = cst.parse_statement(
+        f"if not {fix.pp_group}.is_last_rank:\n    return {STAGE_OUTPUT}\n"
+    )
+
+    class _Split(cst.CSTTransformer):
+        def leave_IndentedBlock(self, original, updated):
+            body = []
+            for before, after in zip(original.body, updated.body):
+                if id(before) not in targets:
+                    body.append(after)
+                    continue
+                assign = after.body[0]
+                keep = cst.SimpleStatementLine(
+                    body=[
+                        cst.Assign(
+                            targets=[cst.AssignTarget(cst.Name(STAGE_OUTPUT))],
+                            value=assign.value,
+                        )
+                    ],
+                    leading_lines=after.leading_lines,
+                )
+                unpack = after.with_changes(
+                    body=[assign.with_changes(value=cst.Name(STAGE_OUTPUT))],
+                    leading_lines=[],
+                )
+                body += [keep, check, unpack]
+            return updated.with_changes(body=body)
+
+    return fn.visit(_Split())
 
 
 def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:

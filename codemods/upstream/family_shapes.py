@@ -17,6 +17,7 @@ a file was left alone.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -119,6 +120,8 @@ class ClassInfo:
     #: ``attr -> class name`` for ``self.attr = ClassName(...)`` in ``__init__`` (or a
     #: ``self.attr = self._init_model(...)`` helper returning ``ClassName(...)``).
     submodules: dict[str, str] = field(default_factory=dict)
+    #: Source of an ``assert`` in ``__init__`` that refuses pipeline parallelism.
+    pp_assert: str | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,7 @@ def _analyse_class(cls: cst.ClassDef, positions) -> tuple[ClassInfo, list, Forwa
         has_forward="forward" in methods,
         methods=tuple(methods),
         submodules=_submodules(cls, methods) if relevant else {},
+        pp_assert=_pp_assert(methods.get("__init__")) if relevant else None,
     )
     if not relevant:
         return info, [], None
@@ -273,6 +277,23 @@ def _submodules(cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> dict[
         if target is not None:
             submodules.setdefault(attr, target)
     return submodules
+
+
+#: Assert conditions that only hold with one PP stage.
+_SINGLE_STAGE = re.compile(
+    r"\b(pp_size|world_size)\s*==\s*1\b|is_first_rank\s+and\s+.*\bis_last_rank\b"
+)
+
+
+def _pp_assert(init: cst.FunctionDef | None) -> str | None:
+    """``assert <one PP stage>`` in a constructor: the model refuses PP outright."""
+    if init is None:
+        return None
+    for node in m.findall(init, m.Assert()):
+        test = " ".join(code_of(node.test).split())
+        if _SINGLE_STAGE.search(test):
+            return f"assert {test}"
+    return None
 
 
 def _self_calls(fn: cst.FunctionDef) -> set[str]:
@@ -827,20 +848,43 @@ def _before_layer_call(loop: cst.For, branch: cst.If) -> bool:
     return False
 
 
-def unpacks_stack_output(cls: cst.ClassDef, receiver: str) -> str | None:
-    """Source of a ``a, b = <receiver>(...)`` in the class's ``forward`` that runs even
-    when capture is off: on non-last PP ranks the stack returns ``PPProxyTensors``, which
-    cannot be unpacked, so such a forward does not run under PP at all."""
+def stack_unpacks(cls: cst.ClassDef, receiver: str) -> list[cst.SimpleStatementLine]:
+    """The ``a, b = <receiver>(...)`` statements (or ``a, b = f(..., language_model=
+    <receiver>)``) of the class's ``forward`` that run even when capture is off and
+    before any rank check: on non-last PP ranks the stack returns ``PPProxyTensors``,
+    which cannot be unpacked, so such a forward does not run under PP at all."""
     forward = _methods(cls).get("forward")
-    if forward is None:
-        return None
+    return [] if forward is None else forward_stack_unpacks(forward, receiver)
+
+
+def forward_stack_unpacks(forward: cst.FunctionDef, receiver: str) -> list:
+    """:func:`stack_unpacks` of one ``forward``."""
     guarded: set[int] = set()
     for branch in m.findall(forward, m.If()):
-        if CAPTURE_FLAG in code_of(branch.test):
+        test = code_of(branch.test)
+        if CAPTURE_FLAG in test or "is_last_rank" in test:
             guarded |= node_ids(branch.body)
-    for assign in m.findall(
-        forward, m.Assign(targets=[m.AssignTarget(target=m.Tuple())], value=m.Call())
-    ):
-        if code_of(assign.value.func) == receiver and id(assign) not in guarded:
-            return code_of(assign.targets[0].target) + " = " + receiver + "(...)"
-    return None
+    pattern = m.SimpleStatementLine(
+        body=[m.Assign(targets=[m.AssignTarget(target=m.Tuple())], value=m.Call())]
+    )
+    found = []
+    for statement in m.findall(forward, pattern):
+        call = statement.body[0].value
+        language_model = any(
+            arg.keyword is not None
+            and arg.keyword.value == "language_model"
+            and code_of(arg.value) == receiver
+            for arg in call.args
+        )
+        if (code_of(call.func) == receiver or language_model) and id(statement) not in guarded:
+            found.append(statement)
+    return found
+
+
+def unpacks_stack_output(cls: cst.ClassDef, receiver: str) -> str | None:
+    """Source of the first of :func:`stack_unpacks`, shortened, or ``None``."""
+    found = stack_unpacks(cls, receiver)
+    if not found:
+        return None
+    assign = found[0].body[0]
+    return f"{code_of(assign.targets[0].target)} = {code_of(assign.value.func)}(...)"

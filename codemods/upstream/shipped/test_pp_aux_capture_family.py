@@ -39,8 +39,9 @@ HIDDEN_SIZE = 16
 #: ([0, 4), [4, 9)) the last stage owns most.  EAGLE3 hooks also run with None (the
 #: model's default layers).
 LAYER_IDS = [1, 3, 4, 6]
-#: Token counts of the batches each case runs.
-BATCHES = (3, 1)
+#: Token counts of the batches each case runs (0: an empty microbatch, which some
+#: models capture nothing for; every stage must agree on that).
+BATCHES = (3, 0, 1)
 WORKER_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_TIMEOUT", "900"))
 
 
