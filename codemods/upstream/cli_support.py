@@ -43,7 +43,8 @@ def report_family(result) -> None:
     for decision in decisions:
         if decision.patched:
             hooks = ", ".join(hook for _, _, hs in decision.cases for hook in hs)
-            _say(f"  patched  {decision.file}: {hooks} (capture in {decision.forward})")
+            also = "".join(f"; also {fix}" for fix in decision.fixes)
+            _say(f"  patched  {decision.file}: {hooks} (capture in {decision.forward}{also})")
         else:
             _say(f"  skipped  {decision.file}: {decision.reason}")
 

@@ -43,6 +43,7 @@ LAYER_IDS = [1, 3, 4, 6]
 #: models capture nothing for; every stage must agree on that).
 BATCHES = (3, 0, 1)
 WORKER_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_TIMEOUT", "900"))
+OP_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_OP_TIMEOUT", "300"))
 
 
 # ------------------------------------------------------------------ stand-ins
@@ -425,7 +426,8 @@ def _worker(rank, size, port, jobs, out_dir):
         init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
         world_size=size,
-        timeout=timedelta(seconds=60),
+        # Per operation: a stage may wait while the last one runs its PP=1 reference.
+        timeout=timedelta(seconds=OP_TIMEOUT_S),
     )
     group = dist.new_group(list(range(size)), backend="gloo")
     status_group = dist.new_group(list(range(size)), backend="gloo")
