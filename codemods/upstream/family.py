@@ -25,12 +25,8 @@ import libcst as cst
 
 import libcst.matchers as m
 
-from codemods.upstream.family_rewrite import (
-    STAGE_OUTPUT,
-    StackSetter,
-    StageOutputFix,
-    rewrite_module,
-)
+from codemods.upstream.family_repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
+from codemods.upstream.family_rewrite import rewrite_module
 from codemods.upstream.family_shapes import (
     IDS_ATTR,
     ForwardShape,

@@ -44,17 +44,65 @@ all, so it returns ``(hidden_states, aux_hidden_states)`` even when it owns none
         )
         if len(aux_hidden_states) == 0:
 
-Nothing else in the file changes; inserted code is black (88) formatted and the import
-goes where isort puts it.
+A forward that captures only under a condition (DSpark targets capture after layer
+``i``, raw ids), before::
+
+        capture_aux = (
+            self.capture_aux_hidden_states
+            and self.pp_group.is_last_rank
+            and self.layers_to_capture is not None
+        )
+        ...
+            if capture_aux and i in self.layers_to_capture and hidden_states.shape[0] != 0:
+        ...
+        if not self.pp_group.is_last_rank:
+            return PPProxyTensors({"hidden_states": hidden_states, "residual": residual})
+        else:
+            ...
+            if capture_aux and len(aux) > 0:
+
+after (every stage captures; the handoff and the gathering run under the condition,
+which holds on every stage or on none)::
+
+        capture_aux = (
+            self.capture_aux_hidden_states and self.layers_to_capture is not None
+        )
+        ...
+        if not self.pp_group.is_last_rank:
+            aux_outgoing = {}
+            if capture_aux and hidden_states.shape[0] != 0:
+                aux_outgoing = pp_aux_outgoing(self, aux, pp_proxy_tensors)
+            return PPProxyTensors(
+                {
+                    "hidden_states": hidden_states,
+                    "residual": residual,
+                    **aux_outgoing,
+                }
+            )
+        else:
+            ...
+            if capture_aux and hidden_states.shape[0] != 0:
+                aux = pp_aux_collect(self, aux, pp_proxy_tensors, hidden_states)
+            if capture_aux and len(aux) > 0:
+
+Repairs some models need first live in ``family_repairs``.  Nothing else in the file
+changes; inserted code is black (88) formatted and the import goes where isort puts it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.family_repairs import (
+    FamilyRewriteError,
+    StackSetter,
+    StageOutputFix,
+    add_stack_setters,
+    fix_stage_unpacks,
+)
 from codemods.upstream.imports import add_from_import
 from codemods.upstream.pyformat import (
     LINE_LENGTH,
@@ -71,7 +119,6 @@ from codemods.upstream.family_shapes import (
     code_of,
     conjuncts_of,
     early_return_of,
-    forward_stack_unpacks,
     non_last_return_index,
     proxy_return_of,
     split_docstring,
@@ -92,57 +139,6 @@ FLAG_RESET_COMMENT = (
     "# Earlier stages hand their captures to the next stage; only the last\n"
     "# stage returns (hidden_states, aux_hidden_states)."
 )
-
-
-@dataclass(frozen=True)
-class StackSetter:
-    """A capture-id setter to add to a decoder-stack class: the causal-LM hook calls
-    ``self.model.<method>(ids)`` but the class does not define it."""
-
-    class_name: str
-    method: str
-    annotation: str | None = None
-
-    def source(self) -> str:
-        annotation = f": {self.annotation}" if self.annotation else ""
-        pad = " " * 4
-        return (
-            f"{pad}def {self.method}(self, {IDS_ATTR}{annotation}):\n"
-            f"{pad * 2}self.{IDS_ATTR} = {IDS_ATTR}\n"
-        )
-
-
-#: Local holding a stack's output before a causal-LM forward unpacks it.
-STAGE_OUTPUT = "stage_output"
-
-
-@dataclass(frozen=True)
-class StageOutputFix:
-    """A causal-LM ``forward`` that unpacks the decoder-stack output on every rank,
-    which fails on non-last PP ranks (the stack returns ``PPProxyTensors``).
-
-    Before::
-
-        hidden_states, hidden_states_before_norm = self.model(...)
-
-    after (a non-last stage hands its ``PPProxyTensors`` on, as the forward's final
-    ``else: return hidden_states`` meant to)::
-
-        stage_output = self.model(...)
-        if not self.pp_group.is_last_rank:
-            return stage_output
-        hidden_states, hidden_states_before_norm = stage_output
-    """
-
-    class_name: str
-    receiver: str
-    pp_group: str
-    #: The first such statement, shortened, for reports.
-    unpacked: str
-
-
-class FamilyRewriteError(ValueError):
-    """A shape that analysis accepted could not be rewritten (a bug, reported per file)."""
 
 
 def rewrite_module(
@@ -208,27 +204,8 @@ class _FamilyTransformer(cst.CSTTransformer):
         additions = self.additions.get(original.name.value) if not self._classes else None
         if not additions:
             return updated
-        body = list(updated.body.body)
-        # Right before the class's forward (the method that reads the ids).
-        position = next(
-            (
-                k
-                for k, statement in enumerate(body)
-                if isinstance(statement, cst.FunctionDef) and statement.name.value == "forward"
-            ),
-            len(body),
-        )
-        for addition in additions:
-            (method,) = parse_statements(addition.source(), " " * 4)
-            method = method.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
-            body.insert(position, method)
-            position += 1
-            self.done.add(f"{addition.class_name}.{addition.method}")
-        if position < len(body):
-            body[position] = body[position].with_changes(
-                leading_lines=[cst.EmptyLine(indent=False), *_comments_only(body[position].leading_lines)]
-            )
-        return updated.with_changes(body=updated.body.with_changes(body=body))
+        self.done.update(f"{a.class_name}.{a.method}" for a in additions)
+        return add_stack_setters(updated, additions)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         self._depth += 1
@@ -256,42 +233,6 @@ class _FamilyTransformer(cst.CSTTransformer):
             self.done.add(f"{class_name}.forward")
             return rewrite_forward(updated, forward)
         return updated
-
-
-def fix_stage_unpacks(fn: cst.FunctionDef, fix: StageOutputFix) -> cst.FunctionDef:
-    """See :class:`StageOutputFix`."""
-    targets = {id(statement) for statement in forward_stack_unpacks(fn, fix.receiver)}
-    if not targets:
-        raise FamilyRewriteError(f"{fix.class_name}.forward unpacks no stack output")
-    check = cst.parse_statement(
-        f"if not {fix.pp_group}.is_last_rank:\n    return {STAGE_OUTPUT}\n"
-    )
-
-    class _Split(cst.CSTTransformer):
-        def leave_IndentedBlock(self, original, updated):
-            body = []
-            for before, after in zip(original.body, updated.body):
-                if id(before) not in targets:
-                    body.append(after)
-                    continue
-                assign = after.body[0]
-                keep = cst.SimpleStatementLine(
-                    body=[
-                        cst.Assign(
-                            targets=[cst.AssignTarget(cst.Name(STAGE_OUTPUT))],
-                            value=assign.value,
-                        )
-                    ],
-                    leading_lines=after.leading_lines,
-                )
-                unpack = after.with_changes(
-                    body=[assign.with_changes(value=cst.Name(STAGE_OUTPUT))],
-                    leading_lines=[],
-                )
-                body += [keep, check, unpack]
-            return updated.with_changes(body=body)
-
-    return fn.visit(_Split())
 
 
 def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
