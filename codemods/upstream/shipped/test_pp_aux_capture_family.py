@@ -193,7 +193,9 @@ def _single_device_widths() -> None:
     (one rank per attention-DP / TP group here)."""
     from sglang.srt.runtime_context import get_parallel
 
-    get_parallel().override_permanently(attn_dp_size=1)
+    override = getattr(get_parallel(), "override_permanently", None)
+    if override is not None:  # releases that derive the width publish it this way
+        override(attn_dp_size=1)
 
 
 #: Per decoder stack: process state its forward reads that a server would have set up.
