@@ -80,6 +80,21 @@ def test_capture_after_the_layer_under_a_condition_is_patched(plan):
     assert else_block.index("pp_aux_collect(") < else_block.index("len(gated_aux) > 0")
 
 
+def test_comment_tying_capture_to_the_last_stage_is_named_for_review(plan, tmp_path):
+    assert plan.decisions["family_after_layer.py"].stale_comments == ()
+    source = (FIXTURES / "family_after_layer.py").read_text(encoding="utf-8")
+    stale = "# Capture only on the last pipeline stage, which consumes the list."
+    (tmp_path / "stale.py").write_text(
+        source.replace("# Capture only when this forward asks for it.", stale),
+        encoding="utf-8",
+    )
+    decision = plan_family(tmp_path).decisions["stale.py"]
+    assert decision.patched and decision.stale_comments == (stale,)
+    from codemods.upstream.family_report import pr_section
+
+    assert f"- `stale.py`: `{stale}`" in pr_section(plan_family(tmp_path), "pytest")
+
+
 def test_ids_under_a_drafter_specific_name_are_followed(plan):
     decision = plan.decisions["family_named_ids.py"]
     assert decision.patched, decision.reason

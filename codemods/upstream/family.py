@@ -69,6 +69,8 @@ class FileDecision:
     final_capture: bool = False
     #: Other fixes the patch makes in the file, in words.
     fixes: tuple[str, ...] = ()
+    #: Comments the rewrite makes stale (first line of each), for review by hand.
+    stale_comments: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -336,6 +338,7 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
             f"of `{f.unpacked}` (it failed under PP with or without capture)"
             for f in stage_fixes
         ),
+        stale_comments=forward.stale_comments,
     )
 
 

@@ -36,6 +36,7 @@ def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
                 "capture_forward": str(decision.forward) if decision.forward else None,
                 "capture_kinds": list(decision.capture_kinds),
                 "other_fixes": list(decision.fixes),
+                "stale_comments": list(decision.stale_comments),
                 "handoff": (
                     f"PPProxyTensors({'{...}' if decision.proxy_arg == 'dict' else 'name'})"
                     if decision.proxy_arg
@@ -119,6 +120,14 @@ def pr_section(plan: FamilyPlan | None, test_cmd: str) -> str:
         if fixes
         else ""
     )
+    stale = [(d.file, c) for d in patched for c in d.stale_comments]
+    stale_section = (
+        "\nComments that still tie capture to the last stage (the code no longer does; "
+        "please reword or drop them in review):\n\n"
+        + "".join(f"- `{file}`: `{comment}`\n" for file, comment in stale)
+        if stale
+        else ""
+    )
     return f"""\
 ## Models whose capture hooks returned early off the last rank
 
@@ -138,7 +147,7 @@ holds on every stage or on none.  Ids, default layers (EAGLE3's `None` ->
 `[2, n // 2, n - 3]`), order (ascending layer id) and capture point (at the start of layer
 `i`, or after it for raw DSpark ids) are each model's own; with PP=1 nothing changes.
 `SGLANG_PP_AUX_TRANSPORT=relay|direct` selects the mode at run time.
-{fix_section}
+{fix_section}{stale_section}
 {coverage_line(plan)}
 
 {markdown_table(plan)}

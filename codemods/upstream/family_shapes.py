@@ -104,6 +104,9 @@ class ForwardShape:
     #: The gathering goes into the handoff's ``else:`` block, before its statement at
     #: this index (the first that reads the captures); ``None``: at the top level.
     collect_in_else: int | None = None
+    #: Comments right above a gate assignment that tie capture to the last stage: the
+    #: rewrite makes them stale, so they are named for review.
+    stale_comments: tuple[str, ...] = ()
     problem: str | None = None
 
     @property
@@ -641,6 +644,7 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
         gate=" and ".join(gate_parts) or None,
         gate_assignments=tuple(sorted(gate_assignments)),
         collect_in_else=collect_in_else,
+        stale_comments=_last_stage_comments(body, sorted(gate_assignments)),
     )
 
 
@@ -698,6 +702,27 @@ def _gate_of(body, loop: cst.For, conditions) -> tuple[tuple[str, ...], list[int
 
 def _loops_in(statement: cst.CSTNode) -> list[cst.CSTNode]:
     return [statement, *m.findall(statement, m.For())]
+
+
+_LAST_STAGE_WORDS = re.compile(
+    r"\b(last|final)\s+(pipeline\s+|PP\s+)?(stage|rank)\b|is_last_rank", re.IGNORECASE
+)
+
+
+def _last_stage_comments(body, indices: list[int]) -> tuple[str, ...]:
+    """First lines of the comment blocks right above the gate assignments (or the
+    statement before one) that speak of the last PP stage."""
+    found = []
+    for index in indices:
+        for k in (index - 1, index):
+            if k < 0:
+                continue
+            comments = [
+                line.comment.value for line in body[k].leading_lines if line.comment is not None
+            ]
+            if comments and _LAST_STAGE_WORDS.search(" ".join(comments)):
+                found.append(comments[0])
+    return tuple(dict.fromkeys(found))
 
 
 def _single_assignment(body, name: str) -> int | None:
