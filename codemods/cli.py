@@ -459,8 +459,6 @@ def upstream_patch(
                 sglang_root, mode, request, output, models=chosen
             )
         )
-    from codemods.upstream.cli_support import run_upstream_patch
-
     raise SystemExit(run_upstream_patch(sglang_root, output, pr_body, mode, chosen))
 
 

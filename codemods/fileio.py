@@ -210,19 +210,7 @@ def write_atomic(snapshot: SourceSnapshot, data: bytes) -> None:
             snapshot.path, f"cannot create a temporary file beside it: {_describe_os_error(exc)}"
         ) from exc
     try:
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-            os.fchmod(fd, stat.S_IMODE(snapshot.mode))
-            try:
-                os.fchown(fd, snapshot.uid, snapshot.gid)
-            except OSError:
-                pass  # not permitted for non-root users: the file keeps the writer's owner
-        finally:
-            os.close(fd)
+        _fill(fd, data, stat.S_IMODE(snapshot.mode), owner=(snapshot.uid, snapshot.gid))
         _before_replace(snapshot, temp_path)
         check_unchanged(snapshot)
         try:
@@ -232,10 +220,7 @@ def write_atomic(snapshot: SourceSnapshot, data: bytes) -> None:
                 snapshot.path, f"cannot replace the file: {_describe_os_error(exc)}"
             ) from exc
     except BaseException:
-        try:
-            os.unlink(temp_path)
-        except FileNotFoundError:
-            pass
+        _discard(temp_path)
         raise
     _fsync_directory(os.path.dirname(target) or ".")
 
@@ -253,22 +238,37 @@ def write_output_atomic(path: str | os.PathLike, data: bytes) -> None:
         mode = 0o644
     fd, temp_path = _temp_path(target)
     try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-            os.fchmod(fd, mode)
-        finally:
-            os.close(fd)
+        _fill(fd, data, mode)
         os.replace(temp_path, target)
     except BaseException:
-        try:
-            os.unlink(temp_path)
-        except FileNotFoundError:
-            pass
+        _discard(temp_path)
         raise
     _fsync_directory(os.path.dirname(target) or ".")
+
+
+def _fill(fd: int, data: bytes, mode: int, owner: tuple[int, int] | None = None) -> None:
+    """Write all of ``data`` to the temporary file ``fd``, sync it, give it ``mode`` (and
+    ``owner`` where permitted), and close it."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+        os.fchmod(fd, mode)
+        if owner is not None:
+            try:
+                os.fchown(fd, *owner)
+            except OSError:
+                pass  # not permitted for non-root users: the file keeps the writer's owner
+    finally:
+        os.close(fd)
+
+
+def _discard(temp_path: str) -> None:
+    try:
+        os.unlink(temp_path)
+    except FileNotFoundError:
+        pass
 
 
 def _process_alive(pid: int) -> bool:

@@ -114,13 +114,10 @@ class FamilyPlan:
             raise ValueError(
                 f"no model file with a capture hook named: {', '.join(sorted(unknown))}"
             )
-        decisions = {}
-        for file, decision in self.decisions.items():
-            if decision.name in wanted:
-                decisions[file] = decision
-        setter_edits = {
-            f: e for f, e in self.setter_edits.items() if f.removesuffix(".py") in wanted
-        }
+        def chosen(edits: dict[str, list]) -> dict[str, list]:
+            return {f: e for f, e in edits.items() if f.removesuffix(".py") in wanted}
+
+        decisions = {f: d for f, d in self.decisions.items() if d.name in wanted}
         needed = {
             (d.forward.file, d.forward.class_name)
             for d in decisions.values()
@@ -131,19 +128,13 @@ class FamilyPlan:
             kept = [shape for shape in shapes if (file, shape.class_name) in needed]
             if kept:
                 forward_edits[file] = kept
-        stack_setters = {
-            f: e for f, e in self.stack_setters.items() if f.removesuffix(".py") in wanted
-        }
-        stage_fixes = {
-            f: e for f, e in self.stage_fixes.items() if f.removesuffix(".py") in wanted
-        }
         return FamilyPlan(
             self.models_dir,
             decisions,
-            setter_edits,
+            chosen(self.setter_edits),
             forward_edits,
-            stack_setters,
-            stage_fixes,
+            chosen(self.stack_setters),
+            chosen(self.stage_fixes),
             self.modules,
         )
 
@@ -258,7 +249,7 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
         if isinstance(found, str):
             return keep(f"{setter.hook}: {found}")
         stack_class, ref_file, forward = found
-        refusal = _refuses_pp(file, shapes, setter.class_name, stack_class, corpus)
+        refusal = _refuses_pp(shapes, setter.class_name, stack_class)
         if refusal is not None:
             return keep(
                 f"the model refuses PP in its constructor (`{refusal}`): the early "
@@ -342,9 +333,7 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
     )
 
 
-def _refuses_pp(
-    file: str, shapes: ModuleShapes, outer: str, stack_class: str, corpus: _Corpus
-) -> str | None:
+def _refuses_pp(shapes: ModuleShapes, outer: str, stack_class: str) -> str | None:
     """The single-stage ``assert`` of the causal-LM class or its decoder stack, if any."""
     for name in (outer, stack_class):
         info = shapes.classes.get(name)

@@ -114,6 +114,7 @@ from codemods.upstream.pyformat import (
 from codemods.upstream.family_shapes import (
     IDS_ATTR,
     LAST_RANK,
+    OUTGOING_LOCAL,
     ForwardShape,
     SetterShape,
     code_of,
@@ -128,8 +129,6 @@ GLUE_MODULE = "sglang.srt.distributed.pp_aux_capture"
 ATTACH = "attach_pp_aux_transport"
 OUTGOING = "pp_aux_outgoing"
 COLLECT = "pp_aux_collect"
-#: Local holding a gated forward's outgoing captures (``{}`` when it captured nothing).
-OUTGOING_LOCAL = "aux_outgoing"
 
 #: Indentation of a method body and of a block directly inside it (black, 4 spaces).
 METHOD_INDENT = 8
@@ -276,8 +275,6 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     argument = returned.value.args[0].value
     block_pad = " " * BLOCK_INDENT
     if shape.gate is not None:
-        if m.findall(fn, m.Name(OUTGOING_LOCAL)):
-            raise FamilyRewriteError(f"{shape.class_name}.forward already uses {OUTGOING_LOCAL}")
         if isinstance(argument, cst.Dict):
             lines = [f"{block_pad}{OUTGOING_LOCAL} = {{}}", f"{block_pad}if {shape.gate}:"]
             lines += render_call(block_pad + "    ", f"{OUTGOING_LOCAL} = ", outgoing)
@@ -372,9 +369,9 @@ def _every_stage(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
         return statement
     operators = _and_operators(value)
     kept = [k for k, operand in enumerate(operands) if not m.matches(operand, LAST_RANK)]
-    if len(kept) == len(operands) or not kept:
-        if not kept:
-            raise FamilyRewriteError("capture condition is only the last-rank test")
+    if not kept:
+        raise FamilyRewriteError("capture condition is only the last-rank test")
+    if len(kept) == len(operands):
         return statement
     texts = [code_of(operands[k]) for k in kept]
     if any("\n" in text or "#" in text for text in texts):

@@ -29,6 +29,9 @@ CAPTURE_KWARG = "captured_last_layer_outputs"
 LAYER_FLAG = "_is_layer_to_capture"
 IDS_ATTR = "layers_to_capture"
 CAPTURE_FLAG = "capture_aux_hidden_states"
+#: Local the rewrite gives a gated forward's outgoing captures (``{}`` when it captured
+#: nothing); a forward that already uses the name is not rewritten.
+OUTGOING_LOCAL = "aux_outgoing"
 
 #: ``<pp group>.is_last_rank`` receivers that the hooks use.
 _PP_GROUP = m.Attribute(value=m.Name("self"), attr=m.Name("pp_group")) | m.Call(
@@ -596,6 +599,8 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
     collect_in_else = None
     gated_collect_before = None
     if gate_parts:
+        if m.findall(fn, m.Name(OUTGOING_LOCAL)):
+            return reject(f"forward already uses the name `{OUTGOING_LOCAL}`")
         # The gathering goes where the last stage first reads its captures.
         placement = _first_reader(body, handoff, aux_name)
         if placement is None:

@@ -117,13 +117,7 @@ def build_kimi_stage(spec: Any, pp_rank: int, pp_size: int,
     num_layers = int(_spec(spec, "num_layers"))
     hidden_size = int(_spec(spec, "hidden_size", _spec(spec, "hidden", 8)))
     layer_ids = list(_spec(spec, "layer_ids"))
-    group = FakePPGroup(
-        pp_rank,
-        pp_size,
-        cpu_group=transport_kwargs.get("group"),
-        device_group=transport_kwargs.get("direct_group"),
-        ranks=transport_kwargs.get("ranks"),
-    )
+    group = FakePPGroup.for_transport(pp_rank, pp_size, transport_kwargs)
     patch_globals(
         module,
         get_pp_group=lambda: group,
@@ -190,13 +184,7 @@ def build_entry_stage(spec: Any, pp_rank: int, pp_size: int,
     from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
 
     transport_kwargs = dict(transport_kwargs or {})
-    group = FakePPGroup(
-        pp_rank,
-        pp_size,
-        cpu_group=transport_kwargs.get("group"),
-        device_group=transport_kwargs.get("direct_group"),
-        ranks=transport_kwargs.get("ranks"),
-    )
+    group = FakePPGroup.for_transport(pp_rank, pp_size, transport_kwargs)
     distributed.set_pp_group(group)
     patch_globals(module, get_pp_group=lambda: group)
     config = SimpleNamespace(

@@ -54,6 +54,18 @@ class FakePPGroup:
     def __repr__(self) -> str:
         return f"FakePPGroup(rank={self.rank_in_group}, size={self.world_size})"
 
+    @classmethod
+    def for_transport(cls, rank: int, size: int, transport_kwargs: dict) -> "FakePPGroup":
+        """The group whose ``cpu_group``/``device_group``/``ranks`` are those of the
+        transport arguments a stage runs with (``group``, ``direct_group``, ``ranks``)."""
+        return cls(
+            rank,
+            size,
+            cpu_group=transport_kwargs.get("group"),
+            device_group=transport_kwargs.get("direct_group"),
+            ranks=transport_kwargs.get("ranks"),
+        )
+
 
 def microbatch_of(forward_batch: Any) -> int:
     return int(getattr(forward_batch, "microbatch", 0))
