@@ -435,7 +435,6 @@ def _worker(rank, size, port, jobs, out_dir):
     status_group = dist.new_group(list(range(size)), backend="gloo")
     _create_direct_group(rank, size, group)
     path = os.path.join(out_dir, f"rank{rank}.jsonl")
-    abandoned = False
     for case, hook, layer_ids, mode in jobs:
         entry = {"model": case[0], "hook": hook, "layer_ids": layer_ids}
         entry.update(pp=size, mode=mode)
@@ -450,7 +449,6 @@ def _worker(rank, size, port, jobs, out_dir):
             if mode == "direct":
                 # A failed stage may never receive this case's direct sends: leave
                 # them, and give later cases a group of their own.
-                abandoned = True
                 _create_direct_group(rank, size, group, fresh=True)
         elif transport is not None:
             # The forward does not wait for direct sends; complete them while the
@@ -458,9 +456,13 @@ def _worker(rank, size, port, jobs, out_dir):
             transport.flush()
         with open(path, "a") as handle:
             handle.write(json.dumps(entry) + "\n")
-    if abandoned:
-        os._exit(0)  # unmatched sends would hold up the process group's teardown
-    dist.destroy_process_group()
+    with open(path, "a") as handle:
+        handle.write(json.dumps({"done": True}) + "\n")
+    # Every rank has finished every case.  Leave without tearing the groups down one
+    # rank at a time: a peer that closes its connections first can abort gloo's
+    # teardown, and sends left unmatched by a failed case would hold it up.
+    dist.barrier(group=status_group)
+    os._exit(0)
 
 
 def _free_port():
@@ -494,17 +496,26 @@ def run_family(pp_size, jobs, timeout=WORKER_TIMEOUT_S):
                 with open(path) as handle:
                     records[rank] = [json.loads(line) for line in handle]
         codes = [worker.exitcode for worker in workers]
-        if any(code != 0 for code in codes):
+        # A rank that wrote its "done" line finished every case; how its process
+        # ended after that does not change the results.
+        finished = [
+            bool(records.get(r)) and records[r][-1].get("done") for r in range(pp_size)
+        ]
+        if not all(finished):
             keys = ("model", "hook", "mode", "layer_ids")
             where = {
                 rank: {key: lines[-1].get(key) for key in keys}
                 for rank, lines in records.items()
-                if lines
+                if lines and not lines[-1].get("done")
             }
             raise RuntimeError(
                 f"PP workers failed (exit codes {codes}); last case: {where}"
             )
-        return [r for r in records.get(pp_size - 1, []) if not r.get("started")]
+        return [
+            r
+            for r in records.get(pp_size - 1, [])
+            if not r.get("started") and not r.get("done")
+        ]
 
 
 def _layer_id_sets(hook):
