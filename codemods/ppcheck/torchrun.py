@@ -23,6 +23,7 @@ from codemods.ppcheck.runner import format_table, judge, summarize
 from codemods.ppcheck.scenario import ScenarioResult, build_matrix
 from codemods.ppcheck.toy import toy_stage_factory
 from codemods.ppcheck.worker import init_channels, run_scenario_on_rank
+from codemods.upstream.pp_aux_transport import all_gather_objects
 
 
 def main(argv=None) -> int:
@@ -45,8 +46,7 @@ def main(argv=None) -> int:
             print(f"rank {rank}: {scenario.label()}: {report.get('status')}\n"
                   f"{report.get('trace', report)}", file=sys.stderr, flush=True)
             os._exit(1)
-        gathered = [None] * world
-        dist.all_gather_object(gathered, report, group=channels.meta)
+        gathered = all_gather_objects(report, channels.meta)
         if rank == 0:
             passed, detail = judge(scenario, dict(enumerate(gathered)))
             results.append(ScenarioResult(scenario, passed, "PASS" if passed else "FAIL",

@@ -113,7 +113,8 @@ def recv_dict(src: int, channels: Channels) -> dict[str, Any]:
     dist.recv(length, src=src, group=channels.meta)
     blob = torch.empty(int(length.item()), dtype=torch.uint8)
     dist.recv(blob, src=src, group=channels.meta)
-    metadata = pickle.loads(blob.numpy().tobytes())
+    # Through a list, not ``tensor.numpy()``: torch alone (no numpy) must do.
+    metadata = pickle.loads(bytes(blob.tolist()))
     result: dict[str, Any] = {}
     for key, shape, value in metadata:
         if shape is None:

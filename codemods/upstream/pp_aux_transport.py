@@ -28,8 +28,9 @@ forward what it needs to move those captures:
   order and raises if any is missing or unexpected: it never returns fewer features
   than requested.
 * ``PPAuxTransport.handshake`` (or ``PPAuxTransport.create``) compares ids, partition,
-  hidden size, dtype and mode across the PP group with ``all_gather_object`` and raises
-  on every rank when they disagree, instead of hanging later in a mismatched receive.
+  hidden size, dtype and mode across the PP group (``all_gather_objects``: torch only,
+  no numpy) and raises on every rank when they disagree, instead of hanging later in a
+  mismatched receive.
 
 Direct mode and outstanding sends: ``outgoing`` never waits on its ``isend`` handles (a
 far stage must not block before the scheduler's own handoff proceeds, or the pipeline
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import pickle
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -335,14 +337,39 @@ def new_direct_group(ranks: Sequence[int], backend: Optional[str] = None) -> Any
     return dist.new_group(ranks=list(ranks), backend=backend)
 
 
+def all_gather_objects(payload: Any, group: Any = None) -> List[Any]:
+    """``payload`` of every rank of ``group``, in rank order. Collective on ``group``.
+
+    Does what ``all_gather_object`` does with two tensor collectives (sizes, then the
+    pickles padded to the longest), and decodes through ``tolist()``: torch's own
+    object collectives decode with ``Tensor.numpy()``, which needs numpy installed.
+    """
+    device = torch.device("cpu")
+    if dist.get_backend(group) == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    data = pickle.dumps(payload)
+    size = dist.get_world_size(group=group)
+    local = torch.tensor([len(data)], dtype=torch.int64, device=device)
+    sizes = [torch.zeros_like(local) for _ in range(size)]
+    dist.all_gather(sizes, local, group=group)
+    lengths = [int(entry.item()) for entry in sizes]
+    longest = max(lengths)
+    buffer = torch.zeros(longest, dtype=torch.uint8, device=device)
+    if data:
+        buffer[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    chunks = [torch.empty_like(buffer) for _ in range(size)]
+    dist.all_gather(chunks, buffer, group=group)
+    return [
+        pickle.loads(bytes(chunk[:length].cpu().tolist()))
+        for chunk, length in zip(chunks, lengths)
+    ]
+
+
 def _all_gather(group: Any, payload: Any, pp_size: int) -> List[Any]:
     # A single stage has nobody to agree with; it must not touch the default group.
     if pp_size == 1 or not dist.is_available() or not dist.is_initialized():
         return [payload]
-    size = dist.get_world_size(group=group)
-    gathered: List[Any] = [None] * size
-    dist.all_gather_object(gathered, payload, group=group)
-    return gathered
+    return all_gather_objects(payload, group)
 
 
 def _describe_disagreement(gathered: Sequence[Mapping[str, Any]]) -> str:
