@@ -13,7 +13,7 @@ import click
 
 from codemods.fileio import write_output_atomic
 from codemods.upstream import kimi
-from codemods.upstream.generate import MissingModelFile, generate
+from codemods.upstream.generate import FAMILY_ONLY, MissingModelFile, generate
 from codemods.upstream.tree import TreeError
 
 
@@ -49,6 +49,14 @@ def report_family(result) -> None:
             _say(f"  skipped  {decision.file}: {decision.reason}")
 
 
+def _why_empty(result) -> str:
+    """Why a tree gets an empty patch: it carries the patch already, or (with no Kimi-Linear
+    file) no model file of the tree needs it."""
+    if result.status == FAMILY_ONLY and result.tree.read_text(result.transport_path) is None:
+        return "no model file needs the patch"
+    return "already patched"
+
+
 def run_upstream_patch(root: str, output: str | None, pr_body: str | None, mode: str,
                        models: list[str] | None = None) -> int:
     try:
@@ -68,7 +76,7 @@ def run_upstream_patch(root: str, output: str | None, pr_body: str | None, mode:
             return 0
     patch = result.patch
     if not patch:
-        _say(f"{where}: already patched; the patch is empty.")
+        _say(f"{where}: nothing to do: {_why_empty(result)}; the patch is empty.")
         if output:
             write_output_atomic(output, b"")
         return 0

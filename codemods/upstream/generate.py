@@ -94,7 +94,10 @@ def generate(root: str | Path, mode: str = "relay",
         family = plan_for_tree(tree, family_names)
     family_changes_ = family_changes(tree, family, mode) if family is not None else []
 
-    if with_kimi and source is None and (wanted is not None or not family_changes_):
+    # Without a Kimi-Linear file the family alone decides, already patched or not; only a
+    # tree with no model file of either kind (or Kimi-Linear asked for by name) is an error.
+    has_family = family is not None and bool(family.decisions)
+    if with_kimi and source is None and (wanted is not None or not has_family):
         raise MissingModelFile(f"{tree.file(model_path)}: Kimi-Linear model file not found")
     if source is not None:
         new_source, analysis = kimi.rewrite(source, str(tree.file(model_path)), mode=mode)
