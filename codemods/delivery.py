@@ -360,7 +360,7 @@ def upstream_generated_on_branch(
         patch,
         patched,
         request,
-        regenerate=lambda _root: generate(sglang_root, mode=mode).patch,
+        regenerate=lambda _root: generate(sglang_root, mode=mode, models=models).patch,
         detail=f"Transport mode: {mode}.",
         description=description,
         title=title,

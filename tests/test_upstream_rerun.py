@@ -38,6 +38,21 @@ def checkout(tmp_path, monkeypatch) -> Path:
     return family_checkout(tmp_path / "sglang")
 
 
+def test_branch_with_models_is_idempotent_for_those_models(checkout, tmp_path):
+    """The re-generation check after the commit asks for the same models; asking for all
+    of them would find the others unpatched and call the result not idempotent."""
+    body = tmp_path / "PR.md"
+    done = auxcap("upstream-patch", str(checkout), "--models", "family_llama_like",
+                  "--branch", "pp/llama", "--pr-body", str(body))
+    assert done.exit_code == 0, done.output
+    committed = git(checkout, "show", "--name-only", "--format=", "pp/llama").split()
+    assert "sglang/srt/models/family_llama_like.py" in committed
+    assert "sglang/srt/models/family_qwen_derived.py" not in committed
+    text = body.read_text()
+    assert "Idempotent: running `auxcap upstream-patch` again" in text
+    assert "Not idempotent" not in text
+
+
 @pytest.mark.parametrize("models", [(), ("--models", "family_llama_like")])
 def test_patched_tree_without_kimi_linear_is_nothing_to_do(checkout, tmp_path, models):
     done = auxcap("upstream-patch", str(checkout), "--branch", "pp/all",
