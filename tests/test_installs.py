@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.gitrepo import IDENTITY, git, isolate_git
+from tests.test_upstream_rerun import family_checkout
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,3 +74,39 @@ def test_validate_pp_needs_torch_only_not_numpy(tmp_path):
     summary = re.search(r"(\d+)/(\d+) scenarios passed", done.stdout)
     assert summary and summary.group(1) == summary.group(2) != "0", done.stdout
     assert " direct " in done.stdout  # the handshake and the dedicated group, too
+
+
+def test_upstream_pr_body_and_branch_need_no_torch(tmp_path, monkeypatch):
+    isolate_git(monkeypatch, tmp_path)
+    hidden = hide_modules(tmp_path / "hidden", "torch")
+    root = family_checkout(tmp_path / "sglang")
+    patch, body = tmp_path / "pp.patch", tmp_path / "PR.md"
+    done = auxcap_without(hidden, "upstream-patch", ".", "-o", str(patch), "--pr-body",
+                          str(body), cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert "## Bytes on the wire" in body.read_text()
+    assert "diff --git a/sglang/srt/distributed/pp_aux_transport.py" in patch.read_text()
+
+    done = auxcap_without(hidden, "upstream-patch", ".", "--branch", "pp/capture",
+                          "--pr-body", str(tmp_path / "branch.md"), cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert "git push -u origin pp/capture" in done.stdout + done.stderr
+    assert "Idempotent" in (tmp_path / "branch.md").read_text()
+    assert git(root, "status", "--porcelain", "-uall") == ""
+
+
+def test_migrate_branch_needs_no_torch(tmp_path, monkeypatch):
+    isolate_git(monkeypatch, tmp_path)
+    hidden = hide_modules(tmp_path / "hidden", "torch")
+    repo = tmp_path / "app"
+    shutil.copytree(PROJECT_ROOT / "fixtures" / "demo_repo", repo)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "App", env=IDENTITY)
+    done = auxcap_without(hidden, "migrate", ".", "--branch", "auxcap/guard",
+                          "--pr-body", str(tmp_path / "PR.md"), cwd=repo)
+    assert done.returncode == 0, done.stderr
+    rewritten = ["serving/capture_runner.py", "train_distill.py", "utils/capture.py"]
+    assert git(repo, "show", "--name-only", "--format=", "auxcap/guard").split() == rewritten
+    body = (tmp_path / "PR.md").read_text()
+    assert all(f"| `{name}` |" in body for name in rewritten)

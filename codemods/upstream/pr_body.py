@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from codemods.upstream import kimi
 from codemods.upstream.family_report import pr_section
 from codemods.upstream.generate import UpstreamResult
-from codemods.upstream.pp_aux_transport import AuxCapturePlan
+from codemods.upstream.pp_aux_plan import AuxCapturePlan
 
 #: Example used for the traffic table: a 27-layer model with hidden size 2304 in bf16,
 #: capturing three layers spread over the depth.

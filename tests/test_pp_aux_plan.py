@@ -1,0 +1,51 @@
+"""``pp_aux_plan.py`` (torch-free) and the shipped transport hold the same arithmetic."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.test_installs import PROJECT_ROOT, hide_modules
+
+UPSTREAM = PROJECT_ROOT / "codemods" / "upstream"
+
+
+def _definitions(path: Path) -> dict[str, str]:
+    """Top-level functions, classes and assignments of a module: name -> AST dump."""
+    found = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            found[node.name] = ast.dump(node)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                found[target.id] = ast.dump(node)
+    return found
+
+
+def test_the_transport_mirrors_every_definition_of_the_plan_module():
+    plan = _definitions(UPSTREAM / "pp_aux_plan.py")
+    transport = _definitions(UPSTREAM / "pp_aux_transport.py")
+    assert {"AuxCapturePlan", "validate_layer_ids", "partition_from_string"} <= set(plan)
+    drifted = sorted(name for name, dump in plan.items() if transport.get(name) != dump)
+    assert not drifted, f"pp_aux_transport.py differs from pp_aux_plan.py in {drifted}"
+
+
+def test_the_plan_module_and_the_pr_body_import_without_torch(tmp_path):
+    hidden = hide_modules(tmp_path / "hidden", "torch", "numpy")
+    code = (
+        "from codemods.upstream.pp_aux_plan import AuxCapturePlan\n"
+        "from codemods.upstream.pr_body import traffic_table\n"
+        "plan = AuxCapturePlan.build([2, 13, 24], 27, 0, 3, mode='direct')\n"
+        "print(plan.partition, plan.direct_ids())\n"
+        "print(traffic_table())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hidden), str(PROJECT_ROOT)])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("((0, 9), (9, 18), (18, 27)) [(0, 2)]\n")
+    assert "| 3 | direct | 2 | 9.0 KiB | 72.0 MiB | 72.0 MiB | 36.0 MiB |" in done.stdout
