@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -34,6 +34,14 @@ class BranchRequest:
     allow_dirty: bool = False
     pr_body: Path | None = None
     patch_dir: Path | None = None
+    #: ``upstream-patch -o FILE``: the patch, written before the branch is made.
+    patch_file: Path | None = None
+
+    @property
+    def outputs(self) -> tuple[Path, ...]:
+        """Files the run writes itself: left untracked by an earlier run, they do not
+        make the work tree dirty."""
+        return tuple(path for path in (self.pr_body, self.patch_file) if path is not None)
 
 
 @dataclass(frozen=True)
@@ -153,7 +161,12 @@ def migrate_on_branch(
         from codemods.engine import run  # the engine is only needed when migrating
     paths = list(paths) or ["."]
     repo = gitops.preflight(
-        _common_repo_dir(paths), request.branch, request.base, request.author, request.allow_dirty
+        _common_repo_dir(paths),
+        request.branch,
+        request.base,
+        request.author,
+        request.allow_dirty,
+        request.outputs,
     )
     root = Path(repo.working_tree_dir).resolve()
     _check_same_repository(root, paths)
@@ -182,6 +195,7 @@ def migrate_on_branch(
         lambda files: prbody.migrate_commit_message(results, policies, root),
         author=request.author,
         allow_dirty=request.allow_dirty,
+        outputs=request.outputs,
     )
     verification = prbody.Verification()
     if delivery.commit is not None:
@@ -261,7 +275,12 @@ def upstream_on_branch(
     change is idempotent.
     """
     repo = gitops.preflight(
-        sglang_root, request.branch, request.base, request.author, request.allow_dirty
+        sglang_root,
+        request.branch,
+        request.base,
+        request.author,
+        request.allow_dirty,
+        request.outputs,
     )
     root = Path(repo.working_tree_dir).resolve()
     tree_root = Path(sglang_root).resolve()
@@ -288,6 +307,7 @@ def upstream_on_branch(
         lambda files: prbody.upstream_commit_message(patched, detail, title),
         author=request.author,
         allow_dirty=request.allow_dirty,
+        outputs=request.outputs,
     )
     verification = prbody.Verification()
     if delivery.commit is not None:
@@ -329,7 +349,16 @@ def upstream_generated_on_branch(
     from codemods.upstream.pr_body import render
     from codemods.upstream.tree import TreeError
 
-    gitops.preflight(sglang_root, request.branch, request.base, request.author, request.allow_dirty)
+    if output:
+        request = replace(request, patch_file=Path(output))
+    gitops.preflight(
+        sglang_root,
+        request.branch,
+        request.base,
+        request.author,
+        request.allow_dirty,
+        request.outputs,
+    )
     try:
         result = generate(sglang_root, mode=mode, models=models)
     except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError) as error:

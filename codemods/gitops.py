@@ -416,17 +416,33 @@ def _describe_dirty(dirty: dict[str, str], limit: int = 8) -> str:
     return f"{shown}{more}"
 
 
+def _untracked_outputs(repo: git.Repo, dirty: dict[str, str], outputs: Iterable[Path | str]):
+    """The untracked paths among ``outputs`` (files auxcap writes itself), as status keys."""
+    root = Path(repo.working_tree_dir).resolve()
+    for output in outputs:
+        try:
+            path = Path(os.path.abspath(output))
+            name = (path.parent.resolve() / path.name).relative_to(root).as_posix()
+        except ValueError:
+            continue
+        if dirty.get(name) == "??":
+            yield name
+
+
 def preflight(
     repo_dir: Path | str,
     branch: str,
     base: str | None = None,
     author: str | None = None,
     allow_dirty: bool = False,
+    outputs: Iterable[Path | str] = (),
 ) -> git.Repo:
     """Every check :func:`deliver_on_branch` makes before it changes anything.
 
     Callers run it before doing expensive work (or writing a PR description) so that a bad
-    branch name, a dirty tree or a missing identity is reported first.
+    branch name, a dirty tree or a missing identity is reported first.  ``outputs`` are the
+    files the run writes itself (the PR description, the patch): left untracked in the work
+    tree by an earlier run, they do not make it dirty.
     """
     repo = open_repository(repo_dir)
     check_branch_name(repo, branch)
@@ -440,6 +456,8 @@ def preflight(
     _commit_identity_env(repo, author)
     if not allow_dirty:
         dirty = _status(repo)
+        for name in list(_untracked_outputs(repo, dirty, outputs)):
+            del dirty[name]
         if dirty:
             raise DirtyWorkTree(
                 f"the work tree has uncommitted changes or untracked files "
@@ -457,6 +475,7 @@ def deliver_on_branch(
     message: str | Callable[[Sequence[str]], str],
     author: str | None = None,
     allow_dirty: bool = False,
+    outputs: Iterable[Path | str] = (),
 ) -> DeliveryResult:
     """Create ``branch`` from ``base`` (default HEAD), run ``apply_change(repo_root)`` on it and
     commit exactly the files it returns.  See the module docstring for the guarantees.
@@ -467,7 +486,7 @@ def deliver_on_branch(
     is refused and rolled back.  ``message`` is the commit message, or a function of the
     committed paths that returns it.
     """
-    repo = preflight(repo_dir, branch, base, author, allow_dirty)
+    repo = preflight(repo_dir, branch, base, author, allow_dirty, outputs)
     root = Path(repo.working_tree_dir).resolve()
     base_commit = _git(repo, "rev-parse", "--verify", f"{base or 'HEAD'}^{{commit}}")
     author_args, commit_env = _commit_identity_env(repo, author)

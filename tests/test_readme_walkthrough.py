@@ -36,3 +36,41 @@ def test_readme_walkthrough_runs_and_pushes_the_branch(tmp_path, monkeypatch):
     assert pushed[0].startswith("Guard aux hidden-state capture calls")
     assert "app/spec.py" in pushed
     assert "| `app/spec.py` | 7 |" in (tmp_path / "demo" / "PR.md").read_text()
+
+
+def readme_undo() -> list[str]:
+    """The commands of the README's "To undo a delivered branch" rule, in order."""
+    text = " ".join((PROJECT_ROOT / "README.md").read_text().split())
+    rule = text.split("To undo a delivered branch:", 1)[1].split("after merging", 1)[0]
+    return re.findall(r"`([^`]+)`", rule)
+
+
+def test_readme_undo_undoes_and_the_same_command_runs_again(tmp_path, monkeypatch):
+    """Steps 1 to 3, the README's undo: the repository is as before step 2 (nothing
+    untracked), and step 2 runs again."""
+    isolate_git(monkeypatch, tmp_path)
+    python = shlex.quote(sys.executable)
+    steps = walkthrough().split("# 4.", 1)[0]
+    branch_command = next(
+        line for line in steps.splitlines() if line.startswith("auxcap migrate . --branch")
+    )
+    undo = readme_undo()
+    assert undo and "PR.md" in " ".join(undo), undo
+    script = "\n".join(
+        [
+            "set -euo pipefail",
+            f'auxcap() {{ {python} -m codemods "$@"; }}',
+            steps,
+            *undo,
+            'test -z "$(git status --porcelain --untracked-files=all)"',
+            'test "$(git symbolic-ref --short HEAD)" = main',
+            'test -z "$(git branch --list auxcap/guard-capture)"',
+            branch_command,
+        ]
+    )
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert git(tmp_path / "demo", "branch", "--list", "auxcap/guard-capture").strip()
