@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sys
 import time
 from pathlib import Path
@@ -219,6 +220,24 @@ def _report_failures(results: list[FileResult]) -> None:
             click.echo(f"{label} {result.path}: {result.error}", err=True, color=_colour(True))
 
 
+def _existing(paths: tuple[str, ...]) -> tuple[list[str], int]:
+    """The paths that exist, and how many did not: each missing one is named once on
+    stderr here and is not a file of the run (no result, not counted as scanned); exit 2."""
+    kept = []
+    for path in paths:
+        if os.path.lexists(path):
+            kept.append(path)
+            continue
+        label = terminal.error_label("auxcap: error:", _colour(err=True))
+        click.echo(f"{label} {path}: cannot read: no such file or directory", err=True,
+                   color=_colour(True))
+    return kept, len(paths) - len(kept)
+
+
+def _not_found(missing: int) -> str:
+    return f", {missing} path(s) not found" if missing else ""
+
+
 def _colour(err: bool = False) -> bool:
     """Colour only on a terminal, and never with NO_COLOR set."""
     return terminal.colour_enabled(sys.stderr if err else sys.stdout)
@@ -253,14 +272,16 @@ def scan(
     """List every capture-hook call site under PATHS with its shape and risk."""
     options = TransformOptions(extra_hooks=extra_hooks)
     execution = dataclasses.replace(execution, progress=output_format != "json")
-    results = list(engine.scan(paths, options, selection, execution))
+    paths, missing = _existing(paths)
+    results = list(engine.scan(paths, options, selection, execution)) if paths else []
     if output_format == "json":
         click.echo(report.scan_json(results), nl=False)
     else:
         click.echo(report.scan_text(results), nl=False)
-        click.echo(report.Summary.of(results).text("to change"), err=True)
+        click.echo(report.Summary.of(results).text("to change") + _not_found(missing), err=True)
     _report_failures(results)
-    sys.exit(EXIT_ERROR if any(r.status is Status.FAILED for r in results) else EXIT_OK)
+    failed = missing or any(r.status is Status.FAILED for r in results)
+    sys.exit(EXIT_ERROR if failed else EXIT_OK)
 
 
 @cli.command(epilog=registry.help_epilog())
@@ -351,6 +372,7 @@ def migrate(
             )
         )
     execution = dataclasses.replace(execution, progress=True)
+    paths, missing = _existing(paths)
     results = []
     colour = _colour()
     builder = None
@@ -358,7 +380,8 @@ def migrate(
         from codemods import codetf  # loads LibCST: only for the report
 
         builder = codetf.ReportBuilder(options, str(Path.cwd()))
-    for result in engine.run(paths, options, mode == "write", selection, execution):
+    stream = engine.run(paths, options, mode == "write", selection, execution) if paths else ()
+    for result in stream:
         if builder is not None:
             builder.add(result)
         # Keep only the records for the summary: the bytes are printed and dropped.
@@ -378,7 +401,7 @@ def migrate(
                 click.echo(f"review: {report.format_site(site)}", err=True)
     _report_failures(results)
     label = "changed" if mode == "write" else "to change"
-    click.echo(report.Summary.of(results).text(label), err=True)
+    click.echo(report.Summary.of(results).text(label) + _not_found(missing), err=True)
     if builder is not None:
         run = codetf.RunInfo(
             command_line=command_line(ctx),
@@ -387,7 +410,7 @@ def migrate(
             mode=mode,
         )
         click.echo(codetf.dumps(builder.build(run)), nl=False)
-    if any(result.status is Status.FAILED for result in results):
+    if missing or any(result.status is Status.FAILED for result in results):
         sys.exit(EXIT_ERROR)
     needs_changes = any(result.status is Status.CHANGED for result in results)
     if mode == "check" and needs_changes and not exit_zero:
