@@ -118,11 +118,13 @@ def test_libcst_tool_on_a_directory_in_parallel(tmp_path):
 
 
 def test_readme_libcst_commands_run_as_written(tmp_path):
-    """The README's two command lines, on a ``src/`` folder, give ``migrate --write``'s output."""
+    """The README's two command lines, on the folder they name, give ``migrate --write``'s
+    output."""
     lines = commands("Use with LibCST")
-    assert len(lines) == 2 and all(line.endswith(" src/") for line in lines)
-    (tmp_path / "src").mkdir()
-    shutil.copyfile(CALLERS / "args_attribute" / "before.py", tmp_path / "src" / "train.py")
+    assert len(lines) == 2 and all(line.endswith(" fixtures/demo_repo/") for line in lines)
+    folder = tmp_path / "fixtures" / "demo_repo"
+    folder.mkdir(parents=True)
+    shutil.copyfile(CALLERS / "args_attribute" / "before.py", folder / "train.py")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     for line in lines:
@@ -138,4 +140,4 @@ def test_readme_libcst_commands_run_as_written(tmp_path):
         )
         assert result.returncode == 0, result.stderr
     expected = (CALLERS / "args_attribute" / "after.py").read_bytes()
-    assert (tmp_path / "src" / "train.py").read_bytes() == expected
+    assert (folder / "train.py").read_bytes() == expected
