@@ -49,3 +49,45 @@ def test_the_plan_module_and_the_pr_body_import_without_torch(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("((0, 9), (9, 18), (18, 27)) [(0, 2)]\n")
     assert "| 3 | direct | 2 | 9.0 KiB | 72.0 MiB | 72.0 MiB | 36.0 MiB |" in done.stdout
+
+
+GATHER_SCRIPT = """
+import os, sys
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from codemods.upstream.pp_aux_transport import all_gather_objects
+
+def worker(rank, size, port, out):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=size)
+    group = dist.new_group(list(range(size)), backend="gloo")
+    payload = {"rank": rank, "blob": "x" * (1000 * rank), "ids": list(range(rank))}
+    gathered = all_gather_objects(payload, group)
+    expected = [{"rank": r, "blob": "x" * (1000 * r), "ids": list(range(r))}
+                for r in range(size)]
+    with open(os.path.join(out, f"rank{rank}"), "w") as handle:
+        handle.write("ok" if gathered == expected else repr(gathered)[:300])
+    dist.barrier(group=group)
+    os._exit(0)
+
+if __name__ == "__main__":
+    size, port, out = 3, int(sys.argv[1]), sys.argv[2]
+    mp.start_processes(worker, args=(size, port, out), nprocs=size, start_method="spawn")
+"""
+
+
+def test_all_gather_objects_gathers_payloads_of_different_sizes_without_numpy(tmp_path):
+    """The handshake's gather: three ranks, payloads of 0.1 to 2 KB, numpy not installed."""
+    import socket
+
+    hidden = hide_modules(tmp_path / "hidden", "numpy")
+    script = tmp_path / "gather.py"
+    script.write_text(GATHER_SCRIPT)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hidden), str(PROJECT_ROOT)])}
+    done = subprocess.run([sys.executable, str(script), str(port), str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [(tmp_path / f"rank{r}").read_text() for r in range(3)] == ["ok"] * 3

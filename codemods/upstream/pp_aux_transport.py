@@ -354,9 +354,9 @@ def all_gather_objects(payload: Any, group: Any = None) -> List[Any]:
     dist.all_gather(sizes, local, group=group)
     lengths = [int(entry.item()) for entry in sizes]
     longest = max(lengths)
-    buffer = torch.zeros(longest, dtype=torch.uint8, device=device)
-    if data:
-        buffer[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    buffer = torch.zeros(longest, dtype=torch.uint8)
+    buffer[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    buffer = buffer.to(device)
     chunks = [torch.empty_like(buffer) for _ in range(size)]
     dist.all_gather(chunks, buffer, group=group)
     return [
