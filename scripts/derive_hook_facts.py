@@ -334,7 +334,8 @@ class _Walker:
                 skipped = stmt.orelse if value is True else stmt.body
                 if value is not None and skipped and _mentions_pp(stmt.test) and scen.pp:
                     state["pp_skipped"] = True
-                none_branch = scen.ids_none and value is True and self._tests_ids(stmt.test)
+                none_branch = (scen.ids_none and value is not None and bool(branch)
+                               and self._tests_ids(stmt.test))
                 event = self.run(branch, scen, state)
                 if event is not None:
                     return event
