@@ -5,10 +5,11 @@ For every capture-hook setter (``set_<name>_layers_to_capture``) defined on a cl
 ``sglang/srt/models/**/*.py`` the analysis walks the setter body twice, the way it would run:
 
 * **under PP** (pipeline world size 2, once as a non-last and once as the last rank, with a
-  list of layer ids): the first ``raise`` reached gives ``pp: "raises"`` with the exception
-  type and message; a ``return`` reached, or work skipped by a rank test, on a non-last rank
-  gives ``pp: "skips_non_last_ranks"`` (the captures of that rank are silently lost); a setter
-  that runs the same on every rank gives ``pp: "runs"``;
+  list of layer ids): the first ``raise`` reached (or ``assert`` that fails) gives
+  ``pp: "raises"`` with the exception type and message; a ``return`` reached, or work skipped
+  by a rank test, on a non-last rank gives ``pp: "skips_non_last_ranks"`` (the captures of
+  that rank are silently lost); a setter that runs the same on every rank gives
+  ``pp: "runs"``;
 * **with ``None``** (no PP, last rank): the first ``raise`` reached gives ``none: "rejected"``
   with type and message; a completed branch taken because the ids are ``None`` gives
   ``none: "default_layers"``; a ``return`` there gives ``none: "ignored"``; no test of the ids
@@ -128,8 +129,6 @@ class ModelIndex:
                 text = path.read_text(encoding="utf-8-sig")
             except (OSError, UnicodeDecodeError) as exc:
                 raise HookFactsError(f"{path}: cannot read: {exc}") from exc
-            if "_to_capture" not in text and "EntryClass" not in text and "class " not in text:
-                continue
             dotted = ".".join(MODELS_DIR) + "." + rel[: -len(".py")].replace("/", ".")
             modules.append(_parse_module(rel, dotted, text, str(path)))
         return cls(modules)
@@ -341,6 +340,13 @@ class _Walker:
                     return event
                 if none_branch:
                     return _Event("default")
+            elif isinstance(stmt, ast.Assert):
+                if self.evaluate(stmt.test, scen) is False:
+                    message = stmt.msg
+                    text = (message.value if isinstance(message, ast.Constant)
+                            and isinstance(message.value, str)
+                            else ast.unparse(message) if message is not None else None)
+                    return _Event("raise", exc="AssertionError", message=text)
             elif isinstance(stmt, ast.Raise):
                 exc, message = _message(stmt.exc)
                 return _Event("raise", exc=exc, message=message)

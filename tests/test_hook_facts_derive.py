@@ -85,6 +85,16 @@ def test_none_ignored_and_none_used_as_a_list(facts):
     assert facts[DFLASH]["pp_value_error.py::ValueErrorForCausalLM"]["none"] == "unchecked"
 
 
+def test_failing_asserts_raise_assertion_error(facts):
+    setter = facts[DFLASH]["none_rules.py::AssertingForCausalLM"]
+    assert setter["pp"] == "raises"
+    assert setter["pp_raise"] == {"type": "AssertionError",
+                                  "message": "synthetic DFLASH asserts PP=1"}
+    assert setter["none"] == "rejected"
+    assert setter["none_raise"] == {"type": "AssertionError", "message": None}
+    assert setter["models"] == ["AssertingForCausalLM"]
+
+
 def test_delegation_to_an_inner_model_imported_from_another_file(facts):
     setter = facts[DSPARK]["wrappers.py::OuterForConditionalGeneration"]
     assert setter["via"] == ["pp_raise.py::RaisingForCausalLM.set_dspark_layers_to_capture"]
