@@ -6,6 +6,7 @@ release wheels' model files (see tests/test_hook_facts_releases.py for the re-de
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -179,3 +180,18 @@ def test_loader_is_torch_free():
     proc = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_documented_examples_hold():
+    doc = (PROJECT_ROOT / "docs" / "hook-facts.md").read_text(encoding="utf-8")
+    block = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    checked = 0
+    for line in block.splitlines():
+        code, sep, comment = line.partition("  # ")
+        if not sep:
+            exec(code, namespace)  # the import line
+            continue
+        assert eval(code, namespace) == ast.literal_eval(comment.strip()), line
+        checked += 1
+    assert checked >= 8
