@@ -17,8 +17,8 @@ For every capture-hook setter (``set_<name>_layers_to_capture``) defined on a cl
 
 Tests the walk cannot decide (``if self.language_model is None``, a config flag) are taken as
 false, so only the ordinary path of the setter counts. A call of a setter on ``self`` or on
-``self.<attr>`` (where ``self.<attr> = SomeModelClass(...)`` in a method of the class) is
-followed into the delegate's setter, across files; a delegate that cannot be resolved gives
+``self.<attr>`` (where a method assigns ``self.<attr>`` an instance of a model class, directly
+or through a factory method) is followed into the delegate's setter, across files; a delegate that cannot be resolved gives
 ``"unresolved"``. ``models`` lists the ``EntryClass`` classes (the architectures SGLang
 registers) whose method resolution reaches the setter.
 
@@ -172,26 +172,76 @@ class ModelIndex:
         return None
 
     def attribute_classes(self, key: ClassKey, attr: str) -> list[ClassKey]:
-        """Classes assigned as ``self.<attr> = Class(...)`` in any method along the MRO."""
+        """Classes whose instance a method along the MRO assigns to ``self.<attr>``: a call of a
+        class (``SomeClass(...)``), of a local bound to classes (``cls = A if c else B``), or of
+        a factory method on ``self`` whose returns are such calls (``self.init_llm(...)``)."""
         found: list[ClassKey] = []
         for cls in self.mro(key):
             for node in ast.walk(self.classdef(cls)):
-                if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Call):
+                if not isinstance(node, ast.Assign):
                     continue
-                func = node.value.func
-                if not isinstance(func, ast.Name):
+                if not any(
+                    isinstance(target, ast.Attribute)
+                    and target.attr == attr
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"
+                    for target in node.targets
+                ):
                     continue
-                for target in node.targets:
-                    if (
-                        isinstance(target, ast.Attribute)
-                        and target.attr == attr
-                        and isinstance(target.value, ast.Name)
-                        and target.value.id == "self"
-                    ):
-                        resolved = self.resolve(cls[0], func.id)
-                        if resolved is not None and resolved not in found:
-                            found.append(resolved)
+                for resolved in self._instances(key, cls[0], node.value, None, 0):
+                    if resolved not in found:
+                        found.append(resolved)
         return found
+
+    def _instances(self, key: ClassKey, rel: str, expr: ast.expr,
+                   func: ast.FunctionDef | None, depth: int) -> list[ClassKey]:
+        """Classes whose instance ``expr`` (in ``func`` of module ``rel``) can be."""
+        if depth > 12:
+            return []
+        if isinstance(expr, ast.IfExp):
+            return (self._instances(key, rel, expr.body, func, depth + 1)
+                    + self._instances(key, rel, expr.orelse, func, depth + 1))
+        if isinstance(expr, ast.Call):
+            return self._classes(key, rel, expr.func, func, depth + 1)
+        if isinstance(expr, ast.Name) and func is not None:
+            return [c for value in _local_values(func, expr.id)
+                    for c in self._instances(key, rel, value, func, depth + 1)]
+        return []
+
+    def _classes(self, key: ClassKey, rel: str, expr: ast.expr,
+                 func: ast.FunctionDef | None, depth: int) -> list[ClassKey]:
+        """Classes whose instance calling ``expr`` gives."""
+        if depth > 12:
+            return []
+        if isinstance(expr, ast.IfExp):
+            return (self._classes(key, rel, expr.body, func, depth + 1)
+                    + self._classes(key, rel, expr.orelse, func, depth + 1))
+        if isinstance(expr, ast.Name):
+            resolved = self.resolve(rel, expr.id)
+            if resolved is not None:
+                return [resolved]
+            if func is None:
+                return []
+            return [c for value in _local_values(func, expr.id)
+                    for c in self._classes(key, rel, value, func, depth + 1)]
+        if (
+            isinstance(expr, ast.Attribute)
+            and isinstance(expr.value, ast.Name)
+            and expr.value.id == "self"
+        ):
+            found = self.method(key, expr.attr)
+            if found is None:
+                return []
+            owner, method = found
+            return [c for node in ast.walk(method)
+                    if isinstance(node, ast.Return) and node.value is not None
+                    for c in self._instances(key, owner[0], node.value, method, depth + 1)]
+        return []
+
+
+def _local_values(func: ast.FunctionDef, name: str) -> list[ast.expr]:
+    return [node.value for node in ast.walk(func) if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)]
 
 
 # --------------------------------------------------------------------------- walking a setter

@@ -118,6 +118,15 @@ def test_delegation_behind_hasattr_through_an_import_alias(facts):
     assert setter["none"] == "default_layers"
 
 
+def test_delegation_to_a_model_built_by_a_factory_method(facts):
+    # The base class assigns self.llm = self.init_llm(...); the subclass's init_llm returns
+    # one of two classes, of which only RaisingForCausalLM has the hook.
+    setter = facts[DSPARK]["wrappers.py::FactoryForConditionalGeneration"]
+    assert setter["via"] == ["pp_raise.py::RaisingForCausalLM.set_dspark_layers_to_capture"]
+    assert setter["pp"] == "raises"
+    assert setter["models"] == ["FactoryForConditionalGeneration"]
+
+
 def test_unresolvable_delegate_is_reported_not_guessed(facts):
     setter = facts[EAGLE3]["wrappers.py::OpaqueForCausalLM"]
     assert setter["pp"] == setter["none"] == "unresolved"
