@@ -17,10 +17,11 @@ For every capture-hook setter (``set_<name>_layers_to_capture``) defined on a cl
 
 Tests the walk cannot decide (``if self.language_model is None``, a config flag) are taken as
 false, so only the ordinary path of the setter counts. A call of a setter on ``self`` or on
-``self.<attr>`` (where a method assigns ``self.<attr>`` an instance of a model class, directly
-or through a factory method) is followed into the delegate's setter, across files; a delegate that cannot be resolved gives
-``"unresolved"``. ``models`` lists the ``EntryClass`` classes (the architectures SGLang
-registers) whose method resolution reaches the setter.
+``self.<attr>`` (where a method assigns ``self.<attr>`` an instance of a model class, directly,
+through a factory method or from a module-level table of classes) is followed into the
+delegate's setter, across files; a delegate that cannot be resolved gives ``"unresolved"``.
+``models`` lists the ``EntryClass`` classes (the architectures SGLang registers) whose method
+resolution reaches the setter, or whose ``__getattr__`` forwards to an instance that has it.
 
 Usage::
 
@@ -70,6 +71,7 @@ class _Module:
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
     imports: dict[str, tuple[str, str]] = field(default_factory=dict)  # local -> (dotted, name)
     entry: list[str] = field(default_factory=list)
+    globals: dict[str, ast.expr] = field(default_factory=dict)  # module-level NAME = value
 
 
 def _entry_names(value: ast.expr) -> list[str]:
@@ -98,6 +100,9 @@ def _parse_module(rel: str, dotted: str, source: str, path: str) -> _Module:
         elif isinstance(node, ast.Assign):
             if any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
                 module.entry = _entry_names(node.value)
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    module.globals[target.id] = node.value
     return module
 
 
@@ -177,9 +182,7 @@ class ModelIndex:
         a factory method on ``self`` whose returns are such calls (``self.init_llm(...)``)."""
         found: list[ClassKey] = []
         for cls in self.mro(key):
-            for node in ast.walk(self.classdef(cls)):
-                if not isinstance(node, ast.Assign):
-                    continue
+            for method, node in _assignments(self.classdef(cls)):
                 if not any(
                     isinstance(target, ast.Attribute)
                     and target.attr == attr
@@ -188,10 +191,31 @@ class ModelIndex:
                     for target in node.targets
                 ):
                     continue
-                for resolved in self._instances(key, cls[0], node.value, None, 0):
+                for resolved in self._instances(key, cls[0], node.value, method, 0):
                     if resolved not in found:
                         found.append(resolved)
         return found
+
+    def forwarded_classes(self, key: ClassKey) -> list[ClassKey]:
+        """Classes a ``__getattr__`` of the class forwards to: ``getattr(self.<attr>, name)``."""
+        found = self.method(key, "__getattr__")
+        if found is None:
+            return []
+        classes: list[ClassKey] = []
+        for node in ast.walk(found[1]):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "getattr"
+                and node.args
+                and isinstance(node.args[0], ast.Attribute)
+                and isinstance(node.args[0].value, ast.Name)
+                and node.args[0].value.id == "self"
+            ):
+                for cls in self.attribute_classes(key, node.args[0].attr):
+                    if cls not in classes:
+                        classes.append(cls)
+        return classes
 
     def _instances(self, key: ClassKey, rel: str, expr: ast.expr,
                    func: ast.FunctionDef | None, depth: int) -> list[ClassKey]:
@@ -224,6 +248,19 @@ class ModelIndex:
                 return []
             return [c for value in _local_values(func, expr.id)
                     for c in self._classes(key, rel, value, func, depth + 1)]
+        # A class picked from a module-level table: TABLE.get(k) or TABLE[k].
+        table = None
+        if (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
+                and expr.func.attr == "get" and isinstance(expr.func.value, ast.Name)):
+            table = expr.func.value.id
+        elif isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name):
+            table = expr.value.id
+        if table is not None:
+            value = self.modules[rel].globals.get(table) if rel in self.modules else None
+            if isinstance(value, ast.Dict):
+                return [c for item in value.values
+                        for c in self._classes(key, rel, item, None, depth + 1)]
+            return []
         if (
             isinstance(expr, ast.Attribute)
             and isinstance(expr.value, ast.Name)
@@ -237,6 +274,11 @@ class ModelIndex:
                     if isinstance(node, ast.Return) and node.value is not None
                     for c in self._instances(key, owner[0], node.value, method, depth + 1)]
         return []
+
+
+def _assignments(cls: ast.ClassDef) -> list[tuple[ast.FunctionDef, ast.Assign]]:
+    return [(method, node) for method in cls.body if isinstance(method, ast.FunctionDef)
+            for node in ast.walk(method) if isinstance(node, ast.Assign)]
 
 
 def _local_values(func: ast.FunctionDef, name: str) -> list[ast.expr]:
@@ -577,11 +619,15 @@ def derive(index: ModelIndex) -> dict[str, dict[str, dict]]:
                 continue
             for hook, setters in result.items():
                 found = index.method(key, hook)
-                if found is None:
-                    continue
-                owner = f"{found[0][0]}::{found[0][1]}"
-                if owner in setters and entry not in setters[owner]["models"]:
-                    setters[owner]["models"].append(entry)
+                owners = [found[0]] if found is not None else [
+                    target[0] for target in (
+                        index.method(c, hook) for c in index.forwarded_classes(key))
+                    if target is not None
+                ]
+                for owner_key in owners:
+                    owner = f"{owner_key[0]}::{owner_key[1]}"
+                    if owner in setters and entry not in setters[owner]["models"]:
+                        setters[owner]["models"].append(entry)
     for setters in result.values():
         for facts in setters.values():
             facts["models"].sort()

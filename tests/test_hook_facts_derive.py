@@ -124,7 +124,19 @@ def test_delegation_to_a_model_built_by_a_factory_method(facts):
     setter = facts[DSPARK]["wrappers.py::FactoryForConditionalGeneration"]
     assert setter["via"] == ["pp_raise.py::RaisingForCausalLM.set_dspark_layers_to_capture"]
     assert setter["pp"] == "raises"
-    assert setter["models"] == ["FactoryForConditionalGeneration"]
+    assert setter["models"] == [
+        "DispatchingForConditionalGeneration", "FactoryForConditionalGeneration"]
+
+
+def test_models_include_an_architecture_forwarding_attribute_access(facts):
+    # DispatchingForConditionalGeneration has no setter; __getattr__ forwards to an instance
+    # of a class picked from a module-level table.
+    assert "DispatchingForConditionalGeneration" in (
+        facts[DSPARK]["wrappers.py::FactoryForConditionalGeneration"]["models"])
+    assert "DispatchingForConditionalGeneration" in (
+        facts[EAGLE3]["wrappers.py::OpaqueForCausalLM"]["models"])
+    assert "DispatchingForConditionalGeneration" not in (
+        facts[DSPARK]["pp_raise.py::RaisingForCausalLM"]["models"])
 
 
 def test_unresolvable_delegate_is_reported_not_guessed(facts):
