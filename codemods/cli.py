@@ -113,7 +113,7 @@ def _branch_request(
     patch_dir: Path | None,
     allow_dirty: bool,
     author: str | None,
-) -> "BranchRequest | None":
+) -> BranchRequest | None:
     """The --branch request, or None; a usage error when a companion comes without it."""
     if branch is None:
         given = [

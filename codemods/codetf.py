@@ -23,8 +23,8 @@ from __future__ import annotations
 import difflib
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import libcst as cst
 
@@ -82,7 +82,7 @@ def new_line_number(before: bytes, after: bytes, line: int) -> int:
     unchanged, else the first line of the block that replaced it."""
     matcher = difflib.SequenceMatcher(None, _lines(before), _lines(after), autojunk=False)
     index = line - 1
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, _j2 in matcher.get_opcodes():
         if i1 <= index < i2 or (tag == "insert" and i1 == index):
             if tag == "equal":
                 return j1 + (index - i1) + 1
@@ -225,7 +225,7 @@ class ReportBuilder:
                     "summary": Summary.of(self._records).to_dict(),
                     "failures": [
                         {"path": path, "reason": result.error or ""}
-                        for path, result in zip(failed_paths, failed)
+                        for path, result in zip(failed_paths, failed, strict=True)
                     ],
                 },
             },

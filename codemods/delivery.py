@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from codemods import gitops, prbody
 from codemods.gitops import DeliveryResult, GitDeliveryError

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -104,13 +104,13 @@ class _Scope:
     """Names bound in one function (or module, or class) body."""
 
     node: cst.CSTNode
-    parent: "_Scope | None" = None
+    parent: _Scope | None = None
     params: dict[str, cst.Param] = field(default_factory=dict)
     values: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
     annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)
     loops: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
     #: For a class: ``self.<name> = value`` in its methods, with the method's scope.
-    attributes: dict[str, list[tuple[cst.BaseExpression, "_Scope"]]] = field(default_factory=dict)
+    attributes: dict[str, list[tuple[cst.BaseExpression, _Scope]]] = field(default_factory=dict)
     attribute_annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)
     #: Every name used anywhere inside this scope (nested scopes included).
     names: set[str] = field(default_factory=set)
@@ -192,7 +192,7 @@ class _ScopeCollector(cst.CSTVisitor):
             self._stack[-1].values.setdefault(target.value, []).append(value)
         elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
             if len(target.elements) == len(value.elements):
-                for name, item in zip(target.elements, value.elements):
+                for name, item in zip(target.elements, value.elements, strict=True):
                     self._bind(name.value, item.value)
         elif self._self_attribute(target) is not None:
             scope = self._stack[-1]

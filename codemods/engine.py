@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from codemods import fileio
 from codemods.files import collect_files
@@ -79,11 +80,11 @@ def _read(path: str) -> bytes:
     return fileio.read_bytes(path)
 
 
-def _mentions_hooks(data: bytes, options: "TransformOptions") -> bool:
+def _mentions_hooks(data: bytes, options: TransformOptions) -> bool:
     return any(name.encode() in data for name in options.hooks.names)
 
 
-def _snapshot(path: str, options: "TransformOptions") -> fileio.SourceSnapshot | FileResult:
+def _snapshot(path: str, options: TransformOptions) -> fileio.SourceSnapshot | FileResult:
     """The file as read, or a ``FAILED`` result saying why it cannot be processed."""
     try:
         snapshot = fileio.read_source(path)
@@ -99,7 +100,7 @@ def _snapshot(path: str, options: "TransformOptions") -> fileio.SourceSnapshot |
     return snapshot
 
 
-def scan_file(path: str, options: "TransformOptions", prefilter: bool = True) -> FileResult:
+def scan_file(path: str, options: TransformOptions, prefilter: bool = True) -> FileResult:
     """Discover the call sites of one file; never writes."""
     from codemods.transform import scan_source
 
@@ -110,7 +111,7 @@ def scan_file(path: str, options: "TransformOptions", prefilter: bool = True) ->
 
 
 def migrate_file(
-    path: str, options: "TransformOptions", write: bool, prefilter: bool = True
+    path: str, options: TransformOptions, write: bool, prefilter: bool = True
 ) -> FileResult:
     """Transform one file; write it back when ``write`` and it changed."""
     from codemods.transform import transform_source
@@ -178,7 +179,7 @@ def _guarded(task: _Task, path: str) -> FileResult:
 
 @dataclass
 class _ScanTask:
-    options: "TransformOptions"
+    options: TransformOptions
     prefilter: bool
 
     def __call__(self, path: str) -> FileResult:
@@ -187,7 +188,7 @@ class _ScanTask:
 
 @dataclass
 class _MigrateTask:
-    options: "TransformOptions"
+    options: TransformOptions
     write: bool
     prefilter: bool
 
@@ -282,7 +283,7 @@ def uses_workers(candidate_files: int, candidate_bytes: int, jobs: int) -> bool:
 def _pipeline(
     paths: Iterable[str | os.PathLike[str]],
     task: _Task,
-    options: "TransformOptions",
+    options: TransformOptions,
     selection: Selection,
     execution: Execution,
 ) -> Iterator[FileResult]:
@@ -297,7 +298,7 @@ def _pipeline(
         remove_stale_temp_files(files)
     prefilter = Prefilter.for_names(options.extra_hooks) if execution.prefilter else None
     needed, needed_bytes = _prefilter(files, prefilter)
-    candidates = [path for path, flag in zip(files, needed) if flag]
+    candidates = [path for path, flag in zip(files, needed, strict=True) if flag]
     jobs = execution.jobs or os.cpu_count() or 1
     jobs = min(jobs, len(candidates)) if candidates else 1
     if uses_workers(len(candidates), needed_bytes, jobs):
@@ -306,7 +307,7 @@ def _pipeline(
         transformed = _here(task, candidates)
     progress = Progress(len(candidates), enabled=execution.progress)
     try:
-        for path, flag in zip(files, needed):
+        for path, flag in zip(files, needed, strict=True):
             if not flag:
                 yield FileResult(path, Status.UNCHANGED)
                 continue
@@ -324,7 +325,7 @@ def _pipeline(
 
 def scan(
     paths: Iterable[str | os.PathLike[str]],
-    options: "TransformOptions",
+    options: TransformOptions,
     selection: Selection = Selection(),
     execution: Execution = Execution(),
 ) -> Iterator[FileResult]:
@@ -335,7 +336,7 @@ def scan(
 
 def run(
     paths: Iterable[str | os.PathLike[str]],
-    options: "TransformOptions",
+    options: TransformOptions,
     write: bool = False,
     selection: Selection = Selection(),
     execution: Execution = Execution(),

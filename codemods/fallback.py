@@ -46,7 +46,6 @@ from codemods.fallback_metadata import METADATA
 from codemods.hooks import HookSet
 from codemods.options import FALLBACK_POLICIES
 from codemods.records import Action
-from codemods.split import split_shared_lines
 from codemods.snippets import (
     MAX_LINE,
     fit_call_statement,
@@ -54,6 +53,7 @@ from codemods.snippets import (
     suite_as_line,
     wrapped_literals,
 )
+from codemods.split import split_shared_lines
 
 _EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error", "capture_exc_")
 _LOGGER_NAMES = ("logger", "capture_logger", "aux_capture_logger")

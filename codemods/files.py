@@ -38,9 +38,9 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Iterator, Sequence
 
 #: Directory names that are never searched.
 SKIPPED_DIR_NAMES = frozenset(
@@ -80,7 +80,7 @@ class Glob:
     directories_only: bool
 
     @classmethod
-    def compile(cls, text: str) -> "Glob":
+    def compile(cls, text: str) -> Glob:
         pattern = text.strip()
         if not pattern:
             raise ValueError("empty glob")
@@ -148,7 +148,7 @@ class FileFilter:
     exclude: tuple[Glob, ...] = ()
 
     @classmethod
-    def from_globs(cls, include: Iterable[str] = (), exclude: Iterable[str] = ()) -> "FileFilter":
+    def from_globs(cls, include: Iterable[str] = (), exclude: Iterable[str] = ()) -> FileFilter:
         try:
             return cls(
                 tuple(Glob.compile(text) for text in include),

@@ -24,9 +24,9 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import git
 

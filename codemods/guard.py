@@ -27,7 +27,6 @@ review instead of rewritten.
 
 from __future__ import annotations
 
-
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
@@ -36,7 +35,6 @@ from codemods.guard_metadata import METADATA
 from codemods.hooks import HookSet
 from codemods.options import GUARD_POLICIES
 from codemods.records import Action
-from codemods.split import split_shared_lines
 from codemods.snippets import (
     MAX_LINE,
     fit_call_statement,
@@ -44,6 +42,7 @@ from codemods.snippets import (
     suite_as_line,
     wrapped_literals,
 )
+from codemods.split import split_shared_lines
 
 
 def unset_message(found: FoundCall) -> str:

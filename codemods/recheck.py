@@ -7,8 +7,8 @@ after:  a :class:`~codemods.prbody.Verification` naming the files checked and an
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from codemods.prbody import Verification
 

@@ -3,7 +3,7 @@ built from it for the CLI and the pull-request description.  Free of LibCST."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from codemods.fallback_metadata import METADATA as FALLBACK
 from codemods.guard_metadata import METADATA as GUARD

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from codemods.records import Action, FileResult, Risk, Shape, Status
 
@@ -134,7 +134,7 @@ class Summary:
     failed: int = 0
 
     @classmethod
-    def of(cls, results: Iterable[FileResult]) -> "Summary":
+    def of(cls, results: Iterable[FileResult]) -> Summary:
         results = list(results)
         return cls(
             files=len(results),
