@@ -26,16 +26,12 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import libcst as cst
-
 from codemods import __version__
-from codemods.guard import GuardTransformer
 from codemods.metadata import CodemodMetadata
 from codemods.options import TransformOptions
-from codemods.records import Action, CallSite, FileResult, Risk, Status
+from codemods.records import Action, FileResult, Risk, Status, Step
 from codemods.registry import CODEMODS
 from codemods.report import Summary
-from codemods.transform import scan_source
 
 VENDOR = "auxcap"
 TOOL = "auxcap"
@@ -90,40 +86,11 @@ def new_line_number(before: bytes, after: bytes, line: int) -> int:
     return max(len(_lines(after)), 1)
 
 
-@dataclass(frozen=True)
-class _Step:
-    """One codemod's share of one file: its input, its output, the sites it rewrote."""
-
-    before: bytes
-    after: bytes
-    sites: tuple[CallSite, ...]
-
-
-def _steps(result: FileResult, options: TransformOptions) -> dict[str, _Step]:
-    """Split a changed file's rewrite into the guard step and the fallback step."""
-    assert result.original is not None and result.rewritten is not None
-    original = result.original
-    guard_sites = tuple(s for s in result.call_sites if Action.GUARD in s.actions)
-    guarded = original
-    if guard_sites:
-        guard = GuardTransformer(result.path, options.guard_policy, options.extra_hooks)
-        guarded = guard.transform_module(cst.parse_module(original)).bytes
-    fallback_sites = tuple(
-        site
-        for site in scan_source(guarded, result.path, options).call_sites
-        if Action.FALLBACK in site.actions
-    )
-    return {
-        Action.GUARD.value: _Step(original, guarded, guard_sites),
-        Action.FALLBACK.value: _Step(guarded, result.rewritten, fallback_sites),
-    }
-
-
 def _policy(metadata: CodemodMetadata, options: TransformOptions) -> str:
     return getattr(options, metadata.policy.dest)
 
 
-def _changeset_entry(metadata: CodemodMetadata, step: _Step, path: str, policy: str) -> dict | None:
+def _changeset_entry(metadata: CodemodMetadata, step: Step, path: str, policy: str) -> dict | None:
     if step.before == step.after:
         return None
     changes = [
@@ -178,11 +145,11 @@ class ReportBuilder:
 
     def add(self, result: FileResult) -> None:
         path = _relative(result.path, self.directory)
-        steps = _steps(result, self.options) if result.status is Status.CHANGED else {}
         for metadata in CODEMODS:
-            if metadata.action in steps:
+            step = result.step(metadata.action) if result.status is Status.CHANGED else None
+            if step is not None:
                 policy = _policy(metadata, self.options)
-                entry = _changeset_entry(metadata, steps[metadata.action], path, policy)
+                entry = _changeset_entry(metadata, step, path, policy)
                 if entry is not None:
                     self._changesets[metadata.action].append(entry)
             self._unfixed[metadata.action].extend(_unfixed(metadata, result, path))

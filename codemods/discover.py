@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper
 
 from codemods.hooks import DEFAULT_HOOKS, Hook, HookSet
+from codemods.positions import code_and_positions
 from codemods.records import Action, CallSite, Risk, Shape
 
 #: Keyword names that carry the layer ids (``layer_ids=`` is SGLang's spelling).
@@ -369,8 +370,31 @@ class _Analyzer:
 
     @functools.cached_property
     def positions(self):
-        """Source positions, computed only once a hook call is actually found."""
-        return self._wrapper.resolve(PositionProvider)
+        """Where the hook calls and their statements start (only those nodes)."""
+        return code_and_positions(self.module, self._position_targets(self.hook_calls))[1]
+
+    @functools.cached_property
+    def hook_calls(self) -> list[cst.Call]:
+        """The calls that reach a hook, outside the hooks' own definitions."""
+        return [
+            call
+            for call in self.calls
+            if self._resolve_callee(call, self._scope_chain(call)) is not None
+            and not self._delegates(call)
+        ]
+
+    def _position_targets(self, calls: Iterable[cst.Call]) -> list[cst.CSTNode]:
+        targets: list[cst.CSTNode] = []
+        for call in calls:
+            targets.append(call)
+            statement, _ = self._own_statement(call)
+            if isinstance(statement, cst.SimpleStatementSuite):
+                owner = self._parent(statement)
+                if owner is not None:
+                    targets.append(owner)
+            elif statement is not None:
+                targets.append(statement)
+        return targets
 
     # ---------------------------------------------------------------- scopes
     def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -857,9 +881,9 @@ class _Analyzer:
             return 0
         if isinstance(statement, cst.SimpleStatementSuite):
             owner = self._parent(statement)
-            column = self.positions[owner].start.column if owner is not None else 0
+            column = self.positions[owner].column if owner is not None else 0
             return column + len(self.module.default_indent)
-        return self.positions[statement].start.column
+        return self.positions[statement].column
 
     def _delegates(self, call: cst.Call) -> bool:
         """A call inside a hook's own definition: the hook forwards (``def set_x(...):
@@ -931,7 +955,7 @@ class _Analyzer:
         if review:
             actions = [Action.REVIEW]
 
-        position = self.positions[call].start
+        position = self.positions[call]
         site = CallSite(
             path=self.path,
             line=position.line,
@@ -959,16 +983,49 @@ class _Analyzer:
         )
 
 
-def find_calls(
-    wrapper: MetadataWrapper, path: str = "<string>", hooks: HookSet = DEFAULT_HOOKS
-) -> list[FoundCall]:
-    """Every hook call in ``wrapper.module``, in source order."""
-    analyzer = _Analyzer(wrapper, path, hooks)
-    found = (analyzer.analyze(call) for call in analyzer.calls)
+def _found_calls(analyzer: _Analyzer) -> list[FoundCall]:
+    found = (analyzer.analyze(call) for call in analyzer.hook_calls)
     return sorted(
         (item for item in found if item is not None),
         key=lambda item: (item.site.line, item.site.column),
     )
+
+
+def find_calls(
+    wrapper: MetadataWrapper, path: str = "<string>", hooks: HookSet = DEFAULT_HOOKS
+) -> list[FoundCall]:
+    """Every hook call in ``wrapper.module``, in source order."""
+    return _found_calls(_Analyzer(wrapper, path, hooks))
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Discovery's result for one parsed module, handed to every codemod: the hook calls with
+    their facts, and each node's parent (so a codemod can visit only the paths to its calls)."""
+
+    module: cst.Module
+    found: tuple[FoundCall, ...]
+    parents: Mapping[cst.CSTNode, cst.CSTNode]
+
+    @property
+    def sites(self) -> tuple[CallSite, ...]:
+        return tuple(item.site for item in self.found)
+
+    def paths_to(self, nodes: Iterable[cst.CSTNode]) -> set[cst.CSTNode]:
+        """``nodes``, their ancestors and the module: what a pruned visit must enter."""
+        paths: set[cst.CSTNode] = {self.module}
+        for node in nodes:
+            current: cst.CSTNode | None = node
+            while current is not None and current not in paths:
+                paths.add(current)
+                current = self.parents.get(current)
+        return paths
+
+
+def analyse(module: cst.Module, path: str = "<string>", hooks: HookSet = DEFAULT_HOOKS) -> Analysis:
+    """Discover the hook calls of ``module`` once (the module is not copied)."""
+    analyzer = _Analyzer(MetadataWrapper(module, unsafe_skip_copy=True), path, hooks)
+    return Analysis(module, tuple(_found_calls(analyzer)), analyzer.parents)
 
 
 def find_call_sites(

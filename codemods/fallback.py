@@ -39,9 +39,8 @@ import sys
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
-from codemods.discover import FoundCall, find_calls
+from codemods.discover import FoundCall
 from codemods.fallback_metadata import METADATA
 from codemods.hooks import HookSet
 from codemods.options import FALLBACK_POLICIES
@@ -53,7 +52,6 @@ from codemods.snippets import (
     suite_as_line,
     wrapped_literals,
 )
-from codemods.split import split_shared_lines
 
 _EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error", "capture_exc_")
 _LOGGER_NAMES = ("logger", "capture_logger", "aux_capture_logger")
@@ -181,7 +179,6 @@ def _is_get_logger(
 
 
 class FallbackTransformer(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(
         self,
@@ -191,7 +188,6 @@ class FallbackTransformer(cst.CSTTransformer):
     ) -> None:
         super().__init__()
         self.filename = filename
-        self.wrapper: MetadataWrapper | None = None
         if fallback_policy not in FALLBACK_POLICIES:
             raise ValueError(
                 f"unknown fallback policy {fallback_policy!r}; use one of {FALLBACK_POLICIES}"
@@ -199,17 +195,39 @@ class FallbackTransformer(cst.CSTTransformer):
         self.policy = fallback_policy
         self.hooks = HookSet.with_extra(tuple(extra_hooks or ()))
         self._statements: dict[cst.CSTNode, FoundCall] = {}
+        self._found: tuple[FoundCall, ...] = ()
+        self._paths: set[cst.CSTNode] | None = None
         self._wrapped = 0
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         """The rewritten module (``tree`` itself is never changed)."""
-        self.wrapper = MetadataWrapper(split_shared_lines(tree, self.hooks, self.filename))
-        return self.wrapper.visit(self)
+        from codemods.split import analyse_split
+
+        analysis = analyse_split(tree, self.hooks, self.filename)
+        statements = [found.statement for found in analysis.found if found.statement is not None]
+        return self.apply(analysis.module, analysis.found, analysis.paths_to(statements))
+
+    def apply(
+        self,
+        module: cst.Module,
+        found: tuple[FoundCall, ...],
+        paths: set[cst.CSTNode] | None = None,
+    ) -> cst.Module:
+        """Wrap the calls among ``found`` marked for the fallback.  ``found`` describes
+        ``module``'s own nodes; ``paths`` (the statements and their ancestors), when given,
+        limits the visit to them."""
+        self._found = found
+        self._paths = paths
+        return module.visit(self)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._paths is not None and node not in self._paths:
+            return False
+        return super().on_visit(node)
 
     # ----------------------------------------------------------------- setup
     def visit_Module(self, node: cst.Module) -> bool:
-        path = self.filename
-        for found in find_calls(self.wrapper, path, self.hooks):
+        for found in self._found:
             if Action.FALLBACK in found.site.actions and found.statement is not None:
                 self._statements[found.statement] = found
         if not self._statements:
