@@ -23,7 +23,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from codemods import __version__
@@ -200,17 +199,6 @@ class ReportBuilder:
         }
 
 
-def build_report(results: Iterable[FileResult], options: TransformOptions, run: RunInfo) -> dict:
-    """The report of ``results`` (with their bytes) in one call."""
-    builder = ReportBuilder(options, run.directory)
-    for result in results:
-        builder.add(result)
-    return builder.build(run)
-
-
 def dumps(report: dict) -> str:
     return json.dumps(report, indent=2) + "\n"
 
-
-def report_json(results: Iterable[FileResult], options: TransformOptions, run: RunInfo) -> str:
-    return dumps(build_report(results, options, run))

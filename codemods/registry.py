@@ -13,21 +13,6 @@ from codemods.metadata import CodemodMetadata
 CODEMODS: tuple[CodemodMetadata, ...] = (GUARD, FALLBACK)
 
 
-def by_id(codemod_id: str) -> CodemodMetadata:
-    for metadata in CODEMODS:
-        if metadata.id == codemod_id:
-            return metadata
-    raise KeyError(codemod_id)
-
-
-def by_action(action: str) -> CodemodMetadata:
-    """The codemod that performs ``action`` (an :class:`~codemods.records.Action` value)."""
-    for metadata in CODEMODS:
-        if metadata.action == action:
-            return metadata
-    raise KeyError(action)
-
-
 def policy_meanings() -> dict[tuple[str, str], str]:
     """``{("guard policy", "skip"): "when the layer ids are unset, ..."}`` for every choice."""
     return {

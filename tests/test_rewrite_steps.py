@@ -54,7 +54,7 @@ def test_steps_match_the_codemods_run_one_by_one(case, policy):
 
 def test_a_file_is_analysed_once(monkeypatch):
     """Discovery runs once for a file both codemods rewrite."""
-    import codemods.discover as discover
+    import codemods.discover.sites as discover
 
     calls = []
     real = discover._found_calls
