@@ -25,7 +25,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from codemods import __version__
+from codemods import __version__, diffs
 from codemods.metadata import CodemodMetadata
 from codemods.options import TransformOptions
 from codemods.records import Action, FileResult, Risk, Status, Step
@@ -61,15 +61,11 @@ def _relative(path: str, directory: str) -> str:
     return absolute.replace(os.sep, "/")
 
 
-def _lines(data: bytes) -> list[str]:
-    return data.decode("utf-8", errors="replace").splitlines(keepends=True)
+_lines = diffs.lines
 
 
 def unified_diff(before: bytes, after: bytes, path: str) -> str:
-    lines = difflib.unified_diff(_lines(before), _lines(after), f"a/{path}", f"b/{path}")
-    return "".join(
-        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
-    )
+    return diffs.unified_diff(before, after, f"a/{path}", f"b/{path}")
 
 
 def new_line_number(before: bytes, after: bytes, line: int) -> int:

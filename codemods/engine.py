@@ -229,16 +229,17 @@ def _prefilter(
     kept: dict[str, fileio.SourceSnapshot] = {}
     for path in files:
         try:
-            snapshot = fileio.read_source(path)
+            data, info = fileio.read_regular(path)
         except fileio.SourceFileError:
             flags.append(True)  # the transform reports why it cannot be read
             continue
-        needed = prefilter.needs_parse(snapshot.data)
+        needed = prefilter.needs_parse(data)
         flags.append(needed)
         if needed:
-            if total + snapshot.size <= KEEP_MAX_BYTES:
-                kept[path] = snapshot
-            total += snapshot.size
+            if total + len(data) <= KEEP_MAX_BYTES:
+                with fileio.prefetched(path, data, info):
+                    kept[path] = fileio.read_source(path)
+            total += len(data)
     return flags, total, kept
 
 

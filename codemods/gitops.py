@@ -30,6 +30,8 @@ from pathlib import Path
 
 import git
 
+from codemods import fileio
+
 #: How the CLI names the remote in the push hint when the repository has none.
 DEFAULT_REMOTE = "origin"
 
@@ -366,10 +368,7 @@ class _Snapshot:
 
 
 def _nul_stream(paths: Iterable[str]):
-    handle = tempfile.TemporaryFile()
-    handle.write(b"".join(os.fsencode(path) + b"\0" for path in paths))
-    handle.seek(0)
-    return handle
+    return fileio.temp_stream(b"".join(os.fsencode(path) + b"\0" for path in paths))
 
 
 def _remove_with_empty_parents(root: Path, path: Path) -> None:
@@ -597,10 +596,7 @@ def deliver_on_branch(
 
 
 def _text_stream(text: str):
-    handle = tempfile.TemporaryFile()
-    handle.write(text.encode("utf-8"))
-    handle.seek(0)
-    return handle
+    return fileio.temp_stream(text.encode("utf-8"))
 
 
 def _check_reported(repo: git.Repo, snapshot: _Snapshot, reported: list[str]) -> None:

@@ -26,11 +26,11 @@ every file scanned.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from codemods import diffs
 from codemods.records import Action, FileResult, Risk, Shape, Status
 
 SCAN_JSON_VERSION = 1
@@ -169,16 +169,8 @@ def unified_diff(result: FileResult) -> str:
     """The change to one file as a unified diff (empty when unchanged)."""
     if result.status is not Status.CHANGED or result.original is None or result.rewritten is None:
         return ""
-    lines = difflib.unified_diff(
-        _text(result.original),
-        _text(result.rewritten),
-        fromfile=f"a/{result.path.lstrip('/')}",
-        tofile=f"b/{result.path.lstrip('/')}",
-    )
-    out = []
-    for line in lines:
-        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    return "".join(out)
+    path = result.path.lstrip("/")
+    return diffs.unified_diff(result.original, result.rewritten, f"a/{path}", f"b/{path}")
 
 
 def format_site(site) -> str:

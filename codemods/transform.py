@@ -58,9 +58,15 @@ def scan_source(
     return _scan(source, path, options or TransformOptions(), prefilter)[0]
 
 
+def verify_source(source: bytes, path: str) -> None:
+    """The one check that code auxcap produced is sound: LibCST parses it and ``compile()``
+    accepts it (raises ``libcst.ParserSyntaxError``, ``SyntaxError`` or ``ValueError``)."""
+    cst.parse_module(source)
+    compile(source, path, "exec", dont_inherit=True)
+
+
 def _verify(rewritten: bytes, path: str) -> None:
-    cst.parse_module(rewritten)
-    compile(rewritten, path, "exec", dont_inherit=True)
+    verify_source(rewritten, path)
 
 
 def transform_source(
