@@ -40,9 +40,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from codemods.discover import FoundCall
+from codemods.callsite_codemod import CallSiteCodemod
+from codemods.discover import Analysis, FoundCall
 from codemods.fallback_metadata import METADATA
-from codemods.hooks import HookSet
 from codemods.options import FALLBACK_POLICIES
 from codemods.records import Action
 from codemods.snippets import (
@@ -178,7 +178,10 @@ def _is_get_logger(
     )
 
 
-class FallbackTransformer(cst.CSTTransformer):
+class FallbackTransformer(CallSiteCodemod):
+    ACTION = Action.FALLBACK
+    POLICIES = FALLBACK_POLICIES
+    POLICY_LABEL = "fallback policy"
 
     def __init__(
         self,
@@ -186,26 +189,15 @@ class FallbackTransformer(cst.CSTTransformer):
         fallback_policy: str = "warn",
         extra_hooks: tuple[str, ...] | list[str] | None = None,
     ) -> None:
-        super().__init__()
-        self.filename = filename
-        if fallback_policy not in FALLBACK_POLICIES:
-            raise ValueError(
-                f"unknown fallback policy {fallback_policy!r}; use one of {FALLBACK_POLICIES}"
-            )
-        self.policy = fallback_policy
-        self.hooks = HookSet.with_extra(tuple(extra_hooks or ()))
+        super().__init__(filename, fallback_policy, extra_hooks)
         self._statements: dict[cst.CSTNode, FoundCall] = {}
         self._found: tuple[FoundCall, ...] = ()
-        self._paths: set[cst.CSTNode] | None = None
         self._wrapped = 0
 
-    def transform_module(self, tree: cst.Module) -> cst.Module:
-        """The rewritten module (``tree`` itself is never changed)."""
-        from codemods.split import analyse_split
-
-        analysis = analyse_split(tree, self.hooks, self.filename)
-        statements = [found.statement for found in analysis.found if found.statement is not None]
-        return self.apply(analysis.module, analysis.found, analysis.paths_to(statements))
+    def apply_analysis(self, analysis: Analysis) -> cst.Module:
+        mine = self.targets(analysis.found)
+        paths = analysis.paths_to(found.statement for found in mine)
+        return self.apply(analysis.module, mine, paths)
 
     def apply(
         self,
@@ -220,16 +212,10 @@ class FallbackTransformer(cst.CSTTransformer):
         self._paths = paths
         return module.visit(self)
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if self._paths is not None and node not in self._paths:
-            return False
-        return super().on_visit(node)
-
     # ----------------------------------------------------------------- setup
     def visit_Module(self, node: cst.Module) -> bool:
-        for found in self._found:
-            if Action.FALLBACK in found.site.actions and found.statement is not None:
-                self._statements[found.statement] = found
+        for found in self.targets(self._found):
+            self._statements[found.statement] = found
         if not self._statements:
             return False
         self._first_use = min(found.module_index for found in self._statements.values())

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.callsite_codemod import CallSiteCodemod
 from codemods.discover import Analysis, FoundCall
 from codemods.guard_metadata import METADATA
-from codemods.hooks import HookSet
 from codemods.options import GUARD_POLICIES
 from codemods.records import Action
 from codemods.snippets import (
@@ -76,7 +76,7 @@ def _call_line(statements: list[cst.BaseStatement]) -> cst.SimpleStatementLine:
     return last
 
 
-class GuardTransformer(cst.CSTTransformer):
+class GuardTransformer(CallSiteCodemod):
     """Guards the calls an :class:`~codemods.discover.Analysis` marks for it.
 
     ``apply(analysis)`` visits only the paths to those calls and records, for the calls the
@@ -84,49 +84,38 @@ class GuardTransformer(cst.CSTTransformer):
     (``rebuilt``), so the fallback needs no second discovery.
     """
 
+    ACTION = Action.GUARD
+    POLICIES = GUARD_POLICIES
+    POLICY_LABEL = "guard policy"
+
     def __init__(
         self,
         filename: str,
         guard_policy: str = "skip",
         extra_hooks: tuple[str, ...] | list[str] | None = None,
     ) -> None:
-        super().__init__()
-        self.filename = filename
-        if guard_policy not in GUARD_POLICIES:
-            raise ValueError(f"unknown guard policy {guard_policy!r}; use one of {GUARD_POLICIES}")
-        self.policy = guard_policy
-        self.hooks = HookSet.with_extra(tuple(extra_hooks or ()))
+        super().__init__(filename, guard_policy, extra_hooks)
         self._calls: dict[cst.Call, FoundCall] = {}
         self._statements: dict[cst.CSTNode, FoundCall] = {}
         self._followed: set[cst.CSTNode] = set()
-        self._paths: set[cst.CSTNode] | None = None
         #: Original statement -> the statement holding only the call afterwards.
         self.moved: dict[cst.CSTNode, cst.SimpleStatementLine | cst.SimpleStatementSuite] = {}
         #: Original node -> what replaced it, for every node the visit entered.
         self.rebuilt: dict[cst.CSTNode, object] = {}
 
-    def transform_module(self, tree: cst.Module) -> cst.Module:
-        """The rewritten module (``tree`` itself is never changed)."""
-        from codemods.split import analyse_split
-
-        return self.apply(analyse_split(tree, self.hooks, self.filename))
+    def apply_analysis(self, analysis: Analysis) -> cst.Module:
+        return self.apply(analysis)
 
     def apply(self, analysis: Analysis, follow: tuple[FoundCall, ...] = ()) -> cst.Module:
         """Guard ``analysis.module``; ``follow``: calls whose new place to record."""
         self.module_indent = analysis.module.default_indent
         self.module_config = analysis.module.config_for_parsing
-        for found in analysis.found:
-            if Action.GUARD in found.site.actions and found.statement is not None:
-                self._calls[found.call] = found
-                self._statements[found.statement] = found
+        for found in self.targets(analysis.found):
+            self._calls[found.call] = found
+            self._statements[found.statement] = found
         self._followed = {found.statement for found in follow if found.statement is not None}
         self._paths = analysis.paths_to(self._calls)
         return analysis.module.visit(self)
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if self._paths is not None and node not in self._paths:
-            return False
-        return super().on_visit(node)
 
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
         result = super().on_leave(original_node, updated_node)

@@ -90,7 +90,7 @@ def _changed_sites(result: FileResult) -> list[CallSite]:
     return [
         site
         for site in result.call_sites
-        if any(action in (Action.GUARD, Action.FALLBACK) for action in site.actions)
+        if any(action in registry.ACTIONS for action in site.actions)
     ]
 
 

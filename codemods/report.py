@@ -30,7 +30,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from codemods import diffs
+from codemods import diffs, registry
 from codemods.records import Action, FileResult, Risk, Shape, Status
 
 SCAN_JSON_VERSION = 1
@@ -117,7 +117,7 @@ def _needs_change(result: FileResult) -> bool:
     if result.status is Status.CHANGED:
         return True
     return result.status is Status.UNCHANGED and any(
-        action in (Action.GUARD, Action.FALLBACK)
+        action in registry.ACTIONS
         for site in result.call_sites
         for action in site.actions
     )

@@ -131,16 +131,8 @@ def rewrite(
     original_sites = analysis.sites
     analysis = analyse_split(analysis.module, options.hooks, path, analysis)
     encoding = analysis.module.encoding
-    guarding = tuple(
-        found
-        for found in analysis.found
-        if Action.GUARD in found.site.actions and found.statement is not None
-    )
-    follow = tuple(
-        found
-        for found in analysis.found
-        if Action.FALLBACK in found.site.actions and found.statement is not None
-    )
+    guarding = GuardTransformer.targets(analysis.found)
+    follow = FallbackTransformer.targets(analysis.found)
     steps: list[Step] = []
     module = analysis.module
     before = source

@@ -23,11 +23,9 @@ from collections.abc import Sequence
 
 import libcst as cst
 
+from codemods import registry
 from codemods.discover import Analysis, analyse
 from codemods.hooks import HookSet
-from codemods.records import Action
-
-_REWRITTEN = (Action.GUARD, Action.FALLBACK)
 
 
 def _groups(
@@ -102,7 +100,7 @@ def split_shared_lines(analysis: Analysis) -> cst.Module:
         for found in analysis.found
         if found.statement is None
         and found.shared_line
-        and any(action in _REWRITTEN for action in found.site.actions)
+        and any(action in registry.ACTIONS for action in found.site.actions)
     }
     if not calls:
         return analysis.module

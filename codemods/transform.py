@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods import registry
 from codemods.discover import Analysis, analyse
 from codemods.options import TransformOptions
 from codemods.prefilter import Prefilter
-from codemods.records import Action, FileResult, Status
+from codemods.records import FileResult, Status
 
 
 def _parse(source: bytes) -> cst.Module:
@@ -83,7 +84,7 @@ def transform_source(
         return scanned
     sites = scanned.call_sites
     needs = {action for site in sites for action in site.actions}
-    if not needs & {Action.GUARD, Action.FALLBACK}:
+    if not needs & registry.ACTIONS:
         return scanned
     from codemods.rewrite import rewrite
 
