@@ -1,6 +1,6 @@
 """Reports: unified diffs, the end-of-run summary, and the scan listing (text or JSON).
 
-``scan --format json`` prints one JSON object (schema in :data:`SCAN_JSON_SCHEMA`)::
+``scan --format json`` prints one JSON object (schema: ``codemods/schemas/scan-schema.json``)::
 
     {
       "version": 1,
@@ -29,87 +29,24 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from codemods import diffs, registry
-from codemods.records import Action, FileResult, Risk, Shape, Status
+from codemods.records import FileResult, Status
 
 SCAN_JSON_VERSION = 1
 
-_CALL_SITE_SCHEMA = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": [
-        "path",
-        "line",
-        "column",
-        "hook",
-        "shape",
-        "ids_source",
-        "risks",
-        "guarded",
-        "handles_not_implemented",
-        "actions",
-        "note",
-    ],
-    "properties": {
-        "path": {"type": "string"},
-        "line": {"type": "integer", "minimum": 1},
-        "column": {"type": "integer", "minimum": 1},
-        "hook": {
-            "type": "string",
-            "pattern": r"^[A-Za-z_][A-Za-z0-9_]*(\|[A-Za-z_][A-Za-z0-9_]*)*$",
-        },
-        "shape": {"enum": [shape.value for shape in Shape]},
-        "ids_source": {"type": ["string", "null"]},
-        "risks": {
-            "type": "array",
-            "minItems": 1,
-            "items": {"enum": [risk.value for risk in Risk]},
-        },
-        "guarded": {"type": "boolean"},
-        "handles_not_implemented": {"type": "boolean"},
-        "actions": {
-            "type": "array",
-            "minItems": 1,
-            "items": {"enum": [action.value for action in Action]},
-        },
-        "note": {"type": "string"},
-    },
-}
+#: The JSON Schema of ``scan --format json`` (``codemods/schemas/scan-schema.json``).
+SCAN_SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "scan-schema.json"
 
-SCAN_JSON_SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "auxcap scan report",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["version", "files", "summary"],
-    "properties": {
-        "version": {"const": SCAN_JSON_VERSION},
-        "files": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["path", "status", "error", "call_sites"],
-                "properties": {
-                    "path": {"type": "string"},
-                    "status": {"enum": [status.value for status in Status]},
-                    "error": {"type": ["string", "null"]},
-                    "call_sites": {"type": "array", "items": _CALL_SITE_SCHEMA},
-                },
-            },
-        },
-        "summary": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["files", "call_sites", "changed", "review", "failed"],
-            "properties": {
-                name: {"type": "integer", "minimum": 0}
-                for name in ("files", "call_sites", "changed", "review", "failed")
-            },
-        },
-    },
-}
+
+def __getattr__(name: str):
+    """``SCAN_JSON_SCHEMA``: the schema file's content, read on first use."""
+    if name == "SCAN_JSON_SCHEMA":
+        schema = json.loads(SCAN_SCHEMA_FILE.read_text(encoding="utf-8"))
+        globals()[name] = schema
+        return schema
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _needs_change(result: FileResult) -> bool:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import libcst as cst
 import pytest
-
 from caller_cases import CASE_IDS, CASES
+
 from codemods.guard import GuardTransformer
 from codemods.records import Action, Status
 from codemods.transform import scan_source, transform_source
