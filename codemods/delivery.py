@@ -173,6 +173,7 @@ def migrate_on_branch(
         lambda files: prbody.migrate_commit_message(results, policies, root),
         author=request.author,
         allow_dirty=request.allow_dirty,
+        checked=repo,  # checked above; only the read-only file listing ran since
     )
     verification = prbody.Verification()
     if delivery.commit is not None:
@@ -272,6 +273,7 @@ def upstream_on_branch(
         lambda files: prbody.upstream_commit_message(patched, detail, title),
         author=request.author,
         allow_dirty=request.allow_dirty,
+        checked=repo,  # checked just above, nothing written since
     )
     verification = prbody.Verification()
     if delivery.commit is not None:

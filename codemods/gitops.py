@@ -456,9 +456,13 @@ def deliver_on_branch(
     message: str | Callable[[Sequence[str]], str],
     author: str | None = None,
     allow_dirty: bool = False,
+    checked: git.Repo | None = None,
 ) -> DeliveryResult:
     """Create ``branch`` from ``base`` (default HEAD), run ``apply_change(repo_root)`` on it and
     commit exactly the files it returns.  See the module docstring for the guarantees.
+
+    ``checked``: the repository as :func:`preflight` returned it for these same arguments,
+    when the caller ran it and changed nothing since; otherwise the checks run here.
 
     ``apply_change`` writes files in the work tree and returns the paths it changed
     (absolute, or relative to the repository root).  It must not report a file that holds
@@ -466,7 +470,7 @@ def deliver_on_branch(
     is refused and rolled back.  ``message`` is the commit message, or a function of the
     committed paths that returns it.
     """
-    repo = preflight(repo_dir, branch, base, author, allow_dirty)
+    repo = checked if checked is not None else preflight(repo_dir, branch, base, author, allow_dirty)
     root = Path(repo.working_tree_dir).resolve()
     base_commit = _git(repo, "rev-parse", "--verify", f"{base or 'HEAD'}^{{commit}}")
     author_args, commit_env = _commit_identity_env(repo, author)
