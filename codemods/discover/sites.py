@@ -65,7 +65,7 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin):
         self.names = hooks.names
         self._wrapper = wrapper
         collector = _ScopeCollector(self.module)
-        self.module.visit(collector)
+        collector.walk(self.module)
         self.scopes = collector.scopes
         self.calls = collector.calls
         self.parents = collector.parents
