@@ -16,14 +16,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from codemods import __version__, engine, registry, report, terminal
+from codemods import __version__, engine, registry, report, sinks, terminal
 from codemods.commandline import command_line
-from codemods.fallback_metadata import METADATA as FALLBACK
 from codemods.files import FileCollectionError
-from codemods.guard_metadata import METADATA as GUARD
 from codemods.hooks import custom_hook
 from codemods.metadata import HOOK_OPTION_HELP
-from codemods.options import FALLBACK_POLICIES, GUARD_POLICIES, TransformOptions
+from codemods.options import TransformOptions
 from codemods.records import Action, FileResult, Status
 
 if TYPE_CHECKING:  # delivery loads GitPython: only --branch needs it
@@ -114,7 +112,7 @@ def _branch_request(
     patch_dir: Path | None,
     allow_dirty: bool,
     author: str | None,
-) -> "BranchRequest | None":
+) -> BranchRequest | None:
     """The --branch request, or None; a usage error when a companion comes without it."""
     if branch is None:
         given = [
@@ -142,13 +140,14 @@ def _git_delivery_error() -> type[Exception]:
     return GitDeliveryError
 
 
-def _deliver(work) -> None:
-    """Run a --branch delivery, print where the branch is; exit 2 with the reason on failure."""
+def _deliver(work) -> int:
+    """Run a --branch delivery and print where the branch is; the exit code (2 with the reason
+    on failure)."""
     try:
         delivered = work()
     except _git_delivery_error() as error:
         click.echo(f"auxcap: error: {error}", err=True)
-        sys.exit(EXIT_ERROR)
+        return EXIT_ERROR
     for result in delivered.results:
         for site in result.call_sites:
             if Action.REVIEW in site.actions:
@@ -156,7 +155,22 @@ def _deliver(work) -> None:
     for path, reason in delivered.verification.failures:
         click.echo(f"auxcap: error: {path}: re-check failed: {reason}", err=True)
     click.echo(delivered.summary())
-    sys.exit(EXIT_OK if delivered.verification.ok else EXIT_CHANGES)
+    return EXIT_OK if delivered.verification.ok else EXIT_CHANGES
+
+
+def _policy_options(command):
+    """One ``--<codemod>-policy`` option per registered codemod, in the registry's order."""
+    for metadata in reversed(registry.CODEMODS):
+        policy = metadata.policy
+        command = click.option(
+            policy.flag,
+            policy.dest,
+            type=click.Choice(policy.names),
+            default=policy.default,
+            show_default=True,
+            help=policy.help,
+        )(command)
+    return command
 
 
 def _file_options(command):
@@ -293,20 +307,7 @@ def scan(
     "--check", is_flag=True, help="Change nothing; exit 1 when changes are needed, 0 when none."
 )
 @click.option("--write", is_flag=True, help="Rewrite the files in place.")
-@click.option(
-    GUARD.policy.flag,
-    type=click.Choice(GUARD_POLICIES),
-    default=GUARD.policy.default,
-    show_default=True,
-    help=GUARD.policy.help,
-)
-@click.option(
-    FALLBACK.policy.flag,
-    type=click.Choice(FALLBACK_POLICIES),
-    default=FALLBACK.policy.default,
-    show_default=True,
-    help=FALLBACK.policy.help,
-)
+@_policy_options
 @click.option(
     "--format",
     "output_format",
@@ -330,8 +331,6 @@ def migrate(
     show_diff: bool,
     check: bool,
     write: bool,
-    guard_policy: str,
-    fallback_policy: str,
     extra_hooks: tuple[str, ...],
     branch: str | None,
     base: str | None,
@@ -343,6 +342,7 @@ def migrate(
     exit_zero: bool,
     selection: engine.Selection,
     execution: engine.Execution,
+    **policies: str,
 ) -> None:
     """Guard and wrap capture-hook calls under PATHS (diff by default).
 
@@ -353,7 +353,7 @@ def migrate(
     if show_diff + check + write > 1:
         raise click.UsageError("--diff, --check and --write are mutually exclusive")
     mode = "write" if write else "check" if check else "diff"
-    options = TransformOptions(guard_policy, fallback_policy, extra_hooks)
+    options = TransformOptions(**policies, extra_hooks=extra_hooks)
     request = _branch_request(branch, base, pr_body, patch_dir, allow_dirty, author)
     if request is not None:
         if check or show_diff:
@@ -361,55 +361,48 @@ def migrate(
             raise click.UsageError(f"{flag} and --branch cannot be used together")
         if output_format == "json":
             raise click.UsageError("--format json and --branch cannot be used together")
-        policies = {"guard policy": guard_policy, "fallback policy": fallback_policy}
+        chosen = {m.policy.label: policies[m.policy.dest] for m in registry.CODEMODS}
         if extra_hooks:
-            policies["extra hooks"] = ", ".join(extra_hooks)
+            chosen["extra hooks"] = ", ".join(extra_hooks)
         from codemods.delivery import migrate_on_branch
 
-        _deliver(
-            lambda: migrate_on_branch(
-                list(paths), options, request, policies, selection=selection
+        sys.exit(
+            _deliver(
+                lambda: migrate_on_branch(
+                    list(paths), options, request, chosen, selection=selection
+                )
             )
         )
     execution = dataclasses.replace(execution, progress=True)
     paths, missing = _existing(paths)
     results = []
-    colour = _colour()
-    builder = None
+    outputs = sinks.for_mode(mode, output_format, _colour())
     if output_format == "json":
         from codemods import codetf  # loads LibCST: only for the report
 
-        builder = codetf.ReportBuilder(options, str(Path.cwd()))
+        def run_info() -> codetf.RunInfo:
+            return codetf.RunInfo(
+                command_line=command_line(ctx),
+                directory=str(Path.cwd()),
+                elapsed_ms=round((time.monotonic() - started) * 1000),
+                mode=mode,
+            )
+
+        outputs.append(sinks.JsonSink(codetf.ReportBuilder(options, str(Path.cwd())), run_info))
     stream = engine.run(paths, options, mode == "write", selection, execution) if paths else ()
     for result in stream:
-        if builder is not None:
-            builder.add(result)
+        for sink in outputs:
+            sink.add(result)
         # Keep only the records for the summary: the bytes are printed and dropped.
-        results.append(dataclasses.replace(result, original=None, rewritten=None))
-        if result.status is Status.CHANGED:
-            if mode == "diff":
-                if output_format == "text":
-                    diff = report.unified_diff(result)
-                    text = terminal.colour_diff(diff) if colour else diff
-                    click.echo(text, nl=False, color=colour)
-            elif mode == "check":
-                click.echo(f"would change: {result.path}", err=True)
-            else:
-                click.echo(f"changed: {result.path}", err=True)
+        results.append(dataclasses.replace(result, original=None, rewritten=None, steps=()))
         for site in result.call_sites:
             if Action.REVIEW in site.actions:
                 click.echo(f"review: {report.format_site(site)}", err=True)
     _report_failures(results)
     label = "changed" if mode == "write" else "to change"
     click.echo(report.Summary.of(results).text(label) + _not_found(missing), err=True)
-    if builder is not None:
-        run = codetf.RunInfo(
-            command_line=command_line(ctx),
-            directory=str(Path.cwd()),
-            elapsed_ms=round((time.monotonic() - started) * 1000),
-            mode=mode,
-        )
-        click.echo(codetf.dumps(builder.build(run)), nl=False)
+    for sink in outputs:
+        sink.finish()
     if missing or any(result.status is Status.FAILED for result in results):
         sys.exit(EXIT_ERROR)
     needs_changes = any(result.status is Status.CHANGED for result in results)
@@ -477,9 +470,11 @@ def upstream_patch(
         request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
         from codemods.delivery import upstream_generated_on_branch
 
-        _deliver(
-            lambda: upstream_generated_on_branch(
-                sglang_root, mode, request, output, models=chosen
+        sys.exit(
+            _deliver(
+                lambda: upstream_generated_on_branch(
+                    sglang_root, mode, request, output, models=chosen
+                )
             )
         )
     raise SystemExit(run_upstream_patch(sglang_root, output, pr_body, mode, chosen))

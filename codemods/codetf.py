@@ -24,18 +24,13 @@ import difflib
 import json
 import os
 from dataclasses import dataclass
-from typing import Iterable
 
-import libcst as cst
-
-from codemods import __version__
-from codemods.guard import GuardTransformer
+from codemods import __version__, diffs
 from codemods.metadata import CodemodMetadata
 from codemods.options import TransformOptions
-from codemods.records import Action, CallSite, FileResult, Risk, Status
+from codemods.records import Action, FileResult, Risk, Status, Step
 from codemods.registry import CODEMODS
 from codemods.report import Summary
-from codemods.transform import scan_source
 
 VENDOR = "auxcap"
 TOOL = "auxcap"
@@ -66,15 +61,11 @@ def _relative(path: str, directory: str) -> str:
     return absolute.replace(os.sep, "/")
 
 
-def _lines(data: bytes) -> list[str]:
-    return data.decode("utf-8", errors="replace").splitlines(keepends=True)
+_lines = diffs.lines
 
 
 def unified_diff(before: bytes, after: bytes, path: str) -> str:
-    lines = difflib.unified_diff(_lines(before), _lines(after), f"a/{path}", f"b/{path}")
-    return "".join(
-        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
-    )
+    return diffs.unified_diff(before, after, f"a/{path}", f"b/{path}")
 
 
 def new_line_number(before: bytes, after: bytes, line: int) -> int:
@@ -82,7 +73,7 @@ def new_line_number(before: bytes, after: bytes, line: int) -> int:
     unchanged, else the first line of the block that replaced it."""
     matcher = difflib.SequenceMatcher(None, _lines(before), _lines(after), autojunk=False)
     index = line - 1
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, _j2 in matcher.get_opcodes():
         if i1 <= index < i2 or (tag == "insert" and i1 == index):
             if tag == "equal":
                 return j1 + (index - i1) + 1
@@ -90,40 +81,11 @@ def new_line_number(before: bytes, after: bytes, line: int) -> int:
     return max(len(_lines(after)), 1)
 
 
-@dataclass(frozen=True)
-class _Step:
-    """One codemod's share of one file: its input, its output, the sites it rewrote."""
-
-    before: bytes
-    after: bytes
-    sites: tuple[CallSite, ...]
-
-
-def _steps(result: FileResult, options: TransformOptions) -> dict[str, _Step]:
-    """Split a changed file's rewrite into the guard step and the fallback step."""
-    assert result.original is not None and result.rewritten is not None
-    original = result.original
-    guard_sites = tuple(s for s in result.call_sites if Action.GUARD in s.actions)
-    guarded = original
-    if guard_sites:
-        guard = GuardTransformer(result.path, options.guard_policy, options.extra_hooks)
-        guarded = guard.transform_module(cst.parse_module(original)).bytes
-    fallback_sites = tuple(
-        site
-        for site in scan_source(guarded, result.path, options).call_sites
-        if Action.FALLBACK in site.actions
-    )
-    return {
-        Action.GUARD.value: _Step(original, guarded, guard_sites),
-        Action.FALLBACK.value: _Step(guarded, result.rewritten, fallback_sites),
-    }
-
-
 def _policy(metadata: CodemodMetadata, options: TransformOptions) -> str:
     return getattr(options, metadata.policy.dest)
 
 
-def _changeset_entry(metadata: CodemodMetadata, step: _Step, path: str, policy: str) -> dict | None:
+def _changeset_entry(metadata: CodemodMetadata, step: Step, path: str, policy: str) -> dict | None:
     if step.before == step.after:
         return None
     changes = [
@@ -178,11 +140,11 @@ class ReportBuilder:
 
     def add(self, result: FileResult) -> None:
         path = _relative(result.path, self.directory)
-        steps = _steps(result, self.options) if result.status is Status.CHANGED else {}
         for metadata in CODEMODS:
-            if metadata.action in steps:
+            step = result.step(metadata.action) if result.status is Status.CHANGED else None
+            if step is not None:
                 policy = _policy(metadata, self.options)
-                entry = _changeset_entry(metadata, steps[metadata.action], path, policy)
+                entry = _changeset_entry(metadata, step, path, policy)
                 if entry is not None:
                     self._changesets[metadata.action].append(entry)
             self._unfixed[metadata.action].extend(_unfixed(metadata, result, path))
@@ -225,7 +187,7 @@ class ReportBuilder:
                     "summary": Summary.of(self._records).to_dict(),
                     "failures": [
                         {"path": path, "reason": result.error or ""}
-                        for path, result in zip(failed_paths, failed)
+                        for path, result in zip(failed_paths, failed, strict=True)
                     ],
                 },
             },
@@ -233,17 +195,6 @@ class ReportBuilder:
         }
 
 
-def build_report(results: Iterable[FileResult], options: TransformOptions, run: RunInfo) -> dict:
-    """The report of ``results`` (with their bytes) in one call."""
-    builder = ReportBuilder(options, run.directory)
-    for result in results:
-        builder.add(result)
-    return builder.build(run)
-
-
 def dumps(report: dict) -> str:
     return json.dumps(report, indent=2) + "\n"
 
-
-def report_json(results: Iterable[FileResult], options: TransformOptions, run: RunInfo) -> str:
-    return dumps(build_report(results, options, run))

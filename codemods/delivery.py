@@ -9,12 +9,11 @@ and commit the files it touches, with the same extras.
 from __future__ import annotations
 
 import os
-import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
-from codemods import gitops, prbody
+from codemods import fileio, gitops, prbody
 from codemods.gitops import DeliveryResult, GitDeliveryError
 from codemods.prbody import PatchedFile
 from codemods.recheck import recheck_python_files
@@ -68,15 +67,7 @@ class UnprocessableFiles(GitDeliveryError):
 
 def write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    fileio.write_output_atomic(path, text.encode("utf-8"))
 
 
 def _common_repo_dir(paths: Iterable[str | os.PathLike[str]]) -> Path:
@@ -136,7 +127,7 @@ def files_git_sees(repo, paths: Sequence[str], selection: object = None) -> list
     relative = {str(Path(path).resolve().relative_to(root)): path for path in files}
     ignored = repo.git.execute(
         ["git", "check-ignore", "--stdin", "-z"],
-        istream=_bytes_stream(b"".join(os.fsencode(name) + b"\0" for name in relative)),
+        istream=fileio.temp_stream(b"".join(os.fsencode(name) + b"\0" for name in relative)),
         with_exceptions=False,
         strip_newline_in_stdout=False,
     )
@@ -196,6 +187,7 @@ def migrate_on_branch(
         author=request.author,
         allow_dirty=request.allow_dirty,
         outputs=request.outputs,
+        checked=repo,  # checked above; only the read-only file listing ran since
     )
     verification = prbody.Verification()
     if delivery.commit is not None:
@@ -231,7 +223,7 @@ def patch_paths(repo_root: Path, patch_text: str, tree_root: Path | None = None)
     directory = _directory_option(root, tree_root or root)
     listing = repo.git.execute(
         ["git", "apply", "--numstat", "-z", *directory],
-        istream=_bytes_stream(patch_text.encode("utf-8")),
+        istream=fileio.temp_stream(patch_text.encode("utf-8")),
         strip_newline_in_stdout=False,
     )
     paths: list[str] = []
@@ -250,13 +242,6 @@ def patch_paths(repo_root: Path, patch_text: str, tree_root: Path | None = None)
             paths += [fields[index + 1], fields[index + 2]]
             index += 3
     return paths
-
-
-def _bytes_stream(data: bytes):
-    handle = tempfile.TemporaryFile()
-    handle.write(data)
-    handle.seek(0)
-    return handle
 
 
 def upstream_on_branch(
@@ -292,7 +277,7 @@ def upstream_on_branch(
         try:
             repo.git.execute(
                 ["git", "apply", "--whitespace=nowarn", *_directory_option(work_tree, tree_root)],
-                istream=_bytes_stream(patch_text.encode("utf-8")),
+                istream=fileio.temp_stream(patch_text.encode("utf-8")),
             )
         except Exception as error:
             detail_text = getattr(error, "stderr", "") or str(error)
@@ -308,6 +293,7 @@ def upstream_on_branch(
         author=request.author,
         allow_dirty=request.allow_dirty,
         outputs=request.outputs,
+        checked=repo,  # checked just above, nothing written since
     )
     verification = prbody.Verification()
     if delivery.commit is not None:

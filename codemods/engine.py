@@ -5,13 +5,16 @@ pipeline and yield one :class:`~codemods.records.FileResult` per collected file,
 order:
 
 1. **collect** the files (:mod:`codemods.files`: ``.gitignore``, skipped folders, globs);
-2. **prefilter** them in this process, reading each file's bytes once and keeping nothing
-   (:mod:`codemods.prefilter`): a file that cannot hold a call site yields an ``UNCHANGED``
-   result at once, and LibCST is never imported when no file needs it;
+2. **prefilter** them in this process, reading each file once (:mod:`codemods.prefilter`): a
+   file that cannot hold a call site yields an ``UNCHANGED`` result at once and its bytes are
+   dropped; the snapshot of a file that needs parsing is handed to the transform (up to
+   ``KEEP_MAX_BYTES`` in all), so it is not opened again.  LibCST is never imported when no
+   file needs it;
 3. **transform** the remaining candidates (``transform_source`` or ``scan_source``), in worker
    processes when there is enough work to pay for them (``jobs``, and at least
    ``POOL_MIN_FILES`` candidates with ``POOL_MIN_BYTES`` of source between them), else here.
-   Workers read their own files; at most ``WINDOW_PER_JOB`` chunks per worker are in flight,
+   Workers get the snapshots with their work (or read the files the prefilter did not keep);
+   at most ``WINDOW_PER_JOB`` chunks per worker are in flight,
    so memory stays bounded however many files there are, and results come back in order;
 4. with ``write=True`` a changed file is written atomically, keeping mode and owner, and only
    if nobody changed it since it was read; temporary files left by a killed run are removed
@@ -30,8 +33,9 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from codemods import fileio
 from codemods.files import collect_files
@@ -54,6 +58,9 @@ CHUNK_MAX_BYTES = 64_000
 WINDOW_PER_JOB = 4
 #: Files larger than this that mention a hook are reported, not parsed (generated code, data).
 MAX_SOURCE_BYTES = 2 * 1024 * 1024
+#: Source kept in memory between the prefilter and the transform, at most; files beyond it
+#: are read again by the transform.
+KEEP_MAX_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -74,21 +81,20 @@ class Execution:
     progress: bool = False  # a progress bar on stderr (drawn only on a terminal)
 
 
-def _read(path: str) -> bytes:
-    """The bytes of a regular file (symlinks followed); :class:`fileio.SourceFileError` else."""
-    return fileio.read_bytes(path)
-
-
-def _mentions_hooks(data: bytes, options: "TransformOptions") -> bool:
+def _mentions_hooks(data: bytes, options: TransformOptions) -> bool:
     return any(name.encode() in data for name in options.hooks.names)
 
 
-def _snapshot(path: str, options: "TransformOptions") -> fileio.SourceSnapshot | FileResult:
-    """The file as read, or a ``FAILED`` result saying why it cannot be processed."""
-    try:
-        snapshot = fileio.read_source(path)
-    except fileio.SourceFileError as error:
-        return FileResult(path, Status.FAILED, error=f"cannot read: {error.reason}")
+def _snapshot(
+    path: str, options: TransformOptions, snapshot: fileio.SourceSnapshot | None = None
+) -> fileio.SourceSnapshot | FileResult:
+    """The file as read (``snapshot`` when the caller has read it already), or a ``FAILED``
+    result saying why it cannot be processed."""
+    if snapshot is None:
+        try:
+            snapshot = fileio.read_source(path)
+        except fileio.SourceFileError as error:
+            return FileResult(path, Status.FAILED, error=f"cannot read: {error.reason}")
     if snapshot.size > MAX_SOURCE_BYTES and _mentions_hooks(snapshot.data, options):
         size, limit = snapshot.size / 2**20, MAX_SOURCE_BYTES / 2**20
         return FileResult(
@@ -99,23 +105,36 @@ def _snapshot(path: str, options: "TransformOptions") -> fileio.SourceSnapshot |
     return snapshot
 
 
-def scan_file(path: str, options: "TransformOptions", prefilter: bool = True) -> FileResult:
-    """Discover the call sites of one file; never writes."""
+def scan_file(
+    path: str,
+    options: TransformOptions,
+    prefilter: bool = True,
+    snapshot: fileio.SourceSnapshot | None = None,
+) -> FileResult:
+    """Discover the call sites of one file; never writes.  A ``snapshot`` passed in is one the
+    engine read and prefiltered already: it is neither read nor prefiltered again."""
     from codemods.transform import scan_source
 
-    snapshot = _snapshot(path, options)
-    if isinstance(snapshot, FileResult):
-        return snapshot
-    return _slim(scan_source(snapshot.data, path, options, prefilter=prefilter))
+    read = _snapshot(path, options, snapshot)
+    if isinstance(read, FileResult):
+        return read
+    prefilter = prefilter and snapshot is None
+    return _slim(scan_source(read.data, path, options, prefilter=prefilter))
 
 
 def migrate_file(
-    path: str, options: "TransformOptions", write: bool, prefilter: bool = True
+    path: str,
+    options: TransformOptions,
+    write: bool,
+    prefilter: bool = True,
+    snapshot: fileio.SourceSnapshot | None = None,
 ) -> FileResult:
-    """Transform one file; write it back when ``write`` and it changed."""
+    """Transform one file; write it back when ``write`` and it changed (``snapshot`` as for
+    :func:`scan_file`)."""
     from codemods.transform import transform_source
 
-    snapshot = _snapshot(path, options)
+    prefilter = prefilter and snapshot is None
+    snapshot = _snapshot(path, options, snapshot)
     if isinstance(snapshot, FileResult):
         return snapshot
     result = transform_source(snapshot.data, path, options, prefilter=prefilter)
@@ -154,7 +173,9 @@ def _slim(result: FileResult) -> FileResult:
 
 
 # ------------------------------------------------------------------------ the pipeline
-_Task = Callable[[str], FileResult]
+#: A file to transform: its path, and its snapshot when the prefilter kept it.
+_Item = tuple[str, "fileio.SourceSnapshot | None"]
+_Task = Callable[[_Item], FileResult]
 _worker_task: _Task | None = None
 
 
@@ -163,54 +184,63 @@ def _init_worker(task: _Task) -> None:
     _worker_task = task
 
 
-def _run_chunk(paths: Sequence[str]) -> list[FileResult]:
+def _run_chunk(items: Sequence[_Item]) -> list[FileResult]:
     assert _worker_task is not None
-    return [_guarded(_worker_task, path) for path in paths]
+    return [_guarded(_worker_task, item) for item in items]
 
 
-def _guarded(task: _Task, path: str) -> FileResult:
+def _guarded(task: _Task, item: _Item) -> FileResult:
     try:
-        return task(path)
+        return task(item)
     except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
         message = f"internal error: {type(error).__name__}: {error}"
-        return FileResult(path, Status.FAILED, error=message)
+        return FileResult(item[0], Status.FAILED, error=message)
 
 
 @dataclass
 class _ScanTask:
-    options: "TransformOptions"
+    options: TransformOptions
     prefilter: bool
 
-    def __call__(self, path: str) -> FileResult:
-        return scan_file(path, self.options, self.prefilter)
+    def __call__(self, item: _Item) -> FileResult:
+        return scan_file(item[0], self.options, self.prefilter, item[1])
 
 
 @dataclass
 class _MigrateTask:
-    options: "TransformOptions"
+    options: TransformOptions
     write: bool
     prefilter: bool
 
-    def __call__(self, path: str) -> FileResult:
-        return migrate_file(path, self.options, self.write, self.prefilter)
+    def __call__(self, item: _Item) -> FileResult:
+        return migrate_file(item[0], self.options, self.write, self.prefilter, item[1])
 
 
-def _prefilter(files: Sequence[str], prefilter: Prefilter | None) -> tuple[list[bool], int]:
-    """Which files need a parse, and their total size; no source is kept."""
+def _prefilter(
+    files: Sequence[str], prefilter: Prefilter | None
+) -> tuple[list[bool], int, dict[str, fileio.SourceSnapshot]]:
+    """Which files need a parse, their total size, and the snapshots of those files kept for
+    the transform (up to ``KEEP_MAX_BYTES``: a file needing a parse is then read only once);
+    the source of a file that needs no parse is not kept."""
     if prefilter is None:
-        return [True] * len(files), sum(_size(path) for path in files)
+        return [True] * len(files), sum(_size(path) for path in files), {}
     flags = []
     total = 0
+    kept: dict[str, fileio.SourceSnapshot] = {}
     for path in files:
         try:
-            data = _read(path)
+            data, info = fileio.read_regular(path)
         except fileio.SourceFileError:
             flags.append(True)  # the transform reports why it cannot be read
             continue
         needed = prefilter.needs_parse(data)
         flags.append(needed)
-        total += len(data) if needed else 0
-    return flags, total
+        if needed:
+            if total + len(data) <= KEEP_MAX_BYTES:
+                with fileio.prefetched(path, data, info):
+                    kept[path] = fileio.read_source(path)
+            total += len(data)
+    return flags, total, kept
 
 
 def _size(path: str) -> int:
@@ -220,12 +250,12 @@ def _size(path: str) -> int:
         return 0
 
 
-def _chunks(paths: Sequence[str]) -> Iterator[list[str]]:
-    chunk: list[str] = []
+def _chunks(items: Sequence[_Item]) -> Iterator[list[_Item]]:
+    chunk: list[_Item] = []
     size = 0
-    for path in paths:
-        chunk.append(path)
-        size += _size(path)
+    for item in items:
+        chunk.append(item)
+        size += item[1].size if item[1] is not None else _size(item[0])
         if len(chunk) >= CHUNK_MAX_FILES or size >= CHUNK_MAX_BYTES:
             yield chunk
             chunk, size = [], 0
@@ -240,20 +270,19 @@ def _pool_context():
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
-def _in_workers(task: _Task, paths: Sequence[str], jobs: int) -> Iterator[FileResult]:
-    """``task`` over ``paths`` in ``jobs`` processes, results in order, bounded in flight."""
+def _in_workers(task: _Task, items: Sequence[_Item], jobs: int) -> Iterator[FileResult]:
+    """``task`` over ``items`` in ``jobs`` processes, results in order, bounded in flight."""
     # Loaded once here and inherited by forked workers, instead of once per worker.
     import codemods.transform  # noqa: F401
 
     if isinstance(task, _MigrateTask):
-        import codemods.fallback  # noqa: F401
-        import codemods.guard  # noqa: F401
+        import codemods.rewrite  # noqa: F401
 
     context = _pool_context()
     pool = context.Pool(jobs, initializer=_init_worker, initargs=(task,))
     try:
         pending: deque = deque()
-        chunks = _chunks(paths)
+        chunks = _chunks(items)
         window = jobs * WINDOW_PER_JOB
         for chunk in chunks:
             pending.append(pool.apply_async(_run_chunk, (chunk,)))
@@ -267,9 +296,9 @@ def _in_workers(task: _Task, paths: Sequence[str], jobs: int) -> Iterator[FileRe
         pool.join()
 
 
-def _here(task: _Task, paths: Sequence[str]) -> Iterator[FileResult]:
-    for path in paths:
-        yield _guarded(task, path)
+def _here(task: _Task, items: Sequence[_Item]) -> Iterator[FileResult]:
+    for item in items:
+        yield _guarded(task, item)
 
 
 def uses_workers(candidate_files: int, candidate_bytes: int, jobs: int) -> bool:
@@ -282,7 +311,7 @@ def uses_workers(candidate_files: int, candidate_bytes: int, jobs: int) -> bool:
 def _pipeline(
     paths: Iterable[str | os.PathLike[str]],
     task: _Task,
-    options: "TransformOptions",
+    options: TransformOptions,
     selection: Selection,
     execution: Execution,
 ) -> Iterator[FileResult]:
@@ -296,8 +325,10 @@ def _pipeline(
     if isinstance(task, _MigrateTask) and task.write:
         remove_stale_temp_files(files)
     prefilter = Prefilter.for_names(options.extra_hooks) if execution.prefilter else None
-    needed, needed_bytes = _prefilter(files, prefilter)
-    candidates = [path for path, flag in zip(files, needed) if flag]
+    needed, needed_bytes, kept = _prefilter(files, prefilter)
+    candidates = [
+        (path, kept.pop(path, None)) for path, flag in zip(files, needed, strict=True) if flag
+    ]
     jobs = execution.jobs or os.cpu_count() or 1
     jobs = min(jobs, len(candidates)) if candidates else 1
     if uses_workers(len(candidates), needed_bytes, jobs):
@@ -306,7 +337,7 @@ def _pipeline(
         transformed = _here(task, candidates)
     progress = Progress(len(candidates), enabled=execution.progress)
     try:
-        for path, flag in zip(files, needed):
+        for path, flag in zip(files, needed, strict=True):
             if not flag:
                 yield FileResult(path, Status.UNCHANGED)
                 continue
@@ -324,7 +355,7 @@ def _pipeline(
 
 def scan(
     paths: Iterable[str | os.PathLike[str]],
-    options: "TransformOptions",
+    options: TransformOptions,
     selection: Selection = Selection(),
     execution: Execution = Execution(),
 ) -> Iterator[FileResult]:
@@ -335,7 +366,7 @@ def scan(
 
 def run(
     paths: Iterable[str | os.PathLike[str]],
-    options: "TransformOptions",
+    options: TransformOptions,
     write: bool = False,
     selection: Selection = Selection(),
     execution: Execution = Execution(),

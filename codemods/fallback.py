@@ -39,14 +39,12 @@ import sys
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
-from codemods.discover import FoundCall, find_calls
+from codemods.callsite_codemod import CallSiteCodemod
+from codemods.discover import Analysis, FoundCall
 from codemods.fallback_metadata import METADATA
-from codemods.hooks import HookSet
 from codemods.options import FALLBACK_POLICIES
 from codemods.records import Action
-from codemods.split import split_shared_lines
 from codemods.snippets import (
     MAX_LINE,
     fit_call_statement,
@@ -180,8 +178,10 @@ def _is_get_logger(
     )
 
 
-class FallbackTransformer(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (PositionProvider,)
+class FallbackTransformer(CallSiteCodemod):
+    ACTION = Action.FALLBACK
+    POLICIES = FALLBACK_POLICIES
+    POLICY_LABEL = "fallback policy"
 
     def __init__(
         self,
@@ -189,29 +189,33 @@ class FallbackTransformer(cst.CSTTransformer):
         fallback_policy: str = "warn",
         extra_hooks: tuple[str, ...] | list[str] | None = None,
     ) -> None:
-        super().__init__()
-        self.filename = filename
-        self.wrapper: MetadataWrapper | None = None
-        if fallback_policy not in FALLBACK_POLICIES:
-            raise ValueError(
-                f"unknown fallback policy {fallback_policy!r}; use one of {FALLBACK_POLICIES}"
-            )
-        self.policy = fallback_policy
-        self.hooks = HookSet.with_extra(tuple(extra_hooks or ()))
+        super().__init__(filename, fallback_policy, extra_hooks)
         self._statements: dict[cst.CSTNode, FoundCall] = {}
+        self._found: tuple[FoundCall, ...] = ()
         self._wrapped = 0
 
-    def transform_module(self, tree: cst.Module) -> cst.Module:
-        """The rewritten module (``tree`` itself is never changed)."""
-        self.wrapper = MetadataWrapper(split_shared_lines(tree, self.hooks, self.filename))
-        return self.wrapper.visit(self)
+    def apply_analysis(self, analysis: Analysis) -> cst.Module:
+        mine = self.targets(analysis.found)
+        paths = analysis.paths_to(found.statement for found in mine)
+        return self.apply(analysis.module, mine, paths)
+
+    def apply(
+        self,
+        module: cst.Module,
+        found: tuple[FoundCall, ...],
+        paths: set[cst.CSTNode] | None = None,
+    ) -> cst.Module:
+        """Wrap the calls among ``found`` marked for the fallback.  ``found`` describes
+        ``module``'s own nodes; ``paths`` (the statements and their ancestors), when given,
+        limits the visit to them."""
+        self._found = found
+        self._paths = paths
+        return module.visit(self)
 
     # ----------------------------------------------------------------- setup
     def visit_Module(self, node: cst.Module) -> bool:
-        path = self.filename
-        for found in find_calls(self.wrapper, path, self.hooks):
-            if Action.FALLBACK in found.site.actions and found.statement is not None:
-                self._statements[found.statement] = found
+        for found in self.targets(self._found):
+            self._statements[found.statement] = found
         if not self._statements:
             return False
         self._first_use = min(found.module_index for found in self._statements.values())

@@ -25,6 +25,9 @@ import hashlib
 import os
 import re
 import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 #: Temporary files: ``.<target name>.auxcap-<pid>-<random>.tmp`` in the target's directory.
@@ -95,7 +98,31 @@ def _read_all(fd: int) -> bytes:
         chunks.append(chunk)
 
 
+#: Bytes already read, by path, handed to the next read of that path (see :func:`prefetched`).
+_prefetched: dict[str, tuple[bytes, os.stat_result]] = {}
+
+
+@contextmanager
+def prefetched(path: str, data: bytes, info: os.stat_result) -> Iterator[None]:
+    """Within the block, the next read of ``path`` returns ``data`` (and ``info``) from the
+    read that just happened instead of opening the file again: the engine's prefilter reads
+    every file once and turns the few that need parsing into snapshots this way."""
+    _prefetched[path] = (data, info)
+    try:
+        yield
+    finally:
+        _prefetched.pop(path, None)
+
+
+def read_regular(path: str | os.PathLike) -> tuple[bytes, os.stat_result]:
+    """The bytes of one regular file (following symlinks) and its ``fstat``, from one open."""
+    return _read_regular(os.fspath(path))
+
+
 def _read_regular(path: str) -> tuple[bytes, os.stat_result]:
+    handed = _prefetched.pop(path, None)
+    if handed is not None:
+        return handed
     try:
         fd = _open_for_reading(path)
     except OSError as exc:
@@ -223,6 +250,15 @@ def write_atomic(snapshot: SourceSnapshot, data: bytes) -> None:
         _discard(temp_path)
         raise
     _fsync_directory(os.path.dirname(target) or ".")
+
+
+def temp_stream(data: bytes):
+    """An unnamed temporary file holding ``data``, positioned at its start (for a
+    subprocess's standard input)."""
+    handle = tempfile.TemporaryFile()
+    handle.write(data)
+    handle.seek(0)
+    return handle
 
 
 def write_output_atomic(path: str | os.PathLike, data: bytes) -> None:

@@ -38,9 +38,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Iterable, Iterator, Sequence
+from typing import Any
 
 #: Directory names that are never searched.
 SKIPPED_DIR_NAMES = frozenset(
@@ -70,74 +71,41 @@ class FileCollectionError(ValueError):
     """A command-line path that cannot be used (missing, not a file or directory)."""
 
 
+#: pathspec's name for git's pattern rules (pathspec 1.1 and later).
+_PATTERN_KIND = "gitignore"
+
+
 @dataclass(frozen=True)
 class Glob:
-    """One ``.gitignore``-style glob, compiled."""
+    """One ``.gitignore``-style glob, compiled with ``pathspec`` (git's wildmatch rules).
+
+    A leading ``!`` or ``#`` is taken literally (a glob names files to pick, it is neither a
+    negation nor a comment); surrounding whitespace is dropped.
+    """
 
     text: str
-    regex: re.Pattern[str]
-    anchored: bool
-    directories_only: bool
+    spec: Any = field(compare=False, repr=False)
 
     @classmethod
-    def compile(cls, text: str) -> "Glob":
+    def compile(cls, text: str) -> Glob:
+        import pathspec  # only runs that pass --include/--exclude pay for it
+
         pattern = text.strip()
         if not pattern:
             raise ValueError("empty glob")
-        directories_only = pattern.endswith("/")
-        pattern = pattern.rstrip("/")
-        anchored = "/" in pattern
-        pattern = pattern.lstrip("/")
-        if not pattern:
+        if not pattern.strip("/"):
             raise ValueError(f"glob matches nothing: {text!r}")
-        return cls(text, re.compile(_glob_to_regex(pattern)), anchored, directories_only)
+        if pattern[0] in "!#":
+            pattern = "\\" + pattern
+        try:
+            spec = pathspec.PathSpec.from_lines(_PATTERN_KIND, [pattern])
+        except Exception as error:  # pathspec's own error types differ between releases
+            raise ValueError(f"{text!r}: {error}") from None
+        return cls(text, spec)
 
     def matches(self, relative: str, is_dir: bool) -> bool:
         """Whether the glob matches ``relative`` (posix, no leading ``/``) or a parent of it."""
-        parts = relative.split("/")
-        last = len(parts) - 1
-        for index in range(len(parts)):
-            part_is_dir = is_dir or index < last
-            if self.directories_only and not part_is_dir:
-                continue
-            candidate = "/".join(parts[: index + 1]) if self.anchored else parts[index]
-            if self.regex.fullmatch(candidate):
-                return True
-        return False
-
-
-def _glob_to_regex(pattern: str) -> str:
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        char = pattern[i]
-        if pattern.startswith("**/", i) and (i == 0 or pattern[i - 1] == "/"):
-            out.append("(?:[^/]+/)*")
-            i += 3
-        elif pattern.startswith("**", i) and i + 2 == n and (i == 0 or pattern[i - 1] == "/"):
-            out.append(".*")
-            i += 2
-        elif char == "*":
-            out.append("[^/]*")
-            i += 1
-        elif char == "?":
-            out.append("[^/]")
-            i += 1
-        elif char == "[":
-            end = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] in ("!", "]") else i + 1)
-            if end == -1:
-                out.append(re.escape(char))
-                i += 1
-                continue
-            body = pattern[i + 1 : end]
-            if body.startswith("!"):
-                body = "^" + body[1:]
-            out.append("[" + body.replace("\\", "\\\\") + "]")
-            i = end + 1
-        else:
-            out.append(re.escape(char))
-            i += 1
-    return "".join(out)
+        return self.spec.match_file(relative + "/" if is_dir else relative)
 
 
 @dataclass(frozen=True)
@@ -148,7 +116,7 @@ class FileFilter:
     exclude: tuple[Glob, ...] = ()
 
     @classmethod
-    def from_globs(cls, include: Iterable[str] = (), exclude: Iterable[str] = ()) -> "FileFilter":
+    def from_globs(cls, include: Iterable[str] = (), exclude: Iterable[str] = ()) -> FileFilter:
         try:
             return cls(
                 tuple(Glob.compile(text) for text in include),

@@ -21,58 +21,52 @@ GitPython), so the user's configuration, hooks and signing settings apply unchan
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import tempfile
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import git
 
-#: How the CLI names the remote in the push hint when the repository has none.
-DEFAULT_REMOTE = "origin"
+from codemods import fileio
+from codemods.git_basics import (  # the errors and helpers below are part of this API
+    _IN_PROGRESS,
+    DEFAULT_REMOTE,
+    BranchExists,
+    DeliveryFailed,
+    DirtyWorkTree,
+    GitDeliveryError,
+    MissingIdentity,
+    NotARepository,
+    RollbackFailed,
+    _commit_identity_env,
+    _git,
+    _git_ok,
+    _git_path,
+    _inside,
+    _remote_name,
+    _status,
+    open_repository,
+    parse_author,
+)
+from codemods.git_snapshot import _nul_stream, _Snapshot
 
-_AUTHOR_PATTERN = re.compile(r"^\s*(?P<name>[^<>]*?)\s*<(?P<email>[^<>\s]+)>\s*$")
-_IN_PROGRESS = {
-    "MERGE_HEAD": "a merge",
-    "CHERRY_PICK_HEAD": "a cherry-pick",
-    "REVERT_HEAD": "a revert",
-    "rebase-merge": "a rebase",
-    "rebase-apply": "a rebase or `git am`",
-}
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class GitDeliveryError(Exception):
-    """A delivery that cannot be done; the message says why and what to do."""
-
-
-class NotARepository(GitDeliveryError):
-    pass
-
-
-class DirtyWorkTree(GitDeliveryError):
-    pass
-
-
-class BranchExists(GitDeliveryError):
-    pass
-
-
-class MissingIdentity(GitDeliveryError):
-    pass
-
-
-class DeliveryFailed(GitDeliveryError):
-    """The change failed midway; the repository was put back as it was."""
-
-
-class RollbackFailed(GitDeliveryError):
-    """The change failed midway and restoring the repository failed too."""
-
+__all__ = [
+    "DEFAULT_REMOTE",
+    "BranchExists",
+    "DeliveryFailed",
+    "DeliveryResult",
+    "DirtyWorkTree",
+    "GitDeliveryError",
+    "MissingIdentity",
+    "NotARepository",
+    "RollbackFailed",
+    "check_branch_name",
+    "deliver_on_branch",
+    "format_patch",
+    "open_repository",
+    "parse_author",
+    "preflight",
+]
 
 # --------------------------------------------------------------------------- records
 
@@ -116,271 +110,6 @@ class DeliveryResult:
                 f"Undo it:    git switch {back} && git branch -D {self.branch}",
             ]
         )
-
-
-# --------------------------------------------------------------------------- small helpers
-
-
-def parse_author(text: str) -> tuple[str, str]:
-    """``"Name <email>"`` -> ``(name, email)``; ``ValueError`` naming the expected form."""
-    match = _AUTHOR_PATTERN.match(text or "")
-    if not match or not match.group("name"):
-        raise ValueError(f'--author must look like "Name <email>", got {text!r}')
-    return match.group("name"), match.group("email")
-
-
-def open_repository(path: Path | str) -> git.Repo:
-    """The git work tree that contains ``path``; :class:`NotARepository` otherwise."""
-    path = Path(path)
-    try:
-        repo = git.Repo(path, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise NotARepository(
-            f"{path} is not inside a git repository; --branch needs one "
-            f"(run `git init` and commit first, or drop --branch)"
-        ) from None
-    if repo.bare or repo.working_tree_dir is None:
-        raise NotARepository(f"{path} is a bare git repository; --branch needs a work tree")
-    return repo
-
-
-def _git(repo: git.Repo, *args: str, env: dict[str, str] | None = None, **kwargs) -> str:
-    try:
-        return repo.git.execute(["git", *args], env=env, **kwargs)
-    except git.GitCommandError as error:
-        detail = (error.stderr or error.stdout or "").strip()
-        detail = detail.removeprefix("stderr: ").strip().strip("'").strip()
-        raise GitDeliveryError(f"`git {' '.join(args[:3])}` failed: {detail}") from error
-
-
-def _git_ok(repo: git.Repo, *args: str) -> bool:
-    try:
-        repo.git.execute(["git", *args])
-    except git.GitCommandError:
-        return False
-    return True
-
-
-def _git_path(repo: git.Repo, name: str) -> Path:
-    path = Path(_git(repo, "rev-parse", "--git-path", name))
-    return path if path.is_absolute() else Path(repo.working_tree_dir) / path
-
-
-def _status(repo: git.Repo) -> dict[str, str]:
-    """Every path that differs from HEAD (index or work tree) or is untracked -> its XY code."""
-    raw = repo.git.execute(
-        ["git", "--no-optional-locks", "status", "--porcelain=v1", "-z", "-uall", "--no-renames"],
-        stdout_as_string=False,
-        strip_newline_in_stdout=False,
-    )
-    entries: dict[str, str] = {}
-    for record in raw.split(b"\0"):
-        if record:
-            entries[os.fsdecode(record[3:])] = record[:2].decode("ascii")
-    return entries
-
-
-def _config(repo: git.Repo, key: str) -> str | None:
-    try:
-        value = repo.git.execute(["git", "config", "--get", key]).strip()
-    except git.GitCommandError:
-        return None
-    return value or None
-
-
-def _identity(repo: git.Repo, role: str) -> tuple[str | None, str | None]:
-    """The name and email git would use for ``role`` ("author" or "committer")."""
-    upper = role.upper()
-    name = os.environ.get(f"GIT_{upper}_NAME") or _config(repo, f"{role}.name")
-    name = name or _config(repo, "user.name")
-    email = os.environ.get(f"GIT_{upper}_EMAIL") or _config(repo, f"{role}.email")
-    email = email or _config(repo, "user.email") or os.environ.get("EMAIL")
-    return name, email
-
-
-def _commit_identity_env(repo: git.Repo, author: str | None) -> tuple[list[str], dict[str, str]]:
-    """Arguments and environment for ``git commit``; :class:`MissingIdentity` when git has none."""
-    if author is not None:
-        try:
-            name, email = parse_author(author)
-        except ValueError as error:
-            raise MissingIdentity(str(error)) from None
-        env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email}
-        committer_name, committer_email = _identity(repo, "committer")
-        if not (committer_name and committer_email):
-            env.update(GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email)
-        return [], env
-    for role in ("author", "committer"):
-        name, email = _identity(repo, role)
-        if not (name and email):
-            missing = " and ".join(
-                key for key, value in (("user.name", name), ("user.email", email)) if not value
-            )
-            raise MissingIdentity(
-                f"git has no {missing} configured, so auxcap cannot commit. Set it with\n"
-                f'  git config user.name "Your Name"\n'
-                f"  git config user.email you@example.com\n"
-                f'or pass --author "Your Name <you@example.com>".'
-            )
-    return [], {}
-
-
-def _remote_name(repo: git.Repo) -> str:
-    names = [remote.name for remote in repo.remotes]
-    if not names or DEFAULT_REMOTE in names:
-        return DEFAULT_REMOTE
-    return names[0]
-
-
-def _inside(root: Path, path: Path) -> str:
-    """``path`` (absolute, or relative to ``root``) as a repository-relative POSIX path."""
-    candidate = path if path.is_absolute() else root / path
-    # Resolve the parent (symlinked directories) and the file itself when it is a link,
-    # so a write through a link to a file outside the repository is refused.
-    resolved = candidate.resolve() if candidate.is_symlink() else candidate.parent.resolve()
-    resolved = resolved if candidate.is_symlink() else resolved / candidate.name
-    try:
-        relative = resolved.relative_to(root)
-    except ValueError:
-        raise GitDeliveryError(
-            f"{path} is outside the repository {root}; auxcap only commits files inside it"
-        ) from None
-    if not relative.parts or relative.parts[0] == ".git":
-        raise GitDeliveryError(f"{path} is not a file of the work tree of {root}")
-    if candidate.is_dir() and not candidate.is_symlink():
-        raise GitDeliveryError(f"{path} is a directory; the change must report the files it wrote")
-    return relative.as_posix()
-
-
-# --------------------------------------------------------------------------- the snapshot
-
-
-class _Snapshot:
-    """Everything needed to put the repository back: HEAD, the index file, and a copy of
-    every path that differed from HEAD (the user's own changes, untracked files included).
-
-    The copies live in the git directory, so nothing is lost even if the process dies.
-    """
-
-    def __init__(self, repo: git.Repo, root: Path) -> None:
-        self.repo = repo
-        self.root = root
-        self.head_branch: str | None = None
-        try:
-            self.head_branch = repo.git.execute(["git", "symbolic-ref", "-q", "--short", "HEAD"])
-        except git.GitCommandError:
-            self.head_branch = None
-        self.head_commit = _git(repo, "rev-parse", "--verify", "HEAD^{commit}")
-        self.index_path = _git_path(repo, "index")
-        auxcap_dir = _git_path(repo, "auxcap")
-        auxcap_dir.mkdir(parents=True, exist_ok=True)
-        self.backup_dir = Path(tempfile.mkdtemp(prefix="rollback-", dir=auxcap_dir))
-        try:
-            self._copy_state(root)
-        except BaseException:
-            self.discard()  # nothing was changed yet: the copies are not needed
-            raise
-
-    def _copy_state(self, root: Path) -> None:
-        self.index_copy: Path | None = None
-        if self.index_path.exists():
-            self.index_copy = self.backup_dir / "index"
-            shutil.copy2(self.index_path, self.index_copy)
-        self.dirty = _status(self.repo)
-        #: path -> copy of its bytes, or None when the path did not exist (deleted by the user).
-        self.copies: dict[str, Path | None] = {}
-        files_dir = self.backup_dir / "files"
-        for number, path in enumerate(sorted(self.dirty)):
-            source = root / path
-            if source.is_symlink() or source.is_file():
-                copy = files_dir / str(number)
-                copy.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, copy, follow_symlinks=False)
-                self.copies[path] = copy
-            elif not source.exists():
-                self.copies[path] = None
-
-    def changed_since(self, path: str) -> bool:
-        """Whether a path the user had changed no longer matches its copy."""
-        copy = self.copies.get(path)
-        current = self.root / path
-        if copy is None:
-            return current.exists() or current.is_symlink()
-        if copy.is_symlink() or current.is_symlink():
-            return not (
-                copy.is_symlink()
-                and current.is_symlink()
-                and os.readlink(copy) == os.readlink(current)
-            )
-        return not current.is_file() or current.read_bytes() != copy.read_bytes()
-
-    def restore(self, created_branch: str | None) -> None:
-        """Put HEAD, the branch list, the index and the work tree back as they were."""
-        repo, root = self.repo, self.root
-        if self.head_branch:
-            _git(repo, "symbolic-ref", "HEAD", f"refs/heads/{self.head_branch}")
-        else:
-            _git(repo, "update-ref", "--no-deref", "HEAD", self.head_commit)
-        if created_branch and _git_ok(
-            repo, "show-ref", "--verify", "-q", f"refs/heads/{created_branch}"
-        ):
-            _git(repo, "update-ref", "-d", f"refs/heads/{created_branch}")
-        if self.index_copy is not None:
-            staging = self.index_path.with_name(self.index_path.name + ".auxcap-restore")
-            shutil.copy2(self.index_copy, staging)
-            os.replace(staging, self.index_path)
-        elif self.index_path.exists():
-            self.index_path.unlink()
-
-        from_index: list[str] = []
-        for path, code in _status(repo).items():
-            if path in self.copies:
-                continue
-            if code == "??":  # created by the change
-                _remove_with_empty_parents(root, root / path)
-            else:  # a file that was clean: the restored index holds its content
-                from_index.append(path)
-        if from_index:
-            repo.git.execute(
-                ["git", "checkout-index", "-f", "-z", "--stdin"],
-                istream=_nul_stream(from_index),
-            )
-        for path, copy in self.copies.items():
-            target = root / path
-            if not self.changed_since(path):
-                continue
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            elif target.exists() or target.is_symlink():
-                target.unlink()
-            if copy is not None:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(copy, target, follow_symlinks=False)
-
-    def discard(self) -> None:
-        shutil.rmtree(self.backup_dir, ignore_errors=True)
-        try:
-            self.backup_dir.parent.rmdir()
-        except OSError:
-            pass
-
-
-def _nul_stream(paths: Iterable[str]):
-    handle = tempfile.TemporaryFile()
-    handle.write(b"".join(os.fsencode(path) + b"\0" for path in paths))
-    handle.seek(0)
-    return handle
-
-
-def _remove_with_empty_parents(root: Path, path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-    parent = path.parent
-    while parent != root and parent.is_dir() and not any(parent.iterdir()):
-        parent.rmdir()
-        parent = parent.parent
 
 
 # --------------------------------------------------------------------------- delivery
@@ -476,9 +205,13 @@ def deliver_on_branch(
     author: str | None = None,
     allow_dirty: bool = False,
     outputs: Iterable[Path | str] = (),
+    checked: git.Repo | None = None,
 ) -> DeliveryResult:
     """Create ``branch`` from ``base`` (default HEAD), run ``apply_change(repo_root)`` on it and
     commit exactly the files it returns.  See the module docstring for the guarantees.
+
+    ``checked``: the repository as :func:`preflight` returned it for these same arguments,
+    when the caller ran it and changed nothing since; otherwise the checks run here.
 
     ``apply_change`` writes files in the work tree and returns the paths it changed
     (absolute, or relative to the repository root).  It must not report a file that holds
@@ -486,7 +219,11 @@ def deliver_on_branch(
     is refused and rolled back.  ``message`` is the commit message, or a function of the
     committed paths that returns it.
     """
-    repo = preflight(repo_dir, branch, base, author, allow_dirty, outputs)
+    repo = (
+        checked
+        if checked is not None
+        else preflight(repo_dir, branch, base, author, allow_dirty, outputs)
+    )
     root = Path(repo.working_tree_dir).resolve()
     base_commit = _git(repo, "rev-parse", "--verify", f"{base or 'HEAD'}^{{commit}}")
     author_args, commit_env = _commit_identity_env(repo, author)
@@ -616,10 +353,7 @@ def deliver_on_branch(
 
 
 def _text_stream(text: str):
-    handle = tempfile.TemporaryFile()
-    handle.write(text.encode("utf-8"))
-    handle.seek(0)
-    return handle
+    return fileio.temp_stream(text.encode("utf-8"))
 
 
 def _check_reported(repo: git.Repo, snapshot: _Snapshot, reported: list[str]) -> None:

@@ -27,16 +27,13 @@ review instead of rewritten.
 
 from __future__ import annotations
 
-
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
-from codemods.discover import FoundCall, find_calls
+from codemods.callsite_codemod import CallSiteCodemod
+from codemods.discover import Analysis, FoundCall
 from codemods.guard_metadata import METADATA
-from codemods.hooks import HookSet
 from codemods.options import GUARD_POLICIES
 from codemods.records import Action
-from codemods.split import split_shared_lines
 from codemods.snippets import (
     MAX_LINE,
     fit_call_statement,
@@ -69,8 +66,27 @@ def _operand_of_not(value: cst.BaseExpression) -> cst.BaseExpression:
     return value
 
 
-class GuardTransformer(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (PositionProvider,)
+def _call_line(statements: list[cst.BaseStatement]) -> cst.SimpleStatementLine:
+    """The guarded call's own line among what ``_wrap`` returns."""
+    last = statements[-1]
+    if isinstance(last, cst.If):  # policy skip: the call is the body of the check
+        assert isinstance(last.body, cst.IndentedBlock)
+        last = last.body.body[0]
+    assert isinstance(last, cst.SimpleStatementLine)
+    return last
+
+
+class GuardTransformer(CallSiteCodemod):
+    """Guards the calls an :class:`~codemods.discover.Analysis` marks for it.
+
+    ``apply(analysis)`` visits only the paths to those calls and records, for the calls the
+    fallback will wrap next, where they ended up (``moved``) and every node it rebuilt
+    (``rebuilt``), so the fallback needs no second discovery.
+    """
+
+    ACTION = Action.GUARD
+    POLICIES = GUARD_POLICIES
+    POLICY_LABEL = "guard policy"
 
     def __init__(
         self,
@@ -78,30 +94,33 @@ class GuardTransformer(cst.CSTTransformer):
         guard_policy: str = "skip",
         extra_hooks: tuple[str, ...] | list[str] | None = None,
     ) -> None:
-        super().__init__()
-        self.filename = filename
-        self.wrapper: MetadataWrapper | None = None
-        if guard_policy not in GUARD_POLICIES:
-            raise ValueError(f"unknown guard policy {guard_policy!r}; use one of {GUARD_POLICIES}")
-        self.policy = guard_policy
-        self.hooks = HookSet.with_extra(tuple(extra_hooks or ()))
+        super().__init__(filename, guard_policy, extra_hooks)
         self._calls: dict[cst.Call, FoundCall] = {}
         self._statements: dict[cst.CSTNode, FoundCall] = {}
+        self._followed: set[cst.CSTNode] = set()
+        #: Original statement -> the statement holding only the call afterwards.
+        self.moved: dict[cst.CSTNode, cst.SimpleStatementLine | cst.SimpleStatementSuite] = {}
+        #: Original node -> what replaced it, for every node the visit entered.
+        self.rebuilt: dict[cst.CSTNode, object] = {}
 
-    def transform_module(self, tree: cst.Module) -> cst.Module:
-        """The rewritten module (``tree`` itself is never changed)."""
-        self.wrapper = MetadataWrapper(split_shared_lines(tree, self.hooks, self.filename))
-        return self.wrapper.visit(self)
+    def apply_analysis(self, analysis: Analysis) -> cst.Module:
+        return self.apply(analysis)
 
-    def visit_Module(self, node: cst.Module) -> bool:
-        self.module_indent = node.default_indent
-        self.module_config = node.config_for_parsing
-        path = self.filename
-        for found in find_calls(self.wrapper, path, self.hooks):
-            if Action.GUARD in found.site.actions and found.statement is not None:
-                self._calls[found.call] = found
-                self._statements[found.statement] = found
-        return True
+    def apply(self, analysis: Analysis, follow: tuple[FoundCall, ...] = ()) -> cst.Module:
+        """Guard ``analysis.module``; ``follow``: calls whose new place to record."""
+        self.module_indent = analysis.module.default_indent
+        self.module_config = analysis.module.config_for_parsing
+        for found in self.targets(analysis.found):
+            self._calls[found.call] = found
+            self._statements[found.statement] = found
+        self._followed = {found.statement for found in follow if found.statement is not None}
+        self._paths = analysis.paths_to(self._calls)
+        return analysis.module.visit(self)
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        result = super().on_leave(original_node, updated_node)
+        self.rebuilt[original_node] = result
+        return result
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         found = self._calls.get(original_node)
@@ -146,16 +165,24 @@ class GuardTransformer(cst.CSTTransformer):
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
         found = self._statements.get(original_node)
         if found is None or found.ids_core is None:
+            if original_node in self._followed:
+                self.moved[original_node] = updated_node
             return updated_node
-        return cst.FlattenSentinel(self._wrap(found, updated_node))
+        statements = self._wrap(found, updated_node)
+        self.moved[original_node] = _call_line(statements)
+        return cst.FlattenSentinel(statements)
 
     def leave_SimpleStatementSuite(
         self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
     ) -> cst.BaseSuite:
         found = self._statements.get(original_node)
         if found is None or found.ids_core is None:
+            if original_node in self._followed:
+                self.moved[original_node] = updated_node
             return updated_node
-        return cst.IndentedBlock(body=self._wrap(found, suite_as_line(updated_node)))
+        statements = self._wrap(found, suite_as_line(updated_node))
+        self.moved[original_node] = _call_line(statements)
+        return cst.IndentedBlock(body=statements)
 
 
 def __getattr__(name: str):

@@ -95,7 +95,7 @@ class HookSet:
     hooks: tuple[Hook, ...] = CATALOG
 
     @classmethod
-    def with_extra(cls, names: tuple[str, ...] | list[str] = ()) -> "HookSet":
+    def with_extra(cls, names: tuple[str, ...] | list[str] = ()) -> HookSet:
         known = {hook.name for hook in CATALOG}
         extra = tuple(custom_hook(name) for name in dict.fromkeys(names) if name not in known)
         return cls(CATALOG + extra)

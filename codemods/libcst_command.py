@@ -10,7 +10,8 @@ from its module ``__getattr__``, so only those users pay for the import.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def command_class(name: str, module: str, transformer: Callable[..., Any], metadata: Any) -> type:

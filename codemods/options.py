@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from codemods.fallback_metadata import METADATA as FALLBACK
+from codemods.guard_metadata import METADATA as GUARD
 from codemods.hooks import HookSet
 
 #: Guard codemod: when the layer ids are unset, skip the call or raise a clear ValueError.
-GUARD_POLICIES = ("skip", "raise")
+GUARD_POLICIES = GUARD.policy.names
 #: Fallback codemod: under pipeline parallelism, warn and continue or re-raise with a hint.
-FALLBACK_POLICIES = ("warn", "raise")
+FALLBACK_POLICIES = FALLBACK.policy.names
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ after:  a commit message (title line, blank line, body listing files and call si
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from codemods import registry
 from codemods.gitops import DeliveryResult
@@ -90,7 +90,7 @@ def _changed_sites(result: FileResult) -> list[CallSite]:
     return [
         site
         for site in result.call_sites
-        if any(action in (Action.GUARD, Action.FALLBACK) for action in site.actions)
+        if any(action in registry.ACTIONS for action in site.actions)
     ]
 
 

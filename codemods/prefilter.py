@@ -68,8 +68,8 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 #: The hook spelling as bytes (see ``hooks.HOOK_NAME_PATTERN``), unanchored.
 HOOK_FORM = re.compile(rb"set_[a-z0-9_]+_layers_to_capture")
@@ -129,7 +129,7 @@ class Prefilter:
         object.__setattr__(self, "_all_names", tuple(sorted(every)))
 
     @classmethod
-    def for_names(cls, names: Iterable[str], sharp: bool = True) -> "Prefilter":
+    def for_names(cls, names: Iterable[str], sharp: bool = True) -> Prefilter:
         return cls(tuple(sorted(names)), sharp)
 
     def needs_parse(self, data: bytes) -> bool:

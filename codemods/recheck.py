@@ -7,8 +7,8 @@ after:  a :class:`~codemods.prbody.Verification` naming the files checked and an
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from codemods.prbody import Verification
 
@@ -17,7 +17,10 @@ PYTHON_SUFFIXES = (".py", ".pyi")
 
 def recheck_python_files(root: Path, paths: Sequence[str]) -> Verification:
     """Parse (LibCST) and compile every ``.py``/``.pyi`` file among ``paths`` under ``root``."""
-    import libcst  # here, so that importing the command line does not load the parser
+    # Here, so that importing the command line does not load the parser.
+    import libcst
+
+    from codemods.transform import verify_source
 
     checked: list[str] = []
     failures: list[tuple[str, str]] = []
@@ -30,8 +33,7 @@ def recheck_python_files(root: Path, paths: Sequence[str]) -> Verification:
         checked.append(path)
         source = file.read_bytes()
         try:
-            libcst.parse_module(source)
-            compile(source, path, "exec", dont_inherit=True)
+            verify_source(source, path)
         except libcst.ParserSyntaxError as error:
             failures.append(
                 (path, f"LibCST cannot parse it: {error.message} (line {error.raw_line})")

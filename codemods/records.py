@@ -70,8 +70,20 @@ class Status(str, Enum):
 
 
 @dataclass(frozen=True)
+class Step:
+    """What one codemod did to one file: its input, its output, and the call sites it
+    rewrote, as they stand in its input (the fallback's input is the guarded file)."""
+
+    action: str  # the codemod's Action value
+    before: bytes = field(repr=False)
+    after: bytes = field(repr=False)
+    sites: tuple[CallSite, ...] = ()
+
+
+@dataclass(frozen=True)
 class FileResult:
-    """The outcome for one file; ``rewritten`` is set only when ``status`` is CHANGED."""
+    """The outcome for one file; ``rewritten`` is set only when ``status`` is CHANGED, and
+    ``steps`` (one per codemod that ran, in order) only then too."""
 
     path: str
     status: Status
@@ -79,6 +91,10 @@ class FileResult:
     original: bytes | None = field(default=None, repr=False)
     rewritten: bytes | None = field(default=None, repr=False)
     error: str | None = None
+    steps: tuple[Step, ...] = field(default=(), repr=False)
+
+    def step(self, action: str) -> Step | None:
+        return next((step for step in self.steps if step.action == action), None)
 
     @property
     def review_count(self) -> int:

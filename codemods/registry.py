@@ -3,29 +3,43 @@ built from it for the CLI and the pull-request description.  Free of LibCST."""
 
 from __future__ import annotations
 
-from typing import Iterable
+import importlib
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from codemods.fallback_metadata import METADATA as FALLBACK
 from codemods.guard_metadata import METADATA as GUARD
 from codemods.metadata import CodemodMetadata
+from codemods.records import Action
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One caller codemod: what it is (``metadata``: id, texts, its policy option, the action
+    it performs on the call sites discovery marks with it) and the transformer that performs
+    it, named as ``module:Class`` so that reading the registry never loads LibCST."""
+
+    metadata: CodemodMetadata
+    transformer: str
+
+    @property
+    def action(self) -> str:
+        return self.metadata.action
+
+    def load(self) -> type:
+        """The transformer class (a :class:`~codemods.callsite_codemod.CallSiteCodemod`)."""
+        module, name = self.transformer.split(":")
+        return getattr(importlib.import_module(module), name)
+
 
 #: Applied in this order: the guard first, then the fallback wraps the (guarded) call.
-CODEMODS: tuple[CodemodMetadata, ...] = (GUARD, FALLBACK)
-
-
-def by_id(codemod_id: str) -> CodemodMetadata:
-    for metadata in CODEMODS:
-        if metadata.id == codemod_id:
-            return metadata
-    raise KeyError(codemod_id)
-
-
-def by_action(action: str) -> CodemodMetadata:
-    """The codemod that performs ``action`` (an :class:`~codemods.records.Action` value)."""
-    for metadata in CODEMODS:
-        if metadata.action == action:
-            return metadata
-    raise KeyError(action)
+ENTRIES: tuple[Entry, ...] = (
+    Entry(GUARD, "codemods.guard:GuardTransformer"),
+    Entry(FALLBACK, "codemods.fallback:FallbackTransformer"),
+)
+CODEMODS: tuple[CodemodMetadata, ...] = tuple(entry.metadata for entry in ENTRIES)
+#: The actions the codemods perform (a call site marked with one of them gets rewritten).
+ACTIONS: frozenset[Action] = frozenset(Action(entry.action) for entry in ENTRIES)
 
 
 def policy_meanings() -> dict[tuple[str, str], str]:

@@ -1,6 +1,6 @@
 """Reports: unified diffs, the end-of-run summary, and the scan listing (text or JSON).
 
-``scan --format json`` prints one JSON object (schema in :data:`SCAN_JSON_SCHEMA`)::
+``scan --format json`` prints one JSON object (schema: ``codemods/schemas/scan-schema.json``)::
 
     {
       "version": 1,
@@ -26,90 +26,27 @@ every file scanned.
 
 from __future__ import annotations
 
-import difflib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
+from pathlib import Path
 
-from codemods.records import Action, FileResult, Risk, Shape, Status
+from codemods import diffs, registry
+from codemods.records import FileResult, Status
 
 SCAN_JSON_VERSION = 1
 
-_CALL_SITE_SCHEMA = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": [
-        "path",
-        "line",
-        "column",
-        "hook",
-        "shape",
-        "ids_source",
-        "risks",
-        "guarded",
-        "handles_not_implemented",
-        "actions",
-        "note",
-    ],
-    "properties": {
-        "path": {"type": "string"},
-        "line": {"type": "integer", "minimum": 1},
-        "column": {"type": "integer", "minimum": 1},
-        "hook": {
-            "type": "string",
-            "pattern": r"^[A-Za-z_][A-Za-z0-9_]*(\|[A-Za-z_][A-Za-z0-9_]*)*$",
-        },
-        "shape": {"enum": [shape.value for shape in Shape]},
-        "ids_source": {"type": ["string", "null"]},
-        "risks": {
-            "type": "array",
-            "minItems": 1,
-            "items": {"enum": [risk.value for risk in Risk]},
-        },
-        "guarded": {"type": "boolean"},
-        "handles_not_implemented": {"type": "boolean"},
-        "actions": {
-            "type": "array",
-            "minItems": 1,
-            "items": {"enum": [action.value for action in Action]},
-        },
-        "note": {"type": "string"},
-    },
-}
+#: The JSON Schema of ``scan --format json`` (``codemods/schemas/scan-schema.json``).
+SCAN_SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "scan-schema.json"
 
-SCAN_JSON_SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "auxcap scan report",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["version", "files", "summary"],
-    "properties": {
-        "version": {"const": SCAN_JSON_VERSION},
-        "files": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["path", "status", "error", "call_sites"],
-                "properties": {
-                    "path": {"type": "string"},
-                    "status": {"enum": [status.value for status in Status]},
-                    "error": {"type": ["string", "null"]},
-                    "call_sites": {"type": "array", "items": _CALL_SITE_SCHEMA},
-                },
-            },
-        },
-        "summary": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["files", "call_sites", "changed", "review", "failed"],
-            "properties": {
-                name: {"type": "integer", "minimum": 0}
-                for name in ("files", "call_sites", "changed", "review", "failed")
-            },
-        },
-    },
-}
+
+def __getattr__(name: str):
+    """``SCAN_JSON_SCHEMA``: the schema file's content, read on first use."""
+    if name == "SCAN_JSON_SCHEMA":
+        schema = json.loads(SCAN_SCHEMA_FILE.read_text(encoding="utf-8"))
+        globals()[name] = schema
+        return schema
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _needs_change(result: FileResult) -> bool:
@@ -117,7 +54,7 @@ def _needs_change(result: FileResult) -> bool:
     if result.status is Status.CHANGED:
         return True
     return result.status is Status.UNCHANGED and any(
-        action in (Action.GUARD, Action.FALLBACK)
+        action in registry.ACTIONS
         for site in result.call_sites
         for action in site.actions
     )
@@ -134,7 +71,7 @@ class Summary:
     failed: int = 0
 
     @classmethod
-    def of(cls, results: Iterable[FileResult]) -> "Summary":
+    def of(cls, results: Iterable[FileResult]) -> Summary:
         results = list(results)
         return cls(
             files=len(results),
@@ -169,16 +106,8 @@ def unified_diff(result: FileResult) -> str:
     """The change to one file as a unified diff (empty when unchanged)."""
     if result.status is not Status.CHANGED or result.original is None or result.rewritten is None:
         return ""
-    lines = difflib.unified_diff(
-        _text(result.original),
-        _text(result.rewritten),
-        fromfile=f"a/{result.path.lstrip('/')}",
-        tofile=f"b/{result.path.lstrip('/')}",
-    )
-    out = []
-    for line in lines:
-        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    return "".join(out)
+    path = result.path.lstrip("/")
+    return diffs.unified_diff(result.original, result.rewritten, f"a/{path}", f"b/{path}")
 
 
 def format_site(site) -> str:

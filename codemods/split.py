@@ -22,13 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper
 
-from codemods.discover import find_calls
+from codemods import registry
+from codemods.discover import Analysis, analyse
 from codemods.hooks import HookSet
-from codemods.records import Action
-
-_REWRITTEN = (Action.GUARD, Action.FALLBACK)
 
 
 def _groups(
@@ -96,18 +93,28 @@ class _Splitter(cst.CSTTransformer):
         return cst.IndentedBlock(body=lines)
 
 
-def split_shared_lines(
-    module: cst.Module, hooks: HookSet, path: str = "<string>"
-) -> cst.Module:
-    """``module`` with every rewritable hook call that shares a line moved onto its own."""
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+def split_shared_lines(analysis: Analysis) -> cst.Module:
+    """The module with every rewritable hook call that shares a line moved onto its own."""
     calls = {
         found.call
-        for found in find_calls(wrapper, path, hooks)
+        for found in analysis.found
         if found.statement is None
         and found.shared_line
-        and any(action in _REWRITTEN for action in found.site.actions)
+        and any(action in registry.ACTIONS for action in found.site.actions)
     }
     if not calls:
-        return module
-    return module.visit(_Splitter(calls))
+        return analysis.module
+    return analysis.module.visit(_Splitter(calls))
+
+
+def analyse_split(
+    module: cst.Module, hooks: HookSet, path: str = "<string>", analysis: Analysis | None = None
+) -> Analysis:
+    """The analysis the codemods work from: ``analysis`` of ``module`` (made here when not
+    given), or, when a rewritable call shares its line, that of the module with such lines
+    split (the only case a module is analysed twice)."""
+    analysis = analysis or analyse(module, path, hooks)
+    split = split_shared_lines(analysis)
+    if split is analysis.module:
+        return analysis
+    return analyse(split, path, hooks)

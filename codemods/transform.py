@@ -10,12 +10,12 @@ modified.
 from __future__ import annotations
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper
 
-from codemods.discover import find_calls
+from codemods import registry
+from codemods.discover import Analysis, analyse
 from codemods.options import TransformOptions
 from codemods.prefilter import Prefilter
-from codemods.records import Action, CallSite, FileResult, Status
+from codemods.records import FileResult, Status
 
 
 def _parse(source: bytes) -> cst.Module:
@@ -32,22 +32,20 @@ def _describe(error: Exception) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _discover(module: cst.Module, path: str, options: TransformOptions) -> tuple[CallSite, ...]:
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # parsed here, used only here
-    return tuple(found.site for found in find_calls(wrapper, path, options.hooks))
+def _analyse(module: cst.Module, path: str, options: TransformOptions) -> Analysis:
+    return analyse(module, path, options.hooks)
 
 
 def _scan(
     source: bytes, path: str, options: TransformOptions, prefilter: bool
-) -> tuple[FileResult, cst.Module | None]:
+) -> tuple[FileResult, Analysis | None]:
     if prefilter and not Prefilter.for_names(options.extra_hooks).needs_parse(source):
         return FileResult(path, Status.UNCHANGED, original=source), None
     try:
-        module = _parse(source)
-        sites = _discover(module, path, options)
+        analysis = _analyse(_parse(source), path, options)
     except Exception as error:  # noqa: BLE001 - any failure leaves the file alone
         return FileResult(path, Status.FAILED, original=source, error=_describe(error)), None
-    return FileResult(path, Status.UNCHANGED, sites, original=source), module
+    return FileResult(path, Status.UNCHANGED, analysis.sites, original=source), analysis
 
 
 def scan_source(
@@ -61,34 +59,37 @@ def scan_source(
     return _scan(source, path, options or TransformOptions(), prefilter)[0]
 
 
+def verify_source(source: bytes, path: str) -> None:
+    """The one check that code auxcap produced is sound: LibCST parses it and ``compile()``
+    accepts it (raises ``libcst.ParserSyntaxError``, ``SyntaxError`` or ``ValueError``)."""
+    cst.parse_module(source)
+    compile(source, path, "exec", dont_inherit=True)
+
+
 def _verify(rewritten: bytes, path: str) -> None:
-    cst.parse_module(rewritten)
-    compile(rewritten, path, "exec", dont_inherit=True)
+    verify_source(rewritten, path)
 
 
 def transform_source(
     source: bytes, path: str, options: TransformOptions | None = None, *, prefilter: bool = True
 ) -> FileResult:
-    """Apply the caller codemods to one file's bytes (``prefilter`` as for ``scan_source``)."""
+    """Apply the caller codemods to one file's bytes (``prefilter`` as for ``scan_source``).
+
+    The file is parsed and analysed once; the guard works from that analysis, and the
+    fallback from the same analysis carried over to the guarded module (see
+    :func:`codemods.rewrite.rewrite`)."""
     options = options or TransformOptions()
-    scanned, module = _scan(source, path, options, prefilter)
-    if module is None:
+    scanned, analysis = _scan(source, path, options, prefilter)
+    if analysis is None:
         return scanned
     sites = scanned.call_sites
     needs = {action for site in sites for action in site.actions}
-    if not needs & {Action.GUARD, Action.FALLBACK}:
+    if not needs & registry.ACTIONS:
         return scanned
-    from codemods.fallback import FallbackTransformer
-    from codemods.guard import GuardTransformer
+    from codemods.rewrite import rewrite
 
     try:
-        # The codemods work on their own copies: ``module`` itself is never changed.
-        if Action.GUARD in needs:
-            guard = GuardTransformer(path, options.guard_policy, options.extra_hooks)
-            module = guard.transform_module(module)
-        fallback = FallbackTransformer(path, options.fallback_policy, options.extra_hooks)
-        module = fallback.transform_module(module)
-        rewritten = module.bytes
+        rewritten, steps = rewrite(source, analysis, path, options)
         _verify(rewritten, path)
     except Exception as error:  # noqa: BLE001 - any failure leaves the file alone
         return FileResult(
@@ -100,4 +101,6 @@ def transform_source(
         )
     if rewritten == source:
         return scanned
-    return FileResult(path, Status.CHANGED, sites, original=source, rewritten=rewritten)
+    return FileResult(
+        path, Status.CHANGED, sites, original=source, rewritten=rewritten, steps=steps
+    )

@@ -159,3 +159,12 @@ def test_missing_paths_are_a_clear_error(tmp_path):
         collect_files([tmp_path / "nope.py"])
     with pytest.raises(FileCollectionError, match="invalid glob"):
         collect_files([tmp_path], exclude=["/"])
+
+
+def test_glob_leading_bang_and_hash_are_literal_and_dir_only_needs_a_folder():
+    """A glob picks files: ``!x`` and ``#x`` name files called so, not a negation or comment."""
+    assert Glob.compile("!x.py").matches("a/!x.py", is_dir=False)
+    assert not Glob.compile("!x.py").matches("a/y.py", is_dir=False)
+    assert Glob.compile("#gen").matches("#gen/a.py", is_dir=False)
+    assert Glob.compile(" build/ ").matches("pkg/build", is_dir=True)
+    assert not Glob.compile("build/").matches("pkg/build", is_dir=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from codemods.ppcheck.runner import format_table, run_scenarios, summarize
 from codemods.ppcheck.scenario import build_matrix
@@ -18,7 +18,7 @@ def validate_pp(
     backend: str = "gloo",
     mode: str = "both",
     timeout: float = 60.0,
-    select: Optional[str] = None,
+    select: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> int:
     """Run the scenario matrix for world sizes 2..``world_size``; return the exit code."""

@@ -13,7 +13,8 @@ import queue as queue_module
 import signal
 import socket
 import time
-from typing import Any, Callable, Iterable, Optional, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch.multiprocessing as mp
 
@@ -103,8 +104,8 @@ def _kill(processes) -> None:
     for process in processes:
         if process.pid is None:
             continue
-        for target in (lambda: os.killpg(process.pid, signal.SIGKILL),
-                       lambda: os.kill(process.pid, signal.SIGKILL)):
+        for target in (lambda pid=process.pid: os.killpg(pid, signal.SIGKILL),
+                       lambda pid=process.pid: os.kill(pid, signal.SIGKILL)):
             try:
                 target()
             except (ProcessLookupError, PermissionError, OSError):
@@ -122,7 +123,7 @@ def _launch(
     scenarios: list[Scenario],
     backend: str,
     timeout: float,
-    factory: Optional[Callable],
+    factory: Callable | None,
     on_result: Callable[[ScenarioResult], None],
 ) -> int:
     """Run ``scenarios`` in one launch; returns how many of them got a result."""
@@ -213,8 +214,8 @@ def run_scenarios(
     *,
     backend: str = "gloo",
     timeout: float = 60.0,
-    stage_factory: Optional[Callable] = None,
-    on_result: Optional[Callable[[ScenarioResult], None]] = None,
+    stage_factory: Callable | None = None,
+    on_result: Callable[[ScenarioResult], None] | None = None,
 ) -> list[ScenarioResult]:
     """Run every scenario (grouped by world size, one launch per group when all goes
     well); returns one result per scenario, in the order given."""
@@ -228,9 +229,10 @@ def run_scenarios(
             batch = [scenarios[p] for p in todo]
             got: list[ScenarioResult] = []
 
+            # Called only within this iteration (by _launch and just below).
             def collect(result: ScenarioResult) -> None:
-                results[todo[len(got)]] = result
-                got.append(result)
+                results[todo[len(got)]] = result  # noqa: B023
+                got.append(result)  # noqa: B023
                 if on_result is not None:
                     on_result(result)
 
@@ -247,7 +249,7 @@ def run_scenarios(
 
 def run_scenario(
     scenario: Scenario,
-    stage_factory: Optional[Callable] = None,
+    stage_factory: Callable | None = None,
     backend: str = "gloo",
     timeout: float = 60.0,
 ) -> ScenarioResult:
@@ -268,7 +270,7 @@ def format_table(results: Iterable[ScenarioResult]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     lines = []
     for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths)]
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
         lines.append("  ".join(cells + [row[-1]]).rstrip())
     return "\n".join(lines)
 

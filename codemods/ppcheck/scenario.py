@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
 
 from codemods.upstream.pp_aux_transport import AuxCapturePlan, partition_from_string
 
@@ -29,16 +30,16 @@ class Scenario:
     world_size: int
     mode: str
     num_layers: int
-    layer_ids: Optional[tuple[int, ...]]
+    layer_ids: tuple[int, ...] | None
     tokens: tuple[int, ...]
     hidden: int = 16
     dtype: str = "float32"
-    partition: Optional[str] = None
-    inflight: Optional[int] = None
+    partition: str | None = None
+    inflight: int | None = None
     in_place: bool = False
     layer_ids_by_rank: tuple[tuple[int, Any], ...] = ()
     expect: str = "equal"
-    fault: Optional[str] = None
+    fault: str | None = None
     light: bool = False
     verify: bool = True
     feature: str = "DSPARK"
@@ -134,7 +135,7 @@ def expected_wire(scenario: Scenario) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------- matrix
-PlacementFn = Callable[[list[tuple[int, int]]], Optional[list[int]]]
+PlacementFn = Callable[[list[tuple[int, int]]], list[int] | None]
 
 
 def _stage_layers(ranges, stage):
@@ -189,7 +190,7 @@ ENV_PARTITIONS = {2: "5,2", 3: "2,5,3", 4: "1,4,2,3"}
 MIXED_TOKENS = (5, 1, 0, 5, 1, 5, 3, 2)
 
 
-def partitions_for(world: int) -> list[tuple[str, int, Optional[str]]]:
+def partitions_for(world: int) -> list[tuple[str, int, str | None]]:
     env = ENV_PARTITIONS.get(world)
     result = [("even", 3 * world, None), ("uneven", 4 * world - 1, None)]
     if env is not None:
@@ -263,7 +264,7 @@ def build_matrix(
     max_world_size: int = 4,
     modes: Sequence[str] = ("relay", "direct"),
     min_world_size: int = 2,
-    select: Optional[str] = None,
+    select: str | None = None,
 ) -> list[Scenario]:
     """The whole matrix for world sizes ``min_world_size..max_world_size``."""
     matrix = [

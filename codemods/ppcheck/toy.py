@@ -15,7 +15,7 @@ modifying the layer inputs in place; ``light`` (benchmarks) replaces the layer b
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -44,7 +44,7 @@ def make_transport(
     hidden_size: int,
     dtype: torch.dtype,
     transport_cls: type = PPAuxTransport,
-) -> Optional[PPAuxTransport]:
+) -> PPAuxTransport | None:
     """Build (and handshake) the transport a stage should use, or None if capture is off.
 
     Honours ``spec["layer_ids_by_rank"]`` (per-rank ids, to provoke the handshake). Every
@@ -135,7 +135,7 @@ class ToyStage:
         hidden = (residual * self.weights[layer] * 0.25).sin() + stamp
         return hidden, residual
 
-    def forward(self, mb: int, hidden_in: Optional[torch.Tensor], proxy: Optional[dict]):
+    def forward(self, mb: int, hidden_in: torch.Tensor | None, proxy: dict | None):
         if self.pp_rank == 0:
             hidden, residual = hidden_in, None
         else:

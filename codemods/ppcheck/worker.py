@@ -21,8 +21,9 @@ import os
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -35,7 +36,7 @@ from codemods.upstream.pp_aux_transport import PP_LAYER_PARTITION_ENV
 Report = dict[str, Any]
 
 
-def init_channels(rank: int, world: int, backend: str, init_method: Optional[str],
+def init_channels(rank: int, world: int, backend: str, init_method: str | None,
                   timeout: float) -> Channels:
     """Initialise torch.distributed and create the groups (collective, same order on
     every rank: the direct group first, then the metadata group on NCCL)."""
@@ -55,7 +56,7 @@ def init_channels(rank: int, world: int, backend: str, init_method: Optional[str
     return Channels(tensors=dist.group.WORLD, meta=meta, direct=direct, device=device)
 
 
-def _set_partition_env(partition: Optional[str]) -> None:
+def _set_partition_env(partition: str | None) -> None:
     if partition is None:
         os.environ.pop(PP_LAYER_PARTITION_ENV, None)
     else:
@@ -137,7 +138,7 @@ def compare_with_single_stage(scenario: Scenario, factory, results, device) -> t
         ref_hidden, ref_aux = stage.forward(mb, _first_input(stage, spec, mb, device), None)
         if len(aux) != len(ref_aux) or len(aux) != expected_count:
             return False, f"mb {mb}: {len(aux)} aux states, PP=1 gave {len(ref_aux)}"
-        for index, (got, want) in enumerate(zip(aux, ref_aux)):
+        for index, (got, want) in enumerate(zip(aux, ref_aux, strict=True)):
             if got.dtype != want.dtype or not torch.equal(got.cpu(), want.cpu()):
                 layer = scenario.layer_ids[index] if scenario.layer_ids else index
                 return False, f"mb {mb}: aux state {index} (layer {layer}) differs from PP=1"
@@ -185,7 +186,7 @@ def run_scenario_on_rank(scenario: Scenario, rank: int, channels: Channels,
 
 
 def spawn_worker(rank: int, world: int, backend: str, init_method: str, timeout: float,
-                 scenarios: list[Scenario], factory: Optional[Callable], queue) -> None:
+                 scenarios: list[Scenario], factory: Callable | None, queue) -> None:
     """Entry point of a spawned rank: reports ``(rank, index, report)`` on ``queue``
     (index -1 = ready) and stops at the first report after which it cannot go on."""
     try:

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
-
 import libcst.matchers as m
 
 from codemods.upstream.family_repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
@@ -103,7 +102,7 @@ class FamilyPlan:
             | set(self.stage_fixes)
         )
 
-    def select(self, names: list[str] | None) -> "FamilyPlan":
+    def select(self, names: list[str] | None) -> FamilyPlan:
         """The plan restricted to the given model names (file stems); forwards they
         depend on stay in, since the hooks need them."""
         if not names:

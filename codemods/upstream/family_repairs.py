@@ -119,7 +119,7 @@ def fix_stage_unpacks(fn: cst.FunctionDef, fix: StageOutputFix) -> cst.FunctionD
     class _Split(cst.CSTTransformer):
         def leave_IndentedBlock(self, original, updated):
             body = []
-            for before, after in zip(original.body, updated.body):
+            for before, after in zip(original.body, updated.body, strict=False):
                 if id(before) not in targets:
                     body.append(after)
                     continue

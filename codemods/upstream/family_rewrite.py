@@ -103,14 +103,6 @@ from codemods.upstream.family_repairs import (
     add_stack_setters,
     fix_stage_unpacks,
 )
-from codemods.upstream.imports import add_from_import
-from codemods.upstream.pyformat import (
-    LINE_LENGTH,
-    Call,
-    lines_to_text,
-    parse_statements,
-    render_call,
-)
 from codemods.upstream.family_shapes import (
     IDS_ATTR,
     LAST_RANK,
@@ -123,6 +115,14 @@ from codemods.upstream.family_shapes import (
     non_last_return_index,
     proxy_return_of,
     split_docstring,
+)
+from codemods.upstream.imports import add_from_import
+from codemods.upstream.pyformat import (
+    LINE_LENGTH,
+    Call,
+    lines_to_text,
+    parse_statements,
+    render_call,
 )
 
 GLUE_MODULE = "sglang.srt.distributed.pp_aux_capture"

@@ -549,7 +549,7 @@ def _rewrite_forward(func: cst.FunctionDef, shape: ForwardShape) -> cst.Function
     assert isinstance(new_func, cst.FunctionDef)
     body: list[cst.BaseStatement] = []
     originals = list(_body(func))
-    for index, (original, stmt) in enumerate(zip(originals, _body(new_func))):
+    for index, (original, stmt) in enumerate(zip(originals, _body(new_func), strict=False)):
         body.append(stmt)
         if original is shape.aux_init:
             body.extend(init_nodes)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import libcst as cst
 
@@ -24,13 +23,13 @@ class Call:
     """``head(args...)`` where each argument is text or another :class:`Call`."""
 
     head: str
-    args: tuple[Union[str, "Call"], ...]
+    args: tuple[str | Call, ...]
 
     def flat(self) -> str:
         return f"{self.head}({', '.join(_flat(a) for a in self.args)})"
 
 
-Arg = Union[str, Call]
+Arg = str | Call
 
 
 def _flat(arg: Arg) -> str:

@@ -1,0 +1,39 @@
+"""The registry drives the caller codemods: each entry's transformer performs the entry's
+action with the entry's policy choices, and the command line's options come from it."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from codemods import registry
+from codemods.callsite_codemod import CallSiteCodemod
+from codemods.cli import cli
+from codemods.options import TransformOptions
+
+
+@pytest.mark.parametrize("entry", registry.ENTRIES, ids=lambda e: e.metadata.id)
+def test_entry_transformer_matches_its_metadata(entry):
+    transformer = entry.load()
+    assert issubclass(transformer, CallSiteCodemod)
+    assert transformer.ACTION.value == entry.metadata.action
+    assert transformer.POLICIES == entry.metadata.policy.names
+    assert entry.metadata.policy.default in transformer.POLICIES
+    with pytest.raises(ValueError, match=entry.metadata.policy.label):
+        transformer("x.py", "no-such-policy")
+
+
+def test_migrate_options_and_help_come_from_the_registry():
+    result = CliRunner().invoke(cli, ["migrate", "--help"])
+    assert result.exit_code == 0
+    for metadata in registry.CODEMODS:
+        assert metadata.policy.flag in result.output
+        assert metadata.id in result.output
+        # every policy option is a field of the run's options
+        assert hasattr(TransformOptions(), metadata.policy.dest)
+
+
+def test_actions_are_the_entries_actions():
+    assert {action.value for action in registry.ACTIONS} == {
+        entry.action for entry in registry.ENTRIES
+    }

@@ -1,0 +1,36 @@
+"""The scan report's schema file (``codemods/schemas/scan-schema.json``) is a valid JSON
+Schema, names exactly the values the records can take, and is what ``report`` serves."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+
+from codemods import report
+from codemods.records import Action, Risk, Shape, Status
+
+SCHEMA = json.loads(report.SCAN_SCHEMA_FILE.read_text(encoding="utf-8"))
+SITE = SCHEMA["properties"]["files"]["items"]["properties"]["call_sites"]["items"]
+
+
+def test_schema_file_is_a_valid_json_schema():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    assert report.SCAN_JSON_SCHEMA == SCHEMA
+
+
+def test_enums_match_the_records():
+    assert SITE["properties"]["shape"]["enum"] == [shape.value for shape in Shape]
+    assert SITE["properties"]["risks"]["items"]["enum"] == [risk.value for risk in Risk]
+    assert SITE["properties"]["actions"]["items"]["enum"] == [a.value for a in Action]
+    status = SCHEMA["properties"]["files"]["items"]["properties"]["status"]["enum"]
+    assert status == [value.value for value in Status]
+    assert SCHEMA["properties"]["version"]["const"] == report.SCAN_JSON_VERSION
+
+
+def test_call_site_fields_match_the_record():
+    from codemods.records import CallSite
+
+    site = CallSite("p.py", 1, 1, "set_x_layers_to_capture", Shape.DIRECT, None, (Risk.SAFE,),
+                    False, False, (Action.NONE,))
+    assert sorted(SITE["required"]) == sorted(site.to_dict())
