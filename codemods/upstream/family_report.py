@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from codemods.upstream.family import FamilyPlan
+from codemods.upstream.family_entry import ENTRY_DESCRIPTION, ENTRY_KIND
 
 #: How each capture kind is described in tables.
 CAPTURE_KINDS = {
@@ -19,6 +20,7 @@ CAPTURE_KINDS = {
     "layer-kwarg": "handed to the layer (`captured_last_layer_outputs`)",
     "layer-flag": "layer flag `_is_layer_to_capture`",
     "boundaries": "layer boundaries (`start_layer`, then `i + 1` after layer `i`)",
+    ENTRY_KIND: ENTRY_DESCRIPTION,
 }
 
 

@@ -8,12 +8,14 @@ stages travel to the last stage (in the PP handoff by default, or point-to-point
 ``SGLANG_PP_AUX_TRANSPORT=direct``), and the last stage returns all of them in the
 order a single-stage run returns them (ascending layer id).
 
-Model code calls three functions:
+Model code calls these functions:
 
 * ``attach_pp_aux_transport(model, pp_group)`` at the end of a
   ``set_*_layers_to_capture`` hook, on every rank;
 * ``pp_aux_outgoing(model, aux_hidden_states, pp_proxy_tensors)`` on non-last stages,
   merged into the ``PPProxyTensors`` handed to the next stage;
+* or ``pp_aux_handoff(model, handoff, aux_hidden_states, pp_proxy_tensors)``, which adds
+  them to a ``PPProxyTensors`` built by ``residual_batch.to_pp``;
 * ``pp_aux_collect(model, aux_hidden_states, pp_proxy_tensors, like)`` on the last
   stage, which returns the full set of captures.
 
@@ -125,6 +127,24 @@ def pp_aux_outgoing(
     return transport.outgoing(captures, _tensors_of(pp_proxy_tensors))
 
 
+def pp_aux_handoff(
+    model: torch.nn.Module,
+    handoff: Any,
+    aux_hidden_states: Any,
+    pp_proxy_tensors: Optional[Any],
+) -> Any:
+    """``handoff`` (the ``PPProxyTensors`` for the next stage) with this stage's aux
+    entries added, for forwards that build it with ``residual_batch.to_pp``."""
+    outgoing = pp_aux_outgoing(model, aux_hidden_states, pp_proxy_tensors)
+    if outgoing:
+        tensors = _tensors_of(handoff)
+        clash = sorted(set(tensors) & set(outgoing))
+        if clash:
+            raise RuntimeError(f"PP handoff already holds the aux entries {clash}.")
+        tensors.update(outgoing)
+    return handoff
+
+
 def pp_aux_collect(
     model: torch.nn.Module,
     aux_hidden_states: Any,
@@ -140,7 +160,9 @@ def pp_aux_collect(
     collected = transport.collect(captures, _tensors_of(pp_proxy_tensors), like=like)
     collected += tail
     if isinstance(aux_hidden_states, list):
-        return collected
+        # The container the forward made (a list, or a subclass such as
+        # AuxHiddenStateList), as a single-stage run returns it.
+        return type(aux_hidden_states)(collected)
     # An append-compatible accumulator (e.g. AuxHiddenStatePacker): hand back one of
     # the same kind holding every capture.
     # Same capacity as the forward gave it: a last-rank capture may still follow.
