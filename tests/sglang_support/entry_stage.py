@@ -122,7 +122,9 @@ class EntryStage:
             pp_proxy_tensors=pp_proxy,
         )
         if not self.group.is_last_rank:
-            return dict(out.tensors)
+            # 0.5.21's to_pp also sends ``"residual": None`` when the stream holds no
+            # separate residual (the stand-in layers keep none): nothing to transfer.
+            return {key: value for key, value in out.tensors.items() if value is not None}
         aux = out.aux_hidden_states
         return out.hidden_states, aux if aux is not None else []
 

@@ -1,0 +1,122 @@
+"""The family patch on the SGLang releases whose decoder stacks capture through a callback
+at layer entry (0.5.22 and 0.5.23: llama, qwen3, ...; 0.5.21: qwen3).
+
+The patch for the chosen models passes ``git apply --check`` on the release, applies to a
+copy and is empty on the patched copy.  The real causal-LM and decoder-stack classes of the
+patched copy, imported on CPU, run as 2 and 3 pipeline stages in separate processes (gloo,
+``sglang_support.drive``; microbatches of 3, 0 and 2 tokens; captures on every stage and
+all on stage 0; relay, and direct on 3 stages): the last stage hands the logits processor
+exactly what a PP=1 run hands it (same count, order, ``torch.equal`` values, and an
+``AuxHiddenStateList``).  Aux entries missing from the handoff make the last stage raise,
+naming the layers.  The same drive of the release's own model files loses captures.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from codemods.upstream.family_entry import ENTRY_KIND
+from codemods.upstream.generate import generate
+from sglang_support.env import run_python
+from sglang_support.family_check import patched_copy, unpatched_copy
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+#: release -> the models of the layer-entry shape driven there.
+RELEASES = {
+    "0.5.21": ("qwen3",),
+    "0.5.22": ("llama", "qwen3"),
+    "0.5.23": ("llama", "qwen3"),
+}
+#: 9 layers: PP=2 owns [0, 4) [4, 9), PP=3 owns [0, 3) [3, 6) [6, 9).
+NUM_LAYERS = 9
+TOKENS = [3, 0, 2]
+#: Hook ids (captured before layer id + 1).  Every stage: capture ids 8, 1, 5 given out
+#: of order; all on stage 0: capture ids 2, 1; ``None``: EAGLE3's default layers 2, 4, 6.
+EVERY_STAGE = [7, 0, 4]
+ON_STAGE_0 = [1, 0]
+
+
+def _runs(models):
+    runs = []
+    for model in models:
+        for pp in (2, 3):
+            runs += [
+                {"model": model, "hook": "eagle3", "layer_ids": EVERY_STAGE, "pp": pp},
+                {"model": model, "hook": "dflash", "layer_ids": ON_STAGE_0, "pp": pp},
+            ]
+        runs += [
+            {"model": model, "hook": "eagle3", "layer_ids": None, "pp": 3},
+            {"model": model, "hook": "dflash", "layer_ids": EVERY_STAGE, "pp": 3,
+             "mode": "direct"},
+        ]
+    return runs
+
+
+def _check(root, runs):
+    config = {"num_layers": NUM_LAYERS, "hidden_size": 4, "tokens": TOKENS,
+              "runs": runs, "timeout": 120}
+    proc = run_python(["-m", "sglang_support.entry_check", json.dumps(config)], root,
+                      timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])["runs"]
+
+
+@pytest.fixture(scope="module", params=sorted(RELEASES))
+def patched(request, sglang_release, tmp_path_factory):
+    version = request.param
+    release = sglang_release(version)
+    models = list(RELEASES[version])
+    result, copy = patched_copy(release, tmp_path_factory.mktemp("entry") / version, models)
+    return version, release, result, copy
+
+
+def test_patch_applies_and_rewrites_the_layer_entry_forwards(patched):
+    version, release, result, copy = patched
+    models = RELEASES[version]
+    for name in models:
+        decision = result.family.decisions[f"{name}.py"]
+        assert decision.patched, decision.reason
+        assert decision.capture_kinds == (ENTRY_KIND,)
+    for name in models:
+        rel = f"sglang/srt/models/{name}.py"
+        text = (copy / rel).read_text()
+        assert "return pp_aux_handoff(" in text and "pp_aux_collect(" in text
+        assert "residual_batch.to_pp(hidden_states, forward_batch)" in text
+        assert "pp_aux_handoff" not in (release / rel).read_text()
+    # Applied once: the patched copy needs nothing more.
+    assert generate(copy, models=list(models)).patch == ""
+
+
+@pytest.mark.timeout(900)
+def test_patched_stages_match_pp1_and_missing_entries_raise(patched):
+    version, _, _, copy = patched
+    models = RELEASES[version]
+    runs = _runs(models)
+    dropped = {"model": models[0], "hook": "eagle3", "layer_ids": EVERY_STAGE, "pp": 2,
+               "drop_aux": True}
+    results = _check(copy, [*runs, dropped])
+    assert len(results) == len(runs) + 1
+    for record in results[:-1]:
+        assert record["ok"], record
+        assert record["aux_counts"] == record["expected_counts"]
+        assert set(record["types"]) == {"AuxHiddenStateList"}
+    assert results[0]["expected_counts"] == [3, 3, 3]
+    missing = results[-1]
+    assert not missing["ok"]
+    assert "stage 1 received aux entries for layers [], expected [1]" in missing["error"]
+
+
+@pytest.mark.timeout(900)
+def test_unpatched_stages_lose_captures(patched, tmp_path):
+    version, release, result, _ = patched
+    baseline = unpatched_copy(release, tmp_path / "unpatched", result)
+    runs = [run for run in _runs(RELEASES[version]) if run.get("mode") != "direct"]
+    for record in _check(baseline, runs):
+        assert not record["ok"], record
+        lost = record["error"] is not None or any(
+            got < want for got, want in zip(record["aux_counts"], record["expected_counts"], strict=True)
+        )
+        assert lost, record
