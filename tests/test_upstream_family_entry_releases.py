@@ -9,6 +9,7 @@ all on stage 0; relay, and direct on 3 stages): the last stage hands the logits 
 exactly what a PP=1 run hands it (same count, order, ``torch.equal`` values, and an
 ``AuxHiddenStateList``).  Aux entries missing from the handoff make the last stage raise,
 naming the layers.  The same drive of the release's own model files loses captures.
+The family test the patch adds to SGLang passes in the patched copy for these models.
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ import pytest
 from codemods.upstream.family_entry import ENTRY_KIND
 from codemods.upstream.generate import generate
 from sglang_support.env import run_python
-from sglang_support.family_check import patched_copy, unpatched_copy
+from sglang_support.family_check import (
+    patched_copy,
+    run_family_test,
+    unpatched_copy,
+    validated_models,
+)
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -120,3 +126,14 @@ def test_unpatched_stages_lose_captures(patched, tmp_path):
             got < want for got, want in zip(record["aux_counts"], record["expected_counts"], strict=True)
         )
         assert lost, record
+
+
+@pytest.mark.timeout(900)
+def test_generated_family_test_passes_for_the_layer_entry_models(patched):
+    version, _, result, copy = patched
+    models = list(RELEASES[version])
+    for pp_size in (2, 3):
+        records = run_family_test(copy, result, pp_size, models, timeout=600)
+        assert {record["model"] for record in records} == set(models)
+        assert validated_models(records) == dict.fromkeys(models, True), records
+        assert all(record["reference"] for record in records), records

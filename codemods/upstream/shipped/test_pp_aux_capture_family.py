@@ -49,6 +49,18 @@ OP_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_OP_TIMEOUT", "300"))
 # ------------------------------------------------------------------ stand-ins
 
 
+class StandInBoundary:
+    """``layer.attn_boundary`` of stacks that restore the residual stream from the PP
+    handoff (``layers[start].attn_boundary.from_pp``): the stand-in layers keep no
+    separate residual, so the stream starts afresh from the hidden states sent."""
+
+    def from_pp(self, tensors, forward_batch, **kwargs):
+        from sglang.srt.layers.layer_boundary.residual import batch as residual_batch
+
+        residual_batch.start(forward_batch)
+        return tensors["hidden_states"]
+
+
 class StandInLayer(nn.Module):
     """A decoder layer with SGLang's calling convention and deterministic math."""
 
@@ -58,6 +70,7 @@ class StandInLayer(nn.Module):
         weight = torch.randn(HIDDEN_SIZE, HIDDEN_SIZE, generator=generator)
         self.weight = nn.Parameter(weight / HIDDEN_SIZE**0.5, requires_grad=False)
         self.returns = returns
+        self.attn_boundary = StandInBoundary()
 
     def forward(
         self,
@@ -69,6 +82,12 @@ class StandInLayer(nn.Module):
         captured_last_layer_outputs=None,
         **kwargs,
     ):
+        if "capture_output" in kwargs:
+            # Layers of stacks that capture through a callback at layer entry: the
+            # input is captured as a whole, the residual stream lives in forward_batch.
+            if kwargs["capture_output"] is not None:
+                kwargs["capture_output"](hidden_states)
+            return torch.tanh(hidden_states @ self.weight)
         residual = hidden_states if residual is None else hidden_states + residual
         if captured_last_layer_outputs is not None:
             captured_last_layer_outputs.append(residual)
@@ -136,6 +155,7 @@ def _forward_batch(tokens: int):
         return_hidden_states_before_norm=False,
         batch_size=1,
         seq_lens=torch.tensor([tokens]),
+        residual_stream=None,
         extend_seq_lens=torch.tensor([tokens]),
     )
 
