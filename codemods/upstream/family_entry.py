@@ -82,8 +82,11 @@ ENTRY_DESCRIPTION = "callback at layer entry (`capture_output=aux_hidden_states.
 #: The capture list the forward creates, and the keyword the layers take the callback by.
 LIST_CLASS = "AuxHiddenStateList"
 CAPTURE_KEYWORD = "capture_output"
-#: ``return residual_batch.to_pp(...)``: the handoff of these forwards.
+#: ``return residual_batch.to_pp(...)``: the handoff of these forwards, as
+#: ``ForwardShape.proxy_arg`` records it and as reports describe it.
 HANDOFF_FUNC = "to_pp"
+ENTRY_PROXY_ARG = "to_pp"
+ENTRY_HANDOFF = "residual_batch.to_pp(...)"
 #: Glue functions (``shipped/pp_aux_capture.py``) the rewritten forward calls.
 HANDOFF = "pp_aux_handoff"
 COLLECT = "pp_aux_collect"
@@ -253,7 +256,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         line,
         aux_name=aux_name,
         capture_kinds=(ENTRY_KIND,),
-        proxy_arg="to_pp",
+        proxy_arg=ENTRY_PROXY_ARG,
         proxy_param=proxy_param,
         collect_before=collect_before,
         ids_attr=ids_attrs[0],

@@ -11,7 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from codemods.upstream.family import FamilyPlan
-from codemods.upstream.family_entry import ENTRY_DESCRIPTION, ENTRY_KIND
+from codemods.upstream.family_entry import (
+    ENTRY_DESCRIPTION,
+    ENTRY_HANDOFF,
+    ENTRY_KIND,
+    ENTRY_PROXY_ARG,
+)
 
 #: How each capture kind is described in tables.
 CAPTURE_KINDS = {
@@ -39,11 +44,7 @@ def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
                 "capture_kinds": list(decision.capture_kinds),
                 "other_fixes": list(decision.fixes),
                 "stale_comments": list(decision.stale_comments),
-                "handoff": (
-                    f"PPProxyTensors({'{...}' if decision.proxy_arg == 'dict' else 'name'})"
-                    if decision.proxy_arg
-                    else None
-                ),
+                "handoff": _handoff(decision.proxy_arg),
                 "last_stage_captures_output": decision.final_capture,
                 "cases": [
                     {"class": outer, "stack": stack, "hooks": list(hooks)}
@@ -52,6 +53,16 @@ def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
             }
         )
     return records
+
+
+def _handoff(proxy_arg: str | None) -> str | None:
+    """How the forward hands its stage output on: ``PPProxyTensors({...})`` (a dict
+    literal), ``PPProxyTensors(name)`` or ``residual_batch.to_pp(...)``."""
+    if proxy_arg is None:
+        return None
+    if proxy_arg == ENTRY_PROXY_ARG:
+        return ENTRY_HANDOFF
+    return f"PPProxyTensors({'{...}' if proxy_arg == 'dict' else 'name'})"
 
 
 def _hook_names(qualified: tuple[str, ...]) -> str:
