@@ -29,7 +29,7 @@ def plan(tmp_path_factory):
 
 
 def test_fixtures_are_there():
-    assert NAMES == ["entry_decoder.py", "entry_gated.py"]
+    assert NAMES == ["entry_decoder.py", "entry_final.py", "entry_gated.py"]
 
 
 def test_rewritten_files_match_expected(plan):
@@ -47,6 +47,8 @@ def test_decisions_name_the_shape(plan):
     assert plan.decisions["entry_decoder.py"].cases == (
         ("TinyForCausalLM", "TinyStack", ("set_eagle3_layers_to_capture",)),
     )
+    assert plan.decisions["entry_final.py"].final_capture
+    assert not plan.decisions["entry_decoder.py"].final_capture
     assert plan.decisions["entry_gated.py"].cases == (
         ("GatedForCausalLM", "GatedStack", ("set_dflash_layers_to_capture",)),
     )
@@ -112,15 +114,12 @@ def test_survey_and_table_describe_the_shape(plan):
 
 #: Variants of ``entry_decoder.py`` the rewriter must refuse, with the reason it gives.
 REFUSED = {
-    "final capture": (
+    "unguarded output capture": (
         "hidden_states = residual_batch.final_norm(hidden_states, forward_batch, self.norm)",
         "hidden_states = residual_batch.final_norm(\n"
-        "            hidden_states, forward_batch, self.norm,\n"
-        "            capture=aux_hidden_states.capture\n"
-        "            if self.end_layer in self.layers_to_capture\n"
-        "            else None,\n"
+        "            hidden_states, forward_batch, self.norm, capture=aux_hidden_states.capture\n"
         "        )",
-        "`aux_hidden_states.capture` is not used exactly once",
+        "`aux_hidden_states` is filled other than by the layers and the stage-output capture",
     ),
     "other loop range": (
         "for i in range(self.start_layer, self.end_layer):",
@@ -130,7 +129,7 @@ REFUSED = {
     "appended elsewhere": (
         "        # Callers unpack",
         "        aux_hidden_states.append(hidden_states)\n        # Callers unpack",
-        "`aux_hidden_states` is filled other than through `aux_hidden_states.capture`",
+        "`aux_hidden_states` is filled other than by the layers and the stage-output capture",
     ),
     "never read": (
         "        if len(aux_hidden_states) == 0:\n"
@@ -155,6 +154,36 @@ REFUSED = {
         "reads capture ids outside the layer call",
     ),
 }
+
+
+def test_output_captured_after_the_handoff_is_gathered_last(tmp_path):
+    """The last stage captures its output through the final norm (capture id ==
+    number of layers): the gathering follows that capture and keeps it last."""
+    old = "hidden_states = residual_batch.final_norm(hidden_states, forward_batch, self.norm)"
+    new = (
+        "hidden_states = residual_batch.final_norm(\n"
+        "            hidden_states,\n"
+        "            forward_batch,\n"
+        "            self.norm,\n"
+        "            capture=aux_hidden_states.append\n"
+        "            if self.end_layer in self.layers_to_capture\n"
+        "            else None,\n"
+        "        )"
+    )
+    (tmp_path / "entry_decoder.py").write_text(DECODER.replace(old, new))
+    plan = plan_family(tmp_path)
+    decision = plan.decisions["entry_decoder.py"]
+    assert decision.patched and decision.final_capture, decision.reason
+    text = plan.rewritten()["entry_decoder.py"]
+    assert (
+        "            else None,\n"
+        "        )\n"
+        "\n"
+        "        aux_hidden_states = pp_aux_collect(\n"
+        "            self, aux_hidden_states, pp_proxy_tensors, hidden_states, final=True\n"
+        "        )\n"
+        "        # Callers unpack a pair"
+    ) in text
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))

@@ -167,13 +167,10 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     list_index, creation = creations[0]
     aux_name = creation.body[0].targets[0].target.value
 
-    # The one capture point: ``capture_output=aux.capture if i in self.ids else None``
-    # in the call of layer ``i`` in ``for i in range(self.start_layer, self.end_layer)``.
+    # The capture point of the layers: ``capture_output=aux.capture if i in self.ids
+    # else None`` in the call of layer ``i`` in ``for i in range(self.start_layer,
+    # self.end_layer)``.
     capture_attr = m.Attribute(value=m.Name(aux_name), attr=m.Name("capture"))
-    if len(m.findall(fn, capture_attr)) != 1:
-        return reject(f"`{aux_name}.capture` is not used exactly once")
-    if len(m.findall(fn, m.Attribute(value=m.Name(aux_name), attr=m.Name()))) != 1:
-        return reject(f"`{aux_name}` is filled other than through `{aux_name}.capture`")
     loops = [
         (index, statement)
         for index, statement in enumerate(body)
@@ -200,25 +197,17 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             orelse=m.Name("None"),
         ),
     )
-    arguments = m.findall(loop, keyword)
-    if len(arguments) != 1:
+    if len(m.findall(loop, keyword)) != 1 or len(m.findall(loop, capture_attr)) != 1:
         return reject(
             f"no `{CAPTURE_KEYWORD}={aux_name}.capture if {loop_var} in "
             f"self.layers_to_capture else None` in the layer call"
-        )
-    ids_reads = m.findall(fn, SELF_IDS)
-    ids_attrs = sorted({node.attr.value for node in ids_reads})
-    if len(ids_reads) != 1:
-        return reject(
-            f"reads capture ids outside the layer call (`self.{ids_attrs[0]}` "
-            f"{len(ids_reads)} times)"
         )
     if not m.findall(
         loop, m.Assign(targets=[m.AssignTarget(m.Name(HIDDEN))], value=m.Call())
     ):
         return reject(f"the layer loop does not assign `{HIDDEN}`")
 
-    # The handoff, after the loop, and the first reader of the captures after it.
+    # The handoff, after the loop.
     handoff = handoff_index(body)
     if handoff is None:
         return reject(
@@ -234,23 +223,55 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         return reject(f"the non-last-rank branch already uses `{aux_name}`")
     if any(_mentions(p, HANDOFF) or _mentions(p, COLLECT) for p in body):
         return reject("the forward already calls the PP aux glue")
+    orelse = handoff_if.orelse
+    if isinstance(orelse, cst.If):
+        return reject("the PP handoff has an `elif`")
+    else_block = list(orelse.body.body) if isinstance(orelse, cst.Else) else []
+    after = body[handoff + 1 :]
+
+    # The last stage may capture its own output (id == num_layers) after its layers,
+    # in statements that test ``self.end_layer in self.<ids>``.
+    finals_top = [k for k, s in enumerate(after) if _final_capture(s, aux_name)]
+    finals_else = [k for k, s in enumerate(else_block) if _final_capture(s, aux_name)]
+    finals = [after[k] for k in finals_top] + [else_block[k] for k in finals_else]
+    if finals_top and finals_else:
+        return reject("the stage output is captured both inside and after the last-rank block")
+    aux_attrs = m.findall(fn, m.Attribute(value=m.Name(aux_name), attr=m.Name()))
+    final_attrs = [a for s in finals for a in m.findall(s, m.Attribute(value=m.Name(aux_name)))]
+    if len(aux_attrs) != 1 + len(final_attrs) or any(
+        a.attr.value not in ("capture", "append") for a in final_attrs
+    ):
+        return reject(
+            f"`{aux_name}` is filled other than by the layers and the stage-output capture"
+        )
+    ids_reads = m.findall(fn, SELF_IDS)
+    ids_attrs = sorted({node.attr.value for node in ids_reads})
+    end_tests = sum(len(m.findall(s, _END_TEST)) for s in finals)
+    if len(ids_attrs) != 1 or len(ids_reads) != 1 + end_tests:
+        return reject(
+            "reads capture ids outside the layer call and the stage-output capture "
+            f"(`self.{ids_attrs[0]}` {len(ids_reads)} times)"
+        )
+
+    # Where the last stage gathers: before the first statement that reads the captures
+    # (after the stage-output capture, if any).
     collect_in_else = None
     collect_before = None
-    orelse = handoff_if.orelse
-    if isinstance(orelse, cst.Else) and _mentions(orelse, aux_name):
-        block = list(orelse.body.body)
-        collect_in_else = next(k for k, s in enumerate(block) if _mentions(s, aux_name))
+    else_readers = [
+        k for k, s in enumerate(else_block) if _mentions(s, aux_name) and k not in finals_else
+    ]
+    if finals_else and else_readers:
+        return reject(f"the last-rank block reads `{aux_name}` besides capturing the output")
+    if else_readers:
+        collect_in_else = else_readers[0]
         if collect_in_else == 0:
             return reject(f"the last stage reads `{aux_name}` before `{HIDDEN}` is final")
-    elif isinstance(orelse, cst.If):
-        return reject("the PP handoff has an `elif`")
     else:
-        readers = [
-            k for k in range(handoff + 1, len(body)) if _mentions(body[k], aux_name)
-        ]
+        first = finals_top[-1] + 1 if finals_top else 0
+        readers = [k for k in range(first, len(after)) if _mentions(after[k], aux_name)]
         if not readers:
             return reject(f"the last stage never reads `{aux_name}`")
-        collect_before = readers[0]
+        collect_before = handoff + 1 + readers[0]
     return ForwardShape(
         class_name,
         line,
@@ -261,6 +282,22 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         collect_before=collect_before,
         ids_attr=ids_attrs[0],
         collect_in_else=collect_in_else,
+        final_capture=bool(finals),
+    )
+
+
+#: ``self.end_layer in self.<ids>``: the last stage captures its output.
+_END_TEST = m.Comparison(
+    left=m.Attribute(value=m.Name("self"), attr=m.Name("end_layer")),
+    comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+)
+
+
+def _final_capture(statement: cst.CSTNode, aux_name: str) -> bool:
+    """A statement that fills ``aux_name`` only when ``self.end_layer`` is a capture id."""
+    return bool(
+        m.findall(statement, m.Attribute(value=m.Name(aux_name), attr=m.Name()))
+        and m.findall(statement, _END_TEST)
     )
 
 
@@ -281,7 +318,8 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     (statement,) = parse_statements(lines_to_text(render_call(pad, "return ", call)), pad)
     block[-1] = statement.with_changes(leading_lines=block[-1].leading_lines)
     handoff = handoff.with_changes(body=handoff.body.with_changes(body=block))
-    collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, HIDDEN))
+    extra = ("final=True",) if shape.final_capture else ()
+    collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, HIDDEN, *extra))
     if shape.collect_in_else is not None:
         if not isinstance(handoff.orelse, cst.Else):
             raise FamilyRewriteError(f"{shape.class_name}.forward handoff has no else block")

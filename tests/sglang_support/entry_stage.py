@@ -48,6 +48,8 @@ CLASSES = {
     "qwen2": ("Qwen2ForCausalLM", "Qwen2Model"),
     "qwen3": ("Qwen3ForCausalLM", "Qwen3Model"),
     "apertus": ("ApertusForCausalLM", "ApertusModel"),
+    "laguna": ("LagunaForCausalLM", "LagunaModel"),
+    "gpt_oss": ("GptOssForCausalLM", "GptOssModel"),
 }
 HOOKS = {
     "eagle3": "set_eagle3_layers_to_capture",

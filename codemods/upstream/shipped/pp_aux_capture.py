@@ -151,12 +151,19 @@ def pp_aux_collect(
     pp_proxy_tensors: Optional[Any],
     like: torch.Tensor,
     boundaries: bool = False,
+    final: bool = False,
 ) -> Any:
-    """All captures of all stages, in ascending layer order (last stage)."""
+    """All captures of all stages, in ascending layer order (last stage).
+
+    ``final``: the last stage has also captured its output (id ``num_layers``, after
+    its layers); that capture stays last.
+    """
     transport = getattr(model, "pp_aux_transport", None)
     if transport is None or not transport.plan.is_last_stage:
         return aux_hidden_states
-    captures, tail = _local_captures(model, transport, aux_hidden_states, boundaries)
+    captures, tail = _local_captures(
+        model, transport, aux_hidden_states, boundaries, final
+    )
     collected = transport.collect(captures, _tensors_of(pp_proxy_tensors), like=like)
     collected += tail
     if isinstance(aux_hidden_states, list):
@@ -174,13 +181,29 @@ def pp_aux_collect(
 
 
 def _local_captures(
-    model: torch.nn.Module, transport: Any, aux_hidden_states: Any, boundaries: bool
+    model: torch.nn.Module,
+    transport: Any,
+    aux_hidden_states: Any,
+    boundaries: bool,
+    final: bool = False,
 ) -> Tuple[Dict[int, torch.Tensor], List[torch.Tensor]]:
     """This stage's captures by layer id, and the captures past the plan (the stage
-    output, boundary ``num_layers``) that the last stage appends after the others."""
+    output, boundary ``num_layers``) that the last stage appends after the others.
+
+    ``final``: the last stage captures its output after its layers when ``num_layers``
+    is a capture id and the model takes that capture for this batch (some skip it for
+    an empty batch, as a single-stage run does); it is then the one capture too many.
+    """
     tensors = _captured_tensors(aux_hidden_states)
     plan = transport.plan
     tail: List[torch.Tensor] = []
+    if (
+        final
+        and plan.is_last_stage
+        and plan.end_layer in {int(i) for i in model.layers_to_capture}
+        and len(tensors) == len(plan.local_layer_ids) + 1
+    ):
+        tail.append(tensors.pop())
     if boundaries and plan.end_layer in {int(i) for i in model.layers_to_capture}:
         if tensors:
             end_capture = tensors.pop()
