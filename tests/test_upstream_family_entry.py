@@ -121,6 +121,16 @@ REFUSED = {
         "        )",
         "`aux_hidden_states` is filled other than by the layers and the stage-output capture",
     ),
+    "list handed to the layers": (
+        "capture_output=aux_hidden_states.capture\n"
+        "                if i in self.layers_to_capture\n"
+        "                else None,",
+        "captured_last_layer_outputs=aux_hidden_states\n"
+        "                if i in self.layers_to_capture\n"
+        "                else None,",
+        "the layers get the capture list itself "
+        "(`captured_last_layer_outputs=aux_hidden_states`)",
+    ),
     "other loop range": (
         "for i in range(self.start_layer, self.end_layer):",
         "for i in range(self.start_layer, self.first_fused_layer):",

@@ -68,6 +68,7 @@ import libcst.matchers as m
 
 from codemods.upstream.family_repairs import FamilyRewriteError
 from codemods.upstream.family_shapes import (
+    CAPTURE_KWARG,
     NOT_LAST_RANK,
     SELF_IDS,
     ForwardShape,
@@ -171,6 +172,12 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     # else None`` in the call of layer ``i`` in ``for i in range(self.start_layer,
     # self.end_layer)``.
     capture_attr = m.Attribute(value=m.Name(aux_name), attr=m.Name("capture"))
+    handed = m.Name(aux_name) | m.IfExp(body=m.Name(aux_name))
+    if m.findall(fn, m.Arg(keyword=m.Name(CAPTURE_KWARG), value=handed)):
+        return reject(
+            f"the layers get the capture list itself (`{CAPTURE_KWARG}={aux_name}`), "
+            f"not a callback at layer entry"
+        )
     loops = [
         (index, statement)
         for index, statement in enumerate(body)
