@@ -196,6 +196,22 @@ def test_output_captured_after_the_handoff_is_gathered_last(tmp_path):
     ) in text
 
 
+def test_a_flag_gated_list_beside_the_callback_is_accepted(tmp_path):
+    """Layers that also take the list itself when a layer flag is set (a second capture
+    route, unused by the hooks): the callback is the capture point; a capture taken the
+    other way would not match the stage's layers and raise in the gathering."""
+    old = "                capture_output=aux_hidden_states.capture\n"
+    new = (
+        "                captured_last_layer_outputs=aux_hidden_states\n"
+        '                if getattr(self.layers[i], "_is_layer_to_capture", False)\n'
+        "                else None,\n" + old
+    )
+    (tmp_path / "entry_decoder.py").write_text(DECODER.replace(old, new))
+    plan = plan_family(tmp_path)
+    assert plan.decisions["entry_decoder.py"].patched, plan.decisions["entry_decoder.py"]
+    assert "return pp_aux_handoff(" in plan.rewritten()["entry_decoder.py"]
+
+
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_unrecognised_variants_are_reported_and_left_alone(case, tmp_path):
     old, new, reason = REFUSED[case]

@@ -172,12 +172,6 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     # else None`` in the call of layer ``i`` in ``for i in range(self.start_layer,
     # self.end_layer)``.
     capture_attr = m.Attribute(value=m.Name(aux_name), attr=m.Name("capture"))
-    handed = m.Name(aux_name) | m.IfExp(body=m.Name(aux_name))
-    if m.findall(fn, m.Arg(keyword=m.Name(CAPTURE_KWARG), value=handed)):
-        return reject(
-            f"the layers get the capture list itself (`{CAPTURE_KWARG}={aux_name}`), "
-            f"not a callback at layer entry"
-        )
     loops = [
         (index, statement)
         for index, statement in enumerate(body)
@@ -186,6 +180,12 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         )
     ]
     if not loops:
+        handed = m.Name(aux_name) | m.IfExp(body=m.Name(aux_name))
+        if m.findall(fn, m.Arg(keyword=m.Name(CAPTURE_KWARG), value=handed)):
+            return reject(
+                f"the layers get the capture list itself (`{CAPTURE_KWARG}={aux_name}`), "
+                f"not a callback at layer entry"
+            )
         return reject(f"`{aux_name}.capture` is not handed to a layer in a top-level loop")
     loop_index, loop = loops[0]
     if not m.matches(loop, m.For(target=m.Name(), iter=_STACK_RANGE)):
