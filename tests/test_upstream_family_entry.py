@@ -1,6 +1,7 @@
 """The family rewriter on synthetic model files of the layer-entry capture shape
 (``fixtures/upstream/entry/``): decoder stacks that hand ``aux_hidden_states.capture`` to
-the layers they capture at and hand off with ``residual_batch.to_pp``."""
+the layers they capture at (or the list itself to flagged layers, the gathered collector)
+and hand off with ``residual_batch.to_pp``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from codemods.upstream.family import plan_family
-from codemods.upstream.family_entry import ENTRY_DESCRIPTION, ENTRY_HANDOFF, ENTRY_KIND
+from codemods.upstream.family_entry import (
+    ENTRY_DESCRIPTION,
+    ENTRY_HANDOFF,
+    ENTRY_KIND,
+    GATHERED_DESCRIPTION,
+    GATHERED_KIND,
+)
 from codemods.upstream.family_report import markdown_table, survey
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "upstream"
@@ -29,7 +36,9 @@ def plan(tmp_path_factory):
 
 
 def test_fixtures_are_there():
-    assert NAMES == ["entry_decoder.py", "entry_final.py", "entry_gated.py"]
+    assert NAMES == [
+        "entry_decoder.py", "entry_final.py", "entry_gated.py", "entry_gathered.py"
+    ]
 
 
 def test_rewritten_files_match_expected(plan):
@@ -43,7 +52,8 @@ def test_decisions_name_the_shape(plan):
     for name in NAMES:
         decision = plan.decisions[name]
         assert decision.patched, decision.reason
-        assert decision.capture_kinds == (ENTRY_KIND,)
+        kind = GATHERED_KIND if name == "entry_gathered.py" else ENTRY_KIND
+        assert decision.capture_kinds == (kind,)
     assert plan.decisions["entry_decoder.py"].cases == (
         ("TinyForCausalLM", "TinyStack", ("set_eagle3_layers_to_capture",)),
     )
@@ -110,6 +120,8 @@ def test_survey_and_table_describe_the_shape(plan):
     table = markdown_table(plan)
     row = next(line for line in table.splitlines() if "entry_gated.py" in line)
     assert ENTRY_DESCRIPTION in row and "| yes (" in row
+    row = next(line for line in table.splitlines() if "entry_gathered.py" in line)
+    assert GATHERED_DESCRIPTION in row and "| yes (" in row
 
 
 #: Variants of ``entry_decoder.py`` the rewriter must refuse, with the reason it gives.

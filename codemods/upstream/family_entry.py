@@ -56,6 +56,14 @@ rebuilds the list a single-stage run returns: same count, order, values and cont
 the stage's layers raises on the stage that sees it, naming the layers.  The hooks are
 rewritten as for the rest of the family (``family_rewrite.rewrite_setter``).
 
+Two variants are covered as well: a last stage that also captures its own output (id
+``num_layers``: ``final_norm(..., capture=aux.capture if self.end_layer in
+self.layers_to_capture else None)``), gathered after that capture and kept last
+(``final=True``); and the gathered collector (kind :data:`GATHERED_KIND`), whose stack
+hands the list itself to the layers a setter flagged (``captured_last_layer_outputs=aux
+if getattr(layer, "_is_layer_to_capture", False) else None``), the loop possibly inside a
+branch; the layer captures its input at entry all the same.
+
 The gathering goes right before the first statement after the handoff that reads the
 captures, after the final norm, so that ``hidden_states`` is a plain ``[tokens, hidden]``
 tensor there (before the norm it may be a handle the residual stream still owes a sum).
@@ -69,6 +77,8 @@ import libcst.matchers as m
 from codemods.upstream.family_repairs import FamilyRewriteError
 from codemods.upstream.family_shapes import (
     CAPTURE_KWARG,
+    IDS_ATTR,
+    LAYER_FLAG,
     NOT_LAST_RANK,
     SELF_IDS,
     ForwardShape,
@@ -80,6 +90,19 @@ from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, re
 ENTRY_KIND = "entry-callback"
 #: How the kind is described in tables.
 ENTRY_DESCRIPTION = "callback at layer entry (`capture_output=aux_hidden_states.capture`)"
+#: The same forwards with the gathered collector: flagged layers get the list itself.
+GATHERED_KIND = "entry-gathered"
+GATHERED_DESCRIPTION = (
+    "list handed to flagged layers at entry (`captured_last_layer_outputs=`, "
+    "layer flag `_is_layer_to_capture`)"
+)
+#: Every kind this module rewrites.
+KINDS = (ENTRY_KIND, GATHERED_KIND)
+
+
+def is_entry_shape(capture_kinds: tuple[str, ...]) -> bool:
+    """Whether a forward of these capture kinds is rewritten by this module."""
+    return any(kind in KINDS for kind in capture_kinds)
 #: The capture list the forward creates, and the keyword the layers take the callback by.
 LIST_CLASS = "AuxHiddenStateList"
 CAPTURE_KEYWORD = "capture_output"
@@ -172,6 +195,8 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     # else None`` in the call of layer ``i`` in ``for i in range(self.start_layer,
     # self.end_layer)``.
     capture_attr = m.Attribute(value=m.Name(aux_name), attr=m.Name("capture"))
+    handed = m.Name(aux_name) | m.IfExp(body=m.Name(aux_name))
+    list_arg = m.Arg(keyword=m.Name(CAPTURE_KWARG), value=handed)
     loops = [
         (index, statement)
         for index, statement in enumerate(body)
@@ -179,15 +204,40 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             statement, capture_attr
         )
     ]
-    if not loops:
-        handed = m.Name(aux_name) | m.IfExp(body=m.Name(aux_name))
-        if m.findall(fn, m.Arg(keyword=m.Name(CAPTURE_KWARG), value=handed)):
+    if loops:
+        kind = ENTRY_KIND
+        loop_index, loop = loops[0]
+        loop_statement = loop
+    else:
+        # The gathered collector: flagged layers get the list itself and capture into it
+        # at entry (``prepare(capture_gathered=...)``); the loop may sit in a branch.
+        holders = [
+            (index, statement)
+            for index, statement in enumerate(body)
+            if index > list_index and m.findall(statement, list_arg)
+        ]
+        if not holders:
+            return reject(f"`{aux_name}.capture` is not handed to a layer in a top-level loop")
+        inner = [
+            node for node in m.findall(holders[0][1], m.For()) if m.findall(node, list_arg)
+        ]
+        flagged = m.Arg(
+            keyword=m.Name(CAPTURE_KWARG),
+            value=m.IfExp(body=m.Name(aux_name), test=_FLAG_TEST, orelse=m.Name("None")),
+        )
+        if (
+            len(holders) != 1
+            or len(inner) != 1
+            or len(m.findall(fn, list_arg)) != 1
+            or len(m.findall(inner[0], flagged)) != 1
+        ):
             return reject(
-                f"the layers get the capture list itself (`{CAPTURE_KWARG}={aux_name}`), "
-                f"not a callback at layer entry"
+                f"the layers get the capture list itself (`{CAPTURE_KWARG}={aux_name}`) "
+                f"other than once, under the layer flag `{LAYER_FLAG}`, in one layer loop"
             )
-        return reject(f"`{aux_name}.capture` is not handed to a layer in a top-level loop")
-    loop_index, loop = loops[0]
+        kind = GATHERED_KIND
+        loop_index, loop_statement = holders[0]
+        loop = inner[0]
     if not m.matches(loop, m.For(target=m.Name(), iter=_STACK_RANGE)):
         return reject(
             "the capturing loop is not `for i in range(self.start_layer, self.end_layer)`"
@@ -204,11 +254,15 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             orelse=m.Name("None"),
         ),
     )
-    if len(m.findall(loop, keyword)) != 1 or len(m.findall(loop, capture_attr)) != 1:
+    if kind == ENTRY_KIND and (
+        len(m.findall(loop, keyword)) != 1 or len(m.findall(loop, capture_attr)) != 1
+    ):
         return reject(
             f"no `{CAPTURE_KEYWORD}={aux_name}.capture if {loop_var} in "
             f"self.layers_to_capture else None` in the layer call"
         )
+    #: Captures and id reads of the layer loop (none for the gathered collector).
+    loop_uses = 1 if kind == ENTRY_KIND else 0
     if not m.findall(
         loop, m.Assign(targets=[m.AssignTarget(m.Name(HIDDEN))], value=m.Call())
     ):
@@ -223,7 +277,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     if handoff < loop_index:
         return reject("the PP handoff comes before the layer loop")
     for statement in body[list_index + 1 : handoff]:
-        if statement is not loop and _mentions(statement, aux_name):
+        if statement is not loop_statement and _mentions(statement, aux_name):
             return reject(f"`{aux_name}` is used between the layer loop and the PP handoff")
     handoff_if: cst.If = body[handoff]
     if _mentions(handoff_if.body, aux_name) or _mentions(handoff_if.test, aux_name):
@@ -245,7 +299,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         return reject("the stage output is captured both inside and after the last-rank block")
     aux_attrs = m.findall(fn, m.Attribute(value=m.Name(aux_name), attr=m.Name()))
     final_attrs = [a for s in finals for a in m.findall(s, m.Attribute(value=m.Name(aux_name)))]
-    if len(aux_attrs) != 1 + len(final_attrs) or any(
+    if len(aux_attrs) != loop_uses + len(final_attrs) or any(
         a.attr.value not in ("capture", "append") for a in final_attrs
     ):
         return reject(
@@ -254,10 +308,10 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     ids_reads = m.findall(fn, SELF_IDS)
     ids_attrs = sorted({node.attr.value for node in ids_reads})
     end_tests = sum(len(m.findall(s, _END_TEST)) for s in finals)
-    if len(ids_attrs) != 1 or len(ids_reads) != 1 + end_tests:
+    if len(ids_attrs) > 1 or len(ids_reads) != loop_uses + end_tests:
         return reject(
             "reads capture ids outside the layer call and the stage-output capture "
-            f"(`self.{ids_attrs[0]}` {len(ids_reads)} times)"
+            f"(`self.{ids_attrs[0] if ids_attrs else IDS_ATTR}` {len(ids_reads)} times)"
         )
 
     # Where the last stage gathers: before the first statement that reads the captures
@@ -283,15 +337,21 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         class_name,
         line,
         aux_name=aux_name,
-        capture_kinds=(ENTRY_KIND,),
+        capture_kinds=(kind,),
         proxy_arg=ENTRY_PROXY_ARG,
         proxy_param=proxy_param,
         collect_before=collect_before,
-        ids_attr=ids_attrs[0],
+        ids_attr=ids_attrs[0] if ids_attrs else IDS_ATTR,
         collect_in_else=collect_in_else,
         final_capture=bool(finals),
     )
 
+
+#: ``getattr(layer, "_is_layer_to_capture", False)`` or ``layer._is_layer_to_capture``.
+_FLAG_TEST = m.Call(
+    func=m.Name("getattr"),
+    args=[m.Arg(), m.Arg(m.SimpleString(f'"{LAYER_FLAG}"')), m.Arg(m.Name("False"))],
+) | m.Attribute(attr=m.Name(LAYER_FLAG))
 
 #: ``self.end_layer in self.<ids>``: the last stage captures its output.
 _END_TEST = m.Comparison(

@@ -16,6 +16,8 @@ from codemods.upstream.family_entry import (
     ENTRY_HANDOFF,
     ENTRY_KIND,
     ENTRY_PROXY_ARG,
+    GATHERED_DESCRIPTION,
+    GATHERED_KIND,
 )
 
 #: How each capture kind is described in tables.
@@ -26,6 +28,7 @@ CAPTURE_KINDS = {
     "layer-flag": "layer flag `_is_layer_to_capture`",
     "boundaries": "layer boundaries (`start_layer`, then `i + 1` after layer `i`)",
     ENTRY_KIND: ENTRY_DESCRIPTION,
+    GATHERED_KIND: GATHERED_DESCRIPTION,
 }
 
 

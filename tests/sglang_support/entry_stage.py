@@ -6,8 +6,10 @@ through a callback at layer entry (``capture_output=aux_hidden_states.capture``)
 ``qwen2``, ``qwen3``, ...) from whatever SGLang tree is first on ``sys.path`` (a patched
 copy or the release as is), builds the stage's decoder stack and causal-LM instance without
 running their constructors (``stages.bare``), with :class:`StampEntryLayer` stand-ins for
-the decoder layers, and calls the file's real capture hook (``spec["hook"]``:
-``set_eagle3_layers_to_capture`` or ``set_dflash_layers_to_capture``) with
+the decoder layers (which capture at entry through the callback or, for the gathered
+collector, into the list handed to flagged layers), and calls the file's real capture
+hook (``spec["hook"]``: ``set_eagle3_layers_to_capture`` or
+``set_dflash_layers_to_capture``) with
 ``spec["layer_ids"]`` (``None``: the hook's default layers).  Layer ranges come from
 SGLang's own ``get_pp_indices``.
 
@@ -50,6 +52,7 @@ CLASSES = {
     "apertus": ("ApertusForCausalLM", "ApertusModel"),
     "laguna": ("LagunaForCausalLM", "LagunaModel"),
     "gpt_oss": ("GptOssForCausalLM", "GptOssModel"),
+    "qwen3_moe": ("Qwen3MoeForCausalLM", "Qwen3MoeModel"),
 }
 HOOKS = {
     "eagle3": "set_eagle3_layers_to_capture",
@@ -83,9 +86,11 @@ class StampEntryLayer(nn.Module):
         self.attn_boundary = _EntryBoundary()
 
     def forward(self, positions=None, hidden_states=None, forward_batch=None,
-                capture_output=None, **kwargs):
+                capture_output=None, captured_last_layer_outputs=None, **kwargs):
         if capture_output is not None:
             capture_output(hidden_states)
+        if captured_last_layer_outputs is not None:  # the gathered collector
+            captured_last_layer_outputs.capture(hidden_states)
         stamp = (self.layer_id + 1) + 100.0 * microbatch_of(forward_batch)
         return hidden_states * 0.5 + stamp
 
@@ -107,7 +112,8 @@ class EntryStage:
             self.transport.flush()
 
     def forward(self, mb: int, hidden_in: torch.Tensor | None, proxy: dict | None):
-        forward_batch = SimpleNamespace(microbatch=mb, residual_stream=None)
+        forward_batch = SimpleNamespace(microbatch=mb, residual_stream=None,
+                                        can_run_tbo=False)
         if self.group.is_first_rank:
             assert hidden_in is not None
             tokens = hidden_in.shape[0]
