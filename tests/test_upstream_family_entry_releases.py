@@ -107,7 +107,8 @@ def test_patch_applies_and_rewrites_the_layer_entry_forwards(patched):
         assert decision.capture_kinds == (kind,)
         assert decision.final_capture == (name in OUTPUT_CAPTURE)
     for name in models:
-        rel = f"sglang/srt/models/{name}.py"
+        # The decoder-stack forward may live in another file (qwen3_moe -> qwen2_moe).
+        rel = f"sglang/srt/models/{result.family.decisions[f'{name}.py'].forward.file}"
         text = (copy / rel).read_text()
         assert "return pp_aux_handoff(" in text and "pp_aux_collect(" in text
         assert "residual_batch.to_pp(hidden_states, forward_batch)" in text
