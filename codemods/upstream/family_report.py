@@ -11,6 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from codemods.upstream.family import FamilyPlan
+from codemods.upstream.family_entry import (
+    ENTRY_DESCRIPTION,
+    ENTRY_HANDOFF,
+    ENTRY_KIND,
+    ENTRY_PROXY_ARG,
+    GATHERED_DESCRIPTION,
+    GATHERED_KIND,
+)
 
 #: How each capture kind is described in tables.
 CAPTURE_KINDS = {
@@ -19,6 +27,8 @@ CAPTURE_KINDS = {
     "layer-kwarg": "handed to the layer (`captured_last_layer_outputs`)",
     "layer-flag": "layer flag `_is_layer_to_capture`",
     "boundaries": "layer boundaries (`start_layer`, then `i + 1` after layer `i`)",
+    ENTRY_KIND: ENTRY_DESCRIPTION,
+    GATHERED_KIND: GATHERED_DESCRIPTION,
 }
 
 
@@ -37,11 +47,7 @@ def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
                 "capture_kinds": list(decision.capture_kinds),
                 "other_fixes": list(decision.fixes),
                 "stale_comments": list(decision.stale_comments),
-                "handoff": (
-                    f"PPProxyTensors({'{...}' if decision.proxy_arg == 'dict' else 'name'})"
-                    if decision.proxy_arg
-                    else None
-                ),
+                "handoff": _handoff(decision.proxy_arg),
                 "last_stage_captures_output": decision.final_capture,
                 "cases": [
                     {"class": outer, "stack": stack, "hooks": list(hooks)}
@@ -50,6 +56,16 @@ def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
             }
         )
     return records
+
+
+def _handoff(proxy_arg: str | None) -> str | None:
+    """How the forward hands its stage output on: ``PPProxyTensors({...})`` (a dict
+    literal), ``PPProxyTensors(name)`` or ``residual_batch.to_pp(...)``."""
+    if proxy_arg is None:
+        return None
+    if proxy_arg == ENTRY_PROXY_ARG:
+        return ENTRY_HANDOFF
+    return f"PPProxyTensors({'{...}' if proxy_arg == 'dict' else 'name'})"
 
 
 def _hook_names(qualified: tuple[str, ...]) -> str:

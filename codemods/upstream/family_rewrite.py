@@ -96,6 +96,9 @@ from dataclasses import replace
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.family_entry import HANDOFF as ENTRY_HANDOFF
+from codemods.upstream.family_entry import is_entry_shape
+from codemods.upstream.family_entry import rewrite_forward as rewrite_entry_forward
 from codemods.upstream.family_repairs import (
     FamilyRewriteError,
     StackSetter,
@@ -158,8 +161,11 @@ def rewrite_module(
     names = []
     if setters:
         names.append(ATTACH)
-    if forwards:
+    if any(not is_entry_shape(f.capture_kinds) for f in forwards):
         names.extend([COLLECT, OUTGOING])
+    if any(is_entry_shape(f.capture_kinds) for f in forwards):
+        names.extend([COLLECT, ENTRY_HANDOFF])
+    names = list(dict.fromkeys(names))
     return add_from_import(updated, GLUE_MODULE, names) if names else updated
 
 
@@ -230,6 +236,8 @@ class _FamilyTransformer(cst.CSTTransformer):
         forward = self.forwards.get(class_name)
         if forward is not None and original.name.value == "forward":
             self.done.add(f"{class_name}.forward")
+            if is_entry_shape(forward.capture_kinds):
+                return rewrite_entry_forward(updated, forward)
             return rewrite_forward(updated, forward)
         return updated
 

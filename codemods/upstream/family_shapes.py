@@ -491,6 +491,10 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
     def reject(problem: str, **known) -> ForwardShape:
         return ForwardShape(class_name, line, problem=problem, **known)
 
+    from codemods.upstream import family_entry  # imports this module
+
+    if family_entry.is_entry_forward(fn):
+        return family_entry.analyse_forward(class_name, fn, line)
     if not isinstance(fn.body, cst.IndentedBlock):
         return reject("forward has no block body")
     body = list(fn.body.body)

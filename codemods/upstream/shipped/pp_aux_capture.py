@@ -8,12 +8,14 @@ stages travel to the last stage (in the PP handoff by default, or point-to-point
 ``SGLANG_PP_AUX_TRANSPORT=direct``), and the last stage returns all of them in the
 order a single-stage run returns them (ascending layer id).
 
-Model code calls three functions:
+Model code calls these functions:
 
 * ``attach_pp_aux_transport(model, pp_group)`` at the end of a
   ``set_*_layers_to_capture`` hook, on every rank;
 * ``pp_aux_outgoing(model, aux_hidden_states, pp_proxy_tensors)`` on non-last stages,
   merged into the ``PPProxyTensors`` handed to the next stage;
+* or ``pp_aux_handoff(model, handoff, aux_hidden_states, pp_proxy_tensors)``, which adds
+  them to a ``PPProxyTensors`` built by ``residual_batch.to_pp``;
 * ``pp_aux_collect(model, aux_hidden_states, pp_proxy_tensors, like)`` on the last
   stage, which returns the full set of captures.
 
@@ -125,22 +127,49 @@ def pp_aux_outgoing(
     return transport.outgoing(captures, _tensors_of(pp_proxy_tensors))
 
 
+def pp_aux_handoff(
+    model: torch.nn.Module,
+    handoff: Any,
+    aux_hidden_states: Any,
+    pp_proxy_tensors: Optional[Any],
+) -> Any:
+    """``handoff`` (the ``PPProxyTensors`` for the next stage) with this stage's aux
+    entries added, for forwards that build it with ``residual_batch.to_pp``."""
+    outgoing = pp_aux_outgoing(model, aux_hidden_states, pp_proxy_tensors)
+    if outgoing:
+        tensors = _tensors_of(handoff)
+        clash = sorted(set(tensors) & set(outgoing))
+        if clash:
+            raise RuntimeError(f"PP handoff already holds the aux entries {clash}.")
+        tensors.update(outgoing)
+    return handoff
+
+
 def pp_aux_collect(
     model: torch.nn.Module,
     aux_hidden_states: Any,
     pp_proxy_tensors: Optional[Any],
     like: torch.Tensor,
     boundaries: bool = False,
+    final: bool = False,
 ) -> Any:
-    """All captures of all stages, in ascending layer order (last stage)."""
+    """All captures of all stages, in ascending layer order (last stage).
+
+    ``final``: the last stage has also captured its output (id ``num_layers``, after
+    its layers); that capture stays last.
+    """
     transport = getattr(model, "pp_aux_transport", None)
     if transport is None or not transport.plan.is_last_stage:
         return aux_hidden_states
-    captures, tail = _local_captures(model, transport, aux_hidden_states, boundaries)
+    captures, tail = _local_captures(
+        model, transport, aux_hidden_states, boundaries, final
+    )
     collected = transport.collect(captures, _tensors_of(pp_proxy_tensors), like=like)
     collected += tail
     if isinstance(aux_hidden_states, list):
-        return collected
+        # The container the forward made (a list, or a subclass such as
+        # AuxHiddenStateList), as a single-stage run returns it.
+        return type(aux_hidden_states)(collected)
     # An append-compatible accumulator (e.g. AuxHiddenStatePacker): hand back one of
     # the same kind holding every capture.
     # Same capacity as the forward gave it: a last-rank capture may still follow.
@@ -152,13 +181,29 @@ def pp_aux_collect(
 
 
 def _local_captures(
-    model: torch.nn.Module, transport: Any, aux_hidden_states: Any, boundaries: bool
+    model: torch.nn.Module,
+    transport: Any,
+    aux_hidden_states: Any,
+    boundaries: bool,
+    final: bool = False,
 ) -> Tuple[Dict[int, torch.Tensor], List[torch.Tensor]]:
     """This stage's captures by layer id, and the captures past the plan (the stage
-    output, boundary ``num_layers``) that the last stage appends after the others."""
+    output, boundary ``num_layers``) that the last stage appends after the others.
+
+    ``final``: the last stage captures its output after its layers when ``num_layers``
+    is a capture id and the model takes that capture for this batch (some skip it for
+    an empty batch, as a single-stage run does); it is then the one capture too many.
+    """
     tensors = _captured_tensors(aux_hidden_states)
     plan = transport.plan
     tail: List[torch.Tensor] = []
+    if (
+        final
+        and plan.is_last_stage
+        and plan.end_layer in {int(i) for i in model.layers_to_capture}
+        and len(tensors) == len(plan.local_layer_ids) + 1
+    ):
+        tail.append(tensors.pop())
     if boundaries and plan.end_layer in {int(i) for i in model.layers_to_capture}:
         if tensors:
             end_capture = tensors.pop()

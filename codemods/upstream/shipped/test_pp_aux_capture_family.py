@@ -49,15 +49,29 @@ OP_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_OP_TIMEOUT", "300"))
 # ------------------------------------------------------------------ stand-ins
 
 
+class StandInBoundary:
+    """``layer.attn_boundary`` of stacks that restore the residual stream from the PP
+    handoff (``layers[start].attn_boundary.from_pp``): the stand-in layers keep no
+    separate residual, so the stream starts afresh from the hidden states sent."""
+
+    def from_pp(self, tensors, forward_batch, **kwargs):
+        from sglang.srt.layers.layer_boundary.residual import batch as residual_batch
+
+        residual_batch.start(forward_batch)
+        return tensors["hidden_states"]
+
+
 class StandInLayer(nn.Module):
     """A decoder layer with SGLang's calling convention and deterministic math."""
 
-    def __init__(self, layer_id: int, returns: int) -> None:
+    def __init__(self, layer_id: int, returns: int, entry: bool = False) -> None:
         super().__init__()
         generator = torch.Generator().manual_seed(1000 + layer_id)
         weight = torch.randn(HIDDEN_SIZE, HIDDEN_SIZE, generator=generator)
         self.weight = nn.Parameter(weight / HIDDEN_SIZE**0.5, requires_grad=False)
         self.returns = returns
+        self.attn_boundary = StandInBoundary()
+        self.entry = entry
 
     def forward(
         self,
@@ -69,6 +83,14 @@ class StandInLayer(nn.Module):
         captured_last_layer_outputs=None,
         **kwargs,
     ):
+        if self.entry or "capture_output" in kwargs:
+            # Layers of stacks that keep the residual stream in forward_batch: the input
+            # is captured as a whole at entry, through the callback or into the list.
+            if kwargs.get("capture_output") is not None:
+                kwargs["capture_output"](hidden_states)
+            if captured_last_layer_outputs is not None:
+                captured_last_layer_outputs.capture(hidden_states)
+            return torch.tanh(hidden_states @ self.weight)
         residual = hidden_states if residual is None else hidden_states + residual
         if captured_last_layer_outputs is not None:
             captured_last_layer_outputs.append(residual)
@@ -136,6 +158,7 @@ def _forward_batch(tokens: int):
         return_hidden_states_before_norm=False,
         batch_size=1,
         seq_lens=torch.tensor([tokens]),
+        residual_stream=None,
         extend_seq_lens=torch.tensor([tokens]),
     )
 
@@ -158,6 +181,7 @@ STACK_ATTRIBUTES = {
         flashinfer_mnnvl_cutedsl_fusion=None, hidden_size=HIDDEN_SIZE
     ),
     "BailingMoELinearModel": dict(capture_aux_hidden_states=False),
+    "MiniMaxM3Model": dict(finalize_norm=None),
     "Qwen3LLMModel": dict(
         use_hf_deepstack_order=False,
         deepstack_embed_to_decoder_layer=range(0),
@@ -211,6 +235,7 @@ def _set_pp_group(group: StandInPPGroup) -> None:
 def build_model(case, pp_rank: int, pp_size: int, group):
     """The causal-LM object of ``case`` for one PP stage, with stand-in layers."""
     import importlib
+    import inspect
 
     from sglang.srt.distributed import get_pp_indices
     from sglang.srt.layers.utils import PPMissingLayer
@@ -246,8 +271,11 @@ def build_model(case, pp_rank: int, pp_size: int, group):
         inner._start_layer, inner._end_layer = start, end
     else:
         inner.start_layer, inner.end_layer = start, end
+    # Stacks that hand off with residual_batch keep the residual stream out of the
+    # layers' return value.
+    entry = "residual_batch." in inspect.getsource(inner_cls.forward)
     inner.layers = nn.ModuleList(
-        StandInLayer(i, returns) if start <= i < end else PPMissingLayer()
+        StandInLayer(i, returns, entry) if start <= i < end else PPMissingLayer()
         for i in range(NUM_LAYERS)
     )
     inner.layers_to_capture = []

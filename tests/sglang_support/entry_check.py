@@ -1,0 +1,98 @@
+"""Command run in a subprocess under ``env.sglang_env``: drive causal-LM stages of the
+callback-at-layer-entry models (``entry_stage.py``) of the SGLang tree on ``PYTHONPATH``
+as real pipeline stages (``drive.drive``: forked processes, gloo) and report, as one JSON
+line on stdout, how each run compares with the PP=1 run of the same module.
+
+    python -m sglang_support.entry_check '{"num_layers": 9, "hidden_size": 4,
+        "tokens": [3, 0, 2], "runs": [{"model": "llama", "hook": "eagle3",
+        "layer_ids": [7, 0, 4], "pp": 3, "mode": "relay"}]}'
+
+Per run: ``ok`` (every aux state and the final hidden states equal with ``torch.equal``,
+and the same container type as PP=1), ``error`` (a stage raised: the exception texts),
+``aux_counts`` per microbatch, ``expected_counts`` and the container types.  A run with
+``"drop_aux": true`` removes the aux entries from every handoff between stages, to show
+what the last stage does when they are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import torch
+
+#: The handoff key prefix of the PP aux transport (``pp_aux_transport.AUX_KEY_PREFIX``).
+AUX_KEY_PREFIX = "aux_hidden_states_"
+MODE_ENV = "SGLANG_PP_AUX_TRANSPORT"
+
+
+def _dropping_factory(spec, pp_rank, pp_size, transport_kwargs):
+    from sglang_support.entry_stage import entry_stage_factory
+
+    stage = entry_stage_factory(spec, pp_rank, pp_size, transport_kwargs)
+    forward = stage.forward
+
+    def without_aux(mb, hidden_in, proxy):
+        out = forward(mb, hidden_in, proxy)
+        if isinstance(out, dict):
+            return {k: v for k, v in out.items() if not k.startswith(AUX_KEY_PREFIX)}
+        return out
+
+    stage.forward = without_aux
+    return stage
+
+
+def main(argv: list[str]) -> int:
+    config = json.loads(argv[0])
+    torch.set_num_threads(1)
+    started = time.time()
+    import importlib
+
+    models = sorted({run["model"] for run in config["runs"]})
+    for name in models:  # warm imports before forking
+        importlib.import_module(f"sglang.srt.models.{name}")
+    from sglang_support.drive import drive, same_outputs
+    from sglang_support.entry_stage import entry_stage_factory
+    from sglang_support.stages import run_chain
+
+    tokens = list(config["tokens"])
+    report = {"import_s": round(time.time() - started, 2), "runs": []}
+    for run in config["runs"]:
+        spec = {
+            "model": run["model"],
+            "hook": run["hook"],
+            "layer_ids": run["layer_ids"],
+            "num_layers": config["num_layers"],
+            "hidden_size": config["hidden_size"],
+        }
+        reference = run_chain([entry_stage_factory(spec, 0, 1, {})], tokens,
+                              spec["hidden_size"])
+        os.environ[MODE_ENV] = run.get("mode", "relay")
+        factory = _dropping_factory if run.get("drop_aux") else entry_stage_factory
+        t0 = time.time()
+        result = drive(factory, spec, int(run["pp"]), tokens,
+                       timeout=float(config.get("timeout", 120)))
+        entry = dict(run)
+        entry.update(
+            seconds=round(time.time() - t0, 2),
+            expected_counts=[len(aux) for _, aux in reference],
+            expected_types=[type(aux).__name__ for _, aux in reference],
+        )
+        if result.ok:
+            same, detail = same_outputs(result.outputs, reference)
+            types = [type(aux).__name__ for _, aux in result.outputs]
+            if same and types != entry["expected_types"]:
+                same, detail = False, f"containers {types}"
+            entry.update(ok=same, detail=detail, error=None, types=types,
+                         aux_counts=[len(aux) for _, aux in result.outputs])
+        else:
+            entry.update(ok=False, error=result.errors(), aux_counts=None)
+        report["runs"].append(entry)
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,184 @@
+"""Pipeline stages of real SGLang 0.5.22+ causal-LM classes whose decoder stack captures
+through a callback at layer entry (``capture_output=aux_hidden_states.capture``).
+
+``entry_stage_factory(spec, pp_rank, pp_size, transport_kwargs)`` is a stage factory for
+``drive.drive``: it imports the model module named by ``spec["model"]`` (``llama``,
+``qwen2``, ``qwen3``, ...) from whatever SGLang tree is first on ``sys.path`` (a patched
+copy or the release as is), builds the stage's decoder stack and causal-LM instance without
+running their constructors (``stages.bare``), with :class:`StampEntryLayer` stand-ins for
+the decoder layers (which capture at entry through the callback or, for the gathered
+collector, into the list handed to flagged layers), and calls the file's real capture
+hook (``spec["hook"]``: ``set_eagle3_layers_to_capture`` or
+``set_dflash_layers_to_capture``) with
+``spec["layer_ids"]`` (``None``: the hook's default layers).  Layer ranges come from
+SGLang's own ``get_pp_indices``.
+
+What runs is the release's (or the patched) code: the causal-LM ``forward``, the stack
+``forward`` with its ``AuxHiddenStateList``, SGLang's ``residual_batch.start`` /
+``to_pp`` / ``final_norm`` and ``PPProxyTensors``.  Only the layers, the final norm, the
+embedding and the logits processor are stand-ins.
+
+The stage's ``forward(mb, hidden_in, proxy)`` returns the handoff dict on non-last stages
+and ``(hidden_states, aux)`` on the last, where ``aux`` is the container the model handed
+the logits processor (``[]`` when it handed none).
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch import nn
+
+from sglang_support.stages import (
+    FakePPGroup,
+    NullExpertRecorder,
+    RecordingLogitsProcessor,
+    StandInEmbedding,
+    StandInNorm,
+    bare,
+    microbatch_of,
+    patch_globals,
+    stage_layers,
+)
+
+#: model file stem -> (causal-LM class, decoder-stack class) of that file.
+CLASSES = {
+    "llama": ("LlamaForCausalLM", "LlamaModel"),
+    "qwen2": ("Qwen2ForCausalLM", "Qwen2Model"),
+    "qwen3": ("Qwen3ForCausalLM", "Qwen3Model"),
+    "apertus": ("ApertusForCausalLM", "ApertusModel"),
+    "laguna": ("LagunaForCausalLM", "LagunaModel"),
+    "gpt_oss": ("GptOssForCausalLM", "GptOssModel"),
+    "qwen3_moe": ("Qwen3MoeForCausalLM", "Qwen3MoeModel"),
+}
+HOOKS = {
+    "eagle3": "set_eagle3_layers_to_capture",
+    "dflash": "set_dflash_layers_to_capture",
+}
+
+
+class _EntryBoundary:
+    """The ``attn_boundary`` of a layer: ``from_pp`` restores the residual stream the way
+    SGLang's does for a handoff without a separate residual (fresh stream, the hidden
+    states as sent)."""
+
+    def from_pp(self, tensors: Any, forward_batch: Any, **kwargs: Any) -> torch.Tensor:
+        from sglang.srt.layers.layer_boundary.residual import batch as residual_batch
+
+        residual_batch.start(forward_batch)
+        return tensors["hidden_states"]
+
+
+class StampEntryLayer(nn.Module):
+    """``h -> h * 0.5 + stamp``; hands its input to ``capture_output`` at entry, as
+    SGLang's 0.5.22+ decoder layers do (``attn_boundary.prepare(..., capture=...)``).
+
+    The stamp holds the layer id and the microbatch, so a capture taken at the wrong
+    layer, in the wrong order or from another microbatch differs exactly.
+    """
+
+    def __init__(self, layer_id: int) -> None:
+        super().__init__()
+        self.layer_id = layer_id
+        self.attn_boundary = _EntryBoundary()
+
+    def forward(self, positions=None, hidden_states=None, forward_batch=None,
+                capture_output=None, captured_last_layer_outputs=None, **kwargs):
+        if capture_output is not None:
+            capture_output(hidden_states)
+        if captured_last_layer_outputs is not None:  # the gathered collector
+            captured_last_layer_outputs.capture(hidden_states)
+        stamp = (self.layer_id + 1) + 100.0 * microbatch_of(forward_batch)
+        return hidden_states * 0.5 + stamp
+
+
+class EntryStage:
+    """One pipeline stage around a real causal-LM instance."""
+
+    def __init__(self, lm: Any, proxy_cls: type, group: FakePPGroup) -> None:
+        self.lm = lm
+        self.proxy_cls = proxy_cls
+        self.group = group
+
+    @property
+    def transport(self) -> Any:
+        return getattr(self.lm.model, "pp_aux_transport", None)
+
+    def flush(self) -> None:
+        if self.transport is not None:
+            self.transport.flush()
+
+    def forward(self, mb: int, hidden_in: torch.Tensor | None, proxy: dict | None):
+        forward_batch = SimpleNamespace(microbatch=mb, residual_stream=None,
+                                        can_run_tbo=False)
+        if self.group.is_first_rank:
+            assert hidden_in is not None
+            tokens = hidden_in.shape[0]
+            pp_proxy = None
+        else:
+            assert proxy is not None
+            tokens = proxy["hidden_states"].shape[0]
+            pp_proxy = self.proxy_cls(dict(proxy))
+        out = self.lm.forward(
+            None,
+            torch.arange(tokens),
+            forward_batch,
+            hidden_in if self.group.is_first_rank else None,
+            pp_proxy_tensors=pp_proxy,
+        )
+        if not self.group.is_last_rank:
+            # 0.5.21's to_pp also sends ``"residual": None`` when the stream holds no
+            # separate residual (the stand-in layers keep none): nothing to transfer.
+            return {key: value for key, value in out.tensors.items() if value is not None}
+        aux = out.aux_hidden_states
+        return out.hidden_states, aux if aux is not None else []
+
+
+def entry_stage_factory(spec: dict, pp_rank: int, pp_size: int,
+                        transport_kwargs: dict | None = None) -> EntryStage:
+    from sglang.srt.distributed.utils import get_pp_indices
+    from sglang.srt.layers.utils import PPMissingLayer
+    from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
+
+    name = spec["model"]
+    module = importlib.import_module(f"sglang.srt.models.{name}")
+    lm_name, stack_name = CLASSES[name]
+    num_layers = int(spec["num_layers"])
+    hidden_size = int(spec["hidden_size"])
+    group = FakePPGroup.for_transport(pp_rank, pp_size, dict(transport_kwargs or {}))
+    patch_globals(module, get_global_expert_distribution_recorder=NullExpertRecorder)
+    config = SimpleNamespace(
+        num_hidden_layers=num_layers,
+        hidden_size=hidden_size,
+        vocab_size=32,
+        pad_token_id=0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+    )
+    start, end = get_pp_indices(num_layers, pp_rank, pp_size)
+    model = bare(getattr(module, stack_name))
+    model.config = config
+    model.padding_idx = config.pad_token_id
+    model.vocab_size = config.vocab_size
+    model.pp_group = group
+    model.embed_tokens = (
+        StandInEmbedding(hidden_size) if group.is_first_rank else PPMissingLayer()
+    )
+    model.layers = stage_layers(num_layers, start, end, PPMissingLayer, StampEntryLayer)
+    model.start_layer, model.end_layer = start, end
+    model.norm = StandInNorm() if group.is_last_rank else PPMissingLayer(return_tuple=True)
+    model.layers_to_capture = []
+
+    lm = bare(getattr(module, lm_name))
+    lm.config = config
+    lm.quant_config = None
+    lm.pp_group = group
+    lm.model = model
+    lm.lm_head = nn.Identity() if group.is_last_rank else PPMissingLayer()
+    lm.logits_processor = RecordingLogitsProcessor()
+    lm.capture_aux_hidden_states = False
+    getattr(lm, HOOKS[spec["hook"]])(spec["layer_ids"])
+    return EntryStage(lm, PPProxyTensors, group)

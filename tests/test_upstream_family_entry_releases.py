@@ -1,0 +1,185 @@
+"""The family patch on the SGLang releases whose decoder stacks capture through a callback
+at layer entry (0.5.22 and 0.5.23: llama, qwen3, laguna, gpt_oss, ...; 0.5.21: qwen3,
+laguna, gpt_oss).
+
+The patch for the chosen models passes ``git apply --check`` on the release, applies to a
+copy and is empty on the patched copy.  The real causal-LM and decoder-stack classes of the
+patched copy, imported on CPU, run as 2 and 3 pipeline stages in separate processes (gloo,
+``sglang_support.drive``; microbatches of 3, 0 and 2 tokens; captures on every stage and
+all on stage 0; with and without the last stage's own output among the captures; relay,
+and direct on 3 stages): the last stage hands the logits processor exactly what a PP=1
+run hands it (same count, order, ``torch.equal`` values, and an ``AuxHiddenStateList``).
+Aux entries missing from the handoff make the last stage raise, naming the layers.  The
+same drive of the release's own model files loses captures.
+The family test the patch adds to SGLang passes in the patched copy for these models.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from codemods.upstream.family_entry import ENTRY_KIND, GATHERED_KIND, is_entry_shape
+from codemods.upstream.generate import generate
+from sglang_support.env import run_python
+from sglang_support.family_check import (
+    patched_copy,
+    run_family_test,
+    unpatched_copy,
+    validated_models,
+)
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+#: release -> the models of the layer-entry shape driven there.
+RELEASES = {
+    "0.5.21": ("qwen3", "laguna", "gpt_oss", "qwen3_moe"),
+    "0.5.22": ("llama", "qwen3", "laguna", "gpt_oss", "qwen3_moe"),
+    "0.5.23": ("llama", "qwen3", "laguna", "gpt_oss", "qwen3_moe"),
+}
+#: Models with the gathered collector (flagged layers get the list itself).
+GATHERED = {"qwen3_moe"}
+#: Models whose last stage also captures its own output (capture id == number of
+#: layers, taken by the final norm or as a snapshot of an empty batch).
+OUTPUT_CAPTURE = {"laguna", "gpt_oss"}
+#: Models with only a DFLASH hook.
+DFLASH_ONLY = {"laguna"}
+#: 9 layers: PP=2 owns [0, 4) [4, 9), PP=3 owns [0, 3) [3, 6) [6, 9).
+NUM_LAYERS = 9
+TOKENS = [3, 0, 2]
+#: Hook ids (captured before layer id + 1).  Every stage: capture ids 8, 1, 5 given out
+#: of order; all on stage 0: capture ids 2, 1; ``None``: EAGLE3's default layers 2, 4, 6;
+#: with the stage output: capture ids 9 (the output), 1, 5 and 9, 2.
+EVERY_STAGE = [7, 0, 4]
+ON_STAGE_0 = [1, 0]
+WITH_OUTPUT = [8, 0, 4]
+OUTPUT_AND_STAGE_0 = [8, 1]
+
+
+def _runs(models):
+    runs = []
+    for model in models:
+        eagle3 = "dflash" if model in DFLASH_ONLY else "eagle3"
+        for pp in (2, 3):
+            runs += [
+                {"model": model, "hook": eagle3, "layer_ids": EVERY_STAGE, "pp": pp},
+                {"model": model, "hook": "dflash", "layer_ids": ON_STAGE_0, "pp": pp},
+            ]
+        if model not in DFLASH_ONLY:
+            runs.append({"model": model, "hook": "eagle3", "layer_ids": None, "pp": 3})
+        runs.append({"model": model, "hook": "dflash", "layer_ids": EVERY_STAGE, "pp": 3,
+                     "mode": "direct"})
+        if model in OUTPUT_CAPTURE:
+            runs += [
+                {"model": model, "hook": "dflash", "layer_ids": WITH_OUTPUT, "pp": 2},
+                {"model": model, "hook": eagle3, "layer_ids": OUTPUT_AND_STAGE_0, "pp": 3,
+                 "mode": "direct"},
+            ]
+    return runs
+
+
+def _check(root, runs):
+    config = {"num_layers": NUM_LAYERS, "hidden_size": 4, "tokens": TOKENS,
+              "runs": runs, "timeout": 120}
+    proc = run_python(["-m", "sglang_support.entry_check", json.dumps(config)], root,
+                      timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])["runs"]
+
+
+@pytest.fixture(scope="module", params=sorted(RELEASES))
+def patched(request, sglang_release, tmp_path_factory):
+    version = request.param
+    release = sglang_release(version)
+    models = list(RELEASES[version])
+    result, copy = patched_copy(release, tmp_path_factory.mktemp("entry") / version, models)
+    return version, release, result, copy
+
+
+def test_patch_applies_and_rewrites_the_layer_entry_forwards(patched):
+    version, release, result, copy = patched
+    models = RELEASES[version]
+    for name in models:
+        decision = result.family.decisions[f"{name}.py"]
+        assert decision.patched, decision.reason
+        kind = GATHERED_KIND if name in GATHERED else ENTRY_KIND
+        assert decision.capture_kinds == (kind,)
+        assert decision.final_capture == (name in OUTPUT_CAPTURE)
+    for name in models:
+        # The decoder-stack forward may live in another file (qwen3_moe -> qwen2_moe).
+        rel = f"sglang/srt/models/{result.family.decisions[f'{name}.py'].forward.file}"
+        text = (copy / rel).read_text()
+        assert "return pp_aux_handoff(" in text and "pp_aux_collect(" in text
+        assert "residual_batch.to_pp(hidden_states, forward_batch)" in text
+        assert "pp_aux_handoff" not in (release / rel).read_text()
+    # Applied once: the patched copy needs nothing more.
+    assert generate(copy, models=list(models)).patch == ""
+
+
+@pytest.mark.timeout(900)
+def test_patched_stages_match_pp1_and_missing_entries_raise(patched):
+    version, _, _, copy = patched
+    models = RELEASES[version]
+    runs = _runs(models)
+    dropped = {"model": models[0], "hook": "eagle3", "layer_ids": EVERY_STAGE, "pp": 2,
+               "drop_aux": True}
+    results = _check(copy, [*runs, dropped])
+    assert len(results) == len(runs) + 1
+    for record in results[:-1]:
+        assert record["ok"], record
+        assert record["aux_counts"] == record["expected_counts"]
+        assert set(record["types"]) == {"AuxHiddenStateList"}
+    assert results[0]["expected_counts"] == [3, 3, 3]
+    missing = results[-1]
+    assert not missing["ok"]
+    assert "stage 1 received aux entries for layers [], expected [1]" in missing["error"]
+
+
+@pytest.mark.timeout(900)
+def test_unpatched_stages_lose_captures(patched, tmp_path):
+    version, release, result, _ = patched
+    baseline = unpatched_copy(release, tmp_path / "unpatched", result)
+    runs = [run for run in _runs(RELEASES[version]) if run.get("mode") != "direct"]
+    for record in _check(baseline, runs):
+        assert not record["ok"], record
+        counts = zip(record["aux_counts"] or [], record["expected_counts"], strict=False)
+        lost = record["error"] is not None or any(got < want for got, want in counts)
+        assert lost, record
+
+
+@pytest.mark.timeout(900)
+def test_generated_family_test_passes_for_the_layer_entry_models(patched):
+    version, _, result, copy = patched
+    models = list(RELEASES[version])
+    for pp_size in (2, 3):
+        records = run_family_test(copy, result, pp_size, models, timeout=600)
+        assert {record["model"] for record in records} == set(models)
+        assert validated_models(records) == dict.fromkeys(models, True), records
+        assert all(record["reference"] for record in records), records
+
+
+#: What the whole patch (no ``--models``) rewrites on 0.5.23, all in the layer-entry shape.
+PATCHED_0_5_23 = (
+    "apertus", "bailing_moe", "gpt_oss", "laguna", "llama", "minimax_m3", "minimax_m3_vl",
+    "qwen2", "qwen2_moe", "qwen3", "qwen3_5_text", "qwen3_moe",
+)
+#: ``qwen3_5_text`` is left out of the CPU run: its module does not import with the
+#: ``triton`` stand-in (``fla/utils.py`` asks triton's driver for the device at import).
+VALIDATED_ON_CPU = tuple(name for name in PATCHED_0_5_23 if name != "qwen3_5_text")
+
+
+@pytest.mark.timeout(1200)
+def test_whole_patch_on_0_5_23_applies_and_its_family_test_passes(sglang_release,
+                                                                    tmp_path):
+    release = sglang_release("0.5.23")
+    result, copy = patched_copy(release, tmp_path / "whole")
+    decisions = result.family.decisions
+    patched = sorted(d.name for d in decisions.values() if d.patched)
+    assert patched == sorted(PATCHED_0_5_23)
+    assert all(is_entry_shape(decisions[f"{name}.py"].capture_kinds) for name in patched)
+    # Kimi-Linear already relays its DSPARK captures on this release: not in the patch.
+    assert "sglang/srt/models/kimi_linear.py" not in result.changed
+    for pp_size in (2, 3):
+        records = run_family_test(copy, result, pp_size, list(VALIDATED_ON_CPU), timeout=900)
+        assert validated_models(records) == dict.fromkeys(VALIDATED_ON_CPU, True), records
