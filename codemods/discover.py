@@ -21,8 +21,10 @@ name (or ``self.x``) assigned from None, ``a or b``, ``d.get(k)`` or ``getattr(o
 or literal ``None``; literal lists/tuples and fresh ``list(...)`` values are safe.  A call is
 *guarded* behind ``if ids:``, ``if ids is not None``, an ``and`` including such a check, its
 ``else`` after ``if ids is None``, or after ``if not ids: raise|return|continue|break`` /
-``assert ids``.  Hooks that accept None (EAGLE3) are never guarded; every hook with a PP error
-may raise ``NotImplementedError`` unless the call is inside a ``try`` that handles it.
+``assert ids``.  Hooks that accept None (EAGLE3) are never guarded; a call may raise
+``NotImplementedError`` under PP when it can reach a hook that the release facts show raising
+it (:mod:`codemods.pp_raise`: DSPARK, DFLASH, user-added hooks; never EAGLE3), unless the call
+is inside a ``try`` that handles it.
 
 Never reported: hook definitions, a hook that delegates to the same hook on another object
 (or to another hook: calls inside a hook's own definition must keep raising on ``None``),
@@ -41,6 +43,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.hooks import DEFAULT_HOOKS, Hook, HookSet
+from codemods.pp_raise import raising_hooks
 from codemods.records import Action, CallSite, Risk, Shape
 
 #: Keyword names that carry the layer ids (``layer_ids=`` is SGLang's spelling).
@@ -878,7 +881,8 @@ class _Analyzer:
             return None
         hooks = tuple(hook for hook in self.hooks.hooks if hook.name in names)
         rejects_none = any(not hook.accepts_none for hook in hooks)
-        can_raise_pp = any(hook.pp_error is not None for hook in hooks)
+        # call-in (pp_raise): only hooks the release facts show raising NotImplementedError
+        can_raise_pp = bool(raising_hooks(hooks))
 
         ids_arg = self._ids_arg(call, shape)
         ids_core = None if ids_arg is None or ids_arg.star else _unwrap_container(ids_arg.value)

@@ -25,6 +25,12 @@ Policy ``raise`` re-raises with an actionable hint, chained ``from exc``::
             "or apply the upstream patch (auxcap upstream-patch)"
         ) from exc
 
+Only calls that can reach a hook the SGLang release facts show raising
+``NotImplementedError`` under PP are wrapped (:mod:`codemods.pp_raise`): DSPARK, DFLASH and
+user-added hooks.  A call that can only reach EAGLE3 is left alone (its setters never raise it;
+they return early on non-last ranks), and at a dynamic site the warning names only the hooks
+that can raise.
+
 The module's own logger is used (any module-level name bound to ``logging.getLogger(...)``);
 otherwise ``import logging`` (when missing) and ``logger = logging.getLogger(__name__)`` are
 added once, after the imports.  Calls already inside a ``try`` that handles
@@ -45,6 +51,7 @@ from codemods.discover import FoundCall, find_calls
 from codemods.fallback_metadata import METADATA
 from codemods.hooks import HookSet
 from codemods.options import FALLBACK_POLICIES
+from codemods.pp_raise import raising_hooks
 from codemods.records import Action
 from codemods.split import split_shared_lines
 from codemods.snippets import (
@@ -60,7 +67,8 @@ _LOGGER_NAMES = ("logger", "capture_logger", "aux_capture_logger")
 
 
 def _hook_label(found: FoundCall) -> str:
-    return " / ".join(hook.name for hook in found.hooks if hook.pp_error is not None)
+    # call-in (pp_raise): name only the hooks that can raise NotImplementedError under PP
+    return " / ".join(hook.name for hook in raising_hooks(found.hooks))
 
 
 def _is_import_line(statement: cst.CSTNode) -> bool:

@@ -221,7 +221,7 @@ class TestFallbackCommand(CodemodTest):
                 try:
                     pass
                 except NotImplementedError:
-                    m.set_eagle3_layers_to_capture(None)
+                    m.set_dspark_layers_to_capture([1])
         """
         result = transform_source(
             (
