@@ -29,7 +29,8 @@ is inside a ``try`` that handles it.
 Never reported: hook definitions, a hook that delegates to the same hook on another object
 (or to another hook: calls inside a hook's own definition must keep raising on ``None``),
 hook names in strings that are not getattr names, and mock attribute access
-(``model.set_x.assert_called_once_with(...)``, ``mock.call.set_x(...)``).
+(``model.set_x.assert_called_once_with(...)``, ``mock.call.set_x(...)``).  Calls inside
+``pytest.raises`` / ``assertRaises`` are reported with action ``none`` (:mod:`codemods.scope`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Iterable, Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from codemods import scope
 from codemods.hooks import DEFAULT_HOOKS, Hook, HookSet
 from codemods.pp_raise import raising_hooks
 from codemods.records import Action, CallSite, Risk, Shape
@@ -969,10 +971,12 @@ def find_calls(
     """Every hook call in ``wrapper.module``, in source order."""
     analyzer = _Analyzer(wrapper, path, hooks)
     found = (analyzer.analyze(call) for call in analyzer.calls)
-    return sorted(
+    found = sorted(
         (item for item in found if item is not None),
         key=lambda item: (item.site.line, item.site.column),
     )
+    # call-in (scope): calls inside pytest.raises / assertRaises are reported, never rewritten
+    return scope.skip_expected_errors(found, wrapper.module)
 
 
 def find_call_sites(
