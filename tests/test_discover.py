@@ -47,6 +47,12 @@ EXPECTED = {
         (10, EAGLE3, "getattr", "none"),
         (12, EAGLE3, "loop", "none"),
     ],
+    "expects_error_context": [
+        (13, DSPARK, "direct", "none"),
+        (15, DFLASH, "direct", "none"),
+        (16, DSPARK, "direct", GF),
+        (24, DFLASH, "direct", "none"),
+    ],
     "existing_logger_alias": [(10, DSPARK, "direct", GF)],
     "expression_call": [
         (7, DSPARK, "direct", "review"),
