@@ -2,7 +2,9 @@
 
 ``transform_source`` parses the bytes with LibCST (so encoding, BOM and line endings are
 kept), discovers the call sites, applies the guard and then the fallback codemod, and
-verifies that the result re-parses and compiles.  Anything that goes wrong yields a
+verifies that the result re-parses and compiles.  Test modules (unless
+``include_tests``) and modules written for another engine are only reported
+(:mod:`codemods.scope`).  Anything that goes wrong yields a
 ``FAILED`` result and the original bytes untouched; a file without hook calls is never
 modified.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from codemods import scope
 from codemods.discover import find_calls
 from codemods.options import TransformOptions
 from codemods.prefilter import Prefilter
@@ -45,6 +48,12 @@ def _scan(
     try:
         module = _parse(source)
         sites = _discover(module, path, options)
+        # call-in (scope): test modules and other engines' modules are reported, not rewritten
+        if sites:
+            reason = scope.module_skip_reason(
+                module, path, options.hooks.names, include_tests=options.include_tests
+            )
+            sites = scope.skip_all(sites, reason)
     except Exception as error:  # noqa: BLE001 - any failure leaves the file alone
         return FileResult(path, Status.FAILED, original=source, error=_describe(error)), None
     return FileResult(path, Status.UNCHANGED, sites, original=source), module
