@@ -82,7 +82,7 @@ EXPECTED = {
     "match_statement": [(9, DSPARK, "direct", GF), (11, EAGLE3, "direct", "none")],
     "mock_assertions": [],
     "module_level_script": [(8, DSPARK, "direct", GF)],
-    "multiline_kwargs": [(8, DSPARK, "direct", GF), (16, DFLASH, "direct", GF)],
+    "multiline_kwargs": [(8, DSPARK, "direct", GF), (15, DFLASH, "direct", GF)],
     "one_line_suite": [
         (7, DSPARK, "direct", GF),
         (8, EAGLE3, "direct", "none"),
