@@ -31,9 +31,11 @@ user-added hooks.  A call that can only reach EAGLE3 is left alone (its setters 
 they return early on non-last ranks), and at a dynamic site the warning names only the hooks
 that can raise.
 
-The module's own logger is used (any module-level name bound to ``logging.getLogger(...)``);
-otherwise ``import logging`` (when missing) and ``logger = logging.getLogger(__name__)`` are
-added once, after the imports.  Calls already inside a ``try`` that handles
+The module's own logger is used (any module-level name bound to ``logging.getLogger(...)`` or
+to another logger factory, ``get_colorful_logger(__name__)``, ``init_logger(__name__)``...: see
+:mod:`codemods.host_style`); otherwise ``import logging`` (when missing, where isort with the
+black profile puts it) and ``logger = logging.getLogger(__name__)`` are added once, after the
+imports.  Calls already inside a ``try`` that handles
 ``NotImplementedError`` (or a bare ``except``, ``Exception``, ``RuntimeError``, or a tuple
 with one of them) are left alone.  Composed with the guard, the ``try`` goes inside the
 ``if``.
@@ -42,11 +44,12 @@ with one of them) are left alone.  Composed with the guard, the ``try`` goes ins
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from codemods import host_style
 from codemods.discover import FoundCall, find_calls
 from codemods.fallback_metadata import METADATA
 from codemods.hooks import HookSet
@@ -225,6 +228,8 @@ class FallbackTransformer(cst.CSTTransformer):
         self._first_use = min(found.module_index for found in self._statements.values())
         self._module = node
         self._state = _logging_state(node)
+        if self._state.logger is None:  # call-in (host_style): reuse any module-level logger
+            self._state = replace(self._state, logger=host_style.module_logger(node))
         if self._state.logger is not None:
             self._logger = self._state.logger
         else:
@@ -337,8 +342,8 @@ class FallbackTransformer(cst.CSTTransformer):
                     leading_lines=[*blank, *following.leading_lines]
                 )
         body.insert(header_end, logger_line)
-        if insert_logging:
-            self._insert_import_logging(body, header_end)
+        if insert_logging:  # call-in (host_style): where isort (profile black) puts it
+            body = host_style.with_import_logging(body, header_end)
         return updated_node.with_changes(body=body)
 
     @staticmethod
