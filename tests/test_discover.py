@@ -30,6 +30,7 @@ EXPECTED = {
         (53, DSPARK, "direct", "none"),
     ],
     "args_attribute": [(23, DSPARK, "direct", GF)],
+    "colorful_logger": [(11, DSPARK, "direct", GF)],
     "custom_hook": [(7, "set_medusa_layers_to_capture", "direct", GF)],
     "definitions_and_strings": [],
     "delegating_wrapper": [],
@@ -94,6 +95,7 @@ EXPECTED = {
         (17, DSPARK, "variable", GF),
         (21, f"{DFLASH}|{DSPARK}|{EAGLE3}|{MSD}", "variable", GF),
     ],
+    "third_party_imports_only": [(12, DFLASH, "direct", "fallback")],
     "try_other_exception": [(8, DSPARK, "direct", GF)],
     "unbound": [(10, DSPARK, "unbound", GF)],
 }
