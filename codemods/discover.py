@@ -43,10 +43,10 @@ from typing import Iterable, Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from codemods import scope
 from codemods.hooks import DEFAULT_HOOKS, Hook, HookSet
 from codemods.pp_raise import raising_hooks
 from codemods.records import Action, CallSite, Risk, Shape
+from codemods.scope import skip_expected_errors
 
 #: Keyword names that carry the layer ids (``layer_ids=`` is SGLang's spelling).
 _IDS_KEYWORD = re.compile(r"(^|_)(ids|layers|layer_ids|layer_indices)$|^layers?_to_capture$")
@@ -976,7 +976,7 @@ def find_calls(
         key=lambda item: (item.site.line, item.site.column),
     )
     # call-in (scope): calls inside pytest.raises / assertRaises are reported, never rewritten
-    return scope.skip_expected_errors(found, wrapper.module)
+    return skip_expected_errors(found, wrapper.module)
 
 
 def find_call_sites(
