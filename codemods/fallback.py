@@ -25,9 +25,17 @@ Policy ``raise`` re-raises with an actionable hint, chained ``from exc``::
             "or apply the upstream patch (auxcap upstream-patch)"
         ) from exc
 
-The module's own logger is used (any module-level name bound to ``logging.getLogger(...)``);
-otherwise ``import logging`` (when missing) and ``logger = logging.getLogger(__name__)`` are
-added once, after the imports.  Calls already inside a ``try`` that handles
+Only calls that can reach a hook the SGLang release facts show raising
+``NotImplementedError`` under PP are wrapped (:mod:`codemods.pp_raise`): DSPARK, DFLASH and
+user-added hooks.  A call that can only reach EAGLE3 is left alone (its setters never raise it;
+they return early on non-last ranks), and at a dynamic site the warning names only the hooks
+that can raise.
+
+The module's own logger is used (any module-level name bound to ``logging.getLogger(...)`` or
+to another logger factory, ``get_colorful_logger(__name__)``, ``init_logger(__name__)``...: see
+:mod:`codemods.host_style`); otherwise ``import logging`` (when missing, where isort with the
+black profile puts it) and ``logger = logging.getLogger(__name__)`` are added once, after the
+imports.  Calls already inside a ``try`` that handles
 ``NotImplementedError`` (or a bare ``except``, ``Exception``, ``RuntimeError``, or a tuple
 with one of them) are left alone.  Composed with the guard, the ``try`` goes inside the
 ``if``.
@@ -35,15 +43,16 @@ with one of them) are left alone.  Composed with the guard, the ``try`` goes ins
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 
+from codemods import host_style
 from codemods.callsite_codemod import CallSiteCodemod
 from codemods.discover import Analysis, FoundCall
 from codemods.fallback_metadata import METADATA
 from codemods.options import FALLBACK_POLICIES
+from codemods.pp_raise import raising_hooks
 from codemods.records import Action
 from codemods.snippets import (
     MAX_LINE,
@@ -58,7 +67,8 @@ _LOGGER_NAMES = ("logger", "capture_logger", "aux_capture_logger")
 
 
 def _hook_label(found: FoundCall) -> str:
-    return " / ".join(hook.name for hook in found.hooks if hook.pp_error is not None)
+    # Name only the hooks that can raise NotImplementedError under PP
+    return " / ".join(hook.name for hook in raising_hooks(found.hooks))
 
 
 def _is_import_line(statement: cst.CSTNode) -> bool:
@@ -66,27 +76,6 @@ def _is_import_line(statement: cst.CSTNode) -> bool:
         isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
     )
 
-
-def _is_future_import(statement: cst.CSTNode) -> bool:
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and isinstance(statement.body[0], cst.ImportFrom)
-        and isinstance(statement.body[0].module, cst.Name)
-        and statement.body[0].module.value == "__future__"
-    )
-
-
-def _is_stdlib_import(statement: cst.SimpleStatementLine) -> bool:
-    first = statement.body[0]
-    if isinstance(first, cst.ImportFrom):
-        if first.relative or first.module is None:
-            return False
-        name = cst.Module(body=[]).code_for_node(first.module)
-    elif isinstance(first, cst.Import):
-        name = cst.Module(body=[]).code_for_node(first.names[0].name)
-    else:
-        return False
-    return name.split(".")[0] in sys.stdlib_module_names
 
 
 def _is_docstring(statement: cst.CSTNode) -> bool:
@@ -221,6 +210,8 @@ class FallbackTransformer(CallSiteCodemod):
         self._first_use = min(found.module_index for found in self._statements.values())
         self._module = node
         self._state = _logging_state(node)
+        if self._state.logger is None:  # reuse any module-level logger
+            self._state = replace(self._state, logger=host_style.module_logger(node))
         if self._state.logger is not None:
             self._logger = self._state.logger
         else:
@@ -333,8 +324,8 @@ class FallbackTransformer(CallSiteCodemod):
                     leading_lines=[*blank, *following.leading_lines]
                 )
         body.insert(header_end, logger_line)
-        if insert_logging:
-            self._insert_import_logging(body, header_end)
+        if insert_logging:  # where isort (profile black) puts it
+            body = host_style.with_import_logging(body, header_end)
         return updated_node.with_changes(body=body)
 
     @staticmethod
@@ -349,48 +340,6 @@ class FallbackTransformer(CallSiteCodemod):
             elif _is_import_line(statement) or _imports_inside(statement):
                 end = index + 1
         return end
-
-    @staticmethod
-    def _insert_import_logging(body: list[cst.BaseStatement], header_end: int) -> None:
-        """Add ``import logging``, in alphabetical place among the first plain imports."""
-        line = cst.parse_statement("import logging\n")
-        first_plain = None
-        for index in range(header_end):
-            statement = body[index]
-            if _is_import_line(statement) and isinstance(statement.body[0], cst.Import):
-                first_plain = index
-                break
-        if first_plain is None:
-            anchor = 0
-            for index in range(header_end):
-                statement = body[index]
-                if (index == 0 and _is_docstring(statement)) or _is_future_import(statement):
-                    anchor = index + 1
-            if anchor < header_end and _is_import_line(body[anchor]):
-                moved = body[anchor]
-                # A third-party section follows: keep the blank line between sections.
-                separator = [] if _is_stdlib_import(moved) else [cst.EmptyLine()]
-                body[anchor] = moved.with_changes(leading_lines=separator)
-                body.insert(anchor, line.with_changes(leading_lines=moved.leading_lines))
-            else:
-                leading = [cst.EmptyLine()] if anchor > 0 else []
-                body.insert(anchor, line.with_changes(leading_lines=leading))
-            return
-        index = first_plain
-        while index < header_end:
-            statement = body[index]
-            if not (_is_import_line(statement) and isinstance(statement.body[0], cst.Import)):
-                break
-            if index > first_plain and statement.leading_lines:
-                break
-            name = cst.Module(body=[]).code_for_node(statement.body[0].names[0].name)
-            if name > "logging":
-                body[index] = statement.with_changes(leading_lines=())
-                body.insert(index, line.with_changes(leading_lines=statement.leading_lines))
-                return
-            index += 1
-        body.insert(index, line)
-
 
 def __getattr__(name: str):
     """``FallbackCommand``: the LibCST codemod command, built on first use (see

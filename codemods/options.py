@@ -25,6 +25,8 @@ class TransformOptions:
     guard_policy: str = "skip"
     fallback_policy: str = "warn"
     extra_hooks: tuple[str, ...] = field(default=())
+    #: Rewrite test modules too (``--include-tests``); see :mod:`codemods.scope`.
+    include_tests: bool = False
 
     def __post_init__(self) -> None:
         if self.guard_policy not in GUARD_POLICIES:

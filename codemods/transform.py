@@ -2,7 +2,9 @@
 
 ``transform_source`` parses the bytes with LibCST (so encoding, BOM and line endings are
 kept), discovers the call sites, applies the guard and then the fallback codemod, and
-verifies that the result re-parses and compiles.  Anything that goes wrong yields a
+verifies that the result re-parses and compiles.  Test modules (unless
+``include_tests``) and modules written for another engine are only reported
+(:mod:`codemods.scope`).  Anything that goes wrong yields a
 ``FAILED`` result and the original bytes untouched; a file without hook calls is never
 modified.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods import registry
+from codemods import registry, scope
 from codemods.discover import Analysis, analyse
 from codemods.options import TransformOptions
 from codemods.prefilter import Prefilter
@@ -42,7 +44,14 @@ def _scan(
     if prefilter and not Prefilter.for_names(options.extra_hooks).needs_parse(source):
         return FileResult(path, Status.UNCHANGED, original=source), None
     try:
-        analysis = _analyse(_parse(source), path, options)
+        module = _parse(source)
+        analysis = _analyse(module, path, options)
+        # Test modules and other engines' modules are reported, not rewritten.
+        if analysis.found:
+            reason = scope.module_skip_reason(
+                module, path, options.hooks.names, include_tests=options.include_tests
+            )
+            analysis = scope.skip_analysis(analysis, reason)
     except Exception as error:  # noqa: BLE001 - any failure leaves the file alone
         return FileResult(path, Status.FAILED, original=source, error=_describe(error)), None
     return FileResult(path, Status.UNCHANGED, analysis.sites, original=source), analysis

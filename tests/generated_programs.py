@@ -16,10 +16,18 @@ from types import SimpleNamespace
 
 from hypothesis import strategies as st
 
+from codemods import hook_facts
 from codemods.hooks import CATALOG
 
 HOOKS = {hook.name: hook for hook in CATALOG}
 HOOK_NAMES = tuple(HOOKS)
+#: Whether the hook raises NotImplementedError under PP, as the SGLang release facts say (a hook
+#: the facts do not cover, MSD, is taken to raise like DSPARK). EAGLE3 never does: its setters
+#: return early on non-last ranks.
+PP_RAISES = {
+    name: not hook_facts.is_known(name) or hook_facts.may_raise_not_implemented(name)
+    for name in HOOKS
+}
 
 #: Values the ids take at run time (literal arguments aside).
 VALUES = (None, [], [1, 2], (3,))
@@ -219,7 +227,8 @@ def render(spec: ProgramSpec) -> str:
 class RecordingModel:
     """Stands in for an SGLang model: records every hook call and raises what the real one does.
 
-    ``pp=True`` behaves like Kimi-Linear under pipeline parallelism (NotImplementedError first);
+    ``pp=True`` behaves like Kimi-Linear under pipeline parallelism (NotImplementedError first)
+    for the hooks that raise it (``PP_RAISES``), and returns early for EAGLE3;
     ``permissive=True`` never raises ValueError for None, and raises the PP error only when
     ``pp_raises_for`` accepts the ids (used to learn what a program does around the call).
     """
@@ -233,12 +242,15 @@ class RecordingModel:
     def _hook(self, name: str, layer_ids) -> None:
         self.calls.append((name, layer_ids))
         hook = HOOKS[name]
+        pp_raises = self.pp and PP_RAISES[name]
         if self.permissive:
-            if self.pp and self.pp_raises_for is not None and self.pp_raises_for(layer_ids):
+            if pp_raises and self.pp_raises_for is not None and self.pp_raises_for(layer_ids):
                 raise NotImplementedError(hook.pp_error[1])
             return
-        if self.pp:
+        if pp_raises:
             raise NotImplementedError(hook.pp_error[1])
+        if self.pp:
+            return  # EAGLE3 under PP: returns early, the capture is silently lost
         if layer_ids is None and not hook.accepts_none:
             raise ValueError(hook.none_error[1])
         if layer_ids is not None:

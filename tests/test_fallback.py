@@ -221,7 +221,7 @@ class TestFallbackCommand(CodemodTest):
                 try:
                     pass
                 except NotImplementedError:
-                    m.set_eagle3_layers_to_capture(None)
+                    m.set_dspark_layers_to_capture([1])
         """
         result = transform_source(
             (
@@ -334,4 +334,5 @@ def test_logger_is_defined_before_its_first_module_level_use():
     result = transform_source(source, "script.py", TransformOptions())
     text = result.rewritten.decode()
     assert text.index("logger = logging.getLogger(__name__)") < text.index("try:")
-    assert text.startswith("import logging\nimport torch\n\nlogger = logging.getLogger")
+    # isort (profile black): the standard library first, one blank line before third-party.
+    assert text.startswith("import logging\n\nimport torch\n\nlogger = logging.getLogger")

@@ -8,7 +8,8 @@ with the model raising the pipeline-parallel ``NotImplementedError`` or not.
 
 Properties (default policies ``skip``/``warn``):
 - the result compiles and a second migration changes nothing;
-- neither the hook's ValueError nor its NotImplementedError escapes;
+- neither the hook's ValueError nor its NotImplementedError escapes (EAGLE3 never raises the
+  latter: its calls are left without a ``try``);
 - the hook is called exactly when the original program would have called it with a usable
   value (non-empty for hooks that reject None; always for EAGLE3), with the same ids, as a list
   when the guard normalised them;
@@ -28,6 +29,7 @@ from codemods.records import Action, Status
 from codemods.transform import TransformOptions, transform_source
 from generated_programs import (
     HOOKS,
+    PP_RAISES,
     VALUES,
     ProgramSpec,
     RecordingModel,
@@ -118,7 +120,9 @@ def check_default_policies(spec: ProgramSpec, source: str, after: str) -> None:
             assert got == expected_calls(spec, reference.calls), context
             if not ids_kept_as_written(spec):
                 assert all(isinstance(ids, list) for _, ids in outcome.calls), context
-            if pp and outcome.calls and spec.context != "handles-not-implemented":
+            if pp and PP_RAISES[spec.hook] and outcome.calls and (
+                spec.context != "handles-not-implemented"
+            ):
                 assert any("requires PP=1" in message for message in outcome.warnings), context
 
 
@@ -138,7 +142,12 @@ def check_raise_policies(spec: ProgramSpec, source: str, raising: str) -> None:
                 assert spec.hook in message and "is unset" in message, context
                 assert argument_source(spec) in message, context
                 assert not outcome.calls[len(reference.calls) - len(unset):], context
-            elif pp and reference.calls and spec.context != "handles-not-implemented":
+            elif (
+                pp
+                and PP_RAISES[spec.hook]
+                and reference.calls
+                and spec.context != "handles-not-implemented"
+            ):
                 assert isinstance(outcome.error, NotImplementedError), context
                 message = str(outcome.error)
                 assert spec.hook in message and "pipeline parallelism" in message, context

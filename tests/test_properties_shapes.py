@@ -26,7 +26,7 @@ SHAPES = [
     ([], f"model.{HOOK}({{ids}})", None),
     ([], f"holder.model.{HOOK}({{ids}})", None),
     ([], f"type(model).{HOOK}(model, {{ids}})", None),
-    ([], f"model.{HOOK}(layer_ids={{ids}}, capture_hc=True)", None),
+    ([], f"model.{HOOK}(layer_ids={{ids}})", None),
     ([], f"getattr(model, '{HOOK}')({{ids}})", None),
     ([], f"getattr(model, {{{{'dspark': '{HOOK}'}}}}[method])({{ids}})", None),
     ([f"setter = getattr(model, '{HOOK}', None)"], "setter({ids})", "if callable(setter):"),

@@ -21,13 +21,16 @@ name (or ``self.x``) assigned from None, ``a or b``, ``d.get(k)`` or ``getattr(o
 or literal ``None``; literal lists/tuples and fresh ``list(...)`` values are safe.  A call is
 *guarded* behind ``if ids:``, ``if ids is not None``, an ``and`` including such a check, its
 ``else`` after ``if ids is None``, or after ``if not ids: raise|return|continue|break`` /
-``assert ids``.  Hooks that accept None (EAGLE3) are never guarded; every hook with a PP error
-may raise ``NotImplementedError`` unless the call is inside a ``try`` that handles it.
+``assert ids``.  Hooks that accept None (EAGLE3) are never guarded; a call may raise
+``NotImplementedError`` under PP when it can reach a hook that the release facts show raising
+it (:mod:`codemods.pp_raise`: DSPARK, DFLASH, user-added hooks; never EAGLE3), unless the call
+is inside a ``try`` that handles it.
 
 Never reported: hook definitions, a hook that delegates to the same hook on another object
 (or to another hook: calls inside a hook's own definition must keep raising on ``None``),
 hook names in strings that are not getattr names, and mock attribute access
-(``model.set_x.assert_called_once_with(...)``, ``mock.call.set_x(...)``).
+(``model.set_x.assert_called_once_with(...)``, ``mock.call.set_x(...)``).  Calls inside
+``pytest.raises`` / ``assertRaises`` are reported with action ``none`` (:mod:`codemods.scope`).
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ from codemods.discover.syntax import (
 from codemods.discover.values import ValuesMixin
 from codemods.hooks import DEFAULT_HOOKS, Hook, HookSet
 from codemods.positions import code_and_positions
+from codemods.pp_raise import raising_hooks
 from codemods.records import Action, CallSite, Risk
+from codemods.scope import skip_expected_errors
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,8 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin):
             return None
         hooks = tuple(hook for hook in self.hooks.hooks if hook.name in names)
         rejects_none = any(not hook.accepts_none for hook in hooks)
-        can_raise_pp = any(hook.pp_error is not None for hook in hooks)
+        # Only hooks the release facts show raising NotImplementedError under PP.
+        can_raise_pp = bool(raising_hooks(hooks))
 
         ids_arg = self._ids_arg(call, shape)
         ids_core = None if ids_arg is None or ids_arg.star else _unwrap_container(ids_arg.value)
@@ -228,10 +231,12 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin):
 
 def _found_calls(analyzer: _Analyzer) -> list[FoundCall]:
     found = (analyzer.analyze(call) for call in analyzer.hook_calls)
-    return sorted(
+    ordered = sorted(
         (item for item in found if item is not None),
         key=lambda item: (item.site.line, item.site.column),
     )
+    # Calls inside pytest.raises / assertRaises are reported, never rewritten.
+    return skip_expected_errors(ordered, analyzer.module)
 
 
 def find_calls(
