@@ -42,6 +42,12 @@ class BranchRequest:
         make the work tree dirty."""
         return tuple(path for path in (self.pr_body, self.patch_file) if path is not None)
 
+    def preflight(self, repo_dir: Path | str):
+        """Every check the delivery makes before it changes anything (``gitops.preflight``)."""
+        return gitops.preflight(
+            repo_dir, self.branch, self.base, self.author, self.allow_dirty, self.outputs
+        )
+
 
 @dataclass(frozen=True)
 class Delivered:
@@ -151,14 +157,7 @@ def migrate_on_branch(
     if run is None:
         from codemods.engine import run  # the engine is only needed when migrating
     paths = list(paths) or ["."]
-    repo = gitops.preflight(
-        _common_repo_dir(paths),
-        request.branch,
-        request.base,
-        request.author,
-        request.allow_dirty,
-        request.outputs,
-    )
+    repo = request.preflight(_common_repo_dir(paths))
     root = Path(repo.working_tree_dir).resolve()
     _check_same_repository(root, paths)
     files = files_git_sees(repo, paths, selection)
@@ -259,14 +258,7 @@ def upstream_on_branch(
     ``regenerate(root)`` re-runs the generator on the patched tree; an empty patch means the
     change is idempotent.
     """
-    repo = gitops.preflight(
-        sglang_root,
-        request.branch,
-        request.base,
-        request.author,
-        request.allow_dirty,
-        request.outputs,
-    )
+    repo = request.preflight(sglang_root)
     root = Path(repo.working_tree_dir).resolve()
     tree_root = Path(sglang_root).resolve()
 
@@ -337,14 +329,7 @@ def upstream_generated_on_branch(
 
     if output:
         request = replace(request, patch_file=Path(output))
-    gitops.preflight(
-        sglang_root,
-        request.branch,
-        request.base,
-        request.author,
-        request.allow_dirty,
-        request.outputs,
-    )
+    request.preflight(sglang_root)
     try:
         result = generate(sglang_root, mode=mode, models=models)
     except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError) as error:
