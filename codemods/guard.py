@@ -19,6 +19,21 @@ Policy ``raise`` fails early with a message naming the unset value and the hook:
         )
     model.set_dspark_layers_to_capture(list(args.capture_layers))
 
+A call that may reach EAGLE3 as well as a hook that rejects ``None`` (a table of hook names,
+``getattr(model, name)``) keeps EAGLE3's ``None`` ("default layers"): the guard also tests the
+hook name held at the call, and the ids are passed as they are::
+
+    # before
+    for name in ("set_eagle3_layers_to_capture", "set_dspark_layers_to_capture"):
+        getattr(model, name)(layer_ids)
+    # after
+    for name in ("set_eagle3_layers_to_capture", "set_dspark_layers_to_capture"):
+        if layer_ids or name == "set_eagle3_layers_to_capture":
+            getattr(model, name)(layer_ids)
+
+When no name holds the hook name at the call (an f-string, an inline dict lookup, a setter
+stored on ``self``), such a call is reported for review instead.
+
 Left alone: literal ids, calls already behind a check of the ids (``if ids:``, ``if ids is not
 None``, an ``and`` including it, an earlier ``if not ids: raise|return``), and EAGLE3 (it
 accepts ``None``).  A literal ``None``, and a call used inside an expression, are reported for
@@ -64,6 +79,25 @@ def _operand_of_not(value: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(value, loose) and not value.lpar:
         return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     return value
+
+
+def _names_literal(names: tuple[str, ...]) -> str:
+    if len(names) == 1:
+        return quoted(names[0])
+    return "(" + ", ".join(quoted(name) for name in names) + ")"
+
+
+def _lenient_test(found: FoundCall, negated: bool) -> cst.BaseExpression:
+    """``name == "set_eagle3_layers_to_capture"`` (``!=`` when ``negated``; ``in`` / ``not
+    in`` a tuple for several names): the hook called accepts ``None``."""
+    assert found.name_expr is not None
+    names = found.lenient_names
+    if len(names) == 1:
+        operator = "!=" if negated else "=="
+    else:
+        operator = "not in" if negated else "in"
+    name = cst.Module(body=[]).code_for_node(found.name_expr)
+    return cst.parse_expression(f"{name} {operator} {_names_literal(names)}")
 
 
 def _call_line(statements: list[cst.BaseStatement]) -> cst.SimpleStatementLine:
@@ -124,8 +158,8 @@ class GuardTransformer(CallSiteCodemod):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         found = self._calls.get(original_node)
-        if found is None or found.ids_arg is None:
-            return updated_node
+        if found is None or found.ids_arg is None or found.name_expr is not None:
+            return updated_node  # (None still goes to a hook that accepts it: no list())
         index = next(i for i, arg in enumerate(original_node.args) if arg is found.ids_arg)
         arg = updated_node.args[index]
         args = list(updated_node.args)
@@ -141,8 +175,15 @@ class GuardTransformer(CallSiteCodemod):
         indent = self.module_indent
         if self.policy == "skip":
             call_line = fit_call_statement(call_line, column + len(indent), indent)
+            test = value
+            if found.name_expr is not None:  # None still reaches EAGLE3 (default layers)
+                test = cst.BooleanOperation(
+                    left=_operand_of_not(value),
+                    operator=cst.Or(),
+                    right=_lenient_test(found, negated=False),
+                )
             return [
-                cst.If(test=value, body=cst.IndentedBlock(body=[call_line]), leading_lines=leading)
+                cst.If(test=test, body=cst.IndentedBlock(body=[call_line]), leading_lines=leading)
             ]
         call_line = fit_call_statement(call_line, column, indent)
         message = unset_message(found)
@@ -153,8 +194,15 @@ class GuardTransformer(CallSiteCodemod):
             lines = "".join(f"{indent}{literal}\n" for literal in wrapped_literals(message, room))
             text = f"raise ValueError(\n{lines})\n"
         raise_line = cst.parse_statement(text, config=self.module_config)
+        test: cst.BaseExpression = cst.UnaryOperation(
+            operator=cst.Not(), expression=_operand_of_not(value)
+        )
+        if found.name_expr is not None:  # None still reaches EAGLE3 (default layers)
+            test = cst.BooleanOperation(
+                left=test, operator=cst.And(), right=_lenient_test(found, negated=True)
+            )
         check = cst.If(
-            test=cst.UnaryOperation(operator=cst.Not(), expression=_operand_of_not(value)),
+            test=test,
             body=cst.IndentedBlock(body=[raise_line]),
             leading_lines=leading,
         )

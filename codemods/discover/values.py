@@ -16,6 +16,7 @@ from codemods.discover.syntax import (
     _call_name,
     _dotted,
     _is_mock_call_builder,
+    _is_simple_reference,
     _positional,
     _spelled_name,
 )
@@ -183,3 +184,39 @@ class ValuesMixin:
             for value, scope in method.parent.attributes.get(chain[1], [])
         ]
 
+
+    # ------------------------------------------------------ name at the call
+    def _name_expr(
+        self, call: cst.Call, scopes: Sequence[_Scope]
+    ) -> cst.BaseExpression | None:
+        """The expression holding, at ``call``, the name of the hook it calls: the name
+        argument of ``getattr(obj, name)(ids)``, or of ``setter = getattr(obj, name)`` when
+        ``setter`` and ``name`` are each bound once in the call's own scope.  None when no
+        such expression can be tested at the call."""
+        func = call.func
+        if isinstance(func, cst.Call) and _call_name(func) == "getattr":
+            positional = _positional(func)
+            if len(positional) >= 2 and _is_simple_reference(positional[1].value):
+                return positional[1].value
+            return None
+        if not isinstance(func, cst.Name) or not scopes:
+            return None
+        scope = scopes[0]
+        values = scope.values.get(func.value, [])
+        if len(values) != 1 or func.value in scope.loops or func.value in scope.params:
+            return None
+        fetched = values[0]
+        if not (isinstance(fetched, cst.Call) and _call_name(fetched) == "getattr"):
+            return None
+        positional = _positional(fetched)
+        if len(positional) < 2 or not isinstance(positional[1].value, cst.Name):
+            return None
+        name = positional[1].value.value
+        bindings = (
+            len(scope.values.get(name, []))
+            + len(scope.loops.get(name, []))
+            + (name in scope.params)
+        )
+        if bindings != 1 or self._lookup(name, scopes) is not scope:
+            return None
+        return cst.Name(name)
