@@ -38,6 +38,7 @@ EXPECTED = {
     "dict_lookup_get": [(7, f"{DSPARK}|{EAGLE3}", "dict-lookup", "review")],
     "dict_lookup_subscript": [(19, f"{DFLASH}|{DSPARK}|{EAGLE3}", "dict-lookup", GF)],
     "eagle3_table_setter": [(11, f"{DFLASH}|{EAGLE3}", "variable", GF)],
+    "specforge_hook_table": [(31, f"{DFLASH}|{DSPARK}|{EAGLE3}", "variable", GF)],
     "eagle3": [
         (8, EAGLE3, "direct", "none"),
         (9, EAGLE3, "direct", "none"),

@@ -168,3 +168,204 @@ def configure(model, method, layer_ids=None):
     (site,) = result.call_sites
     assert site.actions == (Action.REVIEW,)
     assert "default layers" in site.note
+
+
+# ------------------------------------------------------------------ hook names as values
+def _hooks_at(code: str) -> list[str]:
+    return [site.hook for site in scan_source(code.encode(), "x.py").call_sites]
+
+
+D, F, E = (
+    "set_dspark_layers_to_capture",
+    "set_dflash_layers_to_capture",
+    "set_eagle3_layers_to_capture",
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "hooks"),
+    [
+        pytest.param(
+            f'''
+TABLE = {{"dspark": ("{D}", "{F}"), "eagle3": ("{E}",)}}
+
+def enable(model, method, ids):
+    for name in TABLE.get(method, ()):
+        getattr(model, name)(ids)
+''',
+            {D, F, E},
+            id="dict-of-tuples-get-loop",
+        ),
+        pytest.param(
+            f'''
+TABLE = {{"dspark": ["{D}"], "eagle3": ["{E}"]}}
+
+def enable(model, method, ids):
+    names = TABLE[method]
+    setter = getattr(model, names[0])
+    setter(ids)
+''',
+            {D, E},
+            id="dict-of-lists-subscript-index",
+        ),
+        pytest.param(
+            f'''
+class Backend:
+    SETTERS = ("{F}",)
+
+    def enable(self, model, ids):
+        for name in self.SETTERS:
+            getattr(model, name)(ids)
+''',
+            {F},
+            id="class-constant-via-self",
+        ),
+        pytest.param(
+            f'''
+class Backend:
+    SETTERS = {{"dflash": "{F}"}}
+
+
+def enable(model, ids):
+    getattr(model, Backend.SETTERS["dflash"])(ids)
+''',
+            {F},
+            id="class-constant-via-class-name",
+        ),
+        pytest.param(
+            f'''
+KINDS = ("dspark", "dflash")
+NAMES = {{kind: "{D}" if kind == "dspark" else "{F}" for kind in KINDS}}
+
+def enable(model, kind, ids):
+    getattr(model, NAMES.get(kind))(ids)
+''',
+            {D, F},
+            id="dict-comprehension",
+        ),
+        pytest.param(
+            f'''
+GROUPS = [("{D}",), ("{F}", "{E}")]
+
+def enable(model, ids):
+    setters = [getattr(model, name) for group in GROUPS for name in group]
+    for name in [n for group in GROUPS for n in group]:
+        getattr(model, name)(ids)
+''',
+            {D, F, E},
+            id="nested-comprehension",
+        ),
+        pytest.param(
+            f'''
+DEFAULT = "{D}"
+OVERRIDES = {{"beam": "{F}"}}
+
+def enable(model, kind, ids):
+    name = OVERRIDES.get(kind) or DEFAULT
+    getattr(model, name)(ids)
+''',
+            {D, F},
+            id="get-or-default",
+        ),
+        pytest.param(
+            f'''
+def enable(model, ids):
+    for name in [n for n in ("{D}", "not_a_hook")]:
+        getattr(model, name)(ids)
+''',
+            {D},
+            id="comprehension-over-literal",
+        ),
+    ],
+)
+def test_hook_names_resolved_as_values(code, hooks):
+    (hook,) = _hooks_at(code)
+    assert set(hook.split("|")) == hooks
+
+
+def test_strings_that_are_no_hook_names_find_nothing():
+    code = '''
+TABLE = {"dspark": ("set_up", "tear_down")}
+
+def enable(model, method, ids):
+    for name in TABLE.get(method, ()):
+        getattr(model, name)(ids)
+'''
+    assert _hooks_at(code) == []
+
+
+def test_self_referencing_names_end():
+    code = f'''
+def enable(model, ids, name="{D}"):
+    name = name or name
+    a = b = None
+    a = b or a
+    b = a or b
+    getattr(model, a)(ids)
+    getattr(model, name)(ids)
+'''
+    assert _hooks_at(code) == []  # name is a parameter: its bindings are not all known...
+    # ...while a cycle through assignments ends and keeps what it found.
+    assert _hooks_at(code.replace('a = b = None', f'a = b = "{D}"')) == [D]
+
+
+# ------------------------------------------------------------------ SpecForge-style table
+SPECFORGE = CALLERS / "specforge_hook_table"
+
+
+def _backend(code: bytes, model, method: str):
+    module = _load(code, "specforge_backend")
+    return module.OfflineCaptureBackend(model, method)
+
+
+@pytest.fixture
+def fake_torch(monkeypatch):
+    import sys
+
+    nn = types.SimpleNamespace(Module=object)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(nn=nn))
+
+
+@pytest.mark.parametrize(
+    ("method", "kinds"), [("dspark", ("dspark",)), ("dspark", ("dflash",)), ("eagle3", ("eagle3",))]
+)
+def test_specforge_table_with_ids_behaves_as_before(fake_torch, method, kinds):
+    for name in ("before.py", "after.py", "after_raise.py"):
+        model = FakeModel(kinds)
+        assert _backend((SPECFORGE / name).read_bytes(), model, method).enable([2, 5]) is True
+        assert model.calls == [(kinds[0], [2, 5])]
+
+
+def test_specforge_table_keeps_eagle3_default_layers(fake_torch):
+    for name in ("after.py", "after_raise.py"):
+        model = FakeModel(("eagle3",))
+        _backend((SPECFORGE / name).read_bytes(), model, "eagle3").enable(None)
+        assert model.calls == [("eagle3", None)]
+
+
+def test_specforge_table_unset_ids_for_dflash(fake_torch):
+    before = (SPECFORGE / "before.py").read_bytes()
+    with pytest.raises(ValueError, match="dflash: layer_ids must be set"):
+        _backend(before, FakeModel(("dflash",)), "dspark").enable(None)
+    model = FakeModel(("dflash",))
+    _backend((SPECFORGE / "after.py").read_bytes(), model, "dspark").enable(None)
+    assert model.calls == []  # skipped: the ids are declared optional
+    with pytest.raises(ValueError, match="needs layer ids: layer_ids is unset"):
+        _backend((SPECFORGE / "after_raise.py").read_bytes(), FakeModel(("dflash",)), "dspark")\
+            .enable(None)
+
+
+def test_specforge_table_under_pp(fake_torch, caplog):
+    before = (SPECFORGE / "before.py").read_bytes()
+    with pytest.raises(NotImplementedError):
+        _backend(before, FakeModel(("dspark",), pp_size=2), "dspark").enable([1])
+    with caplog.at_level(logging.WARNING):
+        _backend((SPECFORGE / "after.py").read_bytes(), FakeModel(("dspark",), 2), "dspark")\
+            .enable([1])
+    assert "unavailable, running without aux hidden capture" in caplog.text
+    with pytest.raises(NotImplementedError, match="auxcap upstream-patch"):
+        _backend((SPECFORGE / "after_raise.py").read_bytes(), FakeModel(("dspark",), 2), "dspark")\
+            .enable([1])
+    model = FakeModel(("eagle3",), pp_size=2)
+    _backend((SPECFORGE / "after.py").read_bytes(), model, "eagle3").enable([1])
+    assert model.calls == [("eagle3", [1])]
