@@ -50,8 +50,8 @@ from codemods.guard_metadata import METADATA
 from codemods.options import GUARD_POLICIES
 from codemods.records import Action
 from codemods.snippets import (
-    MAX_LINE,
     fit_call_statement,
+    fit_test,
     quoted,
     suite_as_line,
     wrapped_literals,
@@ -127,8 +127,9 @@ class GuardTransformer(CallSiteCodemod):
         filename: str,
         guard_policy: str = "skip",
         extra_hooks: tuple[str, ...] | list[str] | None = None,
+        line_length: int | None = None,
     ) -> None:
-        super().__init__(filename, guard_policy, extra_hooks)
+        super().__init__(filename, guard_policy, extra_hooks, line_length)
         self._calls: dict[cst.Call, FoundCall] = {}
         self._statements: dict[cst.CSTNode, FoundCall] = {}
         self._followed: set[cst.CSTNode] = set()
@@ -174,7 +175,9 @@ class GuardTransformer(CallSiteCodemod):
         column = found.statement_column
         indent = self.module_indent
         if self.policy == "skip":
-            call_line = fit_call_statement(call_line, column + len(indent), indent)
+            call_line = fit_call_statement(
+                call_line, column + len(indent), indent, self.line_length
+            )
             test = value
             if found.name_expr is not None:  # None still reaches EAGLE3 (default layers)
                 test = cst.BooleanOperation(
@@ -182,15 +185,17 @@ class GuardTransformer(CallSiteCodemod):
                     operator=cst.Or(),
                     right=_lenient_test(found, negated=False),
                 )
+            test = fit_test(test, column, indent, self.line_length)
             return [
                 cst.If(test=test, body=cst.IndentedBlock(body=[call_line]), leading_lines=leading)
             ]
-        call_line = fit_call_statement(call_line, column, indent)
+        call_line = fit_call_statement(call_line, column, indent, self.line_length)
         message = unset_message(found)
-        if column + len(indent) + len(f"raise ValueError({quoted(message)})") <= MAX_LINE:
+        limit = self.line_length
+        if column + len(indent) + len(f"raise ValueError({quoted(message)})") <= limit:
             text = f"raise ValueError({quoted(message)})\n"
         else:
-            room = max(MAX_LINE - column - 2 * len(indent), 60)
+            room = max(limit - column - 2 * len(indent), 20)
             lines = "".join(f"{indent}{literal}\n" for literal in wrapped_literals(message, room))
             text = f"raise ValueError(\n{lines})\n"
         raise_line = cst.parse_statement(text, config=self.module_config)
@@ -202,7 +207,7 @@ class GuardTransformer(CallSiteCodemod):
                 left=test, operator=cst.And(), right=_lenient_test(found, negated=True)
             )
         check = cst.If(
-            test=test,
+            test=fit_test(test, column, indent, self.line_length),
             body=cst.IndentedBlock(body=[raise_line]),
             leading_lines=leading,
         )
