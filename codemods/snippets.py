@@ -103,7 +103,7 @@ def fit_test(test: cst.BaseExpression, column: int, indent: str, limit: int) -> 
     )
     wrapped = test
     if column + len(indent) + len(code) > limit and isinstance(test, cst.BooleanOperation):
-        wrapped = test.with_changes(
+        operator = test.operator.with_changes(
             whitespace_before=cst.ParenthesizedWhitespace(
                 first_line=cst.TrailingWhitespace(),
                 empty_lines=[],
@@ -111,6 +111,7 @@ def fit_test(test: cst.BaseExpression, column: int, indent: str, limit: int) -> 
                 last_line=cst.SimpleWhitespace(indent),
             )
         )
+        wrapped = test.with_changes(operator=operator)
     return wrapped.with_changes(
         lpar=[cst.LeftParen(whitespace_after=first)],
         rpar=[cst.RightParen(whitespace_before=last)],
