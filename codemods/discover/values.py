@@ -451,14 +451,30 @@ class ValuesMixin:
         if not (isinstance(fetched, cst.Call) and _call_name(fetched) == "getattr"):
             return None
         positional = _positional(fetched)
-        if len(positional) < 2 or not isinstance(positional[1].value, cst.Name):
+        if len(positional) < 2:
             return None
-        name = positional[1].value.value
-        bindings = (
-            len(scope.values.get(name, []))
-            + len(scope.loops.get(name, []))
-            + (name in scope.params)
-        )
-        if bindings != 1 or self._lookup(name, scopes) is not scope:
-            return None
-        return cst.Name(name)
+        held = positional[1].value
+        # ``name`` or ``TABLE[key]``: names bound once each, so they still hold at the call
+        # what they held when the setter was fetched.
+        parts = [held]
+        if isinstance(held, cst.Subscript) and _is_simple_reference(held):
+            index = held.slice[0].slice
+            assert isinstance(index, cst.Index)
+            parts = [held.value, index.value]
+        for part in parts:
+            if isinstance(part, (cst.SimpleString, cst.Integer)):
+                continue
+            if not isinstance(part, cst.Name):
+                return None
+            owner = self._lookup(part.value, scopes)
+            if owner is None or (owner is not scope and owner.node is not self.module):
+                return None
+            bindings = (
+                len(owner.values.get(part.value, []))
+                + len(owner.loops.get(part.value, []))
+                + (part.value in owner.params)
+                + (part.value in owner.annotations and part.value not in owner.values)
+            )
+            if bindings != 1:
+                return None
+        return held.deep_clone()
