@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from codemods import host_style
 from codemods.discover import FoundCall
 from codemods.hooks import HookSet
 from codemods.records import Action
@@ -29,9 +30,15 @@ class CallSiteCodemod(cst.CSTTransformer):
         filename: str,
         policy: str,
         extra_hooks: tuple[str, ...] | list[str] | None = None,
+        line_length: int | None = None,
     ) -> None:
         super().__init__()
         self.filename = filename
+        #: No added line goes past it: the host project's configured line length (found from
+        #: ``filename`` when not given; see :func:`codemods.host_style.file_line_length`).
+        self.line_length = (
+            line_length if line_length is not None else host_style.file_line_length(filename)
+        )
         if policy not in self.POLICIES:
             raise ValueError(
                 f"unknown {self.POLICY_LABEL} {policy!r}; use one of {self.POLICIES}"

@@ -55,7 +55,6 @@ from codemods.options import FALLBACK_POLICIES
 from codemods.pp_raise import raising_hooks
 from codemods.records import Action
 from codemods.snippets import (
-    MAX_LINE,
     fit_call_statement,
     quoted,
     suite_as_line,
@@ -177,8 +176,9 @@ class FallbackTransformer(CallSiteCodemod):
         filename: str,
         fallback_policy: str = "warn",
         extra_hooks: tuple[str, ...] | list[str] | None = None,
+        line_length: int | None = None,
     ) -> None:
-        super().__init__(filename, fallback_policy, extra_hooks)
+        super().__init__(filename, fallback_policy, extra_hooks, line_length)
         self._statements: dict[cst.CSTNode, FoundCall] = {}
         self._found: tuple[FoundCall, ...] = ()
         self._wrapped = 0
@@ -233,10 +233,10 @@ class FallbackTransformer(CallSiteCodemod):
         text = f"{_hook_label(found)} unavailable, running without aux hidden capture: %s"
         exc = self._exception_name(found)
         call = f"{self._logger}.warning({quoted(text)}, {exc})"
-        if column + len(indent) + len(call) <= MAX_LINE:
+        if column + len(indent) + len(call) <= self.line_length:
             return f"{indent}{call}\n"
         inner = column + 2 * len(indent)
-        literals = wrapped_literals(text, MAX_LINE - inner - 1)
+        literals = wrapped_literals(text, self.line_length - inner - 1)
         lines = "".join(f"{indent * 2}{literal}\n" for literal in literals[:-1])
         return (
             f"{indent}{self._logger}.warning(\n"
@@ -254,7 +254,7 @@ class FallbackTransformer(CallSiteCodemod):
             "(auxcap upstream-patch)"
         )
         inner = column + 2 * len(indent)
-        literals = wrapped_literals(text, max(MAX_LINE - inner, 60))
+        literals = wrapped_literals(text, max(self.line_length - inner, 20))
         lines = "".join(f"{indent * 2}{literal}\n" for literal in literals)
         return (
             f"{indent}raise NotImplementedError(\n"
@@ -275,7 +275,7 @@ class FallbackTransformer(CallSiteCodemod):
         template = template.replace("\n", self._module.default_newline)
         parsed = cst.parse_statement(template, config=self._module.config_for_parsing)
         assert isinstance(parsed, cst.Try)
-        body = fit_call_statement(body, column + len(indent), indent)
+        body = fit_call_statement(body, column + len(indent), indent, self.line_length)
         return parsed.with_changes(
             body=cst.IndentedBlock(body=[body.with_changes(leading_lines=())]),
             leading_lines=body.leading_lines,

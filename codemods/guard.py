@@ -19,6 +19,21 @@ Policy ``raise`` fails early with a message naming the unset value and the hook:
         )
     model.set_dspark_layers_to_capture(list(args.capture_layers))
 
+A call that may reach EAGLE3 as well as a hook that rejects ``None`` (a table of hook names,
+``getattr(model, name)``) keeps EAGLE3's ``None`` ("default layers"): the guard also tests the
+hook name held at the call, and the ids are passed as they are::
+
+    # before
+    for name in ("set_eagle3_layers_to_capture", "set_dspark_layers_to_capture"):
+        getattr(model, name)(layer_ids)
+    # after
+    for name in ("set_eagle3_layers_to_capture", "set_dspark_layers_to_capture"):
+        if layer_ids or name == "set_eagle3_layers_to_capture":
+            getattr(model, name)(layer_ids)
+
+When no name holds the hook name at the call (an f-string, an inline dict lookup, a setter
+stored on ``self``), such a call is reported for review instead.
+
 Left alone: literal ids, calls already behind a check of the ids (``if ids:``, ``if ids is not
 None``, an ``and`` including it, an earlier ``if not ids: raise|return``), and EAGLE3 (it
 accepts ``None``).  A literal ``None``, and a call used inside an expression, are reported for
@@ -35,8 +50,8 @@ from codemods.guard_metadata import METADATA
 from codemods.options import GUARD_POLICIES
 from codemods.records import Action
 from codemods.snippets import (
-    MAX_LINE,
     fit_call_statement,
+    fit_test,
     quoted,
     suite_as_line,
     wrapped_literals,
@@ -66,6 +81,25 @@ def _operand_of_not(value: cst.BaseExpression) -> cst.BaseExpression:
     return value
 
 
+def _names_literal(names: tuple[str, ...]) -> str:
+    if len(names) == 1:
+        return quoted(names[0])
+    return "(" + ", ".join(quoted(name) for name in names) + ")"
+
+
+def _lenient_test(found: FoundCall, negated: bool) -> cst.BaseExpression:
+    """``name == "set_eagle3_layers_to_capture"`` (``!=`` when ``negated``; ``in`` / ``not
+    in`` a tuple for several names): the hook called accepts ``None``."""
+    assert found.name_expr is not None
+    names = found.lenient_names
+    if len(names) == 1:
+        operator = "!=" if negated else "=="
+    else:
+        operator = "not in" if negated else "in"
+    name = cst.Module(body=[]).code_for_node(found.name_expr)
+    return cst.parse_expression(f"{name} {operator} {_names_literal(names)}")
+
+
 def _call_line(statements: list[cst.BaseStatement]) -> cst.SimpleStatementLine:
     """The guarded call's own line among what ``_wrap`` returns."""
     last = statements[-1]
@@ -93,8 +127,9 @@ class GuardTransformer(CallSiteCodemod):
         filename: str,
         guard_policy: str = "skip",
         extra_hooks: tuple[str, ...] | list[str] | None = None,
+        line_length: int | None = None,
     ) -> None:
-        super().__init__(filename, guard_policy, extra_hooks)
+        super().__init__(filename, guard_policy, extra_hooks, line_length)
         self._calls: dict[cst.Call, FoundCall] = {}
         self._statements: dict[cst.CSTNode, FoundCall] = {}
         self._followed: set[cst.CSTNode] = set()
@@ -124,8 +159,8 @@ class GuardTransformer(CallSiteCodemod):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         found = self._calls.get(original_node)
-        if found is None or found.ids_arg is None:
-            return updated_node
+        if found is None or found.ids_arg is None or found.name_expr is not None:
+            return updated_node  # (None still goes to a hook that accepts it: no list())
         index = next(i for i, arg in enumerate(original_node.args) if arg is found.ids_arg)
         arg = updated_node.args[index]
         args = list(updated_node.args)
@@ -140,21 +175,39 @@ class GuardTransformer(CallSiteCodemod):
         column = found.statement_column
         indent = self.module_indent
         if self.policy == "skip":
-            call_line = fit_call_statement(call_line, column + len(indent), indent)
+            call_line = fit_call_statement(
+                call_line, column + len(indent), indent, self.line_length
+            )
+            test = value
+            if found.name_expr is not None:  # None still reaches EAGLE3 (default layers)
+                test = cst.BooleanOperation(
+                    left=_operand_of_not(value),
+                    operator=cst.Or(),
+                    right=_lenient_test(found, negated=False),
+                )
+            test = fit_test(test, column, indent, self.line_length)
             return [
-                cst.If(test=value, body=cst.IndentedBlock(body=[call_line]), leading_lines=leading)
+                cst.If(test=test, body=cst.IndentedBlock(body=[call_line]), leading_lines=leading)
             ]
-        call_line = fit_call_statement(call_line, column, indent)
+        call_line = fit_call_statement(call_line, column, indent, self.line_length)
         message = unset_message(found)
-        if column + len(indent) + len(f"raise ValueError({quoted(message)})") <= MAX_LINE:
+        limit = self.line_length
+        if column + len(indent) + len(f"raise ValueError({quoted(message)})") <= limit:
             text = f"raise ValueError({quoted(message)})\n"
         else:
-            room = max(MAX_LINE - column - 2 * len(indent), 60)
+            room = max(limit - column - 2 * len(indent), 20)
             lines = "".join(f"{indent}{literal}\n" for literal in wrapped_literals(message, room))
             text = f"raise ValueError(\n{lines})\n"
         raise_line = cst.parse_statement(text, config=self.module_config)
+        test: cst.BaseExpression = cst.UnaryOperation(
+            operator=cst.Not(), expression=_operand_of_not(value)
+        )
+        if found.name_expr is not None:  # None still reaches EAGLE3 (default layers)
+            test = cst.BooleanOperation(
+                left=test, operator=cst.And(), right=_lenient_test(found, negated=True)
+            )
         check = cst.If(
-            test=cst.UnaryOperation(operator=cst.Not(), expression=_operand_of_not(value)),
+            test=fit_test(test, column, indent, self.line_length),
             body=cst.IndentedBlock(body=[raise_line]),
             leading_lines=leading,
         )

@@ -1,6 +1,7 @@
 """The host project's style, so that added code looks like the project's own.
 
-- :func:`line_length`: the line length a file's project configures, found by walking up from
+- :func:`line_length` (and :func:`file_line_length`, what the codemods use): the line length
+  a file's project configures, found by walking up from
   the file: in each directory, ``ruff.toml`` / ``.ruff.toml`` ``line-length``, then
   ``pyproject.toml`` ``[tool.ruff]`` ``line-length``, then ``[tool.black]`` ``line-length``,
   then ``setup.cfg`` / ``tox.ini`` ``[flake8]`` ``max-line-length``; the first found wins, the
@@ -132,6 +133,15 @@ def line_length(path: str | Path) -> int:
         if (folder / ".git").exists():
             break
     return DEFAULT_LINE_LENGTH
+
+
+def file_line_length(path: str | Path) -> int:
+    """The line length for code added to the file at ``path``: :func:`line_length` from its
+    real path, or the default (88) when ``path`` names no file (source given as bytes)."""
+    real = Path(path)
+    if not real.is_file():
+        return DEFAULT_LINE_LENGTH
+    return line_length(real.resolve())
 
 
 # --------------------------------------------------------------------- import logging

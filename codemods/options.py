@@ -27,6 +27,9 @@ class TransformOptions:
     extra_hooks: tuple[str, ...] = field(default=())
     #: Rewrite test modules too (``--include-tests``); see :mod:`codemods.scope`.
     include_tests: bool = False
+    #: Longest line the codemods may add; None: the host project's configured line length,
+    #: found from each file's path (88 when none is configured).
+    line_length: int | None = None
 
     def __post_init__(self) -> None:
         if self.guard_policy not in GUARD_POLICIES:
@@ -34,6 +37,8 @@ class TransformOptions:
         if self.fallback_policy not in FALLBACK_POLICIES:
             raise ValueError(f"unknown fallback policy {self.fallback_policy!r}")
         HookSet.with_extra(self.extra_hooks)  # validates the names
+        if self.line_length is not None and self.line_length < 20:
+            raise ValueError(f"line length {self.line_length} is too short")
 
     @property
     def hooks(self) -> HookSet:

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import libcst as cst
 
+from codemods import host_style
 from codemods.discover import Analysis, FoundCall
 from codemods.fallback import FallbackTransformer
 from codemods.guard import GuardTransformer
@@ -135,9 +136,12 @@ def rewrite(
     follow = FallbackTransformer.targets(analysis.found)
     steps: list[Step] = []
     module = analysis.module
+    limit = options.line_length
+    if limit is None and (guarding or follow):
+        limit = host_style.file_line_length(path)
     before = source
     if guarding:
-        guard = GuardTransformer(path, options.guard_policy, options.extra_hooks)
+        guard = GuardTransformer(path, options.guard_policy, options.extra_hooks, limit)
         guarded = guard.apply(analysis, follow)
         code, follow, paths = _carry_over(analysis, guard, guarded, follow)
         after = code.encode(encoding)
@@ -150,7 +154,9 @@ def rewrite(
         paths = analysis.paths_to(statements)
         fallback_sites = tuple(s for s in original_sites if Action.FALLBACK in s.actions)
     if follow:
-        fallback = FallbackTransformer(path, options.fallback_policy, options.extra_hooks)
+        fallback = FallbackTransformer(
+            path, options.fallback_policy, options.extra_hooks, limit
+        )
         module = fallback.apply(module, follow, paths)
         after = module.bytes
         steps.append(Step(Action.FALLBACK.value, before, after, fallback_sites))

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-#: Longest line the codemods aim for when they generate code (auxcap's own style).
-MAX_LINE = 100
-
 
 def quoted(text: str) -> str:
     """``text`` as a double-quoted Python string literal."""
@@ -20,9 +17,12 @@ def wrapped_literals(text: str, room: int) -> list[str]:
     """
     pieces: list[str] = []
     current = ""
-    for word in text.split(" "):
+    words = text.split(" ")
+    for index, word in enumerate(words):
         candidate = f"{current} {word}" if current else word
-        if current and len(quoted(candidate + " ")) > room:
+        # A piece that another follows ends with the space between them.
+        spaced = candidate if index == len(words) - 1 else candidate + " "
+        if current and len(quoted(spaced)) > room:
             pieces.append(current + " ")
             current = word
         else:
@@ -32,9 +32,10 @@ def wrapped_literals(text: str, room: int) -> list[str]:
 
 
 def fit_call_statement(
-    line: cst.SimpleStatementLine, column: int, indent: str
+    line: cst.SimpleStatementLine, column: int, indent: str, limit: int
 ) -> cst.SimpleStatementLine:
-    """Break a one-line call statement after ``(`` when it would end past :data:`MAX_LINE`.
+    """Break a one-line call statement after ``(`` when it would end past ``limit`` (the
+    host project's line length), as black does.
 
     ``column`` is where the statement starts once rewritten; ``indent`` is the module's
     indentation unit.  Calls already spread over lines are returned unchanged::
@@ -50,7 +51,7 @@ def fit_call_statement(
         return line
     call = statement.value
     code = cst.Module(body=[]).code_for_node(line.with_changes(leading_lines=()))
-    if not call.args or code.count("\n") > 1 or column + len(code.rstrip()) <= MAX_LINE:
+    if not call.args or code.count("\n") > 1 or column + len(code.rstrip()) <= limit:
         return line
     args = list(call.args)
     args[-1] = args[-1].with_changes(
@@ -79,4 +80,39 @@ def suite_as_line(suite: cst.SimpleStatementSuite) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine(
         body=[statement.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)],
         trailing_whitespace=suite.trailing_whitespace,
+    )
+
+
+def fit_test(test: cst.BaseExpression, column: int, indent: str, limit: int) -> cst.BaseExpression:
+    """An ``if`` test laid out as black does when ``if <test>:`` would end past ``limit``:
+    inside parentheses on a line of its own, or one operand of ``or`` / ``and`` per line."""
+    code = cst.Module(body=[]).code_for_node(test)
+    if column + len(f"if {code}:") <= limit or "\n" in code:
+        return test
+    first = cst.ParenthesizedWhitespace(
+        first_line=cst.TrailingWhitespace(),
+        empty_lines=[],
+        indent=True,
+        last_line=cst.SimpleWhitespace(indent),
+    )
+    last = cst.ParenthesizedWhitespace(
+        first_line=cst.TrailingWhitespace(),
+        empty_lines=[],
+        indent=True,
+        last_line=cst.SimpleWhitespace(""),
+    )
+    wrapped = test
+    if column + len(indent) + len(code) > limit and isinstance(test, cst.BooleanOperation):
+        operator = test.operator.with_changes(
+            whitespace_before=cst.ParenthesizedWhitespace(
+                first_line=cst.TrailingWhitespace(),
+                empty_lines=[],
+                indent=True,
+                last_line=cst.SimpleWhitespace(indent),
+            )
+        )
+        wrapped = test.with_changes(operator=operator)
+    return wrapped.with_changes(
+        lpar=[cst.LeftParen(whitespace_after=first)],
+        rpar=[cst.RightParen(whitespace_before=last)],
     )

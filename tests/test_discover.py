@@ -35,8 +35,10 @@ EXPECTED = {
     "definitions_and_strings": [],
     "delegating_wrapper": [],
     "dict_get_default": [(8, DSPARK, "direct", GF), (13, DSPARK, "direct", "fallback")],
-    "dict_lookup_get": [(7, f"{DSPARK}|{EAGLE3}", "dict-lookup", GF)],
+    "dict_lookup_get": [(7, f"{DSPARK}|{EAGLE3}", "dict-lookup", "review")],
     "dict_lookup_subscript": [(19, f"{DFLASH}|{DSPARK}|{EAGLE3}", "dict-lookup", GF)],
+    "eagle3_table_setter": [(11, f"{DFLASH}|{EAGLE3}", "variable", GF)],
+    "specforge_hook_table": [(31, f"{DFLASH}|{DSPARK}|{EAGLE3}", "variable", GF)],
     "eagle3": [
         (8, EAGLE3, "direct", "none"),
         (9, EAGLE3, "direct", "none"),
@@ -93,7 +95,7 @@ EXPECTED = {
     "receiver_chain": [(21, DSPARK, "direct", GF)],
     "setter_on_self": [
         (17, DSPARK, "variable", GF),
-        (21, f"{DFLASH}|{DSPARK}|{EAGLE3}|{MSD}", "variable", GF),
+        (21, f"{DFLASH}|{DSPARK}|{EAGLE3}|{MSD}", "variable", "review"),
     ],
     "third_party_imports_only": [(12, DFLASH, "direct", "fallback")],
     "try_other_exception": [(8, DSPARK, "direct", GF)],
@@ -538,5 +540,7 @@ def test_setter_name_spelled_by_an_f_string():
     )
     assert site.shape is Shape.GETATTR
     assert site.hook == "|".join(sorted([DFLASH, DSPARK, EAGLE3, MSD]))
-    assert site.actions == (Action.GUARD, Action.FALLBACK)
+    # It may reach EAGLE3 (None: default layers) and no name holds the hook name to test.
+    assert site.actions == (Action.REVIEW,)
+    assert EAGLE3 in site.note and "default layers" in site.note
     assert sites('def f(m):\n    getattr(m, f"get_{x}_layers")(1)\n') == []

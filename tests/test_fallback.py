@@ -37,7 +37,8 @@ class TestFallbackCommand(CodemodTest):
                     m.set_dspark_layers_to_capture([1])
                 except NotImplementedError as exc:
                     log.warning(
-                        "set_dspark_layers_to_capture unavailable, running without aux hidden capture: %s",
+                        "set_dspark_layers_to_capture unavailable, running without aux hidden "
+                        "capture: %s",
                         exc,
                     )
         """
@@ -81,7 +82,8 @@ class TestFallbackCommand(CodemodTest):
                     m.set_msd_layers_to_capture([1])
                 except NotImplementedError as exc:
                     logger.warning(
-                        "set_msd_layers_to_capture unavailable, running without aux hidden capture: %s",
+                        "set_msd_layers_to_capture unavailable, running without aux hidden "
+                        "capture: %s",
                         exc,
                     )
         """
@@ -103,7 +105,8 @@ class TestFallbackCommand(CodemodTest):
                     m.set_msd_layers_to_capture([1])
                 except NotImplementedError as exc:
                     logger.warning(
-                        "set_msd_layers_to_capture unavailable, running without aux hidden capture: %s",
+                        "set_msd_layers_to_capture unavailable, running without aux hidden "
+                        "capture: %s",
                         exc,
                     )
         """
@@ -138,7 +141,8 @@ class TestFallbackCommand(CodemodTest):
                     m.set_dflash_layers_to_capture([1])
                 except NotImplementedError as capture_exc:
                     _log.warning(
-                        "set_dflash_layers_to_capture unavailable, running without aux hidden capture: %s",
+                        "set_dflash_layers_to_capture unavailable, running without aux hidden "
+                        "capture: %s",
                         capture_exc,
                     )
                 for exc in errors:
@@ -150,7 +154,8 @@ class TestFallbackCommand(CodemodTest):
                     m.set_dflash_layers_to_capture([2])
                 except NotImplementedError as exc:
                     _log.warning(
-                        "set_dflash_layers_to_capture unavailable, running without aux hidden capture: %s",
+                        "set_dflash_layers_to_capture unavailable, running without aux hidden "
+                        "capture: %s",
                         exc,
                     )
         """
@@ -177,7 +182,8 @@ class TestFallbackCommand(CodemodTest):
                     m.set_dflash_layers_to_capture([1])
                 except NotImplementedError as exc:
                     capture_logger.warning(
-                        "set_dflash_layers_to_capture unavailable, running without aux hidden capture: %s",
+                        "set_dflash_layers_to_capture unavailable, running without aux hidden "
+                        "capture: %s",
                         exc,
                     )
         """
@@ -194,9 +200,9 @@ class TestFallbackCommand(CodemodTest):
                     m.set_dspark_layers_to_capture([1])
                 except NotImplementedError as exc:
                     raise NotImplementedError(
-                        "set_dspark_layers_to_capture cannot capture aux hidden states under pipeline "
-                        "parallelism: run with --pp-size 1, or apply the upstream patch (auxcap "
-                        "upstream-patch)"
+                        "set_dspark_layers_to_capture cannot capture aux hidden states under "
+                        "pipeline parallelism: run with --pp-size 1, or apply the upstream patch "
+                        "(auxcap upstream-patch)"
                     ) from exc
         """
         self.assertCodemod(before, after, fallback_policy="raise")

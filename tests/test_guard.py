@@ -123,7 +123,8 @@ class TestGuardCommand(CodemodTest):
             def main(model, args):
                 if not (args.layers or args.defaults):
                     raise ValueError(
-                        "set_dspark_layers_to_capture needs layer ids: args.layers or args.defaults is unset"
+                        "set_dspark_layers_to_capture needs layer ids: args.layers or "
+                        "args.defaults is unset"
                     )
                 model.set_dspark_layers_to_capture(list(args.layers or args.defaults))
         """

@@ -102,6 +102,33 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
     "fstring_elsewhere": (
         b"def f(m, n):\n    print(f'{n}')\n    return getattr(m, f'{n}_proj')\n", False
     ),
+    # Hook names resolved as values: dicts of tuples, .get, loops, class constants,
+    # comprehensions.
+    "table_of_tuples_get_loop": (
+        b"TABLE = {'dspark': ('set_dspark_layers_to_capture', 'set_dflash_layers_to_capture'),"
+        b" 'eagle3': ('set_eagle3_layers_to_capture',)}\n"
+        b"def f(m, k, ids=None):\n    for n in TABLE.get(k, ()):\n"
+        b"        s = getattr(m, n, None)\n        s(ids)\n",
+        True,
+    ),
+    "class_constant_through_self": (
+        b"class B:\n    NAMES = ['set_dflash_layers_to_capture']\n"
+        b"    def go(self, m, ids=None):\n        for n in self.NAMES:\n"
+        b"            getattr(m, n)(ids)\n",
+        True,
+    ),
+    "comprehension_of_names": (
+        b"G = [('set_dspark_layers_to_capture',)]\n"
+        b"def f(m, ids=None):\n    for n in [x for g in G for x in g]:\n"
+        b"        getattr(m, n)(ids)\n",
+        True,
+    ),
+    # A hasattr literal is inert even inside a table the resolver follows.
+    "table_of_hasattr_results": (
+        b"def f(m, ids=None):\n    t = {'k': hasattr(m, 'set_dspark_layers_to_capture')}\n"
+        b"    getattr(m, t['k'] or 'x')(ids)\n",
+        False,
+    ),
     # Inert mentions only: stage two drops these.
     "definition_only": (b"class M:\n    def set_dspark_layers_to_capture(self, ids):\n"
                         b"        self.ids = ids\n", False),

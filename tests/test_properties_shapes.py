@@ -31,6 +31,23 @@ SHAPES = [
     ([], f"getattr(model, {{{{'dspark': '{HOOK}'}}}}[method])({{ids}})", None),
     ([f"setter = getattr(model, '{HOOK}', None)"], "setter({ids})", "if callable(setter):"),
     ([], "getattr(model, name)({ids})", f"for name in ('{HOOK}',):"),
+    # Hook names resolved as values: a table of tuples, .get, a loop; a comprehension; a
+    # setter fetched through a nested subscript.
+    (
+        [f"table = {{'dspark': ('{HOOK}',), 'other': ()}}"],
+        "getattr(model, name)({ids})",
+        "for name in table.get(method, ()):",
+    ),
+    (
+        [f"names = [n for group in (('{HOOK}',),) for n in group]"],
+        "getattr(model, name)({ids})",
+        "for name in names:",
+    ),
+    (
+        [f"hooks = {{'dspark': ['{HOOK}']}}", "setter = getattr(model, hooks[method][0], None)"],
+        "setter({ids})",
+        "if callable(setter):",
+    ),
 ]
 IDS = ["args.capture_layers", "layer_ids", "self_cfg.layers", "[1, 2]"]
 BLOCKS = [

@@ -51,10 +51,19 @@ class FoundCall:
     #: The call is a whole statement on a line shared with other statements
     #: (``a(); model.set_x(ids)``); ``codemods.split`` gives it a line of its own.
     shared_line: bool = False
+    #: For a call that may reach both a hook accepting ``None`` (EAGLE3) and one rejecting
+    #: it: the expression that holds the resolved hook name at the call (``name`` in
+    #: ``getattr(model, name)(ids)``), which the guard tests at run time.
+    name_expr: cst.BaseExpression | None = None
 
     @property
     def rejects_none(self) -> bool:
         return any(not hook.accepts_none for hook in self.hooks)
+
+    @property
+    def lenient_names(self) -> tuple[str, ...]:
+        """The hooks this call may reach that accept ``None`` (EAGLE3: default layers)."""
+        return tuple(hook.name for hook in self.hooks if hook.accepts_none)
 
 
 class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin):
@@ -147,6 +156,9 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin):
             return None
         hooks = tuple(hook for hook in self.hooks.hooks if hook.name in names)
         rejects_none = any(not hook.accepts_none for hook in hooks)
+        lenient = [hook.name for hook in hooks if hook.accepts_none]
+        # A call that may reach EAGLE3 too keeps None for it: the guard tests the hook name.
+        name_expr = self._name_expr(call, scopes) if rejects_none and lenient else None
         # Only hooks the release facts show raising NotImplementedError under PP.
         can_raise_pp = bool(raising_hooks(hooks))
 
@@ -155,7 +167,8 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin):
         statement, not_own = self._own_statement(call)
         shared_line = statement is None and not_own == self._SHARED_LINE
         movable = statement is not None or shared_line
-        guarded = ids_core is not None and self._is_guarded(call, _key(ids_core))
+        name_key = (_key(name_expr), frozenset(lenient)) if name_expr is not None else None
+        guarded = ids_core is not None and self._is_guarded(call, _key(ids_core), name_key)
         handles = self._handles_not_implemented(call)
 
         risks: list[Risk] = []
@@ -182,14 +195,15 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin):
                 elif not _is_repeatable(ids_core):
                     notes.append("ids come from an expression; bind them to a name first")
                     review = True
+                elif lenient and name_expr is None:
+                    notes.append(
+                        f"may also reach {', '.join(lenient)}, where None means the default "
+                        "layers, and the hook name is not held by a name at the call; "
+                        "guard the ids by hand for the other hooks only"
+                    )
+                    review = True
                 else:
                     actions.append(Action.GUARD)
-                    lenient = [hook.name for hook in hooks if hook.accepts_none]
-                    if lenient:
-                        notes.append(
-                            f"the guard also skips {', '.join(lenient)} (it accepts None) "
-                            "when ids are unset"
-                        )
         if can_raise_pp and not handles:
             risks.append(Risk.PP_UNSUPPORTED)
             if not review:
@@ -226,6 +240,7 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin):
             module_index=self._module_index(call),
             names_in_scope=frozenset(scopes[0].names) if scopes else frozenset(),
             shared_line=shared_line,
+            name_expr=name_expr,
         )
 
 
