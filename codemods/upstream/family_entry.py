@@ -223,7 +223,9 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         ]
         flagged = m.Arg(
             keyword=m.Name(CAPTURE_KWARG),
-            value=m.IfExp(body=m.Name(aux_name), test=_FLAG_TEST, orelse=m.Name("None")),
+            value=m.IfExp(
+                body=m.Name(aux_name), test=_FLAG_TEST | _ID_TEST, orelse=m.Name("None")
+            ),
         )
         if (
             len(holders) != 1
@@ -233,7 +235,8 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         ):
             return reject(
                 f"the layers get the capture list itself (`{CAPTURE_KWARG}={aux_name}`) "
-                f"other than once, under the layer flag `{LAYER_FLAG}`, in one layer loop"
+                f"other than once, under the layer flag `{LAYER_FLAG}` or a capture-id "
+                "test, in one layer loop"
             )
         kind = GATHERED_KIND
         loop_index, loop_statement = holders[0]
@@ -261,8 +264,21 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             f"no `{CAPTURE_KEYWORD}={aux_name}.capture if {loop_var} in "
             f"self.layers_to_capture else None` in the layer call"
         )
-    #: Captures and id reads of the layer loop (none for the gathered collector).
+    #: Captures of the layer loop (none for the gathered collector), and its id reads
+    #: (the gathered collector may test the ids instead of the layer flag).
     loop_uses = 1 if kind == ENTRY_KIND else 0
+    id_uses = loop_uses
+    if kind == GATHERED_KIND and m.findall(loop, _ID_TEST):
+        by_id = m.IfExp(
+            body=m.Name(aux_name),
+            test=m.Comparison(left=m.Name(loop_var), comparisons=[m.ComparisonTarget()]),
+        )
+        if len(m.findall(loop, _ID_TEST)) != 1 or len(m.findall(loop, by_id)) != 1:
+            return reject(
+                f"the list is handed to the layers under a capture-id test other than "
+                f"`{loop_var} in self.layers_to_capture`"
+            )
+        id_uses = 1
     if not m.findall(
         loop, m.Assign(targets=[m.AssignTarget(m.Name(HIDDEN))], value=m.Call())
     ):
@@ -308,7 +324,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     ids_reads = m.findall(fn, SELF_IDS)
     ids_attrs = sorted({node.attr.value for node in ids_reads})
     end_tests = sum(len(m.findall(s, _END_TEST)) for s in finals)
-    if len(ids_attrs) > 1 or len(ids_reads) != loop_uses + end_tests:
+    if len(ids_attrs) > 1 or len(ids_reads) != id_uses + end_tests:
         return reject(
             "reads capture ids outside the layer call and the stage-output capture "
             f"(`self.{ids_attrs[0] if ids_attrs else IDS_ATTR}` {len(ids_reads)} times)"
@@ -352,6 +368,12 @@ _FLAG_TEST = m.Call(
     func=m.Name("getattr"),
     args=[m.Arg(), m.Arg(m.SimpleString(f'"{LAYER_FLAG}"')), m.Arg(m.Name("False"))],
 ) | m.Attribute(attr=m.Name(LAYER_FLAG))
+
+#: ``i in self.<ids>``: the gathered collector's test when it reads the capture ids.
+_ID_TEST = m.Comparison(
+    left=m.Name(),
+    comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+)
 
 #: ``self.end_layer in self.<ids>``: the last stage captures its output.
 _END_TEST = m.Comparison(

@@ -53,6 +53,8 @@ CLASSES = {
     "laguna": ("LagunaForCausalLM", "LagunaModel"),
     "gpt_oss": ("GptOssForCausalLM", "GptOssModel"),
     "qwen3_moe": ("Qwen3MoeForCausalLM", "Qwen3MoeModel"),
+    "exaone_moe": ("ExaoneMoEForCausalLM", "ExaoneMoEModel"),
+    "minimax_m2": ("MiniMaxM2ForCausalLM", "MiniMaxM2Model"),
 }
 HOOKS = {
     "eagle3": "set_eagle3_layers_to_capture",
@@ -150,6 +152,10 @@ def entry_stage_factory(spec: dict, pp_rank: int, pp_size: int,
     hidden_size = int(spec["hidden_size"])
     group = FakePPGroup.for_transport(pp_rank, pp_size, dict(transport_kwargs or {}))
     patch_globals(module, get_global_expert_distribution_recorder=NullExpertRecorder)
+    if hasattr(module, "get_parallel"):
+        # Hooks that ask ``get_parallel().pp_group`` (exaone_moe, minimax_m2) see this
+        # stage's group.
+        patch_globals(module, get_parallel=lambda: SimpleNamespace(pp_group=group))
     config = SimpleNamespace(
         num_hidden_layers=num_layers,
         hidden_size=hidden_size,
