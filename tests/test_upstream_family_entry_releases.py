@@ -33,12 +33,15 @@ from sglang_support.family_check import (
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 #: release -> the models of the layer-entry shape driven there.
+#: glm4_moe and glm4_moe_lite capture in a loop over a range narrowed for two-batch
+#: overlap.
 RELEASES = {
-    "0.5.21": ("qwen3", "laguna", "gpt_oss", "qwen3_moe", "exaone_moe", "minimax_m2"),
+    "0.5.21": ("qwen3", "laguna", "gpt_oss", "qwen3_moe", "exaone_moe", "minimax_m2",
+               "glm4_moe", "glm4_moe_lite"),
     "0.5.22": ("llama", "qwen3", "laguna", "gpt_oss", "qwen3_moe", "exaone_moe",
-               "minimax_m2"),
+               "minimax_m2", "glm4_moe", "glm4_moe_lite"),
     "0.5.23": ("llama", "qwen3", "laguna", "gpt_oss", "qwen3_moe", "exaone_moe",
-               "minimax_m2"),
+               "minimax_m2", "glm4_moe", "glm4_moe_lite"),
 }
 #: Models with the gathered collector (flagged layers, or layers whose id is a capture
 #: id, get the list itself: minimax_m2 tests the ids).  exaone_moe and minimax_m2 return
@@ -49,7 +52,7 @@ GATHERED = {"qwen3_moe", "minimax_m2"}
 OUTPUT_CAPTURE = {"laguna", "gpt_oss"}
 #: Models with only a DFLASH hook, and with only an EAGLE3 hook.
 DFLASH_ONLY = {"laguna"}
-EAGLE3_ONLY = {"exaone_moe", "minimax_m2"}
+EAGLE3_ONLY = {"exaone_moe", "minimax_m2", "glm4_moe"}
 #: 9 layers: PP=2 owns [0, 4) [4, 9), PP=3 owns [0, 3) [3, 6) [6, 9).
 NUM_LAYERS = 9
 TOKENS = [3, 0, 2]
@@ -167,9 +170,9 @@ def test_generated_family_test_passes_for_the_layer_entry_models(patched):
 
 #: What the whole patch (no ``--models``) rewrites on 0.5.23, all in the layer-entry shape.
 PATCHED_0_5_23 = (
-    "apertus", "bailing_moe", "exaone_moe", "gpt_oss", "laguna", "llama", "minimax_m2",
-    "minimax_m3", "minimax_m3_vl", "qwen2", "qwen2_moe", "qwen3", "qwen3_5_text",
-    "qwen3_moe",
+    "apertus", "bailing_moe", "exaone_moe", "glm4_moe", "glm4_moe_lite", "gpt_oss",
+    "laguna", "llama", "minimax_m2", "minimax_m3", "minimax_m3_vl", "qwen2", "qwen2_moe",
+    "qwen3", "qwen3_5_text", "qwen3_moe",
 )
 #: ``qwen3_5_text`` is left out of the CPU run: its module does not import with the
 #: ``triton`` stand-in (``fla/utils.py`` asks triton's driver for the device at import).

@@ -62,7 +62,8 @@ self.layers_to_capture else None)``), gathered after that capture and kept last
 (``final=True``); and the gathered collector (kind :data:`GATHERED_KIND`), whose stack
 hands the list itself to the layers a setter flagged (``captured_last_layer_outputs=aux
 if getattr(layer, "_is_layer_to_capture", False) else None``), the loop possibly inside a
-branch; the layer captures its input at entry all the same.
+branch; the layer captures its input at entry all the same.  The loop may also run over
+a range narrowed for two-batch overlap (``family_entry_tbo``).
 
 The gathering goes right before the first statement after the handoff that reads the
 captures, after the final norm, so that ``hidden_states`` is a plain ``[tokens, hidden]``
@@ -74,6 +75,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.family_entry_tbo import narrowed_range_problem
 from codemods.upstream.family_repairs import FamilyRewriteError
 from codemods.upstream.family_shapes import (
     CAPTURE_KWARG,
@@ -241,10 +243,15 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         kind = GATHERED_KIND
         loop_index, loop_statement = holders[0]
         loop = inner[0]
-    if not m.matches(loop, m.For(target=m.Name(), iter=_STACK_RANGE)):
-        return reject(
-            "the capturing loop is not `for i in range(self.start_layer, self.end_layer)`"
-        )
+    if not m.matches(loop, m.For(target=m.Name())):
+        return reject("the capturing loop does not bind one loop variable")
+    if not m.matches(loop.iter, _STACK_RANGE):
+        narrowed = narrowed_range_problem(body, loop_index, loop)
+        if narrowed is not None:
+            return reject(
+                "the capturing loop is not `for i in range(self.start_layer, "
+                f"self.end_layer)` nor a range narrowed for two-batch overlap ({narrowed})"
+            )
     loop_var = loop.target.value
     keyword = m.Arg(
         keyword=m.Name(CAPTURE_KEYWORD),
