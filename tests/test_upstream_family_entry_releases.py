@@ -36,8 +36,9 @@ pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 #: glm4_moe and glm4_moe_lite capture in a loop over a range narrowed for two-batch
 #: overlap.
 RELEASES = {
-    "0.5.21": ("qwen3", "laguna", "gpt_oss", "qwen3_moe", "exaone_moe", "minimax_m2",
-               "glm4_moe", "glm4_moe_lite"),
+    # exaone_moe still appends in its layer loop on 0.5.21 (patched, not this shape).
+    "0.5.21": ("qwen3", "laguna", "gpt_oss", "qwen3_moe", "minimax_m2", "glm4_moe",
+               "glm4_moe_lite"),
     "0.5.22": ("llama", "qwen3", "laguna", "gpt_oss", "qwen3_moe", "exaone_moe",
                "minimax_m2", "glm4_moe", "glm4_moe_lite"),
     "0.5.23": ("llama", "qwen3", "laguna", "gpt_oss", "qwen3_moe", "exaone_moe",
