@@ -37,7 +37,8 @@ def plan(tmp_path_factory):
 
 def test_fixtures_are_there():
     assert NAMES == [
-        "entry_decoder.py", "entry_final.py", "entry_gated.py", "entry_gathered.py"
+        "entry_decoder.py", "entry_final.py", "entry_gated.py", "entry_gathered.py",
+        "entry_gathered_ids.py", "entry_overlap.py",
     ]
 
 
@@ -52,7 +53,7 @@ def test_decisions_name_the_shape(plan):
     for name in NAMES:
         decision = plan.decisions[name]
         assert decision.patched, decision.reason
-        kind = GATHERED_KIND if name == "entry_gathered.py" else ENTRY_KIND
+        kind = GATHERED_KIND if name.startswith("entry_gathered") else ENTRY_KIND
         assert decision.capture_kinds == (kind,)
     assert plan.decisions["entry_decoder.py"].cases == (
         ("TinyForCausalLM", "TinyStack", ("set_eagle3_layers_to_capture",)),
@@ -62,6 +63,26 @@ def test_decisions_name_the_shape(plan):
     assert plan.decisions["entry_gated.py"].cases == (
         ("GatedForCausalLM", "GatedStack", ("set_dflash_layers_to_capture",)),
     )
+    # The hook asks ``get_parallel().pp_group``; the list goes to layers by capture id.
+    assert plan.decisions["entry_gathered_ids.py"].cases == (
+        ("IdForCausalLM", "IdStack", ("set_eagle3_layers_to_capture",)),
+    )
+
+
+def test_gathered_by_id_keeps_the_hooks_pp_group(plan):
+    text = plan.rewritten()["entry_gathered_ids.py"]
+    assert "attach_pp_aux_transport(self.model, get_parallel().pp_group)" in text
+    assert (
+        "        if not get_parallel().pp_group.is_last_rank:\n"
+        "            # Earlier stages hand their captures to the next stage"
+    ) in text
+    assert text.count("return\n") == 0
+    assert (
+        "        )\n"
+        "\n"
+        "        captured = pp_aux_collect(self, captured, pp_proxy_tensors, hidden_states)\n"
+        "        if len(captured) == 0:\n"
+    ) in text
 
 
 def test_handoff_and_gathering_are_where_the_captures_are_read(plan):
@@ -133,12 +154,12 @@ REFUSED = {
         "        )",
         "`aux_hidden_states` is filled other than by the layers and the stage-output capture",
     ),
-    "list handed to the layers": (
+    "list handed by another layer's id": (
         "capture_output=aux_hidden_states.capture\n"
         "                if i in self.layers_to_capture\n"
         "                else None,",
         "captured_last_layer_outputs=aux_hidden_states\n"
-        "                if i in self.layers_to_capture\n"
+        "                if i + 1 in self.layers_to_capture\n"
         "                else None,",
         "the layers get the capture list itself "
         "(`captured_last_layer_outputs=aux_hidden_states`)",
@@ -236,5 +257,60 @@ def test_unrecognised_variants_are_reported_and_left_alone(case, tmp_path):
     assert not decision.patched
     assert reason in decision.reason, decision.reason
     assert decision.reason.startswith("entry_decoder.py:TinyStack.forward: ")
+    assert plan.rewritten() == {}
+    assert path.read_text() == source
+
+
+#: The overlap fixture: the loop range is two locals narrowed for two-batch overlap.
+OVERLAP = (INPUTS / "entry_overlap.py").read_text()
+#: Variants of ``entry_overlap.py`` the rewriter must refuse, with the reason it gives.
+OVERLAP_REFUSED = {
+    "end not the stage end": (
+        "normal_end_layer = self.end_layer\n",
+        "normal_end_layer = self.end_layer - 1\n",
+        "`normal_end_layer` is not set once to `self.end_layer` before the loop",
+    ),
+    "narrowed without the overlap test": (
+        "if forward_batch.can_run_tbo:",
+        "if forward_batch.is_extend:",
+        "`normal_start_layer` changes other than under a `can_run_tbo` test",
+    ),
+    "changed in the loop": (
+        "                else None,\n            )\n",
+        "                else None,\n            )\n            normal_end_layer -= 1\n",
+        "`normal_end_layer` changes in or after the loop",
+    ),
+    "same name twice": (
+        "for i in range(normal_start_layer, normal_end_layer):",
+        "for i in range(normal_end_layer, normal_end_layer):",
+        "the loop's start and end are the same name",
+    ),
+}
+
+
+def test_overlap_loop_is_rewritten_and_gathers_after_the_last_rank_block(plan):
+    decision = plan.decisions["entry_overlap.py"]
+    assert decision.patched and decision.capture_kinds == (ENTRY_KIND,)
+    text = plan.rewritten()["entry_overlap.py"]
+    assert (
+        "                    hidden_states, forward_batch, self.norm\n"
+        "                )\n"
+        "        aux_hidden_states = pp_aux_collect(\n"
+    ) in text
+    assert "for i in range(normal_start_layer, normal_end_layer):" in text
+
+
+@pytest.mark.parametrize("case", sorted(OVERLAP_REFUSED))
+def test_unrecognised_overlap_variants_are_reported_and_left_alone(case, tmp_path):
+    old, new, reason = OVERLAP_REFUSED[case]
+    assert OVERLAP.count(old) == 1, case
+    source = OVERLAP.replace(old, new)
+    path = tmp_path / "entry_overlap.py"
+    path.write_text(source)
+    plan = plan_family(tmp_path)
+    decision = plan.decisions["entry_overlap.py"]
+    assert not decision.patched
+    assert reason in decision.reason, decision.reason
+    assert "nor a range narrowed for two-batch overlap" in decision.reason
     assert plan.rewritten() == {}
     assert path.read_text() == source

@@ -33,18 +33,27 @@ from sglang_support.family_check import (
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 #: release -> the models of the layer-entry shape driven there.
+#: glm4_moe and glm4_moe_lite capture in a loop over a range narrowed for two-batch
+#: overlap.
 RELEASES = {
-    "0.5.21": ("qwen3", "laguna", "gpt_oss", "qwen3_moe"),
-    "0.5.22": ("llama", "qwen3", "laguna", "gpt_oss", "qwen3_moe"),
-    "0.5.23": ("llama", "qwen3", "laguna", "gpt_oss", "qwen3_moe"),
+    # exaone_moe still appends in its layer loop on 0.5.21 (patched, not this shape).
+    "0.5.21": ("qwen3", "laguna", "gpt_oss", "qwen3_moe", "minimax_m2", "glm4_moe",
+               "glm4_moe_lite"),
+    "0.5.22": ("llama", "qwen3", "laguna", "gpt_oss", "qwen3_moe", "exaone_moe",
+               "minimax_m2", "glm4_moe", "glm4_moe_lite"),
+    "0.5.23": ("llama", "qwen3", "laguna", "gpt_oss", "qwen3_moe", "exaone_moe",
+               "minimax_m2", "glm4_moe", "glm4_moe_lite"),
 }
-#: Models with the gathered collector (flagged layers get the list itself).
-GATHERED = {"qwen3_moe"}
+#: Models with the gathered collector (flagged layers, or layers whose id is a capture
+#: id, get the list itself: minimax_m2 tests the ids).  exaone_moe and minimax_m2 return
+#: early through ``get_parallel().pp_group``.
+GATHERED = {"qwen3_moe", "minimax_m2"}
 #: Models whose last stage also captures its own output (capture id == number of
 #: layers, taken by the final norm or as a snapshot of an empty batch).
 OUTPUT_CAPTURE = {"laguna", "gpt_oss"}
-#: Models with only a DFLASH hook.
+#: Models with only a DFLASH hook, and with only an EAGLE3 hook.
 DFLASH_ONLY = {"laguna"}
+EAGLE3_ONLY = {"exaone_moe", "minimax_m2", "glm4_moe"}
 #: 9 layers: PP=2 owns [0, 4) [4, 9), PP=3 owns [0, 3) [3, 6) [6, 9).
 NUM_LAYERS = 9
 TOKENS = [3, 0, 2]
@@ -61,18 +70,19 @@ def _runs(models):
     runs = []
     for model in models:
         eagle3 = "dflash" if model in DFLASH_ONLY else "eagle3"
+        dflash = "eagle3" if model in EAGLE3_ONLY else "dflash"
         for pp in (2, 3):
             runs += [
                 {"model": model, "hook": eagle3, "layer_ids": EVERY_STAGE, "pp": pp},
-                {"model": model, "hook": "dflash", "layer_ids": ON_STAGE_0, "pp": pp},
+                {"model": model, "hook": dflash, "layer_ids": ON_STAGE_0, "pp": pp},
             ]
         if model not in DFLASH_ONLY:
             runs.append({"model": model, "hook": "eagle3", "layer_ids": None, "pp": 3})
-        runs.append({"model": model, "hook": "dflash", "layer_ids": EVERY_STAGE, "pp": 3,
+        runs.append({"model": model, "hook": dflash, "layer_ids": EVERY_STAGE, "pp": 3,
                      "mode": "direct"})
         if model in OUTPUT_CAPTURE:
             runs += [
-                {"model": model, "hook": "dflash", "layer_ids": WITH_OUTPUT, "pp": 2},
+                {"model": model, "hook": dflash, "layer_ids": WITH_OUTPUT, "pp": 2},
                 {"model": model, "hook": eagle3, "layer_ids": OUTPUT_AND_STAGE_0, "pp": 3,
                  "mode": "direct"},
             ]
@@ -161,8 +171,9 @@ def test_generated_family_test_passes_for_the_layer_entry_models(patched):
 
 #: What the whole patch (no ``--models``) rewrites on 0.5.23, all in the layer-entry shape.
 PATCHED_0_5_23 = (
-    "apertus", "bailing_moe", "gpt_oss", "laguna", "llama", "minimax_m3", "minimax_m3_vl",
-    "qwen2", "qwen2_moe", "qwen3", "qwen3_5_text", "qwen3_moe",
+    "apertus", "bailing_moe", "exaone_moe", "glm4_moe", "glm4_moe_lite", "gpt_oss",
+    "laguna", "llama", "minimax_m2", "minimax_m3", "minimax_m3_vl", "qwen2", "qwen2_moe",
+    "qwen3", "qwen3_5_text", "qwen3_moe",
 )
 #: ``qwen3_5_text`` is left out of the CPU run: its module does not import with the
 #: ``triton`` stand-in (``fla/utils.py`` asks triton's driver for the device at import).

@@ -62,7 +62,8 @@ self.layers_to_capture else None)``), gathered after that capture and kept last
 (``final=True``); and the gathered collector (kind :data:`GATHERED_KIND`), whose stack
 hands the list itself to the layers a setter flagged (``captured_last_layer_outputs=aux
 if getattr(layer, "_is_layer_to_capture", False) else None``), the loop possibly inside a
-branch; the layer captures its input at entry all the same.
+branch; the layer captures its input at entry all the same.  The loop may also run over
+a range narrowed for two-batch overlap (``family_entry_tbo``).
 
 The gathering goes right before the first statement after the handoff that reads the
 captures, after the final norm, so that ``hidden_states`` is a plain ``[tokens, hidden]``
@@ -74,6 +75,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.family_entry_tbo import narrowed_range_problem
 from codemods.upstream.family_repairs import FamilyRewriteError
 from codemods.upstream.family_shapes import (
     CAPTURE_KWARG,
@@ -223,7 +225,9 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         ]
         flagged = m.Arg(
             keyword=m.Name(CAPTURE_KWARG),
-            value=m.IfExp(body=m.Name(aux_name), test=_FLAG_TEST, orelse=m.Name("None")),
+            value=m.IfExp(
+                body=m.Name(aux_name), test=_FLAG_TEST | _ID_TEST, orelse=m.Name("None")
+            ),
         )
         if (
             len(holders) != 1
@@ -233,15 +237,21 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         ):
             return reject(
                 f"the layers get the capture list itself (`{CAPTURE_KWARG}={aux_name}`) "
-                f"other than once, under the layer flag `{LAYER_FLAG}`, in one layer loop"
+                f"other than once, under the layer flag `{LAYER_FLAG}` or a capture-id "
+                "test, in one layer loop"
             )
         kind = GATHERED_KIND
         loop_index, loop_statement = holders[0]
         loop = inner[0]
-    if not m.matches(loop, m.For(target=m.Name(), iter=_STACK_RANGE)):
-        return reject(
-            "the capturing loop is not `for i in range(self.start_layer, self.end_layer)`"
-        )
+    if not m.matches(loop, m.For(target=m.Name())):
+        return reject("the capturing loop does not bind one loop variable")
+    if not m.matches(loop.iter, _STACK_RANGE):
+        narrowed = narrowed_range_problem(body, loop_index, loop)
+        if narrowed is not None:
+            return reject(
+                "the capturing loop is not `for i in range(self.start_layer, "
+                f"self.end_layer)` nor a range narrowed for two-batch overlap ({narrowed})"
+            )
     loop_var = loop.target.value
     keyword = m.Arg(
         keyword=m.Name(CAPTURE_KEYWORD),
@@ -261,8 +271,21 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             f"no `{CAPTURE_KEYWORD}={aux_name}.capture if {loop_var} in "
             f"self.layers_to_capture else None` in the layer call"
         )
-    #: Captures and id reads of the layer loop (none for the gathered collector).
+    #: Captures of the layer loop (none for the gathered collector), and its id reads
+    #: (the gathered collector may test the ids instead of the layer flag).
     loop_uses = 1 if kind == ENTRY_KIND else 0
+    id_uses = loop_uses
+    if kind == GATHERED_KIND and m.findall(loop, _ID_TEST):
+        by_id = m.IfExp(
+            body=m.Name(aux_name),
+            test=m.Comparison(left=m.Name(loop_var), comparisons=[m.ComparisonTarget()]),
+        )
+        if len(m.findall(loop, _ID_TEST)) != 1 or len(m.findall(loop, by_id)) != 1:
+            return reject(
+                f"the list is handed to the layers under a capture-id test other than "
+                f"`{loop_var} in self.layers_to_capture`"
+            )
+        id_uses = 1
     if not m.findall(
         loop, m.Assign(targets=[m.AssignTarget(m.Name(HIDDEN))], value=m.Call())
     ):
@@ -308,7 +331,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     ids_reads = m.findall(fn, SELF_IDS)
     ids_attrs = sorted({node.attr.value for node in ids_reads})
     end_tests = sum(len(m.findall(s, _END_TEST)) for s in finals)
-    if len(ids_attrs) > 1 or len(ids_reads) != loop_uses + end_tests:
+    if len(ids_attrs) > 1 or len(ids_reads) != id_uses + end_tests:
         return reject(
             "reads capture ids outside the layer call and the stage-output capture "
             f"(`self.{ids_attrs[0] if ids_attrs else IDS_ATTR}` {len(ids_reads)} times)"
@@ -352,6 +375,12 @@ _FLAG_TEST = m.Call(
     func=m.Name("getattr"),
     args=[m.Arg(), m.Arg(m.SimpleString(f'"{LAYER_FLAG}"')), m.Arg(m.Name("False"))],
 ) | m.Attribute(attr=m.Name(LAYER_FLAG))
+
+#: ``i in self.<ids>``: the gathered collector's test when it reads the capture ids.
+_ID_TEST = m.Comparison(
+    left=m.Name(),
+    comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+)
 
 #: ``self.end_layer in self.<ids>``: the last stage captures its output.
 _END_TEST = m.Comparison(

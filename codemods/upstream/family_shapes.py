@@ -33,9 +33,12 @@ CAPTURE_FLAG = "capture_aux_hidden_states"
 #: nothing); a forward that already uses the name is not rewritten.
 OUTGOING_LOCAL = "aux_outgoing"
 
-#: ``<pp group>.is_last_rank`` receivers that the hooks use.
-_PP_GROUP = m.Attribute(value=m.Name("self"), attr=m.Name("pp_group")) | m.Call(
-    func=m.Name("get_pp_group"), args=[]
+#: ``<pp group>.is_last_rank`` receivers that the hooks use: ``self.pp_group``,
+#: ``get_pp_group()`` and (0.5.21+) ``get_parallel().pp_group``.
+_PP_GROUP = (
+    m.Attribute(value=m.Name("self"), attr=m.Name("pp_group"))
+    | m.Call(func=m.Name("get_pp_group"), args=[])
+    | m.Attribute(value=m.Call(func=m.Name("get_parallel"), args=[]), attr=m.Name("pp_group"))
 )
 NOT_LAST_RANK = m.UnaryOperation(
     operator=m.Not(), expression=m.Attribute(value=_PP_GROUP, attr=m.Name("is_last_rank"))

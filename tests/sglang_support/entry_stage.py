@@ -53,6 +53,16 @@ CLASSES = {
     "laguna": ("LagunaForCausalLM", "LagunaModel"),
     "gpt_oss": ("GptOssForCausalLM", "GptOssModel"),
     "qwen3_moe": ("Qwen3MoeForCausalLM", "Qwen3MoeModel"),
+    "exaone_moe": ("ExaoneMoEForCausalLM", "ExaoneMoEModel"),
+    "minimax_m2": ("MiniMaxM2ForCausalLM", "MiniMaxM2Model"),
+    "glm4_moe": ("Glm4MoeForCausalLM", "Glm4MoeModel"),
+    "glm4_moe_lite": ("Glm4MoeLiteForCausalLM", "Glm4MoeLiteModel"),
+}
+#: Decoder-stack attributes a forward reads (its constructor is skipped): the layer
+#: range narrowed for two-batch overlap starts at the first MoE layer.
+STACK_ATTRIBUTES = {
+    "glm4_moe": {"first_k_dense_replace": 0},
+    "glm4_moe_lite": {"first_k_dense_replace": 0},
 }
 HOOKS = {
     "eagle3": "set_eagle3_layers_to_capture",
@@ -85,7 +95,7 @@ class StampEntryLayer(nn.Module):
         self.layer_id = layer_id
         self.attn_boundary = _EntryBoundary()
 
-    def forward(self, positions=None, hidden_states=None, forward_batch=None,
+    def forward(self, positions=None, hidden_states=None, forward_batch=None, *extra,
                 capture_output=None, captured_last_layer_outputs=None, **kwargs):
         if capture_output is not None:
             capture_output(hidden_states)
@@ -113,7 +123,8 @@ class EntryStage:
 
     def forward(self, mb: int, hidden_in: torch.Tensor | None, proxy: dict | None):
         forward_batch = SimpleNamespace(microbatch=mb, residual_stream=None,
-                                        can_run_tbo=False)
+                                        can_run_tbo=False,
+                                        forward_mode=SimpleNamespace(is_idle=lambda: False))
         if self.group.is_first_rank:
             assert hidden_in is not None
             tokens = hidden_in.shape[0]
@@ -150,6 +161,10 @@ def entry_stage_factory(spec: dict, pp_rank: int, pp_size: int,
     hidden_size = int(spec["hidden_size"])
     group = FakePPGroup.for_transport(pp_rank, pp_size, dict(transport_kwargs or {}))
     patch_globals(module, get_global_expert_distribution_recorder=NullExpertRecorder)
+    if hasattr(module, "get_parallel"):
+        # Hooks that ask ``get_parallel().pp_group`` (exaone_moe, minimax_m2) see this
+        # stage's group.
+        patch_globals(module, get_parallel=lambda: SimpleNamespace(pp_group=group))
     config = SimpleNamespace(
         num_hidden_layers=num_layers,
         hidden_size=hidden_size,
@@ -171,6 +186,8 @@ def entry_stage_factory(spec: dict, pp_rank: int, pp_size: int,
     model.start_layer, model.end_layer = start, end
     model.norm = StandInNorm() if group.is_last_rank else PPMissingLayer(return_tuple=True)
     model.layers_to_capture = []
+    for attribute, value in STACK_ATTRIBUTES.get(name, {}).items():
+        setattr(model, attribute, value)
 
     lm = bare(getattr(module, lm_name))
     lm.config = config

@@ -230,6 +230,20 @@ def _set_pp_group(group: StandInPPGroup) -> None:
     from sglang.srt.distributed import parallel_state
 
     parallel_state._PP = group
+    # Hooks that ask ``get_parallel().pp_group`` read the runtime context; where it
+    # does not resolve to the group just set, state the group there too.
+    try:
+        from sglang.srt.runtime_context import get_parallel
+    except ImportError:
+        return
+    try:
+        if get_parallel().pp_group is group:
+            return
+    except (AssertionError, AttributeError, RuntimeError, ValueError):
+        pass  # not published in this process
+    override = getattr(get_parallel(), "override_permanently", None)
+    if override is not None:
+        override(pp_group=group, pp_size=group.world_size, pp_rank=group.rank_in_group)
 
 
 def build_model(case, pp_rank: int, pp_size: int, group):
