@@ -159,22 +159,43 @@ class GuardTransformer(CallSiteCodemod):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         found = self._calls.get(original_node)
-        if found is None or found.ids_arg is None or found.name_expr is not None:
-            return updated_node  # (None still goes to a hook that accepts it: no list())
+        if found is None or found.ids_arg is None:
+            return updated_node
         index = next(i for i, arg in enumerate(original_node.args) if arg is found.ids_arg)
         arg = updated_node.args[index]
+        value = arg.value
+        if found.bind_name is not None and found.ids_core is not None:
+            name = cst.Name(found.bind_name)
+            value = name if value is found.ids_core else value.deep_replace(found.ids_core, name)
+        if found.name_expr is None:  # (None still goes to a hook that accepts it: no list())
+            value = _normalised(value)
         args = list(updated_node.args)
-        args[index] = arg.with_changes(value=_normalised(arg.value))
+        args[index] = arg.with_changes(value=value)
         return updated_node.with_changes(args=args)
 
     def _wrap(self, found: FoundCall, line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
         assert found.ids_core is not None
         value = found.ids_core.deep_clone()
         leading = line.leading_lines
+        binding: list[cst.BaseStatement] = []
+        if found.bind_name is not None:  # evaluate the expression once, into a new name
+            binding = [
+                cst.SimpleStatementLine(
+                    body=[
+                        cst.Assign(
+                            targets=[cst.AssignTarget(target=cst.Name(found.bind_name))],
+                            value=value,
+                        )
+                    ],
+                    leading_lines=leading,
+                )
+            ]
+            value, leading = cst.Name(found.bind_name), ()
         call_line = line.with_changes(leading_lines=())
         column = found.statement_column
         indent = self.module_indent
-        if self.policy == "skip":
+        policy = "raise" if found.required else self.policy
+        if policy == "skip":
             call_line = fit_call_statement(
                 call_line, column + len(indent), indent, self.line_length
             )
@@ -186,7 +207,7 @@ class GuardTransformer(CallSiteCodemod):
                     right=_lenient_test(found, negated=False),
                 )
             test = fit_test(test, column, indent, self.line_length)
-            return [
+            return binding + [
                 cst.If(test=test, body=cst.IndentedBlock(body=[call_line]), leading_lines=leading)
             ]
         call_line = fit_call_statement(call_line, column, indent, self.line_length)
@@ -211,7 +232,7 @@ class GuardTransformer(CallSiteCodemod):
             body=cst.IndentedBlock(body=[raise_line]),
             leading_lines=leading,
         )
-        return [check, call_line]
+        return binding + [check, call_line]
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine

@@ -3,6 +3,7 @@ per hook call, the module's :class:`Analysis`, and the public entry points."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from libcst.metadata import MetadataWrapper
 
 from codemods.discover.contexts import ContextsMixin
 from codemods.discover.nullness import NullnessMixin
+from codemods.discover.required import RequiredMixin, binding_name
 from codemods.discover.scopes import ScopesMixin, _ScopeCollector
 from codemods.discover.syntax import (
     _code,
@@ -25,7 +27,7 @@ from codemods.hooks import DEFAULT_HOOKS, Hook, HookSet
 from codemods.positions import code_and_positions
 from codemods.pp_raise import raising_hooks
 from codemods.records import Action, CallSite, Risk
-from codemods.scope import skip_expected_errors
+from codemods.scope import is_skipped, mark_skipped, skip_expected_errors
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,12 @@ class FoundCall:
     #: it: the expression that holds the resolved hook name at the call (``name`` in
     #: ``getattr(model, name)(ids)``), which the guard tests at run time.
     name_expr: cst.BaseExpression | None = None
+    #: The code needs the capture (:mod:`codemods.discover.required`): unset ids fail early
+    #: whatever the guard policy, and no fallback swallows the error.
+    required: bool = False
+    #: For ids passed as an expression (``cfg.get("layers")``): the new local name the guard
+    #: binds them to before testing them.
+    bind_name: str | None = None
 
     @property
     def rejects_none(self) -> bool:
@@ -66,7 +74,7 @@ class FoundCall:
         return tuple(hook.name for hook in self.hooks if hook.accepts_none)
 
 
-class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin):
+class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, RequiredMixin):
     """Discovery for one module: resolution of hook names, ids, guards and handlers."""
 
     def __init__(self, wrapper: MetadataWrapper, path: str, hooks: HookSet) -> None:
@@ -175,6 +183,7 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin):
         actions: list[Action] = []
         notes: list[str] = []
         review = False
+        bind_name = None
         if rejects_none:
             if ids_arg is None:
                 risks.append(Risk.LITERAL_NONE)
@@ -192,9 +201,6 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin):
                 if not movable:
                     notes.append(f"{not_own}; guard the ids by hand")
                     review = True
-                elif not _is_repeatable(ids_core):
-                    notes.append("ids come from an expression; bind them to a name first")
-                    review = True
                 elif lenient and name_expr is None:
                     notes.append(
                         f"may also reach {', '.join(lenient)}, where None means the default "
@@ -204,6 +210,9 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin):
                     review = True
                 else:
                     actions.append(Action.GUARD)
+                    if not _is_repeatable(ids_core):
+                        # An expression is evaluated once: bound to a new name, then guarded.
+                        bind_name = binding_name(ids_core, scopes[0].names if scopes else ())
         if can_raise_pp and not handles:
             risks.append(Risk.PP_UNSUPPORTED)
             if not review:
@@ -241,6 +250,7 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin):
             names_in_scope=frozenset(scopes[0].names) if scopes else frozenset(),
             shared_line=shared_line,
             name_expr=name_expr,
+            bind_name=bind_name,
         )
 
 
@@ -251,7 +261,25 @@ def _found_calls(analyzer: _Analyzer) -> list[FoundCall]:
         key=lambda item: (item.site.line, item.site.column),
     )
     # Calls inside pytest.raises / assertRaises are reported, never rewritten.
-    return skip_expected_errors(ordered, analyzer.module)
+    ordered = skip_expected_errors(ordered, analyzer.module)
+    # Calls whose code needs the capture: no skip and no swallowed error.
+    return [_unless_required(analyzer, item) for item in ordered]
+
+
+def _unless_required(analyzer: _Analyzer, item: FoundCall) -> FoundCall:
+    """``item`` marked skipped when it would be rewritten and its capture is required."""
+    if is_skipped(item.site) or not set(item.site.actions) & {Action.GUARD, Action.FALLBACK}:
+        return item
+    reason = analyzer._capture_required(item.call)
+    if reason is None:
+        return item
+    if Action.GUARD in item.site.actions:
+        # Fail early naming the unset value: more than the hook's own error says.
+        note = f"{reason}; unset ids raise ValueError early, PP errors are not caught"
+        site = dataclasses.replace(item.site, actions=(Action.GUARD,), note=note)
+        return dataclasses.replace(item, site=site, required=True)
+    note = f"{reason}; left as is (under PP: --pp-size 1, or `auxcap upstream-patch`)"
+    return dataclasses.replace(item, site=mark_skipped(item.site, note))
 
 
 def find_calls(
