@@ -159,6 +159,8 @@ def _deliver(work) -> int:
         for site in result.call_sites:
             if Action.REVIEW in site.actions:
                 click.echo(f"review: {report.format_site(site)}", err=True)
+            elif _is_skipped(site):
+                click.echo(f"skipped: {report.format_site(site)}", err=True)
     for path, reason in delivered.verification.failures:
         click.echo(f"auxcap: error: {path}: re-check failed: {reason}", err=True)
     click.echo(delivered.summary())
@@ -309,6 +311,9 @@ def scan(
     else:
         click.echo(report.scan_text(results), nl=False)
         click.echo(report.Summary.of(results).text("to change") + _not_found(missing), err=True)
+        hint = report.pp_silent_hint(results)
+        if hint:
+            click.echo(hint, err=True)
     _report_failures(results)
     failed = missing or any(r.status is Status.FAILED for r in results)
     sys.exit(EXIT_ERROR if failed else EXIT_OK)

@@ -111,11 +111,16 @@ def _changeset_entry(metadata: CodemodMetadata, step: Step, path: str, policy: s
 
 
 def _unfixed(metadata: CodemodMetadata, result: FileResult, path: str) -> list[dict]:
+    """Call sites with a risk this codemod handles that it did not rewrite: left for review,
+    or left alone on purpose (a test module, another engine, capture required); the reason
+    is the site's note."""
     entries = []
     for site in result.call_sites:
-        if Action.REVIEW not in site.actions:
+        if Action(metadata.action) in site.actions:
             continue
         if not any(_REVIEW_OWNER.get(risk) == metadata.action for risk in site.risks):
+            continue
+        if Action.REVIEW not in site.actions and not site.note:
             continue
         entries.append(
             {

@@ -31,6 +31,11 @@ user-added hooks.  A call that can only reach EAGLE3 is left alone (its setters 
 they return early on non-last ranks), and at a dynamic site the warning names only the hooks
 that can raise.
 
+Never where the code needs the capture (:mod:`codemods.discover.required`: an assert or read
+of ``capture_aux_hidden_states`` / aux outputs after the call, a speculative feature flag
+around it, a hook lookup that raises, serving code): there the hook's error must stop the run,
+so such a call gets no ``try`` and is reported with the reason instead.
+
 The module's own logger is used (any module-level name bound to ``logging.getLogger(...)`` or
 to another logger factory, ``get_colorful_logger(__name__)``, ``init_logger(__name__)``...: see
 :mod:`codemods.host_style`); otherwise ``import logging`` (when missing, where isort with the

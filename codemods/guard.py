@@ -34,6 +34,14 @@ hook name held at the call, and the ids are passed as they are::
 When no name holds the hook name at the call (an f-string, an inline dict lookup, a setter
 stored on ``self``), such a call is reported for review instead.
 
+Ids passed inline as an expression (``cfg.get("layers")``) are evaluated once: bound to a new
+local name (``layers = cfg.get("layers")``), which the guard then tests and passes.
+
+Where the code needs the capture (:mod:`codemods.discover.required`: an assert or read of
+``capture_aux_hidden_states`` / aux outputs after the call, a speculative feature flag around
+it, a hook lookup that raises, serving code), skipping the hook would let the run go on
+without it: such calls always get the ``raise`` form, whatever the policy.
+
 Left alone: literal ids, calls already behind a check of the ids (``if ids:``, ``if ids is not
 None``, an ``and`` including it, an earlier ``if not ids: raise|return``), and EAGLE3 (it
 accepts ``None``).  A literal ``None``, and a call used inside an expression, are reported for

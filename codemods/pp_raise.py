@@ -41,3 +41,15 @@ def raising_hooks(
     """The hooks among ``hooks`` (those a call site can reach) that can raise
     ``NotImplementedError`` under PP, in the given order."""
     return tuple(hook for hook in hooks if can_raise_not_implemented(hook, releases))
+
+
+def loses_captures_silently(
+    hooks: Iterable[Hook], releases: str | Iterable[str] | None = None
+) -> bool:
+    """Whether, under PP, a call reaching ``hooks`` can lose its captures without an error:
+    some registered model's setter (per the release facts) returns early on non-last ranks.
+    Hooks the facts do not know are not judged."""
+    return any(
+        hook_facts.is_known(hook.name) and hook_facts.loses_captures_silently(hook.name, releases)
+        for hook in hooks
+    )

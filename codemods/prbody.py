@@ -18,7 +18,7 @@ from pathlib import Path
 from codemods import registry
 from codemods.gitops import DeliveryResult
 from codemods.hooks import NONE_ERROR_DSPARK, PP_ERROR_DSPARK
-from codemods.records import Action, CallSite, FileResult, Status
+from codemods.records import REQUIRED_PREFIX, Action, CallSite, FileResult, Risk, Status
 
 VALUE_ERROR = f'ValueError("{NONE_ERROR_DSPARK}")'
 PP_ERROR = f'NotImplementedError("{PP_ERROR_DSPARK}")'
@@ -97,6 +97,52 @@ def _changed_sites(result: FileResult) -> list[CallSite]:
 def _review_sites(results: Sequence[FileResult]) -> list[CallSite]:
     return [
         site for result in results for site in result.call_sites if Action.REVIEW in site.actions
+    ]
+
+
+def _why_rewritten(site: CallSite) -> str:
+    """Why a rewritten call site was rewritten, from its risks and note."""
+    reasons = []
+    if Action.GUARD in site.actions:
+        ids = site.ids_source or "the ids"
+        if site.note.startswith(REQUIRED_PREFIX):
+            reasons.append(
+                f"{_code(ids)} may be unset and the code needs the capture: fails early "
+                f"naming it ({site.note[len(REQUIRED_PREFIX):].split('; unset ids')[0]})"
+            )
+        else:
+            reasons.append(f"{_code(ids)} may be unset: the hook rejects None")
+    if Action.FALLBACK in site.actions:
+        reasons.append("can raise NotImplementedError under pipeline parallelism")
+    return "; ".join(reasons) or "-"
+
+
+def _why_not_rewritten(site: CallSite) -> str:
+    """Why a call site was left as it is (skipped, for review, or nothing to change)."""
+    from codemods.scope import SKIP_PREFIX, is_skipped  # (LibCST only when needed)
+
+    if is_skipped(site):
+        return site.note[len(SKIP_PREFIX) :]
+    if Action.REVIEW in site.actions:
+        return f"left for review: {site.note}" if site.note else "left for review"
+    if site.guarded or site.handles_not_implemented:
+        return "nothing to change: already guarded or handled"
+    if site.risks == (Risk.PP_SILENT,):
+        return (
+            "nothing to change here (the hook accepts None and never raises "
+            "NotImplementedError); under pipeline parallelism its captures are lost "
+            "silently: apply `auxcap upstream-patch`"
+        )
+    return "nothing to change: ids always set, and no PP error to handle"
+
+
+def _unchanged_sites(results: Sequence[FileResult]) -> list[CallSite]:
+    return [
+        site
+        for result in results
+        for site in result.call_sites
+        if result.status is not Status.CHANGED
+        or not any(action in registry.ACTIONS for action in site.actions)
     ]
 
 
@@ -214,16 +260,16 @@ def migrate_pr_body(
         registry.pr_body_sections(applied),
         "## Call sites",
         "",
-        "| File | Line | Hook | Shape | Risk | Change |",
-        "| --- | ---: | --- | --- | --- | --- |",
+        "| File | Line | Hook | Shape | Risk | Change | Why |",
+        "| --- | ---: | --- | --- | --- | --- | --- |",
     ]
     for path, site in rows:
         out.append(
             f"| `{_cell(path)}` | {site.line} | `{_cell(site.hook)}` | {site.shape.value} | "
-            f"{_cell(_risks(site))} | {_cell(_actions(site))} |"
+            f"{_cell(_risks(site))} | {_cell(_actions(site))} | {_cell(_why_rewritten(site))} |"
         )
     if not rows:
-        out.append("| - | - | - | - | - | - |")
+        out.append("| - | - | - | - | - | - | - |")
     review = _review_sites(results)
     if review:
         out += ["", "### Left for review (not rewritten)", ""]
@@ -231,6 +277,14 @@ def migrate_pr_body(
             f"- `{relative_path(site.path, root)}:{site.line}` `{site.hook}`"
             + (f": {site.note}" if site.note else "")
             for site in review
+        ]
+    unchanged = [site for site in _unchanged_sites(results) if Action.REVIEW not in site.actions]
+    if unchanged:
+        out += ["", "### Not rewritten, and why", ""]
+        out += [
+            f"- `{relative_path(site.path, root)}:{site.line}` `{site.hook}`: "
+            f"{_why_not_rewritten(site)}"
+            for site in unchanged
         ]
     out += ["", "## Policies", ""]
     out += [

@@ -28,6 +28,9 @@ class Risk(str, Enum):
     MAYBE_NONE = "maybe-none"  # the ids argument may be None for a hook that rejects it
     LITERAL_NONE = "literal-none"  # None passed verbatim to a hook that rejects it
     PP_UNSUPPORTED = "pp-unsupported"  # may raise NotImplementedError under PP
+    #: Under PP some model's hook returns early on non-last ranks: the captures are lost
+    #: without an error (EAGLE3, DFLASH, DSPARK on some models); ``auxcap upstream-patch``.
+    PP_SILENT = "pp-silent"
 
 
 class Action(str, Enum):
@@ -37,6 +40,11 @@ class Action(str, Enum):
     GUARD = "guard"
     FALLBACK = "fallback"
     REVIEW = "review"  # needs a person: reported, not rewritten
+
+
+#: Start of the reason, in a call site's note, when the code around it needs the capture
+#: (see :mod:`codemods.discover.required`).
+REQUIRED_PREFIX = "capture required: "
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@
             "hook": "set_dspark_layers_to_capture",                # "a|b" when chosen at run time
             "shape": "direct" | "unbound" | "getattr" | "variable" | "dict-lookup" | "loop",
             "ids_source": "args.capture_layers" | null,            # source of the ids argument
-            "risks": ["safe" | "maybe-none" | "literal-none" | "pp-unsupported", ...],
+            "risks": ["safe" | "maybe-none" | "literal-none" | "pp-unsupported"
+                      | "pp-silent", ...],
             "guarded": false,                                       # behind a check of the ids
             "handles_not_implemented": false,                       # inside a matching try
             "actions": ["none" | "guard" | "fallback" | "review", ...],
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codemods import diffs, registry
-from codemods.records import FileResult, Status
+from codemods.records import FileResult, Risk, Status
 
 SCAN_JSON_VERSION = 1
 
@@ -66,6 +67,8 @@ class Summary:
 
     files: int = 0
     call_sites: int = 0
+    #: Files holding at least one call site (text only: "N call sites in M files").
+    call_site_files: int = 0
     changed: int = 0
     review: int = 0
     failed: int = 0
@@ -76,6 +79,7 @@ class Summary:
         return cls(
             files=len(results),
             call_sites=sum(len(result.call_sites) for result in results),
+            call_site_files=sum(bool(result.call_sites) for result in results),
             changed=sum(_needs_change(result) for result in results),
             review=sum(result.review_count for result in results),
             failed=sum(result.status is Status.FAILED for result in results),
@@ -92,10 +96,31 @@ class Summary:
 
     def text(self, changed_label: str = "changed") -> str:
         return (
-            f"{self.files} file(s) scanned, {self.call_sites} call site(s) found, "
+            f"{self.files} file(s) scanned, {_plural(self.call_sites, 'call site')} in "
+            f"{_plural(self.call_site_files, 'file')}, "
             f"{self.changed} {changed_label}, {self.review} left for review, "
             f"{self.failed} failed"
         )
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+#: Printed after a scan listing calls at risk of losing their captures silently under PP.
+PP_SILENT_HINT = (
+    "risk: {count} may lose their captures silently under pipeline parallelism (some "
+    "models' hooks return early on non-last PP ranks, without an error): run with "
+    "--pp-size 1, or apply `auxcap upstream-patch SGLANG_ROOT` to the SGLang tree"
+)
+
+
+def pp_silent_hint(results: Iterable[FileResult]) -> str | None:
+    """The scan's line about calls that lose captures silently under PP, or None."""
+    count = sum(
+        Risk.PP_SILENT in site.risks for result in results for site in result.call_sites
+    )
+    return PP_SILENT_HINT.format(count=_plural(count, "call site")) if count else None
 
 
 def _text(data: bytes) -> list[str]:

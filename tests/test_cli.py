@@ -68,7 +68,7 @@ def test_diff_is_the_default_and_changes_nothing(demo):
     assert "-    model.set_dspark_layers_to_capture(args.capture_layers)" in result.stdout
     assert "eval_features.py" not in result.stdout  # review only, no diff
     assert (
-        "7 file(s) scanned, 6 call site(s) found, 3 to change, 1 left for review, 0 failed"
+        "7 file(s) scanned, 6 call sites in 4 files, 3 to change, 1 left for review, 0 failed"
         in result.stderr
     )
 
@@ -113,7 +113,7 @@ def test_scan_text(demo):
     assert any(
         line.endswith(
             "train_distill.py:27:5: set_dspark_layers_to_capture [direct] "
-            "ids=args.capture_layers risk=maybe-none,pp-unsupported action=guard,fallback"
+            "ids=args.capture_layers risk=maybe-none,pp-unsupported,pp-silent action=guard,fallback"
         )
         for line in lines
     )

@@ -30,6 +30,15 @@ EXPECTED = {
         (53, DSPARK, "direct", "none"),
     ],
     "args_attribute": [(23, DSPARK, "direct", GF)],
+    # Capture required: unset ids fail early, no fallback; otherwise left alone.
+    "capture_required_assert": [(5, DSPARK, "direct", "guard"), (11, DFLASH, "direct", "guard")],
+    "capture_required_flag": [(10, DFLASH, "direct", "guard"), (14, DSPARK, "direct", "guard")],
+    "capture_required_runner": [
+        (9, DSPARK, "direct", "guard"),
+        (15, DSPARK, "direct", "none"),
+        (17, DFLASH, "direct", "none"),
+        (26, DFLASH, "variable", "guard"),
+    ],
     "colorful_logger": [(11, DSPARK, "direct", GF)],
     "custom_hook": [(7, "set_medusa_layers_to_capture", "direct", GF)],
     "definitions_and_strings": [],
@@ -66,7 +75,8 @@ EXPECTED = {
     "getattr_variable": [(12, DSPARK, "variable", GF)],
     "guarded_by_else": [(10, DSPARK, "direct", "fallback"), (19, DFLASH, "direct", "fallback")],
     "hasattr_compound": [(8, DSPARK, "direct", "fallback"), (13, DFLASH, "direct", GF)],
-    "hasattr_raise": [(9, DSPARK, "direct", GF)],
+    "hasattr_raise": [(9, DSPARK, "direct", "guard")],
+    "inline_unset_expression": [(2, DSPARK, "direct", GF), (6, DFLASH, "direct", GF)],
     "instance_attributes": [
         (13, DSPARK, "direct", GF),
         (23, DSPARK, "direct", GF),
@@ -136,7 +146,7 @@ def test_position_is_one_based_and_fields_are_filled():
     assert (site.path, site.line, site.column) == ("t.py", 3, 5)
     assert site.hook == DSPARK and site.shape is Shape.DIRECT
     assert site.ids_source == "args.capture_layers"
-    assert site.risks == (Risk.MAYBE_NONE, Risk.PP_UNSUPPORTED)
+    assert site.risks == (Risk.MAYBE_NONE, Risk.PP_UNSUPPORTED, Risk.PP_SILENT)
     assert site.actions == (Action.GUARD, Action.FALLBACK)
     assert not site.guarded and not site.handles_not_implemented
 
@@ -197,7 +207,8 @@ def test_literal_none_and_missing_ids_are_for_review():
 def test_eagle3_is_never_guarded_and_never_raises_under_pp():
     # No EAGLE3 setter of SGLang 0.5.18-0.5.23 raises NotImplementedError under PP.
     site = only("def f(model, ids=None):\n    model.set_eagle3_layers_to_capture(None)\n")
-    assert site.risks == (Risk.SAFE,)
+    # Its setters return early on non-last PP ranks: a risk reported, nothing to rewrite.
+    assert site.risks == (Risk.PP_SILENT,)
     assert site.actions == (Action.NONE,)
 
 
@@ -222,10 +233,9 @@ def test_calls_sharing_a_line_are_rewritten_on_their_own_line():
     ]
 
 
-def test_ids_from_an_expression_with_a_call_are_for_review():
+def test_ids_from_an_expression_with_a_call_are_bound_then_guarded():
     site = only("def f(model, d):\n    model.set_dspark_layers_to_capture(d.get('x'))\n")
-    assert site.actions == (Action.REVIEW,)
-    assert "bind" in site.note
+    assert site.actions == (Action.GUARD, Action.FALLBACK)
 
 
 @pytest.mark.parametrize(

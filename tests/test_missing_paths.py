@@ -34,7 +34,7 @@ def test_missing_path_beside_real_files_is_not_a_scanned_file(tmp_path):
     assert result.exit_code == 2
     assert result.output.count(str(missing)) == 1
     assert "present.py:2:5: set_dspark_layers_to_capture" in result.stdout
-    assert "1 file(s) scanned, 1 call site(s) found" in result.stderr
+    assert "1 file(s) scanned, 1 call site in 1 file" in result.stderr
     assert "0 failed, 1 path(s) not found" in result.stderr
 
 

@@ -100,14 +100,20 @@ def test_migrate_pr_body_has_every_section(tmp_path):
     assert body.startswith("# Guard aux hidden-state capture calls\n")
     assert 'ValueError("DSPARK requires explicit layer_ids for aux hidden capture.")' in body
     assert 'NotImplementedError("DSPARK aux hidden capture requires PP=1.")' in body
-    assert "| File | Line | Hook | Shape | Risk | Change |" in body
+    assert "| File | Line | Hook | Shape | Risk | Change | Why |" in body
     assert (
-        "| `src/model_a.py` | 2 | `set_dspark_layers_to_capture` | direct | maybe-none | guard |"
-        in body
+        "| `src/model_a.py` | 2 | `set_dspark_layers_to_capture` | direct | maybe-none | guard "
+        "| `layer_ids` may be unset: the hook rejects None |" in body
     )
     assert (
         "| `src/model_a.py` | 9 | `set_eagle3_layers_to_capture` | direct | pp-unsupported "
-        "| fallback |" in body
+        "| fallback | can raise NotImplementedError under pipeline parallelism |" in body
+    )
+    # The call site left as it is, and why.
+    assert "### Not rewritten, and why" in body
+    assert (
+        "- `src/model_a.py:14` `set_dflash_layers_to_capture`: nothing to change: ids always "
+        "set, and no PP error to handle" in body
     )
     assert (
         "`src/model_b.py:5` `set_dspark_layers_to_capture|set_msd_layers_to_capture`: "

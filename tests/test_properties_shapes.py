@@ -9,6 +9,7 @@ warn and continue (or re-raise with the hint) when the model refuses capture und
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import types
 
@@ -49,13 +50,24 @@ SHAPES = [
         "if callable(setter):",
     ),
 ]
-IDS = ["args.capture_layers", "layer_ids", "self_cfg.layers", "[1, 2]"]
+IDS = [
+    "args.capture_layers",
+    "layer_ids",
+    "self_cfg.layers",
+    "[1, 2]",
+    # Inline expressions: bound to a local name, then guarded.
+    "getattr(self_cfg, 'layers', None)",
+    "vars(args).get('capture_layers')",
+]
+#: A speculative feature flag around the call: the capture is required (no skip, no fallback).
+REQUIRED_BLOCK = "if self_cfg.dflash_use_aux_hidden_state:"
 BLOCKS = [
     "if True:",
     "for _ in range(1):",
     "with contextlib.nullcontext():",
     "try:",
     f"if hasattr(model, '{HOOK}'):",
+    REQUIRED_BLOCK,
 ]
 
 
@@ -116,7 +128,13 @@ def test_rewritten_callers_behave(shape, ids, blocks, one_liner, guard_policy, f
     compile(source, "caller.py", "exec")
     options = TransformOptions(guard_policy, fallback_policy)
     result = transform_source(source.encode(), "caller.py", options)
-    assert result.status is Status.CHANGED, (result.error, source)
+    literal = ids == "[1, 2]"
+    required = REQUIRED_BLOCK in blocks
+    if required and literal:  # nothing to guard, and no fallback where capture is required
+        assert result.status is Status.UNCHANGED, (result.error, source)
+        result = dataclasses.replace(result, rewritten=source.encode())
+    else:
+        assert result.status is Status.CHANGED, (result.error, source)
     again = transform_source(result.rewritten, "caller.py", options)
     assert again.status is Status.UNCHANGED, result.rewritten.decode()
 
@@ -128,11 +146,10 @@ def test_rewritten_callers_behave(shape, ids, blocks, one_liner, guard_policy, f
         return enable(
             model,
             types.SimpleNamespace(capture_layers=value),
-            types.SimpleNamespace(layers=value),
+            types.SimpleNamespace(layers=value, dflash_use_aux_hidden_state=True),
             layer_ids=value,
         )
 
-    literal = ids == "[1, 2]"
     model = RecordingModel()
     assert run(model, (7, 9)) == "done"
     assert model.calls == ([[1, 2]] if literal else [[7, 9]])
@@ -140,14 +157,17 @@ def test_rewritten_callers_behave(shape, ids, blocks, one_liner, guard_policy, f
 
     if not literal:
         model = RecordingModel()
-        if guard_policy == "skip":
+        if guard_policy == "skip" and not required:
             assert run(model, None) == "done"
         else:
             with pytest.raises(ValueError, match="needs layer ids"):
                 run(model, None)
         assert model.calls == []
 
-    if fallback_policy == "warn":
+    if required:  # the model's own error still stops the run
+        with pytest.raises(NotImplementedError, match="requires PP=1"):
+            run(PipelineParallelModel(), (7, 9))
+    elif fallback_policy == "warn":
         with _captured_warnings() as records:
             assert run(PipelineParallelModel(), (7, 9)) == "done"
         assert any(HOOK in record.getMessage() for record in records)

@@ -32,9 +32,10 @@ from pathlib import PurePosixPath
 import libcst as cst
 
 from codemods.discover.syntax import _SCOPE_NODES, _call_name
+from codemods.records import REQUIRED_PREFIX
 
-#: Start of the skip reason of a capture-required call (after ``scope.SKIP_PREFIX``).
-REQUIRED_PREFIX = "capture required: "
+__all__ = ["REQUIRED_PREFIX", "RequiredMixin", "binding_name", "is_serving_path"]
+
 
 #: Speculative-algorithm checks whose truth means the drafter needs the capture.
 SPEC_CHECKS = frozenset({"is_eagle", "is_eagle3", "is_dflash", "is_dspark", "is_msd"})

@@ -25,7 +25,7 @@ from codemods.discover.syntax import (
 from codemods.discover.values import ValuesMixin
 from codemods.hooks import DEFAULT_HOOKS, Hook, HookSet
 from codemods.positions import code_and_positions
-from codemods.pp_raise import raising_hooks
+from codemods.pp_raise import loses_captures_silently, raising_hooks
 from codemods.records import Action, CallSite, Risk
 from codemods.scope import is_skipped, mark_skipped, skip_expected_errors
 
@@ -221,6 +221,8 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, Required
                     review = True
                 else:
                     actions.append(Action.FALLBACK)
+        if loses_captures_silently(hooks):
+            risks.append(Risk.PP_SILENT)
         if review:
             actions = [Action.REVIEW]
 
