@@ -75,6 +75,15 @@ class Layout:
                 for handler in node.handlers:
                     if "NotImplementedError" in ast.unparse(handler.type or ast.Name("")):
                         self.wrapper |= _span(handler)
+        for node in ast.walk(tree):
+            # ``ids = cfg.get(...)`` bound right before the check of the ids that uses it.
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(node, field, None)
+                if not isinstance(block, list):
+                    continue
+                for earlier, later in zip(block, block[1:], strict=False):
+                    if self._binds_checked_name(earlier, later):
+                        self.wrapper |= _span(earlier)
         for node in tree.body:
             text = ast.unparse(node)
             if text == "import logging" or (
@@ -84,6 +93,16 @@ class Layout:
 
     def _holds_hook(self, body: list[ast.stmt]) -> bool:
         return any(_span(node) & self.hook for node in body)
+
+    def _binds_checked_name(self, earlier: ast.stmt, later: ast.stmt) -> bool:
+        if not (isinstance(earlier, ast.Assign) and isinstance(later, ast.If)):
+            return False
+        if len(earlier.targets) != 1 or not isinstance(earlier.targets[0], ast.Name):
+            return False
+        if not (self._holds_hook(later.body) or self._is_unset_check(later)):
+            return False
+        name = earlier.targets[0].id
+        return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(later.test))
 
     @staticmethod
     def _is_unset_check(node: ast.If) -> bool:
@@ -163,7 +182,8 @@ def test_every_file_is_rewritten_correctly_or_reported(migrated):
             assert result.status is Status.UNCHANGED and not any(
                 a is not Action.NONE for s in result.call_sites for a in s.actions
             ), name
-    assert changed >= 30 and reported >= 5, (changed, reported)
+    # (ids passed inline as an expression are bound and guarded now, not left for review)
+    assert changed >= 30 and reported >= 4, (changed, reported)
 
 
 def test_only_hook_related_lines_change(migrated):
