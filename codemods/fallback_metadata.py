@@ -28,7 +28,8 @@ METADATA = CodemodMetadata(
         "a warning naming the hook and the run continues without aux hidden capture; with "
         "policy raise the error is re-raised with a hint (run with --pp-size 1, or apply the "
         "upstream patch from auxcap upstream-patch). Calls already inside a try that handles "
-        "NotImplementedError are left alone."
+        "NotImplementedError, and calls whose code needs the capture (read after the call, a "
+        "speculative feature flag, a hook lookup that raises, serving code), are left alone."
     ),
     review_guidance=(
         "With policy warn, a PP deployment keeps serving without aux hidden capture, so "

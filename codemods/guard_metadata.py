@@ -25,9 +25,11 @@ METADATA = CodemodMetadata(
         "reject None and raise ValueError when a caller forwards an unset option such as "
         "args.capture_layers. The call is put behind a check of the ids: with policy skip the "
         "hook is called only when layer ids are set, with policy raise the caller fails early "
-        "with a ValueError naming the unset value. The ids are passed as list(...). Literal "
-        "ids, calls already behind a check of the ids, and EAGLE3 (which accepts None) are "
-        "left alone."
+        "with a ValueError naming the unset value. The ids are passed as list(...); ids "
+        "passed inline as an expression are bound to a local name first. Where the code "
+        "needs the capture (read after the call, a speculative feature flag, a hook lookup "
+        "that raises, serving code) unset ids always raise early. Literal ids, calls already "
+        "behind a check of the ids, and EAGLE3 (which accepts None) are left alone."
     ),
     review_guidance=(
         "With policy skip, a run without layer ids now silently runs without aux hidden "
