@@ -207,6 +207,9 @@ def test_each_rule_marks_the_call_required(body, reason):
         "model.set_dflash_layers_to_capture(ids)\n    model.capture_aux_hidden_states = True",
         "if hasattr(model, 'set_dflash_layers_to_capture'):\n"
         "        model.set_dflash_layers_to_capture(ids)",
+        # a lookup of another attribute that raises is no hook lookup
+        "if not hasattr(model, 'config'):\n        raise TypeError('x')\n"
+        "    model.set_dflash_layers_to_capture(ids)",
     ],
 )
 def test_optional_capture_is_still_guarded_and_falls_back(body):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import builtins
 import keyword
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import PurePosixPath
 
 import libcst as cst
@@ -119,8 +119,21 @@ def _ends_with_exit(body: cst.BaseSuite) -> bool:
     return isinstance(small, (cst.Raise, cst.Return))
 
 
-def _is_lookup(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Call) and _call_name(node) in {"hasattr", "getattr"}
+def _lookup_of(hook_names: frozenset[str]) -> Callable[[cst.CSTNode], bool]:
+    """A predicate: ``hasattr(x, name)`` / ``getattr(x, name, ...)`` where ``name`` is a hook
+    name or an expression (a literal naming another attribute is not a hook lookup)."""
+
+    def is_lookup(node: cst.CSTNode) -> bool:
+        if not isinstance(node, cst.Call) or _call_name(node) not in {"hasattr", "getattr"}:
+            return False
+        if len(node.args) < 2:
+            return False
+        name = node.args[1].value
+        if isinstance(name, cst.SimpleString):
+            return name.evaluated_value in hook_names
+        return True
+
+    return is_lookup
 
 
 class _AfterCall(cst.CSTVisitor):
@@ -204,13 +217,14 @@ class RequiredMixin:
     # ------------------------------------------------------------------ lookups
     def _lookup_raises(self, call: cst.Call, scope: cst.CSTNode) -> bool:
         callee = call.func.value if isinstance(call.func, cst.Name) else None
+        is_lookup = _lookup_of(self.names)
         body = scope.body if isinstance(scope, cst.FunctionDef) else scope
 
         def raising_check(node: cst.CSTNode) -> bool:
             if not isinstance(node, cst.If) or not _ends_with_raise(node.body):
                 return False
             inner = _negated(node.test)
-            if inner is not None and _contains(inner, _is_lookup):
+            if inner is not None and _contains(inner, is_lookup):
                 return True  # if not hasattr(model, "set_..."): raise
             if callee is not None and _contains(
                 node.test, lambda n: isinstance(n, cst.Name) and n.value == callee
@@ -220,9 +234,9 @@ class RequiredMixin:
 
         if _contains(body, raising_check):
             return True
-        return self._in_raising_chain(call)
+        return self._in_raising_chain(call, is_lookup)
 
-    def _in_raising_chain(self, call: cst.Call) -> bool:
+    def _in_raising_chain(self, call: cst.Call, is_lookup) -> bool:
         """The call sits in a branch of ``if hasattr(...): ... elif ...: ... else: raise``."""
         node = self._parent(call)
         while node is not None and not isinstance(node, _SCOPE_NODES):
@@ -238,7 +252,7 @@ class RequiredMixin:
                 if (
                     isinstance(branch, cst.Else)
                     and _ends_with_raise(branch.body)
-                    and any(_contains(test, _is_lookup) for test in tests)
+                    and any(_contains(test, is_lookup) for test in tests)
                 ):
                     return True
             node = self._parent(node)
