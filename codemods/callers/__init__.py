@@ -1,1 +1,1 @@
-"""The caller pipeline: records, analysis of one parsed module, the codemods, transform and engine."""
+"""The caller pipeline: records, one module's analysis, the codemods, transform and engine."""

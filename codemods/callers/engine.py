@@ -1,11 +1,11 @@
 """Run the per-file transform over many paths.
 
 ``run(paths, options, write)`` (migrate) and ``scan(paths, options)`` go through the same
-pipeline and yield one :class:`~codemods.records.FileResult` per collected file, in sorted path
+pipeline and yield one :class:`~codemods.callers.records.FileResult` per collected file, in sorted path
 order:
 
-1. **collect** the files (:mod:`codemods.files`: ``.gitignore``, skipped folders, globs);
-2. **prefilter** them in this process, reading each file once (:mod:`codemods.prefilter`): a
+1. **collect** the files (:mod:`codemods.sources.collect`: ``.gitignore``, skipped folders, globs);
+2. **prefilter** them in this process, reading each file once (:mod:`codemods.sources.prefilter`): a
    file that cannot hold a call site yields an ``UNCHANGED`` result at once and its bytes are
    dropped; the snapshot of a file that needs parsing is handed to the transform (up to
    ``KEEP_MAX_BYTES`` in all), so it is not opened again.  LibCST is never imported when no
@@ -20,7 +20,7 @@ order:
    if nobody changed it since it was read; temporary files left by a killed run are removed
    first.
 
-All reads and writes go through :mod:`codemods.fileio`: only regular files are read
+All reads and writes go through :mod:`codemods.sources.fileio`: only regular files are read
 (symlinks followed, the target rewritten in place), and a file that cannot be read or written
 (or that mentions a hook but exceeds ``MAX_SOURCE_BYTES``) yields a ``FAILED`` result naming
 the reason, is left byte for byte untouched, and the other files are still processed.
@@ -37,14 +37,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from codemods import fileio
-from codemods.files import collect_files
-from codemods.prefilter import Prefilter
-from codemods.progress import Progress
-from codemods.records import FileResult, Status
+from codemods.callers.records import FileResult, Status
+from codemods.cli.progress import Progress
+from codemods.sources import fileio
+from codemods.sources.collect import collect_files
+from codemods.sources.prefilter import Prefilter
 
 if TYPE_CHECKING:  # the transform imports LibCST: only loaded when a file needs parsing
-    from codemods.transform import TransformOptions
+    from codemods.callers.transform import TransformOptions
 
 #: Worker processes pay for themselves only above this much candidate work.  Starting a
 #: forked pool of two costs about 30 ms (0.2 s on a loaded machine); scanning costs about
@@ -65,7 +65,7 @@ KEEP_MAX_BYTES = 64 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Selection:
-    """Which files a run looks at (see :mod:`codemods.files`)."""
+    """Which files a run looks at (see :mod:`codemods.sources.collect`)."""
 
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
@@ -113,7 +113,7 @@ def scan_file(
 ) -> FileResult:
     """Discover the call sites of one file; never writes.  A ``snapshot`` passed in is one the
     engine read and prefiltered already: it is neither read nor prefiltered again."""
-    from codemods.transform import scan_source
+    from codemods.callers.transform import scan_source
 
     read = _snapshot(path, options, snapshot)
     if isinstance(read, FileResult):
@@ -131,7 +131,7 @@ def migrate_file(
 ) -> FileResult:
     """Transform one file; write it back when ``write`` and it changed (``snapshot`` as for
     :func:`scan_file`)."""
-    from codemods.transform import transform_source
+    from codemods.callers.transform import transform_source
 
     prefilter = prefilter and snapshot is None
     snapshot = _snapshot(path, options, snapshot)
@@ -273,10 +273,10 @@ def _pool_context():
 def _in_workers(task: _Task, items: Sequence[_Item], jobs: int) -> Iterator[FileResult]:
     """``task`` over ``items`` in ``jobs`` processes, results in order, bounded in flight."""
     # Loaded once here and inherited by forked workers, instead of once per worker.
-    import codemods.transform  # noqa: F401
+    import codemods.callers.transform  # noqa: F401
 
     if isinstance(task, _MigrateTask):
-        import codemods.rewrite  # noqa: F401
+        import codemods.callers.rewrite.apply  # noqa: F401
 
     context = _pool_context()
     pool = context.Pool(jobs, initializer=_init_worker, initargs=(task,))

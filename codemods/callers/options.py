@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from codemods.fallback_metadata import METADATA as FALLBACK
-from codemods.guard_metadata import METADATA as GUARD
-from codemods.hooks import HookSet
+from codemods.callers.rewrite.fallback_metadata import METADATA as FALLBACK
+from codemods.callers.rewrite.guard_metadata import METADATA as GUARD
+from codemods.catalog.hooks import HookSet
 
 #: Guard codemod: when the layer ids are unset, skip the call or raise a clear ValueError.
 GUARD_POLICIES = GUARD.policy.names
@@ -25,7 +25,7 @@ class TransformOptions:
     guard_policy: str = "skip"
     fallback_policy: str = "warn"
     extra_hooks: tuple[str, ...] = field(default=())
-    #: Rewrite test modules too (``--include-tests``); see :mod:`codemods.scope`.
+    #: Rewrite test modules too (``--include-tests``); see :mod:`codemods.callers.scope`.
     include_tests: bool = False
     #: Longest line the codemods may add; None: the host project's configured line length,
     #: found from each file's path (88 when none is configured).

@@ -27,8 +27,8 @@ from pathlib import PurePosixPath
 
 import libcst as cst
 
-from codemods import hook_facts
-from codemods.records import Action, CallSite
+from codemods.callers.records import Action, CallSite
+from codemods.catalog import hook_facts
 
 #: Start of the note of a call site left alone on purpose.
 SKIP_PREFIX = "not rewritten: "
@@ -239,7 +239,7 @@ def skip_all(sites: Sequence[CallSite], reason: str | None) -> tuple[CallSite, .
 
 
 def skip_analysis(analysis, reason: str | None):
-    """``analysis`` (discovery's :class:`~codemods.discover.Analysis`) with every call marked
+    """``analysis`` (discovery's :class:`~codemods.callers.analyse.Analysis`) with every call marked
     skipped for ``reason`` (unchanged when ``reason`` is None)."""
     if reason is None:
         return analysis

@@ -1,10 +1,10 @@
-"""Per-file transform: bytes in, a :class:`~codemods.records.FileResult` out.
+"""Per-file transform: bytes in, a :class:`~codemods.callers.records.FileResult` out.
 
 ``transform_source`` parses the bytes with LibCST (so encoding, BOM and line endings are
 kept), discovers the call sites, applies the guard and then the fallback codemod, and
 verifies that the result re-parses and compiles.  Test modules (unless
 ``include_tests``) and modules written for another engine are only reported
-(:mod:`codemods.scope`).  Anything that goes wrong yields a
+(:mod:`codemods.callers.scope`).  Anything that goes wrong yields a
 ``FAILED`` result and the original bytes untouched; a file without hook calls is never
 modified.
 """
@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods import registry, scope
-from codemods.discover import Analysis, analyse
-from codemods.options import TransformOptions
-from codemods.prefilter import Prefilter
-from codemods.records import FileResult, Status
+from codemods.callers import scope
+from codemods.callers.analyse import Analysis, analyse
+from codemods.callers.options import TransformOptions
+from codemods.callers.records import FileResult, Status
+from codemods.callers.rewrite import registry
+from codemods.sources.prefilter import Prefilter
 
 
 def _parse(source: bytes) -> cst.Module:
@@ -86,7 +87,7 @@ def transform_source(
 
     The file is parsed and analysed once; the guard works from that analysis, and the
     fallback from the same analysis carried over to the guarded module (see
-    :func:`codemods.rewrite.rewrite`)."""
+    :func:`codemods.callers.rewrite.apply.rewrite`)."""
     options = options or TransformOptions()
     scanned, analysis = _scan(source, path, options, prefilter)
     if analysis is None:
@@ -95,7 +96,7 @@ def transform_source(
     needs = {action for site in sites for action in site.actions}
     if not needs & registry.ACTIONS:
         return scanned
-    from codemods.rewrite import rewrite
+    from codemods.callers.rewrite.apply import rewrite
 
     try:
         rewritten, steps = rewrite(source, analysis, path, options)

@@ -2,7 +2,7 @@
 
 The fallback codemod wraps a call in ``try/except NotImplementedError`` only when the call can
 reach a hook that raises it; anywhere else the ``try`` is dead code.  The answer comes from the
-facts derived from the SGLang release wheels (:mod:`codemods.hook_facts`), over every release
+facts derived from the SGLang release wheels (:mod:`codemods.catalog.hook_facts`), over every release
 they cover unless ``releases`` narrows it:
 
 - a catalog hook the facts know: whether some registered architecture's setter raises
@@ -11,15 +11,15 @@ they cover unless ``releases`` narrows it:
 - a user-added hook (``--hook NAME``) or a catalog hook the facts do not cover: treated like
   DSPARK, as able to raise whenever the catalog gives it a PP error.
 
-Pure functions over hook names and :class:`~codemods.hooks.Hook` records; no LibCST.
+Pure functions over hook names and :class:`~codemods.catalog.hooks.Hook` records; no LibCST.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from codemods import hook_facts
-from codemods.hooks import CATALOG, Hook
+from codemods.catalog import hook_facts
+from codemods.catalog.hooks import CATALOG, Hook
 
 _CATALOG_NAMES = frozenset(hook.name for hook in CATALOG)
 

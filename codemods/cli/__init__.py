@@ -1,1 +1,1 @@
-"""Command line: one click group with its commands, the command line echoed in reports, progress and colour."""
+"""Command line: the click commands, the command line echoed in reports, progress, colour."""

@@ -16,16 +16,21 @@ from typing import TYPE_CHECKING
 
 import click
 
-from codemods import __version__, engine, registry, report, sinks, terminal
-from codemods.commandline import command_line
-from codemods.files import FileCollectionError
-from codemods.hooks import custom_hook
-from codemods.metadata import HOOK_OPTION_HELP
-from codemods.options import TransformOptions
-from codemods.records import Action, FileResult, Status
+from codemods import __version__
+from codemods.callers import engine
+from codemods.callers.options import TransformOptions
+from codemods.callers.records import Action, FileResult, Status
+from codemods.callers.rewrite import registry
+from codemods.callers.rewrite.metadata import HOOK_OPTION_HELP
+from codemods.catalog.hooks import custom_hook
+from codemods.cli import terminal
+from codemods.cli.commandline import command_line
+from codemods.deliver import sinks
+from codemods.output import report
+from codemods.sources.collect import FileCollectionError
 
 if TYPE_CHECKING:  # delivery loads GitPython: only --branch needs it
-    from codemods.delivery import BranchRequest
+    from codemods.deliver.on_branch import BranchRequest
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
 
@@ -136,13 +141,13 @@ def _branch_request(
         if given:
             raise click.UsageError(f"{', '.join(given)} only works together with --branch")
         return None
-    from codemods.delivery import BranchRequest
+    from codemods.deliver.on_branch import BranchRequest
 
     return BranchRequest(branch, base, author, allow_dirty, pr_body, patch_dir)
 
 
 def _git_delivery_error() -> type[Exception]:
-    from codemods.gitops import GitDeliveryError
+    from codemods.deliver.git_branch import GitDeliveryError
 
     return GitDeliveryError
 
@@ -235,8 +240,8 @@ def _file_options(command):
 
 
 def _is_skipped(site) -> bool:
-    """Reported but left alone on purpose (:mod:`codemods.scope`, loaded on first use)."""
-    from codemods.scope import is_skipped
+    """Reported but left alone on purpose (:mod:`codemods.callers.scope`, loaded on first use)."""
+    from codemods.callers.scope import is_skipped
 
     return is_skipped(site)
 
@@ -382,7 +387,7 @@ def migrate(
         chosen = {m.policy.label: policies[m.policy.dest] for m in registry.CODEMODS}
         if extra_hooks:
             chosen["extra hooks"] = ", ".join(extra_hooks)
-        from codemods.delivery import migrate_on_branch
+        from codemods.deliver.on_branch import migrate_on_branch
 
         sys.exit(
             _deliver(
@@ -396,7 +401,7 @@ def migrate(
     results = []
     outputs = sinks.for_mode(mode, output_format, _colour())
     if output_format == "json":
-        from codemods import codetf  # loads LibCST: only for the report
+        from codemods.output import codetf  # loads LibCST: only for the report
 
         def run_info() -> codetf.RunInfo:
             return codetf.RunInfo(
@@ -488,7 +493,7 @@ def upstream_patch(
     request = _branch_request(branch, base, None, patch_dir, allow_dirty, author)
     if request is not None:
         request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
-        from codemods.delivery import upstream_generated_on_branch
+        from codemods.deliver.on_branch import upstream_generated_on_branch
 
         sys.exit(
             _deliver(

@@ -27,8 +27,7 @@ from pathlib import Path
 
 import git
 
-from codemods import fileio
-from codemods.git_basics import (  # the errors and helpers below are part of this API
+from codemods.deliver.git_basics import (  # the errors and helpers below are part of this API
     _IN_PROGRESS,
     DEFAULT_REMOTE,
     BranchExists,
@@ -48,7 +47,8 @@ from codemods.git_basics import (  # the errors and helpers below are part of th
     open_repository,
     parse_author,
 )
-from codemods.git_snapshot import _nul_stream, _Snapshot
+from codemods.deliver.git_snapshot import _nul_stream, _Snapshot
+from codemods.sources import fileio
 
 __all__ = [
     "DEFAULT_REMOTE",

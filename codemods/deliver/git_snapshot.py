@@ -1,5 +1,5 @@
 """The state of a repository before a delivery, and putting it back: HEAD, the index, and
-copies of every file the change may touch (see :mod:`codemods.gitops`)."""
+copies of every file the change may touch (see :mod:`codemods.deliver.git_branch`)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import git
 
-from codemods import fileio
-from codemods.git_basics import (
+from codemods.deliver.git_basics import (
     _git,
     _git_ok,
     _git_path,
     _status,
 )
+from codemods.sources import fileio
 
 # --------------------------------------------------------------------------- the snapshot
 

@@ -2,7 +2,7 @@
 
 Text only, from records: ``FileResult``/``CallSite`` for ``migrate``, :class:`PatchedFile` for
 ``upstream-patch``, :class:`Verification` for what was checked, and the
-:class:`~codemods.gitops.DeliveryResult` of the commit.
+:class:`~codemods.deliver.git_branch.DeliveryResult` of the commit.
 
 before: records of what auxcap changed.
 after:  a commit message (title line, blank line, body listing files and call sites) and a
@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from codemods import registry
-from codemods.gitops import DeliveryResult
-from codemods.hooks import NONE_ERROR_DSPARK, PP_ERROR_DSPARK
-from codemods.records import Action, CallSite, FileResult, Status
+from codemods.callers.records import Action, CallSite, FileResult, Status
+from codemods.callers.rewrite import registry
+from codemods.catalog.hooks import NONE_ERROR_DSPARK, PP_ERROR_DSPARK
+from codemods.deliver.git_branch import DeliveryResult
 
 VALUE_ERROR = f'ValueError("{NONE_ERROR_DSPARK}")'
 PP_ERROR = f'NotImplementedError("{PP_ERROR_DSPARK}")'

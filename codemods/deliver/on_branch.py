@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from codemods import fileio, gitops, prbody
-from codemods.gitops import DeliveryResult, GitDeliveryError
-from codemods.prbody import PatchedFile
-from codemods.recheck import recheck_python_files
-from codemods.records import FileResult, Status
+from codemods.callers.records import FileResult, Status
+from codemods.deliver import git_branch, messages
+from codemods.deliver.git_branch import DeliveryResult, GitDeliveryError
+from codemods.deliver.messages import PatchedFile
+from codemods.deliver.recheck import recheck_python_files
+from codemods.sources import fileio
 
 #: ``engine.run``'s shape: (paths, options, write) -> FileResult per file.
 RunEngine = Callable[[Sequence[str], object, bool], Iterator[FileResult]]
@@ -43,8 +44,8 @@ class BranchRequest:
         return tuple(path for path in (self.pr_body, self.patch_file) if path is not None)
 
     def preflight(self, repo_dir: Path | str):
-        """Every check the delivery makes before it changes anything (``gitops.preflight``)."""
-        return gitops.preflight(
+        """Every check the delivery makes before it changes anything (``git_branch.preflight``)."""
+        return git_branch.preflight(
             repo_dir, self.branch, self.base, self.author, self.allow_dirty, self.outputs
         )
 
@@ -52,7 +53,7 @@ class BranchRequest:
 @dataclass(frozen=True)
 class Delivered:
     delivery: DeliveryResult
-    verification: prbody.Verification
+    verification: messages.Verification
     pr_body: Path | None = None
     patches: tuple[Path, ...] = ()
     results: tuple[FileResult, ...] = field(default=(), repr=False)
@@ -96,8 +97,8 @@ def _check_same_repository(root: Path, paths: Iterable[str | os.PathLike[str]]) 
 def _finish(
     delivery: DeliveryResult,
     request: BranchRequest,
-    verification: prbody.Verification,
-    body: Callable[[prbody.Verification], str],
+    verification: messages.Verification,
+    body: Callable[[messages.Verification], str],
     results: Sequence[FileResult] = (),
 ) -> Delivered:
     pr_path = None
@@ -108,7 +109,7 @@ def _finish(
             write_text_atomic(pr_path, body(verification))
         if request.patch_dir is not None:
             patches = tuple(
-                gitops.format_patch(
+                git_branch.format_patch(
                     delivery.repo_root, delivery.base_commit, delivery.branch, request.patch_dir
                 )
             )
@@ -121,7 +122,7 @@ def files_git_sees(repo, paths: Sequence[str], selection: object = None) -> list
     A branch holds only files git tracks or would track, so ignored files (build output,
     generated code) are never rewritten by a ``--branch`` run.
     """
-    from codemods.engine import Selection, collect_files
+    from codemods.callers.engine import Selection, collect_files
 
     selection = selection or Selection()
     files = collect_files(
@@ -155,7 +156,7 @@ def migrate_on_branch(
     repository as it was), so a branch never holds half a migration.
     """
     if run is None:
-        from codemods.engine import run  # the engine is only needed when migrating
+        from codemods.callers.engine import run  # the engine is only needed when migrating
     paths = list(paths) or ["."]
     repo = request.preflight(_common_repo_dir(paths))
     root = Path(repo.working_tree_dir).resolve()
@@ -177,31 +178,31 @@ def migrate_on_branch(
             if result.status is Status.CHANGED
         ]
 
-    delivery = gitops.deliver_on_branch(
+    delivery = git_branch.deliver_on_branch(
         root,
         request.branch,
         request.base,
         apply_change,
-        lambda files: prbody.migrate_commit_message(results, policies, root),
+        lambda files: messages.migrate_commit_message(results, policies, root),
         author=request.author,
         allow_dirty=request.allow_dirty,
         outputs=request.outputs,
         checked=repo,  # checked above; only the read-only file listing ran since
     )
-    verification = prbody.Verification()
+    verification = messages.Verification()
     if delivery.commit is not None:
         verification = recheck_python_files(root, delivery.files)
         committed = [str(root / path) for path in delivery.files if (root / path).is_file()]
         again = list(run(committed, options, False))
         idempotent = all(result.status is Status.UNCHANGED for result in again)
-        verification = prbody.Verification(
+        verification = messages.Verification(
             verification.rechecked, verification.failures, idempotent
         )
     return _finish(
         delivery,
         request,
         verification,
-        lambda checked: prbody.migrate_pr_body(results, delivery, policies, checked),
+        lambda checked: messages.migrate_pr_body(results, delivery, policies, checked),
         results,
     )
 
@@ -217,7 +218,7 @@ def patch_paths(repo_root: Path, patch_text: str, tree_root: Path | None = None)
 
     ``tree_root``: the folder the patch's paths are relative to (default: the repository root).
     """
-    repo = gitops.open_repository(repo_root)
+    repo = git_branch.open_repository(repo_root)
     root = Path(repo.working_tree_dir)
     directory = _directory_option(root, tree_root or root)
     listing = repo.git.execute(
@@ -246,12 +247,12 @@ def patch_paths(repo_root: Path, patch_text: str, tree_root: Path | None = None)
 def upstream_on_branch(
     sglang_root: Path | str,
     patch_text: str,
-    patched: Sequence[prbody.PatchedFile],
+    patched: Sequence[messages.PatchedFile],
     request: BranchRequest,
     regenerate: Callable[[Path], str] | None = None,
     detail: str = "",
     description: str | None = None,
-    title: str = prbody.UPSTREAM_TITLE,
+    title: str = messages.UPSTREAM_TITLE,
 ) -> Delivered:
     """``auxcap upstream-patch SGLANG_ROOT --branch NAME``: ``git apply`` the patch and commit.
 
@@ -276,29 +277,29 @@ def upstream_on_branch(
             raise GitDeliveryError(f"the patch does not apply: {detail_text}") from error
         return touched
 
-    delivery = gitops.deliver_on_branch(
+    delivery = git_branch.deliver_on_branch(
         root,
         request.branch,
         request.base,
         apply_change,
-        lambda files: prbody.upstream_commit_message(patched, detail, title),
+        lambda files: messages.upstream_commit_message(patched, detail, title),
         author=request.author,
         allow_dirty=request.allow_dirty,
         outputs=request.outputs,
         checked=repo,  # checked just above, nothing written since
     )
-    verification = prbody.Verification()
+    verification = messages.Verification()
     if delivery.commit is not None:
         verification = recheck_python_files(root, delivery.files)
         if regenerate is not None:
-            verification = prbody.Verification(
+            verification = messages.Verification(
                 verification.rechecked, verification.failures, not regenerate(root).strip()
             )
     return _finish(
         delivery,
         request,
         verification,
-        lambda checked: prbody.upstream_pr_body(patched, delivery, checked, detail, description),
+        lambda checked: messages.upstream_pr_body(patched, delivery, checked, detail, description),
     )
 
 
@@ -325,7 +326,7 @@ def upstream_generated_on_branch(
     from codemods.upstream import kimi
     from codemods.upstream.generate import MissingModelFile, generate
     from codemods.upstream.pr_body import render
-    from codemods.upstream.tree import TreeError
+    from codemods.upstream.sglang_tree import TreeError
 
     if output:
         request = replace(request, patch_file=Path(output))
@@ -352,7 +353,7 @@ def upstream_generated_on_branch(
     if output:
         write_text_atomic(Path(output), patch)
     description = render(result) if patch else None
-    title = prbody.UPSTREAM_TITLE
+    title = messages.UPSTREAM_TITLE
     if description and description.startswith("# "):
         title = description.splitlines()[0][2:].strip()
     return upstream_on_branch(

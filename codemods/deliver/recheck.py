@@ -1,7 +1,7 @@
 """Re-check committed Python files: each must parse with LibCST and compile.
 
 before: repository-relative paths of the files a delivery committed.
-after:  a :class:`~codemods.prbody.Verification` naming the files checked and any failure
+after:  a :class:`~codemods.deliver.messages.Verification` naming the files checked and any failure
         (the ``idempotent`` field is filled in by the command that can re-run itself).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from codemods.prbody import Verification
+from codemods.deliver.messages import Verification
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 
@@ -20,7 +20,7 @@ def recheck_python_files(root: Path, paths: Sequence[str]) -> Verification:
     # Here, so that importing the command line does not load the parser.
     import libcst
 
-    from codemods.transform import verify_source
+    from codemods.callers.transform import verify_source
 
     checked: list[str] = []
     failures: list[tuple[str, str]] = []

@@ -4,7 +4,7 @@ before: the per-file results of one run, in path order, with their bytes.
 after:  what the run prints: diffs (``diff``), "would change" lines (``check``), "changed"
         lines (``write``; the engine wrote the files), and with ``--format json`` a CodeTF
         report at the end (``json``).  ``--branch`` delivers through
-        :mod:`codemods.delivery` instead.
+        :mod:`codemods.deliver.on_branch` instead.
 
 A sink sees every result once (``add``) and may print something when the run ends
 (``finish``); the command line owns the exit code.
@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from codemods import report, terminal
-from codemods.records import FileResult, Status
+from codemods.callers.records import FileResult, Status
+from codemods.cli import terminal
+from codemods.output import report
 
 if TYPE_CHECKING:
-    from codemods.codetf import ReportBuilder, RunInfo
+    from codemods.output.codetf import ReportBuilder, RunInfo
 
 
 class Sink:
@@ -68,7 +69,7 @@ class JsonSink(Sink):
         self.builder.add(result)
 
     def finish(self) -> None:
-        from codemods import codetf
+        from codemods.output import codetf
 
         click.echo(codetf.dumps(self.builder.build(self.run_info())), nl=False)
 

@@ -25,12 +25,13 @@ import json
 import os
 from dataclasses import dataclass
 
-from codemods import __version__, diffs
-from codemods.metadata import CodemodMetadata
-from codemods.options import TransformOptions
-from codemods.records import Action, FileResult, Risk, Status, Step
-from codemods.registry import CODEMODS
-from codemods.report import Summary
+from codemods import __version__
+from codemods.callers.options import TransformOptions
+from codemods.callers.records import Action, FileResult, Risk, Status, Step
+from codemods.callers.rewrite.metadata import CodemodMetadata
+from codemods.callers.rewrite.registry import CODEMODS
+from codemods.output import diffs
+from codemods.output.report import Summary
 
 VENDOR = "auxcap"
 TOOL = "auxcap"

@@ -1,6 +1,6 @@
 """Reports: unified diffs, the end-of-run summary, and the scan listing (text or JSON).
 
-``scan --format json`` prints one JSON object (schema: ``codemods/schemas/scan-schema.json``)::
+``scan --format json`` prints one JSON object (schema: ``codemods/output/schemas/scan-schema.json``)::
 
     {
       "version": 1,
@@ -31,12 +31,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from codemods import diffs, registry
-from codemods.records import FileResult, Status
+from codemods.callers.records import FileResult, Status
+from codemods.callers.rewrite import registry
+from codemods.output import diffs
 
 SCAN_JSON_VERSION = 1
 
-#: The JSON Schema of ``scan --format json`` (``codemods/schemas/scan-schema.json``).
+#: The JSON Schema of ``scan --format json`` (``codemods/output/schemas/scan-schema.json``).
 SCAN_SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "scan-schema.json"
 
 

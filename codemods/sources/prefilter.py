@@ -6,7 +6,7 @@ lets the engine parse only those.
 
 Why it is safe (it never drops a file discovery would report a call site in)
 -----------------------------------------------------------------------------
-Discovery (:mod:`codemods.discover`) reports a call site only where a hook's name is spelled
+Discovery (:mod:`codemods.callers.analyse`) reports a call site only where a hook's name is spelled
 out in the module: as the attribute or name being called (``model.set_x_layers_to_capture(ids)``,
 ``Model.set_x_layers_to_capture(model, ids)``), as an attribute stored in a variable, or as a
 string literal whose value is the name, written out within one literal
@@ -123,7 +123,7 @@ class Prefilter:
         )
         object.__setattr__(self, "extra_names", names)
         object.__setattr__(self, "_extra_needles", tuple(name.encode() for name in names))
-        from codemods.hooks import CATALOG  # data only
+        from codemods.catalog.hooks import CATALOG  # data only
 
         every = {hook.name for hook in CATALOG} | set(self.extra_names)
         object.__setattr__(self, "_all_names", tuple(sorted(every)))

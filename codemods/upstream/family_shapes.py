@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
-from codemods.hooks import HOOK_NAME_PATTERN
+from codemods.catalog.hooks import HOOK_NAME_PATTERN
 
 CAPTURE_KWARG = "captured_last_layer_outputs"
 LAYER_FLAG = "_is_layer_to_capture"

@@ -2,7 +2,7 @@
 
 The node-level entry point is :func:`find_calls`: given a :class:`libcst.MetadataWrapper`
 it returns one :class:`FoundCall` per hook call (the ``libcst.Call`` node, its statement
-when the call is a statement of its own, and the :class:`~codemods.records.CallSite`
+when the call is a statement of its own, and the :class:`~codemods.callers.records.CallSite`
 record).  The codemods reuse it, so what ``scan`` reports is exactly what ``migrate``
 rewrites.
 
@@ -23,19 +23,19 @@ or literal ``None``; literal lists/tuples and fresh ``list(...)`` values are saf
 ``else`` after ``if ids is None``, or after ``if not ids: raise|return|continue|break`` /
 ``assert ids``.  Hooks that accept None (EAGLE3) are never guarded; a call may raise
 ``NotImplementedError`` under PP when it can reach a hook that the release facts show raising
-it (:mod:`codemods.pp_raise`: DSPARK, DFLASH, user-added hooks; never EAGLE3), unless the call
+it (:mod:`codemods.catalog.pp_raise`: DSPARK, DFLASH, user-added hooks; never EAGLE3), unless the call
 is inside a ``try`` that handles it.
 
 Never reported: hook definitions, a hook that delegates to the same hook on another object
 (or to another hook: calls inside a hook's own definition must keep raising on ``None``),
 hook names in strings that are not getattr names, and mock attribute access
 (``model.set_x.assert_called_once_with(...)``, ``mock.call.set_x(...)``).  Calls inside
-``pytest.raises`` / ``assertRaises`` are reported with action ``none`` (:mod:`codemods.scope`).
+``pytest.raises`` / ``assertRaises`` are reported with action ``none`` (:mod:`codemods.callers.scope`).
 """
 
 from __future__ import annotations
 
-from codemods.discover.sites import (
+from codemods.callers.analyse.sites import (
     Analysis,
     FoundCall,
     analyse,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from codemods.discover.syntax import (
+from codemods.callers.analyse.syntax import (
     _EXIT_STATEMENTS,
     _HANDLES_NOT_IMPLEMENTED,
     _SCOPE_NODES,

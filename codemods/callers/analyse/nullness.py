@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from codemods.discover.scopes import _Scope
-from codemods.discover.syntax import (
+from codemods.callers.analyse.scopes import _Scope
+from codemods.callers.analyse.syntax import (
     _CONFIG_NAME,
     _CONTAINER_CALLS,
     _IDS_KEYWORD,
@@ -19,7 +19,7 @@ from codemods.discover.syntax import (
     _positional,
     _string_value,
 )
-from codemods.records import Shape
+from codemods.callers.records import Shape
 
 
 class NullnessMixin:

@@ -11,7 +11,7 @@ from typing import Any
 
 import libcst as cst
 
-from codemods.discover.syntax import (
+from codemods.callers.analyse.syntax import (
     _SCOPE_NODES,
 )
 

@@ -1,4 +1,4 @@
-"""Call-site assembly: one :class:`FoundCall` (and its :class:`~codemods.records.CallSite`)
+"""Call-site assembly: one :class:`FoundCall` (and its :class:`~codemods.callers.records.CallSite`)
 per hook call, the module's :class:`Analysis`, and the public entry points."""
 
 from __future__ import annotations
@@ -10,22 +10,22 @@ from dataclasses import dataclass
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from codemods.discover.contexts import ContextsMixin
-from codemods.discover.nullness import NullnessMixin
-from codemods.discover.scopes import ScopesMixin, _ScopeCollector
-from codemods.discover.syntax import (
+from codemods.callers.analyse.contexts import ContextsMixin
+from codemods.callers.analyse.nullness import NullnessMixin
+from codemods.callers.analyse.positions import code_and_positions
+from codemods.callers.analyse.scopes import ScopesMixin, _ScopeCollector
+from codemods.callers.analyse.syntax import (
     _code,
     _is_none,
     _is_repeatable,
     _key,
     _unwrap_container,
 )
-from codemods.discover.values import ValuesMixin
-from codemods.hooks import DEFAULT_HOOKS, Hook, HookSet
-from codemods.positions import code_and_positions
-from codemods.pp_raise import raising_hooks
-from codemods.records import Action, CallSite, Risk
-from codemods.scope import skip_expected_errors
+from codemods.callers.analyse.values import ValuesMixin
+from codemods.callers.records import Action, CallSite, Risk
+from codemods.callers.scope import skip_expected_errors
+from codemods.catalog.hooks import DEFAULT_HOOKS, Hook, HookSet
+from codemods.catalog.pp_raise import raising_hooks
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class FoundCall:
     #: Names used in the function (or module) around the call: new names must avoid them.
     names_in_scope: frozenset[str] = frozenset()
     #: The call is a whole statement on a line shared with other statements
-    #: (``a(); model.set_x(ids)``); ``codemods.split`` gives it a line of its own.
+    #: (``a(); model.set_x(ids)``); ``codemods.callers.rewrite.split`` gives it a line of its own.
     shared_line: bool = False
     #: For a call that may reach both a hook accepting ``None`` (EAGLE3) and one rejecting
     #: it: the expression that holds the resolved hook name at the call (``name`` in

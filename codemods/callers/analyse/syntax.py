@@ -72,7 +72,7 @@ def _spelled_name(node: cst.BaseExpression) -> str | None:
 
     Hook names are recognised only where their text is written out, never when assembled from
     escapes (``"set_x\\x5f..."``) or from implicitly concatenated pieces: that keeps a text
-    search for the names a safe prefilter for discovery (see :mod:`codemods.prefilter`).
+    search for the names a safe prefilter for discovery (see :mod:`codemods.sources.prefilter`).
     """
     value = _string_value(node)
     if value is None:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from codemods.discover.scopes import _Scope
-from codemods.discover.syntax import (
+from codemods.callers.analyse.scopes import _Scope
+from codemods.callers.analyse.syntax import (
     _HOOK_TAIL,
     _HOOK_TAIL_CHARS,
     _MAX_DEPTH,
@@ -21,7 +21,7 @@ from codemods.discover.syntax import (
     _positional,
     _spelled_name,
 )
-from codemods.records import Shape
+from codemods.callers.records import Shape
 
 #: How deep the value resolution follows names, lookups and containers.
 _VALUE_DEPTH = 12

@@ -1,8 +1,8 @@
 """Apply the caller codemods to one analysed module, recording what each one did.
 
-before: the file's bytes and the :class:`~codemods.discover.Analysis` of its module (one
+before: the file's bytes and the :class:`~codemods.callers.analyse.Analysis` of its module (one
         parse, one discovery).
-after:  the rewritten bytes and one :class:`~codemods.records.Step` per codemod that ran.
+after:  the rewritten bytes and one :class:`~codemods.callers.records.Step` per codemod that ran.
 
 The guard rewrites from the analysis.  The fallback then works on the guarded module, so its
 step (like a patch in a series) is described against the guarded file; instead of discovering
@@ -19,14 +19,14 @@ from dataclasses import replace
 
 import libcst as cst
 
-from codemods import host_style
-from codemods.discover import Analysis, FoundCall
-from codemods.fallback import FallbackTransformer
-from codemods.guard import GuardTransformer
-from codemods.options import TransformOptions
-from codemods.positions import code_and_positions
-from codemods.records import Action, CallSite, Risk, Step
-from codemods.split import analyse_split
+from codemods.callers.analyse import Analysis, FoundCall
+from codemods.callers.analyse.positions import code_and_positions
+from codemods.callers.options import TransformOptions
+from codemods.callers.records import Action, CallSite, Risk, Step
+from codemods.callers.rewrite import host_style
+from codemods.callers.rewrite.fallback import FallbackTransformer
+from codemods.callers.rewrite.guard import GuardTransformer
+from codemods.callers.rewrite.split import analyse_split
 
 
 def _code(node: cst.CSTNode) -> str:

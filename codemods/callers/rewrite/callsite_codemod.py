@@ -1,7 +1,7 @@
 """The base of the caller codemods: a LibCST transformer that rewrites the call sites an
-:class:`~codemods.discover.Analysis` marks with its action, visiting only the paths to them.
+:class:`~codemods.callers.analyse.Analysis` marks with its action, visiting only the paths to them.
 
-A codemod names its ``ACTION`` (a :class:`~codemods.records.Action`) and its policy choices
+A codemod names its ``ACTION`` (a :class:`~codemods.callers.records.Action`) and its policy choices
 (``POLICIES``); :meth:`CallSiteCodemod.targets` picks the sites it applies to, and
 :meth:`transform_module` lets it run on its own (LibCST's codemod CLI, ``CodemodTest``):
 split shared lines, analyse, apply.
@@ -13,10 +13,10 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from codemods import host_style
-from codemods.discover import FoundCall
-from codemods.hooks import HookSet
-from codemods.records import Action
+from codemods.callers.analyse import FoundCall
+from codemods.callers.records import Action
+from codemods.callers.rewrite import host_style
+from codemods.catalog.hooks import HookSet
 
 
 class CallSiteCodemod(cst.CSTTransformer):
@@ -35,7 +35,7 @@ class CallSiteCodemod(cst.CSTTransformer):
         super().__init__()
         self.filename = filename
         #: No added line goes past it: the host project's configured line length (found from
-        #: ``filename`` when not given; see :func:`codemods.host_style.file_line_length`).
+        #: ``filename`` when not given; see :func:`codemods.callers.rewrite.host_style.file_line_length`).
         self.line_length = (
             line_length if line_length is not None else host_style.file_line_length(filename)
         )
@@ -63,7 +63,7 @@ class CallSiteCodemod(cst.CSTTransformer):
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         """The rewritten module, on its own (``tree`` itself is never changed)."""
-        from codemods.split import analyse_split
+        from codemods.callers.rewrite.split import analyse_split
 
         analysis = analyse_split(tree, self.hooks, self.filename)
         return self.apply_analysis(analysis)

@@ -26,14 +26,14 @@ Policy ``raise`` re-raises with an actionable hint, chained ``from exc``::
         ) from exc
 
 Only calls that can reach a hook the SGLang release facts show raising
-``NotImplementedError`` under PP are wrapped (:mod:`codemods.pp_raise`): DSPARK, DFLASH and
+``NotImplementedError`` under PP are wrapped (:mod:`codemods.catalog.pp_raise`): DSPARK, DFLASH and
 user-added hooks.  A call that can only reach EAGLE3 is left alone (its setters never raise it;
 they return early on non-last ranks), and at a dynamic site the warning names only the hooks
 that can raise.
 
 The module's own logger is used (any module-level name bound to ``logging.getLogger(...)`` or
 to another logger factory, ``get_colorful_logger(__name__)``, ``init_logger(__name__)``...: see
-:mod:`codemods.host_style`); otherwise ``import logging`` (when missing, where isort with the
+:mod:`codemods.callers.rewrite.host_style`); otherwise ``import logging`` (when missing, where isort with the
 black profile puts it) and ``logger = logging.getLogger(__name__)`` are added once, after the
 imports.  Calls already inside a ``try`` that handles
 ``NotImplementedError`` (or a bare ``except``, ``Exception``, ``RuntimeError``, or a tuple
@@ -47,19 +47,19 @@ from dataclasses import dataclass, replace
 
 import libcst as cst
 
-from codemods import host_style
-from codemods.callsite_codemod import CallSiteCodemod
-from codemods.discover import Analysis, FoundCall
-from codemods.fallback_metadata import METADATA
-from codemods.options import FALLBACK_POLICIES
-from codemods.pp_raise import raising_hooks
-from codemods.records import Action
-from codemods.snippets import (
+from codemods.callers.analyse import Analysis, FoundCall
+from codemods.callers.options import FALLBACK_POLICIES
+from codemods.callers.records import Action
+from codemods.callers.rewrite import host_style
+from codemods.callers.rewrite.callsite_codemod import CallSiteCodemod
+from codemods.callers.rewrite.fallback_metadata import METADATA
+from codemods.callers.rewrite.snippets import (
     fit_call_statement,
     quoted,
     suite_as_line,
     wrapped_literals,
 )
+from codemods.catalog.pp_raise import raising_hooks
 
 _EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error", "capture_exc_")
 _LOGGER_NAMES = ("logger", "capture_logger", "aux_capture_logger")
@@ -343,9 +343,9 @@ class FallbackTransformer(CallSiteCodemod):
 
 def __getattr__(name: str):
     """``FallbackCommand``: the LibCST codemod command, built on first use (see
-    :mod:`codemods.libcst_command`)."""
+    :mod:`codemods.callers.rewrite.libcst_command`)."""
     if name == "FallbackCommand":
-        from codemods.libcst_command import command_class
+        from codemods.callers.rewrite.libcst_command import command_class
 
         command = command_class(name, __name__, FallbackTransformer, METADATA)
         globals()[name] = command

@@ -1,4 +1,4 @@
-"""What the fallback codemod (:mod:`codemods.fallback`) is, for people and tools: id,
+"""What the fallback codemod (:mod:`codemods.callers.rewrite.fallback`) is, for people and tools: id,
 summary, description, review guidance, references and the ``--fallback-policy`` option.
 
 Kept apart from the codemod itself so that the command line, the reports and the PR
@@ -7,14 +7,14 @@ description can read it without loading LibCST.
 
 from __future__ import annotations
 
-from codemods.metadata import (
+from codemods.callers.records import Action
+from codemods.callers.rewrite.metadata import (
     NONE_ERROR_REFERENCE,
     PP_ERROR_REFERENCE,
     CodemodMetadata,
     PolicyChoice,
     PolicyOption,
 )
-from codemods.records import Action
 
 METADATA = CodemodMetadata(
     id="auxcap:python/fallback-pp-capture",

@@ -44,12 +44,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.callsite_codemod import CallSiteCodemod
-from codemods.discover import Analysis, FoundCall
-from codemods.guard_metadata import METADATA
-from codemods.options import GUARD_POLICIES
-from codemods.records import Action
-from codemods.snippets import (
+from codemods.callers.analyse import Analysis, FoundCall
+from codemods.callers.options import GUARD_POLICIES
+from codemods.callers.records import Action
+from codemods.callers.rewrite.callsite_codemod import CallSiteCodemod
+from codemods.callers.rewrite.guard_metadata import METADATA
+from codemods.callers.rewrite.snippets import (
     fit_call_statement,
     fit_test,
     quoted,
@@ -111,7 +111,7 @@ def _call_line(statements: list[cst.BaseStatement]) -> cst.SimpleStatementLine:
 
 
 class GuardTransformer(CallSiteCodemod):
-    """Guards the calls an :class:`~codemods.discover.Analysis` marks for it.
+    """Guards the calls an :class:`~codemods.callers.analyse.Analysis` marks for it.
 
     ``apply(analysis)`` visits only the paths to those calls and records, for the calls the
     fallback will wrap next, where they ended up (``moved``) and every node it rebuilt
@@ -240,9 +240,9 @@ class GuardTransformer(CallSiteCodemod):
 
 def __getattr__(name: str):
     """``GuardCommand``: the LibCST codemod command, built on first use (see
-    :mod:`codemods.libcst_command`)."""
+    :mod:`codemods.callers.rewrite.libcst_command`)."""
     if name == "GuardCommand":
-        from codemods.libcst_command import command_class
+        from codemods.callers.rewrite.libcst_command import command_class
 
         command = command_class(name, __name__, GuardTransformer, METADATA)
         globals()[name] = command

@@ -3,7 +3,7 @@
 The codemods' logic lives in plain ``libcst.CSTTransformer`` classes (``GuardTransformer``,
 ``FallbackTransformer``), because importing ``libcst.codemod`` (which pulls in
 ``libcst.matchers``) costs more than a whole fast run of ``auxcap migrate``.  LibCST's own
-codemod CLI (``python -m libcst.tool codemod -x codemods.guard.GuardCommand PATH``) and
+codemod CLI (``python -m libcst.tool codemod -x codemods.callers.rewrite.guard.GuardCommand PATH``) and
 ``CodemodTest`` need command classes; each codemod module builds its command here, lazily,
 from its module ``__getattr__``, so only those users pay for the import.
 """

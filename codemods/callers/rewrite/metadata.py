@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from codemods.hooks import NONE_ERROR_DSPARK, PP_ERROR_DSPARK
+from codemods.catalog.hooks import NONE_ERROR_DSPARK, PP_ERROR_DSPARK
 
 #: The SGLang source the two capture errors come from (Kimi-Linear's DSPARK hook), pinned to
 #: one commit so the line ranges stay true.
@@ -99,7 +99,7 @@ class CodemodMetadata:
     """Everything said about one codemod.
 
     ``id`` follows the CodeTF convention ``vendor:language/name``; ``action`` is the
-    :class:`~codemods.records.Action` value of the call sites this codemod rewrites.
+    :class:`~codemods.callers.records.Action` value of the call sites this codemod rewrites.
     """
 
     id: str

@@ -7,10 +7,10 @@ import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from codemods.fallback_metadata import METADATA as FALLBACK
-from codemods.guard_metadata import METADATA as GUARD
-from codemods.metadata import CodemodMetadata
-from codemods.records import Action
+from codemods.callers.records import Action
+from codemods.callers.rewrite.fallback_metadata import METADATA as FALLBACK
+from codemods.callers.rewrite.guard_metadata import METADATA as GUARD
+from codemods.callers.rewrite.metadata import CodemodMetadata
 
 
 @dataclass(frozen=True)
@@ -27,15 +27,15 @@ class Entry:
         return self.metadata.action
 
     def load(self) -> type:
-        """The transformer class (a :class:`~codemods.callsite_codemod.CallSiteCodemod`)."""
+        """The transformer class (a :class:`~codemods.callers.rewrite.callsite_codemod.CallSiteCodemod`)."""
         module, name = self.transformer.split(":")
         return getattr(importlib.import_module(module), name)
 
 
 #: Applied in this order: the guard first, then the fallback wraps the (guarded) call.
 ENTRIES: tuple[Entry, ...] = (
-    Entry(GUARD, "codemods.guard:GuardTransformer"),
-    Entry(FALLBACK, "codemods.fallback:FallbackTransformer"),
+    Entry(GUARD, "codemods.callers.rewrite.guard:GuardTransformer"),
+    Entry(FALLBACK, "codemods.callers.rewrite.fallback:FallbackTransformer"),
 )
 CODEMODS: tuple[CodemodMetadata, ...] = tuple(entry.metadata for entry in ENTRIES)
 #: The actions the codemods perform (a call site marked with one of them gets rewritten).

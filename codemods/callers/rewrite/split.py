@@ -23,9 +23,9 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from codemods import registry
-from codemods.discover import Analysis, analyse
-from codemods.hooks import HookSet
+from codemods.callers.analyse import Analysis, analyse
+from codemods.callers.rewrite import registry
+from codemods.catalog.hooks import HookSet
 
 
 def _groups(
