@@ -65,7 +65,8 @@ _include_tests_option = click.option(
 
 
 def _branch_options(pr_body: bool = True):
-    """``--branch`` and its companions, shared by migrate and upstream-patch."""
+    """``--branch`` and its companions, shared by migrate and upstream-patch; the command
+    gets them as one ``request`` (a ``BranchRequest``, or None without ``--branch``)."""
     options = [
         click.option(
             "--branch",
@@ -112,7 +113,14 @@ def _branch_options(pr_body: bool = True):
     def decorate(command):
         for option in reversed(options):
             command = option(command)
-        return command
+
+        @functools.wraps(command)
+        def wrapper(*args, branch, base, patch_dir, allow_dirty, author, **kwargs):
+            description = kwargs.pop("pr_body") if pr_body else None
+            request = _branch_request(branch, base, description, patch_dir, allow_dirty, author)
+            return command(*args, request=request, **kwargs)
+
+        return wrapper
 
     return decorate
 
@@ -170,18 +178,17 @@ def _deliver(work) -> int:
     return EXIT_OK if delivered.verification.ok else EXIT_CHANGES
 
 
+def _shown(*decls: str, type: click.ParamType, default: object, help: str):
+    """An option whose default ``--help`` shows."""
+    return click.option(*decls, type=type, default=default, show_default=True, help=help)
+
+
 def _policy_options(command):
     """One ``--<codemod>-policy`` option per registered codemod, in the registry's order."""
     for metadata in reversed(registry.CODEMODS):
         policy = metadata.policy
-        command = click.option(
-            policy.flag,
-            policy.dest,
-            type=click.Choice(policy.names),
-            default=policy.default,
-            show_default=True,
-            help=policy.help,
-        )(command)
+        command = _shown(policy.flag, policy.dest, type=click.Choice(policy.names),
+                         default=policy.default, help=policy.help)(command)
     return command
 
 
@@ -285,14 +292,8 @@ def cli() -> None:
 
 @cli.command()
 @_paths
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Listing format.",
-)
+@_shown("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
+        help="Listing format.")
 @_hook_option
 @_include_tests_option
 @_file_options
@@ -329,14 +330,8 @@ def scan(
 )
 @click.option("--write", is_flag=True, help="Rewrite the files in place.")
 @_policy_options
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="text: diffs and messages; json: a CodeTF-shaped report on stdout (docs/report.md).",
-)
+@_shown("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
+        help="text: diffs and messages; json: a CodeTF-shaped report on stdout (docs/report.md).")
 @click.option(
     "--exit-zero",
     is_flag=True,
@@ -355,12 +350,7 @@ def migrate(
     write: bool,
     extra_hooks: tuple[str, ...],
     include_tests: bool,
-    branch: str | None,
-    base: str | None,
-    pr_body: Path | None,
-    patch_dir: Path | None,
-    allow_dirty: bool,
-    author: str | None,
+    request: BranchRequest | None,
     output_format: str,
     exit_zero: bool,
     selection: engine.Selection,
@@ -377,7 +367,6 @@ def migrate(
         raise click.UsageError("--diff, --check and --write are mutually exclusive")
     mode = "write" if write else "check" if check else "diff"
     options = TransformOptions(**policies, extra_hooks=extra_hooks, include_tests=include_tests)
-    request = _branch_request(branch, base, pr_body, patch_dir, allow_dirty, author)
     if request is not None:
         if check or show_diff:
             flag = "--check" if check else "--diff"
@@ -451,13 +440,8 @@ def migrate(
     default=None,
     help="Write a Markdown pull-request description here.",
 )
-@click.option(
-    "--mode",
-    type=click.Choice(["relay", "direct"]),
-    default="relay",
-    show_default=True,
-    help="How captures reach the last PP stage.",
-)
+@_shown("--mode", type=click.Choice(["relay", "direct"]), default="relay",
+        help="How captures reach the last PP stage.")
 @click.option(
     "--models",
     default=None,
@@ -472,11 +456,7 @@ def upstream_patch(
     pr_body: str | None,
     mode: str,
     models: str | None,
-    branch: str | None,
-    base: str | None,
-    patch_dir: Path | None,
-    allow_dirty: bool,
-    author: str | None,
+    request: BranchRequest | None,
 ) -> None:
     """Generate the SGLang patch that makes aux capture work under pipeline parallelism:
     Kimi-Linear (DSPARK) and every model whose capture hooks return early on non-last PP
@@ -490,7 +470,6 @@ def upstream_patch(
     from codemods.upstream.cli_support import parse_models, run_upstream_patch
 
     chosen = parse_models(models)
-    request = _branch_request(branch, base, None, patch_dir, allow_dirty, author)
     if request is not None:
         request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
         from codemods.deliver.on_branch import upstream_generated_on_branch
@@ -506,34 +485,14 @@ def upstream_patch(
 
 
 @cli.command("validate-pp")
-@click.option(
-    "--world-size",
-    type=click.IntRange(2, 16),
-    default=4,
-    show_default=True,
-    help="Largest pipeline size; the matrix runs every size from 2 to N.",
-)
-@click.option(
-    "--backend",
-    type=click.Choice(["gloo", "nccl"]),
-    default="gloo",
-    show_default=True,
-    help="gloo on CPU, or NCCL with one GPU per rank.",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(["relay", "direct", "both"]),
-    default="both",
-    show_default=True,
-    help="Transport mode(s) to validate.",
-)
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=1),
-    default=60.0,
-    show_default=True,
-    help="Seconds without progress after which a scenario counts as hung.",
-)
+@_shown("--world-size", type=click.IntRange(2, 16), default=4,
+        help="Largest pipeline size; the matrix runs every size from 2 to N.")
+@_shown("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo",
+        help="gloo on CPU, or NCCL with one GPU per rank.")
+@_shown("--mode", type=click.Choice(["relay", "direct", "both"]), default="both",
+        help="Transport mode(s) to validate.")
+@_shown("--timeout", type=click.FloatRange(min=1), default=60.0,
+        help="Seconds without progress after which a scenario counts as hung.")
 @click.option(
     "--select",
     metavar="TEXT",
