@@ -196,7 +196,7 @@ def test_command_line_reconstruction_covers_every_option_kind():
 def test_pr_body_reads_the_same_metadata(tmp_path):
     """The PR description of ``migrate --branch`` names each applied codemod from its metadata."""
     from codemods.callers.records import Action, CallSite, FileResult, Risk, Shape, Status
-    from codemods.callers.rewrite.guard_metadata import METADATA as GUARD
+    from codemods.callers.rewrite.registry import GUARD
     from codemods.deliver.git_branch import DeliveryResult
     from codemods.deliver.messages import POLICY_MEANINGS, Verification, migrate_pr_body
 

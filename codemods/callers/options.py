@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from codemods.callers.rewrite.fallback_metadata import METADATA as FALLBACK
-from codemods.callers.rewrite.guard_metadata import METADATA as GUARD
+from codemods.callers.rewrite.registry import FALLBACK, GUARD
 from codemods.catalog.hooks import HookSet
 
 #: Guard codemod: when the layer ids are unset, skip the call or raise a clear ValueError.

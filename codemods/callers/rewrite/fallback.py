@@ -52,7 +52,7 @@ from codemods.callers.options import FALLBACK_POLICIES
 from codemods.callers.records import Action
 from codemods.callers.rewrite import host_style
 from codemods.callers.rewrite.callsite_codemod import CallSiteCodemod
-from codemods.callers.rewrite.fallback_metadata import METADATA
+from codemods.callers.rewrite.registry import FALLBACK as METADATA
 from codemods.callers.rewrite.snippets import (
     fit_call_statement,
     quoted,

@@ -48,7 +48,7 @@ from codemods.callers.analyse import Analysis, FoundCall
 from codemods.callers.options import GUARD_POLICIES
 from codemods.callers.records import Action
 from codemods.callers.rewrite.callsite_codemod import CallSiteCodemod
-from codemods.callers.rewrite.guard_metadata import METADATA
+from codemods.callers.rewrite.registry import GUARD as METADATA
 from codemods.callers.rewrite.snippets import (
     fit_call_statement,
     fit_test,

@@ -1,8 +1,8 @@
 """What a caller codemod is, said once: id, summary, description, review guidance, references
 and its policy option.
 
-Each codemod has one ``METADATA = CodemodMetadata(...)`` in a LibCST-free module beside it
-(``guard_metadata.py`` for ``guard.py``, ...), which the codemod module re-exports.
+Each codemod has one ``CodemodMetadata(...)`` in its entry of the LibCST-free registry
+(``registry.GUARD`` for ``guard.py``, ...), which the codemod module re-exports as ``METADATA``.
 Everything that describes a codemod to a person or a tool reads it from there: the LibCST
 ``DESCRIPTION`` and ``add_args`` of the command class, the ``auxcap migrate --help`` text and
 option help, the ``--format json`` report (CodeTF-shaped: ``codemod``, ``summary``,
