@@ -34,39 +34,27 @@ class Hook:
     pp_error: tuple[str, str] | None
 
 
+def _sglang_hook(family: str, none_meaning: str, accepts_none: bool = False) -> Hook:
+    """A hook SGLang defines: its name and its errors' texts follow from the family."""
+    label = family.upper()
+    return Hook(
+        name=f"set_{family}_layers_to_capture",
+        family=family,
+        accepts_none=accepts_none,
+        none_meaning=none_meaning,
+        none_error=None
+        if accepts_none
+        else ("ValueError", f"{label} requires explicit layer_ids for aux hidden capture."),
+        pp_error=("NotImplementedError", f"{label} aux hidden capture requires PP=1."),
+    )
+
+
+#: set_dspark_layers_to_capture, set_dflash_..., set_eagle3_..., set_msd_layers_to_capture.
 CATALOG: tuple[Hook, ...] = (
-    Hook(
-        name="set_dspark_layers_to_capture",
-        family="dspark",
-        accepts_none=False,
-        none_meaning="rejected",
-        none_error=("ValueError", NONE_ERROR_DSPARK),
-        pp_error=("NotImplementedError", PP_ERROR_DSPARK),
-    ),
-    Hook(
-        name="set_dflash_layers_to_capture",
-        family="dflash",
-        accepts_none=False,
-        none_meaning="rejected by most models",
-        none_error=("ValueError", "DFLASH requires explicit layer_ids for aux hidden capture."),
-        pp_error=("NotImplementedError", "DFLASH aux hidden capture requires PP=1."),
-    ),
-    Hook(
-        name="set_eagle3_layers_to_capture",
-        family="eagle3",
-        accepts_none=True,
-        none_meaning="default layers [2, n // 2, n - 3]",
-        none_error=None,
-        pp_error=("NotImplementedError", "EAGLE3 aux hidden capture requires PP=1."),
-    ),
-    Hook(
-        name="set_msd_layers_to_capture",
-        family="msd",
-        accepts_none=False,
-        none_meaning="rejected",
-        none_error=("ValueError", "MSD requires explicit layer_ids for aux hidden capture."),
-        pp_error=("NotImplementedError", "MSD aux hidden capture requires PP=1."),
-    ),
+    _sglang_hook("dspark", "rejected"),
+    _sglang_hook("dflash", "rejected by most models"),
+    _sglang_hook("eagle3", "default layers [2, n // 2, n - 3]", accepts_none=True),
+    _sglang_hook("msd", "rejected"),
 )
 
 
