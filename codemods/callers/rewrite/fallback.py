@@ -281,22 +281,25 @@ class FallbackTransformer(CallSiteCodemod):
             leading_lines=body.leading_lines,
         )
 
+    def _wrapping(self, original_node: cst.CSTNode) -> FoundCall | None:
+        """The call whose statement ``original_node`` is, counted as wrapped; else None."""
+        found = self._statements.get(original_node)
+        if found is not None:
+            self._wrapped += 1
+        return found
+
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.BaseStatement:
-        found = self._statements.get(original_node)
-        if found is None:
-            return updated_node
-        self._wrapped += 1
-        return self._try_statement(found, updated_node)
+        found = self._wrapping(original_node)
+        return updated_node if found is None else self._try_statement(found, updated_node)
 
     def leave_SimpleStatementSuite(
         self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
     ) -> cst.BaseSuite:
-        found = self._statements.get(original_node)
+        found = self._wrapping(original_node)
         if found is None:
             return updated_node
-        self._wrapped += 1
         return cst.IndentedBlock(body=[self._try_statement(found, suite_as_line(updated_node))])
 
     # ---------------------------------------------------------------- logger
