@@ -49,6 +49,21 @@ class BranchRequest:
             repo_dir, self.branch, self.base, self.author, self.allow_dirty, self.outputs
         )
 
+    def commit(self, repo, apply_change, message) -> DeliveryResult:
+        """The branch with one commit of what ``apply_change`` wrote (``repo``: the preflight's
+        repository; nothing but read-only listing may have run since)."""
+        return git_branch.deliver_on_branch(
+            Path(repo.working_tree_dir).resolve(),
+            self.branch,
+            self.base,
+            apply_change,
+            message,
+            author=self.author,
+            allow_dirty=self.allow_dirty,
+            outputs=self.outputs,
+            checked=repo,
+        )
+
 
 @dataclass(frozen=True)
 class Delivered:
@@ -178,16 +193,8 @@ def migrate_on_branch(
             if result.status is Status.CHANGED
         ]
 
-    delivery = git_branch.deliver_on_branch(
-        root,
-        request.branch,
-        request.base,
-        apply_change,
-        lambda files: messages.migrate_commit_message(results, policies, root),
-        author=request.author,
-        allow_dirty=request.allow_dirty,
-        outputs=request.outputs,
-        checked=repo,  # checked above; only the read-only file listing ran since
+    delivery = request.commit(
+        repo, apply_change, lambda files: messages.migrate_commit_message(results, policies, root)
     )
     verification = messages.Verification()
     if delivery.commit is not None:
@@ -277,16 +284,8 @@ def upstream_on_branch(
             raise GitDeliveryError(f"the patch does not apply: {detail_text}") from error
         return touched
 
-    delivery = git_branch.deliver_on_branch(
-        root,
-        request.branch,
-        request.base,
-        apply_change,
-        lambda files: messages.upstream_commit_message(patched, detail, title),
-        author=request.author,
-        allow_dirty=request.allow_dirty,
-        outputs=request.outputs,
-        checked=repo,  # checked just above, nothing written since
+    delivery = request.commit(
+        repo, apply_change, lambda files: messages.upstream_commit_message(patched, detail, title)
     )
     verification = messages.Verification()
     if delivery.commit is not None:
