@@ -44,20 +44,12 @@ class _Box:
 
 def _iterated(possible: frozenset) -> frozenset:
     """What iterating any of the ``possible`` values yields."""
-    found: set = set()
-    for value in possible:
-        if isinstance(value, _Box):
-            found |= value.items
-    return frozenset(found)
+    return frozenset().union(*(value.items for value in possible if isinstance(value, _Box)))
 
 
 def _looked_up(possible: frozenset) -> frozenset:
     """What ``x[key]`` / ``x.get(key)`` yields for any of the ``possible`` values of ``x``."""
-    found: set = set()
-    for value in possible:
-        if isinstance(value, _Box):
-            found |= value.looked_up
-    return frozenset(found)
+    return frozenset().union(*(value.looked_up for value in possible if isinstance(value, _Box)))
 
 
 class ValuesMixin:
@@ -137,11 +129,10 @@ class ValuesMixin:
             shape: Shape | None = None
             for iterable in scope.loops.get(expr.value, []):
                 if isinstance(iterable, (cst.Tuple, cst.List, cst.Set)):
-                    for element in iterable.elements:
-                        value = _spelled_name(element.value)
-                        if value in self.names:
-                            found.add(value)
-                            shape = Shape.LOOP
+                    spelled = self._spelled_hooks(iterable)
+                    if spelled:
+                        found |= spelled
+                        shape = Shape.LOOP
                 elif isinstance(iterable, cst.Name):
                     names = self._iterable_names(iterable, scopes, depth + 1)
                     if names:
@@ -356,11 +347,13 @@ class ValuesMixin:
         found = set()
         for assigned in scope.values.get(expr.value, []):
             if isinstance(assigned, (cst.Tuple, cst.List, cst.Set)):
-                for element in assigned.elements:
-                    value = _spelled_name(element.value)
-                    if value in self.names:
-                        found.add(value)
+                found |= self._spelled_hooks(assigned)
         return frozenset(found) or None
+
+    def _spelled_hooks(self, container: cst.Tuple | cst.List | cst.Set) -> set[str]:
+        """The hook names spelled out as elements of a literal tuple, list or set."""
+        spelled = (_spelled_name(element.value) for element in container.elements)
+        return {value for value in spelled if value in self.names}
 
     def _getattr_names(
         self, expr: cst.BaseExpression, scopes: Sequence[_Scope]
