@@ -24,6 +24,11 @@ from codemods.callers.analyse.syntax import (
 NameTest = tuple[str, frozenset[str]]
 
 
+def _compares_to_none(left: cst.BaseExpression, right: cst.BaseExpression, key: str) -> bool:
+    """``ids <op> None`` or ``None <op> ids`` (the operator is the caller's to check)."""
+    return (_key(left) == key and _is_none(right)) or (_key(right) == key and _is_none(left))
+
+
 class ContextsMixin:
     """Guards and handlers around a call."""
 
@@ -77,9 +82,7 @@ class ContextsMixin:
             comparison = test.comparisons[0]
             left, right = test.left, comparison.comparator
             if isinstance(comparison.operator, (cst.IsNot, cst.NotEqual)):
-                return (_key(left) == key and _is_none(right)) or (
-                    _key(right) == key and _is_none(left)
-                )
+                return _compares_to_none(left, right, key)
             return self._is_len_of(left, key)
         if isinstance(test, cst.Call):
             name = _call_name(test)
@@ -118,9 +121,7 @@ class ContextsMixin:
             comparison = test.comparisons[0]
             left, right = test.left, comparison.comparator
             if isinstance(comparison.operator, (cst.Is, cst.Equal)):
-                if (_key(left) == key and _is_none(right)) or (
-                    _key(right) == key and _is_none(left)
-                ):
+                if _compares_to_none(left, right, key):
                     return True
                 return self._is_len_of(left, key) and _key(right) == "0"
         return False
@@ -164,18 +165,13 @@ class ContextsMixin:
         child: cst.CSTNode = call
         node = self._parent(call)
         while node is not None and not isinstance(node, _SCOPE_NODES):
-            if isinstance(node, cst.If):
+            if isinstance(node, (cst.If, cst.IfExp)):
                 if child is node.body and self._asserts_present(node.test, key, name_key):
                     return True
                 if child is node.orelse and self._asserts_absent(node.test, key, name_key):
                     return True
             elif isinstance(node, cst.While):
                 if child is node.body and self._asserts_present(node.test, key, name_key):
-                    return True
-            elif isinstance(node, cst.IfExp):
-                if child is node.body and self._asserts_present(node.test, key, name_key):
-                    return True
-                if child is node.orelse and self._asserts_absent(node.test, key, name_key):
                     return True
             elif isinstance(node, cst.BooleanOperation):
                 if child is node.right and isinstance(node.operator, cst.And):
