@@ -1,6 +1,6 @@
 """Allow ``python -m codemods`` as an alias of the ``auxcap`` command."""
 
-from codemods.cli import main
+from codemods.cli.commands import main
 
 if __name__ == "__main__":
     main()

@@ -151,7 +151,7 @@ def summary_line(run: Run) -> str:
 
 PARSE_ALL = """
 import sys, libcst
-from codemods.files import collect_files
+from codemods.sources.collect import collect_files
 for path in collect_files([sys.argv[1]]):
     with open(path, "rb") as handle:
         libcst.parse_module(handle.read())
@@ -230,8 +230,8 @@ libcst.parse_module(open(sys.argv[1], "rb").read())
 #: discovery, and of the whole per-file migrate.
 IN_PROCESS = """
 import sys, time, libcst
-from codemods.discover import analyse
-from codemods.transform import TransformOptions, transform_source
+from codemods.callers.analyse import analyse
+from codemods.callers.transform import TransformOptions, transform_source
 data = open(sys.argv[1], "rb").read()
 def cpu(work):
     start = time.process_time()

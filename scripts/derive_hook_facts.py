@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DATA_FILE = PROJECT_ROOT / "codemods" / "hook_facts.json"
+DATA_FILE = PROJECT_ROOT / "codemods" / "catalog" / "hook_facts.json"
 RELEASES = ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 MODELS_DIR = ("sglang", "srt", "models")
 FORMAT = 1

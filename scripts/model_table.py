@@ -25,14 +25,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from codemods.upstream.family import plan_family  # noqa: E402
 from codemods.upstream.family_patch import models_dir  # noqa: E402
 from codemods.upstream.family_report import (  # noqa: E402
     coverage_line,
     markdown_table,
     survey,
 )
-from codemods.upstream.family import plan_family  # noqa: E402
-from codemods.upstream.tree import detect_tree  # noqa: E402
+from codemods.upstream.sglang_tree import detect_tree  # noqa: E402
 
 README = ROOT / "README.md"
 START = "<!-- models-table:start -->"

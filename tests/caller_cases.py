@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from codemods.transform import TransformOptions
+from codemods.callers.transform import TransformOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 CALLERS = ROOT / "fixtures" / "callers"

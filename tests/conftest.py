@@ -8,7 +8,6 @@ release wheel (downloaded into ``$AUXCAP_CACHE`` on first use).  Tests that use 
 from __future__ import annotations
 
 import pytest
-
 from sglang_support.env import sglang_tree
 
 

@@ -16,8 +16,8 @@ from types import SimpleNamespace
 
 from hypothesis import strategies as st
 
-from codemods import hook_facts
-from codemods.hooks import CATALOG
+from codemods.catalog import hook_facts
+from codemods.catalog.hooks import CATALOG
 
 HOOKS = {hook.name: hook for hook in CATALOG}
 HOOK_NAMES = tuple(HOOKS)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from codemods import fileio
-from codemods.transform import TransformOptions, transform_source
+from codemods.callers.transform import TransformOptions, transform_source
+from codemods.sources import fileio
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS, FILES_PER_FOLDER = 10, 20
@@ -44,7 +44,7 @@ VARIANTS = [
 PAUSING_CLI = """
 import os, sys, time
 sys.path.insert(0, os.getcwd())
-from codemods import fileio
+from codemods.sources import fileio
 flag, stop_at = sys.argv[1], int(sys.argv[2])
 seen = []
 def pause(snapshot, temp_path):
@@ -55,7 +55,7 @@ def pause(snapshot, temp_path):
         os.rename(flag + ".tmp", flag)
         time.sleep(3600)
 fileio._before_replace = pause
-from codemods.cli import main
+from codemods.cli.commands import main
 sys.argv = ["auxcap", "migrate", "--write", *sys.argv[3:]]
 main()
 """

@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codemods import engine, fileio
-from codemods.cli import cli
-from codemods.transform import TransformOptions, transform_source
+from codemods.callers import engine
+from codemods.callers.transform import TransformOptions, transform_source
+from codemods.cli.commands import cli
+from codemods.sources import fileio
 
 HOOK_CALL = "model.set_dspark_layers_to_capture(args.capture_layers)"
 GOOD = f"def main(model, args):\n    {HOOK_CALL}\n".encode()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from codemods.cli import cli
+from codemods.cli.commands import cli
 from tests.gitrepo import git, isolate_git, make_repo
 from tests.test_upstream_rerun import family_checkout
 

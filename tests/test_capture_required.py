@@ -14,11 +14,11 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from codemods.discover.required import REQUIRED_PREFIX, binding_name, is_serving_path
-from codemods.options import TransformOptions
-from codemods.records import Action, Status
-from codemods.scope import is_skipped
-from codemods.transform import scan_source, transform_source
+from codemods.callers.analyse.required import REQUIRED_PREFIX, binding_name, is_serving_path
+from codemods.callers.options import TransformOptions
+from codemods.callers.records import Action, Status
+from codemods.callers.scope import is_skipped
+from codemods.callers.transform import scan_source, transform_source
 
 CALLERS = Path(__file__).resolve().parent.parent / "fixtures" / "callers"
 POLICIES = {"default": TransformOptions(), "raise": TransformOptions("raise", "raise")}

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from caller_cases import DEMO_REPO, ROOT
 from click.testing import CliRunner
 
-from caller_cases import DEMO_REPO, ROOT
-from codemods.cli import cli
-from codemods.report import SCAN_JSON_SCHEMA
+from codemods.cli.commands import cli
+from codemods.output.report import SCAN_JSON_SCHEMA
 
 
 def invoke(*args: str):

@@ -11,16 +11,16 @@ import select
 import subprocess
 import sys
 import textwrap
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from click.testing import CliRunner
+from readme_blocks import commands
 
 from codemods import __version__
-from codemods.cli import cli
-from codemods.registry import CODEMODS
-from readme_blocks import commands
+from codemods.callers.rewrite.registry import CODEMODS
+from codemods.cli.commands import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codemods.cli import cli
+from codemods.cli.commands import cli
 from tests.gitrepo import IDENTITY, assert_same_state, git, isolate_git, repo_state
 
 pytestmark = pytest.mark.sglang

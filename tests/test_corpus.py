@@ -20,10 +20,10 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from codemods import engine
-from codemods.hooks import CATALOG
-from codemods.records import Action, Status
-from codemods.transform import TransformOptions
+from codemods.callers import engine
+from codemods.callers.records import Action, Status
+from codemods.callers.transform import TransformOptions
+from codemods.catalog.hooks import CATALOG
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
 HOOK_NAMES = {hook.name for hook in CATALOG}

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from caller_cases import CASES, DEMO_REPO
 from fissix import pygram, pytree
+from fissix.patcomp import PatternCompiler
 from fissix.pgen2 import driver
 from fissix.pgen2.parse import ParseError
 from fissix.pgen2.tokenize import TokenError
-from fissix.patcomp import PatternCompiler
 
-from caller_cases import CASES, DEMO_REPO
-from codemods.discover import find_call_sites
-from codemods.hooks import HookSet
+from codemods.callers.analyse import find_call_sites
+from codemods.catalog.hooks import HookSet
 
 SELECTOR = "power< any* trailer< '.' name=NAME > trailer< '(' [any] ')' > any* >"
 

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from codemods.delivery import (
+from codemods.callers.records import Action, CallSite, FileResult, Risk, Shape, Status
+from codemods.deliver.git_branch import DeliveryFailed, GitDeliveryError
+from codemods.deliver.messages import PatchedFile
+from codemods.deliver.on_branch import (
     BranchRequest,
     migrate_on_branch,
     patch_paths,
     upstream_on_branch,
 )
-from codemods.gitops import DeliveryFailed, GitDeliveryError
-from codemods.prbody import PatchedFile
-from codemods.records import Action, CallSite, FileResult, Risk, Shape, Status
 from tests.gitrepo import IDENTITY, assert_same_state, git, isolate_git, make_repo, repo_state
 
 CALL = b"model.set_dspark_layers_to_capture(layer_ids)"

@@ -6,12 +6,12 @@ import textwrap
 
 import libcst as cst
 import pytest
+from caller_cases import CASES
 from libcst.metadata import MetadataWrapper
 
-from caller_cases import CASES
-from codemods.discover import find_call_sites, find_calls, mentions_hooks
-from codemods.hooks import HookSet
-from codemods.records import Action, Risk, Shape
+from codemods.callers.analyse import find_call_sites, find_calls, mentions_hooks
+from codemods.callers.records import Action, Risk, Shape
+from codemods.catalog.hooks import HookSet
 
 DSPARK = "set_dspark_layers_to_capture"
 DFLASH = "set_dflash_layers_to_capture"
@@ -272,7 +272,7 @@ def test_call_shapes(code, shape):
     ["'set_dspark_' 'layers_to_capture'", "'set_dspark_layers\\x5fto_capture'"],
 )
 def test_hook_names_count_only_when_spelled_out_in_one_literal(literal):
-    # The contract that makes a text search a safe prefilter (codemods.prefilter).
+    # The contract that makes a text search a safe prefilter (codemods.sources.prefilter).
     assert sites(f"def f(m, ids=None):\n    getattr(m, {literal})(ids)\n") == []
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from codemods.discover.scopes import _LAYOUT_NODES, _ScopeCollector
+from codemods.callers.analyse.scopes import _LAYOUT_NODES, _ScopeCollector
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "fixtures").rglob("*.py"))

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from codemods.options import TransformOptions
-from codemods.records import Action, Status
-from codemods.transform import scan_source, transform_source
+from codemods.callers.options import TransformOptions
+from codemods.callers.records import Action, Status
+from codemods.callers.transform import scan_source, transform_source
 
 CALLERS = Path(__file__).resolve().parent.parent / "fixtures" / "callers"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codemods import engine
-from codemods.cli import cli
-from codemods.progress import Progress
+from codemods.callers import engine
+from codemods.cli.commands import cli
+from codemods.cli.progress import Progress
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,7 +92,7 @@ def test_parallel_results_come_in_sorted_order(tmp_path, monkeypatch):
     monkeypatch.setattr(engine, "POOL_MIN_BYTES", 1)
     monkeypatch.setattr(engine, "CHUNK_MAX_FILES", 1)
     monkeypatch.setattr(engine, "WINDOW_PER_JOB", 1)
-    from codemods.options import TransformOptions
+    from codemods.callers.options import TransformOptions
 
     stream = engine.run([tree], TransformOptions(), execution=engine.Execution(jobs=2))
     first = next(stream)
@@ -167,7 +167,7 @@ def test_version_does_not_load_libcst():
         [
             sys.executable,
             "-c",
-            "import sys\nfrom codemods.cli import main\nsys.argv = ['auxcap', '--version']\n"
+            "import sys\nfrom codemods.cli.commands import main\nsys.argv = ['auxcap', '--version']\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             "print('libcst' in sys.modules)",
         ],
@@ -185,7 +185,7 @@ def test_a_tree_without_hooks_never_loads_libcst(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys\nfrom codemods.cli import main\n"
+            "import sys\nfrom codemods.cli.commands import main\n"
             f"sys.argv = ['auxcap', 'migrate', '--diff', {str(tmp_path)!r}]\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             "print('libcst' in sys.modules)",

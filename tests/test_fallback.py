@@ -8,9 +8,9 @@ import libcst as cst
 import pytest
 from libcst.codemod import CodemodContext, CodemodTest
 
-from codemods.fallback import FallbackCommand
-from codemods.records import Status
-from codemods.transform import TransformOptions, transform_source
+from codemods.callers.records import Status
+from codemods.callers.rewrite.fallback import FallbackCommand
+from codemods.callers.transform import TransformOptions, transform_source
 
 
 class TestFallbackCommand(CodemodTest):

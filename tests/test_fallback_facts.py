@@ -14,8 +14,8 @@ import types
 import pytest
 from caller_cases import CALLERS
 
-from codemods.records import Action, Risk, Status
-from codemods.transform import TransformOptions, scan_source, transform_source
+from codemods.callers.records import Action, Risk, Status
+from codemods.callers.transform import TransformOptions, scan_source, transform_source
 
 EAGLE3_ONLY = CALLERS / "eagle3_only_no_logging"
 MIXED = CALLERS / "eagle3_next_to_dflash"

@@ -1,4 +1,4 @@
-"""Unit tests of safe reads and atomic writes (``codemods.fileio``)."""
+"""Unit tests of safe reads and atomic writes (``codemods.sources.fileio``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,13 @@ import sys
 
 import pytest
 
-from codemods import fileio
-from codemods.fileio import SourceFileError, read_source, remove_stale_temp_files, write_atomic
+from codemods.sources import fileio
+from codemods.sources.fileio import (
+    SourceFileError,
+    read_source,
+    remove_stale_temp_files,
+    write_atomic,
+)
 
 
 def sha(path) -> str:
@@ -94,7 +99,7 @@ def test_unreadable_file_really_unreadable_for_an_unprivileged_user(tmp_path):
     code = (
         "import os, sys\n"
         "sys.path.insert(0, sys.argv[2])\n"
-        "from codemods.fileio import read_source, SourceFileError\n"
+        "from codemods.sources.fileio import read_source, SourceFileError\n"
         "os.setgid(65534); os.setuid(65534)\n"
         "try:\n    read_source(sys.argv[1])\n"
         "except SourceFileError as exc:\n    print(exc)\n"
@@ -277,7 +282,7 @@ def test_temp_names_never_look_like_sources():
 
 
 def test_write_output_atomic_creates_and_replaces_keeping_mode(tmp_path):
-    from codemods.fileio import write_output_atomic
+    from codemods.sources.fileio import write_output_atomic
 
     out = tmp_path / "kimi.patch"
     write_output_atomic(out, b"first\n")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from codemods.files import FileCollectionError, Glob, collect_files
+from codemods.sources.collect import FileCollectionError, Glob, collect_files
 
 
 def _touch(root: Path, *names: str) -> None:

@@ -76,7 +76,7 @@ def importable(venv: Path, module: str, cwd: Path) -> bool:
 
 
 def test_base_install_has_no_torch(base_venv, tmp_path):
-    assert importable(base_venv, "codemods.cli", tmp_path)
+    assert importable(base_venv, "codemods.cli.commands", tmp_path)
     assert not importable(base_venv, "torch", tmp_path)
     done = run(base_venv, "auxcap", "validate-pp", cwd=tmp_path)
     assert done.returncode == 2 and "install auxcap[pp]" in done.stderr

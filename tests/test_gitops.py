@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from codemods.gitops import (
+from codemods.deliver.git_branch import (
     BranchExists,
     DeliveryFailed,
     DirtyWorkTree,
@@ -573,20 +573,20 @@ def test_ctrl_c_midway_rolls_back_and_is_re_raised(repo):
 
 
 def test_when_restoring_fails_too_the_copies_are_kept_and_named(repo, monkeypatch):
-    from codemods import gitops
+    from codemods.deliver import git_branch
 
     (repo / "notes.txt").write_text("my untracked notes\n")
 
     def failing_restore(self, created_branch):
         raise OSError("disk full")
 
-    monkeypatch.setattr(gitops._Snapshot, "restore", failing_restore)
+    monkeypatch.setattr(git_branch._Snapshot, "restore", failing_restore)
 
     def failing(root: Path) -> list[Path]:
         (root / "notes.txt").write_text("clobbered\n")
         raise RuntimeError("engine crashed")
 
-    with pytest.raises(gitops.RollbackFailed, match="disk full") as caught:
+    with pytest.raises(git_branch.RollbackFailed, match="disk full") as caught:
         deliver_on_branch(repo, BRANCH, None, failing, "Guard", allow_dirty=True)
     kept = Path(str(caught.value).rsplit(" ", 1)[1])
     assert kept.is_dir() and (kept / "index").is_file()

@@ -7,14 +7,14 @@ import types
 
 import libcst as cst
 import pytest
+from caller_cases import CASE_IDS, CASES
 from libcst.codemod import CodemodContext, CodemodTest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from caller_cases import CASE_IDS, CASES
-from codemods.discover import find_calls
-from codemods.guard import GuardCommand
-from codemods.records import Action, Status
-from codemods.transform import TransformOptions, transform_source
+from codemods.callers.analyse import find_calls
+from codemods.callers.records import Action, Status
+from codemods.callers.rewrite.guard import GuardCommand
+from codemods.callers.transform import TransformOptions, transform_source
 
 POLICIES = ["default", "raise"]
 

@@ -1,4 +1,4 @@
-"""codemods.hook_facts: the checked-in facts of SGLang 0.5.18-0.5.23 and the query API.
+"""codemods.catalog.hook_facts: the checked-in facts of SGLang 0.5.18-0.5.23 and the query API.
 
 The facts asserted here are the ones the caller codemods rely on; they were read off the
 release wheels' model files (see tests/test_hook_facts_releases.py for the re-derivation).
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hook_facts_script import load_script, release_view
 
-from codemods import hook_facts as hf
+from codemods.catalog import hook_facts as hf
 
 DSPARK = "set_dspark_layers_to_capture"
 DFLASH = "set_dflash_layers_to_capture"
@@ -170,12 +170,12 @@ def test_data_file_is_canonical_and_shipped():
                     for setters in data["hooks"].values() for vs in setters.values())
         assert count == sum(len(s) for s in view.values())
     pyproject = (PROJECT_ROOT / "pyproject.toml").read_text()
-    line = re.search(r"^codemods = \[(.*)\]$", pyproject, re.MULTILINE)
+    line = re.search(r'^"codemods.catalog" = \[(.*)\]$', pyproject, re.MULTILINE)
     assert line is not None and '"hook_facts.json"' in line.group(1)
 
 
 def test_loader_is_torch_free():
-    code = ("import sys, codemods.hook_facts as h; h.load(); "
+    code = ("import sys, codemods.catalog.hook_facts as h; h.load(); "
             "assert 'torch' not in sys.modules and 'libcst' not in sys.modules")
     proc = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=60)

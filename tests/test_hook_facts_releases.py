@@ -1,5 +1,5 @@
 """Drift test: re-derive the hook facts from each SGLang release wheel and compare them with
-the checked-in codemods/hook_facts.json (regenerate with scripts/derive_hook_facts.py)."""
+the checked-in codemods/catalog/hook_facts.json (regenerate with scripts/derive_hook_facts.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 from hook_facts_script import load_script, release_view
 
-from codemods import hook_facts as hf
+from codemods.catalog import hook_facts as hf
 
 derive = load_script()
 pytestmark = [pytest.mark.slow, pytest.mark.sglang]

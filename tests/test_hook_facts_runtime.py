@@ -1,5 +1,5 @@
 """Run the real setters of each release against stand-in objects and compare what they do with
-the statically derived facts in codemods/hook_facts.json.
+the statically derived facts in codemods/catalog/hook_facts.json.
 
 Each setter that does not delegate is compiled on its own from the release's model file and
 called with a stand-in ``self`` (a PP group of size 2, non-last or last rank; or PP size 1 and
@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 from hook_facts_script import load_script
 
-from codemods import hook_facts as hf
+from codemods.catalog import hook_facts as hf
 
 derive = load_script()
 pytestmark = [pytest.mark.slow, pytest.mark.sglang]

@@ -1,6 +1,12 @@
 import pytest
 
-from codemods.hooks import CATALOG, HOOK_NAME_PATTERN, HookSet, NONE_ERROR_DSPARK, custom_hook
+from codemods.catalog.hooks import (
+    CATALOG,
+    HOOK_NAME_PATTERN,
+    NONE_ERROR_DSPARK,
+    HookSet,
+    custom_hook,
+)
 
 
 def test_catalog_names_follow_the_hook_spelling():

@@ -8,7 +8,7 @@ import isort
 import libcst as cst
 import pytest
 
-from codemods.host_style import (
+from codemods.callers.rewrite.host_style import (
     DEFAULT_LINE_LENGTH,
     HostStyleError,
     import_logging_index,

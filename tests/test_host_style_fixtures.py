@@ -13,9 +13,9 @@ import libcst as cst
 import pytest
 from caller_cases import CALLERS, CASE_IDS, CASES, ROOT
 
-from codemods.host_style import is_logger_factory_call
-from codemods.records import Status
-from codemods.transform import TransformOptions, transform_source
+from codemods.callers.records import Status
+from codemods.callers.rewrite.host_style import is_logger_factory_call
+from codemods.callers.transform import TransformOptions, transform_source
 
 CORPUS = sorted((ROOT / "fixtures" / "corpus").glob("*.py"))
 

@@ -17,8 +17,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.gitrepo import IDENTITY, git, isolate_git
 from tests.test_upstream_rerun import family_checkout
 

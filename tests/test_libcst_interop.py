@@ -2,8 +2,8 @@
 
 Working invocation (documented in the README)::
 
-    python -m libcst.tool codemod -x --no-format codemods.guard.GuardCommand PATH
-    python -m libcst.tool codemod -x --no-format codemods.fallback.FallbackCommand PATH
+    python -m libcst.tool codemod -x --no-format codemods.callers.rewrite.guard.GuardCommand PATH
+    python -m libcst.tool codemod -x --no-format codemods.callers.rewrite.fallback.FallbackCommand PATH
 
 ``-x`` takes the command as ``module.Class``; ``--no-format`` keeps LibCST from piping the
 result through a formatter (its default configuration runs ``black``).  The codemod's own
@@ -22,18 +22,18 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from caller_cases import CALLERS
 from readme_blocks import commands
-from codemods import fallback, guard
-from codemods.fallback import FallbackCommand
-from codemods.guard import GuardCommand
-from codemods.options import FALLBACK_POLICIES, GUARD_POLICIES
+
+from codemods.callers.options import FALLBACK_POLICIES, GUARD_POLICIES
+from codemods.callers.rewrite import fallback, guard
+from codemods.callers.rewrite.fallback import FallbackCommand
+from codemods.callers.rewrite.guard import GuardCommand
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = {
-    "guard": "codemods.guard.GuardCommand",
-    "fallback": "codemods.fallback.FallbackCommand",
+    "guard": "codemods.callers.rewrite.guard.GuardCommand",
+    "fallback": "codemods.callers.rewrite.fallback.FallbackCommand",
 }
 
 pytestmark = pytest.mark.timeout(240)

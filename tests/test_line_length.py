@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from caller_cases import CASES
 
-from codemods.host_style import DEFAULT_LINE_LENGTH, file_line_length
-from codemods.records import Status
-from codemods.transform import TransformOptions, transform_source
+from codemods.callers.records import Status
+from codemods.callers.rewrite.host_style import DEFAULT_LINE_LENGTH, file_line_length
+from codemods.callers.transform import TransformOptions, transform_source
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ROOT / "fixtures" / "line_length_79" / "project"

@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from codemods.cli import cli
+from codemods.cli.commands import cli
 
 SOURCE = "def f(model, args):\n    model.set_dspark_layers_to_capture(args.ids)\n"
 

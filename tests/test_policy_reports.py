@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codemods.cli import cli
+from codemods.cli.commands import cli
 from tests.gitrepo import IDENTITY, git, isolate_git
 
 CAPTURE = """import logging
@@ -72,7 +72,7 @@ def test_scan_summary_counts_files_and_points_at_the_upstream_patch(project):
 
 
 def test_scan_json_lists_the_new_risk():
-    from codemods.report import SCAN_JSON_SCHEMA
+    from codemods.output.report import SCAN_JSON_SCHEMA
 
     risks = SCAN_JSON_SCHEMA["properties"]["files"]["items"]["properties"]["call_sites"]
     assert "pp-silent" in json.dumps(risks)

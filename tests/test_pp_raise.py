@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from codemods import hook_facts
-from codemods.hooks import CATALOG, HookSet, custom_hook
-from codemods.pp_raise import can_raise_not_implemented, raising_hooks
+from codemods.catalog import hook_facts
+from codemods.catalog.hooks import CATALOG, HookSet, custom_hook
+from codemods.catalog.pp_raise import can_raise_not_implemented, raising_hooks
 
 HOOKS = {hook.name: hook for hook in CATALOG}
 DSPARK = HOOKS["set_dspark_layers_to_capture"]

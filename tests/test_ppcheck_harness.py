@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codemods.cli import cli
+from codemods.cli.commands import cli
 from codemods.ppcheck import Scenario, build_matrix, expected_wire, run_scenarios
 from codemods.ppcheck.scenario import with_fault
 

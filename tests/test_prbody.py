@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codemods.gitops import DeliveryResult, deliver_on_branch
-from codemods.prbody import (
+from codemods.callers.records import Action, CallSite, FileResult, Risk, Shape, Status
+from codemods.deliver.git_branch import DeliveryResult, deliver_on_branch
+from codemods.deliver.messages import (
     PP_ERROR,
     VALUE_ERROR,
     PatchedFile,
@@ -15,8 +16,7 @@ from codemods.prbody import (
     upstream_commit_message,
     upstream_pr_body,
 )
-from codemods.recheck import recheck_python_files
-from codemods.records import Action, CallSite, FileResult, Risk, Shape, Status
+from codemods.deliver.recheck import recheck_python_files
 from tests.gitrepo import git, isolate_git, make_repo
 
 POLICIES = {"guard policy": "skip", "fallback policy": "warn"}

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from readme_blocks import code_block
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from codemods import engine
-from codemods.options import TransformOptions
-from codemods.prefilter import Prefilter
-from codemods.transform import scan_source
+from codemods.callers import engine
+from codemods.callers.options import TransformOptions
+from codemods.callers.transform import scan_source
+from codemods.sources.prefilter import Prefilter
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from codemods import gitops
+from codemods.deliver import git_branch
 from tests.test_cli_branch import BRANCH, auxcap, repo  # noqa: F401 - the fixture
 
 
 def test_migrate_branch_runs_the_preflight_once(repo, monkeypatch):  # noqa: F811
     calls = []
-    real = gitops.preflight
+    real = git_branch.preflight
 
     def counting(*args, **kwargs):
         calls.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(gitops, "preflight", counting)
+    monkeypatch.setattr(git_branch, "preflight", counting)
     result = auxcap("migrate", ".", "--branch", BRANCH, "--pr-body", "PR.md")
     assert result.exit_code == 0, result.output
     assert len(calls) == 1

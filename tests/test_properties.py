@@ -23,10 +23,6 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-
-from codemods.records import Action, Status
-from codemods.transform import TransformOptions, transform_source
 from generated_programs import (
     HOOKS,
     PP_RAISES,
@@ -38,6 +34,10 @@ from generated_programs import (
     program_specs,
     render,
 )
+from hypothesis import HealthCheck, given, settings
+
+from codemods.callers.records import Action, Status
+from codemods.callers.transform import TransformOptions, transform_source
 
 EXAMPLES = int(os.environ.get("AUXCAP_PROPERTY_EXAMPLES", "500"))
 DEFAULT = TransformOptions()

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from codemods.records import Status
-from codemods.transform import TransformOptions, transform_source
+from codemods.callers.records import Status
+from codemods.callers.transform import TransformOptions, transform_source
 
 HOOK = "set_dspark_layers_to_capture"
 

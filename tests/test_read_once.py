@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 from click.testing import CliRunner
 
-from codemods import fileio
-from codemods.cli import cli
+from codemods.cli.commands import cli
+from codemods.sources import fileio
 
 HOOKED = (
     "def enable(model, args):\n"

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from readme_blocks import commands
+
 from tests.gitrepo import IDENTITY, git, isolate_git
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]

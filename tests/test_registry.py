@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from codemods import registry
-from codemods.callsite_codemod import CallSiteCodemod
-from codemods.cli import cli
-from codemods.options import TransformOptions
+from codemods.callers.options import TransformOptions
+from codemods.callers.rewrite import registry
+from codemods.callers.rewrite.callsite_codemod import CallSiteCodemod
+from codemods.cli.commands import cli
 
 
 @pytest.mark.parametrize("entry", registry.ENTRIES, ids=lambda e: e.metadata.id)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from caller_cases import DEMO_REPO
 from click.testing import CliRunner
 
-from caller_cases import DEMO_REPO
 from codemods import __version__
-from codemods.cli import cli
-from codemods.registry import CODEMODS
+from codemods.callers.rewrite.registry import CODEMODS
+from codemods.cli.commands import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "docs" / "report-schema.json").read_text())
@@ -167,7 +167,7 @@ def test_schema_rejects_what_the_report_must_not_be(project):
 def test_command_line_reconstruction_covers_every_option_kind():
     import click
 
-    from codemods.commandline import command_line
+    from codemods.cli.commandline import command_line
 
     seen = {}
 
@@ -195,10 +195,10 @@ def test_command_line_reconstruction_covers_every_option_kind():
 
 def test_pr_body_reads_the_same_metadata(tmp_path):
     """The PR description of ``migrate --branch`` names each applied codemod from its metadata."""
-    from codemods.gitops import DeliveryResult
-    from codemods.guard_metadata import METADATA as GUARD
-    from codemods.prbody import POLICY_MEANINGS, Verification, migrate_pr_body
-    from codemods.records import Action, CallSite, FileResult, Risk, Shape, Status
+    from codemods.callers.records import Action, CallSite, FileResult, Risk, Shape, Status
+    from codemods.callers.rewrite.registry import GUARD
+    from codemods.deliver.git_branch import DeliveryResult
+    from codemods.deliver.messages import POLICY_MEANINGS, Verification, migrate_pr_body
 
     path = str(tmp_path / "train.py")
     guarded = CallSite(

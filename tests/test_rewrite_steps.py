@@ -9,9 +9,9 @@ import libcst as cst
 import pytest
 from caller_cases import CASE_IDS, CASES
 
-from codemods.guard import GuardTransformer
-from codemods.records import Action, Status
-from codemods.transform import scan_source, transform_source
+from codemods.callers.records import Action, Status
+from codemods.callers.rewrite.guard import GuardTransformer
+from codemods.callers.transform import scan_source, transform_source
 
 POLICIES = ["default", "raise"]
 
@@ -54,7 +54,7 @@ def test_steps_match_the_codemods_run_one_by_one(case, policy):
 
 def test_a_file_is_analysed_once(monkeypatch):
     """Discovery runs once for a file both codemods rewrite."""
-    import codemods.discover.sites as discover
+    import codemods.callers.analyse.sites as discover
 
     calls = []
     real = discover._found_calls

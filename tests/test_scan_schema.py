@@ -1,4 +1,4 @@
-"""The scan report's schema file (``codemods/schemas/scan-schema.json``) is a valid JSON
+"""The scan report's schema file (``codemods/output/schemas/scan-schema.json``) is a valid JSON
 Schema, names exactly the values the records can take, and is what ``report`` serves."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import jsonschema
 
-from codemods import report
-from codemods.records import Action, Risk, Shape, Status
+from codemods.callers.records import Action, Risk, Shape, Status
+from codemods.output import report
 
 SCHEMA = json.loads(report.SCAN_SCHEMA_FILE.read_text(encoding="utf-8"))
 SITE = SCHEMA["properties"]["files"]["items"]["properties"]["call_sites"]["items"]
@@ -29,7 +29,7 @@ def test_enums_match_the_records():
 
 
 def test_call_site_fields_match_the_record():
-    from codemods.records import CallSite
+    from codemods.callers.records import CallSite
 
     site = CallSite("p.py", 1, 1, "set_x_layers_to_capture", Shape.DIRECT, None, (Risk.SAFE,),
                     False, False, (Action.NONE,))

@@ -7,8 +7,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from codemods.records import Action, CallSite, Risk, Shape
-from codemods.scope import (
+from codemods.callers.records import Action, CallSite, Risk, Shape
+from codemods.callers.scope import (
     EXPECTED_ERROR_REASON,
     SKIP_PREFIX,
     calls_expecting_errors,

@@ -15,10 +15,10 @@ import pytest
 from caller_cases import ROOT
 from click.testing import CliRunner
 
-from codemods.cli import cli
-from codemods.records import Action, Status
-from codemods.scope import SKIP_PREFIX
-from codemods.transform import TransformOptions, scan_source, transform_source
+from codemods.callers.records import Action, Status
+from codemods.callers.scope import SKIP_PREFIX
+from codemods.callers.transform import TransformOptions, scan_source, transform_source
+from codemods.cli.commands import cli
 
 PROJECT = ROOT / "fixtures" / "scope" / "project"
 EXPECTED = ROOT / "fixtures" / "scope" / "expected"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from codemods.hooks import DEFAULT_HOOKS
-from codemods.records import Action, Status
-from codemods.transform import TransformOptions, transform_source
+from codemods.callers.records import Action, Status
+from codemods.callers.transform import TransformOptions, transform_source
+from codemods.catalog.hooks import DEFAULT_HOOKS
 
 pytestmark = [pytest.mark.slow, pytest.mark.sglang]
 

@@ -4,7 +4,6 @@ stand-in modules of ``tests/sglang_support/stubs``."""
 from __future__ import annotations
 
 import pytest
-
 from sglang_support.env import run_python
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]

@@ -7,9 +7,9 @@ import stat
 
 import pytest
 
-from codemods import engine, transform
-from codemods.records import Status
-from codemods.transform import TransformOptions, scan_source, transform_source
+from codemods.callers import engine, transform
+from codemods.callers.records import Status
+from codemods.callers.transform import TransformOptions, scan_source, transform_source
 
 OPTIONS = TransformOptions()
 NEEDS_CHANGE = b"def f(model, args):\n    model.set_dspark_layers_to_capture(args.layers)\n"
@@ -132,7 +132,7 @@ def test_a_rewrite_does_not_load_libcst_codemod_or_matchers():
 
     code = (
         "import sys\n"
-        "from codemods.transform import transform_source\n"
+        "from codemods.callers.transform import transform_source\n"
         "src = b'def f(m, ids=None):\\n    m.set_dspark_layers_to_capture(ids)\\n'\n"
         "result = transform_source(src, 'x.py')\n"
         "assert result.status.value == 'changed', result\n"
@@ -145,11 +145,11 @@ def test_a_rewrite_does_not_load_libcst_codemod_or_matchers():
         [
             sys.executable,
             "-c",
-            "from codemods.guard import GuardCommand as G; "
+            "from codemods.callers.rewrite.guard import GuardCommand as G; "
             "print(G.__module__, G.__mro__[1].__name__)",
         ],
         capture_output=True,
         text=True,
         check=True,
     )
-    assert command.stdout.split() == ["codemods.guard", "VisitorBasedCodemodCommand"]
+    assert command.stdout.split() == ["codemods.callers.rewrite.guard", "VisitorBasedCodemodCommand"]

@@ -300,9 +300,9 @@ def _mini_tree(tmp_path: Path) -> Path:
 
 def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
     from click.testing import CliRunner
-
-    from codemods.cli import cli
     from sglang_support.env import git_apply
+
+    from codemods.cli.commands import cli
 
     root = _mini_tree(tmp_path)
     out = tmp_path / "family.patch"
@@ -340,7 +340,7 @@ def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
 def test_cli_rejects_a_model_without_a_capture_hook(tmp_path):
     from click.testing import CliRunner
 
-    from codemods.cli import cli
+    from codemods.cli.commands import cli
 
     root = _mini_tree(tmp_path)
     outcome = CliRunner().invoke(cli, ["upstream-patch", str(root), "--models", "no_such"])

@@ -19,9 +19,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from codemods.upstream.family_entry import ENTRY_KIND, GATHERED_KIND, is_entry_shape
-from codemods.upstream.generate import generate
 from sglang_support.env import run_python
 from sglang_support.family_check import (
     patched_copy,
@@ -29,6 +26,9 @@ from sglang_support.family_check import (
     unpatched_copy,
     validated_models,
 )
+
+from codemods.upstream.family_entry import ENTRY_KIND, GATHERED_KIND, is_entry_shape
+from codemods.upstream.generate import generate
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 

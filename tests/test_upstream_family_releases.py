@@ -14,8 +14,6 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
-from codemods.upstream.family_patch import TEST_FILE
 from sglang_support.env import run_python
 from sglang_support.family_check import (
     family_test_path,
@@ -23,6 +21,8 @@ from sglang_support.family_check import (
     run_family_test,
     unpatched_copy,
 )
+
+from codemods.upstream.family_patch import TEST_FILE
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import libcst as cst
 import pytest
 from click.testing import CliRunner
+from sglang_support.env import PROJECT_ROOT, git_apply, run_python
 
-from codemods.cli import cli
+from codemods.cli.commands import cli
 from codemods.upstream import kimi
 from codemods.upstream.generate import generate, package_text
-from sglang_support.env import PROJECT_ROOT, git_apply, run_python
 
 FIXTURES = PROJECT_ROOT / "fixtures" / "upstream"
 MINI_SGLANG = FIXTURES / "mini_sglang"

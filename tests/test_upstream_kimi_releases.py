@@ -16,11 +16,11 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from sglang_support.env import git_apply, linked_copy, run_python
 
-from codemods.cli import cli
+from codemods.cli.commands import cli
 from codemods.upstream import kimi
 from codemods.upstream.generate import generate
-from sglang_support.env import git_apply, linked_copy, run_python
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codemods.cli import cli
+from codemods.cli.commands import cli
 from tests.gitrepo import IDENTITY, git, isolate_git
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "upstream"

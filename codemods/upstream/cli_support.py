@@ -11,10 +11,10 @@ import sys
 
 import click
 
-from codemods.fileio import write_output_atomic
+from codemods.sources.fileio import write_output_atomic
 from codemods.upstream import kimi
 from codemods.upstream.generate import FAMILY_ONLY, MissingModelFile, generate
-from codemods.upstream.tree import TreeError
+from codemods.upstream.sglang_tree import TreeError
 
 
 def _say(message: str) -> None:

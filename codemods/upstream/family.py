@@ -24,16 +24,12 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.family_forward import ForwardShape
 from codemods.upstream.family_repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
 from codemods.upstream.family_rewrite import rewrite_module
-from codemods.upstream.family_shapes import (
-    IDS_ATTR,
-    ForwardShape,
-    ModuleShapes,
-    SetterShape,
-    analyse,
-    unpacks_stack_output,
-)
+from codemods.upstream.family_setter import SetterShape
+from codemods.upstream.family_shapes import ModuleShapes, analyse, unpacks_stack_output
+from codemods.upstream.family_syntax import IDS_ATTR
 
 MODELS_PACKAGE = "sglang.srt.models"
 #: Text every file with a capture hook or a capture forward contains.

@@ -29,7 +29,7 @@ next stage goes through the residual-stream helpers::
 
 The capture hooks still return early off the last rank, so only the last stage captures.
 This module recognises that forward (:func:`analyse_forward`, a
-:class:`~codemods.upstream.family_shapes.ForwardShape` of kind :data:`ENTRY_KIND`, or one
+:class:`~codemods.upstream.family_forward.ForwardShape` of kind :data:`ENTRY_KIND`, or one
 with the reason it is not recognised) and rewrites it (:func:`rewrite_forward`)::
 
         if not self.pp_group.is_last_rank:
@@ -76,14 +76,14 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.family_entry_tbo import narrowed_range_problem
+from codemods.upstream.family_forward import ForwardShape
 from codemods.upstream.family_repairs import FamilyRewriteError
-from codemods.upstream.family_shapes import (
+from codemods.upstream.family_syntax import (
     CAPTURE_KWARG,
     IDS_ATTR,
     LAYER_FLAG,
     NOT_LAST_RANK,
     SELF_IDS,
-    ForwardShape,
     code_of,
 )
 from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, render_call

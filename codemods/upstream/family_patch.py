@@ -13,7 +13,7 @@ from pathlib import Path
 
 from codemods.upstream.family import FamilyPlan, plan_family
 from codemods.upstream.patchfile import FileChange
-from codemods.upstream.tree import SGLangTree
+from codemods.upstream.sglang_tree import SGLangTree
 
 UPSTREAM_DIR = Path(__file__).resolve().parent
 SHIPPED_DIR = UPSTREAM_DIR / "shipped"

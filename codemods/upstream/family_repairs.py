@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from codemods.upstream.family_shapes import IDS_ATTR, forward_stack_unpacks
+from codemods.upstream.family_shapes import forward_stack_unpacks
+from codemods.upstream.family_syntax import IDS_ATTR
 from codemods.upstream.pyformat import parse_statements
 
 

@@ -99,6 +99,7 @@ import libcst.matchers as m
 from codemods.upstream.family_entry import HANDOFF as ENTRY_HANDOFF
 from codemods.upstream.family_entry import is_entry_shape
 from codemods.upstream.family_entry import rewrite_forward as rewrite_entry_forward
+from codemods.upstream.family_forward import ForwardShape
 from codemods.upstream.family_repairs import (
     FamilyRewriteError,
     StackSetter,
@@ -106,12 +107,11 @@ from codemods.upstream.family_repairs import (
     add_stack_setters,
     fix_stage_unpacks,
 )
-from codemods.upstream.family_shapes import (
+from codemods.upstream.family_setter import SetterShape
+from codemods.upstream.family_syntax import (
     IDS_ATTR,
     LAST_RANK,
     OUTGOING_LOCAL,
-    ForwardShape,
-    SetterShape,
     code_of,
     conjuncts_of,
     early_return_of,

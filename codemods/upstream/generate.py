@@ -1,6 +1,6 @@
 """Build the upstream patch for one SGLang tree: which files change and how.
 
-``generate(root, mode, models)`` detects the tree (``tree.py``), rewrites
+``generate(root, mode, models)`` detects the tree (``sglang_tree.py``), rewrites
 ``srt/models/kimi_linear.py`` (``kimi.py``) and every model file of the capture-hook family
 (``family.py``, ``family_patch.py``: the model files, the glue module and a family test),
 and adds two new files:
@@ -26,7 +26,7 @@ from codemods.upstream import kimi
 from codemods.upstream.family import FamilyPlan
 from codemods.upstream.family_patch import family_changes, plan_for_tree
 from codemods.upstream.patchfile import FileChange, changed_paths, render_patch
-from codemods.upstream.tree import SGLangTree, detect_tree
+from codemods.upstream.sglang_tree import SGLangTree, detect_tree
 
 TRANSPORT_RESOURCE = "pp_aux_transport.py"
 TEST_RESOURCE = "templates/test_pp_aux_capture.py"

@@ -55,7 +55,7 @@ class FakePPGroup:
         return f"FakePPGroup(rank={self.rank_in_group}, size={self.world_size})"
 
     @classmethod
-    def for_transport(cls, rank: int, size: int, transport_kwargs: dict) -> "FakePPGroup":
+    def for_transport(cls, rank: int, size: int, transport_kwargs: dict) -> FakePPGroup:
         """The group whose ``cpu_group``/``device_group``/``ranks`` are those of the
         transport arguments a stage runs with (``group``, ``direct_group``, ``ranks``)."""
         return cls(

@@ -3,7 +3,8 @@ the tests run: every public name is created on first access as an empty class.""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def empty_names(module_name: str) -> Callable[[str], Any]:

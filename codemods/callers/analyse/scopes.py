@@ -1,0 +1,253 @@
+"""Scopes and names: what each function, class or module body binds, to what, and
+every node's parent; collected in one visit of the module."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import libcst as cst
+
+from codemods.callers.analyse.syntax import (
+    _SCOPE_NODES,
+)
+
+
+@dataclass
+class _Scope:
+    """Names bound in one function (or module, or class) body."""
+
+    node: cst.CSTNode
+    parent: _Scope | None = None
+    params: dict[str, cst.Param] = field(default_factory=dict)
+    values: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    loops: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    #: For a class: ``self.<name> = value`` in its methods, with the method's scope.
+    attributes: dict[str, list[tuple[cst.BaseExpression, _Scope]]] = field(default_factory=dict)
+    attribute_annotations: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    #: Every name used anywhere inside this scope (nested scopes included).
+    names: set[str] = field(default_factory=set)
+
+    @property
+    def self_name(self) -> str | None:
+        """``self`` (or however the first parameter is called) for a method."""
+        if isinstance(self.node, cst.FunctionDef) and self.parent is not None:
+            if isinstance(self.parent.node, cst.ClassDef) and self.node.params.params:
+                return self.node.params.params[0].name.value
+        return None
+
+    def knows(self, name: str) -> bool:
+        return (
+            name in self.params
+            or name in self.values
+            or name in self.annotations
+            or name in self.loops
+        )
+
+
+#: Nodes that only carry layout (whitespace, comments, brackets, separators): the collector
+#: skips them, which is over half of a module's nodes.
+_LAYOUT_NODES = frozenset(
+    {
+        cst.SimpleWhitespace,
+        cst.ParenthesizedWhitespace,
+        cst.Newline,
+        cst.TrailingWhitespace,
+        cst.EmptyLine,
+        cst.Comment,
+        cst.Comma,
+        cst.Dot,
+        cst.Colon,
+        cst.Semicolon,
+        cst.AssignEqual,
+        cst.LeftParen,
+        cst.RightParen,
+        cst.LeftSquareBracket,
+        cst.RightSquareBracket,
+        cst.LeftCurlyBrace,
+        cst.RightCurlyBrace,
+    }
+)
+
+
+@functools.cache
+def _dispatch(collector: type, kind: type) -> tuple[Any, Any, tuple[str, ...]]:
+    """The visit and leave functions of ``collector`` for nodes of ``kind``, and the fields of
+    ``kind`` that can hold child nodes, in declaration order."""
+    fields = tuple(
+        field.name
+        for field in dataclasses.fields(kind)
+        if not field.name.startswith("whitespace") and field.name not in _LAYOUT_FIELDS
+    )
+    name = kind.__name__
+    return getattr(collector, f"visit_{name}", None), getattr(collector, f"leave_{name}", None), fields
+
+
+#: Fields that only ever hold layout.
+_LAYOUT_FIELDS = frozenset(
+    {"lpar", "rpar", "leading_lines", "trailing_whitespace", "header", "footer", "comma", "dot"}
+)
+
+
+class _ScopeCollector(cst.CSTVisitor):
+    """Records, for every function/class/module body, the names it binds and to what."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.scopes: dict[cst.CSTNode, _Scope] = {module: _Scope(module)}
+        self._stack: list[_Scope] = [self.scopes[module]]
+        #: Every call in the module, in source order, and every node's parent (same pass).
+        self.calls: list[cst.Call] = []
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._path: list[cst.CSTNode] = []
+
+    def walk(self, node: cst.CSTNode) -> None:
+        """Visit ``node`` and its subtree like ``node.visit(self)``, without rebuilding any
+        node (LibCST's visit constructs and validates a copy of every node it passes), and
+        skipping layout nodes."""
+        kind = type(node)
+        if kind in _LAYOUT_NODES:
+            return
+        if self._path:
+            self.parents[node] = self._path[-1]
+        self._path.append(node)
+        visit, leave, fields = _dispatch(type(self), kind)
+        if visit is None or visit(self, node) is not False:
+            for name in fields:
+                value = getattr(node, name)
+                if isinstance(value, cst.CSTNode):
+                    self.walk(value)
+                elif isinstance(value, (list, tuple)):
+                    for item in value:
+                        if isinstance(item, cst.CSTNode):
+                            self.walk(item)
+        if leave is not None:
+            leave(self, node)
+        self._path.pop()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if type(node) in _LAYOUT_NODES:
+            return False  # whitespace and punctuation: nothing to bind, nobody's parent
+        if self._path:
+            self.parents[node] = self._path[-1]
+        self._path.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if type(original_node) in _LAYOUT_NODES:
+            return
+        super().on_leave(original_node)
+        self._path.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        for scope in self._stack:
+            scope.names.add(node.value)
+
+    def _push(self, node: cst.CSTNode) -> _Scope:
+        scope = _Scope(node, parent=self._stack[-1])
+        self.scopes[node] = scope
+        self._stack.append(scope)
+        return scope
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        scope = self._push(node)
+        params = node.params
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+            scope.params[param.name.value] = param
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._stack.pop()
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self._push(node)
+
+    def leave_Lambda(self, original_node: cst.Lambda) -> None:
+        self._stack.pop()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._push(node)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._stack.pop()
+
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name):
+            self._stack[-1].values.setdefault(target.value, []).append(value)
+        elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+            if len(target.elements) == len(value.elements):
+                for name, item in zip(target.elements, value.elements, strict=True):
+                    self._bind(name.value, item.value)
+        elif self._self_attribute(target) is not None:
+            scope = self._stack[-1]
+            scope.parent.attributes.setdefault(self._self_attribute(target), []).append(
+                (value, scope)
+            )
+
+    def _self_attribute(self, target: cst.BaseExpression) -> str | None:
+        """``x`` for ``self.x`` assigned in a method, else None."""
+        scope = self._stack[-1]
+        if (
+            isinstance(target, cst.Attribute)
+            and isinstance(target.value, cst.Name)
+            and scope.self_name is not None
+            and target.value.value == scope.self_name
+        ):
+            return target.attr.value
+        return None
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._bind(target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if isinstance(node.target, cst.Name):
+            self._stack[-1].annotations[node.target.value] = node.annotation.annotation
+        attribute = self._self_attribute(node.target)
+        if attribute is not None:
+            parent = self._stack[-1].parent
+            parent.attribute_annotations[attribute] = node.annotation.annotation
+        if node.value is not None:
+            self._bind(node.target, node.value)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._bind(node.target, node.value)
+
+    def visit_For(self, node: cst.For) -> None:
+        if isinstance(node.target, cst.Name):
+            self._stack[-1].loops.setdefault(node.target.value, []).append(node.iter)
+
+
+
+class ScopesMixin:
+    """Name lookups of the analyzer (``self.parents``, ``self.scopes``, ``self.module``)."""
+
+    # ---------------------------------------------------------------- scopes
+    def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.parents.get(node)
+
+    def _enclosing_scope_node(self, node: cst.CSTNode) -> cst.CSTNode:
+        current = self._parent(node)
+        while current is not None and not isinstance(current, _SCOPE_NODES):
+            current = self._parent(current)
+        return current if current is not None else self.module
+
+    def _scope_chain(self, node: cst.CSTNode) -> list[_Scope]:
+        """The scopes a name at ``node`` resolves in: its function, then the module."""
+        inner = self.scopes.get(self._enclosing_scope_node(node))
+        chain = [inner] if inner is not None else []
+        if inner is None or inner.node is not self.module:
+            chain.append(self.scopes[self.module])
+        return chain
+
+    def _lookup(self, name: str, scopes: Sequence[_Scope]) -> _Scope | None:
+        for scope in scopes:
+            if scope.knows(name):
+                return scope
+        return None
+

@@ -1,0 +1,109 @@
+"""Small immutable records passed between pipeline stages.
+
+``CallSite`` is what discovery finds in one module; ``FileResult`` is what the per-file
+transform returns for one file.  Nothing here does work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+
+class Shape(str, Enum):
+    """How a hook is reached at a call site."""
+
+    DIRECT = "direct"  # model.set_x_layers_to_capture(ids), any receiver chain
+    UNBOUND = "unbound"  # SomeModel.set_x_layers_to_capture(model, ids)
+    GETATTR = "getattr"  # getattr(obj, "set_x_layers_to_capture")(ids)
+    VARIABLE = "variable"  # setter = getattr(obj, "set_x..."); ...; setter(ids)
+    DICT_LOOKUP = "dict-lookup"  # name chosen from a dict literal of hook names
+    LOOP = "loop"  # name taken from a loop over a tuple/list of hook names
+
+
+class Risk(str, Enum):
+    """Why a call site may fail at run time."""
+
+    SAFE = "safe"  # literal ids, already guarded, or a hook that accepts None
+    MAYBE_NONE = "maybe-none"  # the ids argument may be None for a hook that rejects it
+    LITERAL_NONE = "literal-none"  # None passed verbatim to a hook that rejects it
+    PP_UNSUPPORTED = "pp-unsupported"  # may raise NotImplementedError under PP
+    #: Under PP some model's hook returns early on non-last ranks: the captures are lost
+    #: without an error (EAGLE3, DFLASH, DSPARK on some models); ``auxcap upstream-patch``.
+    PP_SILENT = "pp-silent"
+
+
+class Action(str, Enum):
+    """What migrate does (or did) at a call site."""
+
+    NONE = "none"
+    GUARD = "guard"
+    FALLBACK = "fallback"
+    REVIEW = "review"  # needs a person: reported, not rewritten
+
+
+#: Start of the reason, in a call site's note, when the code around it needs the capture
+#: (see :mod:`codemods.callers.analyse.required`).
+REQUIRED_PREFIX = "capture required: "
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """One hook call found by discovery; ``line`` and ``column`` are 1-based."""
+
+    path: str
+    line: int
+    column: int
+    hook: str  # hook name, or names joined with "|" when chosen at run time
+    shape: Shape
+    ids_source: str | None  # source text of the ids argument, None when absent
+    risks: tuple[Risk, ...]
+    guarded: bool  # behind a truthiness / None check of the ids
+    handles_not_implemented: bool  # inside a try that handles NotImplementedError
+    actions: tuple[Action, ...]
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["shape"] = self.shape.value
+        data["risks"] = [risk.value for risk in self.risks]
+        data["actions"] = [action.value for action in self.actions]
+        return data
+
+
+class Status(str, Enum):
+    UNCHANGED = "unchanged"
+    CHANGED = "changed"
+    FAILED = "failed"  # could not be read, parsed or rewritten: left byte-for-byte untouched
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one codemod did to one file: its input, its output, and the call sites it
+    rewrote, as they stand in its input (the fallback's input is the guarded file)."""
+
+    action: str  # the codemod's Action value
+    before: bytes = field(repr=False)
+    after: bytes = field(repr=False)
+    sites: tuple[CallSite, ...] = ()
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """The outcome for one file; ``rewritten`` is set only when ``status`` is CHANGED, and
+    ``steps`` (one per codemod that ran, in order) only then too."""
+
+    path: str
+    status: Status
+    call_sites: tuple[CallSite, ...] = ()
+    original: bytes | None = field(default=None, repr=False)
+    rewritten: bytes | None = field(default=None, repr=False)
+    error: str | None = None
+    steps: tuple[Step, ...] = field(default=(), repr=False)
+
+    def step(self, action: str) -> Step | None:
+        return next((step for step in self.steps if step.action == action), None)
+
+    @property
+    def review_count(self) -> int:
+        return sum(Action.REVIEW in site.actions for site in self.call_sites)

@@ -1,0 +1,157 @@
+"""The caller codemods: each one's metadata and transformer, in the order ``migrate`` applies
+them, and texts built from them for the CLI and the pull-request description.  Free of LibCST,
+so the command line, the reports and the PR description read it without loading the parser."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from codemods.callers.records import Action
+from codemods.callers.rewrite.metadata import (
+    NONE_ERROR_REFERENCE,
+    PP_ERROR_REFERENCE,
+    CodemodMetadata,
+    PolicyChoice,
+    PolicyOption,
+)
+
+#: The guard codemod (:mod:`codemods.callers.rewrite.guard`).
+GUARD = CodemodMetadata(
+    id="auxcap:python/guard-capture-ids",
+    action=Action.GUARD.value,
+    summary="Guard capture-hook calls whose layer ids may be None",
+    description=(
+        "SGLang's DSPARK, DFLASH and MSD capture hooks (set_dspark_layers_to_capture, ...) "
+        "reject None and raise ValueError when a caller forwards an unset option such as "
+        "args.capture_layers. The call is put behind a check of the ids: with policy skip the "
+        "hook is called only when layer ids are set, with policy raise the caller fails early "
+        "with a ValueError naming the unset value. The ids are passed as list(...); ids "
+        "passed inline as an expression are bound to a local name first. Where the code "
+        "needs the capture (read after the call, a speculative feature flag, a hook lookup "
+        "that raises, serving code) unset ids always raise early. Literal ids, calls already "
+        "behind a check of the ids, and EAGLE3 (which accepts None) are left alone."
+    ),
+    review_guidance=(
+        "With policy skip, a run without layer ids now silently runs without aux hidden "
+        "capture; check that this is wanted where the ids come from, or use policy raise. "
+        "Call sites reported for review (a literal None, a call used inside an expression) "
+        "were not rewritten and need a person."
+    ),
+    references=(NONE_ERROR_REFERENCE, PP_ERROR_REFERENCE),
+    policy=PolicyOption(
+        flag="--guard-policy",
+        help="When layer ids are unset: skip the call, or raise ValueError.",
+        choices=(
+            PolicyChoice(
+                "skip",
+                "when the layer ids are unset, the hook is not called",
+                "{hook} is now called only when {ids} is set, with the ids passed as a list",
+            ),
+            PolicyChoice(
+                "raise",
+                "when the layer ids are unset, a clear ValueError is raised at the call site",
+                "a ValueError naming {ids} is raised before {hook} when the ids are unset",
+            ),
+        ),
+        default="skip",
+    ),
+)
+
+#: The fallback codemod (:mod:`codemods.callers.rewrite.fallback`).
+FALLBACK = CodemodMetadata(
+    id="auxcap:python/fallback-pp-capture",
+    action=Action.FALLBACK.value,
+    summary="Handle the NotImplementedError capture hooks raise under pipeline parallelism",
+    description=(
+        "Models that gather aux hidden states on the last pipeline stage only (Kimi-Linear's "
+        "set_dspark_layers_to_capture, ...) raise NotImplementedError when pipeline "
+        "parallelism is on (PP > 1). The hook call is wrapped in try/except "
+        "NotImplementedError: with policy warn the module's logger (added when missing) logs "
+        "a warning naming the hook and the run continues without aux hidden capture; with "
+        "policy raise the error is re-raised with a hint (run with --pp-size 1, or apply the "
+        "upstream patch from auxcap upstream-patch). Calls already inside a try that handles "
+        "NotImplementedError, and calls whose code needs the capture (read after the call, a "
+        "speculative feature flag, a hook lookup that raises, serving code), are left alone."
+    ),
+    review_guidance=(
+        "With policy warn, a PP deployment keeps serving without aux hidden capture, so "
+        "anything that consumes the captured states (speculative decoding drafts, "
+        "distillation features) must tolerate their absence; if it cannot, use policy raise. "
+        "Check that a module-level logger added by the rewrite fits the module's logging."
+    ),
+    references=(PP_ERROR_REFERENCE, NONE_ERROR_REFERENCE),
+    policy=PolicyOption(
+        flag="--fallback-policy",
+        help="Under pipeline parallelism: warn and continue, or re-raise with a hint.",
+        choices=(
+            PolicyChoice(
+                "warn",
+                "a NotImplementedError from the hook is logged as a warning and the run "
+                "continues without aux capture",
+                "{hook} is wrapped in try/except NotImplementedError: a warning is logged and "
+                "the run continues without aux hidden capture",
+            ),
+            PolicyChoice(
+                "raise",
+                "a NotImplementedError from the hook is re-raised with a hint",
+                "{hook} is wrapped in try/except NotImplementedError: the error is re-raised "
+                "with a hint to run with PP=1 or apply the upstream patch",
+            ),
+        ),
+        default="warn",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One caller codemod: what it is (``metadata``: id, texts, its policy option, the action
+    it performs on the call sites discovery marks with it) and the transformer that performs
+    it, named as ``module:Class`` so that reading the registry never loads LibCST."""
+
+    metadata: CodemodMetadata
+    transformer: str
+
+    @property
+    def action(self) -> str:
+        return self.metadata.action
+
+    def load(self) -> type:
+        """The transformer class (a :class:`~codemods.callers.rewrite.callsite_codemod.CallSiteCodemod`)."""
+        module, name = self.transformer.split(":")
+        return getattr(importlib.import_module(module), name)
+
+
+#: Applied in this order: the guard first, then the fallback wraps the (guarded) call.
+ENTRIES: tuple[Entry, ...] = (
+    Entry(GUARD, "codemods.callers.rewrite.guard:GuardTransformer"),
+    Entry(FALLBACK, "codemods.callers.rewrite.fallback:FallbackTransformer"),
+)
+CODEMODS: tuple[CodemodMetadata, ...] = tuple(entry.metadata for entry in ENTRIES)
+#: The actions the codemods perform (a call site marked with one of them gets rewritten).
+ACTIONS: frozenset[Action] = frozenset(Action(entry.action) for entry in ENTRIES)
+
+
+def policy_meanings() -> dict[tuple[str, str], str]:
+    """``{("guard policy", "skip"): "when the layer ids are unset, ..."}`` for every choice."""
+    return {
+        (metadata.policy.label, choice.name): choice.meaning
+        for metadata in CODEMODS
+        for choice in metadata.policy.choices
+    }
+
+
+def help_epilog() -> str:
+    """The codemods section of ``auxcap migrate --help``."""
+    paragraphs = ["Codemods, applied in this order:"]
+    paragraphs += [metadata.help_entry() for metadata in CODEMODS]
+    return "\n\n".join(paragraphs)
+
+
+def pr_body_sections(actions: Iterable[str] | None = None) -> str:
+    """Markdown: one section per codemod (id, summary, description, review, references);
+    only the codemods performing one of ``actions`` when given."""
+    chosen = [m for m in CODEMODS if actions is None or m.action in set(actions)]
+    return "\n".join(metadata.markdown() for metadata in chosen)

@@ -1,0 +1,1 @@
+"""Command line: the click commands, the command line echoed in reports, progress, colour."""

@@ -1,0 +1,1 @@
+"""Where results go: the migrate sinks, the --branch flows, git, commit and PR texts, re-checks."""

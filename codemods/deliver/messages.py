@@ -1,0 +1,372 @@
+"""Commit messages and pull-request descriptions for a delivered change.
+
+Text only, from records: ``FileResult``/``CallSite`` for ``migrate``, :class:`PatchedFile` for
+``upstream-patch``, :class:`Verification` for what was checked, and the
+:class:`~codemods.deliver.git_branch.DeliveryResult` of the commit.
+
+before: records of what auxcap changed.
+after:  a commit message (title line, blank line, body listing files and call sites) and a
+        Markdown PR description (what and why, a table, the policies, verification, revert).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from codemods.callers.records import REQUIRED_PREFIX, Action, CallSite, FileResult, Risk, Status
+from codemods.callers.rewrite import registry
+from codemods.catalog.hooks import NONE_ERROR_DSPARK, PP_ERROR_DSPARK
+from codemods.deliver.git_branch import DeliveryResult
+
+VALUE_ERROR = f'ValueError("{NONE_ERROR_DSPARK}")'
+PP_ERROR = f'NotImplementedError("{PP_ERROR_DSPARK}")'
+
+
+#: What each migrate policy does, for the PR description (from the codemods' metadata).
+POLICY_MEANINGS = registry.policy_meanings()
+
+
+@dataclass(frozen=True)
+class PatchedFile:
+    """One file of the upstream patch: its path in the SGLang tree and what changed in it."""
+
+    path: str
+    summary: str
+    added: bool = False
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What was checked on the committed files."""
+
+    #: Files re-parsed with LibCST and compiled with ``compile()``.
+    rechecked: tuple[str, ...] = ()
+    #: (path, reason) for every file that failed the recheck.
+    failures: tuple[tuple[str, str], ...] = ()
+    #: Whether running the same command again on the result changes nothing; None: not run.
+    idempotent: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and self.idempotent is not False
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _cell(text: object) -> str:
+    """One Markdown table cell: pipes escaped, newlines flattened."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: object) -> str:
+    value = str(text)
+    fence = "``" if "`" in value else "`"
+    pad = " " if "`" in value else ""
+    return f"{fence}{pad}{value}{pad}{fence}"
+
+
+def relative_path(path: str, root: Path | None) -> str:
+    """``path`` relative to the repository root when it lies inside it, as POSIX."""
+    if root is None:
+        return Path(path).as_posix()
+    try:
+        return Path(path).resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return Path(path).as_posix()
+
+
+def _changed(results: Sequence[FileResult]) -> list[FileResult]:
+    return [result for result in results if result.status is Status.CHANGED]
+
+
+def _changed_sites(result: FileResult) -> list[CallSite]:
+    return [
+        site
+        for site in result.call_sites
+        if any(action in registry.ACTIONS for action in site.actions)
+    ]
+
+
+def _review_sites(results: Sequence[FileResult]) -> list[CallSite]:
+    return [
+        site for result in results for site in result.call_sites if Action.REVIEW in site.actions
+    ]
+
+
+def _why_rewritten(site: CallSite) -> str:
+    """Why a rewritten call site was rewritten, from its risks and note."""
+    reasons = []
+    if Action.GUARD in site.actions:
+        ids = site.ids_source or "the ids"
+        if site.note.startswith(REQUIRED_PREFIX):
+            reasons.append(
+                f"{_code(ids)} may be unset and the code needs the capture: fails early "
+                f"naming it ({site.note[len(REQUIRED_PREFIX):].split('; unset ids')[0]})"
+            )
+        else:
+            reasons.append(f"{_code(ids)} may be unset: the hook rejects None")
+    if Action.FALLBACK in site.actions:
+        reasons.append("can raise NotImplementedError under pipeline parallelism")
+    return "; ".join(reasons) or "-"
+
+
+def _why_not_rewritten(site: CallSite) -> str:
+    """Why a call site was left as it is (skipped, for review, or nothing to change)."""
+    from codemods.callers.scope import SKIP_PREFIX, is_skipped  # (LibCST only when needed)
+
+    if is_skipped(site):
+        return site.note[len(SKIP_PREFIX) :]
+    if Action.REVIEW in site.actions:
+        return f"left for review: {site.note}" if site.note else "left for review"
+    if site.guarded or site.handles_not_implemented:
+        return "nothing to change: already guarded or handled"
+    if site.risks == (Risk.PP_SILENT,):
+        return (
+            "nothing to change here (the hook accepts None and never raises "
+            "NotImplementedError); under pipeline parallelism its captures are lost "
+            "silently: apply `auxcap upstream-patch`"
+        )
+    return "nothing to change: ids always set, and no PP error to handle"
+
+
+def _unchanged_sites(results: Sequence[FileResult]) -> list[CallSite]:
+    return [
+        site
+        for result in results
+        for site in result.call_sites
+        if result.status is not Status.CHANGED
+        or not any(action in registry.ACTIONS for action in site.actions)
+    ]
+
+
+def _actions(site: CallSite) -> str:
+    names = [action.value for action in site.actions if action is not Action.NONE]
+    return ", ".join(names) or "none"
+
+
+def _risks(site: CallSite) -> str:
+    return ", ".join(risk.value for risk in site.risks) or "-"
+
+
+def _policy_line(policies: Mapping[str, str]) -> str:
+    return ", ".join(f"{name}: {value}" for name, value in policies.items())
+
+
+# --------------------------------------------------------------------------- migrate
+
+
+def migrate_commit_message(
+    results: Sequence[FileResult], policies: Mapping[str, str], root: Path | None = None
+) -> str:
+    """Title + body listing every rewritten file and its rewritten call sites."""
+    changed = _changed(results)
+    sites = sum(len(_changed_sites(result)) for result in changed)
+    title = (
+        f"Guard aux hidden-state capture calls ({_plural(sites, 'call site')} "
+        f"in {_plural(len(changed), 'file')})"
+    )
+    lines = [
+        title,
+        "",
+        "Rewritten by `auxcap migrate`" + (f" ({_policy_line(policies)})." if policies else "."),
+        "",
+        "Capture hooks are no longer called with None, which raises",
+        f"  {VALUE_ERROR}",
+        "and a model that cannot capture under pipeline parallelism, which raises",
+        f"  {PP_ERROR},",
+        "no longer stops the run.",
+        "",
+        "Files and call sites:",
+    ]
+    for result in changed:
+        lines.append(f"  {relative_path(result.path, root)}")
+        for site in _changed_sites(result):
+            lines.append(
+                f"    {site.line}:{site.column} {site.hook} ({site.shape.value}): {_actions(site)}"
+            )
+    review = _review_sites(results)
+    if review:
+        lines += ["", f"Left for review ({_plural(len(review), 'call site')}):"]
+        lines += [f"  {relative_path(site.path, root)}:{site.line} {site.hook}" for site in review]
+    return "\n".join(lines) + "\n"
+
+
+def _verification_section(verification: Verification, command: str) -> list[str]:
+    lines = ["## How it was verified", ""]
+    if verification.rechecked:
+        if verification.failures:
+            checked = _plural(len(verification.rechecked), "file")
+            failed = _plural(len(verification.failures), "file")
+            lines.append(f"- Re-parsed (LibCST) and compiled {checked}; **{failed} failed**:")
+            lines += [f"  - `{path}`: {_cell(reason)}" for path, reason in verification.failures]
+        else:
+            lines.append(
+                f"- Every rewritten file ({_plural(len(verification.rechecked), 'file')}) was "
+                f"re-parsed with LibCST and compiled with `compile()` after the rewrite."
+            )
+    else:
+        lines.append("- No rewritten file to re-parse and compile.")
+    if verification.idempotent is True:
+        lines.append(f"- Idempotent: running `{command}` again on this branch changes nothing.")
+    elif verification.idempotent is False:
+        lines.append(f"- **Not idempotent**: running `{command}` again would change files again.")
+    else:
+        lines.append("- Idempotence was not checked.")
+    return lines
+
+
+def _revert_section(delivery: DeliveryResult) -> list[str]:
+    sha = delivery.commit[:12] if delivery.commit else "<sha>"
+    return [
+        "## How to revert",
+        "",
+        f"- After merging: `git revert {sha}` (one commit, nothing else depends on it).",
+        f"- Before merging: delete the branch, `git branch -D {delivery.branch}`, and, if pushed, "
+        f"`git push {delivery.remote} --delete {delivery.branch}`.",
+    ]
+
+
+def migrate_pr_body(
+    results: Sequence[FileResult],
+    delivery: DeliveryResult,
+    policies: Mapping[str, str],
+    verification: Verification,
+) -> str:
+    """Markdown PR description for a ``migrate`` commit."""
+    root = delivery.repo_root
+    changed = _changed(results)
+    rows = [
+        (relative_path(result.path, root), site)
+        for result in changed
+        for site in _changed_sites(result)
+    ]
+    applied = {action.value for _, site in rows for action in site.actions}
+    out = [
+        "# Guard aux hidden-state capture calls",
+        "",
+        "## What changed and why",
+        "",
+        f"`auxcap migrate` rewrote {_plural(len(rows), 'call site')} of SGLang's aux hidden-state "
+        f"capture hooks in {_plural(len(changed), 'file')}. Only the rewritten files are in this "
+        f"commit ({_code(delivery.commit[:12] if delivery.commit else '-')}).",
+        "",
+        registry.pr_body_sections(applied),
+        "## Call sites",
+        "",
+        "| File | Line | Hook | Shape | Risk | Change | Why |",
+        "| --- | ---: | --- | --- | --- | --- | --- |",
+    ]
+    for path, site in rows:
+        out.append(
+            f"| `{_cell(path)}` | {site.line} | `{_cell(site.hook)}` | {site.shape.value} | "
+            f"{_cell(_risks(site))} | {_cell(_actions(site))} | {_cell(_why_rewritten(site))} |"
+        )
+    if not rows:
+        out.append("| - | - | - | - | - | - | - |")
+    review = _review_sites(results)
+    if review:
+        out += ["", "### Left for review (not rewritten)", ""]
+        out += [
+            f"- `{relative_path(site.path, root)}:{site.line}` `{site.hook}`"
+            + (f": {site.note}" if site.note else "")
+            for site in review
+        ]
+    unchanged = [site for site in _unchanged_sites(results) if Action.REVIEW not in site.actions]
+    if unchanged:
+        out += ["", "### Not rewritten, and why", ""]
+        out += [
+            f"- `{relative_path(site.path, root)}:{site.line}` `{site.hook}`: "
+            f"{_why_not_rewritten(site)}"
+            for site in unchanged
+        ]
+    out += ["", "## Policies", ""]
+    out += [
+        f"- {name}: `{value}`"
+        + (f": {POLICY_MEANINGS[name, value]}" if (name, value) in POLICY_MEANINGS else "")
+        for name, value in policies.items()
+    ] or ["- defaults"]
+    out += [""]
+    out += _verification_section(verification, "auxcap migrate --check")
+    out += [""]
+    out += _revert_section(delivery)
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- upstream-patch
+
+
+UPSTREAM_TITLE = "Support aux hidden-state capture under pipeline parallelism"
+
+
+def upstream_commit_message(
+    patched: Sequence[PatchedFile], detail: str = "", title: str = UPSTREAM_TITLE
+) -> str:
+    """Title + body listing the SGLang files the upstream patch adds or changes."""
+    lines = [
+        title,
+        "",
+        f"Models that raised {PP_ERROR}",
+        "now capture aux hidden states on the stage that owns each layer and pass them",
+        "to the last stage with a torch.distributed transport; a missing layer list still",
+        f"fails early with {VALUE_ERROR}.",
+    ]
+    if detail:
+        lines += ["", detail.rstrip()]
+    lines += ["", "Files:"]
+    lines += [f"  {'A' if item.added else 'M'} {item.path}: {item.summary}" for item in patched]
+    return "\n".join(lines) + "\n"
+
+
+def upstream_pr_body(
+    patched: Sequence[PatchedFile],
+    delivery: DeliveryResult,
+    verification: Verification,
+    detail: str = "",
+    description: str | None = None,
+) -> str:
+    """Markdown PR description for an ``upstream-patch`` commit.
+
+    ``description``: the patch generator's own description (motivation, design, test plan);
+    when given it replaces the short "what and why" written here.
+    """
+    if description:
+        out = [description.rstrip()]
+    else:
+        out = [
+            "# Support aux hidden-state capture under pipeline parallelism",
+            "",
+            "## What changed and why",
+            "",
+            f"With PP > 1, the capture hooks of the patched models raised `{PP_ERROR}`. "
+            f"This change captures the aux hidden states on the stage that owns each requested "
+            f"layer and hands them to the last stage over `torch.distributed`, so speculative "
+            f"decoding with aux capture runs under pipeline parallelism. A missing layer list "
+            f"still fails early and clearly with `{VALUE_ERROR}`.",
+        ]
+    if detail and not description:
+        out += ["", detail.rstrip()]
+    commit = _code(delivery.commit[:12] if delivery.commit else "-")
+    out += [
+        "",
+        "## Patched files",
+        "",
+        f"In commit {commit} on branch `{delivery.branch}`:",
+        "",
+        "| File | Change |",
+        "| --- | --- |",
+    ]
+    for item in patched:
+        kind = "added: " if item.added else ""
+        out.append(f"| `{_cell(item.path)}` | {kind}{_cell(item.summary)} |")
+    out += [""]
+    out += _verification_section(verification, "auxcap upstream-patch")
+    out += [""]
+    out += _revert_section(delivery)
+    return "\n".join(out) + "\n"

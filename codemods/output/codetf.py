@@ -1,0 +1,206 @@
+"""``migrate --format json``: a report shaped like the Code Transformation Format (CodeTF).
+
+before: the per-file results of one ``migrate`` run (original and rewritten bytes, call sites).
+after:  one JSON document (schema: ``docs/report-schema.json``, prose: ``docs/report.md``)::
+
+    {"run": {"vendor", "tool", "version", "commandLine", "elapsed", "directory", "sarifs",
+             "properties": {mode, policies, extra hooks, summary, failures}},
+     "results": [                       # one per codemod, in the order they are applied
+        {"codemod": "auxcap:python/guard-capture-ids", "summary", "description",
+         "references": [{"url", "description"}], "properties": {"reviewGuidance", "policy"},
+         "failedFiles": [path], "unfixed": [{"path", "lineNumber", "reason"}],
+         "changeset": [{"path", "diff", "changes": [
+             {"lineNumber", "diffSide": "right", "description", "properties"}]}]}]}
+
+As in CodeTF, the changesets of the results form a series of patches: the guard's diff is
+against the original file, the fallback's against the guarded one; applied in order they give
+the rewritten file.  ``lineNumber`` is the first line of the change in the file after that
+codemod (``diffSide: right``).  Paths are relative to ``run.directory`` when below it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from dataclasses import dataclass
+
+from codemods import __version__
+from codemods.callers.options import TransformOptions
+from codemods.callers.records import Action, FileResult, Risk, Status, Step
+from codemods.callers.rewrite.metadata import CodemodMetadata
+from codemods.callers.rewrite.registry import CODEMODS
+from codemods.output import diffs
+from codemods.output.report import Summary
+
+VENDOR = "auxcap"
+TOOL = "auxcap"
+
+#: Which codemod a call site left for review belongs to, by its risk.
+_REVIEW_OWNER = {
+    Risk.MAYBE_NONE: Action.GUARD.value,
+    Risk.LITERAL_NONE: Action.GUARD.value,
+    Risk.PP_UNSUPPORTED: Action.FALLBACK.value,
+}
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """How the run was started: the command line that re-creates it, where, how long."""
+
+    command_line: str
+    directory: str
+    elapsed_ms: int
+    mode: str = "diff"
+
+
+def _relative(path: str, directory: str) -> str:
+    absolute = os.path.abspath(path)
+    root = os.path.abspath(directory)
+    if absolute == root or absolute.startswith(root.rstrip(os.sep) + os.sep):
+        return os.path.relpath(absolute, root).replace(os.sep, "/")
+    return absolute.replace(os.sep, "/")
+
+
+_lines = diffs.lines
+
+
+def unified_diff(before: bytes, after: bytes, path: str) -> str:
+    return diffs.unified_diff(before, after, f"a/{path}", f"b/{path}")
+
+
+def new_line_number(before: bytes, after: bytes, line: int) -> int:
+    """Where line ``line`` (1-based) of ``before`` is in ``after``: the same line when
+    unchanged, else the first line of the block that replaced it."""
+    matcher = difflib.SequenceMatcher(None, _lines(before), _lines(after), autojunk=False)
+    index = line - 1
+    for tag, i1, i2, j1, _j2 in matcher.get_opcodes():
+        if i1 <= index < i2 or (tag == "insert" and i1 == index):
+            if tag == "equal":
+                return j1 + (index - i1) + 1
+            return j1 + 1
+    return max(len(_lines(after)), 1)
+
+
+def _policy(metadata: CodemodMetadata, options: TransformOptions) -> str:
+    return getattr(options, metadata.policy.dest)
+
+
+def _changeset_entry(metadata: CodemodMetadata, step: Step, path: str, policy: str) -> dict | None:
+    if step.before == step.after:
+        return None
+    changes = [
+        {
+            "lineNumber": new_line_number(step.before, step.after, site.line),
+            "diffSide": "right",
+            "description": metadata.change_description(
+                policy, site.hook.replace("|", " or "), site.ids_source
+            ),
+            "properties": {
+                "lineNumberBefore": site.line,
+                "column": site.column,
+                "hook": site.hook,
+                "shape": site.shape.value,
+                "risks": [risk.value for risk in site.risks],
+            },
+        }
+        for site in step.sites
+    ]
+    if not changes:  # a rewrite with no call site of its own cannot happen; keep CodeTF valid
+        changes = [{"lineNumber": 1, "diffSide": "right", "description": metadata.summary}]
+    return {"path": path, "diff": unified_diff(step.before, step.after, path), "changes": changes}
+
+
+def _unfixed(metadata: CodemodMetadata, result: FileResult, path: str) -> list[dict]:
+    """Call sites with a risk this codemod handles that it did not rewrite: left for review,
+    or left alone on purpose (a test module, another engine, capture required); the reason
+    is the site's note."""
+    entries = []
+    for site in result.call_sites:
+        if Action(metadata.action) in site.actions:
+            continue
+        if not any(_REVIEW_OWNER.get(risk) == metadata.action for risk in site.risks):
+            continue
+        if Action.REVIEW not in site.actions and not site.note:
+            continue
+        entries.append(
+            {
+                "path": path,
+                "lineNumber": site.line,
+                "reason": site.note or f"{site.hook} call left for review",
+            }
+        )
+    return entries
+
+
+class ReportBuilder:
+    """Collects one run's results file by file (so the caller can drop each file's bytes
+    after :meth:`add`) and builds the report at the end."""
+
+    def __init__(self, options: TransformOptions, directory: str) -> None:
+        self.options = options
+        self.directory = os.path.abspath(directory)
+        self._records: list[FileResult] = []
+        self._changesets: dict[str, list[dict]] = {m.action: [] for m in CODEMODS}
+        self._unfixed: dict[str, list[dict]] = {m.action: [] for m in CODEMODS}
+
+    def add(self, result: FileResult) -> None:
+        path = _relative(result.path, self.directory)
+        for metadata in CODEMODS:
+            step = result.step(metadata.action) if result.status is Status.CHANGED else None
+            if step is not None:
+                policy = _policy(metadata, self.options)
+                entry = _changeset_entry(metadata, step, path, policy)
+                if entry is not None:
+                    self._changesets[metadata.action].append(entry)
+            self._unfixed[metadata.action].extend(_unfixed(metadata, result, path))
+        self._records.append(
+            FileResult(result.path, result.status, result.call_sites, error=result.error)
+        )
+
+    def build(self, run: RunInfo) -> dict:
+        """The CodeTF-shaped report, as plain data."""
+        failed = [result for result in self._records if result.status is Status.FAILED]
+        failed_paths = [_relative(result.path, self.directory) for result in failed]
+        results = [
+            {
+                "codemod": metadata.id,
+                "summary": metadata.summary,
+                "description": metadata.description,
+                "references": [reference.to_dict() for reference in metadata.references],
+                "properties": {
+                    "reviewGuidance": metadata.review_guidance,
+                    "policy": _policy(metadata, self.options),
+                },
+                "failedFiles": list(failed_paths),
+                "unfixed": self._unfixed[metadata.action],
+                "changeset": self._changesets[metadata.action],
+            }
+            for metadata in CODEMODS
+        ]
+        return {
+            "run": {
+                "vendor": VENDOR,
+                "tool": TOOL,
+                "version": __version__,
+                "commandLine": run.command_line,
+                "elapsed": run.elapsed_ms,
+                "directory": self.directory,
+                "sarifs": [],
+                "properties": {
+                    "mode": run.mode,
+                    "extraHooks": list(self.options.extra_hooks),
+                    "summary": Summary.of(self._records).to_dict(),
+                    "failures": [
+                        {"path": path, "reason": result.error or ""}
+                        for path, result in zip(failed_paths, failed, strict=True)
+                    ],
+                },
+            },
+            "results": results,
+        }
+
+
+def dumps(report: dict) -> str:
+    return json.dumps(report, indent=2) + "\n"
+

@@ -1,0 +1,1 @@
+"""Which files a run reads, the one reader and writer, and the byte-level prefilter."""

@@ -1,0 +1,130 @@
+"""Names, matchers and small syntax helpers that the model-family shapes share.
+
+The capture ids' attribute (``layers_to_capture`` or a per-drafter variant), the layer
+flag and keyword, ``if not <pp group>.is_last_rank`` and the last-rank test, a node's
+source text, a body's docstring, the early return of a capture hook, node identities.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+CAPTURE_KWARG = "captured_last_layer_outputs"
+
+
+LAYER_FLAG = "_is_layer_to_capture"
+
+
+IDS_ATTR = "layers_to_capture"
+
+
+CAPTURE_FLAG = "capture_aux_hidden_states"
+
+
+#: Local the rewrite gives a gated forward's outgoing captures (``{}`` when it captured
+#: nothing); a forward that already uses the name is not rewritten.
+OUTGOING_LOCAL = "aux_outgoing"
+
+
+#: ``<pp group>.is_last_rank`` receivers that the hooks use: ``self.pp_group``,
+#: ``get_pp_group()`` and (0.5.21+) ``get_parallel().pp_group``.
+_PP_GROUP = (
+    m.Attribute(value=m.Name("self"), attr=m.Name("pp_group"))
+    | m.Call(func=m.Name("get_pp_group"), args=[])
+    | m.Attribute(value=m.Call(func=m.Name("get_parallel"), args=[]), attr=m.Name("pp_group"))
+)
+
+
+NOT_LAST_RANK = m.UnaryOperation(
+    operator=m.Not(), expression=m.Attribute(value=_PP_GROUP, attr=m.Name("is_last_rank"))
+)
+
+
+def is_ids_attr(name: str) -> bool:
+    """``layers_to_capture`` or a per-drafter variant (``dspark_layers_to_capture``)."""
+    return name.endswith(IDS_ATTR) and not name.startswith("set_")
+
+
+#: ``self.layers_to_capture`` (or a per-drafter variant of the name).
+SELF_IDS = m.Attribute(value=m.Name("self"), attr=m.Name(value=m.MatchIfTrue(is_ids_attr)))
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def _methods(cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+    return {
+        node.name.value: node for node in cls.body.body if isinstance(node, cst.FunctionDef)
+    }
+
+
+def split_docstring(body: list[cst.BaseStatement]) -> tuple[list, list]:
+    if body and m.matches(body[0], m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])):
+        return body[:1], body[1:]
+    return [], body
+
+
+def early_return_of(fn: cst.FunctionDef) -> cst.If | None:
+    """The leading ``if not <pp>.is_last_rank: return`` of a hook, if present."""
+    if not isinstance(fn.body, cst.IndentedBlock):
+        return None
+    _, rest = split_docstring(list(fn.body.body))
+    if not rest:
+        return None
+    first = rest[0]
+    bare_return = m.IndentedBlock(body=[m.SimpleStatementLine(body=[m.Return(value=None)])])
+    if m.matches(first, m.If(test=NOT_LAST_RANK, body=bare_return, orelse=None)):
+        return first
+    return None
+
+
+def _inside_nested_def(fn: cst.FunctionDef, node: cst.CSTNode) -> bool:
+    return any(
+        id(node) in node_ids(inner) for inner in m.findall(fn.body, m.FunctionDef() | m.Lambda())
+    )
+
+
+class _IdCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.ids.add(id(node))
+        return True
+
+
+def node_ids(container: cst.CSTNode) -> set[int]:
+    """Identities of ``container`` and every node below it (one traversal)."""
+    collector = _IdCollector()
+    container.visit(collector)
+    return collector.ids
+
+
+def non_last_return_index(body: list[cst.BaseStatement]) -> int | None:
+    """Index of the top-level ``if not <pp>.is_last_rank: ... return PPProxyTensors(..)``."""
+    for index, statement in enumerate(body):
+        if not m.matches(statement, m.If(test=NOT_LAST_RANK)):
+            continue
+        last = statement.body.body[-1] if statement.body.body else None
+        if m.matches(
+            last,
+            m.SimpleStatementLine(body=[m.Return(value=m.Call(func=m.Name("PPProxyTensors")))]),
+        ):
+            return index
+    return None
+
+
+def proxy_return_of(statement: cst.If) -> cst.Return:
+    return statement.body.body[-1].body[0]
+
+
+def conjuncts_of(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The operands of an ``a and b and c`` chain (``[test]`` for anything else)."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return conjuncts_of(test.left) + conjuncts_of(test.right)
+    return [test]
+
+
+LAST_RANK = m.Attribute(value=_PP_GROUP, attr=m.Name("is_last_rank"))
