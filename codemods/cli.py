@@ -460,6 +460,15 @@ def migrate(
     help="Only these model files (e.g. llama,qwen3,kimi_linear); default: Kimi-Linear "
     "and every recognised model with a capture hook.",
 )
+@click.option(
+    "--series",
+    "series_dir",
+    type=click.Path(file_okay=False, writable=True),
+    default=None,
+    help="Write the patch as an ordered series (0001-....patch: transport and sizing, one "
+    "patch per model group, validation) into this directory; with --branch, commit it "
+    "as a stack.",
+)
 @_branch_options(pr_body=False)
 def upstream_patch(
     sglang_root: str,
@@ -467,6 +476,7 @@ def upstream_patch(
     pr_body: str | None,
     mode: str,
     models: str | None,
+    series_dir: str | None,
     branch: str | None,
     base: str | None,
     patch_dir: Path | None,
@@ -486,6 +496,14 @@ def upstream_patch(
 
     chosen = parse_models(models)
     request = _branch_request(branch, base, None, patch_dir, allow_dirty, author)
+    if series_dir is not None:
+        from codemods.upstream.series_cli import run_series
+
+        if request is not None:
+            request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
+        raise SystemExit(
+            run_series(sglang_root, series_dir, pr_body, mode, chosen, output, request)
+        )
     if request is not None:
         request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
         from codemods.delivery import upstream_generated_on_branch
