@@ -251,10 +251,10 @@ def test_cli_series_with_branch_commits_a_stack(sglang_release, tmp_path, monkey
     names = sorted(p.name for p in (tmp_path / "series").iterdir())
     assert names == ["0001-transport-and-sizing.patch", "0002-layer-entry-callback.patch",
                      "0003-gathered-collector.patch"]
-    assert git(checkout, "rev-parse", "--abbrev-ref", "HEAD") == "pp-series"
+    assert git(checkout, "rev-parse", "--abbrev-ref", "HEAD").strip() == "pp-series"
     subjects = git(checkout, "log", "--reverse", "--format=%s", "main..pp-series").splitlines()
     assert len(subjects) == 3 and "llama" in subjects[1] and "qwen3_moe" in subjects[2]
-    assert git(checkout, "status", "--porcelain") == ""
+    assert git(checkout, "status", "--porcelain").strip() == ""
     text = body.read_text()
     for number, subject in enumerate(subjects, start=1):
         assert f"### {number}. {subject}" in text
