@@ -598,7 +598,7 @@ class TestPPAuxCaptureFamily(CustomTestCase):
 
         try:
             importlib.import_module("sglang.srt.distributed.pp_aux_capture")
-        except ImportError as error:
+        except (ImportError, KeyError) as error:  # KeyError: failed half-way earlier
             raise unittest.SkipTest(f"sglang does not import here: {error}")
 
     def test_hooks_no_longer_return_early(self):

@@ -42,7 +42,7 @@ def _load_transport():
     not import (its ``__init__`` pulls in triton) it is loaded from its file."""
     try:
         return importlib.import_module(TRANSPORT_MODULE)
-    except ImportError:
+    except (ImportError, KeyError):  # KeyError: the package failed half-way earlier
         package = importlib.util.find_spec("sglang")
         if package is None or not package.submodule_search_locations:
             raise
