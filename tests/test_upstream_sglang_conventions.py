@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from sglang_support.env import git_apply, linked_copy
 
 from codemods.upstream.generate import generate
-from sglang_support.env import git_apply, linked_copy
 
 pytestmark = pytest.mark.sglang
 
