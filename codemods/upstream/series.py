@@ -221,7 +221,9 @@ def _message(key: str, title: str, patch: SeriesPatch, result: UpstreamResult) -
     hooks = _hooks(plan, patch.models)
     patch.subject = f"[PP] Carry aux hidden states across stages: {models}"
     if len(patch.subject) > 72:
-        patch.subject = f"[PP] Carry aux hidden states across stages: {title}"
+        count = len(set(patch.models))
+        patch.subject = (f"[PP] Carry aux hidden states across stages: {count} "
+                         f"{patch.slug.replace('-', ' ')} models")
     hook_line = (f"Hooks: {', '.join(hooks)}.\n" if hooks
                  else "Hook: set_dspark_layers_to_capture.\n" if key == KIMI else "")
     test = ""
