@@ -469,6 +469,14 @@ def migrate(
     "patch per model group, validation) into this directory; with --branch, commit it "
     "as a stack.",
 )
+@click.option(
+    "--validate",
+    is_flag=True,
+    default=False,
+    help="Run the family test the patch adds on a patched copy of the tree (CPU, gloo, 2 "
+    "and 3 stages; needs SGLang's dependencies in this Python) and report its verdicts "
+    "in the PR description.",
+)
 @_branch_options(pr_body=False)
 def upstream_patch(
     sglang_root: str,
@@ -477,6 +485,7 @@ def upstream_patch(
     mode: str,
     models: str | None,
     series_dir: str | None,
+    validate: bool,
     branch: str | None,
     base: str | None,
     patch_dir: Path | None,
@@ -496,13 +505,16 @@ def upstream_patch(
 
     chosen = parse_models(models)
     request = _branch_request(branch, base, None, patch_dir, allow_dirty, author)
+    if validate and request is not None and series_dir is None:
+        raise click.UsageError("--validate with --branch needs --series")
     if series_dir is not None:
         from codemods.upstream.series_cli import run_series
 
         if request is not None:
             request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
         raise SystemExit(
-            run_series(sglang_root, series_dir, pr_body, mode, chosen, output, request)
+            run_series(sglang_root, series_dir, pr_body, mode, chosen, output, request,
+                       validate)
         )
     if request is not None:
         request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
@@ -515,7 +527,9 @@ def upstream_patch(
                 )
             )
         )
-    raise SystemExit(run_upstream_patch(sglang_root, output, pr_body, mode, chosen))
+    raise SystemExit(
+        run_upstream_patch(sglang_root, output, pr_body, mode, chosen, validate=validate)
+    )
 
 
 @cli.command("validate-pp")

@@ -263,3 +263,39 @@ def test_cli_series_with_branch_commits_a_stack(sglang_release, tmp_path, monkey
         "--series", str(tmp_path / "series2"),
     ], catch_exceptions=False)
     assert again.exit_code == 0 and "series is empty" in again.output
+
+
+@pytest.mark.slow
+@pytest.mark.sglang
+@pytest.mark.timeout(1500)
+def test_validate_claims_only_what_it_ran(sglang_release, tmp_path, monkeypatch):
+    from sglang_support.env import STUBS_DIR
+
+    release = sglang_release("0.5.23")
+    # Without SGLang's CPU stand-ins this Python cannot import the tree: nothing is claimed.
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    body = tmp_path / "none.md"
+    outcome = CliRunner().invoke(cli, [
+        "upstream-patch", str(release), "--models", "llama", "-o", str(tmp_path / "p.patch"),
+        "--pr-body", str(body), "--validate",
+    ], catch_exceptions=False)
+    assert outcome.exit_code == 0, outcome.output
+    assert "not validated: the family test did not run on 2 stages" in outcome.output
+    text = body.read_text()
+    assert "[x]" not in text and "`--validate` ran nothing" in text
+    assert "| `llama.py` |" in text and "not run (see Test plan)" in text
+
+    monkeypatch.setenv("PYTHONPATH", str(STUBS_DIR))
+    body = tmp_path / "ran.md"
+    outcome = CliRunner().invoke(cli, [
+        "upstream-patch", str(release), "--models", "llama", "--series", str(tmp_path / "s"),
+        "--pr-body", str(body), "--validate",
+    ], catch_exceptions=False)
+    assert outcome.exit_code == 0, outcome.output
+    text = body.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `llama.py` |"))
+    assert row.rstrip(" |").endswith("(run by this invocation)"), row
+    assert "- [x] CPU multi-process unittest of every patched family model" in text
+    assert text.count("[x]") == 1
+    # the tree itself is untouched
+    assert "attach_pp_aux_transport" not in (release / MODELS / "llama.py").read_text()

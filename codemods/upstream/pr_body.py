@@ -188,17 +188,28 @@ def _kimi_design(result: UpstreamResult) -> str:
 """
 
 
-def _test_plan(result: UpstreamResult, test_cmd: str, family_cmd: str) -> str:
-    """Unchecked boxes: auxcap ran none of these in this invocation."""
+def _test_plan(result: UpstreamResult, test_cmd: str, family_cmd: str,
+               validation=None) -> str:
+    """Boxes for the checks; only a run of this invocation (``validation``, from
+    ``--validate``) ticks one."""
+    patched = set(touched_models(result)) - {kimi.MODULE.rsplit(".", 1)[1]}
+    family_ran = (validation is not None and validation.all_passed
+                  and patched <= set(validation.verdicts))
+    note = ("The family test was run by `auxcap upstream-patch --validate` on a patched copy "
+            "of this tree; every other box is ticked by whoever runs it.\n" if family_ran
+            else "Not run by the generator; each box is ticked by whoever runs it.\n")
+    if validation is not None and validation.problem:
+        note += f"`--validate` ran nothing: {validation.problem}.\n"
     lines = [
-        "Not run by the generator; each box is ticked by whoever runs it.\n",
+        note,
         "- [ ] CPU multi-process unittest of the transport (gloo, 2 and 3 stages, relay and "
         f"direct, an empty\n  microbatch), compared with a PP=1 run via `torch.equal`: "
         f"`{test_cmd}`",
     ]
     if result.family is not None and result.family.patched:
         lines.append(
-            "- [ ] CPU multi-process unittest of every patched family model (real hooks and "
+            f"- [{'x' if family_ran else ' '}] CPU multi-process unittest of every patched "
+            "family model (real hooks and "
             f"forwards, stand-in\n  decoder layers): `{family_cmd}`"
         )
     if kimi_touched(result):
@@ -222,7 +233,10 @@ def series_section(series) -> str:
     return "".join(parts) + "\n"
 
 
-def render(result: UpstreamResult, patch_name: str | None = None, series=None) -> str:
+def render(result: UpstreamResult, patch_name: str | None = None, series=None,
+           validation=None) -> str:
+    """``series``: ``[(file name, SeriesPatch)]`` of ``--series``; ``validation``: what
+    ``--validate`` ran (``validate_run.Validation``), None when it was not asked for."""
     mode = result.mode
     tree = result.tree
     test_cmd = (
@@ -237,7 +251,8 @@ def render(result: UpstreamResult, patch_name: str | None = None, series=None) -
         if tree.kind == "checkout"
         else "python3 -m unittest sglang.test.test_pp_aux_capture_family"
     )
-    family = pr_section(result.family, family_cmd)
+    family = pr_section(result.family, family_cmd,
+                        validation.verdicts if validation is not None else None)
     title = title_of(result)
     capture_bytes = EXAMPLE_HIDDEN * EXAMPLE_DTYPE_BYTES
     return f"""\
@@ -288,7 +303,7 @@ loudly (`RuntimeError` naming the missing layers) rather than returning fewer fe
 
 {family}## Test plan
 
-{_test_plan(result, test_cmd, family_cmd)}
+{_test_plan(result, test_cmd, family_cmd, validation)}
 {series_section(series)}## Files
 
 {files}

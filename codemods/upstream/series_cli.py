@@ -111,7 +111,7 @@ def _git_ok(cwd: Path, *args: str) -> bool:
 
 def run_series(root: str, series_dir: str, pr_body: str | None, mode: str,
                models: list[str] | None, output: str | None = None,
-               request=None) -> int:
+               request=None, validate: bool = False) -> int:
     try:
         result = generate(root, mode=mode, models=models)
     except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError) as err:
@@ -138,10 +138,16 @@ def run_series(root: str, series_dir: str, pr_body: str | None, mode: str,
         return 2
     if output:
         write_output_atomic(output, result.patch.encode("utf-8"))
+    validation = None
+    if validate:
+        from codemods.upstream.cli_support import run_validation
+
+        validation = run_validation(result)
     if pr_body:
         from codemods.upstream.pr_body import render
 
-        body = render(result, series=list(zip(files, patches, strict=True)))
+        body = render(result, series=list(zip(files, patches, strict=True)),
+                      validation=validation)
         write_output_atomic(pr_body, body.encode("utf-8"))
     _say(f"{where}: series of {len(patches)} patches ({mode} mode) written to {series_dir}:")
     for path, patch in zip(written, patches, strict=True):
