@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import email.utils
 import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -185,6 +186,10 @@ def _test_command(result: UpstreamResult, filename: str) -> str:
     return f"python3 -m unittest sglang.test.{filename.removesuffix('.py')}"
 
 
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=72, break_on_hyphens=False) + "\n"
+
+
 def _message(key: str, title: str, patch: SeriesPatch, result: UpstreamResult) -> None:
     """Fill ``patch.subject`` and ``patch.body``."""
     files = "".join(f"- {path}\n" for path in patch.paths)
@@ -224,7 +229,7 @@ def _message(key: str, title: str, patch: SeriesPatch, result: UpstreamResult) -
         count = len(set(patch.models))
         patch.subject = (f"[PP] Carry aux hidden states across stages: {count} "
                          f"{patch.slug.replace('-', ' ')} models")
-    hook_line = (f"Hooks: {', '.join(hooks)}.\n" if hooks
+    hook_line = (_wrap(f"Hooks: {', '.join(hooks)}.") if hooks
                  else "Hook: set_dspark_layers_to_capture.\n" if key == KIMI else "")
     test = ""
     if any(p.endswith(FAMILY_TEST_FILE) for p in patch.paths):
@@ -234,7 +239,7 @@ def _message(key: str, title: str, patch: SeriesPatch, result: UpstreamResult) -
         test = (f"\nTest: {_test_command(result, _TRANSPORT_TESTS[0])}, and the model "
                 "driven as real PP stages.\n")
     patch.body = (
-        f"Group: {title}.  Models: {models}.\n"
+        f"{_wrap(f'Group: {title}.  Models: {models}.')}"
         f"{hook_line}"
         "The capture hooks store the ids on every rank instead of returning early off\n"
         "the last one; each stage adds its captures to the PP handoff and the last stage\n"
