@@ -71,6 +71,7 @@ def test_series_orders_transport_then_model_groups_then_validation(tmp_path):
         _change(f"{PKG}/srt/distributed/pp_aux_transport.py", None),
         _change(f"{PKG}/srt/model_executor/model_runner.py"),
         _change(f"{PKG}/srt/model_executor/cuda_graph_runner.py"),
+        _change(f"{PKG}/srt/speculative/spec_info.py"),
         _change(f"{PKG}/srt/server_args.py"),
         _change(f"{PKG}/srt/arg_groups/validation_hook.py"),
         _change(f"{PKG}/test/test_pp_aux_capture.py", None),
@@ -84,6 +85,7 @@ def test_series_orders_transport_then_model_groups_then_validation(tmp_path):
         f"{PKG}/srt/distributed/pp_aux_transport.py",
         f"{PKG}/srt/model_executor/model_runner.py",
         f"{PKG}/srt/model_executor/cuda_graph_runner.py",
+        f"{PKG}/srt/speculative/spec_info.py",
         f"{PKG}/test/test_pp_aux_capture.py",
     ]
     assert by_key["transport"].subject.endswith("and size its proxy buffers")

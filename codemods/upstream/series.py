@@ -59,9 +59,6 @@ KIND_GROUPS = {
 #: Where the groups go in the series (unknown groups after these, by name).
 GROUP_ORDER = (KIMI, "entry-callback", "entry-gathered", "loop", "boundaries", "layer-list")
 
-#: Path fragments of files that size or carry the PP proxy buffers.
-_SIZING_PARTS = ("/srt/distributed/", "/model_executor/", "/runner_utils/", "graph_runner",
-                 "buffer", "misc_utils")
 _VALIDATION_PARTS = ("server_args", "validation", "/arg_groups/")
 _TRANSPORT_TESTS = ("test_pp_aux_capture.py",)
 
@@ -148,9 +145,8 @@ def classify(path: str, plan: FamilyPlan | None) -> tuple[str, str, str]:
         return OTHER_MODELS, "other-models", "other model files"
     if any(part in path for part in _VALIDATION_PARTS):
         return VALIDATION, "validation", "validation"
-    if name in _TRANSPORT_TESTS or any(part in path for part in _SIZING_PARTS):
-        return TRANSPORT, "transport-and-sizing", "transport and sizing"
-    return OTHER_MODELS, "other-models", "other model files"
+    # Any other file outside the models is something the models build on: it goes first.
+    return TRANSPORT, "transport-and-sizing", "transport and sizing"
 
 
 def _group_rank(key: str) -> tuple[int, str]:
@@ -197,7 +193,7 @@ def _message(key: str, title: str, patch: SeriesPatch, result: UpstreamResult) -
     if key == TRANSPORT:
         sizing = [p for p in patch.paths if not p.endswith(("pp_aux_transport.py",
                                                              "pp_aux_capture.py"))
-                  and "/test" not in p]
+                  and p.rsplit("/", 1)[-1] not in _TRANSPORT_TESTS]
         patch.subject = "[PP] Add the PP aux hidden-state transport" + (
             " and size its proxy buffers" if sizing else "")
         patch.body = (
