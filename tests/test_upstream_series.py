@@ -301,3 +301,32 @@ def test_validate_claims_only_what_it_ran(sglang_release, tmp_path, monkeypatch)
     assert text.count("[x]") == 1
     # the tree itself is untouched
     assert "attach_pp_aux_transport" not in (release / MODELS / "llama.py").read_text()
+
+
+def test_a_series_that_does_not_apply_leaves_no_branch(tmp_path, monkeypatch):
+    from codemods.delivery import BranchRequest
+    from codemods.git_basics import GitDeliveryError
+    from codemods.upstream.series_cli import commit_stack
+
+    isolate_git(monkeypatch, tmp_path)
+    repo = tmp_path / "repo"
+    (repo / MODELS).mkdir(parents=True)
+    (repo / MODELS / "llama.py").write_text("x = 1\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base", env=IDENTITY)
+    head = git(repo, "rev-parse", "HEAD")
+    changes = [FileChange(f"{MODELS}/llama.py", "x = 0\n", "x = 2\n")]  # not what is there
+    patches = series.build_series(
+        _result(tmp_path / "tree", changes, [_decision("llama.py", ("entry-callback",))]))
+    paths = []
+    for name, text in series.render_series(patches, "A U Thor <author@example.com>").items():
+        (tmp_path / name).write_text(text)
+        paths.append(tmp_path / name)
+    request = BranchRequest("pp-series")
+    with pytest.raises(GitDeliveryError, match="does not apply"):
+        commit_stack(repo, paths, request, request.preflight(repo))
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+    assert git(repo, "rev-parse", "HEAD") == head
+    assert "pp-series" not in git(repo, "branch", "--list")
+    assert git(repo, "status", "--porcelain").strip() == ""
