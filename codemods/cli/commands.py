@@ -454,6 +454,23 @@ def migrate(
     help="Only these model files (e.g. llama,qwen3,kimi_linear); default: Kimi-Linear "
     "and every recognised model with a capture hook.",
 )
+@click.option(
+    "--series",
+    "series_dir",
+    type=click.Path(file_okay=False, writable=True),
+    default=None,
+    help="Write the patch as an ordered series (0001-....patch: transport and sizing, one "
+    "patch per model group, validation) into this directory; with --branch, commit it "
+    "as a stack.",
+)
+@click.option(
+    "--validate",
+    is_flag=True,
+    default=False,
+    help="Run the family test the patch adds on a patched copy of the tree (CPU, gloo, 2 "
+    "and 3 stages; needs SGLang's dependencies in this Python) and report its verdicts "
+    "in the PR description.",
+)
 @_branch_options(pr_body=False)
 def upstream_patch(
     sglang_root: str,
@@ -461,6 +478,8 @@ def upstream_patch(
     pr_body: str | None,
     mode: str,
     models: str | None,
+    series_dir: str | None,
+    validate: bool,
     request: BranchRequest | None,
 ) -> None:
     """Generate the SGLang patch that makes aux capture work under pipeline parallelism:
@@ -475,6 +494,17 @@ def upstream_patch(
     from codemods.upstream.cli_support import parse_models, run_upstream_patch
 
     chosen = parse_models(models)
+    if validate and request is not None and series_dir is None:
+        raise click.UsageError("--validate with --branch needs --series")
+    if series_dir is not None:
+        from codemods.upstream.series_cli import run_series
+
+        if request is not None:
+            request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
+        raise SystemExit(
+            run_series(sglang_root, series_dir, pr_body, mode, chosen, output, request,
+                       validate)
+        )
     if request is not None:
         request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
         from codemods.deliver.on_branch import upstream_generated_on_branch
@@ -486,7 +516,9 @@ def upstream_patch(
                 )
             )
         )
-    raise SystemExit(run_upstream_patch(sglang_root, output, pr_body, mode, chosen))
+    raise SystemExit(
+        run_upstream_patch(sglang_root, output, pr_body, mode, chosen, validate=validate)
+    )
 
 
 @cli.command("validate-pp")

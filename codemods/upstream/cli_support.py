@@ -57,8 +57,21 @@ def _why_empty(result) -> str:
     return "already patched"
 
 
+def run_validation(result):
+    """``--validate``: run the family test on a patched copy; report each verdict."""
+    from codemods.upstream.validate_run import run_family
+
+    _say("validating: the family test on a patched copy of the tree (2 and 3 stages)")
+    validation = run_family(result)
+    if validation.problem:
+        _say(f"  not validated: {validation.problem}")
+    for model, verdict in sorted(validation.verdicts.items()):
+        _say(f"  {model}: {verdict}")
+    return validation
+
+
 def run_upstream_patch(root: str, output: str | None, pr_body: str | None, mode: str,
-                       models: list[str] | None = None) -> int:
+                       models: list[str] | None = None, validate: bool = False) -> int:
     try:
         result = generate(root, mode=mode, models=models)
     except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError) as err:
@@ -80,10 +93,11 @@ def run_upstream_patch(root: str, output: str | None, pr_body: str | None, mode:
         if output:
             write_output_atomic(output, b"")
         return 0
+    validation = run_validation(result) if validate else None
     if pr_body:
         from codemods.upstream.pr_body import render
 
-        write_output_atomic(pr_body, render(result).encode("utf-8"))
+        write_output_atomic(pr_body, render(result, validation=validation).encode("utf-8"))
     if output:
         write_output_atomic(output, patch.encode("utf-8"))
     else:

@@ -74,11 +74,12 @@ def _hook_names(qualified: tuple[str, ...]) -> str:
                      for name in names)
 
 
-def markdown_table(plan: FamilyPlan, validated: dict[str, str] | None = None) -> str:
+def markdown_table(plan: FamilyPlan, validated: dict[str, str] | None = None,
+                   not_validated: str = "no") -> str:
     """Markdown table: file, hooks, early return, patched (or why not), validated.
 
     ``validated`` maps file stems to a short description of the validation that passed
-    (e.g. "2+3 stages, relay+direct"); files missing from it show "no".
+    (e.g. "2+3 stages, relay+direct"); files missing from it show ``not_validated``.
     """
     validated = validated or {}
     rows = [
@@ -93,7 +94,7 @@ def markdown_table(plan: FamilyPlan, validated: dict[str, str] | None = None) ->
             patched = f"yes ({kinds}; forward `{decision.forward}`{also})"
         else:
             patched = "no: " + decision.reason.replace("|", "\\|")
-        check = validated.get(decision.name, "no") if decision.patched else "-"
+        check = validated.get(decision.name, not_validated) if decision.patched else "-"
         rows.append(
             f"| `{decision.file}` | {_hook_names(decision.hooks) or '-'} | {early} | "
             f"{patched} | {check} |"
@@ -122,8 +123,16 @@ def coverage_line(plan: FamilyPlan) -> str:
     return line
 
 
-def pr_section(plan: FamilyPlan | None, test_cmd: str) -> str:
-    """The pull-request section on the capture-hook family ("" when not patched)."""
+#: The validated column of a model nothing was run for in this invocation.
+NOT_RUN = "not run (see Test plan)"
+
+
+def pr_section(plan: FamilyPlan | None, test_cmd: str,
+               validated: dict[str, str] | None = None) -> str:
+    """The pull-request section on the capture-hook family ("" when not patched).
+
+    ``validated``: models (file stems) a run of this invocation validated, with what
+    was run; every other patched model shows :data:`NOT_RUN`."""
     if plan is None or not plan.patched:
         return ""
     patched = [d for d in sorted(plan.decisions.values(), key=lambda d: d.file) if d.patched]
@@ -166,7 +175,7 @@ holds on every stage or on none.  Ids, default layers (EAGLE3's `None` ->
 {fix_section}{stale_section}
 {coverage_line(plan)}
 
-{markdown_table(plan)}
+{markdown_table(plan, validated, NOT_RUN)}
 Test: `{test_cmd}` (CPU, gloo, 2 and 3 stages, relay and direct, including an empty
 microbatch; every model's real hooks and forward with stand-in decoder layers, compared
 with PP=1 via `torch.equal`).

@@ -92,38 +92,60 @@ def traffic_table() -> str:
     return "\n".join(rows)
 
 
-def render(result: UpstreamResult, patch_name: str | None = None) -> str:
-    mode = result.mode
-    tree = result.tree
-    test_cmd = (
-        f"cd {tree.tests} && python3 -m unittest test_pp_aux_capture"
-        if tree.kind == "checkout"
-        else "python3 -m unittest sglang.test.test_pp_aux_capture"
+#: Short names of the capture hooks, as the title lists them.
+HOOK_NAMES = {
+    "set_eagle3_layers_to_capture": "EAGLE3",
+    "set_dflash_layers_to_capture": "DFlash",
+    "set_dspark_layers_to_capture": "DSPARK",
+}
+KIMI_TITLE = "# [PP] Kimi-Linear: carry DSPARK aux hidden states across pipeline stages"
+
+
+def kimi_touched(result: UpstreamResult) -> bool:
+    return result.model_path in result.changed
+
+
+def touched_models(result: UpstreamResult) -> list[str]:
+    """Every model file the patch rewrites, by stem."""
+    names = [kimi.MODULE.rsplit(".", 1)[1]] if kimi_touched(result) else []
+    if result.family is not None:
+        names += [file.removesuffix(".py") for file in result.family.patched]
+    return sorted(dict.fromkeys(names))
+
+
+def touched_hooks(result: UpstreamResult) -> list[str]:
+    """Every capture hook the patch changes."""
+    hooks = ["set_dspark_layers_to_capture"] if kimi_touched(result) else []
+    if result.family is not None:
+        for decision in result.family.decisions.values():
+            if decision.patched:
+                hooks += [hook for _, _, names in decision.cases for hook in names]
+    return sorted(dict.fromkeys(hooks))
+
+
+def title_of(result: UpstreamResult) -> str:
+    models = touched_models(result)
+    if models == [kimi.MODULE.rsplit(".", 1)[1]]:
+        return KIMI_TITLE
+    kinds = "/".join(HOOK_NAMES.get(hook, hook) for hook in touched_hooks(result))
+    count = len(models)
+    return (
+        f"# [PP] Carry aux hidden states across pipeline stages: {count} "
+        f"model{'s' if count != 1 else ''} ({kinds} capture)"
     )
-    files = "\n".join(f"- `{path}`" for path in result.changed)
-    other_mode = "direct" if mode == "relay" else "relay"
-    family_cmd = (
-        f"cd {tree.tests} && python3 -m unittest test_pp_aux_capture_family"
-        if tree.kind == "checkout"
-        else "python3 -m unittest sglang.test.test_pp_aux_capture_family"
-    )
-    family = pr_section(result.family, family_cmd)
-    title = "# [PP] Kimi-Linear: carry DSPARK aux hidden states across pipeline stages"
-    if family:
-        count = len(result.family.patched)
-        title = (
-            f"# [PP] Carry aux hidden states across pipeline stages: Kimi-Linear "
-            f"(DSPARK) and {count} EAGLE3/DFlash models"
-        )
-    capture_bytes = EXAMPLE_HIDDEN * EXAMPLE_DTYPE_BYTES
-    return f"""\
-{title}
 
-## Motivation
 
-DSPARK speculative decoding reads aux hidden states captured after a few target layers.
-With pipeline parallelism those layers live on different stages, but:
-
+def _motivation(result: UpstreamResult) -> str:
+    hooks = ", ".join(f"`{hook}`" for hook in touched_hooks(result))
+    models = ", ".join(f"`{name}`" for name in touched_models(result))
+    lines = [
+        "Speculative decoding (EAGLE3, DFlash, DSPARK) reads aux hidden states captured "
+        "after a few\ntarget layers.  With pipeline parallelism those layers live on "
+        "different stages.  This patch\ntouches the models "
+        f"{models}\nand the hooks {hooks}, because:\n",
+    ]
+    if kimi_touched(result):
+        lines.append(f"""
 - `KimiLinearForCausalLM.set_dspark_layers_to_capture` refuses PP outright:
   `NotImplementedError("{kimi.PP_ERROR}")`;
 - removing that guard is not enough: non-last ranks return before storing the ids, and
@@ -133,9 +155,22 @@ With pipeline parallelism those layers live on different stages, but:
 - the check for callers that pass `None`,
   `ValueError("{kimi.NONE_ERROR}")`, sits behind that early
   return, so only the last rank would run it.
+""")
+    family = result.family.patched if result.family is not None else []
+    if family:
+        lines.append(f"""
+- {len(family)} model files define their capture hooks as
+  `if not self.pp_group.is_last_rank: return`, so under PP only the last stage captures:
+  the drafter silently gets fewer aux states than it was trained on, or the last stage
+  fails unpacking its output when it owns none of the capture layers (details below).
+""")
+    return "".join(lines)
 
-## Design
 
+def _kimi_design(result: UpstreamResult) -> str:
+    if not kimi_touched(result):
+        return ""
+    return """\
 - **Setter** (`set_dspark_layers_to_capture`): runs the same on every rank. `None` still
   raises the same `ValueError`; ids are then validated with `validate_layer_ids` (type,
   range, duplicates, empty) identically on every rank, stored on every rank, and an
@@ -150,7 +185,85 @@ With pipeline parallelism those layers live on different stages, but:
   `transport.collect(...)`, which returns the full list in layer order (the PP=1 order)
   and raises if any capture is missing or unexpected — it never returns fewer features.
   With PP=1 nothing is communicated and the result is the list the loop built.
-- **Transport** (new `{result.transport_path}`, pure
+"""
+
+
+def _test_plan(result: UpstreamResult, test_cmd: str, family_cmd: str,
+               validation=None) -> str:
+    """Boxes for the checks; only a run of this invocation (``validation``, from
+    ``--validate``) ticks one."""
+    patched = set(touched_models(result)) - {kimi.MODULE.rsplit(".", 1)[1]}
+    family_ran = (validation is not None and validation.all_passed
+                  and patched <= set(validation.verdicts))
+    note = ("The family test was run by `auxcap upstream-patch --validate` on a patched copy "
+            "of this tree; every other box is ticked by whoever runs it.\n" if family_ran
+            else "Not run by the generator; each box is ticked by whoever runs it.\n")
+    if validation is not None and validation.problem:
+        note += f"`--validate` ran nothing: {validation.problem}.\n"
+    lines = [
+        note,
+        "- [ ] CPU multi-process unittest of the transport (gloo, 2 and 3 stages, relay and "
+        f"direct, an empty\n  microbatch), compared with a PP=1 run via `torch.equal`: "
+        f"`{test_cmd}`",
+    ]
+    if result.family is not None and result.family.patched:
+        lines.append(
+            f"- [{'x' if family_ran else ' '}] CPU multi-process unittest of every patched "
+            "family model (real hooks and "
+            f"forwards, stand-in\n  decoder layers): `{family_cmd}`"
+        )
+    if kimi_touched(result):
+        lines.append(
+            "- [ ] The patched `kimi_linear.py` driven as real pipeline stages (gloo, 2 and 3 "
+            "stages), aux\n  states equal to the PP=1 run"
+        )
+    lines.append("- [ ] GPU run with `--pp-size 2` and speculative decoding (NCCL).")
+    return "\n".join(lines) + "\n"
+
+
+def series_section(series) -> str:
+    """One section per patch of a ``--series`` run: ``[(file name, SeriesPatch), ...]``."""
+    if not series:
+        return ""
+    parts = [f"## Patch series\n\nReview in order; {len(series)} patches, each one commit.\n"]
+    for number, (name, patch) in enumerate(series, start=1):
+        files = "".join(f"- `{path}`\n" for path in patch.paths)
+        body = patch.body.split("\nFiles:\n", 1)[0].strip()
+        parts.append(f"\n### {number}. {patch.subject}\n\n`{name}`\n\n{body}\n\n{files}")
+    return "".join(parts) + "\n"
+
+
+def render(result: UpstreamResult, patch_name: str | None = None, series=None,
+           validation=None) -> str:
+    """``series``: ``[(file name, SeriesPatch)]`` of ``--series``; ``validation``: what
+    ``--validate`` ran (``validate_run.Validation``), None when it was not asked for."""
+    mode = result.mode
+    tree = result.tree
+    test_cmd = (
+        f"cd {tree.tests} && python3 -m unittest test_pp_aux_capture"
+        if tree.kind == "checkout"
+        else "python3 -m unittest sglang.test.test_pp_aux_capture"
+    )
+    files = "\n".join(f"- `{path}`" for path in result.changed)
+    other_mode = "direct" if mode == "relay" else "relay"
+    family_cmd = (
+        f"cd {tree.tests} && python3 -m unittest test_pp_aux_capture_family"
+        if tree.kind == "checkout"
+        else "python3 -m unittest sglang.test.test_pp_aux_capture_family"
+    )
+    family = pr_section(result.family, family_cmd,
+                        validation.verdicts if validation is not None else None)
+    title = title_of(result)
+    capture_bytes = EXAMPLE_HIDDEN * EXAMPLE_DTYPE_BYTES
+    return f"""\
+{title}
+
+## Motivation
+
+{_motivation(result)}
+## Design
+
+{_kimi_design(result)}- **Transport** (new `{result.transport_path}`, pure
   `torch.distributed`): the layer partition follows `get_pp_indices` (including
   `SGLANG_PP_LAYER_PARTITION`).
   - `relay`{" (default, used by this patch)" if mode == "relay" else " (default)"}: captures ride
@@ -190,16 +303,8 @@ loudly (`RuntimeError` naming the missing layers) rather than returning fewer fe
 
 {family}## Test plan
 
-- [x] New CPU multi-process unittest (gloo, 2 and 3 stages, relay and direct, an empty
-  microbatch), comparing the last stage's captures with a PP=1 run via `torch.equal`:
-  `{test_cmd}`
-- [x] The patched `kimi_linear.py` imported on CPU and driven as real pipeline stages
-  (separate processes, gloo, 2 and 3 stages, captures on every stage, several
-  microbatches): aux states equal the PP=1 run exactly; the unpatched file raises
-  `NotImplementedError` (or loses the non-last captures when the guard is bypassed).
-- [ ] GPU run with `--pp-size 2` and DSPARK speculative decoding (NCCL).
-
-## Files
+{_test_plan(result, test_cmd, family_cmd, validation)}
+{series_section(series)}## Files
 
 {files}
 """

@@ -10,8 +10,11 @@ Usage:
 python3 -m unittest test_pp_aux_capture
 """
 
+import importlib
+import importlib.util
 import os
 import socket
+import sys
 import traceback
 import unittest
 
@@ -19,12 +22,45 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from sglang.srt.distributed.pp_aux_transport import (
-    AuxCapturePlan,
-    PPAuxTransport,
-    new_direct_group,
-    validate_layer_ids,
-)
+try:
+    from sglang.test.ci.ci_register import register_cpu_ci
+    from sglang.test.test_utils import CustomTestCase
+except ImportError:  # sglang does not import here (e.g. a CPU-only machine without triton)
+    CustomTestCase = unittest.TestCase
+
+    def register_cpu_ci(*args, **kwargs):
+        return None
+
+
+register_cpu_ci(est_time=60, suite="base-a-test-cpu")
+
+TRANSPORT_MODULE = "sglang.srt.distributed.pp_aux_transport"
+
+
+def _load_transport():
+    """The transport module.  It needs only torch, so where the ``sglang`` package does
+    not import (its ``__init__`` pulls in triton) it is loaded from its file."""
+    try:
+        return importlib.import_module(TRANSPORT_MODULE)
+    except (ImportError, KeyError):  # KeyError: the package failed half-way earlier
+        package = importlib.util.find_spec("sglang")
+        if package is None or not package.submodule_search_locations:
+            raise
+        path = os.path.join(
+            package.submodule_search_locations[0], "srt", "distributed", "pp_aux_transport.py"
+        )
+        spec = importlib.util.spec_from_file_location("pp_aux_transport", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        return module
+
+
+_transport = _load_transport()
+AuxCapturePlan = _transport.AuxCapturePlan
+PPAuxTransport = _transport.PPAuxTransport
+new_direct_group = _transport.new_direct_group
+validate_layer_ids = _transport.validate_layer_ids
 
 NUM_LAYERS = 7
 HIDDEN_SIZE = 8
@@ -161,7 +197,7 @@ def _run(world_size: int, mode: str, layer_ids):
     return outcome
 
 
-class TestPPAuxCapture(unittest.TestCase):
+class TestPPAuxCapture(CustomTestCase):
     def test_validate_layer_ids(self):
         with self.assertRaisesRegex(ValueError, "requires explicit layer_ids"):
             validate_layer_ids(None, NUM_LAYERS)

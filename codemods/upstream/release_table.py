@@ -1,0 +1,110 @@
+"""Which model files the upstream patch rewrites, per SGLang release line.
+
+:func:`release_column` asks the generator itself (the Kimi-Linear rewriter and the
+capture-hook family plan) about one release tree; :func:`matrix` lays several releases side
+by side: one row per model file with a capture hook in any of them, one column per
+release.  A cell says how the file is patched (the model group of the patch series) or why
+it is not; the reasons are listed under the table, once per distinct reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from codemods.upstream import kimi
+from codemods.upstream.family_patch import plan_for_tree
+from codemods.upstream.family_report import REFUSES_PP
+from codemods.upstream.series import KIMI, decision_group
+from codemods.upstream.sglang_tree import detect_tree
+
+#: Short cell text of each model group of the series.
+GROUP_CELLS = {
+    KIMI: "DSPARK relay",
+    "entry-callback": "layer-entry callback",
+    "entry-gathered": "gathered collector",
+    "loop": "layer-loop append",
+    "boundaries": "layer boundaries",
+    "layer-list": "list handed to layers",
+}
+KIMI_FILE = "kimi_linear.py"
+KIMI_CELLS = {
+    kimi.NEEDS_PATCH: "patched: DSPARK relay",
+    kimi.PATCHED: "already patched",
+    kimi.SUPPORTED: "no: SGLang relays DSPARK captures itself",
+}
+
+
+@dataclass
+class Column:
+    """What the generator decides for one release: model file -> cell text."""
+
+    version: str
+    cells: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def patched(self) -> int:
+        return sum(cell.startswith("patched") for cell in self.cells.values())
+
+
+def _cell(decision) -> str:
+    if decision.patched:
+        key, _, title = decision_group(decision)
+        return f"patched: {GROUP_CELLS.get(key, title)}"
+    if not decision.early_return:
+        return "no: no early return"
+    if decision.reason.startswith(REFUSES_PP):
+        return "no: refuses PP"
+    return f"no: {decision.reason}"
+
+
+def release_column(root: Path | str, version: str) -> Column:
+    """The generator's decision for every model file with a capture hook in ``root``."""
+    tree = detect_tree(root)
+    column = Column(version)
+    plan = plan_for_tree(tree)
+    for decision in plan.decisions.values():
+        if decision.file != KIMI_FILE:
+            column.cells[decision.file] = _cell(decision)
+    source = tree.read_text(tree.module_path(kimi.MODULE))
+    if source is not None:
+        try:
+            status = kimi.analyse(source, kimi.MODULE).status
+        except kimi.UnrecognisedShape as error:
+            column.cells[KIMI_FILE] = f"no: {error}"
+        else:
+            column.cells[KIMI_FILE] = KIMI_CELLS[status]
+    return column
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def matrix(columns: Sequence[Column]) -> str:
+    """The Markdown table of ``columns`` and the list of reasons its cells refer to."""
+    files = sorted({file for column in columns for file in column.cells})
+    reasons: list[str] = []
+    head = "| model file | " + " | ".join(c.version for c in columns) + " |"
+    rows = [head, "|---|" + "---|" * len(columns)]
+    short = ("no: no early return", "no: refuses PP", KIMI_CELLS[kimi.SUPPORTED])
+    for file in files:
+        cells = []
+        for column in columns:
+            cell = column.cells.get(file)
+            if cell is None:
+                cells.append("-")
+            elif cell.startswith("patched") or cell in short or cell == "already patched":
+                cells.append(cell)
+            else:
+                if cell not in reasons:
+                    reasons.append(cell)
+                cells.append(f"no [{reasons.index(cell) + 1}]")
+        rows.append(f"| `{file}` | " + " | ".join(cells) + " |")
+    rows.append("| **patched** | " + " | ".join(str(c.patched) for c in columns) + " |")
+    notes = "".join(
+        f"{number}. {_escape(reason.removeprefix('no: '))}\n"
+        for number, reason in enumerate(reasons, start=1)
+    )
+    return "\n".join(rows) + "\n" + (f"\nWhy not patched:\n\n{notes}" if notes else "")

@@ -1,0 +1,69 @@
+"""The upstream PR description claims only what the invocation did and names what it touches."""
+
+from __future__ import annotations
+
+import re
+
+from codemods.upstream import series
+from codemods.upstream.pr_body import KIMI_TITLE, render
+from tests.test_upstream_series import MODELS, PKG, _change, _decision, _result
+
+
+def _family_result(tmp_path, with_kimi: bool):
+    decisions = [
+        _decision("llama.py", ("entry-callback",)),
+        _decision("qwen3_moe.py", ("entry-gathered",), hook="set_dflash_layers_to_capture"),
+    ]
+    changes = [_change(f"{MODELS}/llama.py"), _change(f"{MODELS}/qwen3_moe.py"),
+               _change(f"{PKG}/srt/distributed/pp_aux_transport.py", None)]
+    if with_kimi:
+        changes.append(_change(f"{MODELS}/kimi_linear.py"))
+    return _result(tmp_path, changes, decisions)
+
+
+def test_title_and_motivation_cover_every_touched_model_and_hook(tmp_path):
+    text = render(_family_result(tmp_path, with_kimi=False))
+    title = text.splitlines()[0]
+    assert "Kimi" not in title
+    assert title == ("# [PP] Carry aux hidden states across pipeline stages: 2 models "
+                     "(DFlash/EAGLE3 capture)")
+    motivation = text.split("## Motivation", 1)[1].split("## Design", 1)[0]
+    assert "Kimi" not in motivation and "KimiLinear" not in text.split("## Design")[1].split(
+        "## Bytes")[0]
+    for needle in ("`llama`", "`qwen3_moe`", "`set_eagle3_layers_to_capture`",
+                   "`set_dflash_layers_to_capture`"):
+        assert needle in motivation, needle
+
+
+def test_kimi_is_named_only_when_the_patch_touches_it(tmp_path):
+    text = render(_family_result(tmp_path, with_kimi=True))
+    title = text.splitlines()[0]
+    assert title.startswith("# [PP] Carry aux hidden states across pipeline stages: 3 models")
+    assert "DSPARK" in title
+    motivation = text.split("## Motivation", 1)[1].split("## Design", 1)[0]
+    assert "KimiLinearForCausalLM.set_dspark_layers_to_capture" in motivation
+    assert "`kimi_linear`" in motivation
+    assert KIMI_TITLE != title
+
+
+def test_nothing_is_ticked_or_called_validated_without_a_run(tmp_path):
+    text = render(_family_result(tmp_path, with_kimi=True))
+    assert "[x]" not in text
+    plan = text.split("## Test plan", 1)[1]
+    assert plan.count("- [ ]") == 4
+    rows = [line for line in text.splitlines() if line.startswith("| `llama.py`")
+            or line.startswith("| `qwen3_moe.py`")]
+    assert len(rows) == 2
+    for row in rows:
+        assert row.rstrip(" |").endswith("not run (see Test plan)"), row
+
+
+def test_series_body_has_one_section_per_patch(tmp_path):
+    result = _family_result(tmp_path, with_kimi=True)
+    patches = series.build_series(result)
+    files = series.render_series(patches, "A <a@example.com>")
+    text = render(result, series=list(zip(files, patches, strict=True)))
+    headings = re.findall(r"^### (\d+)\. (.*)$", text, flags=re.M)
+    assert headings == [(str(n), p.subject) for n, p in enumerate(patches, start=1)]
+    for name in files:
+        assert f"`{name}`" in text

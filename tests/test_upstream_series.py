@@ -1,0 +1,332 @@
+"""``auxcap upstream-patch --series``: the patch as an ordered series of format-patch files.
+
+Fast tests build results by hand (no SGLang tree); the release tests generate the series for
+the real 0.5.21-0.5.23 wheels and apply it in order with ``git am`` and ``git apply`` on
+minimal trees holding the touched files, comparing the outcome with the single patch.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from codemods.cli.commands import cli
+from codemods.upstream import series
+from codemods.upstream.family import FamilyPlan, FileDecision, ForwardRef
+from codemods.upstream.generate import FAMILY_ONLY, UpstreamResult, generate
+from codemods.upstream.patchfile import FileChange
+from codemods.upstream.sglang_tree import detect_tree
+from tests.gitrepo import IDENTITY, git, isolate_git
+
+PKG = "sglang"
+MODELS = f"{PKG}/srt/models"
+
+
+def _decision(file: str, kinds: tuple[str, ...], forward_file: str | None = None,
+              hook: str = "set_eagle3_layers_to_capture") -> FileDecision:
+    outer = file.removesuffix(".py").title() + "ForCausalLM"
+    return FileDecision(
+        file, (f"{outer}.{hook}",), (f"{outer}.{hook}",), True, "patched",
+        ForwardRef(forward_file or file, "Model"), kinds,
+        ((outer, "Model", (hook,)),),
+    )
+
+
+def _result(tmp_path: Path, changes: list[FileChange], decisions) -> UpstreamResult:
+    (tmp_path / PKG / "srt" / "models").mkdir(parents=True, exist_ok=True)
+    (tmp_path / PKG / "__init__.py").write_text("")
+    (tmp_path / PKG / "srt" / "models" / "__init__.py").write_text("")
+    tree = detect_tree(tmp_path)
+    plan = FamilyPlan(tmp_path / PKG / "srt" / "models", {d.file: d for d in decisions})
+    result = UpstreamResult(tree, FAMILY_ONLY, "relay", f"{MODELS}/kimi_linear.py")
+    result.family = plan
+    result.changes = changes
+    return result
+
+
+def _change(path: str, old: str | None = "a = 1\n", new: str = "a = 2\n") -> FileChange:
+    return FileChange(path, old, new)
+
+
+def test_series_orders_transport_then_model_groups_then_validation(tmp_path):
+    decisions = [
+        _decision("llama.py", ("entry-callback",)),
+        _decision("qwen3_moe.py", ("entry-gathered",)),
+        _decision("qwen3.py", ("entry-callback",), forward_file="qwen2.py"),
+        _decision("gemma.py", ("loop-append",)),
+        _decision("beam.py", ("literal-proxy",)),
+    ]
+    changes = [
+        _change(f"{MODELS}/llama.py"),
+        _change(f"{MODELS}/qwen2.py"),  # touched as qwen3's forward, no decision of its own
+        _change(f"{MODELS}/qwen3.py"),
+        _change(f"{MODELS}/qwen3_moe.py"),
+        _change(f"{MODELS}/gemma.py"),
+        _change(f"{MODELS}/beam.py"),
+        _change(f"{MODELS}/kimi_linear.py"),
+        _change(f"{MODELS}/brand_new_model.py"),
+        _change(f"{PKG}/srt/distributed/pp_aux_transport.py", None),
+        _change(f"{PKG}/srt/model_executor/model_runner.py"),
+        _change(f"{PKG}/srt/model_executor/cuda_graph_runner.py"),
+        _change(f"{PKG}/srt/speculative/spec_info.py"),
+        _change(f"{PKG}/srt/server_args.py"),
+        _change(f"{PKG}/srt/arg_groups/validation_hook.py"),
+        _change(f"{PKG}/test/test_pp_aux_capture.py", None),
+    ]
+    patches = series.build_series(_result(tmp_path, changes, decisions))
+    keys = [patch.key for patch in patches]
+    assert keys == ["transport", "kimi", "entry-callback", "entry-gathered", "loop",
+                    "literal-proxy", "other-models", "validation"]
+    by_key = {patch.key: patch for patch in patches}
+    assert by_key["transport"].paths == [
+        f"{PKG}/srt/distributed/pp_aux_transport.py",
+        f"{PKG}/srt/model_executor/model_runner.py",
+        f"{PKG}/srt/model_executor/cuda_graph_runner.py",
+        f"{PKG}/srt/speculative/spec_info.py",
+        f"{PKG}/test/test_pp_aux_capture.py",
+    ]
+    assert by_key["transport"].subject.endswith("and size its proxy buffers")
+    assert by_key["entry-callback"].paths == [f"{MODELS}/{f}" for f in
+                                             ("llama.py", "qwen2.py", "qwen3.py")]
+    assert sorted(by_key["entry-callback"].models) == ["llama", "qwen3"]
+    assert by_key["other-models"].paths == [f"{MODELS}/brand_new_model.py"]
+    assert by_key["validation"].paths == [f"{PKG}/srt/server_args.py",
+                                          f"{PKG}/srt/arg_groups/validation_hook.py"]
+    assert "llama, qwen3" in by_key["entry-callback"].subject
+    assert "set_eagle3_layers_to_capture" in by_key["entry-callback"].body
+    # every changed file is in exactly one patch
+    listed = [path for patch in patches for path in patch.paths]
+    assert sorted(listed) == sorted(change.path for change in changes)
+
+
+def test_family_test_grows_with_each_model_group(tmp_path):
+    decisions = [_decision("llama.py", ("entry-callback",)),
+                 _decision("qwen3_moe.py", ("entry-gathered",))]
+    result = _result(tmp_path, [], decisions)
+    final = series._family_test_text(result, {"llama", "qwen3_moe"})
+    result.changes = [
+        _change(f"{MODELS}/llama.py"),
+        _change(f"{MODELS}/qwen3_moe.py"),
+        FileChange(f"{PKG}/test/test_pp_aux_capture_family.py", None, final),
+    ]
+    patches = series.build_series(result)
+    assert [p.key for p in patches] == ["entry-callback", "entry-gathered"]
+    first = [c for c in patches[0].changes if c.path.endswith("family.py")]
+    second = [c for c in patches[1].changes if c.path.endswith("family.py")]
+    assert len(first) == 1 and len(second) == 1
+    assert first[0].old is None and '"llama"' in first[0].new and '"qwen3_moe"' not in first[0].new
+    assert second[0].old == first[0].new and second[0].new == final
+
+
+def test_series_mails_apply_with_git_am_as_a_stack(tmp_path, monkeypatch):
+    isolate_git(monkeypatch, tmp_path)
+    repo = tmp_path / "repo"
+    (repo / MODELS).mkdir(parents=True)
+    (repo / MODELS / "llama.py").write_text("x = 1\n")
+    (repo / PKG / "srt" / "server_args.py").write_text("y = 1\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base", env=IDENTITY)
+    decisions = [_decision("llama.py", ("entry-callback",))]
+    changes = [
+        FileChange(f"{MODELS}/llama.py", "x = 1\n", "x = 2\n"),
+        FileChange(f"{PKG}/srt/server_args.py", "y = 1\n", "y = 2\n"),
+        FileChange(f"{PKG}/srt/distributed/pp_aux_transport.py", None, "T = 1\n"),
+    ]
+    patches = series.build_series(_result(tmp_path / "tree", changes, decisions))
+    files = series.render_series(patches, "A U Thor <author@example.com>")
+    assert list(files) == ["0001-transport-and-sizing.patch", "0002-layer-entry-callback.patch",
+                           "0003-validation.patch"]
+    assert files["0002-layer-entry-callback.patch"].splitlines()[3] == (
+        "Subject: [PATCH 2/3] [PP] Carry aux hidden states across stages: llama")
+    paths = []
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        paths.append(str(tmp_path / name))
+    git(repo, "am", "--keep-non-patch", *paths, env=IDENTITY)
+    log = git(repo, "log", "--format=%an|%s", "-3").splitlines()
+    assert log == [
+        "A U Thor|[PP] Accept aux hidden-state capture with pipeline parallelism",
+        "A U Thor|[PP] Carry aux hidden states across stages: llama",
+        "A U Thor|[PP] Add the PP aux hidden-state transport",
+    ]
+    assert (repo / MODELS / "llama.py").read_text() == "x = 2\n"
+    assert (repo / PKG / "srt/distributed/pp_aux_transport.py").read_text() == "T = 1\n"
+
+
+def test_series_directory_with_another_series_is_refused(tmp_path):
+    from codemods.upstream.series_cli import write_series
+
+    stale = tmp_path / "out" / "0009-old.patch"
+    stale.parent.mkdir()
+    stale.write_text("old")
+    with pytest.raises(Exception, match="another series"):
+        write_series(tmp_path / "out", {"0001-new.patch": "new"})
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["0009-old.patch"]
+
+
+# ------------------------------------------------------------------ real releases
+
+
+def _minimal_tree(path: Path, changes: list[FileChange]) -> Path:
+    """A git repository holding the old text of every file the patch touches."""
+    for change in changes:
+        if change.old is not None:
+            target = path / change.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(change.old.encode("utf-8"))
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "--allow-empty", "-m", "release files", env=IDENTITY)
+    return path
+
+
+def _texts(root: Path, changes: list[FileChange]) -> dict[str, str]:
+    return {c.path: (root / c.path).read_text(encoding="utf-8") for c in changes}
+
+
+@pytest.mark.slow
+@pytest.mark.sglang
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("version", ["0.5.21", "0.5.22", "0.5.23"])
+def test_series_applies_in_order_and_equals_the_single_patch(
+    version, sglang_release, tmp_path, monkeypatch
+):
+    isolate_git(monkeypatch, tmp_path)
+    result = generate(sglang_release(version))
+    changes = [c for c in result.changes if c.changed]
+    assert changes, version
+    patches = series.build_series(result)
+    keys = [p.key for p in patches]
+    assert keys[0] == "transport" and len(keys) >= 3, keys
+    assert "entry-callback" in keys, keys
+    files = series.render_series(patches, "A U Thor <author@example.com>")
+    out = tmp_path / "series"
+    out.mkdir()
+    for name, text in files.items():
+        (out / name).write_text(text, encoding="utf-8")
+    wanted = {c.path: c.new for c in changes}
+
+    single = _minimal_tree(tmp_path / "single", changes)
+    (tmp_path / "single.patch").write_text(result.patch, encoding="utf-8")
+    git(single, "apply", str(tmp_path / "single.patch"))
+    assert _texts(single, changes) == wanted
+
+    in_order = _minimal_tree(tmp_path / "apply", changes)
+    for name in files:
+        git(in_order, "apply", "--check", str(out / name))
+        git(in_order, "apply", str(out / name))
+    assert _texts(in_order, changes) == wanted
+
+    stack = _minimal_tree(tmp_path / "am", changes)
+    git(stack, "am", "--keep-non-patch", *[str(out / name) for name in files], env=IDENTITY)
+    assert _texts(stack, changes) == wanted
+    subjects = git(stack, "log", "--reverse", "--format=%s", f"-{len(files)}").splitlines()
+    assert subjects == [p.subject for p in patches]
+
+
+@pytest.mark.sglang
+@pytest.mark.timeout(600)
+def test_cli_series_with_branch_commits_a_stack(sglang_release, tmp_path, monkeypatch):
+    isolate_git(monkeypatch, tmp_path)
+    release = sglang_release("0.5.23")
+    checkout = tmp_path / "sglang"
+    shutil.copytree(release / PKG / "srt" / "models", checkout / "python" / PKG / "srt" / "models")
+    for name in ("__init__.py", "srt/distributed/__init__.py"):
+        target = checkout / "python" / PKG / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(release / PKG / name, target)
+    git(checkout, "init", "-q", "-b", "main")
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-q", "-m", "release files", env=IDENTITY)
+    body = tmp_path / "PR.md"
+    outcome = CliRunner().invoke(cli, [
+        "upstream-patch", str(checkout), "--models", "llama,qwen3_moe",
+        "--series", str(tmp_path / "series"), "--branch", "pp-series",
+        "--pr-body", str(body),
+    ], catch_exceptions=False)
+    assert outcome.exit_code == 0, outcome.output
+    names = sorted(p.name for p in (tmp_path / "series").iterdir())
+    assert names == ["0001-transport-and-sizing.patch", "0002-layer-entry-callback.patch",
+                     "0003-gathered-collector.patch"]
+    assert git(checkout, "rev-parse", "--abbrev-ref", "HEAD").strip() == "pp-series"
+    subjects = git(checkout, "log", "--reverse", "--format=%s", "main..pp-series").splitlines()
+    assert len(subjects) == 3 and "llama" in subjects[1] and "qwen3_moe" in subjects[2]
+    assert git(checkout, "status", "--porcelain").strip() == ""
+    text = body.read_text()
+    for number, subject in enumerate(subjects, start=1):
+        assert f"### {number}. {subject}" in text
+    again = CliRunner().invoke(cli, [
+        "upstream-patch", str(checkout), "--models", "llama,qwen3_moe",
+        "--series", str(tmp_path / "series2"),
+    ], catch_exceptions=False)
+    assert again.exit_code == 0 and "series is empty" in again.output
+
+
+@pytest.mark.slow
+@pytest.mark.sglang
+@pytest.mark.timeout(1500)
+def test_validate_claims_only_what_it_ran(sglang_release, tmp_path, monkeypatch):
+    from sglang_support.env import STUBS_DIR
+
+    release = sglang_release("0.5.23")
+    # Without SGLang's CPU stand-ins this Python cannot import the tree: nothing is claimed.
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    body = tmp_path / "none.md"
+    outcome = CliRunner().invoke(cli, [
+        "upstream-patch", str(release), "--models", "llama", "-o", str(tmp_path / "p.patch"),
+        "--pr-body", str(body), "--validate",
+    ], catch_exceptions=False)
+    assert outcome.exit_code == 0, outcome.output
+    assert "not validated: the family test did not run on 2 stages" in outcome.output
+    text = body.read_text()
+    assert "[x]" not in text and "`--validate` ran nothing" in text
+    assert "| `llama.py` |" in text and "not run (see Test plan)" in text
+
+    monkeypatch.setenv("PYTHONPATH", str(STUBS_DIR))
+    body = tmp_path / "ran.md"
+    outcome = CliRunner().invoke(cli, [
+        "upstream-patch", str(release), "--models", "llama", "--series", str(tmp_path / "s"),
+        "--pr-body", str(body), "--validate",
+    ], catch_exceptions=False)
+    assert outcome.exit_code == 0, outcome.output
+    text = body.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `llama.py` |"))
+    assert row.rstrip(" |").endswith("(run by this invocation)"), row
+    assert "- [x] CPU multi-process unittest of every patched family model" in text
+    assert text.count("[x]") == 1
+    # the tree itself is untouched
+    assert "attach_pp_aux_transport" not in (release / MODELS / "llama.py").read_text()
+
+
+def test_a_series_that_does_not_apply_leaves_no_branch(tmp_path, monkeypatch):
+    from codemods.deliver.on_branch import BranchRequest
+    from codemods.deliver.git_basics import GitDeliveryError
+    from codemods.upstream.series_cli import commit_stack
+
+    isolate_git(monkeypatch, tmp_path)
+    repo = tmp_path / "repo"
+    (repo / MODELS).mkdir(parents=True)
+    (repo / MODELS / "llama.py").write_text("x = 1\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base", env=IDENTITY)
+    head = git(repo, "rev-parse", "HEAD")
+    changes = [FileChange(f"{MODELS}/llama.py", "x = 0\n", "x = 2\n")]  # not what is there
+    patches = series.build_series(
+        _result(tmp_path / "tree", changes, [_decision("llama.py", ("entry-callback",))]))
+    paths = []
+    for name, text in series.render_series(patches, "A U Thor <author@example.com>").items():
+        (tmp_path / name).write_text(text)
+        paths.append(tmp_path / name)
+    request = BranchRequest("pp-series")
+    with pytest.raises(GitDeliveryError, match="does not apply"):
+        commit_stack(repo, paths, request, request.preflight(repo))
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+    assert git(repo, "rev-parse", "HEAD") == head
+    assert "pp-series" not in git(repo, "branch", "--list")
+    assert git(repo, "status", "--porcelain").strip() == ""
