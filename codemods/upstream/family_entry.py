@@ -98,8 +98,11 @@ GATHERED_DESCRIPTION = (
     "list handed to flagged layers at entry (`captured_last_layer_outputs=`, "
     "layer flag `_is_layer_to_capture`)"
 )
+#: The same handoff with an explicit snapshot appended at layer entry
+#: (``family_snapshot``, which recognises it; the rewrite is this module's).
+SNAPSHOT_KIND = "entry-snapshot"
 #: Every kind this module rewrites.
-KINDS = (ENTRY_KIND, GATHERED_KIND)
+KINDS = (ENTRY_KIND, GATHERED_KIND, SNAPSHOT_KIND)
 
 
 def is_entry_shape(capture_kinds: tuple[str, ...]) -> bool:
