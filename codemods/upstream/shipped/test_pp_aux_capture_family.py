@@ -60,6 +60,13 @@ class StandInBoundary:
         residual_batch.start(forward_batch)
         return tensors["hidden_states"]
 
+    def capture_output(self, hidden_states, forward_batch):
+        """``layer.boundary.capture_output`` of stacks that snapshot the stream at
+        layer entry: the handle goes on, the snapshot is captured."""
+        from sglang.srt.layers.layer_boundary.residual import batch as residual_batch
+
+        return hidden_states, residual_batch.snapshot(hidden_states, forward_batch)
+
 
 class StandInLayer(nn.Module):
     """A decoder layer with SGLang's calling convention and deterministic math."""
@@ -71,6 +78,7 @@ class StandInLayer(nn.Module):
         self.weight = nn.Parameter(weight / HIDDEN_SIZE**0.5, requires_grad=False)
         self.returns = returns
         self.attn_boundary = StandInBoundary()
+        self.boundary = self.attn_boundary
         self.entry = entry
 
     def forward(
