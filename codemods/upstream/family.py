@@ -24,6 +24,7 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.family_entry import ENTRY_KIND
 from codemods.upstream.family_repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
 from codemods.upstream.family_rewrite import rewrite_module
 from codemods.upstream.family_shapes import (
@@ -350,7 +351,7 @@ def _can_add_stack_setter(
         forward.recognised
         and ref_file == file
         and forward.class_name == stack_class
-        and set(forward.capture_kinds) <= {"loop-append", "after-layer"}
+        and set(forward.capture_kinds) <= {"loop-append", "after-layer", ENTRY_KIND}
         and forward.ids_attr == IDS_ATTR
     )
 

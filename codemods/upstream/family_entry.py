@@ -75,6 +75,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.family_entry_loops import enumerated_loop_problem, is_enumerated_loop
 from codemods.upstream.family_entry_tbo import narrowed_range_problem
 from codemods.upstream.family_repairs import FamilyRewriteError
 from codemods.upstream.family_shapes import (
@@ -246,16 +247,22 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         kind = GATHERED_KIND
         loop_index, loop_statement = holders[0]
         loop = inner[0]
-    if not m.matches(loop, m.For(target=m.Name())):
+    # A loop that enumerates the stage's slice of the stack (``family_entry_loops``).
+    enumerated = kind == ENTRY_KIND and is_enumerated_loop(loop)
+    if enumerated:
+        problem = enumerated_loop_problem(loop, aux_name)
+        if problem is not None:
+            return reject(problem)
+    elif not m.matches(loop, m.For(target=m.Name())):
         return reject("the capturing loop does not bind one loop variable")
-    if not m.matches(loop.iter, _STACK_RANGE):
+    elif not m.matches(loop.iter, _STACK_RANGE):
         narrowed = narrowed_range_problem(body, loop_index, loop)
         if narrowed is not None:
             return reject(
                 "the capturing loop is not `for i in range(self.start_layer, "
                 f"self.end_layer)` nor a range narrowed for two-batch overlap ({narrowed})"
             )
-    loop_var = loop.target.value
+    loop_var = loop.target.elements[0].value.value if enumerated else loop.target.value
     keyword = m.Arg(
         keyword=m.Name(CAPTURE_KEYWORD),
         value=m.IfExp(
@@ -267,7 +274,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             orelse=m.Name("None"),
         ),
     )
-    if kind == ENTRY_KIND and (
+    if kind == ENTRY_KIND and not enumerated and (
         len(m.findall(loop, keyword)) != 1 or len(m.findall(loop, capture_attr)) != 1
     ):
         return reject(
