@@ -27,6 +27,7 @@ import libcst.matchers as m
 from codemods.upstream.family_entry import ENTRY_KIND
 from codemods.upstream.family_repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
 from codemods.upstream.family_rewrite import rewrite_module
+from codemods.upstream.family_split_stack import split_stack_setters
 from codemods.upstream.family_shapes import (
     IDS_ATTR,
     ForwardShape,
@@ -235,8 +236,28 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
                             proxy_arg=shape.proxy_arg, final_capture=shape.final_capture)
 
     if not early:
+        # Hooks that store the ids on every rank of a split stack: patched only when
+        # the whole file can be; otherwise reported as before.
+        split = split_stack_setters(corpus.modules[file], shapes)
+        if split:
+            decision = _decide_setters(file, shapes, corpus, plan, split, hooks, early)
+            if decision.patched:
+                return decision
         return keep("no hook returns early on non-last PP ranks")
     candidates = [s for s in shapes.setters if s.early_return]
+    return _decide_setters(file, shapes, corpus, plan, candidates, hooks, early)
+
+
+def _decide_setters(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan,
+                    candidates: list[SetterShape], hooks: tuple[str, ...],
+                    early: tuple[str, ...]) -> FileDecision:
+    def keep(reason: str, forward: ForwardRef | None = None,
+             shape: ForwardShape | None = None) -> FileDecision:
+        if shape is None:
+            return FileDecision(file, hooks, early, False, reason, forward)
+        return FileDecision(file, hooks, early, False, reason, forward, shape.capture_kinds,
+                            proxy_arg=shape.proxy_arg, final_capture=shape.final_capture)
+
     problems = [f"{s.hook}: {s.problem}" for s in candidates if s.problem]
     if problems:
         return keep("; ".join(problems))
