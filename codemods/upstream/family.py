@@ -24,7 +24,7 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
-from codemods.upstream.family_entry import ENTRY_KIND
+from codemods.upstream.family_entry import ENTRY_KIND, is_entry_shape
 from codemods.upstream.family_repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
 from codemods.upstream.family_rewrite import rewrite_module
 from codemods.upstream.family_split_stack import split_stack_setters
@@ -240,7 +240,8 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
         # the whole file can be; otherwise reported as before.
         split = split_stack_setters(corpus.modules[file], shapes)
         if split:
-            decision = _decide_setters(file, shapes, corpus, plan, split, hooks, early)
+            decision = _decide_setters(file, shapes, corpus, plan, split, hooks, early,
+                                       entry_only=True)
             if decision.patched:
                 return decision
         return keep("no hook returns early on non-last PP ranks")
@@ -250,7 +251,9 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
 
 def _decide_setters(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan,
                     candidates: list[SetterShape], hooks: tuple[str, ...],
-                    early: tuple[str, ...]) -> FileDecision:
+                    early: tuple[str, ...], entry_only: bool = False) -> FileDecision:
+    """``entry_only``: patch only when the stack forward is one of the 0.5.21+
+    layer-entry shapes (``family_entry``)."""
     def keep(reason: str, forward: ForwardRef | None = None,
              shape: ForwardShape | None = None) -> FileDecision:
         if shape is None:
@@ -311,6 +314,8 @@ def _decide_setters(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: Fami
     if len(targets) != 1:
         return keep("hooks of this file reach different decoder stacks")
     (ref_file, class_name), forward = next(iter(targets.items()))
+    if entry_only and not is_entry_shape(forward.capture_kinds):
+        return keep(f"{ref_file}:{class_name}.forward is not a layer-entry forward")
     plan.setter_edits.setdefault(file, []).extend(candidates)
     additions = list(dict.fromkeys(additions))
     if additions:
