@@ -152,9 +152,35 @@ def handoff_index(body: list[cst.BaseStatement]) -> int | None:
         if not m.matches(statement, m.If(test=NOT_LAST_RANK)):
             continue
         block = statement.body.body
-        if block and m.matches(block[-1], _handoff_return()):
+        if block and (m.matches(block[-1], _handoff_return()) or _built_handoff(block)):
             return index
     return None
+
+
+def _built_handoff(block: list[cst.BaseStatement]) -> bool:
+    """``name = residual_batch.to_pp(...).tensors`` once in the block, which then
+    adds entries and ends with ``return PPProxyTensors(name)`` (gemma4_causal)."""
+    last = block[-1]
+    if not m.matches(
+        last,
+        m.SimpleStatementLine(
+            body=[m.Return(value=m.Call(func=m.Name("PPProxyTensors"), args=[m.Arg(m.Name())]))]
+        ),
+    ):
+        return False
+    name = last.body[0].value.args[0].value.value
+    built = m.SimpleStatementLine(
+        body=[
+            m.Assign(
+                targets=[m.AssignTarget(m.Name(name))],
+                value=m.Attribute(
+                    value=m.Call(func=m.Attribute(attr=m.Name(HANDOFF_FUNC))),
+                    attr=m.Name("tensors"),
+                ),
+            )
+        ]
+    )
+    return sum(1 for statement in block if m.matches(statement, built)) == 1
 
 
 def _mentions(node: cst.CSTNode, name: str) -> bool:
@@ -325,8 +351,11 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
 
     # The last stage may capture its own output (id == num_layers) after its layers,
     # in statements that test ``self.end_layer in self.<ids>``.
-    finals_top = [k for k, s in enumerate(after) if _final_capture(s, aux_name)]
-    finals_else = [k for k, s in enumerate(else_block) if _final_capture(s, aux_name)]
+    end_test = _end_test(body, handoff)
+    finals_top = [k for k, s in enumerate(after) if _final_capture(s, aux_name, end_test)]
+    finals_else = [
+        k for k, s in enumerate(else_block) if _final_capture(s, aux_name, end_test)
+    ]
     finals = [after[k] for k in finals_top] + [else_block[k] for k in finals_else]
     if finals_top and finals_else:
         return reject("the stage output is captured both inside and after the last-rank block")
@@ -340,7 +369,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         )
     ids_reads = m.findall(fn, SELF_IDS)
     ids_attrs = sorted({node.attr.value for node in ids_reads})
-    end_tests = sum(len(m.findall(s, _END_TEST)) for s in finals)
+    end_tests = sum(len(m.findall(s, end_test)) for s in finals)
     if len(ids_attrs) > 1 or len(ids_reads) != id_uses + end_tests:
         return reject(
             "reads capture ids outside the layer call and the stage-output capture "
@@ -399,11 +428,57 @@ _END_TEST = m.Comparison(
 )
 
 
-def _final_capture(statement: cst.CSTNode, aux_name: str) -> bool:
+#: ``num_layers = self.config.num_hidden_layers``: on the last stage ``num_layers in
+#: self.<ids>`` tests the same id as ``self.end_layer in self.<ids>`` (gemma4_causal).
+_TOTAL_LAYERS = m.SimpleStatementLine(
+    body=[
+        m.Assign(
+            targets=[m.AssignTarget(m.Name())],
+            value=m.Attribute(
+                value=m.Attribute(value=m.Name("self"), attr=m.Name("config")),
+                attr=m.Name("num_hidden_layers"),
+            ),
+        )
+    ]
+)
+
+
+def _end_test(body: list[cst.BaseStatement], handoff: int) -> m.BaseMatcherNode:
+    """The test of the last stage's output capture: ``self.end_layer in self.<ids>``,
+    or ``n in self.<ids>`` for a local ``n`` set once, before the handoff, to the
+    number of layers and never changed."""
+    names = [
+        statement.body[0].targets[0].target.value
+        for statement in body[:handoff]
+        if m.matches(statement, _TOTAL_LAYERS)
+    ]
+    totals = [
+        name
+        for name in dict.fromkeys(names)
+        if names.count(name) == 1
+        and sum(
+            1
+            for assign in m.findall(cst.IndentedBlock(body=body), m.Assign())
+            for target in assign.targets
+            if m.matches(target.target, m.Name(name))
+        )
+        == 1
+    ]
+    if not totals:
+        return _END_TEST
+    return _END_TEST | m.Comparison(
+        left=m.OneOf(*(m.Name(name) for name in totals)) if len(totals) > 1
+        else m.Name(totals[0]),
+        comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+    )
+
+
+def _final_capture(statement: cst.CSTNode, aux_name: str,
+                   end_test: m.BaseMatcherNode = _END_TEST) -> bool:
     """A statement that fills ``aux_name`` only when ``self.end_layer`` is a capture id."""
     return bool(
         m.findall(statement, m.Attribute(value=m.Name(aux_name), attr=m.Name()))
-        and m.findall(statement, _END_TEST)
+        and m.findall(statement, end_test)
     )
 
 
