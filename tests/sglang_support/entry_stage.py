@@ -58,6 +58,7 @@ CLASSES = {
     "glm4_moe": ("Glm4MoeForCausalLM", "Glm4MoeModel"),
     "glm4_moe_lite": ("Glm4MoeLiteForCausalLM", "Glm4MoeLiteModel"),
     "nemotron_h": ("NemotronHForCausalLM", "NemotronHModel"),
+    "gemma4_causal": ("Gemma4ForCausalLM", "Gemma4TextModel"),
 }
 #: Decoder stacks that check their layers' types against a module-level tuple, and
 #: name their final norm otherwise than ``norm``.
@@ -68,6 +69,8 @@ NORM_ATTRIBUTES = {"nemotron_h": "norm_f"}
 STACK_ATTRIBUTES = {
     "glm4_moe": {"first_k_dense_replace": 0},
     "glm4_moe_lite": {"first_k_dense_replace": 0},
+    # No per-layer inputs (the stand-in embedding has none).
+    "gemma4_causal": {"project_per_layer_inputs": lambda embeds, per_layer: None},
 }
 HOOKS = {
     "eagle3": "set_eagle3_layers_to_capture",

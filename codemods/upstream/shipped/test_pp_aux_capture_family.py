@@ -161,6 +161,7 @@ def _forward_batch(tokens: int):
         capture_hidden_mode=SimpleNamespace(need_capture=lambda: True),
         can_run_tbo=False,
         contains_mm_inputs=lambda: False,
+        contains_image_inputs=lambda: False,
         input_embeds=None,
         forward_mode=mode,
         return_hidden_states_before_norm=False,
