@@ -190,6 +190,8 @@ STACK_ATTRIBUTES = {
         flashinfer_mnnvl_cutedsl_fusion=None, hidden_size=HIDDEN_SIZE
     ),
     "BailingMoELinearModel": dict(capture_aux_hidden_states=False),
+    # No per-layer embeddings (PLE): the real helpers return None.
+    "Gemma4TextModel": dict(embed_tokens_per_layer=None, per_layer_model_projection=None),
     "MiniMaxM3Model": dict(finalize_norm=None),
     "Qwen3LLMModel": dict(
         use_hf_deepstack_order=False,
@@ -213,8 +215,15 @@ STACK_ATTRIBUTES = {
 LAYER_TYPE_TUPLES = {"NemotronHModel": "Layers"}
 #: Causal-LM attributes some forwards read (their __init__ is skipped).
 OUTER_ATTRIBUTES = dict(
-    is_mrope_enabled=False, _is_multimodal=False, language_model_only=True
+    is_mrope_enabled=False,
+    _is_multimodal=False,
+    language_model_only=True,
+    lm_head_is_tied=False,
 )
+#: Causal-LM classes that hold the decoder stack as ``language_model``.
+LANGUAGE_MODEL_OUTERS = {"Gemma4ForConditionalGeneration"}
+#: Causal-LM classes that take exactly one of input_ids and input_embeds.
+IDS_ONLY_OUTERS = {"Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"}
 #: Modules whose decoder layers return (hidden_states, residual, extra).
 THREE_OUTPUT_LAYERS = {"DeepseekV2Model", "Glm5NextModel"}
 #: Modules whose decoder layers return four values (mHC).
@@ -279,6 +288,11 @@ def build_model(case, pp_rank: int, pp_size: int, group):
         tie_word_embeddings=False,
         encoder_only=False,
         mhc=False,
+        pad_token_id=0,
+        # Multimodal token ids no stand-in input holds.
+        image_token_id=-1,
+        video_token_id=-2,
+        audio_token_id=-3,
     )
     config.text_config = config
 
@@ -322,6 +336,8 @@ def build_model(case, pp_rank: int, pp_size: int, group):
     outer.config = config
     outer.pp_group = pp_group
     outer.model = inner
+    if outer_cls.__name__ in LANGUAGE_MODEL_OUTERS:
+        outer.language_model = inner
     outer.capture_aux_hidden_states = False
     outer.logits_processor = RecordingLogitsProcessor()
     outer.lm_head = nn.Identity()
@@ -345,7 +361,8 @@ def run_forward(model, tokens: int, proxy):
     # input_embeds or by its own embedding layer: the same values both ways.
     input_ids = torch.arange(tokens, dtype=torch.long) + 7 * tokens
     for name in ("input_embeds", "inputs_embeds"):
-        if name in parameters and model.pp_group.is_first_rank:
+        ids_only = type(model).__name__ in IDS_ONLY_OUTERS
+        if name in parameters and model.pp_group.is_first_rank and not ids_only:
             kwargs[name] = StandInEmbedding()(input_ids)
     positions = torch.arange(tokens)
     with torch.no_grad():
