@@ -27,7 +27,6 @@ import libcst.matchers as m
 from codemods.upstream.family_entry import ENTRY_KIND, is_entry_shape
 from codemods.upstream.family_repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
 from codemods.upstream.family_rewrite import rewrite_module
-from codemods.upstream.family_split_stack import split_stack_setters
 from codemods.upstream.family_shapes import (
     IDS_ATTR,
     ForwardShape,
@@ -36,6 +35,7 @@ from codemods.upstream.family_shapes import (
     analyse,
     unpacks_stack_output,
 )
+from codemods.upstream.family_split_stack import split_stack_setters
 
 MODELS_PACKAGE = "sglang.srt.models"
 #: Text every file with a capture hook or a capture forward contains.

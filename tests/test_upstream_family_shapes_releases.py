@@ -1,5 +1,6 @@
 """The family patch on decoder stacks that snapshot the residual stream at layer entry
-into a plain list (nemotron_h, SGLang 0.5.21-0.5.23).
+into a plain list (nemotron_h, SGLang 0.5.21-0.5.23), and on hooks that store the ids
+on every rank of a split stack (gemma4_causal, 0.5.22-0.5.23).
 
 On every release the patch for nemotron_h passes ``git apply --check``, applies to a
 copy, rewrites the stack forward (``pp_aux_handoff`` around ``residual_batch.to_pp``,
@@ -11,7 +12,9 @@ stage, all on stage 0, with the last stage's output among them; relay, and direc
 stages): the last stage hands the logits processor exactly what a PP=1 run hands it
 (same count, order, ``torch.equal`` values, a plain ``list``).  Aux entries missing from
 the handoff make the last stage raise, naming the layers; the release's own file loses
-captures.
+captures.  gemma4_causal (both hooks, EAGLE3's default layers, the last stage's output
+among the captures) is driven the same way on 0.5.23 and returns an
+``AuxHiddenStateList`` as PP=1 does.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import json
 
 import pytest
 
-from codemods.upstream.family_entry import SNAPSHOT_KIND
+from codemods.upstream.family_entry import ENTRY_KIND, SNAPSHOT_KIND
 from codemods.upstream.generate import generate
 from sglang_support.env import run_python
 from sglang_support.family_check import patched_copy, unpatched_copy
@@ -40,6 +43,18 @@ EVERY_STAGE = [7, 0, 4]
 ON_STAGE_0 = [1, 0]
 WITH_OUTPUT = [8, 0, 4]
 OUTPUT_AND_STAGE_0 = [8, 1]
+GEMMA = "gemma4_causal"
+#: Releases on which gemma4_causal's forward has the layer-entry shape.
+GEMMA_RELEASES = ("0.5.22", "0.5.23")
+GEMMA_RUNS = [
+    {"model": GEMMA, "hook": "eagle3", "layer_ids": EVERY_STAGE, "pp": 2},
+    {"model": GEMMA, "hook": "dflash", "layer_ids": ON_STAGE_0, "pp": 3},
+    {"model": GEMMA, "hook": "eagle3", "layer_ids": None, "pp": 3},
+    {"model": GEMMA, "hook": "dflash", "layer_ids": WITH_OUTPUT, "pp": 2},
+    {"model": GEMMA, "hook": "eagle3", "layer_ids": OUTPUT_AND_STAGE_0, "pp": 3,
+     "mode": "direct"},
+]
+CONTAINERS = {MODEL: "list", GEMMA: "AuxHiddenStateList"}
 RUNS = [
     *(
         {"model": MODEL, "hook": "dflash", "layer_ids": ids, "pp": pp}
@@ -49,6 +64,7 @@ RUNS = [
     {"model": MODEL, "hook": "dflash", "layer_ids": EVERY_STAGE, "pp": 3, "mode": "direct"},
     {"model": MODEL, "hook": "dflash", "layer_ids": OUTPUT_AND_STAGE_0, "pp": 3,
      "mode": "direct"},
+    *GEMMA_RUNS,
 ]
 
 
@@ -65,13 +81,14 @@ def _check(root, runs):
 def patched(request, sglang_release, tmp_path_factory):
     version = request.param
     release = sglang_release(version)
+    models = [MODEL, GEMMA] if version in GEMMA_RELEASES else [MODEL]
     result, copy = patched_copy(release, tmp_path_factory.mktemp("snapshot") / version,
-                                [MODEL])
+                                models)
     return version, release, result, copy
 
 
 def test_patch_applies_and_rewrites_the_snapshot_forward(patched):
-    _, release, result, copy = patched
+    version, release, result, copy = patched
     decision = result.family.decisions[f"{MODEL}.py"]
     assert decision.patched, decision.reason
     assert decision.capture_kinds == (SNAPSHOT_KIND,)
@@ -84,12 +101,21 @@ def test_patch_applies_and_rewrites_the_snapshot_forward(patched):
     assert "if not self.pp_group.is_last_rank:\n            return\n" not in text
     assert "pp_aux_handoff" not in (release / rel).read_text()
     assert generate(copy, models=[MODEL]).patch == ""
+    if version in GEMMA_RELEASES:
+        gemma = result.family.decisions[f"{GEMMA}.py"]
+        assert gemma.patched and gemma.early_return == (), gemma.reason
+        assert gemma.capture_kinds == (ENTRY_KIND,) and gemma.final_capture
+        text = (copy / f"sglang/srt/models/{GEMMA}.py").read_text()
+        assert "self, PPProxyTensors(proxy), aux_hidden_states, pp_proxy_tensors" in text
+        assert text.count("attach_pp_aux_transport(self.model, self.pp_group)") == 2
+        assert generate(copy, models=[GEMMA]).patch == ""
 
 
 @pytest.fixture(scope="module")
 def driven(sglang_release, tmp_path_factory):
     release = sglang_release(DRIVEN)
-    result, copy = patched_copy(release, tmp_path_factory.mktemp("snapshot_drive"), [MODEL])
+    result, copy = patched_copy(release, tmp_path_factory.mktemp("snapshot_drive"),
+                                [MODEL, GEMMA])
     return release, result, copy
 
 
@@ -103,7 +129,7 @@ def test_patched_stages_match_pp1_and_missing_entries_raise(driven):
     for record in results[:-1]:
         assert record["ok"], record
         assert record["aux_counts"] == record["expected_counts"]
-        assert set(record["types"]) == {"list"}
+        assert set(record["types"]) == {CONTAINERS[record["model"]]}
     assert results[0]["expected_counts"] == [3, 3, 3]
     # The output snapshot is taken for the empty microbatch too.
     assert results[2]["expected_counts"] == [3, 3, 3]
