@@ -191,7 +191,9 @@ STACK_ATTRIBUTES = {
     ),
     "BailingMoELinearModel": dict(capture_aux_hidden_states=False),
     # No per-layer embeddings (PLE): the real helpers return None.
-    "Gemma4TextModel": dict(embed_tokens_per_layer=None, per_layer_model_projection=None),
+    "Gemma4TextModel": dict(
+        embed_tokens_per_layer=None, per_layer_model_projection=None
+    ),
     "MiniMaxM3Model": dict(finalize_norm=None),
     "Qwen3LLMModel": dict(
         use_hf_deepstack_order=False,
@@ -289,8 +291,7 @@ def build_model(case, pp_rank: int, pp_size: int, group):
         encoder_only=False,
         mhc=False,
         pad_token_id=0,
-        # Multimodal token ids no stand-in input holds.
-        image_token_id=-1,
+        image_token_id=-1,  # multimodal token ids no stand-in input holds
         video_token_id=-2,
         audio_token_id=-3,
     )
