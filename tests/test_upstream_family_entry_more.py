@@ -206,3 +206,28 @@ def test_output_capture_against_a_reassigned_count_is_not_patched(tmp_path):
     )
     assert not decision.patched
     assert decision.reason == NO_EARLY
+
+
+def test_stack_setter_is_added_only_where_the_hook_would_fail(tmp_path):
+    store = "        self.model.layers_to_capture = [val + 1 for val in layer_ids]\n"
+    guarded = (
+        "        ids = [val + 1 for val in layer_ids]\n"
+        '        if hasattr(self.model, "set_eagle3_layers_to_capture"):\n'
+        "            self.model.set_eagle3_layers_to_capture(ids)\n"
+        "        else:\n"
+        "            self.model.layers_to_capture = ids\n"
+    )
+    decision, plan = _variant(tmp_path, "enumerated_stack.py", store, guarded)
+    assert decision.patched and decision.fixes == (), decision
+    assert "def set_eagle3_layers_to_capture(self, layers_to_capture" not in (
+        plan.rewritten()["enumerated_stack.py"]
+    )
+    unguarded = "        self.model.set_eagle3_layers_to_capture([val + 1 for val in layer_ids])\n"
+    decision, plan = _variant(tmp_path / "b", "enumerated_stack.py", store, unguarded)
+    assert decision.patched
+    assert decision.fixes == (
+        "adds `EnumStack.set_eagle3_layers_to_capture`, which the hook calls but was "
+        "missing (the hook failed even with PP=1)",
+    )
+    text = plan.rewritten()["enumerated_stack.py"]
+    assert "    def set_eagle3_layers_to_capture(self, layers_to_capture" in text

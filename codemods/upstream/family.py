@@ -33,6 +33,7 @@ from codemods.upstream.family_shapes import (
     ModuleShapes,
     SetterShape,
     analyse,
+    code_of,
     unpacks_stack_output,
 )
 from codemods.upstream.family_split_stack import split_stack_setters
@@ -293,6 +294,8 @@ def _decide_setters(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: Fami
         for method in setter.receiver_calls:
             if _defines(file, stack_class, method, corpus, depth=0):
                 continue
+            if _asks_hasattr(corpus.modules[file], setter, method):
+                continue  # the hook stores the ids itself when the stack lacks it
             if not _can_add_stack_setter(file, stack_class, ref_file, forward):
                 return keep(
                     f"{setter.hook}: calls {setter.receiver}.{method}, which "
@@ -461,6 +464,24 @@ def _defines(file: str, class_name: str, method: str, corpus: _Corpus, depth: in
     return any(
         _defines(file, base.split(".")[-1] if "." not in base else base, method, corpus, depth + 1)
         for base in info.bases
+    )
+
+
+def _asks_hasattr(module: cst.Module, setter: SetterShape, method: str) -> bool:
+    """The hook tests ``hasattr(<receiver>, "<method>")`` before calling it."""
+    outer = _class_node(module, setter.class_name)
+    if outer is None:
+        return False
+    hooks = [
+        s for s in outer.body.body
+        if isinstance(s, cst.FunctionDef) and s.name.value == setter.hook
+    ]
+    test = m.Call(
+        func=m.Name("hasattr"),
+        args=[m.Arg(), m.Arg(m.SimpleString(f'"{method}"') | m.SimpleString(f"'{method}'"))],
+    )
+    return bool(hooks) and any(
+        code_of(call.args[0].value) == setter.receiver for call in m.findall(hooks[-1], test)
     )
 
 
