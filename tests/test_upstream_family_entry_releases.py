@@ -170,10 +170,14 @@ def test_generated_family_test_passes_for_the_layer_entry_models(patched):
 
 
 #: What the whole patch (no ``--models``) rewrites on 0.5.23, all in the layer-entry shape.
+#: nemotron_h snapshots at layer entry; qwen3_vl enumerates its slice of the stack;
+#: gemma4_causal, gemma4_mm and qwen2_5_vl store the ids on every rank (no early return)
+#: and gemma4 builds its handoff from ``to_pp(...).tensors``.
 PATCHED_0_5_23 = (
-    "apertus", "bailing_moe", "exaone_moe", "glm4_moe", "glm4_moe_lite", "gpt_oss",
-    "laguna", "llama", "minimax_m2", "minimax_m3", "minimax_m3_vl", "qwen2", "qwen2_moe",
-    "qwen3", "qwen3_5_text", "qwen3_moe",
+    "apertus", "bailing_moe", "exaone_moe", "gemma4_causal", "gemma4_mm", "glm4_moe",
+    "glm4_moe_lite", "gpt_oss", "laguna", "llama", "minimax_m2", "minimax_m3",
+    "minimax_m3_vl", "nemotron_h", "qwen2", "qwen2_5_vl", "qwen2_moe", "qwen3",
+    "qwen3_5_text", "qwen3_moe", "qwen3_vl",
 )
 #: ``qwen3_5_text`` is left out of the CPU run: its module does not import with the
 #: ``triton`` stand-in (``fla/utils.py`` asks triton's driver for the device at import).

@@ -24,12 +24,14 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.family_entry import ENTRY_KIND, is_entry_shape
 from codemods.upstream.family_forward import ForwardShape
 from codemods.upstream.family_repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
 from codemods.upstream.family_rewrite import rewrite_module
 from codemods.upstream.family_setter import SetterShape
 from codemods.upstream.family_shapes import ModuleShapes, analyse, unpacks_stack_output
-from codemods.upstream.family_syntax import IDS_ATTR
+from codemods.upstream.family_split_stack import split_stack_setters
+from codemods.upstream.family_syntax import IDS_ATTR, code_of
 
 MODELS_PACKAGE = "sglang.srt.models"
 #: Text every file with a capture hook or a capture forward contains.
@@ -230,8 +232,31 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
                             proxy_arg=shape.proxy_arg, final_capture=shape.final_capture)
 
     if not early:
+        # Hooks that store the ids on every rank of a split stack: patched only when
+        # the whole file can be; otherwise reported as before.
+        split = split_stack_setters(corpus.modules[file], shapes)
+        if split:
+            decision = _decide_setters(file, shapes, corpus, plan, split, hooks, early,
+                                       entry_only=True)
+            if decision.patched:
+                return decision
         return keep("no hook returns early on non-last PP ranks")
     candidates = [s for s in shapes.setters if s.early_return]
+    return _decide_setters(file, shapes, corpus, plan, candidates, hooks, early)
+
+
+def _decide_setters(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan,
+                    candidates: list[SetterShape], hooks: tuple[str, ...],
+                    early: tuple[str, ...], entry_only: bool = False) -> FileDecision:
+    """``entry_only``: patch only when the stack forward is one of the 0.5.21+
+    layer-entry shapes (``family_entry``)."""
+    def keep(reason: str, forward: ForwardRef | None = None,
+             shape: ForwardShape | None = None) -> FileDecision:
+        if shape is None:
+            return FileDecision(file, hooks, early, False, reason, forward)
+        return FileDecision(file, hooks, early, False, reason, forward, shape.capture_kinds,
+                            proxy_arg=shape.proxy_arg, final_capture=shape.final_capture)
+
     problems = [f"{s.hook}: {s.problem}" for s in candidates if s.problem]
     if problems:
         return keep("; ".join(problems))
@@ -264,6 +289,8 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
         for method in setter.receiver_calls:
             if _defines(file, stack_class, method, corpus, depth=0):
                 continue
+            if _asks_hasattr(corpus.modules[file], setter, method):
+                continue  # the hook stores the ids itself when the stack lacks it
             if not _can_add_stack_setter(file, stack_class, ref_file, forward):
                 return keep(
                     f"{setter.hook}: calls {setter.receiver}.{method}, which "
@@ -285,6 +312,8 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
     if len(targets) != 1:
         return keep("hooks of this file reach different decoder stacks")
     (ref_file, class_name), forward = next(iter(targets.items()))
+    if entry_only and not is_entry_shape(forward.capture_kinds):
+        return keep(f"{ref_file}:{class_name}.forward is not a layer-entry forward")
     plan.setter_edits.setdefault(file, []).extend(candidates)
     additions = list(dict.fromkeys(additions))
     if additions:
@@ -346,7 +375,7 @@ def _can_add_stack_setter(
         forward.recognised
         and ref_file == file
         and forward.class_name == stack_class
-        and set(forward.capture_kinds) <= {"loop-append", "after-layer"}
+        and set(forward.capture_kinds) <= {"loop-append", "after-layer", ENTRY_KIND}
         and forward.ids_attr == IDS_ATTR
     )
 
@@ -430,6 +459,24 @@ def _defines(file: str, class_name: str, method: str, corpus: _Corpus, depth: in
     return any(
         _defines(file, base.split(".")[-1] if "." not in base else base, method, corpus, depth + 1)
         for base in info.bases
+    )
+
+
+def _asks_hasattr(module: cst.Module, setter: SetterShape, method: str) -> bool:
+    """The hook tests ``hasattr(<receiver>, "<method>")`` before calling it."""
+    outer = _class_node(module, setter.class_name)
+    if outer is None:
+        return False
+    hooks = [
+        s for s in outer.body.body
+        if isinstance(s, cst.FunctionDef) and s.name.value == setter.hook
+    ]
+    test = m.Call(
+        func=m.Name("hasattr"),
+        args=[m.Arg(), m.Arg(m.SimpleString(f'"{method}"') | m.SimpleString(f"'{method}'"))],
+    )
+    return bool(hooks) and any(
+        code_of(call.args[0].value) == setter.receiver for call in m.findall(hooks[-1], test)
     )
 
 

@@ -75,6 +75,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.family_entry_loops import enumerated_loop_problem, is_enumerated_loop
 from codemods.upstream.family_entry_tbo import narrowed_range_problem
 from codemods.upstream.family_forward import ForwardShape
 from codemods.upstream.family_repairs import FamilyRewriteError
@@ -98,8 +99,11 @@ GATHERED_DESCRIPTION = (
     "list handed to flagged layers at entry (`captured_last_layer_outputs=`, "
     "layer flag `_is_layer_to_capture`)"
 )
+#: The same handoff with an explicit snapshot appended at layer entry
+#: (``family_snapshot``, which recognises it; the rewrite is this module's).
+SNAPSHOT_KIND = "entry-snapshot"
 #: Every kind this module rewrites.
-KINDS = (ENTRY_KIND, GATHERED_KIND)
+KINDS = (ENTRY_KIND, GATHERED_KIND, SNAPSHOT_KIND)
 
 
 def is_entry_shape(capture_kinds: tuple[str, ...]) -> bool:
@@ -148,9 +152,35 @@ def handoff_index(body: list[cst.BaseStatement]) -> int | None:
         if not m.matches(statement, m.If(test=NOT_LAST_RANK)):
             continue
         block = statement.body.body
-        if block and m.matches(block[-1], _handoff_return()):
+        if block and (m.matches(block[-1], _handoff_return()) or _built_handoff(block)):
             return index
     return None
+
+
+def _built_handoff(block: list[cst.BaseStatement]) -> bool:
+    """``name = residual_batch.to_pp(...).tensors`` once in the block, which then
+    adds entries and ends with ``return PPProxyTensors(name)`` (gemma4_causal)."""
+    last = block[-1]
+    if not m.matches(
+        last,
+        m.SimpleStatementLine(
+            body=[m.Return(value=m.Call(func=m.Name("PPProxyTensors"), args=[m.Arg(m.Name())]))]
+        ),
+    ):
+        return False
+    name = last.body[0].value.args[0].value.value
+    built = m.SimpleStatementLine(
+        body=[
+            m.Assign(
+                targets=[m.AssignTarget(m.Name(name))],
+                value=m.Attribute(
+                    value=m.Call(func=m.Attribute(attr=m.Name(HANDOFF_FUNC))),
+                    attr=m.Name("tensors"),
+                ),
+            )
+        ]
+    )
+    return sum(1 for statement in block if m.matches(statement, built)) == 1
 
 
 def _mentions(node: cst.CSTNode, name: str) -> bool:
@@ -243,16 +273,22 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         kind = GATHERED_KIND
         loop_index, loop_statement = holders[0]
         loop = inner[0]
-    if not m.matches(loop, m.For(target=m.Name())):
+    # A loop that enumerates the stage's slice of the stack (``family_entry_loops``).
+    enumerated = kind == ENTRY_KIND and is_enumerated_loop(loop)
+    if enumerated:
+        problem = enumerated_loop_problem(loop, aux_name)
+        if problem is not None:
+            return reject(problem)
+    elif not m.matches(loop, m.For(target=m.Name())):
         return reject("the capturing loop does not bind one loop variable")
-    if not m.matches(loop.iter, _STACK_RANGE):
+    elif not m.matches(loop.iter, _STACK_RANGE):
         narrowed = narrowed_range_problem(body, loop_index, loop)
         if narrowed is not None:
             return reject(
                 "the capturing loop is not `for i in range(self.start_layer, "
                 f"self.end_layer)` nor a range narrowed for two-batch overlap ({narrowed})"
             )
-    loop_var = loop.target.value
+    loop_var = loop.target.elements[0].value.value if enumerated else loop.target.value
     keyword = m.Arg(
         keyword=m.Name(CAPTURE_KEYWORD),
         value=m.IfExp(
@@ -264,7 +300,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             orelse=m.Name("None"),
         ),
     )
-    if kind == ENTRY_KIND and (
+    if kind == ENTRY_KIND and not enumerated and (
         len(m.findall(loop, keyword)) != 1 or len(m.findall(loop, capture_attr)) != 1
     ):
         return reject(
@@ -315,8 +351,11 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
 
     # The last stage may capture its own output (id == num_layers) after its layers,
     # in statements that test ``self.end_layer in self.<ids>``.
-    finals_top = [k for k, s in enumerate(after) if _final_capture(s, aux_name)]
-    finals_else = [k for k, s in enumerate(else_block) if _final_capture(s, aux_name)]
+    end_test = _end_test(body, handoff)
+    finals_top = [k for k, s in enumerate(after) if _final_capture(s, aux_name, end_test)]
+    finals_else = [
+        k for k, s in enumerate(else_block) if _final_capture(s, aux_name, end_test)
+    ]
     finals = [after[k] for k in finals_top] + [else_block[k] for k in finals_else]
     if finals_top and finals_else:
         return reject("the stage output is captured both inside and after the last-rank block")
@@ -330,7 +369,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         )
     ids_reads = m.findall(fn, SELF_IDS)
     ids_attrs = sorted({node.attr.value for node in ids_reads})
-    end_tests = sum(len(m.findall(s, _END_TEST)) for s in finals)
+    end_tests = sum(len(m.findall(s, end_test)) for s in finals)
     if len(ids_attrs) > 1 or len(ids_reads) != id_uses + end_tests:
         return reject(
             "reads capture ids outside the layer call and the stage-output capture "
@@ -389,11 +428,57 @@ _END_TEST = m.Comparison(
 )
 
 
-def _final_capture(statement: cst.CSTNode, aux_name: str) -> bool:
+#: ``num_layers = self.config.num_hidden_layers``: on the last stage ``num_layers in
+#: self.<ids>`` tests the same id as ``self.end_layer in self.<ids>`` (gemma4_causal).
+_TOTAL_LAYERS = m.SimpleStatementLine(
+    body=[
+        m.Assign(
+            targets=[m.AssignTarget(m.Name())],
+            value=m.Attribute(
+                value=m.Attribute(value=m.Name("self"), attr=m.Name("config")),
+                attr=m.Name("num_hidden_layers"),
+            ),
+        )
+    ]
+)
+
+
+def _end_test(body: list[cst.BaseStatement], handoff: int) -> m.BaseMatcherNode:
+    """The test of the last stage's output capture: ``self.end_layer in self.<ids>``,
+    or ``n in self.<ids>`` for a local ``n`` set once, before the handoff, to the
+    number of layers and never changed."""
+    names = [
+        statement.body[0].targets[0].target.value
+        for statement in body[:handoff]
+        if m.matches(statement, _TOTAL_LAYERS)
+    ]
+    totals = [
+        name
+        for name in dict.fromkeys(names)
+        if names.count(name) == 1
+        and sum(
+            1
+            for assign in m.findall(cst.IndentedBlock(body=body), m.Assign())
+            for target in assign.targets
+            if m.matches(target.target, m.Name(name))
+        )
+        == 1
+    ]
+    if not totals:
+        return _END_TEST
+    return _END_TEST | m.Comparison(
+        left=m.OneOf(*(m.Name(name) for name in totals)) if len(totals) > 1
+        else m.Name(totals[0]),
+        comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+    )
+
+
+def _final_capture(statement: cst.CSTNode, aux_name: str,
+                   end_test: m.BaseMatcherNode = _END_TEST) -> bool:
     """A statement that fills ``aux_name`` only when ``self.end_layer`` is a capture id."""
     return bool(
         m.findall(statement, m.Attribute(value=m.Name(aux_name), attr=m.Name()))
-        and m.findall(statement, _END_TEST)
+        and m.findall(statement, end_test)
     )
 
 

@@ -89,6 +89,10 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
 
     if family_entry.is_entry_forward(fn):
         return family_entry.analyse_forward(class_name, fn, line)
+    from codemods.upstream import family_snapshot
+
+    if family_snapshot.is_snapshot_forward(fn):
+        return family_snapshot.analyse_forward(class_name, fn, line)
     if not isinstance(fn.body, cst.IndentedBlock):
         return reject("forward has no block body")
     body = list(fn.body.body)

@@ -18,7 +18,9 @@ from codemods.upstream.family_entry import (
     ENTRY_PROXY_ARG,
     GATHERED_DESCRIPTION,
     GATHERED_KIND,
+    SNAPSHOT_KIND,
 )
+from codemods.upstream.family_snapshot import SNAPSHOT_DESCRIPTION
 
 #: How each capture kind is described in tables.
 CAPTURE_KINDS = {
@@ -29,6 +31,7 @@ CAPTURE_KINDS = {
     "boundaries": "layer boundaries (`start_layer`, then `i + 1` after layer `i`)",
     ENTRY_KIND: ENTRY_DESCRIPTION,
     GATHERED_KIND: GATHERED_DESCRIPTION,
+    SNAPSHOT_KIND: SNAPSHOT_DESCRIPTION,
 }
 
 

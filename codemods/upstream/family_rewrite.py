@@ -245,15 +245,20 @@ class _FamilyTransformer(cst.CSTTransformer):
 def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
     """Drop the non-last-rank early return; attach the transport at the end."""
     early = early_return_of(fn)
-    if early is None or shape.receiver is None or shape.pp_group is None:
+    if (early is None and shape.early_return) or shape.receiver is None or (
+        shape.pp_group is None
+    ):
         raise FamilyRewriteError(f"{shape.class_name}.{shape.hook} has no early return")
     docstring, rest = split_docstring(list(fn.body.body))
-    rest = rest[1:]
-    if not rest:
-        raise FamilyRewriteError(f"{shape.class_name}.{shape.hook} has nothing after the return")
-    # Comments above the removed return describe the hook: keep them.
-    leading = list(early.leading_lines) + _comments_only(rest[0].leading_lines)
-    rest[0] = rest[0].with_changes(leading_lines=leading)
+    if early is not None:
+        rest = rest[1:]
+        if not rest:
+            raise FamilyRewriteError(
+                f"{shape.class_name}.{shape.hook} has nothing after the return"
+            )
+        # Comments above the removed return describe the hook: keep them.
+        leading = list(early.leading_lines) + _comments_only(rest[0].leading_lines)
+        rest[0] = rest[0].with_changes(leading_lines=leading)
     pad = " " * METHOD_INDENT
     args = (shape.receiver, shape.pp_group)
     if shape.ids_attr != IDS_ATTR:

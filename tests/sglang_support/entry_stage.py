@@ -57,12 +57,20 @@ CLASSES = {
     "minimax_m2": ("MiniMaxM2ForCausalLM", "MiniMaxM2Model"),
     "glm4_moe": ("Glm4MoeForCausalLM", "Glm4MoeModel"),
     "glm4_moe_lite": ("Glm4MoeLiteForCausalLM", "Glm4MoeLiteModel"),
+    "nemotron_h": ("NemotronHForCausalLM", "NemotronHModel"),
+    "gemma4_causal": ("Gemma4ForCausalLM", "Gemma4TextModel"),
 }
+#: Decoder stacks that check their layers' types against a module-level tuple, and
+#: name their final norm otherwise than ``norm``.
+LAYER_TYPE_TUPLES = {"nemotron_h": "Layers"}
+NORM_ATTRIBUTES = {"nemotron_h": "norm_f"}
 #: Decoder-stack attributes a forward reads (its constructor is skipped): the layer
 #: range narrowed for two-batch overlap starts at the first MoE layer.
 STACK_ATTRIBUTES = {
     "glm4_moe": {"first_k_dense_replace": 0},
     "glm4_moe_lite": {"first_k_dense_replace": 0},
+    # No per-layer inputs (the stand-in embedding has none).
+    "gemma4_causal": {"project_per_layer_inputs": lambda embeds, per_layer: None},
 }
 HOOKS = {
     "eagle3": "set_eagle3_layers_to_capture",
@@ -81,6 +89,13 @@ class _EntryBoundary:
         residual_batch.start(forward_batch)
         return tensors["hidden_states"]
 
+    def capture_output(self, hidden_states: Any, forward_batch: Any) -> tuple:
+        """The explicit snapshot at layer entry (nemotron_h): the handle goes on, a
+        snapshot of the residual stream is captured."""
+        from sglang.srt.layers.layer_boundary.residual import batch as residual_batch
+
+        return hidden_states, residual_batch.snapshot(hidden_states, forward_batch)
+
 
 class StampEntryLayer(nn.Module):
     """``h -> h * 0.5 + stamp``; hands its input to ``capture_output`` at entry, as
@@ -94,6 +109,7 @@ class StampEntryLayer(nn.Module):
         super().__init__()
         self.layer_id = layer_id
         self.attn_boundary = _EntryBoundary()
+        self.boundary = self.attn_boundary
 
     def forward(self, positions=None, hidden_states=None, forward_batch=None, *extra,
                 capture_output=None, captured_last_layer_outputs=None, **kwargs):
@@ -184,7 +200,12 @@ def entry_stage_factory(spec: dict, pp_rank: int, pp_size: int,
     )
     model.layers = stage_layers(num_layers, start, end, PPMissingLayer, StampEntryLayer)
     model.start_layer, model.end_layer = start, end
-    model.norm = StandInNorm() if group.is_last_rank else PPMissingLayer(return_tuple=True)
+    norm = StandInNorm() if group.is_last_rank else PPMissingLayer(return_tuple=True)
+    setattr(model, NORM_ATTRIBUTES.get(name, "norm"), norm)
+    if name in LAYER_TYPE_TUPLES:
+        known = getattr(module, LAYER_TYPE_TUPLES[name])
+        if StampEntryLayer not in known:
+            setattr(module, LAYER_TYPE_TUPLES[name], (*known, StampEntryLayer))
     model.layers_to_capture = []
     for attribute, value in STACK_ATTRIBUTES.get(name, {}).items():
         setattr(model, attribute, value)

@@ -72,6 +72,13 @@ class StandInBoundary:
         residual_batch.start(forward_batch)
         return tensors["hidden_states"]
 
+    def capture_output(self, hidden_states, forward_batch):
+        """``layer.boundary.capture_output`` of stacks that snapshot the stream at
+        layer entry: the handle goes on, the snapshot is captured."""
+        from sglang.srt.layers.layer_boundary.residual import batch as residual_batch
+
+        return hidden_states, residual_batch.snapshot(hidden_states, forward_batch)
+
 
 class StandInLayer(nn.Module):
     """A decoder layer with SGLang's calling convention and deterministic math."""
@@ -83,6 +90,7 @@ class StandInLayer(nn.Module):
         self.weight = nn.Parameter(weight / HIDDEN_SIZE**0.5, requires_grad=False)
         self.returns = returns
         self.attn_boundary = StandInBoundary()
+        self.boundary = self.attn_boundary
         self.entry = entry
 
     def forward(
@@ -165,6 +173,7 @@ def _forward_batch(tokens: int):
         capture_hidden_mode=SimpleNamespace(need_capture=lambda: True),
         can_run_tbo=False,
         contains_mm_inputs=lambda: False,
+        contains_image_inputs=lambda: False,
         input_embeds=None,
         forward_mode=mode,
         return_hidden_states_before_norm=False,
@@ -193,6 +202,10 @@ STACK_ATTRIBUTES = {
         flashinfer_mnnvl_cutedsl_fusion=None, hidden_size=HIDDEN_SIZE
     ),
     "BailingMoELinearModel": dict(capture_aux_hidden_states=False),
+    # No per-layer embeddings (PLE): the real helpers return None.
+    "Gemma4TextModel": dict(
+        embed_tokens_per_layer=None, per_layer_model_projection=None
+    ),
     "MiniMaxM3Model": dict(finalize_norm=None),
     "Qwen3LLMModel": dict(
         use_hf_deepstack_order=False,
@@ -216,8 +229,15 @@ STACK_ATTRIBUTES = {
 LAYER_TYPE_TUPLES = {"NemotronHModel": "Layers"}
 #: Causal-LM attributes some forwards read (their __init__ is skipped).
 OUTER_ATTRIBUTES = dict(
-    is_mrope_enabled=False, _is_multimodal=False, language_model_only=True
+    is_mrope_enabled=False,
+    _is_multimodal=False,
+    language_model_only=True,
+    lm_head_is_tied=False,
 )
+#: Causal-LM classes that hold the decoder stack as ``language_model``.
+LANGUAGE_MODEL_OUTERS = {"Gemma4ForConditionalGeneration"}
+#: Causal-LM classes that take exactly one of input_ids and input_embeds.
+IDS_ONLY_OUTERS = {"Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"}
 #: Modules whose decoder layers return (hidden_states, residual, extra).
 THREE_OUTPUT_LAYERS = {"DeepseekV2Model", "Glm5NextModel"}
 #: Modules whose decoder layers return four values (mHC).
@@ -282,6 +302,10 @@ def build_model(case, pp_rank: int, pp_size: int, group):
         tie_word_embeddings=False,
         encoder_only=False,
         mhc=False,
+        pad_token_id=0,
+        image_token_id=-1,  # multimodal token ids no stand-in input holds
+        video_token_id=-2,
+        audio_token_id=-3,
     )
     config.text_config = config
 
@@ -325,6 +349,8 @@ def build_model(case, pp_rank: int, pp_size: int, group):
     outer.config = config
     outer.pp_group = pp_group
     outer.model = inner
+    if outer_cls.__name__ in LANGUAGE_MODEL_OUTERS:
+        outer.language_model = inner
     outer.capture_aux_hidden_states = False
     outer.logits_processor = RecordingLogitsProcessor()
     outer.lm_head = nn.Identity()
@@ -348,7 +374,8 @@ def run_forward(model, tokens: int, proxy):
     # input_embeds or by its own embedding layer: the same values both ways.
     input_ids = torch.arange(tokens, dtype=torch.long) + 7 * tokens
     for name in ("input_embeds", "inputs_embeds"):
-        if name in parameters and model.pp_group.is_first_rank:
+        ids_only = type(model).__name__ in IDS_ONLY_OUTERS
+        if name in parameters and model.pp_group.is_first_rank and not ids_only:
             kwargs[name] = StandInEmbedding()(input_ids)
     positions = torch.arange(tokens)
     with torch.no_grad():

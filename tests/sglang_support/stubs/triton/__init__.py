@@ -8,6 +8,7 @@ that can be called, indexed or read further.  Submodules (``triton.language``,
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import sys
@@ -79,10 +80,27 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return module
 
     def exec_module(self, module):
+        if module.__name__ == "triton.runtime":
+            module.driver = _Driver()
         return None
+
+
+class _ActiveDriver(_Placeholder):
+    """``triton.runtime.driver.active``: reports the CPU as the current target, so
+    modules that pick a torch device library from the triton backend at import
+    (``getattr(torch, backend)``) get ``torch.cpu``."""
+
+    def get_current_target(self):
+        return types.SimpleNamespace(backend="cpu", arch=0, warp_size=32)
+
+
+class _Driver:
+    def __init__(self) -> None:
+        self.active = _ActiveDriver("triton.runtime.driver.active")
 
 
 if not any(isinstance(finder, _StubFinder) for finder in sys.meta_path):
     sys.meta_path.insert(0, _StubFinder())
 
 __getattr__ = _module_getattr("triton")
+runtime = importlib.import_module("triton.runtime")
