@@ -3,7 +3,8 @@
 ``generate(root, mode, models)`` detects the tree (``tree.py``), rewrites
 ``srt/models/kimi_linear.py`` (``kimi.py``) and every model file of the capture-hook family
 (``family.py``, ``family_patch.py``: the model files, the glue module and a family test),
-and adds two new files:
+relaxes SGLang's server-arg validation for the models it patches (``validation.py``, the
+last change), and adds two new files:
 
 * the PP transport module, this package's ``pp_aux_transport.py`` read as package data, at
   ``<package>/srt/distributed/pp_aux_transport.py``;
@@ -27,6 +28,7 @@ from codemods.upstream.family import FamilyPlan
 from codemods.upstream.family_patch import family_changes, plan_for_tree
 from codemods.upstream.patchfile import FileChange, changed_paths, render_patch
 from codemods.upstream.tree import SGLangTree, detect_tree
+from codemods.upstream.validation import validation_changes
 
 TRANSPORT_RESOURCE = "pp_aux_transport.py"
 TEST_RESOURCE = "templates/test_pp_aux_capture.py"
@@ -119,4 +121,9 @@ def generate(root: str | Path, mode: str = "relay",
         ]
     present = {change.path for change in result.changes}
     result.changes += [change for change in family_changes_ if change.path not in present]
+    # Server-arg validation last: it accepts what the model changes above make safe.
+    validation = validation_changes(tree, family)
+    result.notes += list(validation.notes)
+    if validation.change is not None and validation.change.changed:
+        result.changes.append(validation.change)
     return result
