@@ -14,7 +14,8 @@ last change), and adds two new files:
 
 The result's ``patch`` is the git-style patch text (``patchfile.py``), empty when the tree is
 already patched.  A tree whose model file already carries DSPARK captures across PP (SGLang
-0.5.21+) gets status ``supported`` and no changes at all.
+0.5.21+) gets status ``supported``; its relay is only made to raise on a missing or mismatched
+handoff entry (``dspark_relay.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from codemods.upstream import kimi
+from codemods.upstream import dspark_relay, kimi
 from codemods.upstream.family import FamilyPlan
 from codemods.upstream.family_patch import family_changes, plan_for_tree
 from codemods.upstream.patchfile import FileChange, changed_paths, render_patch
@@ -119,6 +120,12 @@ def generate(root: str | Path, mode: str = "relay",
                        package_text(TRANSPORT_RESOURCE)),
             FileChange(test_path, tree.read_text(test_path), package_text(TEST_RESOURCE)),
         ]
+    if source is not None and result.status == kimi.SUPPORTED:
+        # SGLang's own DSPARK relay (0.5.21+): a missing or mismatched entry must raise.
+        relayed = dspark_relay.rewrite(source, str(tree.file(model_path)))
+        if relayed != source:
+            result.changes.append(FileChange(model_path, source, relayed))
+            result.notes.append(f"{model_path}: {dspark_relay.NOTE}")
     present = {change.path for change in result.changes}
     result.changes += [change for change in family_changes_ if change.path not in present]
     # Server-arg validation last: it accepts what the model changes above make safe.
