@@ -7,7 +7,8 @@ applies to a copy of it, is empty on the patched copy (idempotent), and the patc
 hands the logits processor exactly the aux states of the PP=1 run, both in a forked drive
 and through the ``codemods.ppcheck`` harness.  The same drive of the
 unpatched module fails: ``NotImplementedError`` from the setter, and fewer aux states when
-the ids are stored past the guard.  0.5.21 is reported as already supported.
+the ids are stored past the guard.  0.5.21 is reported as already supported (only its
+relay's check of the handoff entry is patched).
 """
 
 from __future__ import annotations
@@ -109,14 +110,18 @@ def test_release_0_5_21_is_reported_as_supported(sglang_release, tmp_path):
     outcome = CliRunner().invoke(cli, ["upstream-patch", str(release), "-o", str(out),
                                        "--pr-body", str(body), "--models", "kimi_linear"])
     assert outcome.exit_code == 0, outcome.output
-    assert "already supports DSPARK aux capture under PP; no patch written" in outcome.output
+    assert ("already supports DSPARK aux capture under PP; only its relay's checks are "
+            "patched") in outcome.output
     assert "dspark_hidden_states" in outcome.output
-    assert not out.exists() and not body.exists()
-    # With the whole family, Kimi-Linear is still reported and kept out of the patch.
+    # Only the relay's check of its handoff entry (tests/test_upstream_dspark_relay_releases.py).
+    patch = out.read_text()
+    assert patch.count("diff --git") == 1 and "_relayed_dspark_hidden_states" in patch
+    assert body.exists()
+    # With the whole family, Kimi-Linear is still reported; its relay check is in the patch.
     outcome = CliRunner().invoke(cli, ["upstream-patch", str(release), "-o", str(out)])
     assert outcome.exit_code == 0, outcome.output
-    assert "already supports DSPARK aux capture under PP; it is left out" in outcome.output
-    assert out.exists() and "kimi_linear.py" not in out.read_text()
+    assert "already supports DSPARK aux capture under PP; only its relay" in outcome.output
+    assert "kimi_linear.py" in out.read_text()
 
 
 @pytest.mark.timeout(300)

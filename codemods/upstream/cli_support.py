@@ -80,7 +80,10 @@ def run_upstream_patch(root: str, output: str | None, pr_body: str | None, mode:
     where = result.tree.describe()
     report_family(result)
     if result.status == kimi.SUPPORTED:
-        done = "no patch written" if not result.changes else "it is left out of the patch"
+        if result.model_path in result.changed:
+            done = "only its relay's checks are patched"
+        else:
+            done = "no patch written" if not result.changes else "it is left out of the patch"
         _say(f"{where}: {result.model_path} already supports DSPARK aux capture under PP; "
              f"{done}.")
         for note in result.notes:

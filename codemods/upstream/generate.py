@@ -3,7 +3,8 @@
 ``generate(root, mode, models)`` detects the tree (``sglang_tree.py``), rewrites
 ``srt/models/kimi_linear.py`` (``kimi.py``) and every model file of the capture-hook family
 (``family.py``, ``family_patch.py``: the model files, the glue module and a family test),
-and adds two new files:
+relaxes SGLang's server-arg validation for the models it patches (``validation.py``, the
+last change), and adds two new files:
 
 * the PP transport module, this package's ``pp_aux_transport.py`` read as package data, at
   ``<package>/srt/distributed/pp_aux_transport.py``;
@@ -13,7 +14,8 @@ and adds two new files:
 
 The result's ``patch`` is the git-style patch text (``patchfile.py``), empty when the tree is
 already patched.  A tree whose model file already carries DSPARK captures across PP (SGLang
-0.5.21+) gets status ``supported`` and no changes at all.
+0.5.21+) gets status ``supported``; its relay is only made to raise on a missing or mismatched
+handoff entry (``dspark_relay.py``).
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from codemods.upstream import kimi
+from codemods.upstream import dspark_relay, kimi
 from codemods.upstream.family import FamilyPlan
 from codemods.upstream.family_patch import family_changes, plan_for_tree
 from codemods.upstream.patchfile import FileChange, changed_paths, render_patch
 from codemods.upstream.sglang_tree import SGLangTree, detect_tree
+from codemods.upstream.validation import validation_changes
 
 TRANSPORT_RESOURCE = "pp_aux_transport.py"
 TEST_RESOURCE = "templates/test_pp_aux_capture.py"
@@ -117,6 +120,17 @@ def generate(root: str | Path, mode: str = "relay",
                        package_text(TRANSPORT_RESOURCE)),
             FileChange(test_path, tree.read_text(test_path), package_text(TEST_RESOURCE)),
         ]
+    if source is not None and result.status == kimi.SUPPORTED:
+        # SGLang's own DSPARK relay (0.5.21+): a missing or mismatched entry must raise.
+        relayed = dspark_relay.rewrite(source, str(tree.file(model_path)))
+        if relayed != source:
+            result.changes.append(FileChange(model_path, source, relayed))
+            result.notes.append(f"{model_path}: {dspark_relay.NOTE}")
     present = {change.path for change in result.changes}
     result.changes += [change for change in family_changes_ if change.path not in present]
+    # Server-arg validation last: it accepts what the model changes above make safe.
+    validation = validation_changes(tree, family)
+    result.notes += list(validation.notes)
+    if validation.change is not None and validation.change.changed:
+        result.changes.append(validation.change)
     return result

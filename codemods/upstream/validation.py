@@ -1,0 +1,266 @@
+"""Relax SGLang's server-argument validation where the patch makes PP capture safe.
+
+SGLang refuses speculative decoding with pipeline parallelism before any model code runs
+(``srt/arg_groups/validation_hook.py``).  From 0.5.21 its ``check_pipeline_parallel_compat``
+lets EAGLE (not multi-layer) through on two paths: the aggregate PP relay under
+``SGLANG_ENABLE_PP_SPEC`` (the EAGLE worker tail-drafts on the last stage) and PD prefill
+(``disaggregation-mode=prefill``); DSPARK only on PD prefill.  EAGLE3 and DFLASH are refused,
+and 0.5.23's ``handle_aux_hidden_state_capture`` refuses ``--enable-return-aux-hidden-states``
+with PP because the capture hooks only saw the last stage's layers.
+
+Once a model file carries its captures across stages (the capture-hook family patch), those
+refusals are no longer needed for that model.  This module edits the hook so that:
+
+* EAGLE3 follows EAGLE's paths (same EAGLE worker, same multi-layer and relay conditions),
+  for the architectures whose EAGLE3 hook the patch rewrote;
+* DFLASH follows DSPARK's path (PD prefill, not ``SGLANG_ENABLE_PP_SPEC``: the aggregate relay
+  carries an EAGLE-shaped tree only), for the architectures whose DFLASH hook it rewrote;
+* ``--enable-return-aux-hidden-states`` with PP is accepted for those architectures and the
+  convention the patch covers.
+
+Every other refusal stays as it is, and an architecture the patch did not touch is refused
+exactly as before.  The architectures come from the ``EntryClass`` of each patched model file
+(the causal-LM classes with rewritten hooks and the classes of that file derived from them);
+the check reads ``model_config_of(cfg).hf_config.architectures`` only on the paths that used
+to be refused, so every accepted configuration of today validates as before.
+
+0.5.18-0.5.20 refuse every speculative algorithm with PP on GPU (there is no EAGLE path to
+follow), so their validation is left alone: :func:`validation_changes` returns nothing there.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from codemods.upstream.family import FamilyPlan
+from codemods.upstream.patchfile import FileChange
+from codemods.upstream.sglang_tree import SGLangTree
+
+MODULE = "sglang.srt.arg_groups.validation_hook"
+#: The capture hooks whose rewrite carries a speculative convention across PP.
+HOOK_METHODS = {
+    "set_eagle3_layers_to_capture": "EAGLE3",
+    "set_dflash_layers_to_capture": "DFLASH",
+    "set_dspark_layers_to_capture": "DSPARK",
+}
+TABLE_NAME = "_PP_AUX_CAPTURE_ARCHITECTURES"
+HELPER_NAME = "_pp_aux_capture_supported"
+
+
+class ValidationShapeError(ValueError):
+    """The validation hook does not have the shape this module edits."""
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    change: FileChange | None
+    #: architecture -> capture conventions accepted with PP
+    architectures: dict[str, tuple[str, ...]]
+    notes: tuple[str, ...] = ()
+
+
+_EAGLE_CHECK = '''\
+    elif cfg.speculative_algorithm is not None:
+        assert (
+            cfg.speculative_algorithm.upper() == "EAGLE"
+            and not cfg.enable_multi_layer_eagle
+        ), (
+'''
+
+_EAGLE_CHECK_NEW = '''\
+    elif (
+        cfg.speculative_algorithm is not None
+        and cfg.speculative_algorithm.upper() == "DFLASH"
+        and {helper}(cfg, "DFLASH")
+    ):
+        # The target relays DFLASH's aux hidden states to the last stage; like DSPARK,
+        # the draft runs there on PD prefill.
+        assert cfg.disaggregation_mode == "prefill", (
+            "Pipeline parallel DFLASH requires disaggregation-mode=prefill"
+        )
+        assert not envs.SGLANG_ENABLE_PP_SPEC.get(), (
+            "SGLANG_ENABLE_PP_SPEC does not support DFLASH PD prefill"
+        )
+    elif cfg.speculative_algorithm is not None:
+        # EAGLE3 runs on the EAGLE worker; it needs the aux hidden states of every
+        # stage, which the target model relays to the last stage.
+        algorithm = cfg.speculative_algorithm.upper()
+        eagle_worker = algorithm == "EAGLE" or (
+            algorithm == "EAGLE3" and {helper}(cfg, "EAGLE3")
+        )
+        assert eagle_worker and not cfg.enable_multi_layer_eagle, (
+'''
+
+_EAGLE_MESSAGE = '''\
+            "Pipeline parallelism currently only supports EAGLE "
+            "(non-multi-layer) speculative decoding"
+'''
+
+_EAGLE_MESSAGE_NEW = '''\
+            "Pipeline parallelism currently only supports EAGLE "
+            "(non-multi-layer) speculative decoding, and EAGLE3 or DFLASH for "
+            "models that relay aux hidden states across pipeline stages"
+'''
+
+_AUX_FLAG_CHECK = """\
+    if cfg.pp_size != 1:
+        raise ValueError(
+            "--enable-return-aux-hidden-states only supports pp_size == 1: the "
+            "capture hooks only see the layers on the last pipeline rank."
+        )
+"""
+
+_AUX_FLAG_CHECK_NEW = """\
+    if cfg.pp_size != 1 and not {helper}(cfg, method):
+        raise ValueError(
+            "--enable-return-aux-hidden-states only supports pp_size == 1 for this "
+            "model: its capture hooks only see the layers on the last pipeline rank."
+        )
+"""
+
+_ANCHOR = "def check_pipeline_parallel_compat(cfg: Any) -> None:\n"
+
+
+def render_table(architectures: dict[str, tuple[str, ...]]) -> str:
+    """The table and helper inserted before ``check_pipeline_parallel_compat`` (black)."""
+    lines = [
+        "# Architectures whose model files relay aux hidden-state captures from every",
+        "# pipeline stage to the last one, with the capture conventions they relay.",
+        f"{TABLE_NAME} = {{",
+    ]
+    for arch, methods in sorted(architectures.items()):
+        quoted = ", ".join(f'"{m}"' for m in methods)
+        if len(methods) == 1:
+            quoted += ","
+        entry = f'    "{arch}": ({quoted}),'
+        if len(entry) > 88:
+            lines += [f'    "{arch}": (']
+            lines += [f'        "{m}",' for m in methods]
+            lines += ["    ),"]
+        else:
+            lines.append(entry)
+    lines += [
+        "}",
+        "",
+        "",
+        f"def {HELPER_NAME}(cfg: Any, method: str) -> bool:",
+        '    """Whether the target model relays the aux hidden states of ``method``',
+        '    (EAGLE3, DFLASH or DSPARK) from every pipeline stage to the last one."""',
+        "    from sglang.srt.arg_groups.model_override_base import model_config_of",
+        "",
+        "    hf_config = model_config_of(cfg).hf_config",
+        '    architectures = getattr(hf_config, "architectures", None) or []',
+        f"    supported = {TABLE_NAME}",
+        "    return any(method in supported.get(arch, ()) for arch in architectures)",
+        "",
+        "",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def relax(source: str, architectures: dict[str, tuple[str, ...]], filename: str) -> str:
+    """``validation_hook.py`` text with the refusals relaxed for ``architectures``.
+
+    Raises :class:`ValidationShapeError` (naming ``filename``) when the hook lacks the
+    EAGLE branch of ``check_pipeline_parallel_compat``; the aux-hidden-states refusal is
+    relaxed only where the release has it (0.5.23+).
+    """
+    if TABLE_NAME in source:
+        return source
+    for needle, what in ((_ANCHOR, "check_pipeline_parallel_compat"),
+                         (_EAGLE_CHECK, "its EAGLE-only speculative check"),
+                         (_EAGLE_MESSAGE, "its EAGLE-only message")):
+        if source.count(needle) != 1:
+            raise ValidationShapeError(
+                f"{filename}: cannot relax PP validation: {what} not found once"
+            )
+    helper = HELPER_NAME
+    text = source.replace(_ANCHOR, render_table(architectures) + _ANCHOR)
+    text = text.replace(_EAGLE_CHECK, _EAGLE_CHECK_NEW.format(helper=helper))
+    text = text.replace(_EAGLE_MESSAGE, _EAGLE_MESSAGE_NEW)
+    if text.count(_AUX_FLAG_CHECK) == 1:
+        text = text.replace(_AUX_FLAG_CHECK, _AUX_FLAG_CHECK_NEW.format(helper=helper))
+    return text
+
+
+def _entry_classes(module: ast.Module) -> list[str]:
+    for node in module.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets
+        ):
+            value = node.value
+            items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
+            return [item.id for item in items if isinstance(item, ast.Name)]
+    return []
+
+
+def _local_bases(module: ast.Module) -> dict[str, list[str]]:
+    bases: dict[str, list[str]] = {}
+    for node in module.body:
+        if isinstance(node, ast.ClassDef):
+            bases[node.name] = [b.id for b in node.bases if isinstance(b, ast.Name)]
+    return bases
+
+
+def _derives(name: str, roots: set[str], bases: dict[str, list[str]]) -> bool:
+    seen: set[str] = set()
+    stack = [name]
+    while stack:
+        current = stack.pop()
+        if current in roots:
+            return True
+        if current in seen:
+            continue
+        seen.add(current)
+        stack += bases.get(current, [])
+    return False
+
+
+def patched_architectures(plan: FamilyPlan, texts: dict[str, str]) -> dict[str, tuple[str, ...]]:
+    """architecture -> conventions, over the patched files of ``plan``.
+
+    ``texts`` maps a model file name (``llama.py``) to its source.  An ``EntryClass``
+    member counts when it is, or derives in that file from, a causal-LM class whose hooks
+    the patch rewrote; it gets the conventions of those hooks.
+    """
+    result: dict[str, set[str]] = {}
+    for decision in plan.decisions.values():
+        if not decision.patched or decision.file not in texts:
+            continue
+        module = ast.parse(texts[decision.file])
+        bases = _local_bases(module)
+        for outer, _stack, hooks in decision.cases:
+            methods = {HOOK_METHODS[h] for h in hooks if h in HOOK_METHODS}
+            if not methods:
+                continue
+            for entry in _entry_classes(module):
+                if _derives(entry, {outer}, bases):
+                    result.setdefault(entry, set()).update(methods)
+    return {arch: tuple(sorted(methods)) for arch, methods in sorted(result.items())}
+
+
+def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationResult:
+    """The change to ``validation_hook.py`` for the models ``plan`` patches (none when it
+    patches none with an EAGLE3/DFLASH/DSPARK hook, or the release has no PP EAGLE path)."""
+    if plan is None:
+        return ValidationResult(None, {})
+    texts = {}
+    for decision in plan.decisions.values():
+        if decision.patched:
+            path = tree.module_path(f"sglang.srt.models.{decision.name}")
+            text = tree.read_text(path)
+            if text is not None:
+                texts[decision.file] = text
+    architectures = patched_architectures(plan, texts)
+    if not architectures:
+        return ValidationResult(None, {})
+    path = tree.module_path(MODULE)
+    source = tree.read_text(path)
+    if source is None or _ANCHOR not in source:
+        return ValidationResult(None, architectures, (
+            f"{path}: no check_pipeline_parallel_compat; server-arg validation left as is "
+            "(this release refuses speculative decoding with PP on GPU)",
+        ))
+    new = relax(source, architectures, str(tree.file(path)))
+    return ValidationResult(FileChange(path, source, new), architectures)

@@ -1,0 +1,134 @@
+"""Run the real server-arg validation of an SGLang tree on PP + speculative configurations.
+
+Usage: ``python -m sglang_support.validation_check`` under ``env.sglang_env(tree)``.
+Prints one JSON object: case name -> ``"accepted"`` or ``"refused: <message>"``.
+
+Each case is a server-args record (a namespace, as SGLang's own fixtures use) with the
+model configuration supplied the way ``model_config_of`` accepts a fixture's (an
+``_model_config`` without a build key), so the check reads the architecture without
+loading a checkpoint.  ``check_pipeline_parallel_compat`` (0.5.21+) is called as
+``check_server_args`` calls it, with a resolving view; ``handle_aux_hidden_state_capture``
+(0.5.23+) with the record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+
+from sglang.srt.arg_groups import validation_hook
+from sglang.srt.arg_groups.overrides import resolving_view
+
+PATCHED_ARCH = "LlamaForCausalLM"
+#: A target whose model file the patch does not touch.
+OTHER_ARCH = "KimiLinearForCausalLM"
+
+
+def server_args(arch: str = PATCHED_ARCH, **fields) -> SimpleNamespace:
+    base = dict(
+        pp_size=2,
+        disable_overlap_schedule=True,
+        speculative_algorithm=None,
+        enable_multi_layer_eagle=False,
+        disaggregation_mode="null",
+        speculative_adaptive=False,
+        enable_dp_attention=False,
+        attn_dp_size=1,
+        ep_join_mode="none",
+        min_free_slots_delay=None,
+        enable_return_aux_hidden_states=False,
+        return_aux_hidden_state_layer_ids=None,
+        speculative_draft_model_path=None,
+        model_path="/models/target",
+    )
+    base.update(fields)
+    record = SimpleNamespace(**base)
+    record._model_config = SimpleNamespace(hf_config=SimpleNamespace(architectures=[arch]))
+    return record
+
+
+def _outcome(call, record, pp_spec: bool) -> str:
+    previous = os.environ.pop("SGLANG_ENABLE_PP_SPEC", None)
+    if pp_spec:
+        os.environ["SGLANG_ENABLE_PP_SPEC"] = "1"
+    try:
+        call(record)
+    except (AssertionError, ValueError) as exc:
+        return f"refused: {exc}"
+    finally:
+        os.environ.pop("SGLANG_ENABLE_PP_SPEC", None)
+        if previous is not None:
+            os.environ["SGLANG_ENABLE_PP_SPEC"] = previous
+    return "accepted"
+
+
+def _pp_compat(record) -> None:
+    validation_hook.check_pipeline_parallel_compat(resolving_view(record))
+
+
+#: name -> (server-args fields, SGLANG_ENABLE_PP_SPEC)
+PP_CASES = {
+    "eagle_pp_spec": (dict(speculative_algorithm="EAGLE"), True),
+    "eagle_prefill": (dict(speculative_algorithm="EAGLE", disaggregation_mode="prefill"), False),
+    "eagle3_pp_spec": (dict(speculative_algorithm="EAGLE3"), True),
+    "eagle3_prefill": (dict(speculative_algorithm="EAGLE3", disaggregation_mode="prefill"),
+                       False),
+    "dflash_prefill": (dict(speculative_algorithm="DFLASH", disaggregation_mode="prefill"),
+                       False),
+    # The refusals that stay.
+    "eagle3_other_model": (dict(speculative_algorithm="EAGLE3", arch=OTHER_ARCH,
+                                disaggregation_mode="prefill"), False),
+    "dflash_other_model": (dict(speculative_algorithm="DFLASH", arch=OTHER_ARCH,
+                                disaggregation_mode="prefill"), False),
+    "eagle3_aggregate_without_pp_spec": (dict(speculative_algorithm="EAGLE3"), False),
+    "eagle3_multi_layer": (dict(speculative_algorithm="EAGLE3", enable_multi_layer_eagle=True,
+                                disaggregation_mode="prefill"), False),
+    "eagle3_pp_spec_adaptive": (dict(speculative_algorithm="EAGLE3",
+                                     speculative_adaptive=True), True),
+    "eagle3_pp_spec_prefill": (dict(speculative_algorithm="EAGLE3",
+                                    disaggregation_mode="prefill"), True),
+    "eagle3_overlap": (dict(speculative_algorithm="EAGLE3", disable_overlap_schedule=False,
+                            disaggregation_mode="prefill"), False),
+    "dflash_aggregate": (dict(speculative_algorithm="DFLASH"), False),
+    "dflash_pp_spec": (dict(speculative_algorithm="DFLASH"), True),
+    "dflash_pp_spec_prefill": (dict(speculative_algorithm="DFLASH",
+                                    disaggregation_mode="prefill"), True),
+    "ngram": (dict(speculative_algorithm="NGRAM", disaggregation_mode="prefill"), False),
+    "min_free_slots_delay": (dict(speculative_algorithm="EAGLE3", min_free_slots_delay=5,
+                                  disaggregation_mode="prefill"), False),
+}
+
+#: ``--enable-return-aux-hidden-states`` with PP (0.5.23+).
+AUX_CASES = {
+    "aux_eagle3": dict(speculative_algorithm="EAGLE3"),
+    "aux_dflash": dict(speculative_algorithm="DFLASH", return_aux_hidden_state_layer_ids=[1, 4]),
+    # The refusals that stay.
+    "aux_eagle3_other_model": dict(speculative_algorithm="EAGLE3", arch=OTHER_ARCH),
+    "aux_dspark_not_relayed": dict(speculative_algorithm="DSPARK",
+                                   return_aux_hidden_state_layer_ids=[1, 4]),
+    "aux_dflash_without_ids": dict(speculative_algorithm="DFLASH"),
+    "aux_with_draft": dict(speculative_algorithm="EAGLE3", speculative_draft_model_path="/d"),
+    "aux_ngram": dict(speculative_algorithm="NGRAM"),
+}
+
+
+def main() -> None:
+    results = {}
+    for name, (fields, pp_spec) in PP_CASES.items():
+        fields = dict(fields)
+        record = server_args(fields.pop("arch", PATCHED_ARCH), **fields)
+        results[name] = _outcome(_pp_compat, record, pp_spec)
+    if hasattr(validation_hook, "handle_aux_hidden_state_capture"):
+        for name, fields in AUX_CASES.items():
+            fields = dict(fields)
+            record = server_args(fields.pop("arch", PATCHED_ARCH),
+                                 enable_return_aux_hidden_states=True, **fields)
+            results[name] = _outcome(
+                validation_hook.handle_aux_hidden_state_capture, record, False
+            )
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

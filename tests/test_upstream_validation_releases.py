@@ -1,0 +1,105 @@
+"""The relaxed server-arg validation on the real SGLang 0.5.21-0.5.23 wheels.
+
+The patch for llama (whose EAGLE3 and DFLASH hooks it rewrites) passes ``git apply
+--check`` on the release and is applied to a copy.  The real ``check_pipeline_parallel_compat``
+of the patched copy, imported on CPU, accepts EAGLE3 with PP on EAGLE's two paths
+(``SGLANG_ENABLE_PP_SPEC`` and PD prefill) and DFLASH with PP on PD prefill, for a Llama
+target; every other refusal still refuses (another target model, multi-layer EAGLE, the
+overlap schedule, the ``SGLANG_ENABLE_PP_SPEC`` conditions, NGRAM, ``--min-free-slots-delay``).
+On 0.5.23 ``handle_aux_hidden_state_capture`` accepts ``--enable-return-aux-hidden-states``
+with PP for Llama and keeps its other refusals.  The release's own validation refuses
+EAGLE3/DFLASH with PP.  0.5.18-0.5.20 refuse every speculative algorithm with PP on GPU and
+their validation is not patched.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sglang_support.env import run_python, sglang_tree
+from sglang_support.family_check import patched_copy
+
+from codemods.upstream.generate import generate
+from codemods.upstream.validation import MODULE
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+RELEASES = ("0.5.21", "0.5.22", "0.5.23")
+ACCEPTED = {"eagle_pp_spec", "eagle_prefill", "eagle3_pp_spec", "eagle3_prefill",
+            "dflash_prefill"}
+#: case -> the refusal that must remain (a part of its message).
+STILL_REFUSED = {
+    "eagle3_other_model": "only supports EAGLE",
+    "dflash_other_model": "only supports EAGLE",
+    "eagle3_aggregate_without_pp_spec": "only supported on prefill nodes",
+    "eagle3_multi_layer": "only supports EAGLE",
+    "eagle3_pp_spec_adaptive": "--speculative-adaptive",
+    "eagle3_pp_spec_prefill": "SGLANG_ENABLE_PP_SPEC is not compatible with --disaggregation",
+    "eagle3_overlap": "overlap schedule",
+    "dflash_aggregate": "DFLASH requires disaggregation-mode=prefill",
+    "dflash_pp_spec": "DFLASH requires disaggregation-mode=prefill",
+    "dflash_pp_spec_prefill": "does not support DFLASH PD prefill",
+    "ngram": "only supports EAGLE",
+    "min_free_slots_delay": "--min-free-slots-delay",
+}
+AUX_ACCEPTED = {"aux_eagle3", "aux_dflash"}
+AUX_STILL_REFUSED = {
+    "aux_eagle3_other_model": "only supports pp_size == 1",
+    "aux_dspark_not_relayed": "only supports pp_size == 1",
+    "aux_dflash_without_ids": "requires --return-aux-hidden-state-layer-ids",
+    "aux_with_draft": "drop --speculative-draft-model-path",
+    "aux_ngram": "to name the capture convention",
+}
+
+
+def _validate(root) -> dict[str, str]:
+    proc = run_python(["-m", "sglang_support.validation_check"], root, timeout=600)
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return json.loads(lines[-1])
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def release(request):
+    return request.param, sglang_tree(request.param)
+
+
+def test_patched_validation_accepts_eagle3_and_dflash_with_pp(release, tmp_path):
+    version, root = release
+    result, copy = patched_copy(root, tmp_path / "patched", models=["llama"])
+    path = result.tree.module_path(MODULE)
+    assert result.changed[-1] == path, "the validation change comes last"
+    outcomes = _validate(copy)
+    for case in ACCEPTED:
+        assert outcomes[case] == "accepted", (version, case, outcomes[case])
+    for case, message in STILL_REFUSED.items():
+        assert outcomes[case].startswith("refused:") and message in outcomes[case], (
+            version, case, outcomes[case])
+    if version >= "0.5.23":
+        for case in AUX_ACCEPTED:
+            assert outcomes[case] == "accepted", (version, case, outcomes[case])
+        for case, message in AUX_STILL_REFUSED.items():
+            assert outcomes[case].startswith("refused:") and message in outcomes[case], (
+                version, case, outcomes[case])
+    else:
+        assert not AUX_ACCEPTED & set(outcomes)
+
+
+def test_release_validation_refuses_eagle3_and_dflash_with_pp(release):
+    version, root = release
+    outcomes = _validate(root)
+    assert outcomes["eagle_prefill"] == "accepted"
+    assert outcomes["eagle_pp_spec"] == "accepted"
+    for case in ACCEPTED - {"eagle_prefill", "eagle_pp_spec"}:
+        assert outcomes[case].startswith("refused:"), (version, case, outcomes[case])
+    if version >= "0.5.23":
+        for case in AUX_ACCEPTED:
+            assert "only supports pp_size == 1" in outcomes[case], (version, outcomes[case])
+
+
+@pytest.mark.parametrize("version", ("0.5.18", "0.5.20"))
+def test_releases_without_a_pp_eagle_path_keep_their_validation(version):
+    result = generate(sglang_tree(version), models=["llama"])
+    assert result.tree.module_path(MODULE) not in result.changed
+    assert any("validation left as is" in note for note in result.notes)
