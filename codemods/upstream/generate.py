@@ -6,7 +6,8 @@
 and adds two new files:
 
 * the PP transport module, this package's ``pp_aux_transport.py`` read as package data, at
-  ``<package>/srt/distributed/pp_aux_transport.py``;
+  ``<package>/srt/distributed/pp_aux_transport.py``, and the torch-free plan it imports,
+  ``pp_aux_plan.py``, next to it;
 * a CPU multi-process unittest (``templates/test_pp_aux_capture.py``) at
   ``test/srt/test_pp_aux_capture.py`` in a checkout or ``sglang/test/test_pp_aux_capture.py``
   in a package tree.
@@ -24,11 +25,12 @@ from pathlib import Path
 
 from codemods.upstream import kimi
 from codemods.upstream.family import FamilyPlan
-from codemods.upstream.family_patch import family_changes, plan_for_tree
+from codemods.upstream.family_patch import PLAN_MODULE, family_changes, plan_for_tree
 from codemods.upstream.patchfile import FileChange, changed_paths, render_patch
 from codemods.upstream.tree import SGLangTree, detect_tree
 
 TRANSPORT_RESOURCE = "pp_aux_transport.py"
+PLAN_RESOURCE = "pp_aux_plan.py"
 TEST_RESOURCE = "templates/test_pp_aux_capture.py"
 TEST_FILENAME = "test_pp_aux_capture.py"
 KIMI_NAME = "kimi_linear"
@@ -71,6 +73,10 @@ class UpstreamResult:
     @property
     def transport_path(self) -> str:
         return self.tree.module_path(kimi.TRANSPORT_MODULE)
+
+    @property
+    def plan_path(self) -> str:
+        return self.tree.module_path(PLAN_MODULE)
 
 
 def generate(root: str | Path, mode: str = "relay",
@@ -115,6 +121,8 @@ def generate(root: str | Path, mode: str = "relay",
             FileChange(model_path, source, new_source),
             FileChange(transport_path, tree.read_text(transport_path),
                        package_text(TRANSPORT_RESOURCE)),
+            FileChange(result.plan_path, tree.read_text(result.plan_path),
+                       package_text(PLAN_RESOURCE)),
             FileChange(test_path, tree.read_text(test_path), package_text(TEST_RESOURCE)),
         ]
     present = {change.path for change in result.changes}

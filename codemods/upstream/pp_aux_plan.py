@@ -1,14 +1,12 @@
 """Which stage captures which layer, and where each capture travels: torch-free.
 
-The arithmetic of the PP aux transport, for the parts of auxcap that must run on a base
-install (no torch): the PR description's traffic table, the model table, ``--branch``.
-``pp_aux_transport.py`` is shipped into SGLang as one self-contained module, so it holds
-an identical copy of every definition here; ``tests/test_pp_aux_plan.py`` fails when the
-two drift apart.
+The arithmetic of the PP aux transport (``pp_aux_transport.py``, which imports it from
+here). It needs neither torch nor a process group, so it can plan a run ahead of time,
+for example to size buffers or to describe the traffic of a configuration.
 
 * ``validate_layer_ids`` checks requested capture ids (same answer on every rank).
 * ``partition_from_string`` / ``layer_partition`` / ``pp_layer_range`` / ``owner_stage``
-  follow SGLang's ``get_pp_indices`` (remainder layers on the last stages,
+  follow ``get_pp_indices`` (remainder layers on the last stages,
   ``SGLANG_PP_LAYER_PARTITION`` override).
 * ``AuxCapturePlan`` says who captures what, which stages send directly to the last one
   (direct mode) and which ids each stage-to-stage handoff carries.

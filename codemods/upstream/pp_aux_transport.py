@@ -46,286 +46,45 @@ the same order, even processes that are not members.
 
 from __future__ import annotations
 
-import numbers
-import os
 import pickle
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 
-AUX_KEY_PREFIX = "aux_hidden_states_"
-PP_LAYER_PARTITION_ENV = "SGLANG_PP_LAYER_PARTITION"
-MODES = ("relay", "direct")
+# The torch-free part (who captures what, where it travels) lives next to this module,
+# so tools without torch can plan with the same code.
+from .pp_aux_plan import (
+    AUX_KEY_PREFIX,
+    MODES,
+    PP_LAYER_PARTITION_ENV,
+    AuxCapturePlan,
+    _parse_aux_key,
+    aux_key,
+    aux_layer_ids,
+    layer_partition,
+    owner_stage,
+    partition_from_string,
+    pp_layer_range,
+    validate_layer_ids,
+)
 
-
-def aux_key(layer_id: int) -> str:
-    """Handoff key of the capture of ``layer_id``: ``aux_hidden_states_<layer_id>``."""
-    return f"{AUX_KEY_PREFIX}{int(layer_id)}"
-
-
-def _parse_aux_key(key: Any) -> Optional[int]:
-    if not isinstance(key, str) or not key.startswith(AUX_KEY_PREFIX):
-        return None
-    suffix = key[len(AUX_KEY_PREFIX) :]
-    if not (suffix.isascii() and suffix.isdigit()) or str(int(suffix)) != suffix:
-        return None
-    return int(suffix)
-
-
-def aux_layer_ids(tensors: Optional[Mapping[str, Any]]) -> List[int]:
-    """Layer ids of the aux entries in ``tensors``, sorted numerically (10 after 9)."""
-    if not tensors:
-        return []
-    ids = (_parse_aux_key(key) for key in tensors)
-    return sorted(layer_id for layer_id in ids if layer_id is not None)
-
-
-def validate_layer_ids(
-    layer_ids: Any, num_layers: int, *, feature: str = "DSPARK"
-) -> List[int]:
-    """Check the capture ids and return them as a new list, requested order kept.
-
-    Raises ``ValueError`` for None, a value that is not a list or tuple, an element
-    that is not an int (bool included), an id outside ``[0, num_layers)``, duplicates,
-    or an empty list. Pure: gives the same answer on every rank.
-    """
-    if layer_ids is None:
-        raise ValueError(
-            f"{feature} requires explicit layer_ids for aux hidden capture."
-        )
-    if not isinstance(layer_ids, (list, tuple)):
-        raise ValueError(
-            f"{feature} layer_ids must be a list or tuple of ints, "
-            f"got {type(layer_ids).__name__}."
-        )
-    if _is_bool(num_layers) or not isinstance(num_layers, numbers.Integral):
-        raise ValueError(f"num_layers must be an int, got {num_layers!r}.")
-    if num_layers <= 0:
-        raise ValueError(f"num_layers must be positive, got {num_layers}.")
-    if len(layer_ids) == 0:
-        raise ValueError(f"{feature} layer_ids must not be empty.")
-    result: List[int] = []
-    seen = set()
-    for position, layer_id in enumerate(layer_ids):
-        if _is_bool(layer_id) or not isinstance(layer_id, numbers.Integral):
-            raise ValueError(
-                f"{feature} layer_ids[{position}] must be an int, got {layer_id!r}."
-            )
-        layer_id = int(layer_id)
-        if not 0 <= layer_id < num_layers:
-            raise ValueError(
-                f"{feature} layer_ids[{position}] = {layer_id} is out of range "
-                f"[0, {num_layers})."
-            )
-        if layer_id in seen:
-            raise ValueError(f"{feature} layer_ids has duplicate layer id {layer_id}.")
-        seen.add(layer_id)
-        result.append(layer_id)
-    return result
-
-
-def _is_bool(value: Any) -> bool:
-    return isinstance(value, bool) or type(value).__name__ == "bool_"
-
-
-def _check_pp(pp_rank: int, pp_size: int) -> None:
-    if pp_size < 1:
-        raise ValueError(f"pp_size must be >= 1, got {pp_size}.")
-    if not 0 <= pp_rank < pp_size:
-        raise ValueError(f"pp_rank must be in [0, {pp_size}), got {pp_rank}.")
-
-
-def partition_from_string(
-    partition: Optional[str], num_layers: int, pp_size: int
-) -> List[Tuple[int, int]]:
-    """(start, end) layer range of every stage, for an explicit override string.
-
-    ``partition`` is a comma-separated list of per-stage layer counts (the format of
-    ``SGLANG_PP_LAYER_PARTITION``) or None for the even split, where the last
-    ``num_layers % pp_size`` stages get one extra layer. ``pp_size == 1`` ignores the
-    override.
-    """
-    _check_pp(0, pp_size)
-    if pp_size == 1:
-        partition = None
-    if partition is not None:
-        try:
-            counts = [int(count) for count in partition.split(",")]
-        except ValueError as err:
-            raise ValueError(f"Invalid partition string: {partition}") from err
-        if len(counts) != pp_size:
-            raise ValueError(
-                f"len(partitions)={len(counts)} does not match {pp_size=}."
-            )
-        if sum(counts) != num_layers:
-            raise ValueError(
-                f"sum(partitions)={sum(counts)} does not match {num_layers=}."
-            )
-        if any(count < 0 for count in counts):
-            raise ValueError(f"Invalid partition string: {partition}")
-    else:
-        base, remainder = divmod(num_layers, pp_size)
-        counts = [base + int(rank >= pp_size - remainder) for rank in range(pp_size)]
-    ranges = []
-    start = 0
-    for count in counts:
-        ranges.append((start, start + count))
-        start += count
-    return ranges
-
-
-def layer_partition(num_layers: int, pp_size: int) -> List[Tuple[int, int]]:
-    """(start, end) of every stage, honouring ``SGLANG_PP_LAYER_PARTITION``."""
-    return partition_from_string(
-        os.environ.get(PP_LAYER_PARTITION_ENV), num_layers, pp_size
-    )
-
-
-def pp_layer_range(num_layers: int, pp_rank: int, pp_size: int) -> Tuple[int, int]:
-    """Layers ``[start, end)`` run by stage ``pp_rank`` (rule of ``get_pp_indices``)."""
-    _check_pp(pp_rank, pp_size)
-    return layer_partition(num_layers, pp_size)[pp_rank]
-
-
-def _owner_in(layer_id: int, ranges: Sequence[Tuple[int, int]]) -> int:
-    for rank, (start, end) in enumerate(ranges):
-        if start <= layer_id < end:
-            return rank
-    raise ValueError(f"layer {layer_id} is not owned by any stage of {list(ranges)}.")
-
-
-def owner_stage(layer_id: int, num_layers: int, pp_size: int) -> int:
-    """The stage whose layer range contains ``layer_id``."""
-    return _owner_in(layer_id, layer_partition(num_layers, pp_size))
-
-
-@dataclass(frozen=True)
-class AuxCapturePlan:
-    """Who captures what, where it travels, and in which order the last stage wants it.
-
-    ``partition`` is filled from ``SGLANG_PP_LAYER_PARTITION`` (or the even split) when
-    the plan is built, so later changes of the environment cannot change a live plan.
-    """
-
-    layer_ids: Tuple[int, ...]
-    num_layers: int
-    pp_rank: int
-    pp_size: int
-    mode: str = "relay"
-    partition: Tuple[Tuple[int, int], ...] = field(default=())
-
-    def __post_init__(self) -> None:
-        ids = tuple(validate_layer_ids(list(self.layer_ids), self.num_layers))
-        object.__setattr__(self, "layer_ids", ids)
-        _check_pp(self.pp_rank, self.pp_size)
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}.")
-        if not self.partition:
-            ranges = layer_partition(self.num_layers, self.pp_size)
-        else:
-            ranges = [tuple(r) for r in self.partition]
-            expected_start = 0
-            for start, end in ranges:
-                if start != expected_start or end < start:
-                    raise ValueError(f"partition {ranges} is not contiguous.")
-                expected_start = end
-            if len(ranges) != self.pp_size or expected_start != self.num_layers:
-                raise ValueError(
-                    f"partition {ranges} does not cover {self.num_layers} layers "
-                    f"on {self.pp_size} stages."
-                )
-        object.__setattr__(self, "partition", tuple(tuple(r) for r in ranges))
-
-    @classmethod
-    def build(
-        cls,
-        layer_ids: Any,
-        num_layers: int,
-        pp_rank: int,
-        pp_size: int,
-        mode: str = "relay",
-        feature: str = "DSPARK",
-    ) -> "AuxCapturePlan":
-        ids = validate_layer_ids(layer_ids, num_layers, feature=feature)
-        return cls(tuple(ids), num_layers, pp_rank, pp_size, mode)
-
-    @property
-    def start_layer(self) -> int:
-        return self.partition[self.pp_rank][0]
-
-    @property
-    def end_layer(self) -> int:
-        return self.partition[self.pp_rank][1]
-
-    @property
-    def is_first_stage(self) -> bool:
-        return self.pp_rank == 0
-
-    @property
-    def is_last_stage(self) -> bool:
-        return self.pp_rank == self.pp_size - 1
-
-    @property
-    def hops_to_last(self) -> int:
-        return self.pp_size - 1 - self.pp_rank
-
-    def owns(self, layer_id: int) -> bool:
-        """Whether this stage captures ``layer_id`` (requested and run here)."""
-        return layer_id in self._local_set
-
-    def in_stage(self, layer_id: int) -> bool:
-        """Whether ``layer_id`` runs on this stage (captured or not)."""
-        return self.start_layer <= layer_id < self.end_layer
-
-    def owner_of(self, layer_id: int) -> int:
-        return _owner_in(layer_id, self.partition)
-
-    def ids_of_stage(self, stage: int) -> List[int]:
-        """Capture ids owned by ``stage``, in requested order."""
-        start, end = self.partition[stage]
-        return [i for i in self.layer_ids if start <= i < end]
-
-    @property
-    def local_layer_ids(self) -> List[int]:
-        return self.ids_of_stage(self.pp_rank)
-
-    @property
-    def _local_set(self) -> frozenset:
-        return frozenset(self.ids_of_stage(self.pp_rank))
-
-    def sends_direct(self, stage: int) -> bool:
-        """Whether ``stage`` sends its captures straight to the last rank."""
-        return self.mode == "direct" and self.pp_size - 1 - stage >= 2
-
-    def handoff_ids_after(self, stage: int) -> List[int]:
-        """Capture ids the handoff leaving ``stage`` carries, sorted numerically."""
-        if stage >= self.pp_size - 1:
-            return []
-        owners = range(stage + 1)
-        if self.mode == "direct":
-            owners = [s for s in owners if not self.sends_direct(s)]
-        return sorted(i for s in owners for i in self.ids_of_stage(s))
-
-    def direct_ids(self) -> List[Tuple[int, int]]:
-        """(stage, layer id) of every direct transfer, in the order both sides use:
-        by stage, then numerically by layer id."""
-        return [
-            (stage, layer_id)
-            for stage in range(self.pp_size)
-            if self.sends_direct(stage)
-            for layer_id in sorted(self.ids_of_stage(stage))
-        ]
-
-    def fingerprint(self) -> Dict[str, Any]:
-        return {
-            "layer_ids": list(self.layer_ids),
-            "num_layers": self.num_layers,
-            "pp_size": self.pp_size,
-            "partition": [list(r) for r in self.partition],
-            "mode": self.mode,
-        }
+__all__ = [
+    "AUX_KEY_PREFIX",
+    "MODES",
+    "PP_LAYER_PARTITION_ENV",
+    "AuxCapturePlan",
+    "PPAuxTransport",
+    "all_gather_objects",
+    "aux_key",
+    "aux_layer_ids",
+    "layer_partition",
+    "new_direct_group",
+    "owner_stage",
+    "partition_from_string",
+    "pp_layer_range",
+    "validate_layer_ids",
+]
 
 
 def new_direct_group(ranks: Sequence[int], backend: Optional[str] = None) -> Any:
