@@ -33,7 +33,7 @@ def test_the_transport_imports_the_plan_instead_of_copying_it():
     assert not copied, f"pp_aux_transport.py defines again {copied}"
     from codemods.upstream import pp_aux_plan, pp_aux_transport
 
-    for name in ("AuxCapturePlan", "validate_layer_ids", "aux_key", "MODES"):
+    for name in ("AuxCapturePlan", "validate_layer_ids", "AUX_ENTRY", "MODES"):
         assert getattr(pp_aux_transport, name) is getattr(pp_aux_plan, name)
 
 

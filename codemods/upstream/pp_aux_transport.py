@@ -12,9 +12,12 @@ forward what it needs to move those captures:
 * ``PPAuxTransport`` carries captures in one of two modes:
 
   - ``relay``: captures ride the stage-to-stage handoff dict (``PPProxyTensors``)
-    under one key per layer, ``aux_hidden_states_<layer_id>``, ordered numerically.
-    Entries that arrive from earlier stages are passed through by reference (no
-    concatenation, no copy). A capture made on stage ``s`` crosses ``P - 1 - s``
+    in one entry, ``aux_hidden_states``: the ``[tokens, hidden]`` captures of every
+    earlier stage side by side in ascending layer order, ``[tokens, n * hidden]``, the
+    layout of SGLang's ``dspark_hidden_states``. Its width on each stage is known
+    ahead of time (``AuxCapturePlan.proxy_hidden_size``), so CUDA graph runners can
+    preallocate it like any other proxy entry. A stage that captures nothing passes
+    the entry on by reference. A capture made on stage ``s`` crosses ``P - 1 - s``
     hops.
   - ``direct``: stages two or more hops from the last ``isend`` their captures straight
     to the last rank on a *dedicated* process group, so the transfers can never be
@@ -25,8 +28,8 @@ forward what it needs to move those captures:
     0-token batch sends and receives nothing.
 
 * On the last stage ``PPAuxTransport.collect`` returns the captures in the requested
-  order and raises if any is missing or unexpected: it never returns fewer features
-  than requested.
+  order and raises, naming the layers, if the entry is missing or unexpected or its
+  width or row count is wrong: it never returns fewer features than requested.
 * ``PPAuxTransport.handshake`` (or ``PPAuxTransport.create``) compares ids, partition,
   hidden size, dtype and mode across the PP group (``all_gather_objects``: torch only,
   no numpy) and raises on every rank when they disagree, instead of hanging later in a
@@ -55,13 +58,10 @@ import torch.distributed as dist
 # The torch-free part (who captures what, where it travels) lives next to this module,
 # so tools without torch can plan with the same code.
 from .pp_aux_plan import (
-    AUX_KEY_PREFIX,
+    AUX_ENTRY,
     MODES,
     PP_LAYER_PARTITION_ENV,
     AuxCapturePlan,
-    _parse_aux_key,
-    aux_key,
-    aux_layer_ids,
     layer_partition,
     owner_stage,
     partition_from_string,
@@ -70,14 +70,12 @@ from .pp_aux_plan import (
 )
 
 __all__ = [
-    "AUX_KEY_PREFIX",
+    "AUX_ENTRY",
     "MODES",
     "PP_LAYER_PARTITION_ENV",
     "AuxCapturePlan",
     "PPAuxTransport",
     "all_gather_objects",
-    "aux_key",
-    "aux_layer_ids",
     "layer_partition",
     "new_direct_group",
     "owner_stage",
@@ -282,19 +280,19 @@ class PPAuxTransport:
         if plan.is_last_stage:
             raise RuntimeError("outgoing() is for non-last stages; use collect().")
         self._check_local(captures)
-        self._check_incoming(incoming, plan.handoff_ids_after(plan.pp_rank - 1))
         self.poll()
         if plan.sends_direct(plan.pp_rank):
             for layer_id in sorted(plan.local_layer_ids):
                 self._isend(captures[layer_id])
             return {}
-        merged: Dict[int, torch.Tensor] = {}
-        if incoming:
-            for layer_id in aux_layer_ids(incoming):
-                merged[layer_id] = incoming[aux_key(layer_id)]
-        for layer_id in plan.local_layer_ids:
-            merged[layer_id] = captures[layer_id]
-        return {aux_key(layer_id): merged[layer_id] for layer_id in sorted(merged)}
+        earlier = self._incoming_entry(incoming, captures)
+        pieces = [] if earlier is None else [earlier]
+        pieces += [captures[i] for i in sorted(plan.local_layer_ids)]
+        if not pieces:
+            return {}
+        if len(pieces) == 1:
+            return {AUX_ENTRY: pieces[0]}
+        return {AUX_ENTRY: torch.cat(pieces, dim=-1)}
 
     def _isend(self, tensor: torch.Tensor) -> None:
         self._check_wire_tensor(tensor)
@@ -350,9 +348,10 @@ class PPAuxTransport:
         self._check_local(captures)
         gathered: Dict[int, torch.Tensor] = {}
         if plan.pp_size > 1:
-            self._check_incoming(incoming, plan.handoff_ids_after(plan.pp_rank - 1))
-            for layer_id in aux_layer_ids(incoming):
-                gathered[layer_id] = incoming[aux_key(layer_id)]
+            entry = self._incoming_entry(incoming, captures, like)
+            if entry is not None:
+                pieces = entry.split(like.shape[-1], dim=-1)
+                gathered.update(zip(plan.incoming_ids(), pieces))
             gathered.update(self._receive_direct(like))
         for layer_id in plan.local_layer_ids:
             gathered[layer_id] = captures[layer_id]
@@ -402,21 +401,46 @@ class PPAuxTransport:
                 f"expected {sorted(expected)}."
             )
 
-    def _check_incoming(
-        self, incoming: Optional[Mapping[str, torch.Tensor]], expected: List[int]
-    ) -> None:
-        malformed = [
-            key
-            for key in (incoming or {})
-            if isinstance(key, str)
-            and key.startswith(AUX_KEY_PREFIX)
-            and _parse_aux_key(key) is None
-        ]
-        if malformed:
-            raise RuntimeError(f"malformed aux handoff keys: {malformed}.")
-        got = aux_layer_ids(incoming)
-        if got != expected:
+    def _incoming_entry(
+        self,
+        incoming: Optional[Mapping[str, torch.Tensor]],
+        captures: Mapping[int, torch.Tensor],
+        like: Optional[torch.Tensor] = None,
+    ) -> Optional[torch.Tensor]:
+        """The ``AUX_ENTRY`` tensor this stage received, checked against the plan:
+        present exactly when earlier stages hand captures on, ``[tokens, n * hidden]``
+        for the ``n`` layers it must hold. Raises ``RuntimeError`` naming the layers."""
+        plan = self.plan
+        expected = plan.incoming_ids()
+        entry = None if incoming is None else incoming.get(AUX_ENTRY)
+        where = f"stage {plan.pp_rank} (mode {plan.mode})"
+        if entry is None:
+            if expected:
+                raise RuntimeError(
+                    f"{where}: the PP handoff has no {AUX_ENTRY!r} entry, so the aux "
+                    f"captures of layers {expected} are missing "
+                    f"(requested {list(plan.layer_ids)})."
+                )
+            return None
+        if not expected:
             raise RuntimeError(
-                f"stage {self.plan.pp_rank} received aux entries for layers {got}, "
-                f"expected {expected} (mode {self.plan.mode})."
+                f"{where}: the PP handoff carries an {AUX_ENTRY!r} entry of shape "
+                f"{tuple(entry.shape)}, but no earlier stage captures any of the "
+                f"requested layers {list(plan.layer_ids)}."
             )
+        reference = like
+        if reference is None and captures:
+            reference = next(iter(captures.values()))
+        hidden = self.hidden_size if reference is None else reference.shape[-1]
+        rows_ok = reference is None or (
+            entry.dim() == reference.dim() and entry.shape[:-1] == reference.shape[:-1]
+        )
+        width_ok = not hidden or entry.shape[-1] == len(expected) * hidden
+        if entry.dim() == 0 or not rows_ok or not width_ok:
+            want = "n/a" if reference is None else tuple(reference.shape[:-1])
+            raise RuntimeError(
+                f"{where}: the {AUX_ENTRY!r} entry has shape {tuple(entry.shape)}, "
+                f"expected rows {want} and width {len(expected)} x {hidden} for the "
+                f"aux captures of layers {expected}."
+            )
+        return entry
