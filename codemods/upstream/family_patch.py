@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from codemods.upstream.family import FamilyPlan, plan_family
+from codemods.upstream.graph_sizing import sizing_changes
 from codemods.upstream.patchfile import FileChange
 from codemods.upstream.tree import SGLangTree
 
@@ -103,6 +104,8 @@ def family_changes(
     plan_text = PLAN_SOURCE.read_text(encoding="utf-8")
     changes.append(shipped_file(tree, PLAN_MODULE, plan_text))
     changes.append(shipped_file(tree, GLUE_MODULE, render_glue(mode)))
+    # CUDA graph buffers for the aux entry, along SGLang's DSPARK sizing path (0.5.21+).
+    changes += sizing_changes(tree)
     test_path = tree.test_path(TEST_FILE)
     changes.append(FileChange(test_path, tree.read_text(test_path), render_test(plan)))
     return [change for change in changes if change.changed]
