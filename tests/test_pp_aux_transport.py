@@ -206,7 +206,7 @@ def test_outgoing_rejects_missing_unexpected_or_misshapen_entries():
     with pytest.raises(RuntimeError, match="captured layers"):
         transport.outgoing({3: _tensor(3)}, {t.AUX_ENTRY: _tensor(1)})
     local = t.AuxCapturePlan.build([3, 5], 8, pp_rank=1, pp_size=4)
-    with pytest.raises(RuntimeError, match=r"no earlier stage captures.*\[3, 5\]"):
+    with pytest.raises(RuntimeError, match=r"none of the requested layers \[3, 5\] reaches"):
         t.PPAuxTransport(local).outgoing({3: _tensor(3)}, {t.AUX_ENTRY: _tensor(1)})
     with pytest.raises(RuntimeError, match=r"width 1 x 4 .*layers \[1\]"):
         t.PPAuxTransport(
@@ -245,7 +245,7 @@ def test_collect_fails_loudly_naming_the_layers():
     with pytest.raises(RuntimeError, match="shape"):
         transport.collect({6: _tensor(6, tokens=2)}, {t.AUX_ENTRY: _packed([0, 1])}, _tensor(0))
     alone = _last_stage([6, 7])
-    with pytest.raises(RuntimeError, match=r"no earlier stage captures.*\[6, 7\]"):
+    with pytest.raises(RuntimeError, match=r"none of the requested layers \[6, 7\] reaches"):
         alone.collect({6: _tensor(6), 7: _tensor(7)}, {t.AUX_ENTRY: _tensor(0)}, _tensor(0))
 
 
@@ -270,8 +270,15 @@ def test_direct_stage_next_to_last_rides_the_handoff():
     assert transport.outgoing({5: capture}, {"hidden_states": _tensor(0)}) == {
         t.AUX_ENTRY: capture
     }
-    with pytest.raises(RuntimeError, match="no earlier stage captures"):
+    with pytest.raises(RuntimeError, match="none of the requested layers"):
         transport.outgoing({5: capture}, {t.AUX_ENTRY: _tensor(0)})
+
+
+def test_a_direct_sender_refuses_an_aux_entry_it_should_not_get():
+    plan = t.AuxCapturePlan.build([0, 3], 8, pp_rank=1, pp_size=4, mode="direct")
+    transport = t.PPAuxTransport(plan, direct_group=object())
+    with pytest.raises(RuntimeError, match=r"none of the requested layers \[0, 3\] reaches"):
+        transport.outgoing({3: _tensor(3)}, {t.AUX_ENTRY: _tensor(0)})
 
 
 def test_handshake_without_a_process_group_checks_itself():

@@ -280,12 +280,12 @@ class PPAuxTransport:
         if plan.is_last_stage:
             raise RuntimeError("outgoing() is for non-last stages; use collect().")
         self._check_local(captures)
+        earlier = self._incoming_entry(incoming, captures)
         self.poll()
         if plan.sends_direct(plan.pp_rank):
             for layer_id in sorted(plan.local_layer_ids):
                 self._isend(captures[layer_id])
             return {}
-        earlier = self._incoming_entry(incoming, captures)
         pieces = [] if earlier is None else [earlier]
         pieces += [captures[i] for i in sorted(plan.local_layer_ids)]
         if not pieces:
@@ -425,8 +425,8 @@ class PPAuxTransport:
         if not expected:
             raise RuntimeError(
                 f"{where}: the PP handoff carries an {AUX_ENTRY!r} entry of shape "
-                f"{tuple(entry.shape)}, but no earlier stage captures any of the "
-                f"requested layers {list(plan.layer_ids)}."
+                f"{tuple(entry.shape)}, but none of the requested layers "
+                f"{list(plan.layer_ids)} reaches this stage through the handoff."
             )
         reference = like
         if reference is None and captures:
