@@ -8,7 +8,7 @@ is answered locally), and:
 
 * its width comes through the real chain: the patched model class's
   ``get_pp_proxy_aux_hidden_size`` -> ``misc_utils.resolve_pp_proxy_aux_hidden_size``;
-* the real ``allocate_pp_proxy_tensors`` and ``PrefillInputBuffers.create`` allocate the
+* the real ``allocate_pp_proxy_tensors`` (``_allocate_pp_proxy_tensors`` on 0.5.21) and ``PrefillInputBuffers.create`` allocate the
   ``aux_hidden_states`` buffer with that width;
 * that width equals the width of the entry the previous stage really sends
   (``PPAuxTransport.outgoing``), which is copied into the buffer as a graph replay does
@@ -68,6 +68,10 @@ def main() -> None:
     )
     buffers = importlib.import_module("sglang.srt.model_executor.runner_utils.buffers")
     entry = plan_module.AUX_ENTRY
+    # 0.5.21 keeps the allocation function private (``_allocate_pp_proxy_tensors``).
+    allocate = getattr(buffers, "allocate_pp_proxy_tensors", None)
+    if allocate is None:
+        allocate = buffers._allocate_pp_proxy_tensors
     checks, errors = [], []
     decode_params = inspect.signature(buffers.DecodeInputBuffers.create).parameters
     if "pp_proxy_aux_hidden_size" not in decode_params:
@@ -89,7 +93,7 @@ def main() -> None:
                     )
                     sent = handoff.get(entry)
                     sent_width = 0 if sent is None else sent.shape[-1]
-                    allocated = buffers.allocate_pp_proxy_tensors(
+                    allocated = allocate(
                         max_num_tokens=MAX_TOKENS,
                         max_hidden_tokens=MAX_TOKENS,
                         hidden_size=HIDDEN,
