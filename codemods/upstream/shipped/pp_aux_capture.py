@@ -23,8 +23,9 @@ Model code calls these functions:
   that the CUDA graph runners preallocate that entry like ``dspark_hidden_states``.
 
 The captures of earlier stages travel in one ``aux_hidden_states`` entry of the
-``PPProxyTensors``, side by side in ascending layer order; a missing entry, or one of the
-wrong width or row count, raises on the receiving stage with the layers it should hold.
+``PPProxyTensors``, side by side in ascending layer order; a missing entry, or one
+of the wrong width or row count, raises on the receiving stage with the layers it
+should hold.
 
 Under PP=1, or before a hook is called, ``pp_aux_outgoing`` returns ``{}`` and
 ``pp_aux_collect`` returns its input unchanged.
