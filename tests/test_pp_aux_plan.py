@@ -25,12 +25,24 @@ def _definitions(path: Path) -> dict[str, str]:
     return found
 
 
-def test_the_transport_mirrors_every_definition_of_the_plan_module():
+def test_the_transport_imports_the_plan_instead_of_copying_it():
     plan = _definitions(UPSTREAM / "pp_aux_plan.py")
     transport = _definitions(UPSTREAM / "pp_aux_transport.py")
     assert {"AuxCapturePlan", "validate_layer_ids", "partition_from_string"} <= set(plan)
-    drifted = sorted(name for name, dump in plan.items() if transport.get(name) != dump)
-    assert not drifted, f"pp_aux_transport.py differs from pp_aux_plan.py in {drifted}"
+    copied = sorted(set(plan) & set(transport))
+    assert not copied, f"pp_aux_transport.py defines again {copied}"
+    from codemods.upstream import pp_aux_plan, pp_aux_transport
+
+    for name in ("AuxCapturePlan", "validate_layer_ids", "AUX_ENTRY", "MODES"):
+        assert getattr(pp_aux_transport, name) is getattr(pp_aux_plan, name)
+
+
+def test_the_transport_imports_the_plan_from_its_own_directory():
+    """Shipped side by side (``sglang/srt/distributed/``), so the import is relative."""
+    tree = ast.parse((UPSTREAM / "pp_aux_transport.py").read_text(encoding="utf-8"))
+    sources = [(n.module, n.level) for n in tree.body if isinstance(n, ast.ImportFrom)]
+    assert ("pp_aux_plan", 1) in sources
+    assert not [m for m, _ in sources if m and m.startswith("codemods")]
 
 
 def test_the_plan_module_and_the_pr_body_import_without_torch(tmp_path):

@@ -1,5 +1,5 @@
-"""Single-process tests of the PP aux transport: validation, partition, plans, keys,
-relay pass-through and last-stage assembly. Multi-process runs live in
+"""Single-process tests of the PP aux transport: validation, partition, plans, the aux
+entry, relay packing and last-stage assembly. Multi-process runs live in
 test_ppcheck_*.py."""
 
 from __future__ import annotations
@@ -115,19 +115,16 @@ def test_owner_skips_empty_stages(monkeypatch):
     assert [t.owner_stage(i, 3, 4) for i in range(3)] == [1, 2, 3]
 
 
-# ------------------------------------------------------------------------ aux keys
-def test_aux_keys_sort_numerically_not_as_strings():
-    keys = {t.aux_key(i): None for i in (10, 9, 2, 100, 11)}
-    keys["hidden_states"] = None
-    keys["residual"] = None
-    keys["aux_hidden_states_x"] = None
-    assert t.aux_key(9) == "aux_hidden_states_9"
-    assert t.aux_layer_ids(keys) == [2, 9, 10, 11, 100]
-    assert sorted(k for k in keys if k.startswith(t.AUX_KEY_PREFIX))[:2] == [
-        "aux_hidden_states_10",
-        "aux_hidden_states_100",
-    ]  # what string order would have given
-    assert t.aux_layer_ids(None) == []
+# ---------------------------------------------------------------------- aux entry
+def test_one_aux_entry_whose_width_each_stage_knows_ahead(monkeypatch):
+    monkeypatch.delenv(t.PP_LAYER_PARTITION_ENV, raising=False)
+    assert t.AUX_ENTRY == "aux_hidden_states"
+    plan = t.AuxCapturePlan.build([9, 0, 5, 3, 2], 10, pp_rank=3, pp_size=4)
+    assert [plan.incoming_ids(s) for s in range(4)] == [[], [0], [0, 2, 3], [0, 2, 3, 5]]
+    assert [plan.proxy_hidden_size(16, s) for s in range(4)] == [0, 16, 48, 64]
+    assert plan.proxy_hidden_size(16) == 64
+    direct = t.AuxCapturePlan.build([9, 0, 5, 3, 2], 10, 3, 4, mode="direct")
+    assert [direct.proxy_hidden_size(16, s) for s in range(4)] == [0, 0, 0, 16]
 
 
 # --------------------------------------------------------------------------- plans
@@ -175,33 +172,46 @@ def _tensor(value, tokens=3, hidden=4):
     return torch.full((tokens, hidden), float(value))
 
 
-def test_relay_passes_incoming_entries_by_reference_in_numeric_order():
+def _packed(ids, tokens=3, hidden=4):
+    return torch.cat([_tensor(i, tokens, hidden) for i in ids], dim=-1)
+
+
+def test_relay_packs_earlier_and_own_captures_in_numeric_order():
     # stage 1 of 3 over 24 layers: capture 2 comes from stage 0; 9, 10, 13 are local
     plan = t.AuxCapturePlan.build([13, 10, 2, 9], 24, pp_rank=1, pp_size=3)
     assert plan.partition[1] == (8, 16)
-    incoming = {
-        "hidden_states": _tensor(0),
-        "residual": _tensor(0),
-        t.aux_key(2): _tensor(2),
-    }
+    incoming = {"hidden_states": _tensor(0), "residual": _tensor(0), t.AUX_ENTRY: _tensor(2)}
     transport = t.PPAuxTransport(plan)
     captures = {13: _tensor(13), 10: _tensor(10), 9: _tensor(9)}
     out = transport.outgoing(captures, incoming)
-    assert list(out) == [t.aux_key(i) for i in (2, 9, 10, 13)]
-    assert out[t.aux_key(2)] is incoming[t.aux_key(2)]
-    for i in (9, 10, 13):
-        assert out[t.aux_key(i)] is captures[i]
+    assert list(out) == [t.AUX_ENTRY]
+    assert torch.equal(out[t.AUX_ENTRY], _packed([2, 9, 10, 13]))
+    assert out[t.AUX_ENTRY].shape == (3, plan.proxy_hidden_size(4, 2))
 
 
-def test_outgoing_rejects_missing_or_unexpected_entries():
+def test_a_stage_without_captures_passes_the_entry_on_by_reference():
+    plan = t.AuxCapturePlan.build([0, 1, 7], 8, pp_rank=1, pp_size=4)
+    entry = _packed([0, 1])
+    out = t.PPAuxTransport(plan).outgoing({}, {t.AUX_ENTRY: entry})
+    assert out[t.AUX_ENTRY] is entry
+    first = t.AuxCapturePlan.build([7], 8, pp_rank=0, pp_size=4)
+    assert t.PPAuxTransport(first).outgoing({}, None) == {}
+
+
+def test_outgoing_rejects_missing_unexpected_or_misshapen_entries():
     plan = t.AuxCapturePlan.build([1, 5], 8, pp_rank=1, pp_size=4)
     transport = t.PPAuxTransport(plan)
-    with pytest.raises(RuntimeError, match=r"received aux entries for layers \[\]"):
+    with pytest.raises(RuntimeError, match=r"no 'aux_hidden_states' entry.*layers \[1\]"):
         transport.outgoing({}, {"hidden_states": _tensor(0)})
     with pytest.raises(RuntimeError, match="captured layers"):
-        transport.outgoing({3: _tensor(3)}, {t.aux_key(1): _tensor(1)})
-    with pytest.raises(RuntimeError, match="malformed"):
-        transport.outgoing({}, {t.aux_key(1): _tensor(1), "aux_hidden_states_01": 0})
+        transport.outgoing({3: _tensor(3)}, {t.AUX_ENTRY: _tensor(1)})
+    local = t.AuxCapturePlan.build([3, 5], 8, pp_rank=1, pp_size=4)
+    with pytest.raises(RuntimeError, match=r"none of the requested layers \[3, 5\] reaches"):
+        t.PPAuxTransport(local).outgoing({3: _tensor(3)}, {t.AUX_ENTRY: _tensor(1)})
+    with pytest.raises(RuntimeError, match=r"width 1 x 4 .*layers \[1\]"):
+        t.PPAuxTransport(
+            t.AuxCapturePlan.build([1, 3], 8, pp_rank=1, pp_size=4)
+        ).outgoing({3: _tensor(3)}, {t.AUX_ENTRY: _packed([1, 1])})
 
 
 def _last_stage(layer_ids, num_layers=8, pp_size=2):
@@ -211,31 +221,40 @@ def _last_stage(layer_ids, num_layers=8, pp_size=2):
 
 def test_collect_returns_requested_order():
     transport = _last_stage([6, 1, 5, 0])
-    incoming = {t.aux_key(0): _tensor(0), t.aux_key(1): _tensor(1), "residual": None}
+    incoming = {t.AUX_ENTRY: _packed([0, 1]), "residual": None}
     local = {6: _tensor(6), 5: _tensor(5)}
     result = transport.collect(local, incoming, like=_tensor(-1))
     assert [int(x[0, 0]) for x in result] == [6, 1, 5, 0]
-    assert result[1] is incoming[t.aux_key(1)]
+    assert all(x.shape == (3, 4) for x in result)
 
 
-def test_collect_fails_loudly_on_missing_or_extra():
+def test_collect_fails_loudly_naming_the_layers():
     transport = _last_stage([6, 1, 0])
-    with pytest.raises(RuntimeError, match=r"layers \[1\], expected \[0, 1\]"):
-        transport.collect({6: _tensor(6)}, {t.aux_key(1): _tensor(1)}, like=_tensor(0))
-    with pytest.raises(RuntimeError, match="expected"):
+    with pytest.raises(RuntimeError, match=r"no 'aux_hidden_states' entry.*\[0, 1\]"):
+        transport.collect({6: _tensor(6)}, {"hidden_states": _tensor(0)}, like=_tensor(0))
+    with pytest.raises(RuntimeError, match=r"width 2 x 4 .*layers \[0, 1\]"):
+        transport.collect({6: _tensor(6)}, {t.AUX_ENTRY: _tensor(1)}, like=_tensor(0))
+    with pytest.raises(RuntimeError, match=r"width 2 x 4 .*layers \[0, 1\]"):
+        transport.collect({6: _tensor(6)}, {t.AUX_ENTRY: _packed([0, 1, 2])}, _tensor(0))
+    with pytest.raises(RuntimeError, match=r"expected rows \(3,\)"):
         transport.collect(
-            {6: _tensor(6)},
-            {t.aux_key(i): _tensor(i) for i in (0, 1, 2)},
-            like=_tensor(0),
+            {6: _tensor(6)}, {t.AUX_ENTRY: _packed([0, 1], tokens=2)}, like=_tensor(0)
         )
     with pytest.raises(RuntimeError, match="captured layers"):
-        transport.collect({}, {t.aux_key(i): _tensor(i) for i in (0, 1)}, like=_tensor(0))
+        transport.collect({}, {t.AUX_ENTRY: _packed([0, 1])}, like=_tensor(0))
     with pytest.raises(RuntimeError, match="shape"):
-        transport.collect(
-            {6: _tensor(6, tokens=2)},
-            {t.aux_key(i): _tensor(i) for i in (0, 1)},
-            like=_tensor(0),
-        )
+        transport.collect({6: _tensor(6, tokens=2)}, {t.AUX_ENTRY: _packed([0, 1])}, _tensor(0))
+    alone = _last_stage([6, 7])
+    with pytest.raises(RuntimeError, match=r"none of the requested layers \[6, 7\] reaches"):
+        alone.collect({6: _tensor(6), 7: _tensor(7)}, {t.AUX_ENTRY: _tensor(0)}, _tensor(0))
+
+
+def test_collect_of_a_zero_token_batch():
+    transport = _last_stage([0, 6])
+    result = transport.collect(
+        {6: _tensor(6, tokens=0)}, {t.AUX_ENTRY: _packed([0], tokens=0)}, _tensor(0, tokens=0)
+    )
+    assert [x.shape for x in result] == [(0, 4), (0, 4)]
 
 
 def test_collect_with_a_single_stage():
@@ -249,10 +268,17 @@ def test_direct_stage_next_to_last_rides_the_handoff():
     transport = t.PPAuxTransport(plan, direct_group=object())
     capture = _tensor(5)
     assert transport.outgoing({5: capture}, {"hidden_states": _tensor(0)}) == {
-        t.aux_key(5): capture
+        t.AUX_ENTRY: capture
     }
-    with pytest.raises(RuntimeError, match="received aux entries"):
-        transport.outgoing({5: capture}, {t.aux_key(0): _tensor(0)})
+    with pytest.raises(RuntimeError, match="none of the requested layers"):
+        transport.outgoing({5: capture}, {t.AUX_ENTRY: _tensor(0)})
+
+
+def test_a_direct_sender_refuses_an_aux_entry_it_should_not_get():
+    plan = t.AuxCapturePlan.build([0, 3], 8, pp_rank=1, pp_size=4, mode="direct")
+    transport = t.PPAuxTransport(plan, direct_group=object())
+    with pytest.raises(RuntimeError, match=r"none of the requested layers \[0, 3\] reaches"):
+        transport.outgoing({3: _tensor(3)}, {t.AUX_ENTRY: _tensor(0)})
 
 
 def test_handshake_without_a_process_group_checks_itself():

@@ -325,6 +325,7 @@ def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
         "sglang/srt/models/family_qwen_base.py",
         "sglang/srt/models/family_qwen_derived.py",
         "sglang/srt/distributed/pp_aux_transport.py",
+        "sglang/srt/distributed/pp_aux_plan.py",
         "sglang/srt/distributed/pp_aux_capture.py",
         "sglang/test/test_pp_aux_capture_family.py",
     ]

@@ -143,7 +143,10 @@ def test_patched_stages_match_pp1_and_missing_entries_raise(patched):
     assert results[0]["expected_counts"] == [3, 3, 3]
     missing = results[-1]
     assert not missing["ok"]
-    assert "stage 1 received aux entries for layers [], expected [1]" in missing["error"]
+    assert (
+        "stage 1 (mode relay): the PP handoff has no 'aux_hidden_states' entry, so the aux "
+        "captures of layers [1] are missing"
+    ) in missing["error"]
 
 
 @pytest.mark.timeout(900)

@@ -50,6 +50,7 @@ def test_patch_applies_compiles_and_is_idempotent(tmp_path, fixture):
     result = generate(root)
     assert result.status == kimi.NEEDS_PATCH
     assert result.changed == [model_path, "sglang/srt/distributed/pp_aux_transport.py",
+                              "sglang/srt/distributed/pp_aux_plan.py",
                               "sglang/test/test_pp_aux_capture.py"]
     assert git_apply(root, result.patch, check=True).returncode == 0
     assert git_apply(root, result.patch).returncode == 0
@@ -57,6 +58,8 @@ def test_patch_applies_compiles_and_is_idempotent(tmp_path, fixture):
     compile(new, model_path, "exec")
     assert (root / "sglang/srt/distributed/pp_aux_transport.py").read_text() == package_text(
         "pp_aux_transport.py")
+    assert (root / "sglang/srt/distributed/pp_aux_plan.py").read_text() == package_text(
+        "pp_aux_plan.py")
 
     removed, added = _removed_and_added(result.patch, model_path)
     # Only the PP guards and the bare handoff return go; everything else stays byte-equal.
@@ -81,6 +84,7 @@ def test_checkout_layout_paths(tmp_path):
     result = generate(root)
     assert result.changed == [model_path,
                               "python/sglang/srt/distributed/pp_aux_transport.py",
+                              "python/sglang/srt/distributed/pp_aux_plan.py",
                               "test/srt/test_pp_aux_capture.py"]
     assert "diff --git a/test/srt/test_pp_aux_capture.py b/test/srt/test_pp_aux_capture.py\n"\
            "new file mode 100644\n" in result.patch

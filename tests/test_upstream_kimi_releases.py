@@ -59,6 +59,7 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
     assert result.changed == [
         "sglang/srt/models/kimi_linear.py",
         "sglang/srt/distributed/pp_aux_transport.py",
+        "sglang/srt/distributed/pp_aux_plan.py",
         "sglang/test/test_pp_aux_capture.py",
     ]
     again = generate(copy, models=["kimi_linear"])

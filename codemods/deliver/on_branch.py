@@ -306,6 +306,7 @@ def upstream_on_branch(
 UPSTREAM_FILE_ROLES = {
     "model": "capture DSPARK aux hidden states on every PP stage, collect them on the last",
     "transport": "PP aux-capture transport (pure torch.distributed)",
+    "plan": "torch-free capture plan the transport imports (owners, entry widths)",
     "test": "CPU multi-process test comparing PP captures with a PP=1 run",
 }
 
@@ -337,6 +338,7 @@ def upstream_generated_on_branch(
     roles = {
         result.model_path: "model",
         result.transport_path: "transport",
+        result.plan_path: "plan",
         result.test_path: "test",
     }
     patched = [

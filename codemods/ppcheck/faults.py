@@ -6,20 +6,23 @@ must FAIL (``auxcap validate-pp`` never reports them as passing).
 
 from __future__ import annotations
 
-from codemods.upstream.pp_aux_transport import AUX_KEY_PREFIX, PPAuxTransport, aux_key
+import torch
+
+from codemods.upstream.pp_aux_transport import AUX_ENTRY, PPAuxTransport
 
 
 class DropsPassThrough(PPAuxTransport):
-    """Relay that forwards only its own captures, losing those of earlier stages."""
+    """Relay that forwards only its own captures, losing those of earlier stages, and a
+    last stage that quietly keeps whatever arrived."""
 
     def outgoing(self, captures, incoming):
-        return {aux_key(i): captures[i] for i in sorted(self.plan.local_layer_ids)}
+        own = [captures[i] for i in sorted(self.plan.local_layer_ids)]
+        return {AUX_ENTRY: torch.cat(own, dim=-1)} if own else {}
 
     def collect(self, captures, incoming, like):
-        entries = {int(k[len(AUX_KEY_PREFIX) :]): v for k, v in (incoming or {}).items()
-                   if k.startswith(AUX_KEY_PREFIX)}
-        entries.update(captures)
-        return [entries[i] for i in self.plan.layer_ids if i in entries]
+        entry = (incoming or {}).get(AUX_ENTRY)
+        earlier = [] if entry is None else list(entry.split(like.shape[-1], dim=-1))
+        return earlier + [captures[i] for i in sorted(captures)]
 
 
 class SortedOrder(PPAuxTransport):
@@ -31,12 +34,17 @@ class SortedOrder(PPAuxTransport):
         return [result[k] for k in order]
 
 
-class StringKeyOrder(PPAuxTransport):
-    """Relay that orders handoff keys as strings (``aux_hidden_states_10`` before ``_9``)."""
+class StringIdOrder(PPAuxTransport):
+    """Relay that packs the aux entry in string order of the layer ids (10 before 9)."""
 
     def outgoing(self, captures, incoming):
         out = super().outgoing(captures, incoming)
-        return {key: out[key] for key in sorted(out)}
+        ids = self.plan.handoff_ids_after(self.plan.pp_rank)
+        if AUX_ENTRY not in out or len(ids) < 2:
+            return out
+        pieces = dict(zip(ids, out[AUX_ENTRY].chunk(len(ids), dim=-1), strict=True))
+        packed = [pieces[i] for i in sorted(ids, key=str)]
+        return {AUX_ENTRY: torch.cat(packed, dim=-1)}
 
 
 class StaleCapture(PPAuxTransport):
@@ -66,7 +74,7 @@ class SkipsDirectSend(PPAuxTransport):
 FAULTS = {
     "drop-pass-through": DropsPassThrough,
     "sorted-order": SortedOrder,
-    "string-key-order": StringKeyOrder,
+    "string-id-order": StringIdOrder,
     "stale-capture": StaleCapture,
     "skip-direct-send": SkipsDirectSend,
 }

@@ -6,7 +6,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from codemods.upstream.pp_aux_transport import AuxCapturePlan, partition_from_string
+from codemods.upstream.pp_aux_transport import (
+    AUX_ENTRY,
+    AuxCapturePlan,
+    partition_from_string,
+)
 
 DTYPE_SIZES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -113,7 +117,7 @@ def expected_wire(scenario: Scenario) -> dict[str, Any]:
         has_residual = ranges[stage][1] > 0
         stage_keys = ["hidden_states", "residual"]
         ids = plan.handoff_ids_after(stage) if plan else []
-        stage_keys += [f"aux_hidden_states_{i}" for i in ids]
+        stage_keys += [AUX_ENTRY] if ids else []
         keys[stage] = stage_keys
         for tokens in scenario.tokens:
             per_tensor = tokens * scenario.hidden * item

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from codemods.upstream.pp_aux_transport import AUX_KEY_PREFIX
+from codemods.upstream.pp_aux_transport import AUX_ENTRY
 
 
 @dataclass
@@ -42,7 +42,7 @@ class WireLog:
 
     def summary(self, channel: str = "handoff") -> dict[str, Any]:
         sends = [s for s in self.sends if s["channel"] == channel]
-        aux = sum(n for s in sends for k, n in s["entries"] if k.startswith(AUX_KEY_PREFIX))
+        aux = sum(n for s in sends for k, n in s["entries"] if k == AUX_ENTRY)
         tensor = sum(n for s in sends for _, n in s["entries"])
         return {
             "messages": len(sends),

@@ -1,6 +1,7 @@
 """File changes of the family patch for one SGLang tree.
 
-The patch holds the rewritten model files, the PP aux transport module (once), the
+The patch holds the rewritten model files, the PP aux transport module and its
+torch-free plan module (once each), the
 model-side glue that the rewritten files call (``pp_aux_capture.py``, next to the
 transport), and a CPU multi-process test covering every patched model.  The glue and
 the test are kept under ``codemods/upstream/shipped/``; the test's model list is
@@ -12,16 +13,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from codemods.upstream.family import FamilyPlan, plan_family
+from codemods.upstream.graph_sizing import sizing_changes
 from codemods.upstream.patchfile import FileChange
 from codemods.upstream.sglang_tree import SGLangTree
 
 UPSTREAM_DIR = Path(__file__).resolve().parent
 SHIPPED_DIR = UPSTREAM_DIR / "shipped"
 TRANSPORT_SOURCE = UPSTREAM_DIR / "pp_aux_transport.py"
+PLAN_SOURCE = UPSTREAM_DIR / "pp_aux_plan.py"
 GLUE_SOURCE = SHIPPED_DIR / "pp_aux_capture.py"
 TEST_TEMPLATE = SHIPPED_DIR / "test_pp_aux_capture_family.py"
 
 TRANSPORT_MODULE = "sglang.srt.distributed.pp_aux_transport"
+#: The transport's torch-free half, shipped next to it (the transport imports it).
+PLAN_MODULE = "sglang.srt.distributed.pp_aux_plan"
 GLUE_MODULE = "sglang.srt.distributed.pp_aux_capture"
 TEST_FILE = "test_pp_aux_capture_family.py"
 CASES_MARKER = "    # @@FAMILY_CASES@@\n"
@@ -96,7 +101,11 @@ def family_changes(
         changes.append(FileChange(path, tree.read_text(path), text))
     transport = TRANSPORT_SOURCE.read_text(encoding="utf-8")
     changes.append(shipped_file(tree, TRANSPORT_MODULE, transport))
+    plan_text = PLAN_SOURCE.read_text(encoding="utf-8")
+    changes.append(shipped_file(tree, PLAN_MODULE, plan_text))
     changes.append(shipped_file(tree, GLUE_MODULE, render_glue(mode)))
+    # CUDA graph buffers for the aux entry, along SGLang's DSPARK sizing path (0.5.21+).
+    changes += sizing_changes(tree)
     test_path = tree.test_path(TEST_FILE)
     changes.append(FileChange(test_path, tree.read_text(test_path), render_test(plan)))
     return [change for change in changes if change.changed]

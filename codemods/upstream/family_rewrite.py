@@ -100,6 +100,7 @@ from codemods.upstream.family_entry import HANDOFF as ENTRY_HANDOFF
 from codemods.upstream.family_entry import is_entry_shape
 from codemods.upstream.family_entry import rewrite_forward as rewrite_entry_forward
 from codemods.upstream.family_forward import ForwardShape
+from codemods.upstream.family_proxy_width import WIDTH, add_proxy_width_method
 from codemods.upstream.family_repairs import (
     FamilyRewriteError,
     StackSetter,
@@ -160,7 +161,7 @@ def rewrite_module(
         raise FamilyRewriteError(f"did not find {', '.join(sorted(missing))}")
     names = []
     if setters:
-        names.append(ATTACH)
+        names.extend([ATTACH, WIDTH])
     if any(not is_entry_shape(f.capture_kinds) for f in forwards):
         names.extend([COLLECT, OUTGOING])
     if any(is_entry_shape(f.capture_kinds) for f in forwards):
@@ -206,6 +207,12 @@ class _FamilyTransformer(cst.CSTTransformer):
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self._classes.pop()
+        if not self._classes:
+            # One width method per rewritten causal-LM class, for the CUDA graph buffers.
+            receivers = [s.receiver for (c, _), s in self.setters.items()
+                         if c == original.name.value]
+            if receivers:
+                updated = add_proxy_width_method(updated, receivers[0])
         additions = self.additions.get(original.name.value) if not self._classes else None
         if not additions:
             return updated

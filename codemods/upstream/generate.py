@@ -7,7 +7,8 @@ relaxes SGLang's server-arg validation for the models it patches (``validation.p
 last change), and adds two new files:
 
 * the PP transport module, this package's ``pp_aux_transport.py`` read as package data, at
-  ``<package>/srt/distributed/pp_aux_transport.py``;
+  ``<package>/srt/distributed/pp_aux_transport.py``, and the torch-free plan it imports,
+  ``pp_aux_plan.py``, next to it;
 * a CPU multi-process unittest (``templates/test_pp_aux_capture.py``) at
   ``test/srt/test_pp_aux_capture.py`` in a checkout or ``sglang/test/test_pp_aux_capture.py``
   in a package tree.
@@ -26,12 +27,13 @@ from pathlib import Path
 
 from codemods.upstream import dspark_relay, kimi
 from codemods.upstream.family import FamilyPlan
-from codemods.upstream.family_patch import family_changes, plan_for_tree
+from codemods.upstream.family_patch import PLAN_MODULE, family_changes, plan_for_tree
 from codemods.upstream.patchfile import FileChange, changed_paths, render_patch
 from codemods.upstream.sglang_tree import SGLangTree, detect_tree
 from codemods.upstream.validation import validation_changes
 
 TRANSPORT_RESOURCE = "pp_aux_transport.py"
+PLAN_RESOURCE = "pp_aux_plan.py"
 TEST_RESOURCE = "templates/test_pp_aux_capture.py"
 TEST_FILENAME = "test_pp_aux_capture.py"
 KIMI_NAME = "kimi_linear"
@@ -74,6 +76,10 @@ class UpstreamResult:
     @property
     def transport_path(self) -> str:
         return self.tree.module_path(kimi.TRANSPORT_MODULE)
+
+    @property
+    def plan_path(self) -> str:
+        return self.tree.module_path(PLAN_MODULE)
 
 
 def generate(root: str | Path, mode: str = "relay",
@@ -118,6 +124,8 @@ def generate(root: str | Path, mode: str = "relay",
             FileChange(model_path, source, new_source),
             FileChange(transport_path, tree.read_text(transport_path),
                        package_text(TRANSPORT_RESOURCE)),
+            FileChange(result.plan_path, tree.read_text(result.plan_path),
+                       package_text(PLAN_RESOURCE)),
             FileChange(test_path, tree.read_text(test_path), package_text(TEST_RESOURCE)),
         ]
     if source is not None and result.status == kimi.SUPPORTED:

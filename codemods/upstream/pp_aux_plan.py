@@ -1,17 +1,16 @@
 """Which stage captures which layer, and where each capture travels: torch-free.
 
-The arithmetic of the PP aux transport, for the parts of auxcap that must run on a base
-install (no torch): the PR description's traffic table, the model table, ``--branch``.
-``pp_aux_transport.py`` is shipped into SGLang as one self-contained module, so it holds
-an identical copy of every definition here; ``tests/test_pp_aux_plan.py`` fails when the
-two drift apart.
+The arithmetic of the PP aux transport (``pp_aux_transport.py``, which imports it from
+here). It needs neither torch nor a process group, so it can plan a run ahead of time,
+for example to size buffers or to describe the traffic of a configuration.
 
 * ``validate_layer_ids`` checks requested capture ids (same answer on every rank).
 * ``partition_from_string`` / ``layer_partition`` / ``pp_layer_range`` / ``owner_stage``
-  follow SGLang's ``get_pp_indices`` (remainder layers on the last stages,
+  follow ``get_pp_indices`` (remainder layers on the last stages,
   ``SGLANG_PP_LAYER_PARTITION`` override).
 * ``AuxCapturePlan`` says who captures what, which stages send directly to the last one
-  (direct mode) and which ids each stage-to-stage handoff carries.
+  (direct mode), which ids each stage-to-stage handoff carries in its ``AUX_ENTRY``
+  entry and how wide that entry is (``proxy_hidden_size``).
 """
 
 from __future__ import annotations
@@ -19,33 +18,14 @@ from __future__ import annotations
 import numbers
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-AUX_KEY_PREFIX = "aux_hidden_states_"
+#: The one ``PPProxyTensors`` entry that carries the captures of earlier stages to the
+#: next one: their ``[tokens, hidden]`` captures side by side in ascending layer order,
+#: ``[tokens, len(ids) * hidden]`` (as SGLang's ``dspark_hidden_states``).
+AUX_ENTRY = "aux_hidden_states"
 PP_LAYER_PARTITION_ENV = "SGLANG_PP_LAYER_PARTITION"
 MODES = ("relay", "direct")
-
-
-def aux_key(layer_id: int) -> str:
-    """Handoff key of the capture of ``layer_id``: ``aux_hidden_states_<layer_id>``."""
-    return f"{AUX_KEY_PREFIX}{int(layer_id)}"
-
-
-def _parse_aux_key(key: Any) -> Optional[int]:
-    if not isinstance(key, str) or not key.startswith(AUX_KEY_PREFIX):
-        return None
-    suffix = key[len(AUX_KEY_PREFIX) :]
-    if not (suffix.isascii() and suffix.isdigit()) or str(int(suffix)) != suffix:
-        return None
-    return int(suffix)
-
-
-def aux_layer_ids(tensors: Optional[Mapping[str, Any]]) -> List[int]:
-    """Layer ids of the aux entries in ``tensors``, sorted numerically (10 after 9)."""
-    if not tensors:
-        return []
-    ids = (_parse_aux_key(key) for key in tensors)
-    return sorted(layer_id for layer_id in ids if layer_id is not None)
 
 
 def validate_layer_ids(
@@ -273,6 +253,16 @@ class AuxCapturePlan:
         if self.mode == "direct":
             owners = [s for s in owners if not self.sends_direct(s)]
         return sorted(i for s in owners for i in self.ids_of_stage(s))
+
+    def incoming_ids(self, stage: Optional[int] = None) -> List[int]:
+        """Capture ids the handoff into ``stage`` (default: this one) carries."""
+        stage = self.pp_rank if stage is None else stage
+        return self.handoff_ids_after(stage - 1) if stage > 0 else []
+
+    def proxy_hidden_size(self, hidden_size: int, stage: Optional[int] = None) -> int:
+        """Width of the ``AUX_ENTRY`` entry that ``stage`` (default: this one) receives;
+        0 when it receives none. What a buffer for the entry is sized with."""
+        return len(self.incoming_ids(stage)) * int(hidden_size)
 
     def direct_ids(self) -> List[Tuple[int, int]]:
         """(stage, layer id) of every direct transfer, in the order both sides use:

@@ -12,9 +12,12 @@ forward what it needs to move those captures:
 * ``PPAuxTransport`` carries captures in one of two modes:
 
   - ``relay``: captures ride the stage-to-stage handoff dict (``PPProxyTensors``)
-    under one key per layer, ``aux_hidden_states_<layer_id>``, ordered numerically.
-    Entries that arrive from earlier stages are passed through by reference (no
-    concatenation, no copy). A capture made on stage ``s`` crosses ``P - 1 - s``
+    in one entry, ``aux_hidden_states``: the ``[tokens, hidden]`` captures of every
+    earlier stage side by side in ascending layer order, ``[tokens, n * hidden]``, the
+    layout of SGLang's ``dspark_hidden_states``. Its width on each stage is known
+    ahead of time (``AuxCapturePlan.proxy_hidden_size``), so CUDA graph runners can
+    preallocate it like any other proxy entry. A stage that captures nothing passes
+    the entry on by reference. A capture made on stage ``s`` crosses ``P - 1 - s``
     hops.
   - ``direct``: stages two or more hops from the last ``isend`` their captures straight
     to the last rank on a *dedicated* process group, so the transfers can never be
@@ -25,8 +28,8 @@ forward what it needs to move those captures:
     0-token batch sends and receives nothing.
 
 * On the last stage ``PPAuxTransport.collect`` returns the captures in the requested
-  order and raises if any is missing or unexpected: it never returns fewer features
-  than requested.
+  order and raises, naming the layers, if the entry is missing or unexpected or its
+  width or row count is wrong: it never returns fewer features than requested.
 * ``PPAuxTransport.handshake`` (or ``PPAuxTransport.create``) compares ids, partition,
   hidden size, dtype and mode across the PP group (``all_gather_objects``: torch only,
   no numpy) and raises on every rank when they disagree, instead of hanging later in a
@@ -46,286 +49,40 @@ the same order, even processes that are not members.
 
 from __future__ import annotations
 
-import numbers
-import os
 import pickle
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 
-AUX_KEY_PREFIX = "aux_hidden_states_"
-PP_LAYER_PARTITION_ENV = "SGLANG_PP_LAYER_PARTITION"
-MODES = ("relay", "direct")
+# The torch-free part (who captures what, where it travels) lives next to this module,
+# so tools without torch can plan with the same code.
+from .pp_aux_plan import (
+    AUX_ENTRY,
+    MODES,
+    PP_LAYER_PARTITION_ENV,
+    AuxCapturePlan,
+    layer_partition,
+    owner_stage,
+    partition_from_string,
+    pp_layer_range,
+    validate_layer_ids,
+)
 
-
-def aux_key(layer_id: int) -> str:
-    """Handoff key of the capture of ``layer_id``: ``aux_hidden_states_<layer_id>``."""
-    return f"{AUX_KEY_PREFIX}{int(layer_id)}"
-
-
-def _parse_aux_key(key: Any) -> Optional[int]:
-    if not isinstance(key, str) or not key.startswith(AUX_KEY_PREFIX):
-        return None
-    suffix = key[len(AUX_KEY_PREFIX) :]
-    if not (suffix.isascii() and suffix.isdigit()) or str(int(suffix)) != suffix:
-        return None
-    return int(suffix)
-
-
-def aux_layer_ids(tensors: Optional[Mapping[str, Any]]) -> List[int]:
-    """Layer ids of the aux entries in ``tensors``, sorted numerically (10 after 9)."""
-    if not tensors:
-        return []
-    ids = (_parse_aux_key(key) for key in tensors)
-    return sorted(layer_id for layer_id in ids if layer_id is not None)
-
-
-def validate_layer_ids(
-    layer_ids: Any, num_layers: int, *, feature: str = "DSPARK"
-) -> List[int]:
-    """Check the capture ids and return them as a new list, requested order kept.
-
-    Raises ``ValueError`` for None, a value that is not a list or tuple, an element
-    that is not an int (bool included), an id outside ``[0, num_layers)``, duplicates,
-    or an empty list. Pure: gives the same answer on every rank.
-    """
-    if layer_ids is None:
-        raise ValueError(
-            f"{feature} requires explicit layer_ids for aux hidden capture."
-        )
-    if not isinstance(layer_ids, (list, tuple)):
-        raise ValueError(
-            f"{feature} layer_ids must be a list or tuple of ints, "
-            f"got {type(layer_ids).__name__}."
-        )
-    if _is_bool(num_layers) or not isinstance(num_layers, numbers.Integral):
-        raise ValueError(f"num_layers must be an int, got {num_layers!r}.")
-    if num_layers <= 0:
-        raise ValueError(f"num_layers must be positive, got {num_layers}.")
-    if len(layer_ids) == 0:
-        raise ValueError(f"{feature} layer_ids must not be empty.")
-    result: List[int] = []
-    seen = set()
-    for position, layer_id in enumerate(layer_ids):
-        if _is_bool(layer_id) or not isinstance(layer_id, numbers.Integral):
-            raise ValueError(
-                f"{feature} layer_ids[{position}] must be an int, got {layer_id!r}."
-            )
-        layer_id = int(layer_id)
-        if not 0 <= layer_id < num_layers:
-            raise ValueError(
-                f"{feature} layer_ids[{position}] = {layer_id} is out of range "
-                f"[0, {num_layers})."
-            )
-        if layer_id in seen:
-            raise ValueError(f"{feature} layer_ids has duplicate layer id {layer_id}.")
-        seen.add(layer_id)
-        result.append(layer_id)
-    return result
-
-
-def _is_bool(value: Any) -> bool:
-    return isinstance(value, bool) or type(value).__name__ == "bool_"
-
-
-def _check_pp(pp_rank: int, pp_size: int) -> None:
-    if pp_size < 1:
-        raise ValueError(f"pp_size must be >= 1, got {pp_size}.")
-    if not 0 <= pp_rank < pp_size:
-        raise ValueError(f"pp_rank must be in [0, {pp_size}), got {pp_rank}.")
-
-
-def partition_from_string(
-    partition: Optional[str], num_layers: int, pp_size: int
-) -> List[Tuple[int, int]]:
-    """(start, end) layer range of every stage, for an explicit override string.
-
-    ``partition`` is a comma-separated list of per-stage layer counts (the format of
-    ``SGLANG_PP_LAYER_PARTITION``) or None for the even split, where the last
-    ``num_layers % pp_size`` stages get one extra layer. ``pp_size == 1`` ignores the
-    override.
-    """
-    _check_pp(0, pp_size)
-    if pp_size == 1:
-        partition = None
-    if partition is not None:
-        try:
-            counts = [int(count) for count in partition.split(",")]
-        except ValueError as err:
-            raise ValueError(f"Invalid partition string: {partition}") from err
-        if len(counts) != pp_size:
-            raise ValueError(
-                f"len(partitions)={len(counts)} does not match {pp_size=}."
-            )
-        if sum(counts) != num_layers:
-            raise ValueError(
-                f"sum(partitions)={sum(counts)} does not match {num_layers=}."
-            )
-        if any(count < 0 for count in counts):
-            raise ValueError(f"Invalid partition string: {partition}")
-    else:
-        base, remainder = divmod(num_layers, pp_size)
-        counts = [base + int(rank >= pp_size - remainder) for rank in range(pp_size)]
-    ranges = []
-    start = 0
-    for count in counts:
-        ranges.append((start, start + count))
-        start += count
-    return ranges
-
-
-def layer_partition(num_layers: int, pp_size: int) -> List[Tuple[int, int]]:
-    """(start, end) of every stage, honouring ``SGLANG_PP_LAYER_PARTITION``."""
-    return partition_from_string(
-        os.environ.get(PP_LAYER_PARTITION_ENV), num_layers, pp_size
-    )
-
-
-def pp_layer_range(num_layers: int, pp_rank: int, pp_size: int) -> Tuple[int, int]:
-    """Layers ``[start, end)`` run by stage ``pp_rank`` (rule of ``get_pp_indices``)."""
-    _check_pp(pp_rank, pp_size)
-    return layer_partition(num_layers, pp_size)[pp_rank]
-
-
-def _owner_in(layer_id: int, ranges: Sequence[Tuple[int, int]]) -> int:
-    for rank, (start, end) in enumerate(ranges):
-        if start <= layer_id < end:
-            return rank
-    raise ValueError(f"layer {layer_id} is not owned by any stage of {list(ranges)}.")
-
-
-def owner_stage(layer_id: int, num_layers: int, pp_size: int) -> int:
-    """The stage whose layer range contains ``layer_id``."""
-    return _owner_in(layer_id, layer_partition(num_layers, pp_size))
-
-
-@dataclass(frozen=True)
-class AuxCapturePlan:
-    """Who captures what, where it travels, and in which order the last stage wants it.
-
-    ``partition`` is filled from ``SGLANG_PP_LAYER_PARTITION`` (or the even split) when
-    the plan is built, so later changes of the environment cannot change a live plan.
-    """
-
-    layer_ids: Tuple[int, ...]
-    num_layers: int
-    pp_rank: int
-    pp_size: int
-    mode: str = "relay"
-    partition: Tuple[Tuple[int, int], ...] = field(default=())
-
-    def __post_init__(self) -> None:
-        ids = tuple(validate_layer_ids(list(self.layer_ids), self.num_layers))
-        object.__setattr__(self, "layer_ids", ids)
-        _check_pp(self.pp_rank, self.pp_size)
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}.")
-        if not self.partition:
-            ranges = layer_partition(self.num_layers, self.pp_size)
-        else:
-            ranges = [tuple(r) for r in self.partition]
-            expected_start = 0
-            for start, end in ranges:
-                if start != expected_start or end < start:
-                    raise ValueError(f"partition {ranges} is not contiguous.")
-                expected_start = end
-            if len(ranges) != self.pp_size or expected_start != self.num_layers:
-                raise ValueError(
-                    f"partition {ranges} does not cover {self.num_layers} layers "
-                    f"on {self.pp_size} stages."
-                )
-        object.__setattr__(self, "partition", tuple(tuple(r) for r in ranges))
-
-    @classmethod
-    def build(
-        cls,
-        layer_ids: Any,
-        num_layers: int,
-        pp_rank: int,
-        pp_size: int,
-        mode: str = "relay",
-        feature: str = "DSPARK",
-    ) -> "AuxCapturePlan":
-        ids = validate_layer_ids(layer_ids, num_layers, feature=feature)
-        return cls(tuple(ids), num_layers, pp_rank, pp_size, mode)
-
-    @property
-    def start_layer(self) -> int:
-        return self.partition[self.pp_rank][0]
-
-    @property
-    def end_layer(self) -> int:
-        return self.partition[self.pp_rank][1]
-
-    @property
-    def is_first_stage(self) -> bool:
-        return self.pp_rank == 0
-
-    @property
-    def is_last_stage(self) -> bool:
-        return self.pp_rank == self.pp_size - 1
-
-    @property
-    def hops_to_last(self) -> int:
-        return self.pp_size - 1 - self.pp_rank
-
-    def owns(self, layer_id: int) -> bool:
-        """Whether this stage captures ``layer_id`` (requested and run here)."""
-        return layer_id in self._local_set
-
-    def in_stage(self, layer_id: int) -> bool:
-        """Whether ``layer_id`` runs on this stage (captured or not)."""
-        return self.start_layer <= layer_id < self.end_layer
-
-    def owner_of(self, layer_id: int) -> int:
-        return _owner_in(layer_id, self.partition)
-
-    def ids_of_stage(self, stage: int) -> List[int]:
-        """Capture ids owned by ``stage``, in requested order."""
-        start, end = self.partition[stage]
-        return [i for i in self.layer_ids if start <= i < end]
-
-    @property
-    def local_layer_ids(self) -> List[int]:
-        return self.ids_of_stage(self.pp_rank)
-
-    @property
-    def _local_set(self) -> frozenset:
-        return frozenset(self.ids_of_stage(self.pp_rank))
-
-    def sends_direct(self, stage: int) -> bool:
-        """Whether ``stage`` sends its captures straight to the last rank."""
-        return self.mode == "direct" and self.pp_size - 1 - stage >= 2
-
-    def handoff_ids_after(self, stage: int) -> List[int]:
-        """Capture ids the handoff leaving ``stage`` carries, sorted numerically."""
-        if stage >= self.pp_size - 1:
-            return []
-        owners = range(stage + 1)
-        if self.mode == "direct":
-            owners = [s for s in owners if not self.sends_direct(s)]
-        return sorted(i for s in owners for i in self.ids_of_stage(s))
-
-    def direct_ids(self) -> List[Tuple[int, int]]:
-        """(stage, layer id) of every direct transfer, in the order both sides use:
-        by stage, then numerically by layer id."""
-        return [
-            (stage, layer_id)
-            for stage in range(self.pp_size)
-            if self.sends_direct(stage)
-            for layer_id in sorted(self.ids_of_stage(stage))
-        ]
-
-    def fingerprint(self) -> Dict[str, Any]:
-        return {
-            "layer_ids": list(self.layer_ids),
-            "num_layers": self.num_layers,
-            "pp_size": self.pp_size,
-            "partition": [list(r) for r in self.partition],
-            "mode": self.mode,
-        }
+__all__ = [
+    "AUX_ENTRY",
+    "MODES",
+    "PP_LAYER_PARTITION_ENV",
+    "AuxCapturePlan",
+    "PPAuxTransport",
+    "all_gather_objects",
+    "layer_partition",
+    "new_direct_group",
+    "owner_stage",
+    "partition_from_string",
+    "pp_layer_range",
+    "validate_layer_ids",
+]
 
 
 def new_direct_group(ranks: Sequence[int], backend: Optional[str] = None) -> Any:
@@ -523,19 +280,19 @@ class PPAuxTransport:
         if plan.is_last_stage:
             raise RuntimeError("outgoing() is for non-last stages; use collect().")
         self._check_local(captures)
-        self._check_incoming(incoming, plan.handoff_ids_after(plan.pp_rank - 1))
+        earlier = self._incoming_entry(incoming, captures)
         self.poll()
         if plan.sends_direct(plan.pp_rank):
             for layer_id in sorted(plan.local_layer_ids):
                 self._isend(captures[layer_id])
             return {}
-        merged: Dict[int, torch.Tensor] = {}
-        if incoming:
-            for layer_id in aux_layer_ids(incoming):
-                merged[layer_id] = incoming[aux_key(layer_id)]
-        for layer_id in plan.local_layer_ids:
-            merged[layer_id] = captures[layer_id]
-        return {aux_key(layer_id): merged[layer_id] for layer_id in sorted(merged)}
+        pieces = [] if earlier is None else [earlier]
+        pieces += [captures[i] for i in sorted(plan.local_layer_ids)]
+        if not pieces:
+            return {}
+        if len(pieces) == 1:
+            return {AUX_ENTRY: pieces[0]}
+        return {AUX_ENTRY: torch.cat(pieces, dim=-1)}
 
     def _isend(self, tensor: torch.Tensor) -> None:
         self._check_wire_tensor(tensor)
@@ -591,9 +348,10 @@ class PPAuxTransport:
         self._check_local(captures)
         gathered: Dict[int, torch.Tensor] = {}
         if plan.pp_size > 1:
-            self._check_incoming(incoming, plan.handoff_ids_after(plan.pp_rank - 1))
-            for layer_id in aux_layer_ids(incoming):
-                gathered[layer_id] = incoming[aux_key(layer_id)]
+            entry = self._incoming_entry(incoming, captures, like)
+            if entry is not None:
+                pieces = entry.split(like.shape[-1], dim=-1)
+                gathered.update(zip(plan.incoming_ids(), pieces))
             gathered.update(self._receive_direct(like))
         for layer_id in plan.local_layer_ids:
             gathered[layer_id] = captures[layer_id]
@@ -643,21 +401,46 @@ class PPAuxTransport:
                 f"expected {sorted(expected)}."
             )
 
-    def _check_incoming(
-        self, incoming: Optional[Mapping[str, torch.Tensor]], expected: List[int]
-    ) -> None:
-        malformed = [
-            key
-            for key in (incoming or {})
-            if isinstance(key, str)
-            and key.startswith(AUX_KEY_PREFIX)
-            and _parse_aux_key(key) is None
-        ]
-        if malformed:
-            raise RuntimeError(f"malformed aux handoff keys: {malformed}.")
-        got = aux_layer_ids(incoming)
-        if got != expected:
+    def _incoming_entry(
+        self,
+        incoming: Optional[Mapping[str, torch.Tensor]],
+        captures: Mapping[int, torch.Tensor],
+        like: Optional[torch.Tensor] = None,
+    ) -> Optional[torch.Tensor]:
+        """The ``AUX_ENTRY`` tensor this stage received, checked against the plan:
+        present exactly when earlier stages hand captures on, ``[tokens, n * hidden]``
+        for the ``n`` layers it must hold. Raises ``RuntimeError`` naming the layers."""
+        plan = self.plan
+        expected = plan.incoming_ids()
+        entry = None if incoming is None else incoming.get(AUX_ENTRY)
+        where = f"stage {plan.pp_rank} (mode {plan.mode})"
+        if entry is None:
+            if expected:
+                raise RuntimeError(
+                    f"{where}: the PP handoff has no {AUX_ENTRY!r} entry, so the aux "
+                    f"captures of layers {expected} are missing "
+                    f"(requested {list(plan.layer_ids)})."
+                )
+            return None
+        if not expected:
             raise RuntimeError(
-                f"stage {self.plan.pp_rank} received aux entries for layers {got}, "
-                f"expected {expected} (mode {self.plan.mode})."
+                f"{where}: the PP handoff carries an {AUX_ENTRY!r} entry of shape "
+                f"{tuple(entry.shape)}, but none of the requested layers "
+                f"{list(plan.layer_ids)} reaches this stage through the handoff."
             )
+        reference = like
+        if reference is None and captures:
+            reference = next(iter(captures.values()))
+        hidden = self.hidden_size if reference is None else reference.shape[-1]
+        rows_ok = reference is None or (
+            entry.dim() == reference.dim() and entry.shape[:-1] == reference.shape[:-1]
+        )
+        width_ok = not hidden or entry.shape[-1] == len(expected) * hidden
+        if entry.dim() == 0 or not rows_ok or not width_ok:
+            want = "n/a" if reference is None else tuple(reference.shape[:-1])
+            raise RuntimeError(
+                f"{where}: the {AUX_ENTRY!r} entry has shape {tuple(entry.shape)}, "
+                f"expected rows {want} and width {len(expected)} x {hidden} for the "
+                f"aux captures of layers {expected}."
+            )
+        return entry

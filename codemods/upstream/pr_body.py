@@ -92,6 +92,32 @@ def traffic_table() -> str:
     return "\n".join(rows)
 
 
+SIZING_FILE = "model_executor/runner_utils/buffers.py"
+
+
+def cuda_graphs(result: UpstreamResult) -> str:
+    """The CUDA graph section: how the aux entry gets its graph buffers, or, on a tree
+    without SGLang's PP proxy sizing path, the limitation that remains."""
+    if any(path.endswith(SIZING_FILE) for path in result.changed):
+        return """## CUDA graphs
+
+CUDA graph runners preallocate the `PPProxyTensors` buffers of non-first stages, one per
+key. The aux entry `aux_hidden_states` gets its buffer along the path that sizes
+`dspark_hidden_states`: each patched model answers `get_pp_proxy_aux_hidden_size()` (the
+width its stage receives, from the capture plan; 0 on PP=1 and on the first stage), read
+through `ModelRunner.get_pp_proxy_aux_hidden_size` and
+`misc_utils.resolve_pp_proxy_aux_hidden_size` into `allocate_pp_proxy_tensors` of both
+graph runners.
+"""
+    return """## Known limitation
+
+CUDA-graph runners preallocate the `PPProxyTensors` buffers of non-first stages for
+`hidden_states`/`residual` only. Until they also allocate the aux entry, run PP + DSPARK
+with CUDA graphs disabled on non-first stages; with graphs enabled the last stage fails
+loudly (`RuntimeError` naming the missing layers) rather than returning fewer features.
+"""
+
+
 #: Short names of the capture hooks, as the title lists them.
 HOOK_NAMES = {
     "set_eagle3_layers_to_capture": "EAGLE3",
@@ -267,9 +293,9 @@ def render(result: UpstreamResult, patch_name: str | None = None, series=None,
   `torch.distributed`): the layer partition follows `get_pp_indices` (including
   `SGLANG_PP_LAYER_PARTITION`).
   - `relay`{" (default, used by this patch)" if mode == "relay" else " (default)"}: captures ride
-    the existing stage handoff under `aux_hidden_states_<layer_id>`, passed through by
-    reference on intermediate stages; no new communication calls, the scheduler's
-    existing tensor-dict send/recv moves them.
+    the existing stage handoff in one `aux_hidden_states` entry (`[tokens, n * hidden]`,
+    ascending layer order, the layout of `dspark_hidden_states`); no new communication
+    calls, the scheduler's existing tensor-dict send/recv moves them.
   - `direct`{" (used by this patch)" if mode == "direct" else ""}: stages two or more hops
     from the last `isend` their captures straight to the last rank; the stage next to the
     last rides the handoff. Every capture crosses one link. The generated code passes the
@@ -294,13 +320,7 @@ direct sends each capture exactly once, with its own `isend`/`irecv` into the la
 outside the handoff. Both deliver the same bytes into the last rank; direct lowers the
 total and the load of the busiest link once PP >= 3.
 
-## Known limitation
-
-CUDA-graph runners preallocate the `PPProxyTensors` buffers of non-first stages for
-`hidden_states`/`residual` only. Until they also allocate the aux entries, run PP + DSPARK
-with CUDA graphs disabled on non-first stages; with graphs enabled the last stage fails
-loudly (`RuntimeError` naming the missing layers) rather than returning fewer features.
-
+{cuda_graphs(result)}
 {family}## Test plan
 
 {_test_plan(result, test_cmd, family_cmd, validation)}

@@ -17,7 +17,15 @@ Model code calls these functions:
 * or ``pp_aux_handoff(model, handoff, aux_hidden_states, pp_proxy_tensors)``, which adds
   them to a ``PPProxyTensors`` built by ``residual_batch.to_pp``;
 * ``pp_aux_collect(model, aux_hidden_states, pp_proxy_tensors, like)`` on the last
-  stage, which returns the full set of captures.
+  stage, which returns the full set of captures;
+* ``pp_aux_proxy_hidden_size(model)``: the width of the ``aux_hidden_states`` entry this
+  stage receives (0: none), what the model's ``get_pp_proxy_aux_hidden_size`` reports so
+  that the CUDA graph runners preallocate that entry like ``dspark_hidden_states``.
+
+The captures of earlier stages travel in one ``aux_hidden_states`` entry of the
+``PPProxyTensors``, side by side in ascending layer order; a missing entry, or one
+of the wrong width or row count, raises on the receiving stage with the layers it
+should hold.
 
 Under PP=1, or before a hook is called, ``pp_aux_outgoing`` returns ``{}`` and
 ``pp_aux_collect`` returns its input unchanged.
@@ -178,6 +186,15 @@ def pp_aux_collect(
     for tensor in collected:
         packed.append(tensor)
     return packed
+
+
+def pp_aux_proxy_hidden_size(model: torch.nn.Module) -> int:
+    """Width of the ``aux_hidden_states`` entry this stage receives; 0 without one
+    (PP=1, the first stage, no capture before this stage, or no hook called yet)."""
+    transport = getattr(model, "pp_aux_transport", None)
+    if transport is None:
+        return 0
+    return transport.plan.proxy_hidden_size(transport.hidden_size or 0)
 
 
 def _local_captures(

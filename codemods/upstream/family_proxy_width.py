@@ -1,0 +1,60 @@
+"""The per-model width of the aux entry: ``get_pp_proxy_aux_hidden_size``.
+
+SGLang's CUDA graph runners ask the model how wide each extra ``PPProxyTensors`` entry
+of a non-first stage is (``get_pp_proxy_dspark_hidden_size`` for DSPARK) and
+preallocate it. Every causal-LM class whose capture hook the family patch rewrites gets
+the same question answered for the aux entry, after its last capture hook::
+
+    def get_pp_proxy_aux_hidden_size(self) -> int:
+        return pp_aux_proxy_hidden_size(self.model)
+
+``pp_aux_proxy_hidden_size`` (the glue) reads the width from the transport attached to
+the decoder stack: 0 on PP=1, on the first stage and before a hook is called.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.upstream.pyformat import parse_statements
+
+METHOD = "get_pp_proxy_aux_hidden_size"
+#: The glue function the method returns.
+WIDTH = "pp_aux_proxy_hidden_size"
+HOOK_PREFIX = "set_"
+HOOK_SUFFIX = "_layers_to_capture"
+
+
+def proxy_width_source(receiver: str) -> str:
+    """The method, written at class-body indentation."""
+    return (
+        f"    def {METHOD}(self) -> int:\n"
+        f"        return {WIDTH}({receiver})\n"
+    )
+
+
+def _is_hook(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.FunctionDef)
+        and statement.name.value.startswith(HOOK_PREFIX)
+        and statement.name.value.endswith(HOOK_SUFFIX)
+    )
+
+
+def add_proxy_width_method(cls: cst.ClassDef, receiver: str) -> cst.ClassDef:
+    """``cls`` with ``get_pp_proxy_aux_hidden_size`` after its last capture hook (or at
+    the end of the class); unchanged when the class already defines the method."""
+    body = list(cls.body.body)
+    names = {s.name.value for s in body if isinstance(s, cst.FunctionDef)}
+    if METHOD in names:
+        return cls
+    hooks = [k for k, statement in enumerate(body) if _is_hook(statement)]
+    position = hooks[-1] + 1 if hooks else len(body)
+    blank = cst.EmptyLine(indent=False)
+    (method,) = parse_statements(proxy_width_source(receiver), " " * 4)
+    body.insert(position, method.with_changes(leading_lines=[blank]))
+    if position + 1 < len(body):
+        following = body[position + 1]
+        comments = [line for line in following.leading_lines if line.comment is not None]
+        body[position + 1] = following.with_changes(leading_lines=[blank, *comments])
+    return cls.with_changes(body=cls.body.with_changes(body=body))
