@@ -135,7 +135,7 @@ def test_patched_stages_match_pp1_and_missing_entries_raise(driven):
     assert results[2]["expected_counts"] == [3, 3, 3]
     missing = results[-1]
     assert not missing["ok"]
-    assert "stage 1 received aux entries for layers [], expected [1]" in missing["error"]
+    assert "no 'aux_hidden_states' entry, so the aux captures of layers [1] are missing" in missing["error"]
 
 
 @pytest.mark.timeout(900)
