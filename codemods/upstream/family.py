@@ -34,6 +34,7 @@ from codemods.upstream.family_shapes import (
     analyse,
     unpacks_stack_output,
 )
+from codemods.upstream.family_stage_output import NamedStageOutputFix, named_stage_unpack
 
 MODELS_PACKAGE = "sglang.srt.models"
 #: Text every file with a capture hook or a capture forward contains.
@@ -265,6 +266,10 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
                 )
             stage_fixes.append(StageOutputFix(setter.class_name, setter.receiver,
                                               setter.pp_group, unpacked))
+        named = named_stage_unpack(outer, setter.receiver) if outer and not unpacked else None
+        if named is not None:
+            stage_fixes.append(NamedStageOutputFix(setter.class_name, setter.receiver,
+                                                   setter.pp_group, named[1], named[0]))
         for method in setter.receiver_calls:
             if _defines(file, stack_class, method, corpus, depth=0):
                 continue

@@ -119,6 +119,10 @@ from codemods.upstream.family_shapes import (
     proxy_return_of,
     split_docstring,
 )
+from codemods.upstream.family_stage_output import (
+    NamedStageOutputFix,
+    fix_named_stage_output,
+)
 from codemods.upstream.imports import add_from_import
 from codemods.upstream.pyformat import (
     LINE_LENGTH,
@@ -232,6 +236,8 @@ class _FamilyTransformer(cst.CSTTransformer):
         fix = self.stage_fixes.get(class_name)
         if fix is not None and original.name.value == "forward":
             self.done.add(f"{class_name}.forward (stage output)")
+            if isinstance(fix, NamedStageOutputFix):
+                return fix_named_stage_output(updated, fix)
             return fix_stage_unpacks(updated, fix)
         forward = self.forwards.get(class_name)
         if forward is not None and original.name.value == "forward":
