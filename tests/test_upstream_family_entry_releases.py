@@ -169,11 +169,12 @@ def test_generated_family_test_passes_for_the_layer_entry_models(patched):
         assert all(record["reference"] for record in records), records
 
 
-#: What the whole patch (no ``--models``) rewrites on 0.5.23, all in the layer-entry shape.
+#: What the whole patch (no ``--models``) rewrites on 0.5.23, all in the layer-entry shape
+#: (deepseek_v2 and mimo_v2 pack their captures: ``test_upstream_packer_releases.py``).
 PATCHED_0_5_23 = (
-    "apertus", "bailing_moe", "exaone_moe", "glm4_moe", "glm4_moe_lite", "gpt_oss",
-    "laguna", "llama", "minimax_m2", "minimax_m3", "minimax_m3_vl", "qwen2", "qwen2_moe",
-    "qwen3", "qwen3_5_text", "qwen3_moe",
+    "apertus", "bailing_moe", "deepseek_v2", "exaone_moe", "glm4_moe", "glm4_moe_lite",
+    "gpt_oss", "laguna", "llama", "mimo_v2", "minimax_m2", "minimax_m3", "minimax_m3_vl",
+    "qwen2", "qwen2_moe", "qwen3", "qwen3_5_text", "qwen3_moe",
 )
 #: ``qwen3_5_text`` is left out of the CPU run: its module does not import with the
 #: ``triton`` stand-in (``fla/utils.py`` asks triton's driver for the device at import).

@@ -64,7 +64,9 @@ class StandInBoundary:
 class StandInLayer(nn.Module):
     """A decoder layer with SGLang's calling convention and deterministic math."""
 
-    def __init__(self, layer_id: int, returns: int, entry: bool = False) -> None:
+    def __init__(
+        self, layer_id: int, returns: int, entry: bool = False, pair: bool = False
+    ) -> None:
         super().__init__()
         generator = torch.Generator().manual_seed(1000 + layer_id)
         weight = torch.randn(HIDDEN_SIZE, HIDDEN_SIZE, generator=generator)
@@ -72,6 +74,7 @@ class StandInLayer(nn.Module):
         self.returns = returns
         self.attn_boundary = StandInBoundary()
         self.entry = entry
+        self.pair = pair
 
     def forward(
         self,
@@ -90,7 +93,8 @@ class StandInLayer(nn.Module):
                 kwargs["capture_output"](hidden_states)
             if captured_last_layer_outputs is not None:
                 captured_last_layer_outputs.capture(hidden_states)
-            return torch.tanh(hidden_states @ self.weight)
+            hidden_states = torch.tanh(hidden_states @ self.weight)
+            return (hidden_states, None) if self.pair else hidden_states
         residual = hidden_states if residual is None else hidden_states + residual
         if captured_last_layer_outputs is not None:
             captured_last_layer_outputs.append(residual)
@@ -208,6 +212,8 @@ OUTER_ATTRIBUTES = dict(
 )
 #: Modules whose decoder layers return (hidden_states, residual, extra).
 THREE_OUTPUT_LAYERS = {"DeepseekV2Model", "Glm5NextModel"}
+#: Modules whose layer-entry decoder layers return (hidden_states, topk_indices).
+PAIR_ENTRY_LAYERS = {"DeepseekV2Model"}
 #: Modules whose decoder layers return four values (mHC).
 FOUR_OUTPUT_LAYERS = {"DeepseekV4Model"}
 
@@ -288,8 +294,9 @@ def build_model(case, pp_rank: int, pp_size: int, group):
     # Stacks that hand off with residual_batch keep the residual stream out of the
     # layers' return value.
     entry = "residual_batch." in inspect.getsource(inner_cls.forward)
+    pair = entry and inner_cls.__name__ in PAIR_ENTRY_LAYERS
     inner.layers = nn.ModuleList(
-        StandInLayer(i, returns, entry) if start <= i < end else PPMissingLayer()
+        StandInLayer(i, returns, entry, pair) if start <= i < end else PPMissingLayer()
         for i in range(NUM_LAYERS)
     )
     inner.layers_to_capture = []
