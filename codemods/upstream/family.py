@@ -24,6 +24,7 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.family_delegated import delegated_forwards
 from codemods.upstream.family_repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
 from codemods.upstream.family_rewrite import rewrite_module
 from codemods.upstream.family_shapes import (
@@ -175,7 +176,7 @@ class _Corpus:
                 self.errors[file] = f"cannot parse: line {error.raw_line}: {error.message}"
                 return None
             self.modules[file] = module
-            self.shapes[file] = analyse(module)
+            self.shapes[file] = delegated_forwards(module, analyse(module))
         return self.shapes[file]
 
 

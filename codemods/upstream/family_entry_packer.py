@@ -64,8 +64,12 @@ ANY_COLLECTOR_CALL = m.Call(
 
 
 def is_collector_forward(fn: cst.FunctionDef) -> bool:
-    """The forward creates an ``AuxHiddenStateList()`` or a packer sized by the ids."""
-    return bool(m.findall(fn, COLLECTOR_CALL))
+    """The forward creates an ``AuxHiddenStateList()`` or a packer sized by the ids, in a
+    statement of its own block (a packer made under a capture condition belongs to the
+    forwards that append in their layer loop)."""
+    if not isinstance(fn.body, cst.IndentedBlock):
+        return bool(m.findall(fn, COLLECTOR_CALL))
+    return any(collector_creation(statement) for statement in fn.body.body)
 
 
 def collector_creation(statement: cst.CSTNode) -> tuple[str, int] | None:

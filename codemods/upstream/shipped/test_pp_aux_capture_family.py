@@ -196,6 +196,8 @@ STACK_ATTRIBUTES = {
         hc_mult=2,
         hidden_size=HIDDEN_SIZE,
         use_fused_mhc_post_pre=False,
+        hc_pre_from_prev_sublayer=False,
+        late_layer_start=None,
         _can_run_tbo=lambda forward_batch: False,
         # Folds the mHC copies back into one hidden state, as the real head does.
         hc_head=lambda hidden_states, *weights: hidden_states.mean(dim=1),
@@ -228,8 +230,21 @@ def _single_device_widths() -> None:
         override(attn_dp_size=1)
 
 
+def _deepseek_v4_state() -> None:
+    """Widths, and the forward context whose attention backend the stack reads (on
+    releases that have one; the stand-in layers never use it)."""
+    _single_device_widths()
+    try:
+        from sglang.srt.model_executor import forward_context
+    except ImportError:
+        return
+    forward_context.set_forward_context(
+        forward_context.ForwardContext(attn_backend=SimpleNamespace())
+    )
+
+
 #: Per decoder stack: process state its forward reads that a server would have set up.
-STACK_SETUP = {"DeepseekV4Model": _single_device_widths}
+STACK_SETUP = {"DeepseekV4Model": _deepseek_v4_state}
 
 
 def _set_pp_group(group: StandInPPGroup) -> None:
@@ -293,7 +308,8 @@ def build_model(case, pp_rank: int, pp_size: int, group):
         inner.start_layer, inner.end_layer = start, end
     # Stacks that hand off with residual_batch keep the residual stream out of the
     # layers' return value.
-    entry = "residual_batch." in inspect.getsource(inner_cls.forward)
+    # (mHC layers keep their four-value convention either way.)
+    entry = returns != 4 and "residual_batch." in inspect.getsource(inner_cls.forward)
     pair = entry and inner_cls.__name__ in PAIR_ENTRY_LAYERS
     inner.layers = nn.ModuleList(
         StandInLayer(i, returns, entry, pair) if start <= i < end else PPMissingLayer()
