@@ -141,9 +141,14 @@ _STACK_RANGE = m.Call(
 
 
 def is_entry_forward(fn: cst.FunctionDef) -> bool:
-    """Cheap test: the forward creates an ``AuxHiddenStateList`` or an
-    ``AuxHiddenStatePacker`` sized by the capture ids (the 0.5.21+ shapes)."""
-    return is_collector_forward(fn)
+    """Cheap test: the forward creates an ``AuxHiddenStateList``, or an
+    ``AuxHiddenStatePacker`` sized by the capture ids and hands off with ``to_pp`` (the
+    0.5.21+ shapes; 0.5.20 stacks append into a packer and build ``PPProxyTensors``)."""
+    if not is_collector_forward(fn):
+        return False
+    if m.findall(fn, m.Call(func=m.Name(LIST_CLASS), args=[])):
+        return True
+    return isinstance(fn.body, cst.IndentedBlock) and handoff_index(list(fn.body.body)) is not None
 
 
 def _handoff_return() -> m.BaseMatcherNode:

@@ -31,7 +31,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.family_repairs import FamilyRewriteError, StageOutputFix
-from codemods.upstream.family_shapes import LAST_RANK, code_of
+from codemods.upstream.family_shapes import CAPTURE_FLAG, NOT_LAST_RANK, code_of, node_ids
 from codemods.upstream.pyformat import parse_statements
 
 METHOD_INDENT = 8
@@ -77,19 +77,31 @@ def _unpacks(statement: cst.CSTNode, name: str) -> list[cst.Assign]:
     )
 
 
+def _guarded(body: list[cst.BaseStatement]) -> set[int]:
+    """Node ids under ``if`` tests of the capture flag or the rank: unpacking there runs
+    only where the stack returned a tuple (the hooks turn capture off on non-last
+    stages)."""
+    guarded: set[int] = set()
+    for statement in body:
+        for branch in m.findall(statement, m.If()):
+            test = code_of(branch.test)
+            if CAPTURE_FLAG in test or "is_last_rank" in test:
+                guarded |= node_ids(branch.body)
+    return guarded
+
+
 def _first_unpack(body: list[cst.BaseStatement], receiver: str) -> tuple[int, str] | None:
     """(index of the top-level statement that first unpacks the named stack output on
     every rank, the name); ``None`` when there is none."""
+    guarded = _guarded(body)
     bound: set[str] = set()
     for index, statement in enumerate(body):
-        if m.matches(statement, m.If(test=LAST_RANK)) or m.findall(
-            statement, m.Name("is_last_rank")
+        if m.matches(statement, m.If(test=NOT_LAST_RANK)) and m.matches(
+            statement.body.body[-1], m.SimpleStatementLine(body=[m.Return()])
         ):
-            # Statements that test the rank already keep non-last stages apart.
-            bound |= _binding_names(statement, receiver)
-            continue
+            return None  # non-last stages leave before any later statement
         for name in sorted(bound):
-            if _unpacks(statement, name):
+            if any(id(node) not in guarded for node in _unpacks(statement, name)):
                 return index, name
         bound |= _binding_names(statement, receiver)
     return None
