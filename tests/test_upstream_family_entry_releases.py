@@ -172,16 +172,20 @@ def test_generated_family_test_passes_for_the_layer_entry_models(patched):
         assert all(record["reference"] for record in records), records
 
 
-#: What the whole patch (no ``--models``) rewrites on 0.5.23, all in the layer-entry shape.
-#: nemotron_h snapshots at layer entry; qwen3_vl enumerates its slice of the stack;
-#: gemma4_causal, gemma4_mm and qwen2_5_vl store the ids on every rank (no early return)
-#: and gemma4 builds its handoff from ``to_pp(...).tensors``.
+#: What the whole patch (no ``--models``) rewrites on 0.5.23: the layer-entry shape
+#: (nemotron_h snapshots at layer entry; qwen3_vl enumerates its slice of the stack;
+#: gemma4_causal, gemma4_mm and qwen2_5_vl store the ids on every rank, no early return,
+#: and gemma4 builds its handoff from ``to_pp(...).tensors``; deepseek_v2 and mimo_v2 pack
+#: their captures: ``test_upstream_packer_releases.py``), and deepseek_v4's literal
+#: ``PPProxyTensors`` (``test_upstream_literal_proxy_releases``).
 PATCHED_0_5_23 = (
-    "apertus", "bailing_moe", "exaone_moe", "gemma4_causal", "gemma4_mm", "glm4_moe",
-    "glm4_moe_lite", "gpt_oss", "laguna", "llama", "minimax_m2", "minimax_m3",
-    "minimax_m3_vl", "nemotron_h", "qwen2", "qwen2_5_vl", "qwen2_moe", "qwen3",
-    "qwen3_5_text", "qwen3_moe", "qwen3_vl",
+    "apertus", "bailing_moe", "deepseek_v2", "deepseek_v4", "exaone_moe", "gemma4_causal",
+    "gemma4_mm", "glm4_moe", "glm4_moe_lite", "gpt_oss", "laguna", "llama", "mimo_v2",
+    "minimax_m2", "minimax_m3", "minimax_m3_vl", "nemotron_h", "qwen2", "qwen2_5_vl",
+    "qwen2_moe", "qwen3", "qwen3_5_text", "qwen3_moe", "qwen3_vl",
 )
+#: Not in the layer-entry shape.
+LITERAL_PROXY = ("deepseek_v4",)
 #: ``qwen3_5_text`` is left out of the CPU run: its module does not import with the
 #: ``triton`` stand-in (``fla/utils.py`` asks triton's driver for the device at import).
 VALIDATED_ON_CPU = tuple(name for name in PATCHED_0_5_23 if name != "qwen3_5_text")
@@ -195,7 +199,10 @@ def test_whole_patch_on_0_5_23_applies_and_its_family_test_passes(sglang_release
     decisions = result.family.decisions
     patched = sorted(d.name for d in decisions.values() if d.patched)
     assert patched == sorted(PATCHED_0_5_23)
-    assert all(is_entry_shape(decisions[f"{name}.py"].capture_kinds) for name in patched)
+    assert all(
+        is_entry_shape(decisions[f"{name}.py"].capture_kinds) != (name in LITERAL_PROXY)
+        for name in patched
+    )
     # Kimi-Linear already relays its DSPARK captures on this release: only the relay's
     # check of its handoff entry is in the patch.
     kimi_change = next(c for c in result.changes if c.path.endswith("/kimi_linear.py"))

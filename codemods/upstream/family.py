@@ -24,6 +24,7 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.family_delegated import delegated_forwards
 from codemods.upstream.family_entry import ENTRY_KIND, is_entry_shape
 from codemods.upstream.family_forward import ForwardShape
 from codemods.upstream.family_repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
@@ -31,6 +32,7 @@ from codemods.upstream.family_rewrite import rewrite_module
 from codemods.upstream.family_setter import SetterShape
 from codemods.upstream.family_shapes import ModuleShapes, analyse, unpacks_stack_output
 from codemods.upstream.family_split_stack import split_stack_setters
+from codemods.upstream.family_stage_output import NamedStageOutputFix, named_stage_unpack
 from codemods.upstream.family_syntax import IDS_ATTR, code_of
 
 MODELS_PACKAGE = "sglang.srt.models"
@@ -172,7 +174,7 @@ class _Corpus:
                 self.errors[file] = f"cannot parse: line {error.raw_line}: {error.message}"
                 return None
             self.modules[file] = module
-            self.shapes[file] = analyse(module)
+            self.shapes[file] = delegated_forwards(module, analyse(module))
         return self.shapes[file]
 
 
@@ -286,6 +288,10 @@ def _decide_setters(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: Fami
                 )
             stage_fixes.append(StageOutputFix(setter.class_name, setter.receiver,
                                               setter.pp_group, unpacked))
+        named = named_stage_unpack(outer, setter.receiver) if outer and not unpacked else None
+        if named is not None:
+            stage_fixes.append(NamedStageOutputFix(setter.class_name, setter.receiver,
+                                                   setter.pp_group, named[1], named[0]))
         for method in setter.receiver_calls:
             if _defines(file, stack_class, method, corpus, depth=0):
                 continue

@@ -76,6 +76,14 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.family_entry_loops import enumerated_loop_problem, is_enumerated_loop
+from codemods.upstream.family_entry_packer import (
+    ANY_COLLECTOR_CALL,
+    SIZE_READ,
+    collector_creation,
+    is_collector_forward,
+    last_rank_output_capture,
+    returned_handoff,
+)
 from codemods.upstream.family_entry_tbo import narrowed_range_problem
 from codemods.upstream.family_forward import ForwardShape
 from codemods.upstream.family_repairs import FamilyRewriteError
@@ -96,8 +104,9 @@ ENTRY_DESCRIPTION = "callback at layer entry (`capture_output=aux_hidden_states.
 #: The same forwards with the gathered collector: flagged layers get the list itself.
 GATHERED_KIND = "entry-gathered"
 GATHERED_DESCRIPTION = (
-    "list handed to flagged layers at entry (`captured_last_layer_outputs=`, "
-    "layer flag `_is_layer_to_capture`)"
+    "list (or `AuxHiddenStatePacker`) handed to flagged layers at entry "
+    "(`captured_last_layer_outputs=`, layer flag `_is_layer_to_capture` or a capture-id "
+    "test)"
 )
 #: The same handoff with an explicit snapshot appended at layer entry
 #: (``family_snapshot``, which recognises it; the rewrite is this module's).
@@ -136,8 +145,14 @@ _STACK_RANGE = m.Call(
 
 
 def is_entry_forward(fn: cst.FunctionDef) -> bool:
-    """Cheap test: the forward creates an ``AuxHiddenStateList`` (the 0.5.22+ shape)."""
-    return bool(m.findall(fn, m.Call(func=m.Name(LIST_CLASS), args=[])))
+    """Cheap test: the forward creates an ``AuxHiddenStateList``, or an
+    ``AuxHiddenStatePacker`` sized by the capture ids and hands off with ``to_pp`` (the
+    0.5.21+ shapes; 0.5.20 stacks append into a packer and build ``PPProxyTensors``)."""
+    if not is_collector_forward(fn):
+        return False
+    if m.findall(fn, m.Call(func=m.Name(LIST_CLASS), args=[])):
+        return True
+    return isinstance(fn.body, cst.IndentedBlock) and handoff_index(list(fn.body.body)) is not None
 
 
 def _handoff_return() -> m.BaseMatcherNode:
@@ -147,12 +162,17 @@ def _handoff_return() -> m.BaseMatcherNode:
 
 
 def handoff_index(body: list[cst.BaseStatement]) -> int | None:
-    """Index of the top-level ``if not <pp>.is_last_rank: ... return X.to_pp(...)``."""
+    """Index of the top-level ``if not <pp>.is_last_rank: ... return X.to_pp(...)`` (or
+    ``proxy = X.to_pp(...)`` ... ``return proxy``)."""
     for index, statement in enumerate(body):
         if not m.matches(statement, m.If(test=NOT_LAST_RANK)):
             continue
-        block = statement.body.body
-        if block and (m.matches(block[-1], _handoff_return()) or _built_handoff(block)):
+        block = list(statement.body.body)
+        if block and (
+            m.matches(block[-1], _handoff_return())
+            or _built_handoff(block)
+            or returned_handoff(block, HANDOFF_FUNC)
+        ):
             return index
     return None
 
@@ -202,26 +222,19 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         return reject("forward takes no pp_proxy_tensors (model does not run under PP)")
     body = list(fn.body.body)
 
-    # The capture list: ``aux = AuxHiddenStateList()`` once, at the top level.
+    # The capture list: ``aux = AuxHiddenStateList()`` (or a packer sized by the ids)
+    # once, at the top level.
     creations = [
-        (index, statement)
-        for index, statement in enumerate(body)
-        if m.matches(
-            statement,
-            m.SimpleStatementLine(
-                body=[
-                    m.Assign(
-                        targets=[m.AssignTarget(m.Name())],
-                        value=m.Call(func=m.Name(LIST_CLASS), args=[]),
-                    )
-                ]
-            ),
-        )
+        (index, found)
+        for index, found in enumerate(map(collector_creation, body))
+        if found is not None
     ]
-    if len(creations) != 1 or len(m.findall(fn, m.Call(func=m.Name(LIST_CLASS)))) != 1:
-        return reject(f"`{LIST_CLASS}()` is not created once, at the top of the forward")
-    list_index, creation = creations[0]
-    aux_name = creation.body[0].targets[0].target.value
+    if len(creations) != 1 or len(m.findall(fn, ANY_COLLECTOR_CALL)) != 1:
+        return reject(
+            f"`{LIST_CLASS}()` (or `AuxHiddenStatePacker(len(self.{IDS_ATTR}))`) is not "
+            "created once, at the top of the forward"
+        )
+    list_index, (aux_name, _) = creations[0]
 
     # The capture point of the layers: ``capture_output=aux.capture if i in self.ids
     # else None`` in the call of layer ``i`` in ``for i in range(self.start_layer,
@@ -322,9 +335,12 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
                 f"`{loop_var} in self.layers_to_capture`"
             )
         id_uses = 1
-    if not m.findall(
-        loop, m.Assign(targets=[m.AssignTarget(m.Name(HIDDEN))], value=m.Call())
-    ):
+    # ``hidden_states = layer(...)``, or a tuple holding it (deepseek_v2 also gets the
+    # layer's top-k indices back).
+    assigned = m.Name(HIDDEN) | m.Tuple(
+        elements=[m.ZeroOrMore(), m.Element(m.Name(HIDDEN)), m.ZeroOrMore()]
+    )
+    if not m.findall(loop, m.Assign(targets=[m.AssignTarget(assigned)], value=m.Call())):
         return reject(f"the layer loop does not assign `{HIDDEN}`")
 
     # The handoff, after the loop.
@@ -335,8 +351,18 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         )
     if handoff < loop_index:
         return reject("the PP handoff comes before the layer loop")
+    # The last stage may capture its output before the handoff (mimo_v2).
+    early_finals = [
+        statement
+        for statement in body[loop_index + 1 : handoff]
+        if last_rank_output_capture(statement, aux_name)
+    ]
     for statement in body[list_index + 1 : handoff]:
-        if statement is not loop_statement and _mentions(statement, aux_name):
+        if (
+            statement is not loop_statement
+            and not any(statement is final for final in early_finals)
+            and _mentions(statement, aux_name)
+        ):
             return reject(f"`{aux_name}` is used between the layer loop and the PP handoff")
     handoff_if: cst.If = body[handoff]
     if _mentions(handoff_if.body, aux_name) or _mentions(handoff_if.test, aux_name):
@@ -357,11 +383,20 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         k for k, s in enumerate(else_block) if _final_capture(s, aux_name, end_test)
     ]
     finals = [after[k] for k in finals_top] + [else_block[k] for k in finals_else]
-    if finals_top and finals_else:
-        return reject("the stage output is captured both inside and after the last-rank block")
+    if sum(map(bool, (finals_top, finals_else, early_finals))) > 1:
+        return reject("the stage output is captured in more than one place")
     aux_attrs = m.findall(fn, m.Attribute(value=m.Name(aux_name), attr=m.Name()))
-    final_attrs = [a for s in finals for a in m.findall(s, m.Attribute(value=m.Name(aux_name)))]
-    if len(aux_attrs) != loop_uses + len(final_attrs) or any(
+    # The packer's ``finalize()`` after the handoff reads the captures, like ``len()``.
+    finalized = [
+        a for s in after for a in m.findall(s, m.Attribute(value=m.Name(aux_name)))
+        if a.attr.value == "finalize"
+    ]
+    final_attrs = [
+        a
+        for s in (*finals, *early_finals)
+        for a in m.findall(s, m.Attribute(value=m.Name(aux_name)))
+    ]
+    if len(aux_attrs) != loop_uses + len(final_attrs) + len(finalized) or any(
         a.attr.value not in ("capture", "append") for a in final_attrs
     ):
         return reject(
@@ -369,8 +404,11 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         )
     ids_reads = m.findall(fn, SELF_IDS)
     ids_attrs = sorted({node.attr.value for node in ids_reads})
-    end_tests = sum(len(m.findall(s, end_test)) for s in finals)
-    if len(ids_attrs) > 1 or len(ids_reads) != id_uses + end_tests:
+    end_tests = sum(len(m.findall(s, end_test)) for s in finals) + len(early_finals)
+    # ``not self.<ids>`` / ``len(self.<ids>)`` read the same on every stage (the packer's
+    # size is one of them).
+    size_reads = len(m.findall(fn, SIZE_READ))
+    if len(ids_attrs) > 1 or len(ids_reads) != id_uses + end_tests + size_reads:
         return reject(
             "reads capture ids outside the layer call and the stage-output capture "
             f"(`self.{ids_attrs[0] if ids_attrs else IDS_ATTR}` {len(ids_reads)} times)"
@@ -405,7 +443,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         collect_before=collect_before,
         ids_attr=ids_attrs[0] if ids_attrs else IDS_ATTR,
         collect_in_else=collect_in_else,
-        final_capture=bool(finals),
+        final_capture=bool(finals or early_finals),
     )
 
 

@@ -96,6 +96,7 @@ from dataclasses import replace
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.family_delegated import method_of
 from codemods.upstream.family_entry import HANDOFF as ENTRY_HANDOFF
 from codemods.upstream.family_entry import is_entry_shape
 from codemods.upstream.family_entry import rewrite_forward as rewrite_entry_forward
@@ -109,6 +110,10 @@ from codemods.upstream.family_repairs import (
     fix_stage_unpacks,
 )
 from codemods.upstream.family_setter import SetterShape
+from codemods.upstream.family_stage_output import (
+    NamedStageOutputFix,
+    fix_named_stage_output,
+)
 from codemods.upstream.family_syntax import (
     IDS_ATTR,
     LAST_RANK,
@@ -239,9 +244,11 @@ class _FamilyTransformer(cst.CSTTransformer):
         fix = self.stage_fixes.get(class_name)
         if fix is not None and original.name.value == "forward":
             self.done.add(f"{class_name}.forward (stage output)")
+            if isinstance(fix, NamedStageOutputFix):
+                return fix_named_stage_output(updated, fix)
             return fix_stage_unpacks(updated, fix)
         forward = self.forwards.get(class_name)
-        if forward is not None and original.name.value == "forward":
+        if forward is not None and original.name.value == method_of(forward):
             self.done.add(f"{class_name}.forward")
             if is_entry_shape(forward.capture_kinds):
                 return rewrite_entry_forward(updated, forward)

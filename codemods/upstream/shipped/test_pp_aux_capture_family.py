@@ -83,7 +83,9 @@ class StandInBoundary:
 class StandInLayer(nn.Module):
     """A decoder layer with SGLang's calling convention and deterministic math."""
 
-    def __init__(self, layer_id: int, returns: int, entry: bool = False) -> None:
+    def __init__(
+        self, layer_id: int, returns: int, entry: bool = False, pair: bool = False
+    ) -> None:
         super().__init__()
         generator = torch.Generator().manual_seed(1000 + layer_id)
         weight = torch.randn(HIDDEN_SIZE, HIDDEN_SIZE, generator=generator)
@@ -92,6 +94,7 @@ class StandInLayer(nn.Module):
         self.attn_boundary = StandInBoundary()
         self.boundary = self.attn_boundary
         self.entry = entry
+        self.pair = pair
 
     def forward(
         self,
@@ -110,7 +113,8 @@ class StandInLayer(nn.Module):
                 kwargs["capture_output"](hidden_states)
             if captured_last_layer_outputs is not None:
                 captured_last_layer_outputs.capture(hidden_states)
-            return torch.tanh(hidden_states @ self.weight)
+            hidden_states = torch.tanh(hidden_states @ self.weight)
+            return (hidden_states, None) if self.pair else hidden_states
         residual = hidden_states if residual is None else hidden_states + residual
         if captured_last_layer_outputs is not None:
             captured_last_layer_outputs.append(residual)
@@ -217,6 +221,8 @@ STACK_ATTRIBUTES = {
         hc_mult=2,
         hidden_size=HIDDEN_SIZE,
         use_fused_mhc_post_pre=False,
+        hc_pre_from_prev_sublayer=False,
+        late_layer_start=None,
         _can_run_tbo=lambda forward_batch: False,
         # Folds the mHC copies back into one hidden state, as the real head does.
         hc_head=lambda hidden_states, *weights: hidden_states.mean(dim=1),
@@ -240,6 +246,8 @@ LANGUAGE_MODEL_OUTERS = {"Gemma4ForConditionalGeneration"}
 IDS_ONLY_OUTERS = {"Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"}
 #: Modules whose decoder layers return (hidden_states, residual, extra).
 THREE_OUTPUT_LAYERS = {"DeepseekV2Model", "Glm5NextModel"}
+#: Modules whose layer-entry decoder layers return (hidden_states, topk_indices).
+PAIR_ENTRY_LAYERS = {"DeepseekV2Model"}
 #: Modules whose decoder layers return four values (mHC).
 FOUR_OUTPUT_LAYERS = {"DeepseekV4Model"}
 
@@ -254,8 +262,21 @@ def _single_device_widths() -> None:
         override(attn_dp_size=1)
 
 
+def _deepseek_v4_state() -> None:
+    """Widths, and the forward context whose attention backend the stack reads (on
+    releases that have one; the stand-in layers never use it)."""
+    _single_device_widths()
+    try:
+        from sglang.srt.model_executor import forward_context
+    except ImportError:
+        return
+    forward_context.set_forward_context(
+        forward_context.ForwardContext(attn_backend=SimpleNamespace())
+    )
+
+
 #: Per decoder stack: process state its forward reads that a server would have set up.
-STACK_SETUP = {"DeepseekV4Model": _single_device_widths}
+STACK_SETUP = {"DeepseekV4Model": _deepseek_v4_state}
 
 
 def _set_pp_group(group: StandInPPGroup) -> None:
@@ -323,9 +344,11 @@ def build_model(case, pp_rank: int, pp_size: int, group):
         inner.start_layer, inner.end_layer = start, end
     # Stacks that hand off with residual_batch keep the residual stream out of the
     # layers' return value.
-    entry = "residual_batch." in inspect.getsource(inner_cls.forward)
+    # (mHC layers keep their four-value convention either way.)
+    entry = returns != 4 and "residual_batch." in inspect.getsource(inner_cls.forward)
+    pair = entry and inner_cls.__name__ in PAIR_ENTRY_LAYERS
     inner.layers = nn.ModuleList(
-        StandInLayer(i, returns, entry) if start <= i < end else PPMissingLayer()
+        StandInLayer(i, returns, entry, pair) if start <= i < end else PPMissingLayer()
         for i in range(NUM_LAYERS)
     )
     inner.layers_to_capture = []
