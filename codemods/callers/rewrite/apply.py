@@ -96,10 +96,11 @@ def _carry_over(
             candidates += list(top.nodes)[::-1]
         else:
             candidates.append(top if top is not None else before.body[found.module_index])
-        ids_source = found.site.ids_source
+        ids_source, ids_arg = found.site.ids_source, found.ids_arg
         if found.ids_arg is not None:
             index = next(i for i, arg in enumerate(found.call.args) if arg is found.ids_arg)
-            ids_source = _code(call.args[index].value)
+            ids_arg = call.args[index]
+            ids_source = _code(ids_arg.value)
         site: CallSite = replace(
             found.site,
             line=positions[call].line,
@@ -117,6 +118,7 @@ def _carry_over(
             replace(
                 found,
                 call=call,
+                ids_arg=ids_arg,
                 site=site,
                 statement=statement,
                 statement_column=column,

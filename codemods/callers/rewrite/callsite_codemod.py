@@ -79,7 +79,7 @@ class CallSiteCodemod(cst.CSTTransformer):
     @classmethod
     def carried_site(cls, site: CallSite) -> CallSite:
         """``site`` (one this codemod rewrote) as a later codemod sees it: its action done."""
-        actions = tuple(action for action in site.actions if action is not cls.ACTION)
+        actions = tuple(action for action in site.actions if action != cls.ACTION)
         return replace(site, actions=actions or (Action.NONE,))
 
     def rewrite_calls(
