@@ -28,7 +28,8 @@ from codemods.catalog.hooks import HookSet
 
 
 class CallSiteCodemod(cst.CSTTransformer):
-    ACTION: Action
+    #: The action of its registry entry (an :class:`Action`, or that action's string).
+    ACTION: Action | str
     POLICIES: tuple[str, ...]
     #: Label of the policy in messages ("guard policy").
     POLICY_LABEL: str
