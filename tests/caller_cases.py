@@ -31,7 +31,9 @@ class Case:
 
     def options(self, policy: str = "default") -> TransformOptions:
         if policy == "raise":
-            return TransformOptions("raise", "raise", self.extra_hooks)
+            return TransformOptions(
+                guard_policy="raise", fallback_policy="raise", extra_hooks=self.extra_hooks
+            )
         return TransformOptions(extra_hooks=self.extra_hooks)
 
     def expected(self, policy: str = "default") -> bytes:

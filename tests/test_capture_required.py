@@ -21,7 +21,7 @@ from codemods.callers.scope import is_skipped
 from codemods.callers.transform import scan_source, transform_source
 
 CALLERS = Path(__file__).resolve().parent.parent / "fixtures" / "callers"
-POLICIES = {"default": TransformOptions(), "raise": TransformOptions("raise", "raise")}
+POLICIES = {"default": TransformOptions(), "raise": TransformOptions(guard_policy="raise", fallback_policy="raise")}
 
 
 class FakeModel:

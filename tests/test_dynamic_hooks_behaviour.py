@@ -68,7 +68,7 @@ def test_fixtures_are_what_the_transform_writes(case):
     folder = CALLERS / case
     for options, expected in (
         (TransformOptions(), folder / "after.py"),
-        (TransformOptions("raise", "raise"), folder / "after_raise.py"),
+        (TransformOptions(guard_policy="raise", fallback_policy="raise"), folder / "after_raise.py"),
     ):
         result = transform_source((folder / "before.py").read_bytes(), "x.py", options)
         assert result.status is Status.CHANGED, result.error
@@ -132,7 +132,7 @@ def configure(model, layer_ids=None):
 '''
 
 
-@pytest.mark.parametrize("options", [TransformOptions(), TransformOptions("raise", "raise")])
+@pytest.mark.parametrize("options", [TransformOptions(), TransformOptions(guard_policy="raise", fallback_policy="raise")])
 def test_a_table_of_eagle3_only_is_left_alone(options):
     result = transform_source(EAGLE3_ONLY_TABLE, "x.py", options)
     assert result.status is Status.UNCHANGED, result.error

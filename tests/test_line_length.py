@@ -22,7 +22,7 @@ SOURCE = PROJECT / "drafting" / "capture_setup.py"
 EXPECTED = ROOT / "fixtures" / "line_length_79" / "expected"
 POLICIES = {
     "capture_setup.py": TransformOptions(),
-    "capture_setup_raise.py": TransformOptions("raise", "raise"),
+    "capture_setup_raise.py": TransformOptions(guard_policy="raise", fallback_policy="raise"),
 }
 
 

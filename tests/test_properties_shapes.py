@@ -126,7 +126,7 @@ def build(shape, ids: str, blocks: list[str], one_liner: bool) -> str:
 def test_rewritten_callers_behave(shape, ids, blocks, one_liner, guard_policy, fallback_policy):
     source = build(shape, ids, blocks, one_liner)
     compile(source, "caller.py", "exec")
-    options = TransformOptions(guard_policy, fallback_policy)
+    options = TransformOptions(guard_policy=guard_policy, fallback_policy=fallback_policy)
     result = transform_source(source.encode(), "caller.py", options)
     literal = ids == "[1, 2]"
     required = REQUIRED_BLOCK in blocks

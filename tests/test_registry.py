@@ -37,3 +37,18 @@ def test_actions_are_the_entries_actions():
     assert {action.value for action in registry.ACTIONS} == {
         entry.action for entry in registry.ENTRIES
     }
+
+
+def test_options_hold_one_policy_per_entry():
+    options = TransformOptions(guard_policy="raise")
+    assert options.policies == tuple(
+        (m.id, "raise" if m is registry.GUARD else m.policy.default) for m in registry.CODEMODS
+    )
+    assert options.policy(registry.GUARD) == options.guard_policy == "raise"
+    assert TransformOptions(policies={registry.FALLBACK.id: "raise"}).fallback_policy == "raise"
+    with pytest.raises(TypeError, match="no_such_policy"):
+        TransformOptions(no_such_policy="x")
+    with pytest.raises(ValueError, match="unknown codemod"):
+        TransformOptions(policies={"auxcap:python/none": "x"})
+    with pytest.raises(AttributeError):
+        _ = options.no_such_policy

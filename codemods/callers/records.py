@@ -34,12 +34,28 @@ class Risk(str, Enum):
 
 
 class Action(str, Enum):
-    """What migrate does (or did) at a call site."""
+    """What migrate does (or did) at a call site: ``none``, ``review``, or the action of one
+    caller codemod of :mod:`codemods.callers.rewrite.registry`.
+
+    The two built-in codemods' actions are members; the action of any other registered
+    codemod is accepted too (``Action("mark")``), so a new codemod needs no edit here.
+    """
 
     NONE = "none"
     GUARD = "guard"
     FALLBACK = "fallback"
     REVIEW = "review"  # needs a person: reported, not rewritten
+
+    @classmethod
+    def _missing_(cls, value: object) -> Action | None:
+        from codemods.callers.rewrite.registry import registered_actions
+
+        if not isinstance(value, str) or value not in registered_actions():
+            return None
+        member = str.__new__(cls, value)
+        member._name_ = value.upper().replace("-", "_")
+        member._value_ = value
+        return cls._value2member_map_.setdefault(value, member)
 
 
 #: Start of the reason, in a call site's note, when the code around it needs the capture
@@ -69,6 +85,32 @@ class CallSite:
         data["risks"] = [risk.value for risk in self.risks]
         data["actions"] = [action.value for action in self.actions]
         return data
+
+
+@dataclass(frozen=True)
+class SiteFacts:
+    """What discovery knows about one call site, before any codemod is chosen for it: the
+    input of each registry entry's test of whether its codemod applies (``Entry.applies``)."""
+
+    #: The call site with its risks, hook, shape, ids and checks (its actions not yet set).
+    site: CallSite
+    #: The call is a statement of its own, or one that gets a line of its own before rewriting.
+    movable: bool
+    #: Why the call is not a statement of its own ("" when it is).
+    not_own: str
+    #: The hooks the call may reach that accept ``None`` (EAGLE3: default layers).
+    lenient: tuple[str, ...]
+    #: An expression at the call holds the hook name (``name`` in ``getattr(model, name)``).
+    name_held: bool
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A codemod's answer for one call site: it rewrites it (``applies``), or the call site
+    needs a person (``review`` is set, possibly to "": the note says why), or neither."""
+
+    applies: bool = False
+    review: str | None = None
 
 
 class Status(str, Enum):

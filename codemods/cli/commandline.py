@@ -37,7 +37,7 @@ def command_line(ctx: click.Context, program: str = "auxcap") -> str:
         current = current.parent
     words = [program, *reversed(names)]
     arguments: list[str] = []
-    for param in ctx.command.params:
+    for param in ctx.command.get_params(ctx):
         if param.name is None:
             continue
         source = ctx.get_parameter_source(param.name)

@@ -24,6 +24,7 @@ from codemods.callers.rewrite import registry
 from codemods.callers.rewrite.metadata import HOOK_OPTION_HELP
 from codemods.catalog.hooks import custom_hook
 from codemods.cli import terminal
+from codemods.cli.codemod_options import CodemodCommand
 from codemods.cli.commandline import command_line
 from codemods.deliver import sinks
 from codemods.output import report
@@ -185,15 +186,6 @@ def _shown(*decls: str, type: click.ParamType, default: object, help: str):
     return click.option(*decls, type=type, default=default, show_default=True, help=help)
 
 
-def _policy_options(command):
-    """One ``--<codemod>-policy`` option per registered codemod, in the registry's order."""
-    for metadata in reversed(registry.CODEMODS):
-        policy = metadata.policy
-        command = _shown(policy.flag, policy.dest, type=click.Choice(policy.names),
-                         default=policy.default, help=policy.help)(command)
-    return command
-
-
 def _file_options(command):
     """Options shared by the commands that walk paths: file selection and execution."""
     decorators = [
@@ -325,7 +317,9 @@ def scan(
     sys.exit(EXIT_ERROR if failed else EXIT_OK)
 
 
-@cli.command(epilog=registry.help_epilog())
+# One --<codemod>-policy option per registered codemod (after --write), and the codemods in
+# the epilog: from the registry, when the command is used.
+@cli.command(cls=CodemodCommand, policies_after="write")
 @_paths
 @click.option(
     "--diff", "show_diff", is_flag=True, help="Print a unified diff; change nothing (default)."
@@ -334,7 +328,6 @@ def scan(
     "--check", is_flag=True, help="Change nothing; exit 1 when changes are needed, 0 when none."
 )
 @click.option("--write", is_flag=True, help="Rewrite the files in place.")
-@_policy_options
 @_shown("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
         help="text: diffs and messages; json: a CodeTF-shaped report on stdout (docs/report.md).")
 @click.option(

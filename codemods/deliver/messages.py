@@ -114,6 +114,12 @@ def _why_rewritten(site: CallSite) -> str:
             reasons.append(f"{_code(ids)} may be unset: the hook rejects None")
     if Action.FALLBACK in site.actions:
         reasons.append("can raise NotImplementedError under pipeline parallelism")
+    builtin = {Action.GUARD.value, Action.FALLBACK.value}
+    reasons += [  # any other registered codemod: what it does
+        metadata.summary
+        for metadata in registry.CODEMODS
+        if metadata.action not in builtin and metadata.action in site.actions
+    ]
     return "; ".join(reasons) or "-"
 
 
@@ -287,9 +293,10 @@ def migrate_pr_body(
             for site in unchanged
         ]
     out += ["", "## Policies", ""]
+    meanings = registry.policy_meanings()  # (codemods registered since import included)
     out += [
         f"- {name}: `{value}`"
-        + (f": {POLICY_MEANINGS[name, value]}" if (name, value) in POLICY_MEANINGS else "")
+        + (f": {meanings[name, value]}" if (name, value) in meanings else "")
         for name, value in policies.items()
     ] or ["- defaults"]
     out += [""]

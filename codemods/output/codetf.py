@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from codemods import __version__
 from codemods.callers.options import TransformOptions
 from codemods.callers.records import Action, FileResult, Risk, Status, Step
+from codemods.callers.rewrite import registry
 from codemods.callers.rewrite.metadata import CodemodMetadata
-from codemods.callers.rewrite.registry import CODEMODS
 from codemods.output import diffs
 from codemods.output.report import Summary
 
@@ -83,7 +83,7 @@ def new_line_number(before: bytes, after: bytes, line: int) -> int:
 
 
 def _policy(metadata: CodemodMetadata, options: TransformOptions) -> str:
-    return getattr(options, metadata.policy.dest)
+    return options.policy(metadata)
 
 
 def _changeset_entry(metadata: CodemodMetadata, step: Step, path: str, policy: str) -> dict | None:
@@ -141,12 +141,12 @@ class ReportBuilder:
         self.options = options
         self.directory = os.path.abspath(directory)
         self._records: list[FileResult] = []
-        self._changesets: dict[str, list[dict]] = {m.action: [] for m in CODEMODS}
-        self._unfixed: dict[str, list[dict]] = {m.action: [] for m in CODEMODS}
+        self._changesets: dict[str, list[dict]] = {m.action: [] for m in registry.CODEMODS}
+        self._unfixed: dict[str, list[dict]] = {m.action: [] for m in registry.CODEMODS}
 
     def add(self, result: FileResult) -> None:
         path = _relative(result.path, self.directory)
-        for metadata in CODEMODS:
+        for metadata in registry.CODEMODS:
             step = result.step(metadata.action) if result.status is Status.CHANGED else None
             if step is not None:
                 policy = _policy(metadata, self.options)
@@ -176,7 +176,7 @@ class ReportBuilder:
                 "unfixed": self._unfixed[metadata.action],
                 "changeset": self._changesets[metadata.action],
             }
-            for metadata in CODEMODS
+            for metadata in registry.CODEMODS
         ]
         return {
             "run": {

@@ -24,7 +24,8 @@ from codemods.callers.analyse.syntax import (
     _unwrap_container,
 )
 from codemods.callers.analyse.values import ValuesMixin
-from codemods.callers.records import Action, CallSite, Risk
+from codemods.callers.records import Action, CallSite, Risk, SiteFacts
+from codemods.callers.rewrite import registry
 from codemods.callers.scope import is_skipped, mark_skipped, skip_expected_errors
 from codemods.catalog.hooks import DEFAULT_HOOKS, Hook, HookSet
 from codemods.catalog.pp_raise import loses_captures_silently, raising_hooks
@@ -180,51 +181,27 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, Required
         handles = self._handles_not_implemented(call)
 
         risks: list[Risk] = []
-        actions: list[Action] = []
         notes: list[str] = []
-        review = False
         bind_name = None
         if rejects_none:
             if ids_arg is None:
                 risks.append(Risk.LITERAL_NONE)
                 notes.append("will raise: no layer ids passed and the hook requires them")
-                review = True
             elif ids_core is not None and _is_none(ids_core):
                 risks.append(Risk.LITERAL_NONE)
                 notes.append(
                     "will raise ValueError: None passed to a hook that rejects it; "
                     "pass explicit layer ids"
                 )
-                review = True
             elif ids_core is not None and not guarded and self.maybe_none(ids_core, scopes):
                 risks.append(Risk.MAYBE_NONE)
-                if not movable:
-                    notes.append(f"{not_own}; guard the ids by hand")
-                    review = True
-                elif lenient and name_expr is None:
-                    notes.append(
-                        f"may also reach {', '.join(lenient)}, where None means the default "
-                        "layers, and the hook name is not held by a name at the call; "
-                        "guard the ids by hand for the other hooks only"
-                    )
-                    review = True
-                else:
-                    actions.append(Action.GUARD)
-                    if not _is_repeatable(ids_core):
-                        # An expression is evaluated once: bound to a new name, then guarded.
-                        bind_name = binding_name(ids_core, scopes[0].names if scopes else ())
+                if movable and not _is_repeatable(ids_core):
+                    # An expression is evaluated once: bound to a new name, then guarded.
+                    bind_name = binding_name(ids_core, scopes[0].names if scopes else ())
         if can_raise_pp and not handles:
             risks.append(Risk.PP_UNSUPPORTED)
-            if not review:
-                if not movable:
-                    notes.append(f"{not_own}; handle NotImplementedError by hand")
-                    review = True
-                else:
-                    actions.append(Action.FALLBACK)
         if loses_captures_silently(hooks):
             risks.append(Risk.PP_SILENT)
-        if review:
-            actions = [Action.REVIEW]
 
         position = self.positions[call]
         site = CallSite(
@@ -237,9 +214,11 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, Required
             risks=tuple(risks) or (Risk.SAFE,),
             guarded=guarded,
             handles_not_implemented=handles,
-            actions=tuple(actions) or (Action.NONE,),
-            note="; ".join(notes),
+            actions=(Action.NONE,),
         )
+        facts = SiteFacts(site, movable, not_own, tuple(lenient), name_expr is not None)
+        actions, notes = _decide(facts, notes)
+        site = dataclasses.replace(site, actions=actions, note="; ".join(notes))
         return FoundCall(
             call=call,
             site=site,
@@ -256,6 +235,22 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, Required
         )
 
 
+def _decide(facts: SiteFacts, notes: list[str]) -> tuple[tuple[Action, ...], list[str]]:
+    """The actions for one call site: each registered codemod's that applies to it, in the
+    registry's order, or review alone when one of them leaves the site for a person."""
+    actions: list[Action] = []
+    notes = list(notes)
+    for entry in registry.ENTRIES:
+        verdict = entry.applies(facts)
+        if verdict.review is not None:
+            if verdict.review:
+                notes.append(verdict.review)
+            return (Action.REVIEW,), notes
+        if verdict.applies:
+            actions.append(Action(entry.action))
+    return tuple(actions) or (Action.NONE,), notes
+
+
 def _found_calls(analyzer: _Analyzer) -> list[FoundCall]:
     found = (analyzer.analyze(call) for call in analyzer.hook_calls)
     ordered = sorted(
@@ -270,15 +265,20 @@ def _found_calls(analyzer: _Analyzer) -> list[FoundCall]:
 
 def _unless_required(analyzer: _Analyzer, item: FoundCall) -> FoundCall:
     """``item`` marked skipped when it would be rewritten and its capture is required."""
-    if is_skipped(item.site) or not set(item.site.actions) & {Action.GUARD, Action.FALLBACK}:
+    if is_skipped(item.site) or not set(item.site.actions) & registry.ACTIONS:
         return item
     reason = analyzer._capture_required(item.call)
     if reason is None:
         return item
-    if Action.GUARD in item.site.actions:
-        # Fail early naming the unset value: more than the hook's own error says.
-        note = f"{reason}; unset ids raise ValueError early, PP errors are not caught"
-        site = dataclasses.replace(item.site, actions=(Action.GUARD,), note=note)
+    kept = [
+        entry
+        for entry in registry.ENTRIES
+        if entry.action in item.site.actions and entry.where_required is not None
+    ]
+    if kept:  # the codemods that still rewrite a call whose capture is required
+        note = "; ".join([reason, *(str(entry.where_required) for entry in kept)])
+        actions = tuple(Action(entry.action) for entry in kept)
+        site = dataclasses.replace(item.site, actions=actions, note=note)
         return dataclasses.replace(item, site=site, required=True)
     note = f"{reason}; left as is (under PP: --pp-size 1, or `auxcap upstream-patch`)"
     return dataclasses.replace(item, site=mark_skipped(item.site, note))

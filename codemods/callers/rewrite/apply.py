@@ -4,13 +4,14 @@ before: the file's bytes and the :class:`~codemods.callers.analyse.Analysis` of 
         parse, one discovery).
 after:  the rewritten bytes and one :class:`~codemods.callers.records.Step` per codemod that ran.
 
-The guard rewrites from the analysis.  The fallback then works on the guarded module, so its
-step (like a patch in a series) is described against the guarded file; instead of discovering
-that module again, the analysis is carried over: the guard reports where each call it touched
-or passed ended up, and one generation of the guarded code gives those calls' new positions.
-Both codemods visit only the paths from the module to their calls.  A module whose rewritable
-call shares a line with other statements is split first and analysed again (the one case with
-a second discovery).
+The registry's codemods run in its order.  The first that has call sites to rewrite works from
+the analysis; each later one works on the output of the one before it, so its step (like a
+patch in a series) is described against that output.  Instead of discovering that module
+again, the analysis is carried over: a codemod reports where each call a later codemod
+rewrites ended up (and every node it rebuilt), and one generation of its output gives those
+calls' new positions.  Each codemod visits only the paths from the module to the calls.  A
+module whose rewritable call shares a line with other statements is split first and analysed
+again (the one case with a second discovery).
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ import libcst as cst
 from codemods.callers.analyse import Analysis, FoundCall
 from codemods.callers.analyse.positions import code_and_positions
 from codemods.callers.options import TransformOptions
-from codemods.callers.records import Action, CallSite, Risk, Step
-from codemods.callers.rewrite import host_style
-from codemods.callers.rewrite.fallback import FallbackTransformer
-from codemods.callers.rewrite.guard import GuardTransformer
+from codemods.callers.records import Action, CallSite, Step
+from codemods.callers.rewrite import host_style, registry
+from codemods.callers.rewrite.callsite_codemod import CallSiteCodemod
 from codemods.callers.rewrite.split import analyse_split
 
 
@@ -40,14 +40,14 @@ def _only_call(statement: cst.SimpleStatementLine | cst.SimpleStatementSuite) ->
 
 
 def _wrappers(node: object, target: cst.CSTNode) -> list[cst.CSTNode] | None:
-    """The nodes a guard put around ``target`` (``node`` is what replaced the statement)."""
+    """The nodes a codemod put around ``target`` (``node`` is what replaced the statement)."""
     if node is target:
         return [target]
     if isinstance(node, cst.FlattenSentinel):
         children: list[object] = list(node.nodes)
     elif isinstance(node, cst.IndentedBlock):
         children = list(node.body)
-    elif isinstance(node, cst.If):
+    elif isinstance(node, (cst.If, cst.Try)):
         children = [node.body]
     else:
         return None
@@ -67,46 +67,48 @@ def _top_index(body: list[cst.BaseStatement], candidates: list[object]) -> int:
 
 
 def _carry_over(
-    analysis: Analysis, guard: GuardTransformer, guarded: cst.Module, follow: tuple[FoundCall, ...]
+    before: cst.Module,
+    reach: set[cst.CSTNode],
+    codemod: CallSiteCodemod,
+    mine: tuple[FoundCall, ...],
+    after: cst.Module,
+    follow: tuple[FoundCall, ...],
 ) -> tuple[str, tuple[FoundCall, ...], set[cst.CSTNode]]:
-    """The guarded code, ``follow`` described in ``guarded``, and the paths to them there."""
-    moved = {found: guard.moved.get(found.statement, found.statement) for found in follow}
+    """The code of ``after`` (``codemod``'s output for ``before``), ``follow`` described in
+    ``after``, and the paths to them there (``reach``: the paths to them in ``before``)."""
+    rebuilt = codemod.rebuilt
+    moved = {found: codemod.moved.get(found.statement, found.statement) for found in follow}
     calls = {found: _only_call(statement) for found, statement in moved.items()}
-    code, positions = code_and_positions(guarded, [*moved.values(), *calls.values()])
-    originals = [found.statement for found in follow if found.statement is not None]
-    paths = {guard.rebuilt.get(node, node) for node in analysis.paths_to(originals)}
-    paths.add(guarded)
+    code, positions = code_and_positions(after, [*moved.values(), *calls.values()])
+    paths = {rebuilt.get(node, node) for node in reach}
+    paths.add(after)
     carried = []
+    targets = {id(found) for found in mine}
     for found in follow:
         statement, call = moved[found], calls[found]
-        was_guarded = statement is not found.statement and Action.GUARD in found.site.actions
-        if was_guarded:
-            paths.update(_wrappers(guard.rebuilt[found.statement], statement) or [statement])
-        top = guard.rebuilt.get(analysis.module.body[found.module_index])
+        rewritten = statement is not found.statement and id(found) in targets
+        if rewritten:
+            paths.update(_wrappers(rebuilt[found.statement], statement) or [statement])
+        paths.update((statement, statement.body[0], call))
+        top = rebuilt.get(before.body[found.module_index])
         candidates: list[object] = [statement]
         if isinstance(top, cst.FlattenSentinel):
             candidates += list(top.nodes)[::-1]
         else:
-            candidates.append(top if top is not None else analysis.module.body[found.module_index])
-        ids_source = found.site.ids_source
+            candidates.append(top if top is not None else before.body[found.module_index])
+        ids_source, ids_arg = found.site.ids_source, found.ids_arg
         if found.ids_arg is not None:
             index = next(i for i, arg in enumerate(found.call.args) if arg is found.ids_arg)
-            ids_source = _code(call.args[index].value)
+            ids_arg = call.args[index]
+            ids_source = _code(ids_arg.value)
         site: CallSite = replace(
             found.site,
             line=positions[call].line,
             column=positions[call].column + 1,
             ids_source=ids_source,
         )
-        if was_guarded:
-            risks = tuple(risk for risk in site.risks if risk is not Risk.MAYBE_NONE)
-            site = replace(
-                site,
-                risks=risks or (Risk.SAFE,),
-                guarded=True,
-                note="",
-                actions=tuple(a for a in site.actions if a is not Action.GUARD) or (Action.NONE,),
-            )
+        if rewritten:
+            site = codemod.carried_site(site)
         column = (
             positions[statement].column
             if isinstance(statement, cst.SimpleStatementLine)
@@ -116,10 +118,11 @@ def _carry_over(
             replace(
                 found,
                 call=call,
+                ids_arg=ids_arg,
                 site=site,
                 statement=statement,
                 statement_column=column,
-                module_index=_top_index(list(guarded.body), candidates),
+                module_index=_top_index(list(after.body), candidates),
             )
         )
     return code, tuple(carried), paths
@@ -128,38 +131,45 @@ def _carry_over(
 def rewrite(
     source: bytes, analysis: Analysis, path: str, options: TransformOptions
 ) -> tuple[bytes, tuple[Step, ...]]:
-    """``source`` (whose module ``analysis`` describes) with both codemods applied."""
+    """``source`` (whose module ``analysis`` describes) with the registry's codemods applied
+    in order."""
     original_sites = analysis.sites
     analysis = analyse_split(analysis.module, options.hooks, path, analysis)
     encoding = analysis.module.encoding
-    guarding = GuardTransformer.targets(analysis.found)
-    follow = FallbackTransformer.targets(analysis.found)
-    steps: list[Step] = []
-    module = analysis.module
+    codemods = [(entry, entry.load()) for entry in registry.ENTRIES]
+    found = analysis.found
+    if not any(cls.targets(found) for _, cls in codemods):
+        return analysis.module.bytes, ()
     limit = options.line_length
-    if limit is None and (guarding or follow):
+    if limit is None:
         limit = host_style.file_line_length(path)
-    before = source
-    if guarding:
-        guard = GuardTransformer(path, options.guard_policy, options.extra_hooks, limit)
-        guarded = guard.apply(analysis, follow)
-        code, follow, paths = _carry_over(analysis, guard, guarded, follow)
-        after = code.encode(encoding)
-        sites = tuple(site for site in original_sites if Action.GUARD in site.actions)
-        steps.append(Step(Action.GUARD.value, before, after, sites))
-        module, before = guarded, after
-        fallback_sites = tuple(found.site for found in follow)
-    else:
-        statements = [found.statement for found in follow if found.statement is not None]
-        paths = analysis.paths_to(statements)
-        fallback_sites = tuple(s for s in original_sites if Action.FALLBACK in s.actions)
-    if follow:
-        fallback = FallbackTransformer(
-            path, options.fallback_policy, options.extra_hooks, limit
-        )
-        module = fallback.apply(module, follow, paths)
-        after = module.bytes
-        steps.append(Step(Action.FALLBACK.value, before, after, fallback_sites))
-    else:
-        after = before if guarding else module.bytes
-    return after, tuple(steps)
+    steps: list[Step] = []
+    module, before = analysis.module, source
+    # Paths to the calls still to rewrite, in ``module`` (None: from the analysis).
+    reach: set[cst.CSTNode] | None = None
+    for position, (entry, cls) in enumerate(codemods):
+        mine = cls.targets(found)
+        if not mine:
+            continue
+        later = [later_cls for _, later_cls in codemods[position + 1 :]]
+        follow = tuple(item for item in found if any(c.applies(item) for c in later))
+        if reach is None:
+            paths = analysis.paths_to(cls.path_nodes(mine))
+            reach = analysis.paths_to(
+                item.statement for item in follow if item.statement is not None
+            )
+            action = Action(entry.action)
+            sites = tuple(site for site in original_sites if action in site.actions)
+        else:
+            paths = reach
+            sites = tuple(item.site for item in mine)
+        codemod = cls(path, options.policy(entry.metadata), options.extra_hooks, limit)
+        rewritten = codemod.rewrite_calls(module, mine, paths, follow)
+        if follow:
+            code, found, reach = _carry_over(module, reach, codemod, mine, rewritten, follow)
+            after = code.encode(encoding)
+        else:
+            found, after = (), rewritten.bytes
+        steps.append(Step(entry.action, before, after, sites))
+        module, before = rewritten, after
+    return before, tuple(steps)

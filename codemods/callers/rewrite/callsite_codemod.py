@@ -5,22 +5,31 @@ A codemod names its ``ACTION`` (a :class:`~codemods.callers.records.Action`) and
 (``POLICIES``); :meth:`CallSiteCodemod.targets` picks the sites it applies to, and
 :meth:`transform_module` lets it run on its own (LibCST's codemod CLI, ``CodemodTest``):
 split shared lines, analyse, apply.
+
+``migrate`` runs the registered codemods one after the other through :meth:`rewrite_calls`
+(:mod:`codemods.callers.rewrite.apply`).  So that a later codemod works on an earlier one's
+output without a second discovery, every codemod records what replaced each node it visited
+(``rebuilt``) and, for the calls a later codemod rewrites (``follow``), the statement that
+holds only the call afterwards (``moved``; a codemod that wraps or rebuilds a followed call's
+statement sets it in its ``leave_*`` method, an untouched one is recorded here).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 import libcst as cst
 
 from codemods.callers.analyse import FoundCall
-from codemods.callers.records import Action
+from codemods.callers.records import Action, CallSite
 from codemods.callers.rewrite import host_style
 from codemods.catalog.hooks import HookSet
 
 
 class CallSiteCodemod(cst.CSTTransformer):
-    ACTION: Action
+    #: The action of its registry entry (an :class:`Action`, or that action's string).
+    ACTION: Action | str
     POLICIES: tuple[str, ...]
     #: Label of the policy in messages ("guard policy").
     POLICY_LABEL: str
@@ -46,6 +55,12 @@ class CallSiteCodemod(cst.CSTTransformer):
         self.policy = policy
         self.hooks = HookSet.with_extra(tuple(extra_hooks or ()))
         self._paths: set[cst.CSTNode] | None = None
+        #: Statements of the calls a later codemod rewrites.
+        self._followed: set[cst.CSTNode] = set()
+        #: Original statement -> the statement holding only the call afterwards.
+        self.moved: dict[cst.CSTNode, cst.SimpleStatementLine | cst.SimpleStatementSuite] = {}
+        #: Original node -> what replaced it, for every node the visit entered.
+        self.rebuilt: dict[cst.CSTNode, object] = {}
 
     @classmethod
     def applies(cls, found: FoundCall) -> bool:
@@ -56,10 +71,41 @@ class CallSiteCodemod(cst.CSTTransformer):
     def targets(cls, found: Iterable[FoundCall]) -> tuple[FoundCall, ...]:
         return tuple(item for item in found if cls.applies(item))
 
+    @classmethod
+    def path_nodes(cls, found: Iterable[FoundCall]) -> list[cst.CSTNode]:
+        """The nodes a visit must reach to rewrite ``found``: the calls (and so their
+        statements)."""
+        return [item.call for item in found]
+
+    @classmethod
+    def carried_site(cls, site: CallSite) -> CallSite:
+        """``site`` (one this codemod rewrote) as a later codemod sees it: its action done."""
+        actions = tuple(action for action in site.actions if action != cls.ACTION)
+        return replace(site, actions=actions or (Action.NONE,))
+
+    def rewrite_calls(
+        self,
+        module: cst.Module,
+        found: tuple[FoundCall, ...],
+        paths: set[cst.CSTNode],
+        follow: tuple[FoundCall, ...] = (),
+    ) -> cst.Module:
+        """``module`` with ``found`` (its own nodes, this codemod's targets) rewritten,
+        visiting only ``paths``; records where the calls of ``follow`` end up."""
+        raise NotImplementedError  # pragma: no cover - overridden
+
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self._paths is not None and node not in self._paths:
             return False  # no call of ours below: keep the subtree as it is
         return super().on_visit(node)
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        result = super().on_leave(original_node, updated_node)
+        self.rebuilt[original_node] = result
+        if original_node in self._followed and original_node not in self.moved:
+            if isinstance(result, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+                self.moved[original_node] = result
+        return result
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         """The rewritten module, on its own (``tree`` itself is never changed)."""
@@ -68,5 +114,8 @@ class CallSiteCodemod(cst.CSTTransformer):
         analysis = analyse_split(tree, self.hooks, self.filename)
         return self.apply_analysis(analysis)
 
-    def apply_analysis(self, analysis) -> cst.Module:  # pragma: no cover - overridden
-        raise NotImplementedError
+    def apply_analysis(self, analysis) -> cst.Module:
+        """Rewrite this codemod's targets in ``analysis.module`` (on its own: nothing
+        follows)."""
+        mine = self.targets(analysis.found)
+        return self.rewrite_calls(analysis.module, mine, analysis.paths_to(self.path_nodes(mine)))

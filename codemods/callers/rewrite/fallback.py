@@ -52,7 +52,7 @@ from dataclasses import dataclass, replace
 
 import libcst as cst
 
-from codemods.callers.analyse import Analysis, FoundCall
+from codemods.callers.analyse import FoundCall
 from codemods.callers.options import FALLBACK_POLICIES
 from codemods.callers.records import Action
 from codemods.callers.rewrite import host_style
@@ -188,11 +188,6 @@ class FallbackTransformer(CallSiteCodemod):
         self._found: tuple[FoundCall, ...] = ()
         self._wrapped = 0
 
-    def apply_analysis(self, analysis: Analysis) -> cst.Module:
-        mine = self.targets(analysis.found)
-        paths = analysis.paths_to(found.statement for found in mine)
-        return self.apply(analysis.module, mine, paths)
-
     def apply(
         self,
         module: cst.Module,
@@ -202,6 +197,18 @@ class FallbackTransformer(CallSiteCodemod):
         """Wrap the calls among ``found`` marked for the fallback.  ``found`` describes
         ``module``'s own nodes; ``paths`` (the statements and their ancestors), when given,
         limits the visit to them."""
+        self._found = found
+        self._paths = paths
+        return module.visit(self)
+
+    def rewrite_calls(
+        self,
+        module: cst.Module,
+        found: tuple[FoundCall, ...],
+        paths: set[cst.CSTNode],
+        follow: tuple[FoundCall, ...] = (),
+    ) -> cst.Module:
+        self._followed = {item.statement for item in follow if item.statement is not None}
         self._found = found
         self._paths = paths
         return module.visit(self)
@@ -293,11 +300,24 @@ class FallbackTransformer(CallSiteCodemod):
             self._wrapped += 1
         return found
 
+    def _wrapped_statement(
+        self, original_node: cst.CSTNode, found: FoundCall, line: cst.SimpleStatementLine
+    ) -> cst.Try:
+        wrapped = self._try_statement(found, line)
+        if original_node in self._followed:  # a later codemod rewrites the call in the try
+            assert isinstance(wrapped.body, cst.IndentedBlock)
+            inner = wrapped.body.body[0]
+            assert isinstance(inner, cst.SimpleStatementLine)
+            self.moved[original_node] = inner
+        return wrapped
+
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.BaseStatement:
         found = self._wrapping(original_node)
-        return updated_node if found is None else self._try_statement(found, updated_node)
+        if found is None:
+            return updated_node
+        return self._wrapped_statement(original_node, found, updated_node)
 
     def leave_SimpleStatementSuite(
         self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
@@ -305,7 +325,8 @@ class FallbackTransformer(CallSiteCodemod):
         found = self._wrapping(original_node)
         if found is None:
             return updated_node
-        return cst.IndentedBlock(body=[self._try_statement(found, suite_as_line(updated_node))])
+        wrapped = self._wrapped_statement(original_node, found, suite_as_line(updated_node))
+        return cst.IndentedBlock(body=[wrapped])
 
     # ---------------------------------------------------------------- logger
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:

@@ -50,11 +50,13 @@ review instead of rewritten.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import libcst as cst
 
 from codemods.callers.analyse import Analysis, FoundCall
 from codemods.callers.options import GUARD_POLICIES
-from codemods.callers.records import Action
+from codemods.callers.records import Action, CallSite, Risk
 from codemods.callers.rewrite.callsite_codemod import CallSiteCodemod
 from codemods.callers.rewrite.registry import GUARD as METADATA
 from codemods.callers.rewrite.snippets import (
@@ -140,30 +142,36 @@ class GuardTransformer(CallSiteCodemod):
         super().__init__(filename, guard_policy, extra_hooks, line_length)
         self._calls: dict[cst.Call, FoundCall] = {}
         self._statements: dict[cst.CSTNode, FoundCall] = {}
-        self._followed: set[cst.CSTNode] = set()
-        #: Original statement -> the statement holding only the call afterwards.
-        self.moved: dict[cst.CSTNode, cst.SimpleStatementLine | cst.SimpleStatementSuite] = {}
-        #: Original node -> what replaced it, for every node the visit entered.
-        self.rebuilt: dict[cst.CSTNode, object] = {}
 
-    def apply_analysis(self, analysis: Analysis) -> cst.Module:
-        return self.apply(analysis)
+    @classmethod
+    def carried_site(cls, site: CallSite) -> CallSite:
+        """A guarded call: behind a check of its ids, which are no longer maybe None."""
+        site = super().carried_site(site)
+        risks = tuple(risk for risk in site.risks if risk is not Risk.MAYBE_NONE)
+        return replace(site, risks=risks or (Risk.SAFE,), guarded=True, note="")
 
     def apply(self, analysis: Analysis, follow: tuple[FoundCall, ...] = ()) -> cst.Module:
         """Guard ``analysis.module``; ``follow``: calls whose new place to record."""
-        self.module_indent = analysis.module.default_indent
-        self.module_config = analysis.module.config_for_parsing
-        for found in self.targets(analysis.found):
-            self._calls[found.call] = found
-            self._statements[found.statement] = found
-        self._followed = {found.statement for found in follow if found.statement is not None}
-        self._paths = analysis.paths_to(self._calls)
-        return analysis.module.visit(self)
+        mine = self.targets(analysis.found)
+        return self.rewrite_calls(
+            analysis.module, mine, analysis.paths_to(self.path_nodes(mine)), follow
+        )
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[override]
-        result = super().on_leave(original_node, updated_node)
-        self.rebuilt[original_node] = result
-        return result
+    def rewrite_calls(
+        self,
+        module: cst.Module,
+        found: tuple[FoundCall, ...],
+        paths: set[cst.CSTNode],
+        follow: tuple[FoundCall, ...] = (),
+    ) -> cst.Module:
+        self.module_indent = module.default_indent
+        self.module_config = module.config_for_parsing
+        for item in found:
+            self._calls[item.call] = item
+            self._statements[item.statement] = item
+        self._followed = {item.statement for item in follow if item.statement is not None}
+        self._paths = paths
+        return module.visit(self)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         found = self._calls.get(original_node)
