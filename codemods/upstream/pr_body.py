@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from codemods.upstream import kimi
+from codemods.upstream import kimi, kimi_k3
 from codemods.upstream.family_report import pr_section
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.pp_aux_plan import AuxCapturePlan
@@ -105,9 +105,14 @@ def kimi_touched(result: UpstreamResult) -> bool:
     return result.model_path in result.changed
 
 
+def k3_touched(result: UpstreamResult) -> bool:
+    return result.tree.module_path(kimi_k3.MODULE) in result.changed
+
+
 def touched_models(result: UpstreamResult) -> list[str]:
     """Every model file the patch rewrites, by stem."""
     names = [kimi.MODULE.rsplit(".", 1)[1]] if kimi_touched(result) else []
+    names += [kimi_k3.NAME] if k3_touched(result) else []
     if result.family is not None:
         names += [file.removesuffix(".py") for file in result.family.patched]
     return sorted(dict.fromkeys(names))
@@ -115,7 +120,8 @@ def touched_models(result: UpstreamResult) -> list[str]:
 
 def touched_hooks(result: UpstreamResult) -> list[str]:
     """Every capture hook the patch changes."""
-    hooks = ["set_dspark_layers_to_capture"] if kimi_touched(result) else []
+    touched = kimi_touched(result) or k3_touched(result)
+    hooks = ["set_dspark_layers_to_capture"] if touched else []
     if result.family is not None:
         for decision in result.family.decisions.values():
             if decision.patched:
