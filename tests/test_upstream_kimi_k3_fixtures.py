@@ -210,3 +210,17 @@ def test_rewritten_fixture_matches_pp1(rewritten, block_size, size):
     assert len(got_aux) == len(want_aux) == 5
     for got, want in zip(got_aux, want_aux, strict=True):
         assert torch.equal(got, want)
+
+
+def test_pr_body_covers_kimi_k3(tmp_path):
+    from codemods.upstream.pr_body import render, title_of, touched_hooks, touched_models
+
+    result = generate(_tree(tmp_path), models=["kimi_k3"])
+    assert touched_models(result) == ["kimi_k3"]
+    assert touched_hooks(result) == ["set_dspark_layers_to_capture"]
+    assert "1 model" in title_of(result)
+    body = render(result)
+    assert "`KimiK3LinearForCausalLM.set_dspark_layers_to_capture` refuses PP" in body
+    assert "**Kimi-K3** (`kimi_k3.py`)" in body
+    assert "- [ ] The patched `kimi_k3.py` driven as real pipeline stages" in body
+    assert "**Setter**" not in body  # Kimi-Linear's section only when it is patched
