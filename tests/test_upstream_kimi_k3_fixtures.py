@@ -224,3 +224,13 @@ def test_pr_body_covers_kimi_k3(tmp_path):
     assert "**Kimi-K3** (`kimi_k3.py`)" in body
     assert "- [ ] The patched `kimi_k3.py` driven as real pipeline stages" in body
     assert "**Setter**" not in body  # Kimi-Linear's section only when it is patched
+
+
+def test_series_puts_kimi_k3_in_the_kimi_relay_patch(tmp_path):
+    from codemods.upstream import series
+
+    patches = series.build_series(generate(_tree(tmp_path), models=["kimi_k3"]))
+    assert [p.key for p in patches] == [series.TRANSPORT, series.KIMI]
+    assert patches[1].models == ["kimi_k3"]
+    assert [c.path for c in patches[1].changes] == [K3_PATH]
+    assert "Hook: set_dspark_layers_to_capture." in patches[1].body

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from sglang_support.env import git_apply, linked_copy, run_python
 
 from codemods.cli.commands import cli
-from codemods.upstream import kimi
+from codemods.upstream import kimi, series
 from codemods.upstream.generate import generate
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
@@ -107,3 +107,7 @@ def test_full_patch_on_0_5_20_includes_kimi_k3_and_applies(sglang_release):
     assert check.returncode == 0, check.stderr
     decision = result.family.decisions["kimi_k3.py"]
     assert not decision.patched and "Kimi-K3 rewriter" in decision.reason
+    # In the series, Kimi-K3 rides the Kimi DSPARK relay patch with Kimi-Linear.
+    (relay,) = [p for p in series.build_series(result) if p.key == series.KIMI]
+    assert {"kimi_linear", "kimi_k3"} <= set(relay.models)
+    assert K3_FILE in [change.path for change in relay.changes]
