@@ -152,13 +152,9 @@ def _stream(forward: kimi.ForwardShape, missing: list[str]) -> StreamShape | Non
                        boundary_return, entries, hidden)
 
 
-def _relays_itself(source: str, path: str) -> Analysis | None:
+def _relays_itself(module: cst.Module, source: str, path: str) -> Analysis | None:
     """SGLang's own DSPARK relay (0.5.21+): the ``dspark_hidden_states`` handoff entry and
     no PP=1 guard left in the setter, whatever the forward looks like."""
-    try:
-        module = cst.parse_module(source)
-    except cst.ParserSyntaxError:
-        return None
     setter = kimi._find_setter(module, [])
     if setter is None or setter.pp_guards or RELAY_KEY not in source:
         return None
@@ -168,37 +164,49 @@ def _relays_itself(source: str, path: str) -> Analysis | None:
 
 
 def analyse(source: str, path: str = MODULE) -> Analysis:
-    """Classify ``source``; raises :class:`UnrecognisedShape` naming what is missing."""
+    """Classify ``source``; raises :class:`UnrecognisedShape` naming what is missing.
+
+    The setter and forward are found by ``kimi.py``'s discovery; what differs from
+    Kimi-Linear (the handoff branch, the capture method) is judged here.
+    """
     try:
-        base = kimi.analyse(source, path)
-    except kimi.UnrecognisedShape as err:
-        relayed = _relays_itself(source, path)
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as err:
+        raise UnrecognisedShape(path, [f"Python source LibCST can parse ({err.message})"]) \
+            from err
+    missing: list[str] = []
+    setter = kimi._find_setter(module, missing)
+    forward = kimi._find_forward(module, missing)
+    if setter is None or forward is None:
+        relayed = _relays_itself(module, source, path)
         if relayed is not None:
             return relayed
-        # The branch before the handoff is Kimi-K3's own; judge it below.
-        missing = [item for item in err.missing if "only statement" not in item]
-        if missing:
-            raise UnrecognisedShape(path, missing) from err
-        module = cst.parse_module(source)
-        setter = kimi._find_setter(module, [])
-        forward = kimi._find_forward(module, [])
-        base = kimi.Analysis(path, NEEDS_PATCH, module, setter, forward)
-        assert setter is not None and forward is not None
-        if setter.pp_guards:
-            base.notes.append(f"{setter.cls.name.value}.{kimi.SETTER}: removes the PP=1 "
-                              f"guard ({kimi.PP_ERROR!r}) and the non-last-rank early return")
-    result = Analysis(base.path, base.status, base.module, base.setter, base.forward,
-                      list(base.notes))
-    if result.status != NEEDS_PATCH:
-        return result
-    assert result.forward is not None
-    missing: list[str] = []
-    result.stream = _stream(result.forward, missing)
-    if result.stream is None:
         raise UnrecognisedShape(path, missing)
-    result.notes.append(f"{result.forward.cls.name.value}: a stage's last captured layer is "
-                        f"mixed on the next stage (it holds the next layer's weights)")
-    return result
+    if kimi.TRANSPORT_MODULE in source and kimi._mentions_attr(setter.func, kimi.TRANSPORT_ATTR):
+        return Analysis(path, PATCHED, module, setter, forward,
+                        [f"{path} already carries DSPARK captures across PP with "
+                         f"{kimi.TRANSPORT_MODULE}"])
+    if not setter.pp_guards and forward.relays:
+        assert forward.boundary is not None
+        keys = sorted(set(kimi._strings_in(forward.boundary)) - {"hidden_states", "residual"})
+        return Analysis(path, SUPPORTED, module, setter, forward,
+                        [f"{path} already carries DSPARK captures across PP stages (setter "
+                         f"has no PP=1 guard; the stage handoff carries aux entries: {keys})"])
+    if setter.pp is None:
+        missing.append(f"{setter.cls.name.value}: the PP group (self.<pp> = get_pp_group() "
+                       f"or a world_size/is_last_rank guard in {kimi.SETTER})")
+    if not setter.has_config:
+        missing.append(f"{setter.cls.name.value}.__init__ assigning self.config")
+    stream = _stream(forward, missing)
+    if missing or stream is None:
+        raise UnrecognisedShape(path, missing)
+    notes = []
+    if setter.pp_guards:
+        notes.append(f"{setter.cls.name.value}.{kimi.SETTER}: removes the PP=1 guard "
+                     f"({kimi.PP_ERROR!r}) and the non-last-rank early return")
+    notes.append(f"{forward.cls.name.value}: a stage's last captured layer is mixed on the "
+                 f"next stage (it holds the next layer's weights)")
+    return Analysis(path, NEEDS_PATCH, module, setter, forward, notes, stream=stream)
 
 
 # ----------------------------------------------------------------------------- rewrite
