@@ -49,6 +49,18 @@ def report_family(result) -> None:
             _say(f"  skipped  {decision.file}: {decision.reason}")
 
 
+K3_STATUS = {
+    kimi.NEEDS_PATCH: "patched: DSPARK captures relayed across PP stages",
+    kimi.PATCHED: "already patched",
+    kimi.SUPPORTED: "already supports DSPARK aux capture under PP; not patched",
+}
+
+
+def report_kimi_k3(result) -> None:
+    if result.k3_status is not None:
+        _say(f"Kimi-K3 (kimi_k3.py): {K3_STATUS[result.k3_status]}")
+
+
 def _why_empty(result) -> str:
     """Why a tree gets an empty patch: it carries the patch already, or (with no Kimi-Linear
     file) no model file of the tree needs it."""
@@ -79,6 +91,7 @@ def run_upstream_patch(root: str, output: str | None, pr_body: str | None, mode:
         return 2
     where = result.tree.describe()
     report_family(result)
+    report_kimi_k3(result)
     if result.status == kimi.SUPPORTED:
         if result.model_path in result.changed:
             done = "only its relay's checks are patched"

@@ -190,6 +190,7 @@ def candidate_files(models_dir: Path) -> list[str]:
 #: Model files another rewriter owns: reported, never rewritten by the family patch.
 OWNED_ELSEWHERE = {
     "kimi_linear.py": "rewritten by the Kimi-Linear rewriter (DSPARK, raises under PP)",
+    "kimi_k3.py": "rewritten by the Kimi-K3 rewriter (DSPARK, raises under PP)",
 }
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from codemods.upstream import dspark_relay, kimi
+from codemods.upstream import dspark_relay, kimi, kimi_k3
 from codemods.upstream.family import FamilyPlan
 from codemods.upstream.family_patch import PLAN_MODULE, family_changes, plan_for_tree
 from codemods.upstream.patchfile import FileChange, changed_paths, render_patch
@@ -37,6 +37,7 @@ PLAN_RESOURCE = "pp_aux_plan.py"
 TEST_RESOURCE = "templates/test_pp_aux_capture.py"
 TEST_FILENAME = "test_pp_aux_capture.py"
 KIMI_NAME = "kimi_linear"
+K3_NAME = kimi_k3.NAME
 #: Status when the tree has no Kimi-Linear file and only the family is patched.
 FAMILY_ONLY = "family_only"
 
@@ -60,6 +61,8 @@ class UpstreamResult:
     notes: list[str] = field(default_factory=list)
     #: What the capture-hook family part decided per model file (None: not asked for).
     family: FamilyPlan | None = None
+    #: Kimi-K3's status (``kimi.NEEDS_PATCH`` ...; None: no such file or not asked for).
+    k3_status: str | None = None
 
     @property
     def patch(self) -> str:
@@ -94,7 +97,9 @@ def generate(root: str | Path, mode: str = "relay",
     tree = detect_tree(root)
     wanted = None if models is None else list(dict.fromkeys(models))
     with_kimi = wanted is None or KIMI_NAME in wanted
-    family_names = None if wanted is None else [n for n in wanted if n != KIMI_NAME]
+    with_k3 = wanted is None or K3_NAME in wanted
+    family_names = None if wanted is None else [
+        n for n in wanted if n not in (KIMI_NAME, K3_NAME)]
     model_path = tree.module_path(kimi.MODULE)
     source = tree.read_text(model_path) if with_kimi else None
 
@@ -134,6 +139,8 @@ def generate(root: str | Path, mode: str = "relay",
         if relayed != source:
             result.changes.append(FileChange(model_path, source, relayed))
             result.notes.append(f"{model_path}: {dspark_relay.NOTE}")
+    if with_k3:
+        result.changes += _kimi_k3_changes(tree, mode, result, required=wanted is not None)
     present = {change.path for change in result.changes}
     result.changes += [change for change in family_changes_ if change.path not in present]
     # Server-arg validation last: it accepts what the model changes above make safe.
@@ -142,3 +149,32 @@ def generate(root: str | Path, mode: str = "relay",
     if validation.change is not None and validation.change.changed:
         result.changes.append(validation.change)
     return result
+
+
+def _kimi_k3_changes(tree: SGLangTree, mode: str, result: UpstreamResult,
+                     required: bool) -> list[FileChange]:
+    """The Kimi-K3 model file (``kimi_k3.py``) and, if nothing added it yet, the transport
+    module; ``required``: the file was asked for by name, so its absence is an error."""
+    path = tree.module_path(kimi_k3.MODULE)
+    source = tree.read_text(path)
+    if source is None:
+        if required:
+            raise MissingModelFile(f"{tree.file(path)}: Kimi-K3 model file not found")
+        return []
+    try:
+        new_source, analysis = kimi_k3.rewrite(source, str(tree.file(path)), mode=mode)
+    except kimi.UnrecognisedShape as err:
+        if required:
+            raise
+        result.notes.append(f"{path} not patched: {err}")
+        return []
+    result.k3_status = analysis.status
+    result.notes += list(analysis.notes)
+    if analysis.status == kimi.SUPPORTED:
+        return []
+    changes = [FileChange(path, source, new_source)]
+    transport_path = result.transport_path
+    if transport_path not in {change.path for change in result.changes}:
+        changes.append(FileChange(transport_path, tree.read_text(transport_path),
+                                  package_text(TRANSPORT_RESOURCE)))
+    return changes

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from codemods.upstream import kimi
+from codemods.upstream import kimi, kimi_k3
 from codemods.upstream.family_report import pr_section
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.pp_aux_plan import AuxCapturePlan
@@ -131,9 +131,14 @@ def kimi_touched(result: UpstreamResult) -> bool:
     return result.model_path in result.changed
 
 
+def k3_touched(result: UpstreamResult) -> bool:
+    return result.tree.module_path(kimi_k3.MODULE) in result.changed
+
+
 def touched_models(result: UpstreamResult) -> list[str]:
     """Every model file the patch rewrites, by stem."""
     names = [kimi.MODULE.rsplit(".", 1)[1]] if kimi_touched(result) else []
+    names += [kimi_k3.NAME] if k3_touched(result) else []
     if result.family is not None:
         names += [file.removesuffix(".py") for file in result.family.patched]
     return sorted(dict.fromkeys(names))
@@ -141,7 +146,8 @@ def touched_models(result: UpstreamResult) -> list[str]:
 
 def touched_hooks(result: UpstreamResult) -> list[str]:
     """Every capture hook the patch changes."""
-    hooks = ["set_dspark_layers_to_capture"] if kimi_touched(result) else []
+    touched = kimi_touched(result) or k3_touched(result)
+    hooks = ["set_dspark_layers_to_capture"] if touched else []
     if result.family is not None:
         for decision in result.family.decisions.values():
             if decision.patched:
@@ -182,6 +188,11 @@ def _motivation(result: UpstreamResult) -> str:
   `ValueError("{kimi.NONE_ERROR}")`, sits behind that early
   return, so only the last rank would run it.
 """)
+    if k3_touched(result):
+        lines.append(f"""
+- `KimiK3LinearForCausalLM.set_dspark_layers_to_capture` refuses PP the same way
+  (`NotImplementedError("{kimi.PP_ERROR}")`), and its stage handoff drops captures too.
+""")
     family = result.family.patched if result.family is not None else []
     if family:
         lines.append(f"""
@@ -193,10 +204,25 @@ def _motivation(result: UpstreamResult) -> str:
     return "".join(lines)
 
 
+K3_DESIGN = """\
+- **Kimi-K3** (`kimi_k3.py`): the same setter and transport. With attention residuals a
+  capture mixes the stream with the block bank using the *next* layer's scoring weights,
+  which for a stage's last layer live on the next stage. The capture method hands on the
+  stream head for that layer (the value the handoff carries as `hidden_states`); the next
+  stage, which holds that layer's weights and the same bank, mixes it right after building
+  `attn_res`, so the last stage's list equals PP=1's. Relay mode only: the head must pass
+  through the next stage.
+"""
+
+
 def _kimi_design(result: UpstreamResult) -> str:
+    k3 = K3_DESIGN if k3_touched(result) else ""
     if not kimi_touched(result):
-        return ""
-    return """\
+        return k3
+    return KIMI_DESIGN + k3
+
+
+KIMI_DESIGN = """\
 - **Setter** (`set_dspark_layers_to_capture`): runs the same on every rank. `None` still
   raises the same `ValueError`; ids are then validated with `validate_layer_ids` (type,
   range, duplicates, empty) identically on every rank, stored on every rank, and an
@@ -218,7 +244,7 @@ def _test_plan(result: UpstreamResult, test_cmd: str, family_cmd: str,
                validation=None) -> str:
     """Boxes for the checks; only a run of this invocation (``validation``, from
     ``--validate``) ticks one."""
-    patched = set(touched_models(result)) - {kimi.MODULE.rsplit(".", 1)[1]}
+    patched = set(touched_models(result)) - {kimi.MODULE.rsplit(".", 1)[1], kimi_k3.NAME}
     family_ran = (validation is not None and validation.all_passed
                   and patched <= set(validation.verdicts))
     note = ("The family test was run by `auxcap upstream-patch --validate` on a patched copy "
@@ -242,6 +268,11 @@ def _test_plan(result: UpstreamResult, test_cmd: str, family_cmd: str,
         lines.append(
             "- [ ] The patched `kimi_linear.py` driven as real pipeline stages (gloo, 2 and 3 "
             "stages), aux\n  states equal to the PP=1 run"
+        )
+    if k3_touched(result):
+        lines.append(
+            "- [ ] The patched `kimi_k3.py` driven as real pipeline stages (gloo, 2 and 3 "
+            "stages, with and\n  without attention residuals), aux states equal to the PP=1 run"
         )
     lines.append("- [ ] GPU run with `--pp-size 2` and speculative decoding (NCCL).")
     return "\n".join(lines) + "\n"

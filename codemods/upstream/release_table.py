@@ -1,7 +1,7 @@
 """Which model files the upstream patch rewrites, per SGLang release line.
 
-:func:`release_column` asks the generator itself (the Kimi-Linear rewriter and the
-capture-hook family plan) about one release tree; :func:`matrix` lays several releases side
+:func:`release_column` asks the generator itself (the Kimi-Linear and Kimi-K3
+rewriters and the capture-hook family plan) about one release tree; :func:`matrix` lays several releases side
 by side: one row per model file with a capture hook in any of them, one column per
 release.  A cell says how the file is patched (the model group of the patch series) or why
 it is not; the reasons are listed under the table, once per distinct reason.
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codemods.upstream import kimi
+from codemods.upstream import kimi, kimi_k3
 from codemods.upstream.family_patch import plan_for_tree
 from codemods.upstream.family_report import REFUSES_PP
 from codemods.upstream.series import KIMI, decision_group
@@ -29,6 +29,7 @@ GROUP_CELLS = {
     "layer-list": "list handed to layers",
 }
 KIMI_FILE = "kimi_linear.py"
+K3_FILE = "kimi_k3.py"
 KIMI_CELLS = {
     kimi.NEEDS_PATCH: "patched: DSPARK relay",
     kimi.PATCHED: "already patched",
@@ -65,16 +66,18 @@ def release_column(root: Path | str, version: str) -> Column:
     column = Column(version)
     plan = plan_for_tree(tree)
     for decision in plan.decisions.values():
-        if decision.file != KIMI_FILE:
+        if decision.file not in (KIMI_FILE, K3_FILE):
             column.cells[decision.file] = _cell(decision)
-    source = tree.read_text(tree.module_path(kimi.MODULE))
-    if source is not None:
+    for file, rewriter in ((KIMI_FILE, kimi), (K3_FILE, kimi_k3)):
+        source = tree.read_text(tree.module_path(rewriter.MODULE))
+        if source is None:
+            continue
         try:
-            status = kimi.analyse(source, kimi.MODULE).status
+            status = rewriter.analyse(source, rewriter.MODULE).status
         except kimi.UnrecognisedShape as error:
-            column.cells[KIMI_FILE] = f"no: {error}"
+            column.cells[file] = f"no: {error}"
         else:
-            column.cells[KIMI_FILE] = KIMI_CELLS[status]
+            column.cells[file] = KIMI_CELLS[status]
     return column
 
 

@@ -7,10 +7,10 @@ reviewer can take one at a time, in this order:
    own test, and the files that size the PP proxy buffers (model runner, buffer helpers,
    graph runners);
 2. **one patch per model group**, a group being the rewriter that patched the model file:
-   the Kimi-Linear DSPARK relay, the layer-entry callback, the gathered collector, the legacy
-   append loop, ...  The group comes from the plan's decision for the file (its capture
-   kinds); a file without a decision is classified by its path.  The family test grows with
-   the groups: each group's patch adds that group's models to it;
+   the Kimi DSPARK relay (Kimi-Linear, Kimi-K3), the layer-entry callback, the gathered
+   collector, the legacy append loop, ...  The group comes from the plan's decision for the
+   file (its capture kinds); a file without a decision is classified by its path.  The
+   family test grows with the groups: each group's patch adds that group's models to it;
 3. **validation**: server arguments and validation hooks.
 
 Every changed file ends in the series exactly as in the single patch, so applying the whole
