@@ -29,7 +29,7 @@ from torch import nn
 try:
     from sglang.test.ci.ci_register import register_cpu_ci
     from sglang.test.test_utils import CustomTestCase
-except ImportError:  # sglang does not import here (e.g. a CPU-only machine without triton)
+except ImportError:  # sglang does not import (a CPU-only machine without triton)
     CustomTestCase = unittest.TestCase
 
     def register_cpu_ci(*args, **kwargs):

@@ -25,7 +25,7 @@ import torch.multiprocessing as mp
 try:
     from sglang.test.ci.ci_register import register_cpu_ci
     from sglang.test.test_utils import CustomTestCase
-except ImportError:  # sglang does not import here (e.g. a CPU-only machine without triton)
+except ImportError:  # sglang does not import (a CPU-only machine without triton)
     CustomTestCase = unittest.TestCase
 
     def register_cpu_ci(*args, **kwargs):
@@ -47,7 +47,10 @@ def _load_transport():
         if package is None or not package.submodule_search_locations:
             raise
         path = os.path.join(
-            package.submodule_search_locations[0], "srt", "distributed", "pp_aux_transport.py"
+            package.submodule_search_locations[0],
+            "srt",
+            "distributed",
+            "pp_aux_transport.py",
         )
         spec = importlib.util.spec_from_file_location("pp_aux_transport", path)
         module = importlib.util.module_from_spec(spec)
