@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codemods.upstream import kimi, kimi_k3
+from codemods.upstream import dspark_relay, kimi, kimi_k3
 from codemods.upstream.family_patch import plan_for_tree
 from codemods.upstream.family_report import REFUSES_PP
 from codemods.upstream.series import KIMI, decision_group
@@ -30,6 +30,9 @@ GROUP_CELLS = {
 }
 KIMI_FILE = "kimi_linear.py"
 K3_FILE = "kimi_k3.py"
+#: Kimi-Linear on a release that relays DSPARK captures itself (0.5.21+): only the relay's
+#: check of its handoff entry is patched (``dspark_relay.py``).
+RELAY_CHECK_CELL = "patched: SGLang's DSPARK relay checked"
 KIMI_CELLS = {
     kimi.NEEDS_PATCH: "patched: DSPARK relay",
     kimi.PATCHED: "already patched",
@@ -78,6 +81,9 @@ def release_column(root: Path | str, version: str) -> Column:
             column.cells[file] = f"no: {error}"
         else:
             column.cells[file] = KIMI_CELLS[status]
+            relay = dspark_relay.analyse(source).status if file == KIMI_FILE else None
+            if status == kimi.SUPPORTED and relay == dspark_relay.NEEDS_PATCH:
+                column.cells[file] = RELAY_CHECK_CELL
     return column
 
 
