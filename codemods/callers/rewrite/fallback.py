@@ -56,6 +56,7 @@ from codemods.callers.analyse import FoundCall
 from codemods.callers.records import Action
 from codemods.callers.rewrite import host_style
 from codemods.callers.rewrite.callsite_codemod import CallSiteCodemod
+from codemods.callers.rewrite.libcst_command import lazy_command
 from codemods.callers.rewrite.registry import FALLBACK as METADATA
 from codemods.callers.rewrite.snippets import (
     fit_call_statement,
@@ -332,13 +333,4 @@ class FallbackTransformer(CallSiteCodemod):
                 end = index + 1
         return end
 
-def __getattr__(name: str):
-    """``FallbackCommand``: the LibCST codemod command, built on first use (see
-    :mod:`codemods.callers.rewrite.libcst_command`)."""
-    if name == "FallbackCommand":
-        from codemods.callers.rewrite.libcst_command import command_class
-
-        command = command_class(name, __name__, FallbackTransformer, METADATA)
-        globals()[name] = command
-        return command
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_command(__name__, "FallbackCommand", FallbackTransformer, METADATA)

@@ -57,6 +57,7 @@ import libcst as cst
 from codemods.callers.analyse import Analysis, FoundCall
 from codemods.callers.records import Action, CallSite, Risk
 from codemods.callers.rewrite.callsite_codemod import CallSiteCodemod
+from codemods.callers.rewrite.libcst_command import lazy_command
 from codemods.callers.rewrite.registry import GUARD as METADATA
 from codemods.callers.rewrite.snippets import (
     fit_call_statement,
@@ -251,13 +252,4 @@ class GuardTransformer(CallSiteCodemod):
         return cst.IndentedBlock(body=statements)
 
 
-def __getattr__(name: str):
-    """``GuardCommand``: the LibCST codemod command, built on first use (see
-    :mod:`codemods.callers.rewrite.libcst_command`)."""
-    if name == "GuardCommand":
-        from codemods.callers.rewrite.libcst_command import command_class
-
-        command = command_class(name, __name__, GuardTransformer, METADATA)
-        globals()[name] = command
-        return command
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_command(__name__, "GuardCommand", GuardTransformer, METADATA)
