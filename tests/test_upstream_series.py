@@ -325,8 +325,8 @@ def test_validate_claims_only_what_it_ran(sglang_release, tmp_path, monkeypatch)
 
 
 def test_a_series_that_does_not_apply_leaves_no_branch(tmp_path, monkeypatch):
-    from codemods.deliver.on_branch import BranchRequest
     from codemods.deliver.git_basics import GitDeliveryError
+    from codemods.deliver.on_branch import BranchRequest
     from codemods.upstream.series_cli import commit_stack
 
     isolate_git(monkeypatch, tmp_path)
