@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.callers.analyse import FoundCall
 from codemods.callers.records import Risk, SiteFacts, Verdict
 from codemods.callers.rewrite.callsite_codemod import CallSiteCodemod
 from codemods.callers.rewrite.metadata import (
@@ -55,24 +54,8 @@ def applies(facts: SiteFacts) -> Verdict:
 
 class PPSilentNoteTransformer(CallSiteCodemod):
     ACTION = METADATA.action
-    POLICIES = METADATA.policy.names
-    POLICY_LABEL = METADATA.policy.label
-
-    def __init__(
-        self,
-        filename: str,
-        policy: str = "note",
-        extra_hooks: tuple[str, ...] | list[str] | None = None,
-        line_length: int | None = None,
-    ) -> None:
-        super().__init__(filename, policy, extra_hooks, line_length)
-        self._statements: dict[cst.CSTNode, FoundCall] = {}
-
-    def rewrite_calls(self, module, found, paths, follow=()):
-        self._statements = {item.statement: item for item in found}
-        self._followed = {item.statement for item in follow if item.statement is not None}
-        self._paths = paths
-        return module.visit(self)
+    #: Gives its policies, their label, the default and the ``pp_note_policy=`` keyword.
+    METADATA = METADATA
 
     def _noted(self, original: cst.CSTNode, line: cst.SimpleStatementLine):
         tag = "NOTE" if self.policy == "note" else "TODO"

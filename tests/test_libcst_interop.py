@@ -141,3 +141,20 @@ def test_readme_libcst_commands_run_as_written(tmp_path):
         assert result.returncode == 0, result.stderr
     expected = (CALLERS / "args_attribute" / "after.py").read_bytes()
     assert (folder / "train.py").read_bytes() == expected
+
+
+def test_transformer_policy_by_position_by_option_name_or_default():
+    from codemods.callers.rewrite.fallback import FallbackTransformer
+    from codemods.callers.rewrite.guard import GuardTransformer
+
+    assert GuardTransformer("m.py").policy == "skip"
+    assert FallbackTransformer("m.py").policy == "warn"
+    assert GuardTransformer("m.py", "raise").policy == "raise"
+    assert FallbackTransformer("m.py", fallback_policy="raise").policy == "raise"
+    assert GuardTransformer.POLICY_LABEL == "guard policy"
+    with pytest.raises(TypeError, match="fallback_policy"):
+        GuardTransformer("m.py", fallback_policy="raise")
+    with pytest.raises(TypeError, match="twice"):
+        GuardTransformer("m.py", "skip", guard_policy="raise")
+    with pytest.raises(ValueError, match="unknown guard policy 'maybe'"):
+        GuardTransformer("m.py", guard_policy="maybe")

@@ -327,6 +327,7 @@ def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
         "sglang/srt/distributed/pp_aux_transport.py",
         "sglang/srt/distributed/pp_aux_plan.py",
         "sglang/srt/distributed/pp_aux_capture.py",
+        "sglang/test/pp_aux_capture_family_models.py",
         "sglang/test/test_pp_aux_capture_family.py",
     ]
     assert '+DEFAULT_MODE = "direct"' in patch
@@ -336,6 +337,11 @@ def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
     assert '"family_llama_like",\n        "TinyForCausalLM",\n        "TinyModel",' in test_file
     assert "family_unsupported" not in test_file
     compile(test_file, "test_pp_aux_capture_family.py", "exec")
+    # The test imports its stand-in models from the file shipped next to it.
+    assert "from pp_aux_capture_family_models import (" in test_file
+    models_file = (root / "sglang/test/pp_aux_capture_family_models.py").read_text()
+    compile(models_file, "pp_aux_capture_family_models.py", "exec")
+    assert "def build_model(" in models_file and "def build_model(" not in test_file
 
 
 def test_cli_rejects_a_model_without_a_capture_hook(tmp_path):

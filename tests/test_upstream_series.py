@@ -121,6 +121,27 @@ def test_family_test_grows_with_each_model_group(tmp_path):
     assert second[0].old == first[0].new and second[0].new == final
 
 
+def test_family_test_models_come_with_the_first_patch_of_the_test(tmp_path):
+    decisions = [_decision("llama.py", ("entry-callback",)),
+                 _decision("qwen3_moe.py", ("entry-gathered",))]
+    result = _result(tmp_path, [], decisions)
+    final = series._family_test_text(result, {"llama", "qwen3_moe"})
+    models = FileChange(f"{PKG}/test/pp_aux_capture_family_models.py", None, "M = 1\n")
+    result.changes = [
+        _change(f"{MODELS}/llama.py"),
+        _change(f"{MODELS}/qwen3_moe.py"),
+        models,
+        FileChange(f"{PKG}/test/test_pp_aux_capture_family.py", None, final),
+    ]
+    patches = series.build_series(result)
+    assert [p.key for p in patches] == ["entry-callback", "entry-gathered"]
+    assert patches[0].paths == [f"{MODELS}/llama.py",
+                                f"{PKG}/test/pp_aux_capture_family_models.py",
+                                f"{PKG}/test/test_pp_aux_capture_family.py"]
+    assert patches[1].paths == [f"{MODELS}/qwen3_moe.py",
+                                f"{PKG}/test/test_pp_aux_capture_family.py"]
+
+
 def test_series_mails_apply_with_git_am_as_a_stack(tmp_path, monkeypatch):
     isolate_git(monkeypatch, tmp_path)
     repo = tmp_path / "repo"
@@ -304,8 +325,8 @@ def test_validate_claims_only_what_it_ran(sglang_release, tmp_path, monkeypatch)
 
 
 def test_a_series_that_does_not_apply_leaves_no_branch(tmp_path, monkeypatch):
-    from codemods.deliver.on_branch import BranchRequest
     from codemods.deliver.git_basics import GitDeliveryError
+    from codemods.deliver.on_branch import BranchRequest
     from codemods.upstream.series_cli import commit_stack
 
     isolate_git(monkeypatch, tmp_path)

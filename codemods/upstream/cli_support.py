@@ -13,7 +13,7 @@ import click
 
 from codemods.sources.fileio import write_output_atomic
 from codemods.upstream import kimi
-from codemods.upstream.generate import FAMILY_ONLY, MissingModelFile, generate
+from codemods.upstream.generate import FAMILY_ONLY, MissingModelFile, UpstreamResult, generate
 from codemods.upstream.sglang_tree import TreeError
 
 
@@ -82,12 +82,20 @@ def run_validation(result):
     return validation
 
 
-def run_upstream_patch(root: str, output: str | None, pr_body: str | None, mode: str,
-                       models: list[str] | None = None, validate: bool = False) -> int:
+def generate_or_say(root: str, mode: str, models: list[str] | None) -> UpstreamResult | None:
+    """The upstream patch of the SGLang tree at ``root``; None, once the reason is said,
+    where it cannot be made (not a tree, a model file missing, a shape not understood)."""
     try:
-        result = generate(root, mode=mode, models=models)
+        return generate(root, mode=mode, models=models)
     except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError) as err:
         _say(f"error: {err}")
+        return None
+
+
+def run_upstream_patch(root: str, output: str | None, pr_body: str | None, mode: str,
+                       models: list[str] | None = None, validate: bool = False) -> int:
+    result = generate_or_say(root, mode, models)
+    if result is None:
         return 2
     where = result.tree.describe()
     report_family(result)

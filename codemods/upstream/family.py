@@ -19,6 +19,7 @@ id, as the layer loop appends them), same capture point.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import libcst as cst
@@ -223,16 +224,20 @@ def plan_family(models_dir: Path | str, only: list[str] | None = None) -> Family
     return plan
 
 
+def _kept(file: str, hooks: tuple[str, ...], early: tuple[str, ...], reason: str,
+          forward: ForwardRef | None = None, shape: ForwardShape | None = None) -> FileDecision:
+    """The decision to leave ``file`` as it is, for ``reason``."""
+    if shape is None:
+        return FileDecision(file, hooks, early, False, reason, forward)
+    return FileDecision(file, hooks, early, False, reason, forward, shape.capture_kinds,
+                        proxy_arg=shape.proxy_arg, final_capture=shape.final_capture)
+
+
 def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) -> FileDecision:
     hooks = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters)
     early = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters if s.early_return)
 
-    def keep(reason: str, forward: ForwardRef | None = None,
-             shape: ForwardShape | None = None) -> FileDecision:
-        if shape is None:
-            return FileDecision(file, hooks, early, False, reason, forward)
-        return FileDecision(file, hooks, early, False, reason, forward, shape.capture_kinds,
-                            proxy_arg=shape.proxy_arg, final_capture=shape.final_capture)
+    keep = partial(_kept, file, hooks, early)
 
     if not early:
         # Hooks that store the ids on every rank of a split stack: patched only when
@@ -253,12 +258,7 @@ def _decide_setters(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: Fami
                     early: tuple[str, ...], entry_only: bool = False) -> FileDecision:
     """``entry_only``: patch only when the stack forward is one of the 0.5.21+
     layer-entry shapes (``family_entry``)."""
-    def keep(reason: str, forward: ForwardRef | None = None,
-             shape: ForwardShape | None = None) -> FileDecision:
-        if shape is None:
-            return FileDecision(file, hooks, early, False, reason, forward)
-        return FileDecision(file, hooks, early, False, reason, forward, shape.capture_kinds,
-                            proxy_arg=shape.proxy_arg, final_capture=shape.final_capture)
+    keep = partial(_kept, file, hooks, early)
 
     problems = [f"{s.hook}: {s.problem}" for s in candidates if s.problem]
     if problems:

@@ -3,8 +3,9 @@
 The patch holds the rewritten model files, the PP aux transport module and its
 torch-free plan module (once each), the
 model-side glue that the rewritten files call (``pp_aux_capture.py``, next to the
-transport), and a CPU multi-process test covering every patched model.  The glue and
-the test are kept under ``codemods/upstream/shipped/``; the test's model list is
+transport), and a CPU multi-process test covering every patched model with its
+stand-in models next to it (``pp_aux_capture_family_models.py``).  The glue and
+the test files are kept under ``codemods/upstream/shipped/``; the test's model list is
 generated from the plan.
 """
 
@@ -23,12 +24,15 @@ TRANSPORT_SOURCE = UPSTREAM_DIR / "pp_aux_transport.py"
 PLAN_SOURCE = UPSTREAM_DIR / "pp_aux_plan.py"
 GLUE_SOURCE = SHIPPED_DIR / "pp_aux_capture.py"
 TEST_TEMPLATE = SHIPPED_DIR / "test_pp_aux_capture_family.py"
+#: The test's stand-in models and builders, shipped next to it (the test imports them).
+TEST_MODELS_SOURCE = SHIPPED_DIR / "pp_aux_capture_family_models.py"
 
 TRANSPORT_MODULE = "sglang.srt.distributed.pp_aux_transport"
 #: The transport's torch-free half, shipped next to it (the transport imports it).
 PLAN_MODULE = "sglang.srt.distributed.pp_aux_plan"
 GLUE_MODULE = "sglang.srt.distributed.pp_aux_capture"
 TEST_FILE = "test_pp_aux_capture_family.py"
+TEST_MODELS_FILE = "pp_aux_capture_family_models.py"
 CASES_MARKER = "    # @@FAMILY_CASES@@\n"
 
 
@@ -106,6 +110,9 @@ def family_changes(
     changes.append(shipped_file(tree, GLUE_MODULE, render_glue(mode)))
     # CUDA graph buffers for the aux entry, along SGLang's DSPARK sizing path (0.5.21+).
     changes += sizing_changes(tree)
+    models_path = tree.test_path(TEST_MODELS_FILE)
+    models_text = TEST_MODELS_SOURCE.read_text(encoding="utf-8")
+    changes.append(FileChange(models_path, tree.read_text(models_path), models_text))
     test_path = tree.test_path(TEST_FILE)
     changes.append(FileChange(test_path, tree.read_text(test_path), render_test(plan)))
     return [change for change in changes if change.changed]

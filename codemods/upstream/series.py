@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from codemods.upstream.family import FamilyPlan, FileDecision
 from codemods.upstream.family_patch import TEST_FILE as FAMILY_TEST_FILE
+from codemods.upstream.family_patch import TEST_MODELS_FILE as FAMILY_MODELS_FILE
 from codemods.upstream.family_patch import render_test
 from codemods.upstream.family_report import CAPTURE_KINDS
 from codemods.upstream.generate import KIMI_NAME, UpstreamResult
@@ -260,9 +261,13 @@ def build_series(result: UpstreamResult) -> list[SeriesPatch]:
     plan = result.family
     groups: dict[str, SeriesPatch] = {}
     family_test: FileChange | None = None
+    family_models: FileChange | None = None
     for change in changes:
         if change.path.endswith(FAMILY_TEST_FILE):
             family_test = change
+            continue
+        if change.path.endswith(FAMILY_MODELS_FILE):
+            family_models = change
             continue
         key, slug, title = classify(change.path, plan)
         patch = groups.setdefault(key, SeriesPatch(key, slug, title, ""))
@@ -282,7 +287,9 @@ def build_series(result: UpstreamResult) -> list[SeriesPatch]:
                 groups[key].models.append(decision.name)
     ordered = sorted(groups.values(), key=lambda p: _group_rank(p.key))
     if family_test is not None:
-        _spread_family_test(result, family_test, ordered)
+        _spread_family_test(result, family_test, ordered, family_models)
+    elif family_models is not None:
+        ordered[0].changes.append(family_models)
     for patch in ordered:
         title = patch.subject
         _message(patch.key, title, patch, result)
@@ -290,12 +297,14 @@ def build_series(result: UpstreamResult) -> list[SeriesPatch]:
 
 
 def _spread_family_test(result: UpstreamResult, change: FileChange,
-                        ordered: list[SeriesPatch]) -> None:
+                        ordered: list[SeriesPatch],
+                        models: FileChange | None = None) -> None:
     """Each model group's patch adds its models to the family test; the last of them
-    leaves the file exactly as the single patch does."""
+    leaves the file exactly as the single patch does.  The test's stand-in models
+    (``models``) come with the first patch that changes the test."""
     model_patches = [p for p in ordered if p.key not in (TRANSPORT, VALIDATION, KIMI)]
     if not model_patches:
-        ordered[0].changes.append(change)
+        ordered[0].changes += [c for c in (models, change) if c is not None]
         return
     current = change.old
     seen: set[str] = set()
@@ -304,6 +313,9 @@ def _spread_family_test(result: UpstreamResult, change: FileChange,
         last = index == len(model_patches) - 1
         text = change.new if last else _family_test_text(result, seen)
         if text != current:
+            if models is not None:
+                patch.changes.append(models)
+                models = None
             patch.changes.append(FileChange(change.path, current, text))
             current = text
 

@@ -18,10 +18,8 @@ import click
 
 from codemods.deliver.git_basics import GitDeliveryError
 from codemods.sources.fileio import write_output_atomic
-from codemods.upstream import kimi
-from codemods.upstream.generate import MissingModelFile, generate
+from codemods.upstream.cli_support import generate_or_say
 from codemods.upstream.series import build_series, render_series
-from codemods.upstream.sglang_tree import TreeError
 
 DEFAULT_AUTHOR = "auxcap <auxcap@users.noreply.github.com>"
 _SERIES_NAME = re.compile(r"^\d{4}-.*\.patch$")
@@ -112,10 +110,8 @@ def _git_ok(cwd: Path, *args: str) -> bool:
 def run_series(root: str, series_dir: str, pr_body: str | None, mode: str,
                models: list[str] | None, output: str | None = None,
                request=None, validate: bool = False) -> int:
-    try:
-        result = generate(root, mode=mode, models=models)
-    except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError) as err:
-        _say(f"error: {err}")
+    result = generate_or_say(root, mode, models)
+    if result is None:
         return 2
     where = result.tree.describe()
     patches = build_series(result)

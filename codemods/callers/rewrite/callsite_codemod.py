@@ -24,24 +24,39 @@ import libcst as cst
 from codemods.callers.analyse import FoundCall
 from codemods.callers.records import Action, CallSite
 from codemods.callers.rewrite import host_style
+from codemods.callers.rewrite.metadata import CodemodMetadata
 from codemods.catalog.hooks import HookSet
 
 
 class CallSiteCodemod(cst.CSTTransformer):
     #: The action of its registry entry (an :class:`Action`, or that action's string).
     ACTION: Action | str
+    #: Its registry record; when set, the policy option there gives ``POLICIES``,
+    #: ``POLICY_LABEL``, the default policy and the policy's keyword (``guard_policy=``).
+    METADATA: CodemodMetadata | None = None
     POLICIES: tuple[str, ...]
     #: Label of the policy in messages ("guard policy").
     POLICY_LABEL: str
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        metadata = cls.__dict__.get("METADATA")
+        if metadata is not None:
+            cls.POLICIES = metadata.policy.names
+            cls.POLICY_LABEL = metadata.policy.label
+
     def __init__(
         self,
         filename: str,
-        policy: str,
+        policy: str | None = None,
         extra_hooks: tuple[str, ...] | list[str] | None = None,
         line_length: int | None = None,
+        **named_policy: str,
     ) -> None:
+        """``policy`` may also be given by its option's name (``guard_policy="raise"``);
+        without either, the option's default."""
         super().__init__()
+        policy = self._policy_argument(policy, named_policy)
         self.filename = filename
         #: No added line goes past it: the host project's configured line length (found from
         #: ``filename`` when not given; see :func:`codemods.callers.rewrite.host_style.file_line_length`).
@@ -55,12 +70,31 @@ class CallSiteCodemod(cst.CSTTransformer):
         self.policy = policy
         self.hooks = HookSet.with_extra(tuple(extra_hooks or ()))
         self._paths: set[cst.CSTNode] | None = None
+        #: The statements of this codemod's calls (its targets) in the visited module.
+        self._statements: dict[cst.CSTNode, FoundCall] = {}
         #: Statements of the calls a later codemod rewrites.
         self._followed: set[cst.CSTNode] = set()
         #: Original statement -> the statement holding only the call afterwards.
         self.moved: dict[cst.CSTNode, cst.SimpleStatementLine | cst.SimpleStatementSuite] = {}
         #: Original node -> what replaced it, for every node the visit entered.
         self.rebuilt: dict[cst.CSTNode, object] = {}
+
+    @classmethod
+    def _policy_argument(cls, policy: str | None, named: dict[str, str]) -> str:
+        option = cls.METADATA.policy if cls.METADATA is not None else None
+        keyword = option.dest if option is not None else None
+        unknown = sorted(name for name in named if name != keyword)
+        if unknown:
+            raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {unknown[0]!r}")
+        if keyword in named:
+            if policy is not None:
+                raise TypeError(f"{cls.__name__}() got the policy twice")
+            return named[keyword]
+        if policy is not None:
+            return policy
+        if option is None:
+            raise TypeError(f"{cls.__name__}() needs a policy")
+        return option.default
 
     @classmethod
     def applies(cls, found: FoundCall) -> bool:
@@ -92,7 +126,15 @@ class CallSiteCodemod(cst.CSTTransformer):
     ) -> cst.Module:
         """``module`` with ``found`` (its own nodes, this codemod's targets) rewritten,
         visiting only ``paths``; records where the calls of ``follow`` end up."""
-        raise NotImplementedError  # pragma: no cover - overridden
+        self._statements = {item.statement: item for item in found}
+        self._followed = {item.statement for item in follow if item.statement is not None}
+        self._paths = paths
+        self.prepare(module, found)
+        return module.visit(self)
+
+    def prepare(self, module: cst.Module, found: tuple[FoundCall, ...]) -> None:
+        """Set up what one visit of ``module`` needs besides the statements of ``found``
+        (nothing by default)."""
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self._paths is not None and node not in self._paths:

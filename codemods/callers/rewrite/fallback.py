@@ -53,10 +53,10 @@ from dataclasses import dataclass, replace
 import libcst as cst
 
 from codemods.callers.analyse import FoundCall
-from codemods.callers.options import FALLBACK_POLICIES
 from codemods.callers.records import Action
 from codemods.callers.rewrite import host_style
 from codemods.callers.rewrite.callsite_codemod import CallSiteCodemod
+from codemods.callers.rewrite.libcst_command import lazy_command
 from codemods.callers.rewrite.registry import FALLBACK as METADATA
 from codemods.callers.rewrite.snippets import (
     fit_call_statement,
@@ -173,50 +173,13 @@ def _is_get_logger(
 
 class FallbackTransformer(CallSiteCodemod):
     ACTION = Action.FALLBACK
-    POLICIES = FALLBACK_POLICIES
-    POLICY_LABEL = "fallback policy"
+    METADATA = METADATA
 
-    def __init__(
-        self,
-        filename: str,
-        fallback_policy: str = "warn",
-        extra_hooks: tuple[str, ...] | list[str] | None = None,
-        line_length: int | None = None,
-    ) -> None:
-        super().__init__(filename, fallback_policy, extra_hooks, line_length)
-        self._statements: dict[cst.CSTNode, FoundCall] = {}
-        self._found: tuple[FoundCall, ...] = ()
+    def prepare(self, module: cst.Module, found: tuple[FoundCall, ...]) -> None:
         self._wrapped = 0
-
-    def apply(
-        self,
-        module: cst.Module,
-        found: tuple[FoundCall, ...],
-        paths: set[cst.CSTNode] | None = None,
-    ) -> cst.Module:
-        """Wrap the calls among ``found`` marked for the fallback.  ``found`` describes
-        ``module``'s own nodes; ``paths`` (the statements and their ancestors), when given,
-        limits the visit to them."""
-        self._found = found
-        self._paths = paths
-        return module.visit(self)
-
-    def rewrite_calls(
-        self,
-        module: cst.Module,
-        found: tuple[FoundCall, ...],
-        paths: set[cst.CSTNode],
-        follow: tuple[FoundCall, ...] = (),
-    ) -> cst.Module:
-        self._followed = {item.statement for item in follow if item.statement is not None}
-        self._found = found
-        self._paths = paths
-        return module.visit(self)
 
     # ----------------------------------------------------------------- setup
     def visit_Module(self, node: cst.Module) -> bool:
-        for found in self.targets(self._found):
-            self._statements[found.statement] = found
         if not self._statements:
             return False
         self._first_use = min(found.module_index for found in self._statements.values())
@@ -370,13 +333,4 @@ class FallbackTransformer(CallSiteCodemod):
                 end = index + 1
         return end
 
-def __getattr__(name: str):
-    """``FallbackCommand``: the LibCST codemod command, built on first use (see
-    :mod:`codemods.callers.rewrite.libcst_command`)."""
-    if name == "FallbackCommand":
-        from codemods.callers.rewrite.libcst_command import command_class
-
-        command = command_class(name, __name__, FallbackTransformer, METADATA)
-        globals()[name] = command
-        return command
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_command(__name__, "FallbackCommand", FallbackTransformer, METADATA)

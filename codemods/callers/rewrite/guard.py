@@ -55,9 +55,9 @@ from dataclasses import replace
 import libcst as cst
 
 from codemods.callers.analyse import Analysis, FoundCall
-from codemods.callers.options import GUARD_POLICIES
 from codemods.callers.records import Action, CallSite, Risk
 from codemods.callers.rewrite.callsite_codemod import CallSiteCodemod
+from codemods.callers.rewrite.libcst_command import lazy_command
 from codemods.callers.rewrite.registry import GUARD as METADATA
 from codemods.callers.rewrite.snippets import (
     fit_call_statement,
@@ -129,19 +129,7 @@ class GuardTransformer(CallSiteCodemod):
     """
 
     ACTION = Action.GUARD
-    POLICIES = GUARD_POLICIES
-    POLICY_LABEL = "guard policy"
-
-    def __init__(
-        self,
-        filename: str,
-        guard_policy: str = "skip",
-        extra_hooks: tuple[str, ...] | list[str] | None = None,
-        line_length: int | None = None,
-    ) -> None:
-        super().__init__(filename, guard_policy, extra_hooks, line_length)
-        self._calls: dict[cst.Call, FoundCall] = {}
-        self._statements: dict[cst.CSTNode, FoundCall] = {}
+    METADATA = METADATA
 
     @classmethod
     def carried_site(cls, site: CallSite) -> CallSite:
@@ -157,21 +145,10 @@ class GuardTransformer(CallSiteCodemod):
             analysis.module, mine, analysis.paths_to(self.path_nodes(mine)), follow
         )
 
-    def rewrite_calls(
-        self,
-        module: cst.Module,
-        found: tuple[FoundCall, ...],
-        paths: set[cst.CSTNode],
-        follow: tuple[FoundCall, ...] = (),
-    ) -> cst.Module:
+    def prepare(self, module: cst.Module, found: tuple[FoundCall, ...]) -> None:
         self.module_indent = module.default_indent
         self.module_config = module.config_for_parsing
-        for item in found:
-            self._calls[item.call] = item
-            self._statements[item.statement] = item
-        self._followed = {item.statement for item in follow if item.statement is not None}
-        self._paths = paths
-        return module.visit(self)
+        self._calls: dict[cst.Call, FoundCall] = {item.call: item for item in found}
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         found = self._calls.get(original_node)
@@ -275,13 +252,4 @@ class GuardTransformer(CallSiteCodemod):
         return cst.IndentedBlock(body=statements)
 
 
-def __getattr__(name: str):
-    """``GuardCommand``: the LibCST codemod command, built on first use (see
-    :mod:`codemods.callers.rewrite.libcst_command`)."""
-    if name == "GuardCommand":
-        from codemods.callers.rewrite.libcst_command import command_class
-
-        command = command_class(name, __name__, GuardTransformer, METADATA)
-        globals()[name] = command
-        return command
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_command(__name__, "GuardCommand", GuardTransformer, METADATA)

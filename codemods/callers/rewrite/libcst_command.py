@@ -10,6 +10,7 @@ from its module ``__getattr__``, so only those users pay for the import.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -46,3 +47,18 @@ def command_class(name: str, module: str, transformer: Callable[..., Any], metad
     Command.__module__ = module
     Command.__doc__ = transformer.__doc__
     return Command
+
+
+def lazy_command(module: str, name: str, transformer: type, metadata: Any) -> Callable[[str], type]:
+    """The ``__getattr__`` of codemod module ``module``: builds its command ``name`` (see
+    :func:`command_class`) on first use and keeps it in the module."""
+
+    def module_getattr(attribute: str) -> type:
+        if attribute != name:
+            raise AttributeError(f"module {module!r} has no attribute {attribute!r}")
+        command = command_class(name, module, transformer, metadata)
+        setattr(sys.modules[module], name, command)
+        return command
+
+    module_getattr.__doc__ = f"``{name}``: the LibCST codemod command, built on first use."
+    return module_getattr

@@ -19,12 +19,10 @@ import tempfile
 import traceback
 import unittest
 from datetime import timedelta
-from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch import nn
 
 try:
     from sglang.test.ci.ci_register import register_cpu_ci
@@ -36,393 +34,30 @@ except ImportError:  # sglang does not import (a CPU-only machine without triton
         return None
 
 
+# The stand-in models live next to this file (in a checkout's test folder, or in the
+# installed package's): make the folder importable however the test is started.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from pp_aux_capture_family_models import (  # noqa: E402
+    BATCHES,
+    LAYER_IDS,
+    OP_TIMEOUT_S,
+    WORKER_TIMEOUT_S,
+    StandInPPGroup,
+    aux_list,
+    build_model,
+    call_hook,
+    reference_aux,
+    run_forward,
+    set_pp_group,
+)
+
 register_cpu_ci(est_time=300, suite="base-a-test-cpu")
 
 # module, causal-LM class, decoder-stack class, capture hooks
 FAMILY = [
     # @@FAMILY_CASES@@
 ]
-
-NUM_LAYERS = 9
-HIDDEN_SIZE = 16
-#: Capture ids passed to every hook.  Stored as [2, 4, 5, 7] by hooks that capture
-#: before layer id + 1, kept as they are by those that capture after the layer: either
-#: way, on 3 stages ([0, 3), [3, 6), [6, 9)) every stage owns one; on 2 stages
-#: ([0, 4), [4, 9)) the last stage owns most.  EAGLE3 hooks also run with None (the
-#: model's default layers).
-LAYER_IDS = [1, 3, 4, 6]
-#: Token counts of the batches each case runs (0: an empty microbatch, which some
-#: models capture nothing for; every stage must agree on that).
-BATCHES = (3, 0, 1)
-WORKER_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_TIMEOUT", "900"))
-OP_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_OP_TIMEOUT", "300"))
-
-
-# ------------------------------------------------------------------ stand-ins
-
-
-class StandInBoundary:
-    """``layer.attn_boundary`` of stacks that restore the residual stream from the PP
-    handoff (``layers[start].attn_boundary.from_pp``): the stand-in layers keep no
-    separate residual, so the stream starts afresh from the hidden states sent."""
-
-    def from_pp(self, tensors, forward_batch, **kwargs):
-        from sglang.srt.layers.layer_boundary.residual import batch as residual_batch
-
-        residual_batch.start(forward_batch)
-        return tensors["hidden_states"]
-
-    def capture_output(self, hidden_states, forward_batch):
-        """``layer.boundary.capture_output`` of stacks that snapshot the stream at
-        layer entry: the handle goes on, the snapshot is captured."""
-        from sglang.srt.layers.layer_boundary.residual import batch as residual_batch
-
-        return hidden_states, residual_batch.snapshot(hidden_states, forward_batch)
-
-
-class StandInLayer(nn.Module):
-    """A decoder layer with SGLang's calling convention and deterministic math."""
-
-    def __init__(
-        self, layer_id: int, returns: int, entry: bool = False, pair: bool = False
-    ) -> None:
-        super().__init__()
-        generator = torch.Generator().manual_seed(1000 + layer_id)
-        weight = torch.randn(HIDDEN_SIZE, HIDDEN_SIZE, generator=generator)
-        self.weight = nn.Parameter(weight / HIDDEN_SIZE**0.5, requires_grad=False)
-        self.returns = returns
-        self.attn_boundary = StandInBoundary()
-        self.boundary = self.attn_boundary
-        self.entry = entry
-        self.pair = pair
-
-    def forward(
-        self,
-        positions=None,
-        hidden_states=None,
-        forward_batch=None,
-        residual=None,
-        *args,
-        captured_last_layer_outputs=None,
-        **kwargs,
-    ):
-        if self.entry or "capture_output" in kwargs:
-            # Layers of stacks that keep the residual stream in forward_batch: the input
-            # is captured as a whole at entry, through the callback or into the list.
-            if kwargs.get("capture_output") is not None:
-                kwargs["capture_output"](hidden_states)
-            if captured_last_layer_outputs is not None:
-                captured_last_layer_outputs.capture(hidden_states)
-            hidden_states = torch.tanh(hidden_states @ self.weight)
-            return (hidden_states, None) if self.pair else hidden_states
-        residual = hidden_states if residual is None else hidden_states + residual
-        if captured_last_layer_outputs is not None:
-            captured_last_layer_outputs.append(residual)
-        hidden_states = torch.tanh(residual @ self.weight)
-        if self.returns == 4:  # mHC layers: (hidden_states, residual, post, comb)
-            return hidden_states, None, None, None
-        if self.returns == 3:
-            return hidden_states, residual, None
-        return hidden_states, residual
-
-
-class StandInEmbedding(nn.Module):
-    """Token ids -> deterministic hidden states (first stage)."""
-
-    def forward(self, input_ids):
-        base = input_ids.to(torch.float32).unsqueeze(-1) / HIDDEN_SIZE
-        return torch.sin(base + torch.arange(HIDDEN_SIZE, dtype=torch.float32))
-
-
-class StandInNorm(nn.Module):
-    def forward(self, hidden_states, residual=None, **kwargs):
-        if residual is None:
-            return hidden_states * 0.5
-        return (hidden_states + residual) * 0.5, residual
-
-
-class RecordingLogitsProcessor:
-    """Stands in for LogitsProcessor: returns what the last stage hands it."""
-
-    def __call__(self, input_ids, hidden_states, lm_head, forward_batch, *args, **kw):
-        aux = kw.get("aux_hidden_states", args[0] if args else None)
-        return SimpleNamespace(hidden_states=hidden_states, aux_hidden_states=aux)
-
-
-class StandInPPGroup:
-    """The attributes of SGLang's GroupCoordinator that model code reads."""
-
-    def __init__(self, rank: int, size: int, group=None) -> None:
-        self.rank_in_group = rank
-        self.world_size = size
-        self.ranks = list(range(size))
-        self.rank = rank
-        self.is_first_rank = rank == 0
-        self.is_last_rank = rank == size - 1
-        self.cpu_group = group
-        self.device_group = group
-        self.local_rank = 0
-        self.first_rank = 0
-        self.last_rank = size - 1
-
-
-def _forward_batch(tokens: int):
-    mode = SimpleNamespace(
-        is_idle=lambda: tokens == 0,
-        is_extend=lambda: True,
-        is_decode=lambda: False,
-        is_target_verify=lambda: False,
-    )
-    return SimpleNamespace(
-        capture_hidden_mode=SimpleNamespace(need_capture=lambda: True),
-        can_run_tbo=False,
-        contains_mm_inputs=lambda: False,
-        contains_image_inputs=lambda: False,
-        input_embeds=None,
-        forward_mode=mode,
-        return_hidden_states_before_norm=False,
-        batch_size=1,
-        seq_lens=torch.tensor([tokens]),
-        residual_stream=None,
-        extend_seq_lens=torch.tensor([tokens]),
-    )
-
-
-#: Extra decoder-stack attributes a model's forward reads (its __init__ is skipped).
-STACK_ATTRIBUTES = {
-    "DeepseekV2Model": dict(
-        use_dsa=False,
-        first_k_dense_replace=0,
-        llama_4_scaling_config=None,
-        next_full_attention_layer_id={},
-        enable_a2a_moe=False,
-        gemm_output_zero_allocator_size=0,
-    ),
-    "NemotronHModel": dict(norm_f=StandInNorm()),
-    "Glm5NextModel": dict(
-        dflash_capture=False, enable_a2a_moe=False, first_k_dense_replace=0
-    ),
-    "Qwen3_5ForCausalLM": dict(
-        flashinfer_mnnvl_cutedsl_fusion=None, hidden_size=HIDDEN_SIZE
-    ),
-    "BailingMoELinearModel": dict(capture_aux_hidden_states=False),
-    # No per-layer embeddings (PLE): the real helpers return None.
-    "Gemma4TextModel": dict(
-        embed_tokens_per_layer=None, per_layer_model_projection=None
-    ),
-    "MiniMaxM3Model": dict(finalize_norm=None),
-    "Qwen3LLMModel": dict(
-        use_hf_deepstack_order=False,
-        deepstack_embed_to_decoder_layer=range(0),
-        hidden_size=HIDDEN_SIZE,
-    ),
-    "DeepseekV4Model": dict(
-        dspark_layers_to_capture=None,
-        hc_mult=2,
-        hidden_size=HIDDEN_SIZE,
-        use_fused_mhc_post_pre=False,
-        hc_pre_from_prev_sublayer=False,
-        late_layer_start=None,
-        _can_run_tbo=lambda forward_batch: False,
-        # Folds the mHC copies back into one hidden state, as the real head does.
-        hc_head=lambda hidden_states, *weights: hidden_states.mean(dim=1),
-        hc_head_fn=None,
-        hc_head_scale=None,
-        hc_head_base=None,
-    ),
-}
-#: Decoder stacks that check their layers' types against a module-level tuple.
-LAYER_TYPE_TUPLES = {"NemotronHModel": "Layers"}
-#: Causal-LM attributes some forwards read (their __init__ is skipped).
-OUTER_ATTRIBUTES = dict(
-    is_mrope_enabled=False,
-    _is_multimodal=False,
-    language_model_only=True,
-    lm_head_is_tied=False,
-)
-#: Causal-LM classes that hold the decoder stack as ``language_model``.
-LANGUAGE_MODEL_OUTERS = {"Gemma4ForConditionalGeneration"}
-#: Causal-LM classes that take exactly one of input_ids and input_embeds.
-IDS_ONLY_OUTERS = {"Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"}
-#: Modules whose decoder layers return (hidden_states, residual, extra).
-THREE_OUTPUT_LAYERS = {"DeepseekV2Model", "Glm5NextModel"}
-#: Modules whose layer-entry decoder layers return (hidden_states, topk_indices).
-PAIR_ENTRY_LAYERS = {"DeepseekV2Model"}
-#: Modules whose decoder layers return four values (mHC).
-FOUR_OUTPUT_LAYERS = {"DeepseekV4Model"}
-
-
-def _single_device_widths() -> None:
-    """Parallel widths a forward reads that a launched server would have published
-    (one rank per attention-DP / TP group here)."""
-    from sglang.srt.runtime_context import get_parallel
-
-    override = getattr(get_parallel(), "override_permanently", None)
-    if override is not None:  # releases that derive the width publish it this way
-        override(attn_dp_size=1)
-
-
-def _deepseek_v4_state() -> None:
-    """Widths, and the forward context whose attention backend the stack reads (on
-    releases that have one; the stand-in layers never use it)."""
-    _single_device_widths()
-    try:
-        from sglang.srt.model_executor import forward_context
-    except ImportError:
-        return
-    forward_context.set_forward_context(
-        forward_context.ForwardContext(attn_backend=SimpleNamespace())
-    )
-
-
-#: Per decoder stack: process state its forward reads that a server would have set up.
-STACK_SETUP = {"DeepseekV4Model": _deepseek_v4_state}
-
-
-def _set_pp_group(group: StandInPPGroup) -> None:
-    from sglang.srt.distributed import parallel_state
-
-    parallel_state._PP = group
-    # Hooks that ask ``get_parallel().pp_group`` read the runtime context; where it
-    # does not resolve to the group just set, state the group there too.
-    try:
-        from sglang.srt.runtime_context import get_parallel
-    except ImportError:
-        return
-    try:
-        if get_parallel().pp_group is group:
-            return
-    except (AssertionError, AttributeError, RuntimeError, ValueError):
-        pass  # not published in this process
-    override = getattr(get_parallel(), "override_permanently", None)
-    if override is not None:
-        override(pp_group=group, pp_size=group.world_size, pp_rank=group.rank_in_group)
-
-
-def build_model(case, pp_rank: int, pp_size: int, group):
-    """The causal-LM object of ``case`` for one PP stage, with stand-in layers."""
-    import importlib
-    import inspect
-
-    from sglang.srt.distributed import get_pp_indices
-    from sglang.srt.layers.utils import PPMissingLayer
-
-    module_name, outer_name, inner_name, _ = case
-    module = importlib.import_module(f"sglang.srt.models.{module_name}")
-    outer_cls = getattr(module, outer_name)
-    inner_cls = module
-    for part in inner_name.split("."):  # "Qwen2Model" or "qwen3_5.Qwen3_5ForCausalLM"
-        inner_cls = getattr(inner_cls, part)
-    pp_group = StandInPPGroup(pp_rank, pp_size, group)
-    _set_pp_group(pp_group)
-    config = SimpleNamespace(
-        num_hidden_layers=NUM_LAYERS,
-        hidden_size=HIDDEN_SIZE,
-        torch_dtype=torch.float32,
-        vocab_size=32,
-        tie_word_embeddings=False,
-        encoder_only=False,
-        mhc=False,
-        pad_token_id=0,
-        image_token_id=-1,  # multimodal token ids no stand-in input holds
-        video_token_id=-2,
-        audio_token_id=-3,
-    )
-    config.text_config = config
-
-    start, end = get_pp_indices(NUM_LAYERS, pp_rank, pp_size)
-    returns = 3 if inner_cls.__name__ in THREE_OUTPUT_LAYERS else 2
-    if inner_cls.__name__ in FOUR_OUTPUT_LAYERS:
-        returns = 4
-    inner = inner_cls.__new__(inner_cls)
-    nn.Module.__init__(inner)
-    inner.config = config
-    inner.pp_group = pp_group
-    if isinstance(getattr(inner_cls, "start_layer", None), property):
-        inner._start_layer, inner._end_layer = start, end
-    else:
-        inner.start_layer, inner.end_layer = start, end
-    # Stacks that hand off with residual_batch keep the residual stream out of the
-    # layers' return value.
-    # (mHC layers keep their four-value convention either way.)
-    entry = returns != 4 and "residual_batch." in inspect.getsource(inner_cls.forward)
-    pair = entry and inner_cls.__name__ in PAIR_ENTRY_LAYERS
-    inner.layers = nn.ModuleList(
-        StandInLayer(i, returns, entry, pair) if start <= i < end else PPMissingLayer()
-        for i in range(NUM_LAYERS)
-    )
-    inner.layers_to_capture = []
-    inner.norm = StandInNorm()
-    inner.embed_tokens = StandInEmbedding()
-    inner.word_embeddings = StandInEmbedding()
-    setup = STACK_SETUP.get(inner_cls.__name__)
-    if setup is not None:
-        setup()
-    for attribute, value in STACK_ATTRIBUTES.get(inner_cls.__name__, {}).items():
-        setattr(inner, attribute, value)
-    tuple_name = LAYER_TYPE_TUPLES.get(inner_cls.__name__)
-    if tuple_name is not None:
-        stack_module = sys.modules[inner_cls.__module__]
-        known = getattr(stack_module, tuple_name)
-        if StandInLayer not in known:
-            setattr(stack_module, tuple_name, (*known, StandInLayer))
-
-    outer = outer_cls.__new__(outer_cls)
-    nn.Module.__init__(outer)
-    outer.config = config
-    outer.pp_group = pp_group
-    outer.model = inner
-    if outer_cls.__name__ in LANGUAGE_MODEL_OUTERS:
-        outer.language_model = inner
-    outer.capture_aux_hidden_states = False
-    outer.logits_processor = RecordingLogitsProcessor()
-    outer.lm_head = nn.Identity()
-    for attribute, value in OUTER_ATTRIBUTES.items():
-        if not hasattr(outer_cls, attribute):
-            setattr(outer, attribute, value)
-    return outer
-
-
-def run_forward(model, tokens: int, proxy):
-    """One causal-LM forward: PPProxyTensors (non-last stage) or the recorded output."""
-    import inspect
-
-    from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
-
-    kwargs = {}
-    parameters = inspect.signature(model.forward).parameters
-    if "pp_proxy_tensors" in parameters:
-        kwargs["pp_proxy_tensors"] = None if proxy is None else PPProxyTensors(proxy)
-    # The first stage gets these ids embedded by the stand-in embedding, either from
-    # input_embeds or by its own embedding layer: the same values both ways.
-    input_ids = torch.arange(tokens, dtype=torch.long) + 7 * tokens
-    for name in ("input_embeds", "inputs_embeds"):
-        ids_only = type(model).__name__ in IDS_ONLY_OUTERS
-        if name in parameters and model.pp_group.is_first_rank and not ids_only:
-            kwargs[name] = StandInEmbedding()(input_ids)
-    positions = torch.arange(tokens)
-    with torch.no_grad():
-        return model.forward(input_ids, positions, _forward_batch(tokens), **kwargs)
-
-
-def _aux_list(aux):
-    if aux is None:
-        return []
-    if isinstance(aux, torch.Tensor):
-        return [aux]
-    return list(aux)
-
-
-def _call_hook(model, hook, layer_ids):
-    getattr(model, hook)(None if layer_ids is None else list(layer_ids))
-
-
-def reference_aux(case, hook, layer_ids, tokens):
-    """Aux states of a single-stage run (PP=1) of the same model."""
-    model = build_model(case, 0, 1, None)
-    _call_hook(model, hook, layer_ids)
-    return _aux_list(run_forward(model, tokens, None).aux_hidden_states)
-
 
 # ----------------------------------------------------------- PP handoff (p2p)
 
@@ -486,7 +121,7 @@ def _run_case(case, hook, layer_ids, mode, rank, size, group):
     model = None
     try:
         model = build_model(case, rank, size, group)
-        _call_hook(model, hook, layer_ids)
+        call_hook(model, hook, layer_ids)
     except Exception as error:
         result["error"] = _describe(error)
         result["traceback"] = traceback.format_exc()[-4000:]
@@ -496,7 +131,7 @@ def _run_case(case, hook, layer_ids, mode, rank, size, group):
         output = None
         if error is None:
             try:
-                _set_pp_group(model.pp_group)
+                set_pp_group(model.pp_group)
                 output = run_forward(model, tokens, proxy)
                 if rank < size - 1 and not isinstance(output, PPProxyTensors):
                     raise TypeError(f"stage {rank} returned {type(output).__name__}")
@@ -511,7 +146,7 @@ def _run_case(case, hook, layer_ids, mode, rank, size, group):
         if error is not None:
             result["equal"] = False
             continue
-        pipelined = _aux_list(output.aux_hidden_states)
+        pipelined = aux_list(output.aux_hidden_states)
         try:
             reference = reference_aux(case, hook, layer_ids, tokens)
         except Exception as exc:
