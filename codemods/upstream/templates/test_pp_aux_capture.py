@@ -15,6 +15,7 @@ import importlib.util
 import os
 import socket
 import sys
+import types
 import traceback
 import unittest
 
@@ -35,6 +36,7 @@ except ImportError:  # sglang does not import (a CPU-only machine without triton
 register_cpu_ci(est_time=60, suite="base-a-test-cpu")
 
 TRANSPORT_MODULE = "sglang.srt.distributed.pp_aux_transport"
+STANDALONE_PACKAGE = "pp_aux_standalone"
 
 
 def _load_transport():
@@ -46,17 +48,14 @@ def _load_transport():
         package = importlib.util.find_spec("sglang")
         if package is None or not package.submodule_search_locations:
             raise
-        path = os.path.join(
-            package.submodule_search_locations[0],
-            "srt",
-            "distributed",
-            "pp_aux_transport.py",
-        )
-        spec = importlib.util.spec_from_file_location("pp_aux_transport", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        return module
+        # A stand-in package for the folder, so that the transport's relative import of
+        # the plan module resolves without running ``sglang/__init__``.
+        standalone = types.ModuleType(STANDALONE_PACKAGE)
+        standalone.__path__ = [
+            os.path.join(package.submodule_search_locations[0], "srt", "distributed")
+        ]
+        sys.modules[STANDALONE_PACKAGE] = standalone
+        return importlib.import_module(f"{STANDALONE_PACKAGE}.pp_aux_transport")
 
 
 _transport = _load_transport()
