@@ -38,7 +38,7 @@ def test_rewrite_changes_setter_forward_and_capture_method():
     assert analysis.status == kimi.NEEDS_PATCH
     assert analysis.stream is not None and analysis.stream.name == "_capture_after"
     assert "requires PP=1" not in new.split("def set_dspark_layers_to_capture", 1)[1]
-    assert "aux_key(self.start_layer - 1)" in new
+    assert "dspark_incoming[AUX_ENTRY] = torch.cat(" in new
     assert "dspark_captures[layer_id] = aux_states[-1]" in new
     # The statements before the handoff stay; only its return changes.
     assert "                r = bank.bank\n            proxy_tensors = {" in new
@@ -102,7 +102,11 @@ def test_generate_patches_k3_with_transport_and_applies(tmp_path):
     root = _tree(tmp_path)
     result = generate(root, models=["kimi_k3"])
     assert result.k3_status == kimi.NEEDS_PATCH
-    assert result.changed == [K3_PATH, "sglang/srt/distributed/pp_aux_transport.py"]
+    assert result.changed == [
+        K3_PATH,
+        "sglang/srt/distributed/pp_aux_transport.py",
+        "sglang/srt/distributed/pp_aux_plan.py",
+    ]
     assert git_apply(root, result.patch, check=True).returncode == 0
     assert git_apply(root, result.patch).returncode == 0
     again = generate(root, models=["kimi_k3"])

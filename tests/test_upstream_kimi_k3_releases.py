@@ -47,7 +47,11 @@ def test_patched_kimi_k3_matches_pp1(sglang_release, tmp_path, version):
     release = sglang_release(version)
     result = generate(release, models=["kimi_k3"])
     assert result.k3_status == kimi.NEEDS_PATCH
-    assert result.changed == [K3_FILE, "sglang/srt/distributed/pp_aux_transport.py"]
+    assert result.changed == [
+        K3_FILE,
+        "sglang/srt/distributed/pp_aux_transport.py",
+        "sglang/srt/distributed/pp_aux_plan.py",
+    ]
     check = git_apply(release, result.patch, check=True)
     assert check.returncode == 0, check.stderr
     copy = linked_copy(release, tmp_path / "sglang", result.changed)

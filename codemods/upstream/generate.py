@@ -173,8 +173,9 @@ def _kimi_k3_changes(tree: SGLangTree, mode: str, result: UpstreamResult,
     if analysis.status == kimi.SUPPORTED:
         return []
     changes = [FileChange(path, source, new_source)]
-    transport_path = result.transport_path
-    if transport_path not in {change.path for change in result.changes}:
-        changes.append(FileChange(transport_path, tree.read_text(transport_path),
-                                  package_text(TRANSPORT_RESOURCE)))
+    present = {change.path for change in result.changes}
+    for shipped, resource in ((result.transport_path, TRANSPORT_RESOURCE),
+                              (result.plan_path, PLAN_RESOURCE)):
+        if shipped not in present:
+            changes.append(FileChange(shipped, tree.read_text(shipped), package_text(resource)))
     return changes

@@ -27,9 +27,13 @@ building ``attn_res``, exactly as PP=1 computes it::
             and self.start_layer - 1 in self.dspark_layers_to_capture
         ):
             dspark_incoming = dict(dspark_incoming)
-            dspark_head = aux_key(self.start_layer - 1)
-            dspark_incoming[dspark_head] = self._dspark_capture_stream(
-                self.start_layer - 1, dspark_incoming[dspark_head], None, attn_res
+            dspark_entry = dspark_incoming[AUX_ENTRY]
+            dspark_width = dspark_incoming["hidden_states"].shape[-1]
+            dspark_head = self._dspark_capture_stream(
+                self.start_layer - 1, dspark_entry[:, -dspark_width:], None, attn_res
+            )
+            dspark_incoming[AUX_ENTRY] = torch.cat(
+                [dspark_entry[:, :-dspark_width], dspark_head], dim=-1
             )
 
 That needs the head to pass through the next stage, so the patch always uses relay mode
@@ -55,7 +59,7 @@ MODULE = "sglang.srt.models.kimi_k3"
 NAME = "kimi_k3"
 MODE = "relay"
 RELAY_KEY = "dspark_hidden_states"
-TRANSPORT_NAMES = (*kimi.TRANSPORT_NAMES, "aux_key")
+TRANSPORT_NAMES = (*kimi.TRANSPORT_NAMES, "AUX_ENTRY")
 NEEDS_PATCH, PATCHED, SUPPORTED = kimi.NEEDS_PATCH, kimi.PATCHED, kimi.SUPPORTED
 DIRECT_NOTE = (
     "kimi_k3.py uses relay mode: a stage's last captured layer is mixed on the next stage"
@@ -238,6 +242,8 @@ def _rewrite_forward(func: cst.FunctionDef, shape: kimi.ForwardShape,
     captures = kimi._fresh("dspark_captures", taken)
     incoming = kimi._fresh("dspark_incoming", taken)
     head = kimi._fresh("dspark_head", taken)
+    entry = kimi._fresh("dspark_entry", taken)
+    width = kimi._fresh("dspark_width", taken)
     proxy_dict = kimi._fresh("proxy_tensors", taken)
     transport = f"self.{kimi.TRANSPORT_ATTR}"
     proxy = shape.proxy_param
@@ -254,13 +260,17 @@ def _rewrite_forward(func: cst.FunctionDef, shape: kimi.ForwardShape,
         f"{_D3}and {stream.attn} is not None",
         f"{_D3}and self.start_layer - 1 in self.{kimi.CAPTURE_ATTR}",
         f"{_D2}):",
-        f"{_D3}# The previous stage sent the stream head after its last layer; mix it",
-        f"{_D3}# with this stage's first layer's weights and bank, as PP=1 does.",
+        f"{_D3}# The previous stage sent the stream head after its last layer (the last",
+        f"{_D3}# capture of the aux entry); mix it with this stage's first layer's",
+        f"{_D3}# weights and bank, as PP=1 does.",
         f"{_D3}{incoming} = dict({incoming})",
-        f"{_D3}{head} = aux_key(self.start_layer - 1)",
-        *render_call(_D3, f"{incoming}[{head}] = ", Call(
+        f"{_D3}{entry} = {incoming}[AUX_ENTRY]",
+        f'{_D3}{width} = {incoming}["hidden_states"].shape[-1]',
+        *render_call(_D3, f"{head} = ", Call(
             f"self.{stream.name}",
-            ("self.start_layer - 1", f"{incoming}[{head}]", "None", stream.attn))),
+            ("self.start_layer - 1", f"{entry}[:, -{width}:]", "None", stream.attn))),
+        *render_call(_D3, f"{incoming}[AUX_ENTRY] = ", Call(
+            "torch.cat", (f"[{entry}[:, :-{width}], {head}]", "dim=-1"))),
     ]
     init_nodes = parse_statements(lines_to_text(init_lines), _D2)
 
