@@ -23,8 +23,8 @@ import time
 
 import torch
 
-#: The handoff key prefix of the PP aux transport (``pp_aux_transport.AUX_KEY_PREFIX``).
-AUX_KEY_PREFIX = "aux_hidden_states_"
+#: The handoff entry of the PP aux transport (``pp_aux_plan.AUX_ENTRY``).
+AUX_ENTRY = "aux_hidden_states"
 MODE_ENV = "SGLANG_PP_AUX_TRANSPORT"
 
 
@@ -37,7 +37,7 @@ def _dropping_factory(spec, pp_rank, pp_size, transport_kwargs):
     def without_aux(mb, hidden_in, proxy):
         out = forward(mb, hidden_in, proxy)
         if isinstance(out, dict):
-            return {k: v for k, v in out.items() if not k.startswith(AUX_KEY_PREFIX)}
+            return {k: v for k, v in out.items() if k != AUX_ENTRY}
         return out
 
     stage.forward = without_aux
