@@ -125,10 +125,22 @@ HOOK_NAMES = {
     "set_dspark_layers_to_capture": "DSPARK",
 }
 KIMI_TITLE = "# [PP] Kimi-Linear: carry DSPARK aux hidden states across pipeline stages"
+RELAY_TITLE = "# [PP] Kimi-Linear: raise when the DSPARK relay hands on fewer captures"
 
 
 def kimi_touched(result: UpstreamResult) -> bool:
     return result.model_path in result.changed
+
+
+def kimi_relay_checked(result: UpstreamResult) -> bool:
+    """Kimi-Linear relays DSPARK captures itself (0.5.21+) and only its relay's check of
+    the handoff entry is in the patch."""
+    return kimi_touched(result) and result.status == kimi.SUPPORTED
+
+
+def kimi_rewritten(result: UpstreamResult) -> bool:
+    """Kimi-Linear's hook and forward are rewritten (0.5.18-0.5.20)."""
+    return kimi_touched(result) and not kimi_relay_checked(result)
 
 
 def k3_touched(result: UpstreamResult) -> bool:
@@ -146,7 +158,7 @@ def touched_models(result: UpstreamResult) -> list[str]:
 
 def touched_hooks(result: UpstreamResult) -> list[str]:
     """Every capture hook the patch changes."""
-    touched = kimi_touched(result) or k3_touched(result)
+    touched = kimi_rewritten(result) or k3_touched(result)
     hooks = ["set_dspark_layers_to_capture"] if touched else []
     if result.family is not None:
         for decision in result.family.decisions.values():
@@ -158,7 +170,7 @@ def touched_hooks(result: UpstreamResult) -> list[str]:
 def title_of(result: UpstreamResult) -> str:
     models = touched_models(result)
     if models == [kimi.MODULE.rsplit(".", 1)[1]]:
-        return KIMI_TITLE
+        return RELAY_TITLE if kimi_relay_checked(result) else KIMI_TITLE
     kinds = "/".join(HOOK_NAMES.get(hook, hook) for hook in touched_hooks(result))
     count = len(models)
     return (
@@ -176,7 +188,13 @@ def _motivation(result: UpstreamResult) -> str:
         "different stages.  This patch\ntouches the models "
         f"{models}\nand the hooks {hooks}, because:\n",
     ]
-    if kimi_touched(result):
+    if kimi_relay_checked(result):
+        lines.append(f"""
+- `kimi_linear.py` relays DSPARK captures across stages itself (`{RELAY_ENTRY}`), but
+  a receiving stage whose handoff lacks that entry, or carries it at another width (another
+  capture count), goes on with fewer captures and no error.
+""")
+    if kimi_rewritten(result):
         lines.append(f"""
 - `KimiLinearForCausalLM.set_dspark_layers_to_capture` refuses PP outright:
   `NotImplementedError("{kimi.PP_ERROR}")`;
@@ -217,9 +235,20 @@ K3_DESIGN = """\
 
 def _kimi_design(result: UpstreamResult) -> str:
     k3 = K3_DESIGN if k3_touched(result) else ""
+    if kimi_relay_checked(result):
+        return RELAY_DESIGN + k3
     if not kimi_touched(result):
         return k3
     return KIMI_DESIGN + k3
+
+
+RELAY_ENTRY = "dspark_hidden_states"
+RELAY_DESIGN = f"""\
+- **Kimi-Linear's own DSPARK relay** (`kimi_linear.py`): every stage after the first checks
+  the `{RELAY_ENTRY}` entry it receives against the capture layers below its
+  `start_layer` (`hidden_size` wide each) and raises `RuntimeError` naming them when the
+  entry is missing, of another width, or present although no earlier stage captures.
+"""
 
 
 KIMI_DESIGN = """\
@@ -264,7 +293,12 @@ def _test_plan(result: UpstreamResult, test_cmd: str, family_cmd: str,
             "family model (real hooks and "
             f"forwards, stand-in\n  decoder layers): `{family_cmd}`"
         )
-    if kimi_touched(result):
+    if kimi_relay_checked(result):
+        lines.append(
+            "- [ ] `kimi_linear.py`'s relay check: a last stage given a missing, narrow or "
+            "unexpected\n  `dspark_hidden_states` entry raises naming the layers"
+        )
+    if kimi_rewritten(result):
         lines.append(
             "- [ ] The patched `kimi_linear.py` driven as real pipeline stages (gloo, 2 and 3 "
             "stages), aux\n  states equal to the PP=1 run"
