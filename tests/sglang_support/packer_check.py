@@ -23,25 +23,8 @@ import time
 
 import torch
 
-#: The handoff entry of the PP aux transport (``pp_aux_plan.AUX_ENTRY``).
-AUX_ENTRY = "aux_hidden_states"
 MODE_ENV = "SGLANG_PP_AUX_TRANSPORT"
 
-
-def _dropping_factory(spec, pp_rank, pp_size, transport_kwargs):
-    from sglang_support.packer_stage import packer_stage_factory
-
-    stage = packer_stage_factory(spec, pp_rank, pp_size, transport_kwargs)
-    forward = stage.forward
-
-    def without_aux(mb, hidden_in, proxy):
-        out = forward(mb, hidden_in, proxy)
-        if isinstance(out, dict):
-            return {k: v for k, v in out.items() if k != AUX_ENTRY}
-        return out
-
-    stage.forward = without_aux
-    return stage
 
 
 def _shape(aux):
@@ -79,7 +62,7 @@ def main(argv: list[str]) -> int:
         importlib.import_module(f"sglang.srt.models.{name}")  # warm before forking
     from sglang_support.drive import drive
     from sglang_support.packer_stage import packer_stage_factory
-    from sglang_support.stages import run_chain
+    from sglang_support.stages import dropping_aux, run_chain
 
     tokens = list(config["tokens"])
     report = {"import_s": round(time.time() - started, 2), "runs": []}
@@ -94,7 +77,7 @@ def main(argv: list[str]) -> int:
         reference = run_chain([packer_stage_factory(spec, 0, 1, {})], tokens,
                               spec["hidden_size"])
         os.environ[MODE_ENV] = run.get("mode", "relay")
-        factory = _dropping_factory if run.get("drop_aux") else packer_stage_factory
+        factory = dropping_aux(packer_stage_factory) if run.get("drop_aux") else packer_stage_factory
         t0 = time.time()
         result = drive(factory, spec, int(run["pp"]), tokens,
                        timeout=float(config.get("timeout", 120)))

@@ -177,3 +177,27 @@ def run_chain(stages: list[Any], token_counts: list[int], hidden_size: int):
             else:
                 results.append(out)
     return results
+
+
+#: The handoff entry of the PP aux transport (``pp_aux_plan.AUX_ENTRY``).
+AUX_ENTRY = "aux_hidden_states"
+
+
+def dropping_aux(factory: Callable[..., Any]) -> Callable[..., Any]:
+    """``factory`` whose stages hand on everything but the aux entry: the run that shows
+    a missing entry raises.  Stages run in forked processes, so a closure is fine."""
+
+    def make(spec, pp_rank, pp_size, transport_kwargs):
+        stage = factory(spec, pp_rank, pp_size, transport_kwargs)
+        forward = stage.forward
+
+        def without_aux(mb, hidden_in, proxy):
+            out = forward(mb, hidden_in, proxy)
+            if isinstance(out, dict):
+                return {k: v for k, v in out.items() if k != AUX_ENTRY}
+            return out
+
+        stage.forward = without_aux
+        return stage
+
+    return make
