@@ -497,28 +497,23 @@ def _rewrite_init(func: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     return func.with_changes(body=func.body.with_changes(body=body))
 
 
-def _rewrite_forward(func: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
-    taken = _function_locals(func)
-    captures = _fresh("dspark_captures", taken)
-    incoming = _fresh("dspark_incoming", taken)
-    proxy_dict = _fresh("proxy_tensors", taken)
+def relay_code(captures: str, incoming: str, proxy_dict: str, proxy: str, loop_var: str,
+               aux_name: str, handoff_entries, hidden: str):
+    """A rewritten forward's relay: init lines (text), capture record, non-last-rank
+    branch body, last-stage collect."""
     transport = f"self.{TRANSPORT_ATTR}"
-    proxy = shape.proxy_param
     d2, d3, d4 = _indent_of(2), _indent_of(3), _indent_of(4)
-
     incoming_expr = f"None if {proxy} is None else {proxy}.tensors"
     init_lines = [f"{d2}{captures} = {{}}"]
     if len(d2) + len(f"{incoming} = {incoming_expr}") <= 88:
         init_lines.append(f"{d2}{incoming} = {incoming_expr}")
     else:
         init_lines += [f"{d2}{incoming} = (", f"{d3}{incoming_expr}", f"{d2})"]
-    init_nodes = parse_statements(lines_to_text(init_lines), d2)
 
-    capture_line = parse_statements(
-        f"{d4}{captures}[{shape.loop_var}] = {shape.aux_name}[-1]\n", d4)
+    capture_line = parse_statements(f"{d4}{captures}[{loop_var}] = {aux_name}[-1]\n", d4)
 
     boundary_lines = [f"{d3}{proxy_dict} = {{"]
-    boundary_lines += [f"{d4}{key}: {value}," for key, value in shape.handoff_entries]
+    boundary_lines += [f"{d4}{key}: {value}," for key, value in handoff_entries]
     boundary_lines += [f"{d3}}}", f"{d3}if {transport} is not None:"]
     boundary_lines += render_call(d4, "", Call(f"{proxy_dict}.update", (
         Call(f"{transport}.outgoing", (captures, incoming)),)))
@@ -526,10 +521,25 @@ def _rewrite_forward(func: cst.FunctionDef, shape: ForwardShape) -> cst.Function
     boundary_nodes = parse_statements(lines_to_text(boundary_lines), d3)
 
     collect_lines = [f"{d2}if {transport} is not None:"]
-    collect_lines += render_call(d3, f"{shape.aux_name} = ", Call(
-        f"{transport}.collect", (captures, incoming, f"like={shape.hidden}")))
+    collect_lines += render_call(d3, f"{aux_name} = ", Call(
+        f"{transport}.collect", (captures, incoming, f"like={hidden}")))
     collect_node = parse_statements(lines_to_text(collect_lines), d2)[0]
     collect_node = collect_node.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+    return init_lines, capture_line, boundary_nodes, collect_node
+
+
+def _rewrite_forward(func: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
+    taken = _function_locals(func)
+    captures = _fresh("dspark_captures", taken)
+    incoming = _fresh("dspark_incoming", taken)
+    proxy_dict = _fresh("proxy_tensors", taken)
+    proxy = shape.proxy_param
+    d2 = _indent_of(2)
+
+    init_lines, capture_line, boundary_nodes, collect_node = relay_code(
+        captures, incoming, proxy_dict, proxy, shape.loop_var, shape.aux_name,
+        shape.handoff_entries, shape.hidden)
+    init_nodes = parse_statements(lines_to_text(init_lines), d2)
 
     class _Forward(cst.CSTTransformer):
         def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:

@@ -248,12 +248,9 @@ def _rewrite_forward(func: cst.FunctionDef, shape: kimi.ForwardShape,
     transport = f"self.{kimi.TRANSPORT_ATTR}"
     proxy = shape.proxy_param
 
-    incoming_expr = f"None if {proxy} is None else {proxy}.tensors"
-    init_lines = [f"{_D2}{captures} = {{}}"]
-    if len(_D2) + len(f"{incoming} = {incoming_expr}") <= 88:
-        init_lines.append(f"{_D2}{incoming} = {incoming_expr}")
-    else:
-        init_lines += [f"{_D2}{incoming} = (", f"{_D3}{incoming_expr}", f"{_D2})"]
+    init_lines, capture_line, boundary_nodes, collect_node = kimi.relay_code(
+        captures, incoming, proxy_dict, proxy, shape.loop_var, shape.aux_name,
+        stream.handoff_entries, stream.hidden)
     init_lines += [
         f"{_D2}if (",
         f"{_D3}{transport} is not None",
@@ -274,22 +271,6 @@ def _rewrite_forward(func: cst.FunctionDef, shape: kimi.ForwardShape,
     ]
     init_nodes = parse_statements(lines_to_text(init_lines), _D2)
 
-    capture_line = parse_statements(
-        f"{_D4}{captures}[{shape.loop_var}] = {shape.aux_name}[-1]\n", _D4)
-
-    boundary_lines = [f"{_D3}{proxy_dict} = {{"]
-    boundary_lines += [f"{_D4}{key}: {value}," for key, value in stream.handoff_entries]
-    boundary_lines += [f"{_D3}}}", f"{_D3}if {transport} is not None:"]
-    boundary_lines += render_call(_D4, "", Call(f"{proxy_dict}.update", (
-        Call(f"{transport}.outgoing", (captures, incoming)),)))
-    boundary_lines += [f"{_D3}return PPProxyTensors({proxy_dict})"]
-    boundary_nodes = parse_statements(lines_to_text(boundary_lines), _D3)
-
-    collect_lines = [f"{_D2}if {transport} is not None:"]
-    collect_lines += render_call(_D3, f"{shape.aux_name} = ", Call(
-        f"{transport}.collect", (captures, incoming, f"like={stream.hidden}")))
-    collect_node = parse_statements(lines_to_text(collect_lines), _D2)[0]
-    collect_node = collect_node.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
 
     class _Forward(cst.CSTTransformer):
         def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
