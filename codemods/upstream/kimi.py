@@ -60,6 +60,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.imports import add_from_import
+from codemods.upstream.kimi_relay import insert_relay, relay_code
 from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, render_call
 
 MODULE = "sglang.srt.models.kimi_linear"
@@ -390,15 +391,15 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
                          f"(setter has no PP=1 guard; the stage handoff carries aux "
                          f"entries: {extra_keys})"])
     problems = []
-    if forward.boundary is None:
-        problems.append(f"{forward.cls.name.value}.forward: `if not <pp>.is_last_rank:` "
-                        f"after the layer loop")
-    elif forward.boundary_return is None:
-        problems.append(f"{forward.cls.name.value}.forward: `return PPProxyTensors({{...}})` "
-                        f"as the only statement of the non-last-rank branch")
-    elif forward.hidden is None:
-        problems.append(f"{forward.cls.name.value}.forward: a \"hidden_states\" entry in the "
-                        f"stage handoff")
+    # The first missing piece of the forward's stage boundary, in the order they nest.
+    missing = next((what for found, what in (
+        (forward.boundary, "`if not <pp>.is_last_rank:` after the layer loop"),
+        (forward.boundary_return, "`return PPProxyTensors({...})` as the only statement of "
+                                  "the non-last-rank branch"),
+        (forward.hidden, 'a "hidden_states" entry in the stage handoff'),
+    ) if found is None), None)
+    if missing is not None:
+        problems.append(f"{forward.cls.name.value}.forward: {missing}")
     if setter.pp is None:
         problems.append(f"{setter.cls.name.value}: the PP group (self.<pp> = get_pp_group() "
                         f"or a world_size/is_last_rank guard in {SETTER})")
@@ -497,37 +498,6 @@ def _rewrite_init(func: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     return func.with_changes(body=func.body.with_changes(body=body))
 
 
-def relay_code(captures: str, incoming: str, proxy_dict: str, proxy: str, loop_var: str,
-               aux_name: str, handoff_entries, hidden: str):
-    """A rewritten forward's relay: init lines (text), capture record, non-last-rank
-    branch body, last-stage collect."""
-    transport = f"self.{TRANSPORT_ATTR}"
-    d2, d3, d4 = _indent_of(2), _indent_of(3), _indent_of(4)
-    incoming_expr = f"None if {proxy} is None else {proxy}.tensors"
-    init_lines = [f"{d2}{captures} = {{}}"]
-    if len(d2) + len(f"{incoming} = {incoming_expr}") <= 88:
-        init_lines.append(f"{d2}{incoming} = {incoming_expr}")
-    else:
-        init_lines += [f"{d2}{incoming} = (", f"{d3}{incoming_expr}", f"{d2})"]
-
-    capture_line = parse_statements(f"{d4}{captures}[{loop_var}] = {aux_name}[-1]\n", d4)
-
-    boundary_lines = [f"{d3}{proxy_dict} = {{"]
-    boundary_lines += [f"{d4}{key}: {value}," for key, value in handoff_entries]
-    boundary_lines += [f"{d3}}}", f"{d3}if {transport} is not None:"]
-    boundary_lines += render_call(d4, "", Call(f"{proxy_dict}.update", (
-        Call(f"{transport}.outgoing", (captures, incoming)),)))
-    boundary_lines += [f"{d3}return PPProxyTensors({proxy_dict})"]
-    boundary_nodes = parse_statements(lines_to_text(boundary_lines), d3)
-
-    collect_lines = [f"{d2}if {transport} is not None:"]
-    collect_lines += render_call(d3, f"{aux_name} = ", Call(
-        f"{transport}.collect", (captures, incoming, f"like={hidden}")))
-    collect_node = parse_statements(lines_to_text(collect_lines), d2)[0]
-    collect_node = collect_node.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
-    return init_lines, capture_line, boundary_nodes, collect_node
-
-
 def _rewrite_forward(func: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
     taken = _function_locals(func)
     captures = _fresh("dspark_captures", taken)
@@ -537,7 +507,7 @@ def _rewrite_forward(func: cst.FunctionDef, shape: ForwardShape) -> cst.Function
     d2 = _indent_of(2)
 
     init_lines, capture_line, boundary_nodes, collect_node = relay_code(
-        captures, incoming, proxy_dict, proxy, shape.loop_var, shape.aux_name,
+        f"self.{TRANSPORT_ATTR}", captures, incoming, proxy_dict, proxy, shape.loop_var, shape.aux_name,
         shape.handoff_entries, shape.hidden)
     init_nodes = parse_statements(lines_to_text(init_lines), d2)
 
@@ -555,22 +525,7 @@ def _rewrite_forward(func: cst.FunctionDef, shape: ForwardShape) -> cst.Function
                     body=[first, *boundary_nodes[1:]]))
             return updated
 
-    new_func = func.visit(_Forward())
-    assert isinstance(new_func, cst.FunctionDef)
-    body: list[cst.BaseStatement] = []
-    originals = list(_body(func))
-    for index, (original, stmt) in enumerate(zip(originals, _body(new_func), strict=False)):
-        body.append(stmt)
-        if original is shape.aux_init:
-            body.extend(init_nodes)
-        if original is shape.boundary:
-            # Separate the new block the way the file separates the next statement.
-            following = originals[index + 1] if index + 1 < len(originals) else None
-            if following is not None and not following.leading_lines:
-                collect_node = collect_node.with_changes(leading_lines=[])
-            body.append(collect_node)
-    assert isinstance(new_func.body, cst.IndentedBlock)
-    return new_func.with_changes(body=new_func.body.with_changes(body=body))
+    return insert_relay(func, func.visit(_Forward()), shape, init_nodes, collect_node)
 
 
 def rewrite(source: str, path: str = MODULE, mode: str = "relay") -> tuple[str, Analysis]:

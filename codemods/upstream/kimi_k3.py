@@ -53,6 +53,7 @@ import libcst.matchers as m
 
 from codemods.upstream import kimi
 from codemods.upstream.imports import add_from_import
+from codemods.upstream.kimi_relay import insert_relay, relay_code
 from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, render_call
 
 MODULE = "sglang.srt.models.kimi_k3"
@@ -248,8 +249,8 @@ def _rewrite_forward(func: cst.FunctionDef, shape: kimi.ForwardShape,
     transport = f"self.{kimi.TRANSPORT_ATTR}"
     proxy = shape.proxy_param
 
-    init_lines, capture_line, boundary_nodes, collect_node = kimi.relay_code(
-        captures, incoming, proxy_dict, proxy, shape.loop_var, shape.aux_name,
+    init_lines, capture_line, boundary_nodes, collect_node = relay_code(
+        f"self.{kimi.TRANSPORT_ATTR}", captures, incoming, proxy_dict, proxy, shape.loop_var, shape.aux_name,
         stream.handoff_entries, stream.hidden)
     init_lines += [
         f"{_D2}if (",
@@ -286,22 +287,7 @@ def _rewrite_forward(func: cst.FunctionDef, shape: kimi.ForwardShape,
                     body=[*kept, first, *boundary_nodes[1:]]))
             return updated
 
-    new_func = func.visit(_Forward())
-    assert isinstance(new_func, cst.FunctionDef)
-    body: list[cst.BaseStatement] = []
-    originals = list(kimi._body(func))
-    for index, (original, stmt) in enumerate(zip(originals, kimi._body(new_func),
-                                                 strict=True)):
-        body.append(stmt)
-        if original is shape.aux_init:
-            body.extend(init_nodes)
-        if original is shape.boundary:
-            following = originals[index + 1] if index + 1 < len(originals) else None
-            if following is not None and not following.leading_lines:
-                collect_node = collect_node.with_changes(leading_lines=[])
-            body.append(collect_node)
-    assert isinstance(new_func.body, cst.IndentedBlock)
-    return new_func.with_changes(body=new_func.body.with_changes(body=body))
+    return insert_relay(func, func.visit(_Forward()), shape, init_nodes, collect_node)
 
 
 def rewrite(source: str, path: str = MODULE, mode: str = MODE) -> tuple[str, Analysis]:
