@@ -147,7 +147,8 @@ def run_series(root: str, series_dir: str, pr_body: str | None, mode: str,
         write_output_atomic(pr_body, body.encode("utf-8"))
     _say(f"{where}: series of {len(patches)} patches ({mode} mode) written to {series_dir}:")
     for path, patch in zip(written, patches, strict=True):
-        _say(f"  {path.name}: {patch.subject} ({len(patch.paths)} files)")
+        count = len(patch.paths)
+        _say(f"  {path.name}: {patch.subject} ({count} file{'s' if count != 1 else ''})")
     if request is not None:
         try:
             head = commit_stack(result.tree.root, written, request, repo)
