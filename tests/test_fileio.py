@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -273,6 +274,34 @@ def test_stale_temp_files_of_dead_processes_are_removed(tmp_path):
     removed = remove_stale_temp_files(tmp_path)
     assert removed == [str(stale)]
     assert live.exists() and source.exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs Linux /proc")
+def test_stale_temp_files_of_reused_pids_and_zombies_are_removed(tmp_path):
+    """A pid in a temp name may belong to another process by now (pids are reused), or to
+    a killed writer nobody reaped: neither is the writer, so the file is stale."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        written_before = tmp_path / f".a.py.auxcap-{sleeper.pid}-abc123.tmp"
+        written_before.write_bytes(b"partial")
+        an_hour_ago = written_before.stat().st_mtime - 3600
+        os.utime(written_before, (an_hour_ago, an_hour_ago))
+        written_after = tmp_path / f".b.py.auxcap-{sleeper.pid}-def456.tmp"
+        written_after.write_bytes(b"in progress")
+        of_zombie = tmp_path / f".c.py.auxcap-{zombie.pid}-0a1b2c.tmp"
+        of_zombie.write_bytes(b"partial")
+        deadline = time.monotonic() + 30
+        while (fileio._process_started(zombie.pid) or ("?",))[0] != "Z":  # exited, unreaped
+            assert time.monotonic() < deadline, "the child never exited"
+            time.sleep(0.01)
+        removed = remove_stale_temp_files(tmp_path)
+        assert sorted(removed) == sorted([str(written_before), str(of_zombie)])
+        assert written_after.exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        zombie.wait()
 
 
 def test_temp_names_never_look_like_sources():

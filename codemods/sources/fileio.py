@@ -307,7 +307,22 @@ def _discard(temp_path: str) -> None:
         pass
 
 
-def _process_alive(pid: int) -> bool:
+def _process_started(pid: int) -> tuple[str, float] | None:
+    """``(state, start time)`` of a running process from ``/proc`` (Linux), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        with open("/proc/stat", encoding="ascii") as handle:
+            boot = next(float(line.split()[1]) for line in handle if line.startswith("btime "))
+        return fields[0], boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+
+
+def _writer_alive(pid: int, written_at: float) -> bool:
+    """Whether the process that wrote a temporary file (last modified at ``written_at``)
+    still runs.  Process ids are reused and a killed process may stay a zombie, so where
+    ``/proc`` tells, a zombie or a process started after the write is not the writer."""
     if pid == os.getpid():
         return True
     try:
@@ -315,8 +330,13 @@ def _process_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    started = _process_started(pid)
+    if started is None:
         return True
-    return True
+    state, start = started
+    # ``btime`` has whole seconds: a process started within a second of the write counts.
+    return state != "Z" and start <= written_at + 1.0
 
 
 def remove_stale_temp_files(directory: str | os.PathLike) -> list[str]:
@@ -328,11 +348,14 @@ def remove_stale_temp_files(directory: str | os.PathLike) -> list[str]:
         return removed
     for name in names:
         match = TEMP_PATTERN.match(name)
-        if not match or _process_alive(int(match.group("pid"))):
+        if not match:
             continue
         path = os.path.join(directory, name)
         try:
-            if stat.S_ISREG(os.lstat(path).st_mode):
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode) and not _writer_alive(
+                int(match.group("pid")), info.st_mtime
+            ):
                 os.unlink(path)
                 removed.append(path)
         except OSError:
