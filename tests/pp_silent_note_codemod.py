@@ -44,12 +44,19 @@ METADATA = CodemodMetadata(
         ),
         default="note",
     ),
+    addresses=("pp-silent",),
+    why="captures of {ids} are lost silently on non-last PP ranks: noted",
 )
 
 
 def applies(facts: SiteFacts) -> Verdict:
-    """Every call that may lose its captures silently and has a line of its own."""
-    return Verdict(applies=Risk.PP_SILENT in facts.site.risks and facts.movable)
+    """Every call that may lose its captures silently and has a line of its own; one that
+    has not is left for review."""
+    if Risk.PP_SILENT not in facts.site.risks:
+        return Verdict()
+    if not facts.movable:
+        return Verdict(review=f"{facts.not_own}; note it by hand")
+    return Verdict(applies=True)
 
 
 class PPSilentNoteTransformer(CallSiteCodemod):

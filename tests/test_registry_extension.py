@@ -108,3 +108,29 @@ def test_help_lists_it_only_while_registered(entry):
 def test_a_clashing_entry_is_refused(entry):
     with pytest.raises(ValueError, match="clashes"):
         registry.register(entry)
+
+
+def test_its_unfixed_sites_and_reasons_come_from_its_metadata(entry, tmp_path):
+    """The sites it answers (``addresses``) but left for review are its CodeTF ``unfixed``;
+    the PR table's "Why" for a site it rewrote is its ``why``."""
+    from codemods.deliver import messages
+
+    path = tmp_path / "setup_model.py"
+    path.write_text(
+        "def setup(model, ids):\n"
+        "    model.set_eagle3_layers_to_capture(ids)\n"
+        "    return model.set_eagle3_layers_to_capture(ids) or model\n"
+    )
+    result = CliRunner().invoke(cli, ["migrate", "--format", "json", str(path)])
+    assert result.exit_code == 0, result.output
+    mine = json.loads(result.stdout)["results"][-1]
+    (unfixed,) = mine["unfixed"]
+    assert unfixed["lineNumber"] == 3 and "note it by hand" in unfixed["reason"]
+    others = json.loads(result.stdout)["results"][:-1]
+    assert all(not item.get("unfixed") for item in others)
+
+    done = transform_source(path.read_bytes(), str(path), TransformOptions())
+    noted = next(site for site in done.call_sites if Action(entry.action) in site.actions)
+    assert messages._why_rewritten(noted) == (
+        "captures of `ids` are lost silently on non-last PP ranks: noted"
+    )

@@ -102,23 +102,14 @@ def _review_sites(results: Sequence[FileResult]) -> list[CallSite]:
 
 def _why_rewritten(site: CallSite) -> str:
     """Why a rewritten call site was rewritten, from its risks and note."""
-    reasons = []
-    if Action.GUARD in site.actions:
-        ids = site.ids_source or "the ids"
-        if site.note.startswith(REQUIRED_PREFIX):
-            reasons.append(
-                f"{_code(ids)} may be unset and the code needs the capture: fails early "
-                f"naming it ({site.note[len(REQUIRED_PREFIX):].split('; unset ids')[0]})"
-            )
-        else:
-            reasons.append(f"{_code(ids)} may be unset: the hook rejects None")
-    if Action.FALLBACK in site.actions:
-        reasons.append("can raise NotImplementedError under pipeline parallelism")
-    builtin = {Action.GUARD.value, Action.FALLBACK.value}
-    reasons += [  # any other registered codemod: what it does
-        metadata.summary
+    required = None
+    if site.note.startswith(REQUIRED_PREFIX):
+        required = site.note[len(REQUIRED_PREFIX) :].split("; unset ids")[0]
+    ids = _code(site.ids_source or "the ids")
+    reasons = [
+        metadata.why_rewritten(ids, required)
         for metadata in registry.CODEMODS
-        if metadata.action not in builtin and metadata.action in site.actions
+        if metadata.action in site.actions
     ]
     return "; ".join(reasons) or "-"
 

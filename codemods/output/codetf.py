@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from codemods import __version__
 from codemods.callers.options import TransformOptions
-from codemods.callers.records import Action, FileResult, Risk, Status, Step
+from codemods.callers.records import Action, FileResult, Status, Step
 from codemods.callers.rewrite import registry
 from codemods.callers.rewrite.metadata import CodemodMetadata
 from codemods.output import diffs
@@ -35,14 +35,6 @@ from codemods.output.report import Summary
 
 VENDOR = "auxcap"
 TOOL = "auxcap"
-
-#: Which codemod a call site left for review belongs to, by its risk.
-_REVIEW_OWNER = {
-    Risk.MAYBE_NONE: Action.GUARD.value,
-    Risk.LITERAL_NONE: Action.GUARD.value,
-    Risk.PP_UNSUPPORTED: Action.FALLBACK.value,
-}
-
 
 @dataclass(frozen=True)
 class RunInfo:
@@ -119,7 +111,7 @@ def _unfixed(metadata: CodemodMetadata, result: FileResult, path: str) -> list[d
     for site in result.call_sites:
         if Action(metadata.action) in site.actions:
             continue
-        if not any(_REVIEW_OWNER.get(risk) == metadata.action for risk in site.risks):
+        if not any(risk.value in metadata.addresses for risk in site.risks):
             continue
         if Action.REVIEW not in site.actions and not site.note:
             continue

@@ -1,8 +1,10 @@
 """What a caller codemod is, said once: id, summary, description, review guidance, references
 and its policy option.
 
-Each codemod has one ``CodemodMetadata(...)`` in its entry of the LibCST-free registry
+Each codemod has one ``CodemodMetadata`` in its entry of the LibCST-free registry
 (``registry.GUARD`` for ``guard.py``, ...), which the codemod module re-exports as ``METADATA``.
+The built-in codemods' texts are data: ``codemods.toml`` beside this module, read by
+:func:`load_builtin`; a codemod added from elsewhere builds its ``CodemodMetadata`` in code.
 Everything that describes a codemod to a person or a tool reads it from there: the LibCST
 ``DESCRIPTION`` and ``add_args`` of the command class, the ``auxcap migrate --help`` text and
 option help, the ``--format json`` report (CodeTF-shaped: ``codemod``, ``summary``,
@@ -16,7 +18,13 @@ after:  one record per codemod, rendered for each audience by the methods below.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import tomllib
 
 from codemods.catalog.hooks import NONE_ERROR_DSPARK, PP_ERROR_DSPARK
 
@@ -52,6 +60,9 @@ PP_ERROR_REFERENCE = Reference(
         "parallelism (aux hidden states are gathered on the last stage only)"
     ),
 )
+
+#: The references ``codemods.toml`` names.
+REFERENCES = {"none-error": NONE_ERROR_REFERENCE, "pp-error": PP_ERROR_REFERENCE}
 
 
 @dataclass(frozen=True)
@@ -102,13 +113,51 @@ class CodemodMetadata:
     :class:`~codemods.callers.records.Action` value of the call sites this codemod rewrites.
     """
 
+    #: ``vendor:language/name``.
     id: str
+    #: The action value marked on the call sites it rewrites.
     action: str
+    #: One line, for ``--help`` and headings.
     summary: str
+    #: What it changes and what it leaves alone.
     description: str
+    #: What a reviewer of the rewritten code should check.
     review_guidance: str
+    #: Links for the reader.
     references: tuple[Reference, ...]
+    #: The option that picks how it rewrites.
     policy: PolicyOption
+    #: The call-site risks (:class:`~codemods.callers.records.Risk` values) it answers: a site
+    #: with one of them that it left alone is reported as unfixed under this codemod.
+    addresses: tuple[str, ...] = ()
+    #: Why a call site was rewritten (``{ids}``: the ids expression); the summary when empty.
+    why: str = ""
+    #: The same where the code needs the capture (``{reasons}``: where it does).
+    why_required: str = ""
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> CodemodMetadata:
+        """A record from one table of ``codemods.toml``."""
+        policy = data["policy"]
+        return cls(
+            id=data["id"],
+            action=data["action"],
+            summary=data["summary"],
+            description=data["description"],
+            review_guidance=data["review_guidance"],
+            references=tuple(REFERENCES[name] for name in data.get("references", ())),
+            policy=PolicyOption(
+                flag=policy["flag"],
+                help=policy["help"],
+                choices=tuple(
+                    PolicyChoice(c["name"], c["meaning"], c["change"]) for c in policy["choices"]
+                ),
+                default=policy["default"],
+            ),
+            addresses=tuple(data.get("addresses", ())),
+            why=data.get("why", ""),
+            why_required=data.get("why_required", ""),
+        )
 
     # ---------------------------------------------------------------- LibCST
     @property
@@ -147,6 +196,13 @@ class CodemodMetadata:
         template = self.policy.choice(policy).change
         return template.format(hook=hook, ids=ids if ids is not None else "the layer ids")
 
+    def why_rewritten(self, ids: str, required: str | None = None) -> str:
+        """Why this codemod rewrote a call site: ``ids`` is the ids expression as shown,
+        ``required`` where the code needs the capture (None: it does not)."""
+        if required is not None and self.why_required:
+            return self.why_required.format(ids=ids, reasons=required)
+        return self.why.format(ids=ids) if self.why else self.summary
+
     def markdown(self, policy: str | None = None) -> str:
         """A Markdown section for a pull-request description."""
         lines = [f"### `{self.id}`: {self.summary}", "", self.description, ""]
@@ -158,3 +214,14 @@ class CodemodMetadata:
 
 
 HOOK_OPTION_HELP = "Also treat NAME as a capture hook that rejects None (repeatable)."
+
+
+@cache
+def _builtin_tables() -> dict[str, Any]:
+    text = resources.files(__package__).joinpath("codemods.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def load_builtin(name: str) -> CodemodMetadata:
+    """The metadata of the built-in codemod ``name`` (a table of ``codemods.toml``)."""
+    return CodemodMetadata.from_mapping(_builtin_tables()[name])

@@ -13,100 +13,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from codemods.callers.records import Action, Risk, SiteFacts, Verdict
-from codemods.callers.rewrite.metadata import (
-    NONE_ERROR_REFERENCE,
-    PP_ERROR_REFERENCE,
-    CodemodMetadata,
-    PolicyChoice,
-    PolicyOption,
-)
+from codemods.callers.rewrite.metadata import CodemodMetadata, load_builtin
 
 #: The guard codemod (:mod:`codemods.callers.rewrite.guard`).
-GUARD = CodemodMetadata(
-    id="auxcap:python/guard-capture-ids",
-    action=Action.GUARD.value,
-    summary="Guard capture-hook calls whose layer ids may be None",
-    description=(
-        "SGLang's DSPARK, DFLASH and MSD capture hooks (set_dspark_layers_to_capture, ...) "
-        "reject None and raise ValueError when a caller forwards an unset option such as "
-        "args.capture_layers. The call is put behind a check of the ids: with policy skip the "
-        "hook is called only when layer ids are set, with policy raise the caller fails early "
-        "with a ValueError naming the unset value. The ids are passed as list(...); ids "
-        "passed inline as an expression are bound to a local name first. Where the code "
-        "needs the capture (read after the call, a speculative feature flag, a hook lookup "
-        "that raises, serving code) unset ids always raise early. Literal ids, calls already "
-        "behind a check of the ids, and EAGLE3 (which accepts None) are left alone."
-    ),
-    review_guidance=(
-        "With policy skip, a run without layer ids now silently runs without aux hidden "
-        "capture; check that this is wanted where the ids come from, or use policy raise. "
-        "Call sites reported for review (a literal None, a call used inside an expression) "
-        "were not rewritten and need a person."
-    ),
-    references=(NONE_ERROR_REFERENCE, PP_ERROR_REFERENCE),
-    policy=PolicyOption(
-        flag="--guard-policy",
-        help="When layer ids are unset: skip the call, or raise ValueError.",
-        choices=(
-            PolicyChoice(
-                "skip",
-                "when the layer ids are unset, the hook is not called",
-                "{hook} is now called only when {ids} is set, with the ids passed as a list",
-            ),
-            PolicyChoice(
-                "raise",
-                "when the layer ids are unset, a clear ValueError is raised at the call site",
-                "a ValueError naming {ids} is raised before {hook} when the ids are unset",
-            ),
-        ),
-        default="skip",
-    ),
-)
-
+GUARD = load_builtin("guard")
 #: The fallback codemod (:mod:`codemods.callers.rewrite.fallback`).
-FALLBACK = CodemodMetadata(
-    id="auxcap:python/fallback-pp-capture",
-    action=Action.FALLBACK.value,
-    summary="Handle the NotImplementedError capture hooks raise under pipeline parallelism",
-    description=(
-        "Models that gather aux hidden states on the last pipeline stage only (Kimi-Linear's "
-        "set_dspark_layers_to_capture, ...) raise NotImplementedError when pipeline "
-        "parallelism is on (PP > 1). The hook call is wrapped in try/except "
-        "NotImplementedError: with policy warn the module's logger (added when missing) logs "
-        "a warning naming the hook and the run continues without aux hidden capture; with "
-        "policy raise the error is re-raised with a hint (run with --pp-size 1, or apply the "
-        "upstream patch from auxcap upstream-patch). Calls already inside a try that handles "
-        "NotImplementedError, and calls whose code needs the capture (read after the call, a "
-        "speculative feature flag, a hook lookup that raises, serving code), are left alone."
-    ),
-    review_guidance=(
-        "With policy warn, a PP deployment keeps serving without aux hidden capture, so "
-        "anything that consumes the captured states (speculative decoding drafts, "
-        "distillation features) must tolerate their absence; if it cannot, use policy raise. "
-        "Check that a module-level logger added by the rewrite fits the module's logging."
-    ),
-    references=(PP_ERROR_REFERENCE, NONE_ERROR_REFERENCE),
-    policy=PolicyOption(
-        flag="--fallback-policy",
-        help="Under pipeline parallelism: warn and continue, or re-raise with a hint.",
-        choices=(
-            PolicyChoice(
-                "warn",
-                "a NotImplementedError from the hook is logged as a warning and the run "
-                "continues without aux capture",
-                "{hook} is wrapped in try/except NotImplementedError: a warning is logged and "
-                "the run continues without aux hidden capture",
-            ),
-            PolicyChoice(
-                "raise",
-                "a NotImplementedError from the hook is re-raised with a hint",
-                "{hook} is wrapped in try/except NotImplementedError: the error is re-raised "
-                "with a hint to run with PP=1 or apply the upstream patch",
-            ),
-        ),
-        default="warn",
-    ),
-)
+FALLBACK = load_builtin("fallback")
 
 
 def guard_applies(facts: SiteFacts) -> Verdict:
