@@ -19,7 +19,7 @@ import click
 from codemods import __version__
 from codemods.callers import engine
 from codemods.callers.options import TransformOptions
-from codemods.callers.records import Action, FileResult, Status
+from codemods.callers.records import FileResult, Status
 from codemods.callers.rewrite import registry
 from codemods.callers.rewrite.metadata import HOOK_OPTION_HELP
 from codemods.catalog.hooks import custom_hook
@@ -161,24 +161,20 @@ def _git_delivery_error() -> type[Exception]:
     return GitDeliveryError
 
 
-def _deliver(work) -> int:
-    """Run a --branch delivery and print where the branch is; the exit code (2 with the reason
-    on failure)."""
+def _deliver(deliver) -> int:
+    """Run a --branch delivery (``deliver``: a flow of ``deliver.on_branch`` taking the engine)
+    through the branch sink; the exit code (2 with the reason on failure, 1 when the committed
+    files fail their re-check)."""
+    from codemods.callers.engine import run
+
+    sink = sinks.BranchSink(deliver)
     try:
-        delivered = work()
+        sink.run(run)
     except _git_delivery_error() as error:
         click.echo(f"auxcap: error: {error}", err=True)
         return EXIT_ERROR
-    for result in delivered.results:
-        for site in result.call_sites:
-            if Action.REVIEW in site.actions:
-                click.echo(f"review: {report.format_site(site)}", err=True)
-            elif _is_skipped(site):
-                click.echo(f"skipped: {report.format_site(site)}", err=True)
-    for path, reason in delivered.verification.failures:
-        click.echo(f"auxcap: error: {path}: re-check failed: {reason}", err=True)
-    click.echo(delivered.summary())
-    return EXIT_OK if delivered.verification.ok else EXIT_CHANGES
+    sink.finish()
+    return EXIT_OK if sink.verified else EXIT_CHANGES
 
 
 def _shown(*decls: str, type: click.ParamType, default: object, help: str):
@@ -238,13 +234,6 @@ def _file_options(command):
             raise click.UsageError(str(error)) from None
 
     return wrapper
-
-
-def _is_skipped(site) -> bool:
-    """Reported but left alone on purpose (:mod:`codemods.callers.scope`, loaded on first use)."""
-    from codemods.callers.scope import is_skipped
-
-    return is_skipped(site)
 
 
 def _report_failures(results: list[FileResult]) -> None:
@@ -378,8 +367,8 @@ def migrate(
 
         sys.exit(
             _deliver(
-                lambda: migrate_on_branch(
-                    list(paths), options, request, chosen, selection=selection
+                lambda run: migrate_on_branch(
+                    list(paths), options, request, chosen, run=run, selection=selection
                 )
             )
         )
@@ -405,11 +394,6 @@ def migrate(
             sink.add(result)
         # Keep only the records for the summary: the bytes are printed and dropped.
         results.append(dataclasses.replace(result, original=None, rewritten=None, steps=()))
-        for site in result.call_sites:
-            if Action.REVIEW in site.actions:
-                click.echo(f"review: {report.format_site(site)}", err=True)
-            elif _is_skipped(site):
-                click.echo(f"skipped: {report.format_site(site)}", err=True)
     _report_failures(results)
     label = "changed" if mode == "write" else "to change"
     click.echo(report.Summary.of(results).text(label) + _not_found(missing), err=True)
@@ -504,7 +488,7 @@ def upstream_patch(
 
         sys.exit(
             _deliver(
-                lambda: upstream_generated_on_branch(
+                lambda _run: upstream_generated_on_branch(
                     sglang_root, mode, request, output, models=chosen
                 )
             )
