@@ -9,7 +9,10 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
+from codemods.callers import scope
+from codemods.callers.analyse import analyse
 from codemods.callers.analyse.scopes import _LAYOUT_NODES, _ScopeCollector
+from codemods.callers.options import TransformOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "fixtures").rglob("*.py"))
@@ -31,7 +34,11 @@ def _summary(collector: _ScopeCollector) -> dict:
             {name: id(value) for name, value in scope.attribute_annotations.items()},
             id(scope.parent.node) if scope.parent else None,
         )
-    return {"scopes": scopes, "calls": sorted(id(call) for call in collector.calls)}
+    return {
+        "scopes": scopes,
+        "calls": sorted(id(call) for call in collector.calls),
+        "imports": [id(statement) for statement in collector.imports],
+    }
 
 
 def test_there_are_fixtures():
@@ -52,3 +59,79 @@ def test_walk_collects_what_a_visit_collects(path):
     for node, parent in visited.parents.items():
         if type(node) not in _LAYOUT_NODES:
             assert walked.parents.get(node) is parent
+
+
+#: Modules where the module-level verdicts have something to find.
+SCOPE_CASES = {
+    "raises_alias.py": (
+        "from pytest import raises as expect\n"
+        "def t(model, ids):\n"
+        "    with expect(ValueError):\n"
+        "        model.set_dspark_layers_to_capture(ids)\n"
+        "    model.set_dflash_layers_to_capture(ids)\n"
+    ),
+    "nested_with.py": (
+        "import pytest as pt\n"
+        "def t(model, ids):\n"
+        "    with open('x') as f, pt.raises(ValueError):\n"
+        "        def inner():\n"
+        "            model.set_dspark_layers_to_capture(ids)\n"
+        "        inner()\n"
+        "    with pt.raises(ValueError, match=model.set_dflash_layers_to_capture(ids)):\n"
+        "        pass\n"
+    ),
+    "engine.py": (
+        "def f(model, ids):\n"
+        "    import vllm\n"
+        "    model.set_dspark_layers_to_capture(ids)\n"
+    ),
+    "keywords.py": "def f(model, ids):\n    model.set_dspark_layers_to_capture(ids, stage=1)\n",
+}
+
+
+def _cases():
+    yield from ((path.name, path.read_bytes()) for path in FILES)
+    yield from ((name, text.encode()) for name, text in SCOPE_CASES.items())
+
+
+@pytest.mark.parametrize("name,source", list(_cases()), ids=lambda v: v if isinstance(v, str) else "")
+def test_scope_verdicts_from_the_analysis_equal_those_of_a_module_walk(name, source):
+    """``module_skip_reason`` and ``skip_expected_errors`` read discovery's imports, calls and
+    parents instead of walking the module; they must decide exactly as a walk does."""
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError:
+        pytest.skip("not Python that LibCST parses (a bad-input fixture)")
+    hooks = TransformOptions().hooks
+    analysis = analyse(module, name, hooks)
+    walked = scope.module_skip_reason(module, name, hooks.names, include_tests=True)
+    read = scope.module_skip_reason(
+        module, name, hooks.names, include_tests=True, analysis=analysis
+    )
+    assert read == walked
+    found = list(analysis.found)
+    by_walk = scope.skip_expected_errors(found, module)
+    by_parents = scope.skip_expected_errors(found, module, analysis.parents, analysis.imports)
+    assert [item.site for item in by_parents] == [item.site for item in by_walk]
+
+
+def test_the_scope_cases_exercise_every_verdict():
+    verdicts = {}
+    for name, text in SCOPE_CASES.items():
+        module = cst.parse_module(text)
+        analysis = analyse(module, name)
+        reason = scope.module_skip_reason(
+            module, name, TransformOptions().hooks.names, analysis=analysis
+        )
+        skipped = [
+            item.site.line
+            for item in scope.skip_expected_errors(
+                list(analysis.found), module, analysis.parents, analysis.imports
+            )
+            if item.site.note.endswith(scope.EXPECTED_ERROR_REASON)
+        ]
+        verdicts[name] = (reason, skipped)
+    assert verdicts["raises_alias.py"] == (None, [4])
+    assert verdicts["nested_with.py"] == (None, [5])
+    assert verdicts["engine.py"][0] == "not SGLang: imports vllm and not sglang"
+    assert "stage=" in verdicts["keywords.py"][0]

@@ -7,13 +7,11 @@ import textwrap
 import libcst as cst
 import pytest
 
-from codemods.callers.records import Action, CallSite, Risk, Shape
+from codemods.callers.records import SKIP_PREFIX, Action, CallSite, Risk, Shape, is_skipped
 from codemods.callers.scope import (
     EXPECTED_ERROR_REASON,
-    SKIP_PREFIX,
     calls_expecting_errors,
     foreign_keywords,
-    is_skipped,
     is_test_path,
     mark_skipped,
     module_skip_reason,

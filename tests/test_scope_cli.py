@@ -16,7 +16,7 @@ from caller_cases import ROOT
 from click.testing import CliRunner
 
 from codemods.callers.records import Action, Status
-from codemods.callers.scope import SKIP_PREFIX
+from codemods.callers.records import SKIP_PREFIX
 from codemods.callers.transform import TransformOptions, scan_source, transform_source
 from codemods.cli.commands import cli
 

@@ -61,6 +61,9 @@ class Action(str, Enum):
 #: Start of the reason, in a call site's note, when the code around it needs the capture
 #: (see :mod:`codemods.callers.analyse.required`).
 REQUIRED_PREFIX = "capture required: "
+#: Start of a call site's note when it is reported but left alone on purpose (a test module,
+#: another engine, capture required; see :mod:`codemods.callers.scope`).
+SKIP_PREFIX = "not rewritten: "
 
 
 @dataclass(frozen=True)
@@ -149,3 +152,8 @@ class FileResult:
     @property
     def review_count(self) -> int:
         return sum(Action.REVIEW in site.actions for site in self.call_sites)
+
+
+def is_skipped(site: CallSite) -> bool:
+    """Reported but left alone on purpose (its note starts with :data:`SKIP_PREFIX`)."""
+    return site.note.startswith(SKIP_PREFIX) and site.actions == (Action.NONE,)

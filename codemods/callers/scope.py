@@ -16,22 +16,22 @@ A rewrite must not change code whose errors are wanted, nor code written for ano
 
 Every question is a pure function of a path, a parsed module and hook names.  A skipped call
 site keeps its risks (``scan`` shows it) and gets action ``none`` and a note starting with
-:data:`SKIP_PREFIX` that says why (:func:`mark_skipped`, :func:`is_skipped`).
+:data:`SKIP_PREFIX` that says why (:func:`mark_skipped`; :func:`~codemods.callers.records.is_skipped` tells).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePosixPath
 
 import libcst as cst
 
-from codemods.callers.records import Action, CallSite
+from codemods.callers.fieldwalk import FieldWalker
+from codemods.callers.records import SKIP_PREFIX, Action, CallSite
 from codemods.catalog import hook_facts
 
 #: Start of the note of a call site left alone on purpose.
-SKIP_PREFIX = "not rewritten: "
 
 #: The keyword names of SGLang's capture-hook setters (one parameter, 0.5.18-0.5.23).
 SGLANG_KEYWORDS = frozenset({"layer_ids", "layers_to_capture"})
@@ -64,7 +64,7 @@ def _dotted(node: cst.BaseExpression) -> str | None:
     return None
 
 
-class _Imports(cst.CSTVisitor):
+class _Imports(FieldWalker, cst.CSTVisitor):
     def __init__(self) -> None:
         self.packages: set[str] = set()
         #: Local names bound to ``pytest.raises`` (``from pytest import raises as r``).
@@ -97,15 +97,27 @@ class _Imports(cst.CSTVisitor):
                         self.raises_names.add(bound.value)
 
 
-def _imports(module: cst.Module) -> _Imports:
+def _imports(
+    module: cst.Module, statements: Sequence[cst.Import | cst.ImportFrom] | None = None
+) -> _Imports:
+    """What the module imports; ``statements``: its import statements when already collected
+    (discovery's walk), else the module is walked."""
     visitor = _Imports()
-    module.visit(visitor)
+    if statements is None:
+        visitor.walk(module)
+    for statement in statements or ():
+        if isinstance(statement, cst.Import):
+            visitor.visit_Import(statement)
+        else:
+            visitor.visit_ImportFrom(statement)
     return visitor
 
 
-def other_engine(module: cst.Module) -> str | None:
+def other_engine(
+    module: cst.Module, statements: Sequence[cst.Import | cst.ImportFrom] | None = None
+) -> str | None:
     """Why the module targets another engine (it imports one and not ``sglang``), or None."""
-    packages = _imports(module).packages
+    packages = _imports(module, statements).packages
     if "sglang" in packages:
         return None
     engines = sorted(packages & OTHER_ENGINES)
@@ -132,7 +144,7 @@ def _hook_name(call: cst.Call) -> str | None:
     return None
 
 
-class _Calls(cst.CSTVisitor):
+class _Calls(FieldWalker, cst.CSTVisitor):
     def __init__(self) -> None:
         self.calls: list[cst.Call] = []
 
@@ -142,16 +154,19 @@ class _Calls(cst.CSTVisitor):
 
 def _calls(node: cst.CSTNode) -> list[cst.Call]:
     visitor = _Calls()
-    node.visit(visitor)
+    visitor.walk(node)
     return visitor.calls
 
 
-def foreign_keywords(module: cst.Module, hook_names: Iterable[str]) -> tuple[tuple[str, str], ...]:
+def foreign_keywords(
+    module: cst.Module, hook_names: Iterable[str], calls: Sequence[cst.Call] | None = None
+) -> tuple[tuple[str, str], ...]:
     """``(hook, keyword)`` for each keyword passed to a hook the facts know that SGLang's
-    setters do not take, in source order."""
+    setters do not take, in source order (``calls``: the module's calls when already
+    collected)."""
     checked = {name for name in hook_names if hook_facts.is_known(name)}
     found: list[tuple[str, str]] = []
-    for call in _calls(module):
+    for call in _calls(module) if calls is None else calls:
         name = _hook_name(call)
         if name not in checked:
             continue
@@ -168,14 +183,20 @@ def module_skip_reason(
     hook_names: Iterable[str],
     *,
     include_tests: bool = False,
+    analysis=None,
 ) -> str | None:
-    """Why no call of this module may be rewritten, or None when the module is in scope."""
+    """Why no call of this module may be rewritten, or None when the module is in scope
+    (``analysis``: discovery's, whose import statements and calls are then used as they are
+    instead of walking the module again)."""
     if not include_tests and is_test_path(path):
         return "test module (rewritten only with --include-tests)"
-    engine = other_engine(module)
+    statements = calls = None
+    if analysis is not None:
+        statements, calls = analysis.imports, analysis.calls
+    engine = other_engine(module, statements)
     if engine is not None:
         return f"not SGLang: {engine}"
-    keywords = foreign_keywords(module, hook_names)
+    keywords = foreign_keywords(module, hook_names, calls)
     if keywords:
         hook, keyword = keywords[0]
         return f"not SGLang: {hook}({keyword}=...) is not a keyword of SGLang's setters"
@@ -201,7 +222,7 @@ def _is_raises_context(item: cst.WithItem, imports: _Imports) -> bool:
     return False
 
 
-class _ExpectedErrors(cst.CSTVisitor):
+class _ExpectedErrors(FieldWalker, cst.CSTVisitor):
     def __init__(self, imports: _Imports) -> None:
         self.imports = imports
         self.calls: set[cst.Call] = set()
@@ -214,7 +235,7 @@ class _ExpectedErrors(cst.CSTVisitor):
 def calls_expecting_errors(module: cst.Module) -> frozenset[cst.Call]:
     """The call nodes of ``module`` inside a ``pytest.raises`` / ``assertRaises`` block."""
     visitor = _ExpectedErrors(_imports(module))
-    module.visit(visitor)
+    visitor.walk(module)
     return frozenset(visitor.calls)
 
 
@@ -225,10 +246,6 @@ EXPECTED_ERROR_REASON = "inside pytest.raises / assertRaises: the error is expec
 def mark_skipped(site: CallSite, reason: str) -> CallSite:
     """``site`` reported but not rewritten: action ``none``, the reason in its note."""
     return dataclasses.replace(site, actions=(Action.NONE,), note=f"{SKIP_PREFIX}{reason}")
-
-
-def is_skipped(site: CallSite) -> bool:
-    return site.note.startswith(SKIP_PREFIX) and site.actions == (Action.NONE,)
 
 
 def skip_all(sites: Sequence[CallSite], reason: str | None) -> tuple[CallSite, ...]:
@@ -249,15 +266,56 @@ def skip_analysis(analysis, reason: str | None):
     return dataclasses.replace(analysis, found=found)
 
 
-def skip_expected_errors(found: Sequence, module: cst.Module) -> list:
+def _in_raises_block(
+    call: cst.Call, parents: Mapping[cst.CSTNode, cst.CSTNode], imports: _Imports
+) -> bool:
+    """Whether ``call`` is in the body of a ``pytest.raises`` / ``assertRaises`` block (its
+    ancestors, from discovery's parent map)."""
+    child: cst.CSTNode = call
+    parent = parents.get(child)
+    while parent is not None:
+        if (
+            isinstance(parent, cst.With)
+            and child is parent.body
+            and any(_is_raises_context(item, imports) for item in parent.items)
+        ):
+            return True
+        child, parent = parent, parents.get(parent)
+    return False
+
+
+def skip_expected_errors(
+    found: Sequence,
+    module: cst.Module,
+    parents: Mapping[cst.CSTNode, cst.CSTNode] | None = None,
+    statements: Sequence[cst.Import | cst.ImportFrom] | None = None,
+) -> list:
     """``found`` (discovery's ``FoundCall`` records of ``module``) with the calls inside a
-    ``pytest.raises`` / ``assertRaises`` block marked skipped."""
-    expecting = calls_expecting_errors(module)
-    if not expecting:
-        return list(found)
+    ``pytest.raises`` / ``assertRaises`` block marked skipped.  With discovery's ``parents``
+    (and import ``statements``) only the found calls' ancestors are looked at; else the
+    module is walked."""
+    if parents is None:
+        expecting = calls_expecting_errors(module)
+        inside = [item.call in expecting for item in found]
+    else:
+        with_blocks = any(
+            isinstance(node, cst.With) for item in found for node in _ancestors(item.call, parents)
+        )
+        imports = _imports(module, statements) if with_blocks else None
+        inside = [
+            imports is not None and _in_raises_block(item.call, parents, imports)
+            for item in found
+        ]
     return [
         dataclasses.replace(item, site=mark_skipped(item.site, EXPECTED_ERROR_REASON))
-        if item.call in expecting
+        if expected
         else item
-        for item in found
+        for item, expected in zip(found, inside, strict=True)
     ]
+
+
+def _ancestors(node: cst.CSTNode, parents: Mapping[cst.CSTNode, cst.CSTNode]):
+    parent = parents.get(node)
+    while parent is not None:
+        yield parent
+        parent = parents.get(parent)

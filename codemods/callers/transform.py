@@ -50,7 +50,11 @@ def _scan(
         # Test modules and other engines' modules are reported, not rewritten.
         if analysis.found:
             reason = scope.module_skip_reason(
-                module, path, options.hooks.names, include_tests=options.include_tests
+                module,
+                path,
+                options.hooks.names,
+                include_tests=options.include_tests,
+                analysis=analysis,
             )
             analysis = scope.skip_analysis(analysis, reason)
     except Exception as error:  # noqa: BLE001 - any failure leaves the file alone

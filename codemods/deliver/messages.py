@@ -15,7 +15,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from codemods.callers.records import REQUIRED_PREFIX, Action, CallSite, FileResult, Risk, Status
+from codemods.callers.records import (
+    REQUIRED_PREFIX,
+    SKIP_PREFIX,
+    Action,
+    CallSite,
+    FileResult,
+    Risk,
+    Status,
+    is_skipped,
+)
 from codemods.callers.rewrite import registry
 from codemods.catalog.hooks import NONE_ERROR_DSPARK, PP_ERROR_DSPARK
 from codemods.deliver.git_branch import DeliveryResult
@@ -116,8 +125,6 @@ def _why_rewritten(site: CallSite) -> str:
 
 def _why_not_rewritten(site: CallSite) -> str:
     """Why a call site was left as it is (skipped, for review, or nothing to change)."""
-    from codemods.callers.scope import SKIP_PREFIX, is_skipped  # (LibCST only when needed)
-
     if is_skipped(site):
         return site.note[len(SKIP_PREFIX) :]
     if Action.REVIEW in site.actions:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from codemods.callers.records import Action, FileResult, Status
+from codemods.callers.records import Action, FileResult, Status, is_skipped
 from codemods.cli import terminal
 from codemods.output import report
 
@@ -82,8 +82,6 @@ class SitesSink(Sink):
     purpose (``skipped: ...``: a test module, another engine, capture required)."""
 
     def add(self, result: FileResult) -> None:
-        from codemods.callers.scope import is_skipped  # (LibCST only when needed)
-
         for site in result.call_sites:
             if Action.REVIEW in site.actions:
                 click.echo(f"review: {report.format_site(site)}", err=True)

@@ -3,17 +3,15 @@ every node's parent; collected in one visit of the module."""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import libcst as cst
 
 from codemods.callers.analyse.syntax import (
     _SCOPE_NODES,
 )
+from codemods.callers.fieldwalk import _LAYOUT_NODES, FieldWalker
 
 
 @dataclass
@@ -49,84 +47,19 @@ class _Scope:
         )
 
 
-#: Nodes that only carry layout (whitespace, comments, brackets, separators): the collector
-#: skips them, which is over half of a module's nodes.
-_LAYOUT_NODES = frozenset(
-    {
-        cst.SimpleWhitespace,
-        cst.ParenthesizedWhitespace,
-        cst.Newline,
-        cst.TrailingWhitespace,
-        cst.EmptyLine,
-        cst.Comment,
-        cst.Comma,
-        cst.Dot,
-        cst.Colon,
-        cst.Semicolon,
-        cst.AssignEqual,
-        cst.LeftParen,
-        cst.RightParen,
-        cst.LeftSquareBracket,
-        cst.RightSquareBracket,
-        cst.LeftCurlyBrace,
-        cst.RightCurlyBrace,
-    }
-)
-
-
-@functools.cache
-def _dispatch(collector: type, kind: type) -> tuple[Any, Any, tuple[str, ...]]:
-    """The visit and leave functions of ``collector`` for nodes of ``kind``, and the fields of
-    ``kind`` that can hold child nodes, in declaration order."""
-    fields = tuple(
-        field.name
-        for field in dataclasses.fields(kind)
-        if not field.name.startswith("whitespace") and field.name not in _LAYOUT_FIELDS
-    )
-    name = kind.__name__
-    return getattr(collector, f"visit_{name}", None), getattr(collector, f"leave_{name}", None), fields
-
-
-#: Fields that only ever hold layout.
-_LAYOUT_FIELDS = frozenset(
-    {"lpar", "rpar", "leading_lines", "trailing_whitespace", "header", "footer", "comma", "dot"}
-)
-
-
-class _ScopeCollector(cst.CSTVisitor):
+class _ScopeCollector(FieldWalker, cst.CSTVisitor):
     """Records, for every function/class/module body, the names it binds and to what."""
 
     def __init__(self, module: cst.Module) -> None:
         self.scopes: dict[cst.CSTNode, _Scope] = {module: _Scope(module)}
         self._stack: list[_Scope] = [self.scopes[module]]
-        #: Every call in the module, in source order, and every node's parent (same pass).
+        #: Every call in the module, in source order, and every node's parent (same pass:
+        #: :meth:`walk`, or LibCST's ``module.visit``).
         self.calls: list[cst.Call] = []
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
-        self._path: list[cst.CSTNode] = []
-
-    def walk(self, node: cst.CSTNode) -> None:
-        """Visit ``node`` and its subtree like ``node.visit(self)``, without rebuilding any
-        node (LibCST's visit constructs and validates a copy of every node it passes), and
-        skipping layout nodes."""
-        kind = type(node)
-        if kind in _LAYOUT_NODES:
-            return
-        if self._path:
-            self.parents[node] = self._path[-1]
-        self._path.append(node)
-        visit, leave, fields = _dispatch(type(self), kind)
-        if visit is None or visit(self, node) is not False:
-            for name in fields:
-                value = getattr(node, name)
-                if isinstance(value, cst.CSTNode):
-                    self.walk(value)
-                elif isinstance(value, (list, tuple)):
-                    for item in value:
-                        if isinstance(item, cst.CSTNode):
-                            self.walk(item)
-        if leave is not None:
-            leave(self, node)
-        self._path.pop()
+        #: Every import statement, at any depth, in source order.
+        self.imports: list[cst.Import | cst.ImportFrom] = []
+        self._path: list[cst.CSTNode] = []  # (the LibCST visit's route)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if type(node) in _LAYOUT_NODES:
@@ -144,6 +77,12 @@ class _ScopeCollector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         self.calls.append(node)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.imports.append(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.imports.append(node)
 
     def visit_Name(self, node: cst.Name) -> None:
         for scope in self._stack:

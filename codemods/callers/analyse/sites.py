@@ -24,9 +24,9 @@ from codemods.callers.analyse.syntax import (
     _unwrap_container,
 )
 from codemods.callers.analyse.values import ValuesMixin
-from codemods.callers.records import Action, CallSite, Risk, SiteFacts
+from codemods.callers.records import Action, CallSite, Risk, SiteFacts, is_skipped
 from codemods.callers.rewrite import registry
-from codemods.callers.scope import is_skipped, mark_skipped, skip_expected_errors
+from codemods.callers.scope import mark_skipped, skip_expected_errors
 from codemods.catalog.hooks import DEFAULT_HOOKS, Hook, HookSet
 from codemods.catalog.pp_raise import loses_captures_silently, raising_hooks
 
@@ -89,6 +89,7 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, Required
         self.scopes = collector.scopes
         self.calls = collector.calls
         self.parents = collector.parents
+        self.imports = collector.imports
 
     @functools.cached_property
     def positions(self):
@@ -258,7 +259,7 @@ def _found_calls(analyzer: _Analyzer) -> list[FoundCall]:
         key=lambda item: (item.site.line, item.site.column),
     )
     # Calls inside pytest.raises / assertRaises are reported, never rewritten.
-    ordered = skip_expected_errors(ordered, analyzer.module)
+    ordered = skip_expected_errors(ordered, analyzer.module, analyzer.parents, analyzer.imports)
     # Calls whose code needs the capture: no skip and no swallowed error.
     return [_unless_required(analyzer, item) for item in ordered]
 
@@ -299,6 +300,10 @@ class Analysis:
     module: cst.Module
     found: tuple[FoundCall, ...]
     parents: Mapping[cst.CSTNode, cst.CSTNode]
+    #: Every import statement and every call of the module, from the same walk (what
+    #: :func:`codemods.callers.scope.module_skip_reason` looks at).
+    imports: tuple[cst.Import | cst.ImportFrom, ...] = ()
+    calls: tuple[cst.Call, ...] = ()
 
     @property
     def sites(self) -> tuple[CallSite, ...]:
@@ -318,7 +323,13 @@ class Analysis:
 def analyse(module: cst.Module, path: str = "<string>", hooks: HookSet = DEFAULT_HOOKS) -> Analysis:
     """Discover the hook calls of ``module`` once (the module is not copied)."""
     analyzer = _Analyzer(MetadataWrapper(module, unsafe_skip_copy=True), path, hooks)
-    return Analysis(module, tuple(_found_calls(analyzer)), analyzer.parents)
+    return Analysis(
+        module,
+        tuple(_found_calls(analyzer)),
+        analyzer.parents,
+        tuple(analyzer.imports),
+        tuple(analyzer.calls),
+    )
 
 
 def find_call_sites(
