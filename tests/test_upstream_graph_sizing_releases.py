@@ -21,6 +21,7 @@ from sglang_support.env import linked_copy, run_python
 from sglang_support.family_check import patched_copy, unpatched_copy
 
 from codemods.upstream.graph_sizing import SIZING_MODULES
+from codemods.upstream.pr_body import render
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -62,6 +63,8 @@ def test_the_patch_sizes_the_aux_entry_along_the_sizing_path(patched):
         assert "pp_proxy_aux_hidden_size" not in released
     llama = (copy / "sglang/srt/models/llama.py").read_text()
     assert "def get_pp_proxy_aux_hidden_size(self) -> int:" in llama
+    body = render(result)
+    assert "## CUDA graphs" in body and "CUDA graphs disabled" not in body
 
 
 @pytest.mark.timeout(600)
