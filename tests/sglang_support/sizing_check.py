@@ -156,6 +156,7 @@ class _Sizing:
         runner.raw_num_token = tokens
         runner.ragged_verify_mode = False
         runner.dllm_uses_input_embeds = False
+        runner.dllm_input_preparation = None
         runner.enable_pdmux = False
         batch = types.SimpleNamespace(
             needs_forward_metadata_init=lambda: False,
