@@ -20,6 +20,7 @@ import pytest
 from sglang_support.env import linked_copy, run_python
 from sglang_support.family_check import patched_copy, unpatched_copy
 
+from codemods.upstream.generate import generate
 from codemods.upstream.graph_sizing import SIZING_MODULES
 from codemods.upstream.pr_body import render
 
@@ -106,3 +107,9 @@ def test_without_the_pre_planned_refresh_the_entry_is_stale(patched, tmp_path):
     report = _sizing_report(mutant)
     assert report["errors"]
     assert all("pre-planned load did not copy" in error for error in report["errors"])
+
+
+def test_generating_again_on_the_patched_tree_changes_nothing(patched):
+    _, _, copy = patched
+    again = generate(copy, models=["llama"])
+    assert again.changed == []
