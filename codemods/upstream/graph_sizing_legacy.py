@@ -47,8 +47,8 @@ from codemods.upstream.graph_sizing import (
     MARKER,
     SIZING_MODULES,
     SizingError,
-    _block_end,
-    _bracket_end,
+    block_end,
+    bracket_end,
 )
 from codemods.upstream.imports import add_from_import
 from codemods.upstream.patchfile import FileChange
@@ -135,7 +135,7 @@ def _checked(text: str, path: str) -> str:
 def add_resolver(text: str, path: str) -> str:
     """misc_utils with the aux width resolver after the residual-bank one."""
     lines = _lines(text)
-    end = _block_end(lines, _anchor(lines, RESOLVER_ANCHOR, path, "residual resolver"))
+    end = block_end(lines, _anchor(lines, RESOLVER_ANCHOR, path, "residual resolver"))
     text = "".join(lines[:end] + _lines(RESOLVER) + lines[end:])
     module = add_from_import(cst.parse_module(text), "typing", ["Protocol", "runtime_checkable"])
     return _checked(module.code, path)
@@ -146,7 +146,7 @@ def add_runner_method(text: str, path: str) -> str:
     passing the same ``pp_size``/``pp_rank`` arguments."""
     lines = _lines(text)
     head = _anchor(lines, METHOD_ANCHOR, path, "get_pp_proxy_residual_num_blocks")
-    end = _block_end(lines, head)
+    end = block_end(lines, head)
     pp_args = [line for line in lines[head:end] if re.match(r"^\s+pp_(size|rank)=", line)]
     if len(pp_args) != 2:
         raise SizingError(f"{path}:{head + 1}: no pp_size=/pp_rank= arguments to pass on")
@@ -172,7 +172,7 @@ def add_buffer_sizing(text: str, path: str) -> str:
             out.append(f"{match.group(1)}pp_proxy_aux_hidden_size=pp_proxy_aux_hidden_size,\n")
             keywords += 1
         elif match := TOPK_BLOCK.match(line):
-            end = _block_end(lines, index - 1)
+            end = block_end(lines, index - 1)
             rows = TOPK_ROWS.search("".join(lines[index:end]))
             if rows is None:
                 raise SizingError(f"{path}:{index}: no row bound in the topk_indices block")
@@ -206,7 +206,7 @@ def add_runner_argument(text: str, path: str, required: bool) -> str:
     out: list[str] = []
     cursor = 0
     for start in starts:
-        end = _bracket_end(lines, start)
+        end = bracket_end(lines, start)
         out += lines[cursor:end]
         out += _twin_argument(lines[start:end])
         cursor = end
@@ -236,7 +236,7 @@ def add_pre_planned_refresh(text: str, path: str) -> str:
         match = PRE_PLANNED.match(line)
         if match is None:
             continue
-        end = _block_end(lines, head)
+        end = block_end(lines, head)
         branch = lines[head:end]
         if any("pp_proxy_tensors" in body for body in branch):
             continue
