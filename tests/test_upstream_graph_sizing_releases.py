@@ -1,10 +1,15 @@
-"""CUDA-graph sizing of the aux entry on the real SGLang 0.5.21-0.5.23 releases.
+"""CUDA-graph sizing of the aux entry on the real SGLang 0.5.18-0.5.23 releases.
 
-The family patch of each release also mirrors SGLang's DSPARK PP proxy sizing path for
-the aux entry (``graph_sizing.py``) and gives each patched causal-LM class
+The family patch of each release also sizes the PP proxy buffers for the aux entry: on
+0.5.21+ by mirroring SGLang's DSPARK sizing path (``graph_sizing.py``), on 0.5.18-0.5.20
+by adding the path next to the residual bank's, with the pre-planned decode load's
+refresh (``graph_sizing_legacy.py``); each patched causal-LM class gets
 ``get_pp_proxy_aux_hidden_size``.  The patched tree is imported on CPU; for every stage
 of 2- and 3-stage splits the real allocation functions allocate the aux entry with
-exactly the width the previous stage sends (``sglang_support/sizing_check.py``).
+exactly the width the previous stage sends, and the real replay loads (full and
+pre-planned) copy the incoming entry into it (``sglang_support/sizing_check.py``).  The
+release with only the patch's new files added allocates no aux buffer, so the same
+drive fails there.
 """
 
 from __future__ import annotations
@@ -12,15 +17,28 @@ from __future__ import annotations
 import json
 
 import pytest
-from sglang_support.env import run_python
-from sglang_support.family_check import patched_copy
+from sglang_support.env import linked_copy, run_python
+from sglang_support.family_check import patched_copy, unpatched_copy
 
+from codemods.upstream.generate import generate
 from codemods.upstream.graph_sizing import SIZING_MODULES
+from codemods.upstream.pr_body import render
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
-RELEASES = ("0.5.21", "0.5.22", "0.5.23")
+RELEASES = ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 MODEL = ("sglang.srt.models.llama", "LlamaForCausalLM")
+DECODE_RUNNER = "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
+
+
+def _path(module: str) -> str:
+    return module.replace(".", "/") + ".py"
+
+
+def _sizing_report(tree) -> dict:
+    proc = run_python(["-m", "sglang_support.sizing_check", *MODEL], tree, timeout=500)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module", params=RELEASES)
@@ -30,24 +48,30 @@ def patched(request, sglang_release, tmp_path_factory):
     return release, result, copy
 
 
-def test_the_patch_mirrors_the_dspark_sizing_path(patched):
+def test_the_patch_sizes_the_aux_entry_along_the_sizing_path(patched):
     release, result, copy = patched
     for module in SIZING_MODULES:
-        path = module.replace(".", "/") + ".py"
-        assert f"sglang/srt/{path.removeprefix('sglang/srt/')}" in result.changed
-        text = (copy / path).read_text()
-        assert "pp_proxy_aux_hidden_size" in text
-        assert "pp_proxy_aux_hidden_size" not in (release / path).read_text()
+        path = _path(module)
+        released = (release / path).read_text()
+        # 0.5.18's prefill runner keeps no PP proxy buffers for any key.
+        if module.endswith("prefill_cuda_graph_runner") and (
+            "pp_proxy_residual_num_blocks" not in released
+        ):
+            assert path not in result.changed
+            continue
+        assert path in result.changed
+        assert "pp_proxy_aux_hidden_size" in (copy / path).read_text()
+        assert "pp_proxy_aux_hidden_size" not in released
     llama = (copy / "sglang/srt/models/llama.py").read_text()
     assert "def get_pp_proxy_aux_hidden_size(self) -> int:" in llama
+    body = render(result)
+    assert "## CUDA graphs" in body and "CUDA graphs disabled" not in body
 
 
 @pytest.mark.timeout(600)
-def test_buffers_are_sized_with_what_the_previous_stage_sends(patched):
+def test_buffers_are_sized_and_loaded_with_what_the_previous_stage_sends(patched):
     _, _, copy = patched
-    proc = run_python(["-m", "sglang_support.sizing_check", *MODEL], copy, timeout=500)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = _sizing_report(copy)
     assert report["errors"] == []
     # 2 + 3 stages, 3 capture sets, 3 batches; stages past the first receive captures.
     assert len(report["checks"]) == (2 + 3) * 3 * 3
@@ -55,3 +79,37 @@ def test_buffers_are_sized_with_what_the_previous_stage_sends(patched):
               for label, width, _, _ in report["checks"]}
     assert any(width > 0 for _, _, width in widths)
     assert all(width == 0 for _, first, width in widths if first)
+    assert report["aux_buffers"] > 0
+
+
+@pytest.mark.timeout(600)
+def test_the_release_as_shipped_allocates_no_aux_buffer(patched, tmp_path):
+    release, result, _ = patched
+    report = _sizing_report(unpatched_copy(release, tmp_path / "unpatched", result))
+    assert report["aux_buffers"] == 0
+    assert "misc_utils has no resolve_pp_proxy_aux_hidden_size" in report["errors"]
+    assert any("previous stage sent" in error for error in report["errors"])
+
+
+@pytest.mark.timeout(600)
+def test_without_the_pre_planned_refresh_the_entry_is_stale(patched, tmp_path):
+    release, _, copy = patched
+    released = (release / DECODE_RUNNER).read_text()
+    assert "needs_forward_metadata_init" in released  # the pre-planned branch
+    if "self.buffers.pp_proxy_tensors.get(" in released:
+        pytest.skip("the release refreshes the proxy buffers there itself (0.5.21+)")
+    mutant = linked_copy(copy, tmp_path / "mutant", [DECODE_RUNNER])
+    runner = mutant / DECODE_RUNNER
+    text = runner.read_text()
+    start = text.index("            if (\n                pp_proxy_tensors is not None")
+    last = "buf[: src.shape[0]].copy_(src)\n"
+    runner.write_text(text[:start] + text[text.index(last, start) + len(last):])
+    report = _sizing_report(mutant)
+    assert report["errors"]
+    assert all("pre-planned load did not copy" in error for error in report["errors"])
+
+
+def test_generating_again_on_the_patched_tree_changes_nothing(patched):
+    _, _, copy = patched
+    again = generate(copy, models=["llama"])
+    assert again.changed == []

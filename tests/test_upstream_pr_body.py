@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from codemods.upstream import series
+from codemods.upstream.graph_sizing import SIZING_MODULES
 from codemods.upstream.pr_body import KIMI_TITLE, render
 from tests.test_upstream_series import MODELS, PKG, _change, _decision, _result
 
@@ -67,3 +68,36 @@ def test_series_body_has_one_section_per_patch(tmp_path):
     assert headings == [(str(n), p.subject) for n, p in enumerate(patches, start=1)]
     for name in files:
         assert f"`{name}`" in text
+
+
+SIZING_PATHS = [f"{PKG}/srt/{module.removeprefix('sglang.srt.').replace('.', '/')}.py"
+                for module in SIZING_MODULES]
+BUFFERS_PATH, PREFILL_PATH = SIZING_PATHS[2], SIZING_PATHS[4]
+
+
+def _graph_section(tmp_path, sized: list[str], dspark: bool) -> str:
+    result = _family_result(tmp_path, with_kimi=False)
+    for path in SIZING_PATHS:
+        target = tmp_path / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("pp_proxy_dspark_hidden_size = 0\n" if dspark else "x = 0\n")
+    result.changes += [_change(path) for path in sized]
+    section = render(result).split("## CUDA graphs", 1)
+    if len(section) == 1:
+        return render(result).split("## Known limitation", 1)[1].split("\n## ", 1)[0]
+    return "## CUDA graphs" + section[1].split("\n## ", 1)[0]
+
+
+def test_the_cuda_graph_section_says_how_the_aux_entry_is_sized(tmp_path):
+    unsized = _graph_section(tmp_path / "a", [], dspark=False)
+    assert "CUDA graphs disabled on non-first stages" in unsized
+    mirrored = _graph_section(tmp_path / "b", [BUFFERS_PATH], dspark=True)
+    assert mirrored.startswith("## CUDA graphs")
+    assert "along the path that sizes\n`dspark_hidden_states`" in mirrored
+    for sized, runners in (([BUFFERS_PATH], "decode graph runner (the prefill one keeps no"),
+                           ([BUFFERS_PATH, PREFILL_PATH], "decode and prefill graph runners")):
+        added = _graph_section(tmp_path / f"c{len(sized)}", sized, dspark=False)
+        assert added.startswith("## CUDA graphs") and "disabled" not in added
+        assert "dspark" not in added
+        assert runners in " ".join(added.split())
+        assert "pre-planned `load_batch` branch" in " ".join(added.split())

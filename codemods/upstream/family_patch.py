@@ -15,6 +15,7 @@ from pathlib import Path
 
 from codemods.upstream.family import FamilyPlan, plan_family
 from codemods.upstream.graph_sizing import sizing_changes
+from codemods.upstream.graph_sizing_legacy import legacy_sizing_changes
 from codemods.upstream.patchfile import FileChange
 from codemods.upstream.sglang_tree import SGLangTree
 
@@ -108,8 +109,10 @@ def family_changes(
     plan_text = PLAN_SOURCE.read_text(encoding="utf-8")
     changes.append(shipped_file(tree, PLAN_MODULE, plan_text))
     changes.append(shipped_file(tree, GLUE_MODULE, render_glue(mode)))
-    # CUDA graph buffers for the aux entry, along SGLang's DSPARK sizing path (0.5.21+).
-    changes += sizing_changes(tree)
+    # CUDA graph buffers for the aux entry: along SGLang's DSPARK sizing path (0.5.21+),
+    # or, on a tree without one (0.5.18-0.5.20), along a path added next to the
+    # residual bank's.
+    changes += sizing_changes(tree) + legacy_sizing_changes(tree)
     models_path = tree.test_path(TEST_MODELS_FILE)
     models_text = TEST_MODELS_SOURCE.read_text(encoding="utf-8")
     changes.append(FileChange(models_path, tree.read_text(models_path), models_text))

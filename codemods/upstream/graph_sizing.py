@@ -62,7 +62,7 @@ def _indent(line: str) -> int:
     return len(line) - len(line.lstrip())
 
 
-def _block_end(lines: list[str], head: int) -> int:
+def block_end(lines: list[str], head: int) -> int:
     """One past the last line of the block whose header is ``lines[head]``."""
     depth = _indent(lines[head])
     end = head + 1
@@ -84,7 +84,7 @@ def _header_open(lines: list[str], head: int, end: int) -> bool:
     return text.count("(") > text.count(")") or not text.rstrip().endswith(":")
 
 
-def _bracket_end(lines: list[str], start: int) -> int:
+def bracket_end(lines: list[str], start: int) -> int:
     """One past the line that closes the brackets opened from ``lines[start]``."""
     balance = 0
     for index in range(start, len(lines)):
@@ -106,8 +106,8 @@ def _unit_at(lines: list[str], index: int, path: str) -> Unit:
         start = index
         while start > 0 and lines[start - 1].lstrip().startswith("@"):
             start -= 1
-        return Unit(start, _block_end(lines, index))
-    return Unit(index, _bracket_end(lines, index))
+        return Unit(start, block_end(lines, index))
+    return Unit(index, bracket_end(lines, index))
 
 
 def _renamed(text: str) -> str:

@@ -9,12 +9,14 @@ last stage owns it).
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from codemods.upstream import kimi, kimi_k3
 from codemods.upstream.family_report import pr_section
 from codemods.upstream.generate import UpstreamResult
+from codemods.upstream.graph_sizing import has_dspark_sizing
 from codemods.upstream.pp_aux_plan import AuxCapturePlan
 
 #: Example used for the traffic table: a 27-layer model with hidden size 2304 in bf16,
@@ -93,13 +95,9 @@ def traffic_table() -> str:
 
 
 SIZING_FILE = "model_executor/runner_utils/buffers.py"
+PREFILL_RUNNER = "model_executor/runner/prefill_cuda_graph_runner.py"
 
-
-def cuda_graphs(result: UpstreamResult) -> str:
-    """The CUDA graph section: how the aux entry gets its graph buffers, or, on a tree
-    without SGLang's PP proxy sizing path, the limitation that remains."""
-    if any(path.endswith(SIZING_FILE) for path in result.changed):
-        return """## CUDA graphs
+_SIZING = """## CUDA graphs
 
 CUDA graph runners preallocate the `PPProxyTensors` buffers of non-first stages, one per
 key. The aux entry `aux_hidden_states` gets its buffer along the path that sizes
@@ -109,13 +107,43 @@ through `ModelRunner.get_pp_proxy_aux_hidden_size` and
 `misc_utils.resolve_pp_proxy_aux_hidden_size` into `allocate_pp_proxy_tensors` of both
 graph runners.
 """
-    return """## Known limitation
+_LEGACY_SIZING = (
+    "CUDA graph runners preallocate the `PPProxyTensors` buffers of non-first stages, one "
+    "per key; this release sizes `hidden_states`/`residual` (and `topk_indices`) only. The "
+    "patch adds a path for the aux entry `aux_hidden_states` next to the residual bank's: "
+    "each patched model answers `get_pp_proxy_aux_hidden_size()` (the width its stage "
+    "receives, from the capture plan; 0 on PP=1 and on the first stage), read through "
+    "`ModelRunner.get_pp_proxy_aux_hidden_size` and "
+    "`misc_utils.resolve_pp_proxy_aux_hidden_size` into the `aux_hidden_states` buffer of "
+    "{runners}. The decode runner's pre-planned `load_batch` branch (the plan-stream load "
+    "already ran, without the proxy) refreshed no proxy buffer; it now copies the incoming "
+    "proxy tensors into them, as the full load does."
+)
+_LIMITATION = """## Known limitation
 
 CUDA-graph runners preallocate the `PPProxyTensors` buffers of non-first stages for
 `hidden_states`/`residual` only. Until they also allocate the aux entry, run PP + DSPARK
 with CUDA graphs disabled on non-first stages; with graphs enabled the last stage fails
 loudly (`RuntimeError` naming the missing layers) rather than returning fewer features.
 """
+
+
+def cuda_graphs(result: UpstreamResult) -> str:
+    """The CUDA graph section: how the aux entry gets its graph buffers (along SGLang's
+    DSPARK sizing path, or along the path the patch adds on a tree without one), or, on a
+    tree whose buffers the patch does not size, the limitation that remains."""
+    changed = result.changed
+    if not any(path.endswith(SIZING_FILE) for path in changed):
+        return _LIMITATION
+    if has_dspark_sizing(result.tree):
+        return _SIZING
+    runners = (
+        "the decode and prefill graph runners"
+        if any(path.endswith(PREFILL_RUNNER) for path in changed)
+        else "the decode graph runner (the prefill one keeps no proxy buffers)"
+    )
+    text = _LEGACY_SIZING.format(runners=runners)
+    return "## CUDA graphs\n\n" + textwrap.fill(text, width=88, break_on_hyphens=False) + "\n"
 
 
 #: Short names of the capture hooks, as the title lists them.
