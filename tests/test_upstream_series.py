@@ -351,3 +351,20 @@ def test_a_series_that_does_not_apply_leaves_no_branch(tmp_path, monkeypatch):
     assert git(repo, "rev-parse", "HEAD") == head
     assert "pp-series" not in git(repo, "branch", "--list")
     assert git(repo, "status", "--porcelain").strip() == ""
+
+
+def test_transport_patch_claims_sizing_only_when_it_sizes_buffers(tmp_path):
+    """The shipped modules alone (transport, plan, glue, their test) size nothing."""
+    shipped = [
+        _change(f"{PKG}/srt/distributed/pp_aux_transport.py", None),
+        _change(f"{PKG}/srt/distributed/pp_aux_plan.py", None),
+        _change(f"{PKG}/srt/distributed/pp_aux_capture.py", None),
+        _change(f"{PKG}/test/test_pp_aux_capture.py", None),
+    ]
+    (transport,) = series.build_series(_result(tmp_path, shipped, []))
+    assert transport.subject == "[PP] Add the PP aux hidden-state transport"
+    assert "CUDA-graph" not in transport.body
+    sized = [*shipped, _change(f"{PKG}/srt/model_executor/runner_utils/buffers.py")]
+    (transport,) = series.build_series(_result(tmp_path, sized, []))
+    assert transport.subject.endswith("and size its proxy buffers")
+    assert "CUDA-graph capture and replay carry it" in transport.body

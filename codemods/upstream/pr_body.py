@@ -117,7 +117,8 @@ _LEGACY_SIZING = (
     "`misc_utils.resolve_pp_proxy_aux_hidden_size` into the `aux_hidden_states` buffer of "
     "{runners}. The decode runner's pre-planned `load_batch` branch (the plan-stream load "
     "already ran, without the proxy) refreshed no proxy buffer; it now copies the incoming "
-    "proxy tensors into them, as the full load does."
+    "proxy tensors into them, as the full load does (so `hidden_states` and `residual` are "
+    "no longer left stale there either, as in later releases)."
 )
 _LIMITATION = """## Known limitation
 

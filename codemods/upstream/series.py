@@ -193,6 +193,7 @@ def _message(key: str, title: str, patch: SeriesPatch, result: UpstreamResult) -
     plan = result.family
     if key == TRANSPORT:
         sizing = [p for p in patch.paths if not p.endswith(("pp_aux_transport.py",
+                                                             "pp_aux_plan.py",
                                                              "pp_aux_capture.py"))
                   and p.rsplit("/", 1)[-1] not in _TRANSPORT_TESTS]
         patch.subject = "[PP] Add the PP aux hidden-state transport" + (
