@@ -60,6 +60,9 @@ CLASSES = {
     "nemotron_h": ("NemotronHForCausalLM", "NemotronHModel"),
     "gemma4_causal": ("Gemma4ForCausalLM", "Gemma4TextModel"),
     "glm5_next": ("Glm5NextForConditionalGeneration", "Glm5NextModel"),
+    # Not rewritten (it captures on the last rank only): driven as released, to show
+    # what PP loses.
+    "bailing_moe_v3": ("BailingMoeV3ForCausalLM", "BailingMoELinearModel"),
 }
 #: Decoder stacks that check their layers' types against a module-level tuple, and
 #: name their final norm otherwise than ``norm``.
@@ -76,6 +79,8 @@ STACK_ATTRIBUTES = {
     # captures; the DFLASH hook sets ``dflash_capture`` itself.
     "glm5_next": {"first_k_dense_replace": 0, "dflash_capture": False,
                   "enable_a2a_moe": False},
+    # What its constructor sets; the DSPARK hook sets both on the last rank only.
+    "bailing_moe_v3": {"capture_aux_hidden_states": False, "layers_to_capture": None},
 }
 #: Config fields a forward reads besides the sizes (``spec["config"]`` overrides them):
 #: glm5_next tests ``config.mhc`` (hyper-connections; 0.5.21 hands those stages on as a
@@ -83,6 +88,8 @@ STACK_ATTRIBUTES = {
 CONFIG_FIELDS = {"glm5_next": {"mhc": False, "hc_mult": 1}}
 #: Causal-LM attributes a forward reads (its constructor is skipped).
 LM_ATTRIBUTES = {"glm5_next": {"is_mrope_enabled": False}}
+#: Decoder stacks that name their embedding otherwise than ``embed_tokens``.
+EMBEDDING_ATTRIBUTES = {"bailing_moe_v3": "word_embeddings"}
 #: Decoder layers that return ``(hidden_states, topk_indices)``.
 PAIR_LAYERS = {"glm5_next"}
 #: Causal-LM forwards that may embed the ids themselves (glm5_next on 0.5.21 always
@@ -92,6 +99,7 @@ EMBEDS_AS_IDS = {"glm5_next"}
 HOOKS = {
     "eagle3": "set_eagle3_layers_to_capture",
     "dflash": "set_dflash_layers_to_capture",
+    "dspark": "set_dspark_layers_to_capture",
 }
 
 
@@ -163,6 +171,8 @@ class EntryStage:
                                         can_run_tbo=False,
                                         contains_mm_inputs=lambda: False,
                                         input_embeds=None,
+                                        capture_hidden_mode=SimpleNamespace(
+                                            need_capture=lambda: True),
                                         forward_mode=SimpleNamespace(
                                             is_idle=lambda: False,
                                             is_decode=lambda: False,
@@ -224,7 +234,8 @@ def entry_stage_factory(spec: dict, pp_rank: int, pp_size: int,
     model.vocab_size = config.vocab_size
     model.pp_group = group
     embedding = nn.Identity() if name in EMBEDS_AS_IDS else StandInEmbedding(hidden_size)
-    model.embed_tokens = embedding if group.is_first_rank else PPMissingLayer()
+    setattr(model, EMBEDDING_ATTRIBUTES.get(name, "embed_tokens"),
+            embedding if group.is_first_rank else PPMissingLayer())
     pair = name in PAIR_LAYERS
     model.layers = stage_layers(num_layers, start, end, PPMissingLayer,
                                 lambda i: StampEntryLayer(i, pair))
