@@ -63,7 +63,10 @@ self.layers_to_capture else None)``), gathered after that capture and kept last
 hands the list itself to the layers a setter flagged (``captured_last_layer_outputs=aux
 if getattr(layer, "_is_layer_to_capture", False) else None``), the loop possibly inside a
 branch; the layer captures its input at entry all the same.  The loop may also run over
-a range narrowed for two-batch overlap (``family_entry_tbo``).
+a range narrowed for two-batch overlap (``family_entry_tbo``), the callback may be a
+function of the loop that prepares the value and captures it once (``family_entry_closure``,
+glm5_next), and the non-last-rank branch may return early under a condition of its own:
+every return of it hands the captures on (``family_entry_handoff``).
 
 The gathering goes right before the first statement after the handoff that reads the
 captures, after the final norm, so that ``hidden_states`` is a plain ``[tokens, hidden]``
