@@ -38,11 +38,20 @@ pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 RELEASES = {
     # exaone_moe still appends in its layer loop on 0.5.21 (patched, not this shape).
     "0.5.21": ("qwen3", "laguna", "gpt_oss", "qwen3_moe", "minimax_m2", "glm4_moe",
-               "glm4_moe_lite"),
+               "glm4_moe_lite", "glm5_next"),
     "0.5.22": ("llama", "qwen3", "laguna", "gpt_oss", "qwen3_moe", "exaone_moe",
-               "minimax_m2", "glm4_moe", "glm4_moe_lite"),
+               "minimax_m2", "glm4_moe", "glm4_moe_lite", "glm5_next"),
     "0.5.23": ("llama", "qwen3", "laguna", "gpt_oss", "qwen3_moe", "exaone_moe",
-               "minimax_m2", "glm4_moe", "glm4_moe_lite"),
+               "minimax_m2", "glm4_moe", "glm4_moe_lite", "glm5_next"),
+}
+#: glm5_next hands the layer a local function that prepares the capture and hands it
+#: to the list (``family_entry_closure``), in a loop narrowed for two-batch overlap; on
+#: 0.5.21 a model with hyper-connections (``config.mhc``) returns a bare
+#: ``PPProxyTensors`` from the non-last-rank branch before ``to_pp``: driven too.
+CLOSURE = {"glm5_next"}
+EXTRA_RUNS = {
+    "glm5_next": [{"hook": "eagle3", "layer_ids": [7, 0, 4], "pp": 3,
+                   "config": {"mhc": True}}],
 }
 #: Models with the gathered collector (flagged layers, or layers whose id is a capture
 #: id, get the list itself: minimax_m2 tests the ids).  exaone_moe and minimax_m2 return
@@ -80,6 +89,7 @@ def _runs(models):
             runs.append({"model": model, "hook": "eagle3", "layer_ids": None, "pp": 3})
         runs.append({"model": model, "hook": dflash, "layer_ids": EVERY_STAGE, "pp": 3,
                      "mode": "direct"})
+        runs += [{"model": model, **extra} for extra in EXTRA_RUNS.get(model, [])]
         if model in OUTPUT_CAPTURE:
             runs += [
                 {"model": model, "hook": dflash, "layer_ids": WITH_OUTPUT, "pp": 2},
@@ -123,6 +133,13 @@ def test_patch_applies_and_rewrites_the_layer_entry_forwards(patched):
         assert "return pp_aux_handoff(" in text and "pp_aux_collect(" in text
         assert "residual_batch.to_pp(hidden_states, forward_batch)" in text
         assert "pp_aux_handoff" not in (release / rel).read_text()
+        if name in CLOSURE:
+            assert "capture_output=capture_output" in text
+    # glm5_next on 0.5.21: both returns of the non-last-rank branch hand the captures on.
+    if version == "0.5.21":
+        text = (copy / "sglang/srt/models/glm5_next.py").read_text()
+        assert text.count("return pp_aux_handoff(") == 2
+        assert "PPProxyTensors({\"hidden_states\": hidden_states}),\n" in text
     # Applied once: the patched copy needs nothing more.
     assert generate(copy, models=list(models)).patch == ""
 
@@ -180,7 +197,7 @@ def test_generated_family_test_passes_for_the_layer_entry_models(patched):
 #: ``PPProxyTensors`` (``test_upstream_literal_proxy_releases``).
 PATCHED_0_5_23 = (
     "apertus", "bailing_moe", "deepseek_v2", "deepseek_v4", "exaone_moe", "gemma4_causal",
-    "gemma4_mm", "glm4_moe", "glm4_moe_lite", "gpt_oss", "laguna", "llama", "mimo_v2",
+    "gemma4_mm", "glm4_moe", "glm4_moe_lite", "glm5_next", "gpt_oss", "laguna", "llama", "mimo_v2",
     "minimax_m2", "minimax_m3", "minimax_m3_vl", "nemotron_h", "qwen2", "qwen2_5_vl",
     "qwen2_moe", "qwen3", "qwen3_5_text", "qwen3_moe", "qwen3_vl",
 )

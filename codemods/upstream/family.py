@@ -188,6 +188,9 @@ def candidate_files(models_dir: Path) -> list[str]:
     )
 
 
+#: The reason of a file whose hooks refuse PP themselves (they lose nothing under PP).
+RAISES_PP = "the capture hook raises under PP in its own code"
+
 #: Model files another rewriter owns: reported, never rewritten by the family patch.
 OWNED_ELSEWHERE = {
     "kimi_linear.py": "rewritten by the Kimi-Linear rewriter (DSPARK, raises under PP)",
@@ -248,6 +251,13 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
                                        entry_only=True)
             if decision.patched:
                 return decision
+        raising = [s for s in shapes.setters if s.pp_raise]
+        if raising:
+            named = "; ".join(f"`{s.hook}` (`{s.pp_raise}`)" for s in raising)
+            others = "" if len(raising) == len(shapes.setters) else (
+                "; the other hooks do not return early")
+            return keep(f"{RAISES_PP}: {named}: it fails loudly under PP, so no capture "
+                        f"is lost silently{others}")
         return keep("no hook returns early on non-last PP ranks")
     candidates = [s for s in shapes.setters if s.early_return]
     return _decide_setters(file, shapes, corpus, plan, candidates, hooks, early)

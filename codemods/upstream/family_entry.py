@@ -63,7 +63,10 @@ self.layers_to_capture else None)``), gathered after that capture and kept last
 hands the list itself to the layers a setter flagged (``captured_last_layer_outputs=aux
 if getattr(layer, "_is_layer_to_capture", False) else None``), the loop possibly inside a
 branch; the layer captures its input at entry all the same.  The loop may also run over
-a range narrowed for two-batch overlap (``family_entry_tbo``).
+a range narrowed for two-batch overlap (``family_entry_tbo``), the callback may be a
+function of the loop that prepares the value and captures it once (``family_entry_closure``,
+glm5_next), and the non-last-rank branch may return early under a condition of its own:
+every return of it hands the captures on (``family_entry_handoff``).
 
 The gathering goes right before the first statement after the handoff that reads the
 captures, after the final norm, so that ``hidden_states`` is a plain ``[tokens, hidden]``
@@ -75,6 +78,14 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.family_entry_closure import capture_closure
+from codemods.upstream.family_entry_handoff import (
+    HANDOFF,
+    HANDOFF_FUNC,
+    handoff_index,
+    handoff_returns_problem,
+    wrap_handoff_returns,
+)
 from codemods.upstream.family_entry_loops import enumerated_loop_problem, is_enumerated_loop
 from codemods.upstream.family_entry_packer import (
     ANY_COLLECTOR_CALL,
@@ -82,7 +93,6 @@ from codemods.upstream.family_entry_packer import (
     collector_creation,
     is_collector_forward,
     last_rank_output_capture,
-    returned_handoff,
 )
 from codemods.upstream.family_entry_tbo import narrowed_range_problem
 from codemods.upstream.family_forward import ForwardShape
@@ -91,9 +101,7 @@ from codemods.upstream.family_syntax import (
     CAPTURE_KWARG,
     IDS_ATTR,
     LAYER_FLAG,
-    NOT_LAST_RANK,
     SELF_IDS,
-    code_of,
 )
 from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, render_call
 
@@ -121,13 +129,12 @@ def is_entry_shape(capture_kinds: tuple[str, ...]) -> bool:
 #: The capture list the forward creates, and the keyword the layers take the callback by.
 LIST_CLASS = "AuxHiddenStateList"
 CAPTURE_KEYWORD = "capture_output"
-#: ``return residual_batch.to_pp(...)``: the handoff of these forwards, as
+#: The handoff of these forwards (``return residual_batch.to_pp(...)``), as
 #: ``ForwardShape.proxy_arg`` records it and as reports describe it.
-HANDOFF_FUNC = "to_pp"
 ENTRY_PROXY_ARG = "to_pp"
 ENTRY_HANDOFF = "residual_batch.to_pp(...)"
-#: Glue functions (``shipped/pp_aux_capture.py``) the rewritten forward calls.
-HANDOFF = "pp_aux_handoff"
+#: Glue functions (``shipped/pp_aux_capture.py``) the rewritten forward calls
+#: (``HANDOFF``: ``family_entry_handoff``).
 COLLECT = "pp_aux_collect"
 #: The name the rewritten forward passes as ``like`` (shape of one capture).
 HIDDEN = "hidden_states"
@@ -153,54 +160,6 @@ def is_entry_forward(fn: cst.FunctionDef) -> bool:
     if m.findall(fn, m.Call(func=m.Name(LIST_CLASS), args=[])):
         return True
     return isinstance(fn.body, cst.IndentedBlock) and handoff_index(list(fn.body.body)) is not None
-
-
-def _handoff_return() -> m.BaseMatcherNode:
-    return m.SimpleStatementLine(
-        body=[m.Return(value=m.Call(func=m.Attribute(attr=m.Name(HANDOFF_FUNC))))]
-    )
-
-
-def handoff_index(body: list[cst.BaseStatement]) -> int | None:
-    """Index of the top-level ``if not <pp>.is_last_rank: ... return X.to_pp(...)`` (or
-    ``proxy = X.to_pp(...)`` ... ``return proxy``)."""
-    for index, statement in enumerate(body):
-        if not m.matches(statement, m.If(test=NOT_LAST_RANK)):
-            continue
-        block = list(statement.body.body)
-        if block and (
-            m.matches(block[-1], _handoff_return())
-            or _built_handoff(block)
-            or returned_handoff(block, HANDOFF_FUNC)
-        ):
-            return index
-    return None
-
-
-def _built_handoff(block: list[cst.BaseStatement]) -> bool:
-    """``name = residual_batch.to_pp(...).tensors`` once in the block, which then
-    adds entries and ends with ``return PPProxyTensors(name)`` (gemma4_causal)."""
-    last = block[-1]
-    if not m.matches(
-        last,
-        m.SimpleStatementLine(
-            body=[m.Return(value=m.Call(func=m.Name("PPProxyTensors"), args=[m.Arg(m.Name())]))]
-        ),
-    ):
-        return False
-    name = last.body[0].value.args[0].value.value
-    built = m.SimpleStatementLine(
-        body=[
-            m.Assign(
-                targets=[m.AssignTarget(m.Name(name))],
-                value=m.Attribute(
-                    value=m.Call(func=m.Attribute(attr=m.Name(HANDOFF_FUNC))),
-                    attr=m.Name("tensors"),
-                ),
-            )
-        ]
-    )
-    return sum(1 for statement in block if m.matches(statement, built)) == 1
 
 
 def _mentions(node: cst.CSTNode, name: str) -> bool:
@@ -302,10 +261,17 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
                 f"self.end_layer)` nor a range narrowed for two-batch overlap ({narrowed})"
             )
     loop_var = loop.target.elements[0].value.value if enumerated else loop.target.value
+    # The callback may be a function of the loop that prepares the value and captures
+    # it (``family_entry_closure``).
+    closure, closure_problem = capture_closure(loop, aux_name) if kind == ENTRY_KIND else (
+        None, None)
+    if closure_problem is not None:
+        return reject(closure_problem)
+    callback = m.Name(closure) if closure is not None else capture_attr
     keyword = m.Arg(
         keyword=m.Name(CAPTURE_KEYWORD),
         value=m.IfExp(
-            body=capture_attr,
+            body=callback,
             test=m.Comparison(
                 left=m.Name(loop_var),
                 comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
@@ -317,7 +283,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         len(m.findall(loop, keyword)) != 1 or len(m.findall(loop, capture_attr)) != 1
     ):
         return reject(
-            f"no `{CAPTURE_KEYWORD}={aux_name}.capture if {loop_var} in "
+            f"no `{CAPTURE_KEYWORD}={closure or aux_name + '.capture'} if {loop_var} in "
             f"self.layers_to_capture else None` in the layer call"
         )
     #: Captures of the layer loop (none for the gathered collector), and its id reads
@@ -367,6 +333,9 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     handoff_if: cst.If = body[handoff]
     if _mentions(handoff_if.body, aux_name) or _mentions(handoff_if.test, aux_name):
         return reject(f"the non-last-rank branch already uses `{aux_name}`")
+    returns_problem = handoff_returns_problem(handoff_if)
+    if returns_problem is not None:
+        return reject(returns_problem)
     if any(_mentions(p, HANDOFF) or _mentions(p, COLLECT) for p in body):
         return reject("the forward already calls the PP aux glue")
     orelse = handoff_if.orelse
@@ -527,16 +496,8 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     index = handoff_index(body)
     if index is None or shape.aux_name is None or shape.proxy_param is None:
         raise FamilyRewriteError(f"{shape.class_name}.forward has no PP handoff")
-    handoff: cst.If = body[index]
-    block = list(handoff.body.body)
-    returned = block[-1].body[0]
-    pad = " " * BLOCK_INDENT
-    call = Call(
-        HANDOFF, ("self", code_of(returned.value), shape.aux_name, shape.proxy_param)
-    )
-    (statement,) = parse_statements(lines_to_text(render_call(pad, "return ", call)), pad)
-    block[-1] = statement.with_changes(leading_lines=block[-1].leading_lines)
-    handoff = handoff.with_changes(body=handoff.body.with_changes(body=block))
+    handoff = wrap_handoff_returns(body[index], BLOCK_INDENT, shape.aux_name,
+                                   shape.proxy_param)
     extra = ("final=True",) if shape.final_capture else ()
     collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, HIDDEN, *extra))
     if shape.collect_in_else is not None:

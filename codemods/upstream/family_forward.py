@@ -93,6 +93,11 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
 
     if family_snapshot.is_snapshot_forward(fn):
         return family_snapshot.analyse_forward(class_name, fn, line)
+    from codemods.upstream.family_entry_gated import gated_entry_problem
+
+    gated = gated_entry_problem(fn)
+    if gated is not None:
+        return reject(gated)
     if not isinstance(fn.body, cst.IndentedBlock):
         return reject("forward has no block body")
     body = list(fn.body.body)

@@ -7,6 +7,7 @@ carries the reason.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -45,13 +46,40 @@ class SetterShape:
     ids_annotation: str | None = None
     #: Why the hook cannot be rewritten; ``None`` when it can.
     problem: str | None = None
+    #: ``if <more than one PP stage>: raise ...`` at the top of the hook (beam): the
+    #: hook refuses PP itself, before it stores any capture id.
+    pp_raise: str | None = None
+
+
+#: Tests that hold only with more than one PP stage.
+_MULTI_STAGE = re.compile(r"\b(pp_size|world_size)\s*(!=\s*1|>\s*1)$")
+
+
+def pp_raise_of(fn: cst.FunctionDef) -> str | None:
+    """``if <pp>.world_size != 1: raise <exc>`` (or ``> 1``, or ``pp_size``) among the
+    hook's top-level statements, before it stores capture ids: its source on one line."""
+    if not isinstance(fn.body, cst.IndentedBlock):
+        return None
+    for statement in fn.body.body:
+        if m.findall(statement, m.AssignTarget(target=_IDS_TARGET)):
+            return None
+        if not isinstance(statement, cst.If) or statement.orelse is not None:
+            continue
+        test = " ".join(code_of(statement.test).split())
+        body = statement.body.body
+        if _MULTI_STAGE.search(test) and len(body) == 1 and m.matches(
+            body[0], m.SimpleStatementLine(body=[m.Raise(exc=m.Call())])
+        ):
+            return f"if {test}: raise {code_of(body[0].body[0].exc)}"
+    return None
 
 
 def _setter_shape(class_name: str, fn: cst.FunctionDef, line: int) -> SetterShape:
     hook = fn.name.value
     early = early_return_of(fn)
     if early is None:
-        return SetterShape(class_name, hook, line, early_return=False)
+        return SetterShape(class_name, hook, line, early_return=False,
+                           pp_raise=pp_raise_of(fn))
     pp_group = code_of(early.test.expression.value)
     receivers = _receivers(fn)
     flags = tuple(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from codemods.upstream import dspark_relay, kimi, kimi_k3
+from codemods.upstream.family import RAISES_PP
 from codemods.upstream.family_patch import plan_for_tree
 from codemods.upstream.family_report import REFUSES_PP
 from codemods.upstream.series import KIMI, decision_group
@@ -56,6 +57,8 @@ def _cell(decision) -> str:
     if decision.patched:
         key, _, title = decision_group(decision)
         return f"patched: {GROUP_CELLS.get(key, title)}"
+    if decision.reason.startswith(RAISES_PP):
+        return "no: raises under PP"
     if not decision.early_return:
         return "no: no early return"
     if decision.reason.startswith(REFUSES_PP):
@@ -97,7 +100,8 @@ def matrix(columns: Sequence[Column]) -> str:
     reasons: list[str] = []
     head = "| model file | " + " | ".join(c.version for c in columns) + " |"
     rows = [head, "|---|" + "---|" * len(columns)]
-    short = ("no: no early return", "no: refuses PP", KIMI_CELLS[kimi.SUPPORTED])
+    short = ("no: no early return", "no: refuses PP", "no: raises under PP",
+             KIMI_CELLS[kimi.SUPPORTED])
     for file in files:
         cells = []
         for column in columns:

@@ -9,7 +9,8 @@ line on stdout, how each run compares with the PP=1 run of the same module.
 
 Per run: ``ok`` (every aux state and the final hidden states equal with ``torch.equal``,
 and the same container type as PP=1), ``error`` (a stage raised: the exception texts),
-``aux_counts`` per microbatch, ``expected_counts`` and the container types.  A run with
+``aux_counts`` per microbatch, ``expected_counts`` and the container types.  A run's
+``"config"`` sets model config fields (e.g. ``{"mhc": true}``).  A run with
 ``"drop_aux": true`` removes the aux entry from every handoff between stages, to show
 what the last stage does when they are missing.
 """
@@ -49,6 +50,7 @@ def main(argv: list[str]) -> int:
             "layer_ids": run["layer_ids"],
             "num_layers": config["num_layers"],
             "hidden_size": config["hidden_size"],
+            "config": run.get("config", {}),
         }
         reference = run_chain([entry_stage_factory(spec, 0, 1, {})], tokens,
                               spec["hidden_size"])

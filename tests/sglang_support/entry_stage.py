@@ -59,6 +59,10 @@ CLASSES = {
     "glm4_moe_lite": ("Glm4MoeLiteForCausalLM", "Glm4MoeLiteModel"),
     "nemotron_h": ("NemotronHForCausalLM", "NemotronHModel"),
     "gemma4_causal": ("Gemma4ForCausalLM", "Gemma4TextModel"),
+    "glm5_next": ("Glm5NextForConditionalGeneration", "Glm5NextModel"),
+    # Not rewritten (it captures on the last rank only): driven as released, to show
+    # what PP loses.
+    "bailing_moe_v3": ("BailingMoeV3ForCausalLM", "BailingMoELinearModel"),
 }
 #: Decoder stacks that check their layers' types against a module-level tuple, and
 #: name their final norm otherwise than ``norm``.
@@ -71,10 +75,31 @@ STACK_ATTRIBUTES = {
     "glm4_moe_lite": {"first_k_dense_replace": 0},
     # No per-layer inputs (the stand-in embedding has none).
     "gemma4_causal": {"project_per_layer_inputs": lambda embeds, per_layer: None},
+    # Dense layers from 0 on (the TBO split point), no expert-parallel all-gather of
+    # captures; the DFLASH hook sets ``dflash_capture`` itself.
+    "glm5_next": {"first_k_dense_replace": 0, "dflash_capture": False,
+                  "enable_a2a_moe": False},
+    # What its constructor sets; the DSPARK hook sets both on the last rank only.
+    "bailing_moe_v3": {"capture_aux_hidden_states": False, "layers_to_capture": None},
 }
+#: Config fields a forward reads besides the sizes (``spec["config"]`` overrides them):
+#: glm5_next tests ``config.mhc`` (hyper-connections; 0.5.21 hands those stages on as a
+#: bare ``PPProxyTensors``).
+CONFIG_FIELDS = {"glm5_next": {"mhc": False, "hc_mult": 1}}
+#: Causal-LM attributes a forward reads (its constructor is skipped).
+LM_ATTRIBUTES = {"glm5_next": {"is_mrope_enabled": False}}
+#: Decoder stacks that name their embedding otherwise than ``embed_tokens``.
+EMBEDDING_ATTRIBUTES = {"bailing_moe_v3": "word_embeddings"}
+#: Decoder layers that return ``(hidden_states, topk_indices)``.
+PAIR_LAYERS = {"glm5_next"}
+#: Causal-LM forwards that may embed the ids themselves (glm5_next on 0.5.21 always
+#: goes through ``general_mm_embed_routine``): the first stage gets its input as the
+#: ids too, and the embedding hands them on as they are.
+EMBEDS_AS_IDS = {"glm5_next"}
 HOOKS = {
     "eagle3": "set_eagle3_layers_to_capture",
     "dflash": "set_dflash_layers_to_capture",
+    "dspark": "set_dspark_layers_to_capture",
 }
 
 
@@ -105,9 +130,10 @@ class StampEntryLayer(nn.Module):
     layer, in the wrong order or from another microbatch differs exactly.
     """
 
-    def __init__(self, layer_id: int) -> None:
+    def __init__(self, layer_id: int, pair: bool = False) -> None:
         super().__init__()
         self.layer_id = layer_id
+        self.pair = pair
         self.attn_boundary = _EntryBoundary()
         self.boundary = self.attn_boundary
 
@@ -118,16 +144,19 @@ class StampEntryLayer(nn.Module):
         if captured_last_layer_outputs is not None:  # the gathered collector
             captured_last_layer_outputs.capture(hidden_states)
         stamp = (self.layer_id + 1) + 100.0 * microbatch_of(forward_batch)
-        return hidden_states * 0.5 + stamp
+        out = hidden_states * 0.5 + stamp
+        return (out, None) if self.pair else out
 
 
 class EntryStage:
     """One pipeline stage around a real causal-LM instance."""
 
-    def __init__(self, lm: Any, proxy_cls: type, group: FakePPGroup) -> None:
+    def __init__(self, lm: Any, proxy_cls: type, group: FakePPGroup,
+                 embeds_as_ids: bool = False) -> None:
         self.lm = lm
         self.proxy_cls = proxy_cls
         self.group = group
+        self.embeds_as_ids = embeds_as_ids
 
     @property
     def transport(self) -> Any:
@@ -140,7 +169,14 @@ class EntryStage:
     def forward(self, mb: int, hidden_in: torch.Tensor | None, proxy: dict | None):
         forward_batch = SimpleNamespace(microbatch=mb, residual_stream=None,
                                         can_run_tbo=False,
-                                        forward_mode=SimpleNamespace(is_idle=lambda: False))
+                                        contains_mm_inputs=lambda: False,
+                                        input_embeds=None,
+                                        capture_hidden_mode=SimpleNamespace(
+                                            need_capture=lambda: True),
+                                        forward_mode=SimpleNamespace(
+                                            is_idle=lambda: False,
+                                            is_decode=lambda: False,
+                                            is_target_verify=lambda: False))
         if self.group.is_first_rank:
             assert hidden_in is not None
             tokens = hidden_in.shape[0]
@@ -150,7 +186,7 @@ class EntryStage:
             tokens = proxy["hidden_states"].shape[0]
             pp_proxy = self.proxy_cls(dict(proxy))
         out = self.lm.forward(
-            None,
+            hidden_in if self.embeds_as_ids else None,
             torch.arange(tokens),
             forward_batch,
             hidden_in if self.group.is_first_rank else None,
@@ -189,16 +225,20 @@ def entry_stage_factory(spec: dict, pp_rank: int, pp_size: int,
         rms_norm_eps=1e-6,
         tie_word_embeddings=False,
     )
+    for field, value in {**CONFIG_FIELDS.get(name, {}), **spec.get("config", {})}.items():
+        setattr(config, field, value)
     start, end = get_pp_indices(num_layers, pp_rank, pp_size)
     model = bare(getattr(module, stack_name))
     model.config = config
     model.padding_idx = config.pad_token_id
     model.vocab_size = config.vocab_size
     model.pp_group = group
-    model.embed_tokens = (
-        StandInEmbedding(hidden_size) if group.is_first_rank else PPMissingLayer()
-    )
-    model.layers = stage_layers(num_layers, start, end, PPMissingLayer, StampEntryLayer)
+    embedding = nn.Identity() if name in EMBEDS_AS_IDS else StandInEmbedding(hidden_size)
+    setattr(model, EMBEDDING_ATTRIBUTES.get(name, "embed_tokens"),
+            embedding if group.is_first_rank else PPMissingLayer())
+    pair = name in PAIR_LAYERS
+    model.layers = stage_layers(num_layers, start, end, PPMissingLayer,
+                                lambda i: StampEntryLayer(i, pair))
     model.start_layer, model.end_layer = start, end
     norm = StandInNorm() if group.is_last_rank else PPMissingLayer(return_tuple=True)
     setattr(model, NORM_ATTRIBUTES.get(name, "norm"), norm)
@@ -218,5 +258,7 @@ def entry_stage_factory(spec: dict, pp_rank: int, pp_size: int,
     lm.lm_head = nn.Identity() if group.is_last_rank else PPMissingLayer()
     lm.logits_processor = RecordingLogitsProcessor()
     lm.capture_aux_hidden_states = False
+    for attribute, value in LM_ATTRIBUTES.get(name, {}).items():
+        setattr(lm, attribute, value)
     getattr(lm, HOOKS[spec["hook"]])(spec["layer_ids"])
-    return EntryStage(lm, PPProxyTensors, group)
+    return EntryStage(lm, PPProxyTensors, group, name in EMBEDS_AS_IDS)

@@ -217,7 +217,7 @@ IDS_ONLY_OUTERS = {"Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"}
 #: Modules whose decoder layers return (hidden_states, residual, extra).
 THREE_OUTPUT_LAYERS = {"DeepseekV2Model", "Glm5NextModel"}
 #: Modules whose layer-entry decoder layers return (hidden_states, topk_indices).
-PAIR_ENTRY_LAYERS = {"DeepseekV2Model"}
+PAIR_ENTRY_LAYERS = {"DeepseekV2Model", "Glm5NextModel"}
 #: Modules whose decoder layers return four values (mHC).
 FOUR_OUTPUT_LAYERS = {"DeepseekV4Model"}
 
