@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from codemods.upstream import kimi, kimi_k3
 from codemods.upstream.family_report import pr_section
 from codemods.upstream.generate import UpstreamResult
-from codemods.upstream.pp_aux_plan import AuxCapturePlan
+from codemods.upstream.pp_aux_plan import MODES, AuxCapturePlan
 
 #: Example used for the traffic table: a 27-layer model with hidden size 2304 in bf16,
 #: capturing three layers spread over the depth.
@@ -80,7 +80,7 @@ def traffic_table() -> str:
         "|---|---|---|" + "---|" * len(EXAMPLE_TOKENS) + "---|---|",
     ]
     for pp_size in EXAMPLE_PP:
-        for mode in kimi.MODES:
+        for mode in MODES:
             t = traffic(EXAMPLE_CAPTURE, EXAMPLE_LAYERS, EXAMPLE_HIDDEN, EXAMPLE_DTYPE_BYTES,
                         pp_size, mode)
             sizes = " | ".join(_fmt_bytes(t.bytes_per_token * n) for n in EXAMPLE_TOKENS)
@@ -228,8 +228,10 @@ K3_DESIGN = """\
   which for a stage's last layer live on the next stage. The capture method hands on the
   stream head for that layer (the value the handoff carries as `hidden_states`); the next
   stage, which holds that layer's weights and the same bank, mixes it right after building
-  `attn_res`, so the last stage's list equals PP=1's. Relay mode only: the head must pass
-  through the next stage.
+  `attn_res`, so the last stage's list equals PP=1's. Relay mode only (the head must pass
+  through the next stage): its hook declares `relay_only`, so under PP with
+  `SGLANG_PP_AUX_TRANSPORT=direct` it raises `NotImplementedError` naming the model and the
+  reason instead of running.
 """
 
 
@@ -254,11 +256,11 @@ RELAY_DESIGN = f"""\
 KIMI_DESIGN = """\
 - **Setter** (`set_dspark_layers_to_capture`): runs the same on every rank. `None` still
   raises the same `ValueError`; ids are then validated with `validate_layer_ids` (type,
-  range, duplicates, empty) identically on every rank, stored on every rank, and an
-  `AuxCapturePlan` + `PPAuxTransport` is built from the PP group. A handshake
-  (`all_gather_object` on the PP CPU group) compares ids, layer partition, hidden size and
-  mode across ranks and raises on *every* rank when they disagree, instead of hanging in a
-  mismatched receive later.
+  range, duplicates, empty) identically on every rank, stored on every rank, and the hook
+  attaches the transport through the same glue call as every other patched model
+  (`attach_pp_aux_transport`, see "Mode" below). Its handshake (`all_gather_object` on the
+  PP CPU group) compares ids, layer partition, hidden size and mode across ranks and raises
+  on *every* rank when they disagree, instead of hanging in a mismatched receive later.
 - **Forward** (`KimiLinearModel.forward`): each stage captures the file's own
   materialisation (`hidden_states + residual`) after each listed layer it owns, exactly as
   before, and also records it by layer id. Non-last stages add
@@ -357,17 +359,23 @@ def render(result: UpstreamResult, patch_name: str | None = None, series=None,
 {_kimi_design(result)}- **Transport** (new `{result.transport_path}`, pure
   `torch.distributed`): the layer partition follows `get_pp_indices` (including
   `SGLANG_PP_LAYER_PARTITION`).
-  - `relay`{" (default, used by this patch)" if mode == "relay" else " (default)"}: captures ride
+  - `relay`{" (default)" if mode == "relay" else ""}: captures ride
     the existing stage handoff in one `aux_hidden_states` entry (`[tokens, n * hidden]`,
     ascending layer order, the layout of `dspark_hidden_states`); no new communication
     calls, the scheduler's existing tensor-dict send/recv moves them.
-  - `direct`{" (used by this patch)" if mode == "direct" else ""}: stages two or more hops
+  - `direct`{" (default)" if mode == "direct" else ""}: stages two or more hops
     from the last `isend` their captures straight to the last rank; the stage next to the
-    last rides the handoff. Every capture crosses one link. The generated code passes the
-    PP device group as `direct_group`; a deployment that also runs other point-to-point
-    traffic from those stages to the last rank on that group should pass a dedicated group
-    from `new_direct_group` (collective: created where the PP groups are created).
-  Regenerate with `--mode {other_mode}` for the other variant.
+    last rides the handoff. Every capture crosses one link. The sends go over dedicated
+    process groups that the glue creates (`new_direct_group`, one per PP group, collective
+    over the world), never over the PP groups the scheduler sends on.
+- **Mode, one mechanism for every model**: each patched hook (Kimi-Linear and Kimi-K3
+  included) calls `attach_pp_aux_transport` of `{result.glue_path}`, which reads
+  `SGLANG_PP_AUX_TRANSPORT=relay|direct` at run time on every rank (default
+  `DEFAULT_MODE = "{mode}"`, written by the generator's `--mode`; `--mode {other_mode}`
+  changes only that default) and builds the transport with the same groups for every model.
+  No model file names a mode. A model whose forward needs every capture to pass through
+  the next stage declares `relay_only=...`; under PP its hook then raises
+  `NotImplementedError` naming the model and the reason when the mode is not relay.
 
 ## Bytes on the wire
 
