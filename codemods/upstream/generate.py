@@ -40,7 +40,7 @@ from codemods.upstream.family_patch import (
 )
 from codemods.upstream.patchfile import FileChange, changed_paths, render_patch
 from codemods.upstream.sglang_tree import SGLangTree, detect_tree
-from codemods.upstream.validation import validation_changes
+from codemods.upstream.validation import ValidationResult, validation_changes
 
 TRANSPORT_RESOURCE = "pp_aux_transport.py"
 PLAN_RESOURCE = "pp_aux_plan.py"
@@ -73,6 +73,8 @@ class UpstreamResult:
     family: FamilyPlan | None = None
     #: Kimi-K3's status (``kimi.NEEDS_PATCH`` ...; None: no such file or not asked for).
     k3_status: str | None = None
+    #: What the server-arg validation part decided (None: not run).
+    validation: ValidationResult | None = None
 
     @property
     def patch(self) -> str:
@@ -169,6 +171,7 @@ def generate(root: str | Path, mode: str = "relay",
     result.changes += [change for change in family_changes_ if change.path not in present]
     # Server-arg validation last: it accepts what the model changes above make safe.
     validation = validation_changes(tree, family)
+    result.validation = validation
     result.notes += list(validation.notes)
     if validation.change is not None and validation.change.changed:
         result.changes.append(validation.change)

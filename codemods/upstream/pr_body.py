@@ -16,6 +16,7 @@ from codemods.upstream import kimi, kimi_k3
 from codemods.upstream.family_report import pr_section
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.pp_aux_plan import MODES, AuxCapturePlan
+from codemods.upstream.validation import TABLE_NAME as VALIDATION_TABLE
 
 #: Example used for the traffic table: a 27-layer model with hidden size 2304 in bf16,
 #: capturing three layers spread over the depth.
@@ -167,15 +168,37 @@ def touched_hooks(result: UpstreamResult) -> list[str]:
     return sorted(dict.fromkeys(hooks))
 
 
+VALIDATION_FILE = "arg_groups/validation_hook.py"
+
+
+def validation_change(result: UpstreamResult):
+    """The patch's change to SGLang's server-arg validation (None: it has none)."""
+    return next((change for change in result.changes
+                 if change.path.endswith(VALIDATION_FILE) and change.changed), None)
+
+
+def relaxes_aux_flag(result: UpstreamResult) -> bool:
+    """The validation change also accepts ``--enable-return-aux-hidden-states`` with PP
+    (the release refuses it: 0.5.23)."""
+    change = validation_change(result)
+    return change is not None and AUX_PP_REFUSAL in (change.old or "")
+
+
+AUX_FLAG = "--enable-return-aux-hidden-states"
+#: How the release refuses the flag with PP (the message of 0.5.23's check).
+AUX_PP_REFUSAL = f"{AUX_FLAG} only supports pp_size == 1"
+
+
 def title_of(result: UpstreamResult) -> str:
     models = touched_models(result)
     if models == [kimi.MODULE.rsplit(".", 1)[1]]:
         return RELAY_TITLE if kimi_relay_checked(result) else KIMI_TITLE
     kinds = "/".join(HOOK_NAMES.get(hook, hook) for hook in touched_hooks(result))
     count = len(models)
+    validation = ", and the PP server-arg checks for them" if validation_change(result) else ""
     return (
         f"# [PP] Carry aux hidden states across pipeline stages: {count} "
-        f"model{'s' if count != 1 else ''} ({kinds} capture)"
+        f"model{'s' if count != 1 else ''} ({kinds} capture){validation}"
     )
 
 
@@ -219,7 +242,39 @@ def _motivation(result: UpstreamResult) -> str:
   the drafter silently gets fewer aux states than it was trained on, or the last stage
   fails unpacking its output when it owns none of the capture layers (details below).
 """)
+    change = validation_change(result)
+    if change is not None:
+        flag = (f",\n  and `handle_aux_hidden_state_capture` rejects `{AUX_FLAG}` with "
+                "PP\n  (\"the capture hooks only see the layers on the last pipeline rank\")"
+                if relaxes_aux_flag(result) else "")
+        lines.append(f"""
+- even with the models fixed, the server refuses them before any model code runs:
+  `check_pipeline_parallel_compat`
+  (`{change.path}`) rejects EAGLE3 and DFLASH speculative decoding
+  with PP{flag}.
+""")
     return "".join(lines)
+
+
+def validation_design(result: UpstreamResult) -> str:
+    """The design bullet of the server-arg validation change ("" without one)."""
+    change = validation_change(result)
+    if change is None:
+        return ""
+    found = result.validation.architectures if result.validation is not None else {}
+    table = "".join(f"\n    - `{arch}`: {', '.join(kinds)}"
+                    for arch, kinds in sorted(found.items()))
+    flag = (f"\n  `{AUX_FLAG}` with PP is accepted for the same architectures."
+            if relaxes_aux_flag(result) else "")
+    return f"""\
+- **Server-arg validation** (the patch's last change,
+  `{change.path}`): a table of the architectures of the patched model
+  files (their `EntryClass`) with the conventions whose hooks were rewritten,
+  `{VALIDATION_TABLE}`:{table}
+  For those, EAGLE3 takes EAGLE's PP paths (`SGLANG_ENABLE_PP_SPEC`, or PD prefill) and
+  DFLASH takes DSPARK's (PD prefill only).{flag}
+  Every other refusal stays, and any other architecture is refused as before.
+"""
 
 
 K3_DESIGN = """\
@@ -310,6 +365,12 @@ def _test_plan(result: UpstreamResult, test_cmd: str, family_cmd: str,
             "- [ ] The patched `kimi_k3.py` driven as real pipeline stages (gloo, 2 and 3 "
             "stages, with and\n  without attention residuals), aux states equal to the PP=1 run"
         )
+    if validation_change(result) is not None:
+        flag = f" and `{AUX_FLAG}`" if relaxes_aux_flag(result) else ""
+        lines.append(
+            f"- [ ] Server-arg validation: EAGLE3/DFLASH{flag} with PP accepted for the "
+            "listed\n  architectures and still refused for any other"
+        )
     lines.append("- [ ] GPU run with `--pp-size 2` and speculative decoding (NCCL).")
     return "\n".join(lines) + "\n"
 
@@ -347,6 +408,9 @@ def render(result: UpstreamResult, patch_name: str | None = None, series=None,
     family = pr_section(result.family, family_cmd,
                         validation.verdicts if validation is not None else None)
     title = title_of(result)
+    kimi_names = [name for touched, name in ((kimi_rewritten(result), "Kimi-Linear"),
+                                             (k3_touched(result), "Kimi-K3")) if touched]
+    kimi_hooks = f" ({' and '.join(kimi_names)} included)" if kimi_names else ""
     capture_bytes = EXAMPLE_HIDDEN * EXAMPLE_DTYPE_BYTES
     return f"""\
 {title}
@@ -356,7 +420,7 @@ def render(result: UpstreamResult, patch_name: str | None = None, series=None,
 {_motivation(result)}
 ## Design
 
-{_kimi_design(result)}- **Transport** (new `{result.transport_path}`, pure
+{_kimi_design(result)}{validation_design(result)}- **Transport** (new `{result.transport_path}`, pure
   `torch.distributed`): the layer partition follows `get_pp_indices` (including
   `SGLANG_PP_LAYER_PARTITION`).
   - `relay`{" (default)" if mode == "relay" else ""}: captures ride
@@ -368,8 +432,8 @@ def render(result: UpstreamResult, patch_name: str | None = None, series=None,
     last rides the handoff. Every capture crosses one link. The sends go over dedicated
     process groups that the glue creates (`new_direct_group`, one per PP group, collective
     over the world), never over the PP groups the scheduler sends on.
-- **Mode, one mechanism for every model**: each patched hook (Kimi-Linear and Kimi-K3
-  included) calls `attach_pp_aux_transport` of `{result.glue_path}`, which reads
+- **Mode, one mechanism for every model**: each patched hook{kimi_hooks} calls
+  `attach_pp_aux_transport` of `{result.glue_path}`, which reads
   `SGLANG_PP_AUX_TRANSPORT=relay|direct` at run time on every rank (default
   `DEFAULT_MODE = "{mode}"`, written by the generator's `--mode`; `--mode {other_mode}`
   changes only that default) and builds the transport with the same groups for every model.
