@@ -18,6 +18,7 @@ BRANCH = "auxcap/pp-capture"
 MODEL = "python/sglang/srt/models/kimi_linear.py"
 TRANSPORT = "python/sglang/srt/distributed/pp_aux_transport.py"
 PLAN = "python/sglang/srt/distributed/pp_aux_plan.py"
+GLUE = "python/sglang/srt/distributed/pp_aux_capture.py"
 TEST = "test/srt/test_pp_aux_capture.py"
 #: The release files a checkout needs for the patch: package marker, model, distributed pkg.
 RELEASE_FILES = ("__init__.py", "srt/models/kimi_linear.py", "srt/distributed/__init__.py")
@@ -62,7 +63,7 @@ def test_upstream_patch_branch_commits_the_patched_model_files(checkout, tmp_pat
     assert (tmp_path / "pp.patch").read_text().startswith(f"diff --git a/{MODEL} b/{MODEL}\n")
     assert f"git push -u origin {BRANCH}" in result.output
     assert sorted(git(checkout, "show", "--name-only", "--format=", "HEAD").split()) == sorted(
-        [MODEL, TRANSPORT, PLAN, TEST]
+        [MODEL, TRANSPORT, PLAN, GLUE, TEST]
     )
     message = git(checkout, "log", "-1", "--format=%B")
     assert message.startswith("[PP] Kimi-Linear: carry DSPARK aux hidden states across")
@@ -73,6 +74,7 @@ def test_upstream_patch_branch_commits_the_patched_model_files(checkout, tmp_pat
     assert "## Motivation" in body  # the generator's own description
     assert f"| `{TRANSPORT}` | added: PP aux-capture transport" in body
     assert f"| `{PLAN}` | added: torch-free capture plan" in body
+    assert f"| `{GLUE}` | added: glue the patched hooks call" in body
     assert "Idempotent: running `auxcap upstream-patch` again" in body
     assert "git revert" in body
 

@@ -7,6 +7,7 @@ codes.  Patched fixtures are driven as real pipeline stages over the mini ``sgla
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from sglang_support.env import PROJECT_ROOT, git_apply, run_python
 
 from codemods.cli.commands import cli
 from codemods.upstream import kimi
+from codemods.upstream.family_patch import render_glue
 from codemods.upstream.generate import generate, package_text
 
 FIXTURES = PROJECT_ROOT / "fixtures" / "upstream"
@@ -51,6 +53,7 @@ def test_patch_applies_compiles_and_is_idempotent(tmp_path, fixture):
     assert result.status == kimi.NEEDS_PATCH
     assert result.changed == [model_path, "sglang/srt/distributed/pp_aux_transport.py",
                               "sglang/srt/distributed/pp_aux_plan.py",
+                              "sglang/srt/distributed/pp_aux_capture.py",
                               "sglang/test/test_pp_aux_capture.py"]
     assert git_apply(root, result.patch, check=True).returncode == 0
     assert git_apply(root, result.patch).returncode == 0
@@ -60,6 +63,7 @@ def test_patch_applies_compiles_and_is_idempotent(tmp_path, fixture):
         "pp_aux_transport.py")
     assert (root / "sglang/srt/distributed/pp_aux_plan.py").read_text() == package_text(
         "pp_aux_plan.py")
+    assert (root / "sglang/srt/distributed/pp_aux_capture.py").read_text() == render_glue()
 
     removed, added = _removed_and_added(result.patch, model_path)
     # Only the PP guards and the bare handoff return go; everything else stays byte-equal.
@@ -85,6 +89,7 @@ def test_checkout_layout_paths(tmp_path):
     assert result.changed == [model_path,
                               "python/sglang/srt/distributed/pp_aux_transport.py",
                               "python/sglang/srt/distributed/pp_aux_plan.py",
+                              "python/sglang/srt/distributed/pp_aux_capture.py",
                               "test/srt/test_pp_aux_capture.py"]
     assert "diff --git a/test/srt/test_pp_aux_capture.py b/test/srt/test_pp_aux_capture.py\n"\
            "new file mode 100644\n" in result.patch
@@ -102,17 +107,46 @@ def test_rewriter_keeps_local_names_and_capture_expression():
     assert "None if intermediate is None else intermediate.tensors" in new
     assert "capture_ids = validate_layer_ids(capture_ids, self.config.num_hidden_layers)" \
         in new
-    assert "self.backbone.dspark_aux_transport = aux_transport" in new
-    assert "self.dspark_aux_transport: PPAuxTransport | None = None" in new
+    assert ("attach_pp_aux_transport(\n"
+            "            self.backbone, self.pipeline, ids_attr=\"dspark_layers_to_capture\"\n"
+            "        )") in new
+    assert "self.pp_aux_transport: PPAuxTransport | None = None" in new
 
 
-def test_direct_mode_passes_a_direct_group():
+def test_generated_model_code_names_no_mode_and_the_glue_carries_the_default(tmp_path):
+    """The mode is read at run time by the glue (as for every patched model); --mode only
+    sets the glue's DEFAULT_MODE, never the model file."""
     source = (FIXTURES / "kimi_extra_code.py").read_text()
-    relay, _ = kimi.rewrite(source, "x.py")
-    direct, _ = kimi.rewrite(source, "x.py", mode="direct")
-    assert 'mode="relay"' in relay and "direct_group" not in relay
-    assert 'mode="direct"' in direct and "direct_group=self.pp_group.device_group" in direct
-    cst.parse_module(direct)
+    new, _ = kimi.rewrite(source, "x.py")
+    cst.parse_module(new)
+    for literal in ('"relay"', '"direct"', "mode=", "device_group", "AuxCapturePlan"):
+        assert literal not in new, literal
+    assert "from sglang.srt.distributed.pp_aux_capture import attach_pp_aux_transport" in new
+    root, model_path = _tree(tmp_path, "kimi_extra_code.py")
+    relay, direct = generate(root), generate(root, mode="direct")
+    assert [c.new for c in relay.changes if c.path == model_path] == \
+        [c.new for c in direct.changes if c.path == model_path]
+    glue = {r.mode: next(c.new for c in r.changes if c.path == r.glue_path)
+            for r in (relay, direct)}
+    assert 'DEFAULT_MODE = "relay"\n' in glue["relay"]
+    assert 'DEFAULT_MODE = "direct"\n' in glue["direct"]
+    with pytest.raises(ValueError, match="mode must be relay or direct"):
+        generate(root, mode="sideways")
+
+
+def test_a_tree_patched_by_the_earlier_form_is_reported_patched():
+    """Earlier versions wrote the transport onto ``dspark_aux_transport`` themselves."""
+    source = (FIXTURES / "kimi_extra_code.py").read_text()
+    new, _ = kimi.rewrite(source, "x.py")
+    legacy = re.sub(r"attach_pp_aux_transport\(\n.*?\n        \)",
+                    "self.model.dspark_aux_transport = aux_transport", new, flags=re.S)
+    legacy = legacy.replace("self.pp_aux_transport", "self.dspark_aux_transport").replace(
+        "from sglang.srt.distributed.pp_aux_capture import attach_pp_aux_transport\n", "")
+    assert "attach_pp_aux_transport" not in legacy and "pp_aux_capture" not in legacy
+    assert kimi.analyse(legacy, "x.py").status == kimi.PATCHED
+    # Without the transport in the setter it is not patched.
+    bare = legacy.replace("self.model.dspark_aux_transport = aux_transport", "pass")
+    assert kimi.analyse(bare, "x.py").status != kimi.PATCHED
 
 
 def test_extra_code_fixture_leaves_eagle3_path_alone():

@@ -18,6 +18,7 @@ from sglang_support.env import PROJECT_ROOT, git_apply
 
 from codemods.cli.commands import cli
 from codemods.upstream import kimi, kimi_k3, pp_aux_transport
+from codemods.upstream.family_patch import render_glue
 from codemods.upstream.generate import generate
 
 FIXTURE = PROJECT_ROOT / "fixtures" / "upstream" / "kimi_k3_shape.py"
@@ -46,17 +47,19 @@ def test_rewrite_changes_setter_forward_and_capture_method():
     method = new.split("def _capture_after", 1)[1]
     early = method.index("if idx + 1 == self.end_layer and not self.pp_group.is_last_rank:")
     assert early < method.index("if idx + 1 < self.end_layer:")
-    assert 'mode="relay"' in new
+    setter = new.split("def set_dspark_layers_to_capture", 1)[1]
+    assert 'relay_only="the next stage mixes each stage\'s last captured layer"' in setter
+    assert "mode=" not in new and '"direct"' not in new
     again, second = kimi_k3.rewrite(new, "k3.py")
     assert second.status == kimi.PATCHED and again == new
 
 
-def test_direct_mode_is_written_as_relay_with_a_note():
-    new, analysis = kimi_k3.rewrite(SOURCE, "k3.py", mode="direct")
-    assert 'mode="relay"' in new and "direct_group" not in new
-    assert kimi_k3.DIRECT_NOTE in analysis.notes
-    with pytest.raises(ValueError, match="mode must be one of"):
-        kimi_k3.rewrite(SOURCE, "k3.py", mode="sideways")
+def test_direct_default_leaves_the_model_file_alone_and_notes_the_refusal(tmp_path):
+    relay = generate(_tree(tmp_path / "relay"), models=["kimi_k3"])
+    direct = generate(_tree(tmp_path / "direct"), mode="direct", models=["kimi_k3"])
+    assert [c.new for c in relay.changes if c.path == K3_PATH] == \
+        [c.new for c in direct.changes if c.path == K3_PATH]
+    assert kimi_k3.DIRECT_NOTE in direct.notes and kimi_k3.DIRECT_NOTE not in relay.notes
 
 
 def test_sglang_own_relay_is_supported():
@@ -106,6 +109,7 @@ def test_generate_patches_k3_with_transport_and_applies(tmp_path):
         K3_PATH,
         "sglang/srt/distributed/pp_aux_transport.py",
         "sglang/srt/distributed/pp_aux_plan.py",
+        "sglang/srt/distributed/pp_aux_capture.py",
     ]
     assert git_apply(root, result.patch, check=True).returncode == 0
     assert git_apply(root, result.patch).returncode == 0
@@ -153,9 +157,11 @@ class _Layer(torch.nn.Module):
 
 @pytest.fixture
 def rewritten(monkeypatch):
-    """The rewritten fixture as a module, its imports served by stand-ins and the real
-    transport module; the handshake (a collective) only records its arguments."""
+    """The rewritten fixture as a module, its imports served by stand-ins, the real
+    transport module and the glue (``render_glue()``); the stages share one process, so
+    the handshake (a collective) sees every rank report this rank's payload."""
     new, _ = kimi_k3.rewrite(SOURCE, "k3.py")
+    monkeypatch.delenv("SGLANG_PP_AUX_TRANSPORT", raising=False)
     distributed = types.ModuleType("sglang.srt.distributed")
     batch_info = types.ModuleType("sglang.srt.model_executor.forward_batch_info")
     batch_info.PPProxyTensors = _Proxy
@@ -165,11 +171,11 @@ def rewritten(monkeypatch):
     monkeypatch.setitem(sys.modules, "sglang.srt.distributed.pp_aux_transport",
                         pp_aux_transport)
     monkeypatch.setitem(sys.modules, batch_info.__name__, batch_info)
-
-    def handshake(self, hidden_size, dtype):
-        self.hidden_size, self.dtype = hidden_size, dtype
-
-    monkeypatch.setattr(pp_aux_transport.PPAuxTransport, "handshake", handshake)
+    monkeypatch.setattr(pp_aux_transport, "_all_gather", lambda group, payload, size: [
+        dict(payload, pp_rank=rank) for rank in range(size)])
+    glue = types.ModuleType("sglang.srt.distributed.pp_aux_capture")
+    monkeypatch.setitem(sys.modules, glue.__name__, glue)
+    exec(compile(render_glue(), "pp_aux_capture.py", "exec"), glue.__dict__)
     module = types.ModuleType("k3_rewritten")
     module.__dict__["get_pp_group"] = None
     distributed.get_pp_group = lambda: module.current_group
@@ -238,3 +244,16 @@ def test_series_puts_kimi_k3_in_the_kimi_relay_patch(tmp_path):
     assert patches[1].models == ["kimi_k3"]
     assert [c.path for c in patches[1].changes] == [K3_PATH]
     assert "Hook: set_dspark_layers_to_capture." in patches[1].body
+
+
+def test_rewritten_fixture_refuses_direct_mode_at_setter_time(rewritten, monkeypatch):
+    monkeypatch.setenv("SGLANG_PP_AUX_TRANSPORT", "direct")
+    with pytest.raises(NotImplementedError) as err:
+        _stage(rewritten, 0, 2, None, [5, 0, 1])
+    message = str(err.value)
+    assert message.startswith("K3Backbone supports only SGLANG_PP_AUX_TRANSPORT=relay")
+    assert kimi_k3.RELAY_ONLY in message and "got 'direct'" in message
+    # PP=1 has no transport, so nothing to refuse; relay named explicitly runs.
+    assert _stage(rewritten, 0, 1, None, [5, 0, 1]).model.pp_aux_transport is None
+    monkeypatch.setenv("SGLANG_PP_AUX_TRANSPORT", "relay")
+    assert _stage(rewritten, 0, 2, None, [5, 0, 1]).model.pp_aux_transport.plan.mode == "relay"

@@ -5,7 +5,9 @@ applies to a copy of it, is empty on the patched copy (idempotent), and the patc
 ``kimi_linear.py``, imported on CPU and driven as real pipeline stages in separate processes
 (gloo, 2 and 3 stages, captures on every stage, three microbatches incl. an empty one),
 hands the logits processor exactly the aux states of the PP=1 run, both in a forked drive
-and through the ``codemods.ppcheck`` harness.  The same drive of the
+and through the ``codemods.ppcheck`` harness.  The transport mode is chosen at run time
+(``SGLANG_PP_AUX_TRANSPORT``, read by the glue), so one patched tree runs relay and direct;
+``--mode`` only sets the glue's default.  The same drive of the
 unpatched module fails: ``NotImplementedError`` from the setter, and fewer aux states when
 the ids are stored past the guard.  0.5.21 is reported as already supported (only its
 relay's check of the handoff entry is patched).
@@ -60,14 +62,19 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
         "sglang/srt/models/kimi_linear.py",
         "sglang/srt/distributed/pp_aux_transport.py",
         "sglang/srt/distributed/pp_aux_plan.py",
+        "sglang/srt/distributed/pp_aux_capture.py",
         "sglang/test/test_pp_aux_capture.py",
     ]
+    text = (copy / result.model_path).read_text()
+    assert "attach_pp_aux_transport(" in text and "mode=" not in text
     again = generate(copy, models=["kimi_linear"])
     assert again.status == kimi.PATCHED and again.patch == ""
     # The cached release itself is untouched (hard-linked copy, patched files private).
     assert "PPAuxTransport" not in (release / result.model_path).read_text()
 
-    patched = _check(copy, [{"pp": 2}, {"pp": 3}])
+    # Unset (the glue's default, relay), and both modes named in the environment.
+    patched = _check(copy, [{"pp": 2}, {"pp": 3}, {"pp": 3, "mode": "relay"},
+                            {"pp": 3, "mode": "direct"}])
     assert patched["module"].startswith(str(copy))
     for run in patched["runs"]:
         assert run.get("error") is None, run.get("error")
@@ -92,15 +99,32 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
 
 
 @pytest.mark.timeout(1200)
-def test_direct_mode_patch_matches_pp1_on_three_stages(sglang_release, tmp_path):
+def test_direct_mode_from_the_environment_matches_pp1_on_three_stages(sglang_release,
+                                                                       tmp_path):
     release = sglang_release("0.5.20")
-    result, copy = _patched_copy(release, tmp_path, mode="direct")
-    assert 'mode="direct"' in (copy / result.model_path).read_text()
-    report = _check(copy, [{"pp": 3}], harness=True, mode="direct", timeout=400)
+    relay_result, relay_copy = _patched_copy(release, tmp_path)
+    # The relay-default patch, switched to direct by the environment alone.
+    report = _check(relay_copy, [{"pp": 3}], harness=True, mode="direct", timeout=400)
     (run,) = report["runs"]
     assert run["ok"] and run["status"] == "PASS", run
     # Layer 0 lives two hops before the last stage: it must have gone over the direct group.
     assert "+ 0B direct" not in run["detail"], run["detail"]
+
+    # --mode direct changes only the glue's default; the model file is the same.
+    result, copy = _patched_copy(release, tmp_path, mode="direct")
+    model = (copy / result.model_path).read_text()
+    assert model == (relay_copy / relay_result.model_path).read_text()
+    glue = (copy / "sglang/srt/distributed/pp_aux_capture.py").read_text()
+    assert 'DEFAULT_MODE = "direct"' in glue
+    report = _check(copy, [{"pp": 3}], harness=True, glue_default="direct", timeout=400)
+    (run,) = report["runs"]
+    assert run["ok"] and run["status"] == "PASS", run
+    assert "+ 0B direct" not in run["detail"], run["detail"]
+    # The environment still wins over the generated default.
+    report = _check(copy, [{"pp": 3}], harness=True, mode="relay", timeout=400)
+    (run,) = report["runs"]
+    assert run["ok"] and run["status"] == "PASS", run
+    assert "+ 0B direct" in run["detail"], run["detail"]
 
 
 @pytest.mark.timeout(300)

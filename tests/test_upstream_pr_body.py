@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from codemods.upstream import series
+from codemods.upstream.generate import generate
 from codemods.upstream.graph_sizing import SIZING_MODULES
-from codemods.upstream.pr_body import KIMI_TITLE, render
+from codemods.upstream.pr_body import KIMI_TITLE, render, touched_hooks, touched_models
+from codemods.upstream.validation import ValidationResult
 from tests.test_upstream_series import MODELS, PKG, _change, _decision, _result
+
+VALIDATION_PATH = f"{PKG}/srt/arg_groups/validation_hook.py"
 
 
 def _family_result(tmp_path, with_kimi: bool):
@@ -101,3 +107,69 @@ def test_the_cuda_graph_section_says_how_the_aux_entry_is_sized(tmp_path):
         assert "dspark" not in added
         assert runners in " ".join(added.split())
         assert "pre-planned `load_batch` branch" in " ".join(added.split())
+
+
+def _sections(text: str) -> tuple[str, str, str, str]:
+    """(title, motivation, design, test plan) of a rendered description."""
+    motivation = text.split("## Motivation", 1)[1].split("## Design", 1)[0]
+    design = text.split("## Design", 1)[1].split("## Bytes on the wire", 1)[0]
+    plan = text.split("## Test plan", 1)[1].split("## ", 1)[0]
+    return text.splitlines()[0], motivation, design, plan
+
+
+def test_validation_change_is_motivated_designed_and_left_unticked(tmp_path):
+    result = _family_result(tmp_path, with_kimi=False)
+    old = ('raise ValueError("--enable-return-aux-hidden-states only supports pp_size == 1")'
+           "\n")
+    change = _change(VALIDATION_PATH, old, "relaxed = True\n")
+    result.changes.append(change)
+    result.validation = ValidationResult(change, {"LlamaForCausalLM": ("EAGLE3",),
+                                                  "Qwen3MoeForCausalLM": ("DFLASH",)})
+    title, motivation, design, plan = _sections(render(result))
+    assert title.endswith("(DFlash/EAGLE3 capture), and the PP server-arg checks for them")
+    assert "`check_pipeline_parallel_compat`" in motivation
+    assert "rejects EAGLE3 and DFLASH speculative decoding" in motivation
+    assert "`--enable-return-aux-hidden-states` with PP" in motivation
+    assert f"**Server-arg validation** (the patch's last change,\n  `{VALIDATION_PATH}`)" \
+        in design
+    assert "- `LlamaForCausalLM`: EAGLE3" in design
+    assert "- `Qwen3MoeForCausalLM`: DFLASH" in design
+    assert "`--enable-return-aux-hidden-states` with PP is accepted" in design
+    assert "- [ ] Server-arg validation: EAGLE3/DFLASH and `--enable-return-aux-" in plan
+    assert "[x]" not in plan
+
+    # Without the validation change none of it is claimed.
+    title, motivation, design, plan = _sections(render(_family_result(tmp_path, False)))
+    for text in (title, motivation, design, plan):
+        assert "server-arg" not in text.lower() and "check_pipeline" not in text
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("version", ("0.5.21", "0.5.22", "0.5.23"))
+def test_release_body_covers_every_model_hook_and_the_validation_change(sglang_release,
+                                                                        version):
+    result = generate(sglang_release(version))
+    title, motivation, design, plan = _sections(render(result))
+    models, hooks = touched_models(result), touched_hooks(result)
+    assert f": {len(models)} models (DFlash/DSPARK/EAGLE3 capture)" in title
+    assert title.endswith(", and the PP server-arg checks for them")
+    for name in models:
+        assert f"`{name}`" in motivation, name
+    for hook in hooks:
+        assert f"`{hook}`" in motivation, hook
+    validation_path = result.tree.module_path("sglang.srt.arg_groups.validation_hook")
+    assert validation_path in result.changed
+    assert f"(`{validation_path}`) rejects EAGLE3 and DFLASH" in motivation
+    assert "**Server-arg validation**" in design
+    # Every architecture the validation table accepts is listed in the design.
+    assert result.validation is not None and result.validation.architectures
+    for architecture, kinds in result.validation.architectures.items():
+        assert f"- `{architecture}`: {', '.join(kinds)}" in design, architecture
+    # 0.5.23 also refuses --enable-return-aux-hidden-states with PP; 0.5.21/22 do not.
+    refuses_flag = version == "0.5.23"
+    assert ("`--enable-return-aux-hidden-states` with PP is accepted" in design) is \
+        refuses_flag
+    # Nothing was run by this invocation: no box is ticked.
+    assert "[x]" not in plan and "- [ ] Server-arg validation" in plan

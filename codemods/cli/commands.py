@@ -423,7 +423,8 @@ def migrate(
     help="Write a Markdown pull-request description here.",
 )
 @_shown("--mode", type=click.Choice(["relay", "direct"]), default="relay",
-        help="How captures reach the last PP stage.")
+        help="Default transport mode written into the glue for every patched model; "
+        "SGLANG_PP_AUX_TRANSPORT=relay|direct overrides it at run time.")
 @click.option(
     "--models",
     default=None,

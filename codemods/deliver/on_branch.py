@@ -307,6 +307,7 @@ UPSTREAM_FILE_ROLES = {
     "model": "capture DSPARK aux hidden states on every PP stage, collect them on the last",
     "transport": "PP aux-capture transport (pure torch.distributed)",
     "plan": "torch-free capture plan the transport imports (owners, entry widths)",
+    "glue": "glue the patched hooks call (transport mode from SGLANG_PP_AUX_TRANSPORT)",
     "test": "CPU multi-process test comparing PP captures with a PP=1 run",
 }
 
@@ -339,6 +340,7 @@ def upstream_generated_on_branch(
         result.model_path: "model",
         result.transport_path: "transport",
         result.plan_path: "plan",
+        result.glue_path: "glue",
         result.test_path: "test",
     }
     patched = [

@@ -4,11 +4,15 @@
 ``srt/models/kimi_linear.py`` (``kimi.py``) and every model file of the capture-hook family
 (``family.py``, ``family_patch.py``: the model files, the glue module and a family test),
 relaxes SGLang's server-arg validation for the models it patches (``validation.py``, the
-last change), and adds two new files:
+last change), and adds new files:
 
 * the PP transport module, this package's ``pp_aux_transport.py`` read as package data, at
   ``<package>/srt/distributed/pp_aux_transport.py``, and the torch-free plan it imports,
   ``pp_aux_plan.py``, next to it;
+* the glue every patched model file calls (``shipped/pp_aux_capture.py``, Kimi-Linear and
+  Kimi-K3 included) at ``<package>/srt/distributed/pp_aux_capture.py``: it reads the
+  transport mode from ``SGLANG_PP_AUX_TRANSPORT`` at run time; ``mode`` only sets its
+  default (``DEFAULT_MODE``), for every model alike;
 * a CPU multi-process unittest (``templates/test_pp_aux_capture.py``) at
   ``test/srt/test_pp_aux_capture.py`` in a checkout or ``sglang/test/test_pp_aux_capture.py``
   in a package tree.
@@ -27,10 +31,16 @@ from pathlib import Path
 
 from codemods.upstream import dspark_relay, kimi, kimi_k3
 from codemods.upstream.family import FamilyPlan
-from codemods.upstream.family_patch import PLAN_MODULE, family_changes, plan_for_tree
+from codemods.upstream.family_patch import (
+    GLUE_MODULE,
+    PLAN_MODULE,
+    family_changes,
+    plan_for_tree,
+    render_glue,
+)
 from codemods.upstream.patchfile import FileChange, changed_paths, render_patch
 from codemods.upstream.sglang_tree import SGLangTree, detect_tree
-from codemods.upstream.validation import validation_changes
+from codemods.upstream.validation import ValidationResult, validation_changes
 
 TRANSPORT_RESOURCE = "pp_aux_transport.py"
 PLAN_RESOURCE = "pp_aux_plan.py"
@@ -63,6 +73,8 @@ class UpstreamResult:
     family: FamilyPlan | None = None
     #: Kimi-K3's status (``kimi.NEEDS_PATCH`` ...; None: no such file or not asked for).
     k3_status: str | None = None
+    #: What the server-arg validation part decided (None: not run).
+    validation: ValidationResult | None = None
 
     @property
     def patch(self) -> str:
@@ -84,16 +96,35 @@ class UpstreamResult:
     def plan_path(self) -> str:
         return self.tree.module_path(PLAN_MODULE)
 
+    @property
+    def glue_path(self) -> str:
+        return self.tree.module_path(GLUE_MODULE)
+
+    def shipped_changes(self) -> list[FileChange]:
+        """The transport, its plan and the glue (default mode ``self.mode``), each unless
+        a change for its path is already in ``changes``."""
+        present = {change.path for change in self.changes}
+        wanted = ((self.transport_path, package_text(TRANSPORT_RESOURCE)),
+                  (self.plan_path, package_text(PLAN_RESOURCE)),
+                  (self.glue_path, render_glue(self.mode)))
+        return [FileChange(path, self.tree.read_text(path), text)
+                for path, text in wanted if path not in present]
+
 
 def generate(root: str | Path, mode: str = "relay",
              models: list[str] | None = None) -> UpstreamResult:
     """Raises ``TreeError``, ``MissingModelFile``, ``kimi.UnrecognisedShape`` or
-    ``ValueError`` (a name in ``models`` that has no capture hook in the tree).
+    ``ValueError`` (a name in ``models`` that has no capture hook in the tree, or a
+    ``mode`` other than relay or direct).
+
+    ``mode`` is the default transport mode written into the glue
+    (``SGLANG_PP_AUX_TRANSPORT`` overrides it at run time); no model file depends on it.
 
     ``models`` (file stems, e.g. ``["llama", "kimi_linear"]``) restricts the patch; by
     default it covers Kimi-Linear and every recognised model of the capture-hook family
     (``family.py``).  The transport module is added once.
     """
+    render_glue(mode)  # checks the mode before anything is read
     tree = detect_tree(root)
     wanted = None if models is None else list(dict.fromkeys(models))
     with_kimi = wanted is None or KIMI_NAME in wanted
@@ -114,7 +145,7 @@ def generate(root: str | Path, mode: str = "relay",
     if with_kimi and source is None and (wanted is not None or not has_family):
         raise MissingModelFile(f"{tree.file(model_path)}: Kimi-Linear model file not found")
     if source is not None:
-        new_source, analysis = kimi.rewrite(source, str(tree.file(model_path)), mode=mode)
+        new_source, analysis = kimi.rewrite(source, str(tree.file(model_path)))
         result = UpstreamResult(tree, analysis.status, mode, model_path,
                                 notes=list(analysis.notes))
     else:
@@ -123,16 +154,11 @@ def generate(root: str | Path, mode: str = "relay",
             result.notes.append(f"{model_path} not found; Kimi-Linear not patched")
     result.family = family
     if source is not None and result.status != kimi.SUPPORTED:
-        transport_path = result.transport_path
         test_path = result.test_path
-        result.changes = [
-            FileChange(model_path, source, new_source),
-            FileChange(transport_path, tree.read_text(transport_path),
-                       package_text(TRANSPORT_RESOURCE)),
-            FileChange(result.plan_path, tree.read_text(result.plan_path),
-                       package_text(PLAN_RESOURCE)),
-            FileChange(test_path, tree.read_text(test_path), package_text(TEST_RESOURCE)),
-        ]
+        result.changes = [FileChange(model_path, source, new_source)]
+        result.changes += result.shipped_changes()
+        result.changes.append(
+            FileChange(test_path, tree.read_text(test_path), package_text(TEST_RESOURCE)))
     if source is not None and result.status == kimi.SUPPORTED:
         # SGLang's own DSPARK relay (0.5.21+): a missing or mismatched entry must raise.
         relayed = dspark_relay.rewrite(source, str(tree.file(model_path)))
@@ -145,6 +171,7 @@ def generate(root: str | Path, mode: str = "relay",
     result.changes += [change for change in family_changes_ if change.path not in present]
     # Server-arg validation last: it accepts what the model changes above make safe.
     validation = validation_changes(tree, family)
+    result.validation = validation
     result.notes += list(validation.notes)
     if validation.change is not None and validation.change.changed:
         result.changes.append(validation.change)
@@ -153,8 +180,8 @@ def generate(root: str | Path, mode: str = "relay",
 
 def _kimi_k3_changes(tree: SGLangTree, mode: str, result: UpstreamResult,
                      required: bool) -> list[FileChange]:
-    """The Kimi-K3 model file (``kimi_k3.py``) and, if nothing added it yet, the transport
-    module; ``required``: the file was asked for by name, so its absence is an error."""
+    """The Kimi-K3 model file (``kimi_k3.py``) and, if nothing added them yet, the transport,
+    its plan and the glue; ``required``: the file was asked for by name, so its absence is an error."""
     path = tree.module_path(kimi_k3.MODULE)
     source = tree.read_text(path)
     if source is None:
@@ -162,7 +189,7 @@ def _kimi_k3_changes(tree: SGLangTree, mode: str, result: UpstreamResult,
             raise MissingModelFile(f"{tree.file(path)}: Kimi-K3 model file not found")
         return []
     try:
-        new_source, analysis = kimi_k3.rewrite(source, str(tree.file(path)), mode=mode)
+        new_source, analysis = kimi_k3.rewrite(source, str(tree.file(path)))
     except kimi.UnrecognisedShape as err:
         if required:
             raise
@@ -172,10 +199,6 @@ def _kimi_k3_changes(tree: SGLangTree, mode: str, result: UpstreamResult,
     result.notes += list(analysis.notes)
     if analysis.status == kimi.SUPPORTED:
         return []
-    changes = [FileChange(path, source, new_source)]
-    present = {change.path for change in result.changes}
-    for shipped, resource in ((result.transport_path, TRANSPORT_RESOURCE),
-                              (result.plan_path, PLAN_RESOURCE)):
-        if shipped not in present:
-            changes.append(FileChange(shipped, tree.read_text(shipped), package_text(resource)))
-    return changes
+    if mode != "relay" and analysis.status == kimi.NEEDS_PATCH:
+        result.notes.append(kimi_k3.DIRECT_NOTE)
+    return [FileChange(path, source, new_source), *result.shipped_changes()]

@@ -33,14 +33,20 @@ After::
         layer_ids = validate_layer_ids(layer_ids, self.config.num_hidden_layers)
         self.capture_aux_hidden_states = True
         self.model.dspark_layers_to_capture = list(layer_ids)
-        aux_plan = AuxCapturePlan.build(sorted(layer_ids), ..., mode="relay")
-        aux_transport = PPAuxTransport(aux_plan, group=..., ranks=...)
-        aux_transport.handshake(self.config.hidden_size, dtype=None)
-        self.model.dspark_aux_transport = aux_transport
+        attach_pp_aux_transport(
+            self.model, self.pp_group, ids_attr="dspark_layers_to_capture"
+        )
 
     # forward: each stage records its captures by layer id, non-last stages add them to
     # the handoff (transport.outgoing), the last stage gathers the full list in layer
     # order (transport.collect) and returns it as before.
+
+``attach_pp_aux_transport`` is the glue every patched model calls
+(``sglang.srt.distributed.pp_aux_capture``, ``shipped/pp_aux_capture.py``): under PP it
+builds the transport on ``self.model.pp_aux_transport`` (None at PP=1), with the PP group's
+``cpu_group`` for the handshake and, in direct mode, the glue's own direct-send groups; the
+mode comes from ``SGLANG_PP_AUX_TRANSPORT`` at run time (default: the glue's
+``DEFAULT_MODE``), as for the capture-hook family.  Nothing in the model file names a mode.
 
 Nothing else in the file changes.  The capture expression stays the file's own (in 0.5.x,
 ``_materialize_residual_stream(hidden_states, residual)``, i.e. ``hidden + residual``).
@@ -66,10 +72,14 @@ from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, re
 MODULE = "sglang.srt.models.kimi_linear"
 SETTER = "set_dspark_layers_to_capture"
 CAPTURE_ATTR = "dspark_layers_to_capture"
-TRANSPORT_ATTR = "dspark_aux_transport"
+#: Where the glue attaches the transport (the attribute every patched model uses).
+TRANSPORT_ATTR = "pp_aux_transport"
+#: The attribute of earlier versions of this rewrite (a tree patched by them is "patched").
+LEGACY_TRANSPORT_ATTR = "dspark_aux_transport"
 TRANSPORT_MODULE = "sglang.srt.distributed.pp_aux_transport"
-TRANSPORT_NAMES = ("AuxCapturePlan", "PPAuxTransport", "validate_layer_ids")
-MODES = ("relay", "direct")
+TRANSPORT_NAMES = ("validate_layer_ids",)
+GLUE_MODULE = "sglang.srt.distributed.pp_aux_capture"
+ATTACH = "attach_pp_aux_transport"
 PP_ERROR = "DSPARK aux hidden capture requires PP=1."
 NONE_ERROR = "DSPARK requires explicit layer_ids for aux hidden capture."
 
@@ -352,8 +362,8 @@ def _find_forward(module: cst.Module, missing: list[str]) -> ForwardShape | None
                         continue
                     entries.append((code(element.key), code(element.value)))
             keys = set(_strings_in(boundary))
-            relays = any(k not in ("hidden_states", "residual") for k in keys) or _mentions_attr(
-                boundary, TRANSPORT_ATTR)
+            relays = any(k not in ("hidden_states", "residual") for k in keys) or any(
+                _mentions_attr(boundary, attr) for attr in (TRANSPORT_ATTR, LEGACY_TRANSPORT_ATTR))
         hidden = next((value for key, value in entries if key.strip("'\"") == "hidden_states"),
                       None)
         return ForwardShape(cls, init, init_store, func, proxy_param, aux_name,
@@ -364,6 +374,14 @@ def _find_forward(module: cst.Module, missing: list[str]) -> ForwardShape | None
         f"where `self.{CAPTURE_ATTR}` lists the layer"
     )
     return None
+
+
+def attaches_transport(setter: cst.FunctionDef, source: str) -> bool:
+    """Whether ``setter`` already attaches the PP aux transport (this rewrite, or its
+    earlier form that built the transport itself)."""
+    if GLUE_MODULE in source and m.findall(setter, m.Call(func=m.Name(ATTACH))):
+        return True
+    return TRANSPORT_MODULE in source and _mentions_attr(setter, LEGACY_TRANSPORT_ATTR)
 
 
 def analyse(source: str, path: str = MODULE) -> Analysis:
@@ -378,8 +396,7 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
     forward = _find_forward(module, missing)
     if setter is None or forward is None:
         raise UnrecognisedShape(path, missing)
-    imports_transport = TRANSPORT_MODULE in source
-    if imports_transport and _mentions_attr(setter.func, TRANSPORT_ATTR):
+    if attaches_transport(setter.func, source):
         return Analysis(path, PATCHED, module, setter, forward,
                         [f"{path} already carries DSPARK captures across PP with "
                          f"{TRANSPORT_MODULE}"])
@@ -421,39 +438,32 @@ def _indent_of(depth: int) -> str:
     return "    " * depth
 
 
-def _setter_statements(shape: SetterShape, param: str, mode: str) -> tuple[list, list]:
+def _setter_statements(shape: SetterShape, param: str, relay_only: str = "") -> tuple[list, list]:
     """(statements after the None check, statements after the store) at method depth 2."""
     indent = _indent_of(2)
-    pp = shape.pp
     num_layers = "self.config.num_hidden_layers"
     validate = render_call(indent, f"{param} = ",
                            Call("validate_layer_ids", (param, num_layers)))
-    plan = render_call(indent, "aux_plan = ", Call("AuxCapturePlan.build", (
-        f"sorted({param})", num_layers, f"{pp}.rank_in_group", f"{pp}.world_size",
-        f'mode="{mode}"')))
-    transport_args: tuple[str, ...] = ("aux_plan", f"group={pp}.cpu_group")
-    if mode == "direct":
-        transport_args += (f"direct_group={pp}.device_group",)
-    transport_args += (f"ranks={pp}.ranks",)
-    transport = render_call(indent, "aux_transport = ", Call("PPAuxTransport", transport_args))
     comments = [
         f"{indent}# Every PP rank keeps the ids: each stage captures the layers it owns and",
         f"{indent}# the transport carries them to the last stage, in layer order as at PP=1.",
     ]
-    handshake = [
-        f"{indent}# Collective over the PP group: all ranks must agree before any forward;",
-        f"{indent}# the dtype comes from the hidden states at run time.",
-        *render_call(indent, "", Call("aux_transport.handshake",
-                                      ("self.config.hidden_size", "dtype=None"))),
-        f"{indent}{shape.inner}.{TRANSPORT_ATTR} = aux_transport",
+    args: tuple[str, ...] = (shape.inner, str(shape.pp), f'ids_attr="{CAPTURE_ATTR}"')
+    if relay_only:
+        args += (f'relay_only="{relay_only}"',)
+    attach = [
+        f"{indent}# Collective over the PP group (all ranks agree before any forward);",
+        f"{indent}# SGLANG_PP_AUX_TRANSPORT chooses how captures reach the last stage.",
+        *render_call(indent, "", Call(ATTACH, args)),
     ]
     after_none = parse_statements(lines_to_text(comments + validate), indent)
-    after_store = parse_statements(lines_to_text(plan + transport + handshake), indent)
+    after_store = parse_statements(lines_to_text(attach), indent)
     return after_none, after_store
 
 
-def _rewrite_setter(func: cst.FunctionDef, shape: SetterShape, mode: str) -> cst.FunctionDef:
-    after_none, after_store = _setter_statements(shape, shape.param, mode)
+def _rewrite_setter(func: cst.FunctionDef, shape: SetterShape,
+                    relay_only: str = "") -> cst.FunctionDef:
+    after_none, after_store = _setter_statements(shape, shape.param, relay_only)
     body: list[cst.BaseStatement] = []
     inserted = False
     statements = [s for s in _body(func) if not any(s.deep_equals(g) for g in shape.pp_guards)]
@@ -528,10 +538,19 @@ def _rewrite_forward(func: cst.FunctionDef, shape: ForwardShape) -> cst.Function
     return insert_relay(func, func.visit(_Forward()), shape, init_nodes, collect_node)
 
 
-def rewrite(source: str, path: str = MODULE, mode: str = "relay") -> tuple[str, Analysis]:
-    """The patched text of a Kimi-Linear model file (``source`` itself when nothing to do)."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+def transport_imports(module: cst.Module, forward: ForwardShape) -> cst.Module:
+    """``module`` importing what the rewritten setter and ``__init__`` use."""
+    names = list(TRANSPORT_NAMES)
+    if "PPAuxTransport" in code(_init_statement(forward)[0]):
+        names.append("PPAuxTransport")
+    module = add_from_import(module, GLUE_MODULE, (ATTACH,))
+    return add_from_import(module, TRANSPORT_MODULE, tuple(sorted(names)))
+
+
+def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
+    """The patched text of a Kimi-Linear model file (``source`` itself when nothing to do).
+
+    The transport mode is not part of the text: the glue reads it at run time."""
     analysis = analyse(source, path)
     if analysis.status != NEEDS_PATCH:
         return source, analysis
@@ -542,15 +561,14 @@ def rewrite(source: str, path: str = MODULE, mode: str = "relay") -> tuple[str, 
         def leave_FunctionDef(self, original: cst.FunctionDef,
                               updated: cst.FunctionDef) -> cst.FunctionDef:
             if original is setter.func:
-                return _rewrite_setter(updated, setter, mode)
+                return _rewrite_setter(updated, setter)
             if original is forward.func:
                 return _rewrite_forward(original, forward)
             if original is forward.init:
                 return _rewrite_init(updated, forward)
             return updated
 
-    module = analysis.module.visit(_Classes())
-    module = add_from_import(module, TRANSPORT_MODULE, TRANSPORT_NAMES)
+    module = transport_imports(analysis.module.visit(_Classes()), forward)
     new_source = module.code
     compile(new_source, path, "exec")
     return new_source, analysis

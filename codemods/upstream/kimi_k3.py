@@ -22,7 +22,7 @@ which owns the next layer's weights and received the same bank, mixes it right a
 building ``attn_res``, exactly as PP=1 computes it::
 
         if (
-            self.dspark_aux_transport is not None
+            self.pp_aux_transport is not None
             and attn_res is not None
             and self.start_layer - 1 in self.dspark_layers_to_capture
         ):
@@ -36,8 +36,20 @@ building ``attn_res``, exactly as PP=1 computes it::
                 [dspark_entry[:, :-dspark_width], dspark_head], dim=-1
             )
 
-That needs the head to pass through the next stage, so the patch always uses relay mode
-(direct mode would send it past that stage).
+That needs the head to pass through the next stage, so the model supports relay mode only
+(direct mode would send it past that stage).  The setter attaches the transport through the
+glue like every patched model (see ``kimi.py``), declaring it relay-only::
+
+        attach_pp_aux_transport(
+            self.model,
+            self.pp_group,
+            ids_attr="dspark_layers_to_capture",
+            relay_only="the next stage mixes each stage's last captured layer",
+        )
+
+so with ``SGLANG_PP_AUX_TRANSPORT=direct`` (or a glue generated with ``--mode direct``) the
+setter raises ``NotImplementedError`` under PP, naming the model and the reason, before any
+communication.
 
 :func:`analyse` returns ``needs_patch``, ``patched`` or ``supported`` (0.5.21+, where the
 file relays DSPARK captures itself) like :func:`codemods.upstream.kimi.analyse`;
@@ -58,12 +70,13 @@ from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, re
 
 MODULE = "sglang.srt.models.kimi_k3"
 NAME = "kimi_k3"
-MODE = "relay"
+#: Why the model supports relay mode only (the glue's ``relay_only``, in its error).
+RELAY_ONLY = "the next stage mixes each stage's last captured layer"
 RELAY_KEY = "dspark_hidden_states"
-TRANSPORT_NAMES = (*kimi.TRANSPORT_NAMES, "AUX_ENTRY")
 NEEDS_PATCH, PATCHED, SUPPORTED = kimi.NEEDS_PATCH, kimi.PATCHED, kimi.SUPPORTED
 DIRECT_NOTE = (
-    "kimi_k3.py uses relay mode: a stage's last captured layer is mixed on the next stage"
+    "kimi_k3.py supports relay mode only (a stage's last captured layer is mixed on the next "
+    "stage): its setter raises under PP unless SGLANG_PP_AUX_TRANSPORT=relay"
 )
 
 
@@ -187,7 +200,7 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
         if relayed is not None:
             return relayed
         raise UnrecognisedShape(path, missing)
-    if kimi.TRANSPORT_MODULE in source and kimi._mentions_attr(setter.func, kimi.TRANSPORT_ATTR):
+    if kimi.attaches_transport(setter.func, source):
         return Analysis(path, PATCHED, module, setter, forward,
                         [f"{path} already carries DSPARK captures across PP with "
                          f"{kimi.TRANSPORT_MODULE}"])
@@ -290,19 +303,15 @@ def _rewrite_forward(func: cst.FunctionDef, shape: kimi.ForwardShape,
     return insert_relay(func, func.visit(_Forward()), shape, init_nodes, collect_node)
 
 
-def rewrite(source: str, path: str = MODULE, mode: str = MODE) -> tuple[str, Analysis]:
+def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
     """The patched text of a Kimi-K3 model file (``source`` itself when nothing to do).
 
-    ``mode`` is accepted for symmetry with :func:`kimi.rewrite`; the patch is always
-    relay mode (see the module docstring) and a note says so when ``direct`` was asked.
+    The transport mode is not part of the text: the glue reads it at run time, and the
+    setter declares the model relay-only (see the module docstring).
     """
-    if mode not in kimi.MODES:
-        raise ValueError(f"mode must be one of {kimi.MODES}, got {mode!r}")
     analysis = analyse(source, path)
     if analysis.status != NEEDS_PATCH:
         return source, analysis
-    if mode != MODE:
-        analysis.notes.append(DIRECT_NOTE)
     setter, forward, stream = analysis.setter, analysis.forward, analysis.stream
     assert setter is not None and forward is not None and stream is not None
 
@@ -310,7 +319,7 @@ def rewrite(source: str, path: str = MODULE, mode: str = MODE) -> tuple[str, Ana
         def leave_FunctionDef(self, original: cst.FunctionDef,
                               updated: cst.FunctionDef) -> cst.FunctionDef:
             if original is setter.func:
-                return kimi._rewrite_setter(updated, setter, MODE)
+                return kimi._rewrite_setter(updated, setter, RELAY_ONLY)
             if original is forward.func:
                 return _rewrite_forward(original, forward, stream)
             if original is forward.init:
@@ -319,8 +328,8 @@ def rewrite(source: str, path: str = MODULE, mode: str = MODE) -> tuple[str, Ana
                 return _rewrite_stream(updated, stream)
             return updated
 
-    module = analysis.module.visit(_Classes())
-    module = add_from_import(module, kimi.TRANSPORT_MODULE, TRANSPORT_NAMES)
+    module = kimi.transport_imports(analysis.module.visit(_Classes()), forward)
+    module = add_from_import(module, kimi.TRANSPORT_MODULE, ("AUX_ENTRY",))
     new_source = module.code
     compile(new_source, path, "exec")
     return new_source, analysis

@@ -17,7 +17,8 @@ from codemods.upstream import kimi, kimi_k3
 from codemods.upstream.family_report import pr_section
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.graph_sizing import has_dspark_sizing
-from codemods.upstream.pp_aux_plan import AuxCapturePlan
+from codemods.upstream.pp_aux_plan import MODES, AuxCapturePlan
+from codemods.upstream.validation import TABLE_NAME as VALIDATION_TABLE
 
 #: Example used for the traffic table: a 27-layer model with hidden size 2304 in bf16,
 #: capturing three layers spread over the depth.
@@ -82,7 +83,7 @@ def traffic_table() -> str:
         "|---|---|---|" + "---|" * len(EXAMPLE_TOKENS) + "---|---|",
     ]
     for pp_size in EXAMPLE_PP:
-        for mode in kimi.MODES:
+        for mode in MODES:
             t = traffic(EXAMPLE_CAPTURE, EXAMPLE_LAYERS, EXAMPLE_HIDDEN, EXAMPLE_DTYPE_BYTES,
                         pp_size, mode)
             sizes = " | ".join(_fmt_bytes(t.bytes_per_token * n) for n in EXAMPLE_TOKENS)
@@ -196,15 +197,37 @@ def touched_hooks(result: UpstreamResult) -> list[str]:
     return sorted(dict.fromkeys(hooks))
 
 
+VALIDATION_FILE = "arg_groups/validation_hook.py"
+
+
+def validation_change(result: UpstreamResult):
+    """The patch's change to SGLang's server-arg validation (None: it has none)."""
+    return next((change for change in result.changes
+                 if change.path.endswith(VALIDATION_FILE) and change.changed), None)
+
+
+def relaxes_aux_flag(result: UpstreamResult) -> bool:
+    """The validation change also accepts ``--enable-return-aux-hidden-states`` with PP
+    (the release refuses it: 0.5.23)."""
+    change = validation_change(result)
+    return change is not None and AUX_PP_REFUSAL in (change.old or "")
+
+
+AUX_FLAG = "--enable-return-aux-hidden-states"
+#: How the release refuses the flag with PP (the message of 0.5.23's check).
+AUX_PP_REFUSAL = f"{AUX_FLAG} only supports pp_size == 1"
+
+
 def title_of(result: UpstreamResult) -> str:
     models = touched_models(result)
     if models == [kimi.MODULE.rsplit(".", 1)[1]]:
         return RELAY_TITLE if kimi_relay_checked(result) else KIMI_TITLE
     kinds = "/".join(HOOK_NAMES.get(hook, hook) for hook in touched_hooks(result))
     count = len(models)
+    validation = ", and the PP server-arg checks for them" if validation_change(result) else ""
     return (
         f"# [PP] Carry aux hidden states across pipeline stages: {count} "
-        f"model{'s' if count != 1 else ''} ({kinds} capture)"
+        f"model{'s' if count != 1 else ''} ({kinds} capture){validation}"
     )
 
 
@@ -248,7 +271,39 @@ def _motivation(result: UpstreamResult) -> str:
   the drafter silently gets fewer aux states than it was trained on, or the last stage
   fails unpacking its output when it owns none of the capture layers (details below).
 """)
+    change = validation_change(result)
+    if change is not None:
+        flag = (f",\n  and `handle_aux_hidden_state_capture` rejects `{AUX_FLAG}` with "
+                "PP\n  (\"the capture hooks only see the layers on the last pipeline rank\")"
+                if relaxes_aux_flag(result) else "")
+        lines.append(f"""
+- even with the models fixed, the server refuses them before any model code runs:
+  `check_pipeline_parallel_compat`
+  (`{change.path}`) rejects EAGLE3 and DFLASH speculative decoding
+  with PP{flag}.
+""")
     return "".join(lines)
+
+
+def validation_design(result: UpstreamResult) -> str:
+    """The design bullet of the server-arg validation change ("" without one)."""
+    change = validation_change(result)
+    if change is None:
+        return ""
+    found = result.validation.architectures if result.validation is not None else {}
+    table = "".join(f"\n    - `{arch}`: {', '.join(kinds)}"
+                    for arch, kinds in sorted(found.items()))
+    flag = (f"\n  `{AUX_FLAG}` with PP is accepted for the same architectures."
+            if relaxes_aux_flag(result) else "")
+    return f"""\
+- **Server-arg validation** (the patch's last change,
+  `{change.path}`): a table of the architectures of the patched model
+  files (their `EntryClass`) with the conventions whose hooks were rewritten,
+  `{VALIDATION_TABLE}`:{table}
+  For those, EAGLE3 takes EAGLE's PP paths (`SGLANG_ENABLE_PP_SPEC`, or PD prefill) and
+  DFLASH takes DSPARK's (PD prefill only).{flag}
+  Every other refusal stays, and any other architecture is refused as before.
+"""
 
 
 K3_DESIGN = """\
@@ -257,8 +312,10 @@ K3_DESIGN = """\
   which for a stage's last layer live on the next stage. The capture method hands on the
   stream head for that layer (the value the handoff carries as `hidden_states`); the next
   stage, which holds that layer's weights and the same bank, mixes it right after building
-  `attn_res`, so the last stage's list equals PP=1's. Relay mode only: the head must pass
-  through the next stage.
+  `attn_res`, so the last stage's list equals PP=1's. Relay mode only (the head must pass
+  through the next stage): its hook declares `relay_only`, so under PP with
+  `SGLANG_PP_AUX_TRANSPORT=direct` it raises `NotImplementedError` naming the model and the
+  reason instead of running.
 """
 
 
@@ -283,11 +340,11 @@ RELAY_DESIGN = f"""\
 KIMI_DESIGN = """\
 - **Setter** (`set_dspark_layers_to_capture`): runs the same on every rank. `None` still
   raises the same `ValueError`; ids are then validated with `validate_layer_ids` (type,
-  range, duplicates, empty) identically on every rank, stored on every rank, and an
-  `AuxCapturePlan` + `PPAuxTransport` is built from the PP group. A handshake
-  (`all_gather_object` on the PP CPU group) compares ids, layer partition, hidden size and
-  mode across ranks and raises on *every* rank when they disagree, instead of hanging in a
-  mismatched receive later.
+  range, duplicates, empty) identically on every rank, stored on every rank, and the hook
+  attaches the transport through the same glue call as every other patched model
+  (`attach_pp_aux_transport`, see "Mode" below). Its handshake (`all_gather_object` on the
+  PP CPU group) compares ids, layer partition, hidden size and mode across ranks and raises
+  on *every* rank when they disagree, instead of hanging in a mismatched receive later.
 - **Forward** (`KimiLinearModel.forward`): each stage captures the file's own
   materialisation (`hidden_states + residual`) after each listed layer it owns, exactly as
   before, and also records it by layer id. Non-last stages add
@@ -337,6 +394,12 @@ def _test_plan(result: UpstreamResult, test_cmd: str, family_cmd: str,
             "- [ ] The patched `kimi_k3.py` driven as real pipeline stages (gloo, 2 and 3 "
             "stages, with and\n  without attention residuals), aux states equal to the PP=1 run"
         )
+    if validation_change(result) is not None:
+        flag = f" and `{AUX_FLAG}`" if relaxes_aux_flag(result) else ""
+        lines.append(
+            f"- [ ] Server-arg validation: EAGLE3/DFLASH{flag} with PP accepted for the "
+            "listed\n  architectures and still refused for any other"
+        )
     lines.append("- [ ] GPU run with `--pp-size 2` and speculative decoding (NCCL).")
     return "\n".join(lines) + "\n"
 
@@ -374,6 +437,9 @@ def render(result: UpstreamResult, patch_name: str | None = None, series=None,
     family = pr_section(result.family, family_cmd,
                         validation.verdicts if validation is not None else None)
     title = title_of(result)
+    kimi_names = [name for touched, name in ((kimi_rewritten(result), "Kimi-Linear"),
+                                             (k3_touched(result), "Kimi-K3")) if touched]
+    kimi_hooks = f" ({' and '.join(kimi_names)} included)" if kimi_names else ""
     capture_bytes = EXAMPLE_HIDDEN * EXAMPLE_DTYPE_BYTES
     return f"""\
 {title}
@@ -383,20 +449,26 @@ def render(result: UpstreamResult, patch_name: str | None = None, series=None,
 {_motivation(result)}
 ## Design
 
-{_kimi_design(result)}- **Transport** (new `{result.transport_path}`, pure
+{_kimi_design(result)}{validation_design(result)}- **Transport** (new `{result.transport_path}`, pure
   `torch.distributed`): the layer partition follows `get_pp_indices` (including
   `SGLANG_PP_LAYER_PARTITION`).
-  - `relay`{" (default, used by this patch)" if mode == "relay" else " (default)"}: captures ride
+  - `relay`{" (default)" if mode == "relay" else ""}: captures ride
     the existing stage handoff in one `aux_hidden_states` entry (`[tokens, n * hidden]`,
     ascending layer order, the layout of `dspark_hidden_states`); no new communication
     calls, the scheduler's existing tensor-dict send/recv moves them.
-  - `direct`{" (used by this patch)" if mode == "direct" else ""}: stages two or more hops
+  - `direct`{" (default)" if mode == "direct" else ""}: stages two or more hops
     from the last `isend` their captures straight to the last rank; the stage next to the
-    last rides the handoff. Every capture crosses one link. The generated code passes the
-    PP device group as `direct_group`; a deployment that also runs other point-to-point
-    traffic from those stages to the last rank on that group should pass a dedicated group
-    from `new_direct_group` (collective: created where the PP groups are created).
-  Regenerate with `--mode {other_mode}` for the other variant.
+    last rides the handoff. Every capture crosses one link. The sends go over dedicated
+    process groups that the glue creates (`new_direct_group`, one per PP group, collective
+    over the world), never over the PP groups the scheduler sends on.
+- **Mode, one mechanism for every model**: each patched hook{kimi_hooks} calls
+  `attach_pp_aux_transport` of `{result.glue_path}`, which reads
+  `SGLANG_PP_AUX_TRANSPORT=relay|direct` at run time on every rank (default
+  `DEFAULT_MODE = "{mode}"`, written by the generator's `--mode`; `--mode {other_mode}`
+  changes only that default) and builds the transport with the same groups for every model.
+  No model file names a mode. A model whose forward needs every capture to pass through
+  the next stage declares `relay_only=...`; under PP its hook then raises
+  `NotImplementedError` naming the model and the reason when the mode is not relay.
 
 ## Bytes on the wire
 

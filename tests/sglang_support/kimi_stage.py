@@ -11,8 +11,9 @@ scenario's layer ids.  Layer ranges come from SGLang's own ``get_pp_indices``.
 (store the ids on the inner model directly, on every rank, as if the PP guard were gone,
 to show what the unpatched forward does with them).
 ``transport_kwargs`` keys used: ``group``, ``direct_group``, ``ranks`` — they become the fake
-PP group's ``cpu_group``, ``device_group`` and ``ranks``, which the patched setter hands to
-``PPAuxTransport``.
+PP group's ``cpu_group``, ``device_group`` and ``ranks``; the patched setter hands the group
+to the glue's ``attach_pp_aux_transport``, which takes the mode from
+``SGLANG_PP_AUX_TRANSPORT`` and, in direct mode, makes its own direct-send groups.
 
 The stage's ``forward(mb, hidden_in, proxy)`` returns the handoff dict on non-last stages and
 ``(hidden_states, aux_list)`` on the last, where ``aux_list`` is what the model handed the
@@ -70,7 +71,7 @@ class KimiStage:
         """The transport the patched setter installed (None for the unpatched file);
         ``codemods.ppcheck`` checks its byte counters against the analytic values."""
         inner = getattr(self.lm, "model", None) or getattr(self.lm, "backbone", None)
-        return getattr(inner, "dspark_aux_transport", None)
+        return getattr(inner, "pp_aux_transport", None)
 
     def flush(self) -> None:
         """Complete outstanding direct-mode sends (called after the last microbatch)."""
@@ -142,7 +143,7 @@ def build_kimi_stage(spec: Any, pp_rank: int, pp_size: int,
     model.dspark_layers_to_capture = None
     if hasattr(module, "PPAuxTransport"):
         # The patched __init__ sets this; the unpatched one has no such attribute.
-        model.dspark_aux_transport = None
+        model.pp_aux_transport = None
     model.embed_tokens = (
         StandInEmbedding(hidden_size) if group.is_first_rank else PPMissingLayer()
     )

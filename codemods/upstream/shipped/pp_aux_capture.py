@@ -11,7 +11,9 @@ order a single-stage run returns them (ascending layer id).
 Model code calls these functions:
 
 * ``attach_pp_aux_transport(model, pp_group)`` at the end of a
-  ``set_*_layers_to_capture`` hook, on every rank;
+  ``set_*_layers_to_capture`` hook, on every rank (``relay_only="<reason>"`` for a model
+  whose forward needs every capture to pass through the next stage: it then refuses
+  ``SGLANG_PP_AUX_TRANSPORT=direct`` when the hook is called);
 * ``pp_aux_outgoing(model, aux_hidden_states, pp_proxy_tensors)`` on non-last stages,
   merged into the ``PPProxyTensors`` handed to the next stage;
 * or ``pp_aux_handoff(model, handoff, aux_hidden_states, pp_proxy_tensors)``, which adds
@@ -45,7 +47,10 @@ DEFAULT_MODE = "relay"
 
 
 def attach_pp_aux_transport(
-    model: torch.nn.Module, pp_group: Any, ids_attr: str = "layers_to_capture"
+    model: torch.nn.Module,
+    pp_group: Any,
+    ids_attr: str = "layers_to_capture",
+    relay_only: str = "",
 ) -> None:
     """Attach the transport for the capture ids ``model.<ids_attr>`` to ``model``.
 
@@ -53,10 +58,21 @@ def attach_pp_aux_transport(
     Every rank of the PP group calls this with the same capture layers.  Capture id
     ``i`` is taken in iteration ``i`` of the layer loop (at its start, or after the
     layer for raw layer ids), so it belongs to the stage that runs layer ``i``.
+
+    The mode is ``SGLANG_PP_AUX_TRANSPORT`` (default ``DEFAULT_MODE``), read here, on
+    every rank.  ``relay_only``: why ``model`` works in relay mode only; under PP any
+    other mode then raises ``NotImplementedError`` naming the model and the reason,
+    before any communication.
     """
     model.pp_aux_transport = None
     if pp_group.world_size == 1:
         return
+    mode = os.environ.get(PP_AUX_TRANSPORT_MODE_ENV, DEFAULT_MODE)
+    if relay_only and mode != "relay":
+        raise NotImplementedError(
+            f"{type(model).__name__} supports only {PP_AUX_TRANSPORT_MODE_ENV}=relay "
+            f"for aux hidden state capture under PP ({relay_only}); got {mode!r}."
+        )
     num_layers = _num_layers(model)
     # Ids outside [0, num_layers) are never reached by the layer loop, so a
     # single-stage run captures nothing for them; keep it that way.
@@ -65,7 +81,6 @@ def attach_pp_aux_transport(
     )
     if not layer_ids:
         return
-    mode = os.environ.get(PP_AUX_TRANSPORT_MODE_ENV, DEFAULT_MODE)
     transport = PPAuxTransport.create(
         layer_ids,
         num_layers,

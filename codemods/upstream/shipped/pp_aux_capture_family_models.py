@@ -21,9 +21,27 @@ HIDDEN_SIZE = 16
 #: ([0, 4), [4, 9)) the last stage owns most.  EAGLE3 hooks also run with None (the
 #: model's default layers).
 LAYER_IDS = [1, 3, 4, 6]
+
+
+def _int_lists(text):
+    """``"1,3;0,1,2"`` -> ``[[1, 3], [0, 1, 2]]``."""
+    return [[int(i) for i in part.split(",") if i.strip()] for part in text.split(";")]
+
+
+#: The capture id sets every hook runs with: ``LAYER_IDS``, or the ``;``-separated sets
+#: of ``SGLANG_TEST_PP_AUX_LAYER_IDS`` (e.g. ``"1,3,4,6;0,1,2"``: also every capture on
+#: the first stage).
+LAYER_ID_SETS = (
+    _int_lists(os.environ["SGLANG_TEST_PP_AUX_LAYER_IDS"])
+    if os.environ.get("SGLANG_TEST_PP_AUX_LAYER_IDS")
+    else [LAYER_IDS]
+)
 #: Token counts of the batches each case runs (0: an empty microbatch, which some
-#: models capture nothing for; every stage must agree on that).
-BATCHES = (3, 0, 1)
+#: models capture nothing for; every stage must agree on that);
+#: ``SGLANG_TEST_PP_AUX_BATCHES`` (e.g. ``"3,0,2"``) replaces them.
+BATCHES = tuple(
+    _int_lists(os.environ.get("SGLANG_TEST_PP_AUX_BATCHES") or "3,0,1")[0]
+)
 WORKER_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_TIMEOUT", "900"))
 OP_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_OP_TIMEOUT", "300"))
 
@@ -210,6 +228,11 @@ OUTER_ATTRIBUTES = dict(
     language_model_only=True,
     lm_head_is_tied=False,
 )
+#: Per causal-LM class: attributes its forward reads that its __init__ would set.
+OUTER_CLASS_ATTRIBUTES = {
+    # 0.5.21 / 0.5.22: the forward checks for a vision tower (None: text only).
+    "DeepseekV4ForCausalLM": dict(vision=None),
+}
 #: Causal-LM classes that hold the decoder stack as ``language_model``.
 LANGUAGE_MODEL_OUTERS = {"Gemma4ForConditionalGeneration"}
 #: Causal-LM classes that take exactly one of input_ids and input_embeds.
@@ -350,6 +373,8 @@ def build_model(case, pp_rank: int, pp_size: int, group):
     for attribute, value in OUTER_ATTRIBUTES.items():
         if not hasattr(outer_cls, attribute):
             setattr(outer, attribute, value)
+    for attribute, value in OUTER_CLASS_ATTRIBUTES.get(outer_cls.__name__, {}).items():
+        setattr(outer, attribute, value)
     return outer
 
 

@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from pp_aux_capture_family_models import (  # noqa: E402
     BATCHES,
-    LAYER_IDS,
+    LAYER_ID_SETS,
     OP_TIMEOUT_S,
     WORKER_TIMEOUT_S,
     StandInPPGroup,
@@ -259,8 +259,8 @@ def run_family(pp_size, jobs, timeout=WORKER_TIMEOUT_S):
 
 def _layer_id_sets(hook):
     if hook == "set_eagle3_layers_to_capture":
-        return (LAYER_IDS, None)
-    return (LAYER_IDS,)
+        return (*LAYER_ID_SETS, None)
+    return tuple(LAYER_ID_SETS)
 
 
 def family_jobs(pp_size, cases=None):

@@ -1,6 +1,7 @@
 """Stand-in for ``triton`` so SGLang model modules import on a CPU-only machine.
 
-Every attribute is a permissive placeholder: decorators (``jit``, ``autotune``,
+Every attribute is a permissive placeholder (except ``triton.language.constexpr``, which
+keeps its value as triton's does): decorators (``jit``, ``autotune``,
 ``heuristics``) hand the decorated function back unchanged, anything else is a placeholder
 that can be called, indexed or read further.  Submodules (``triton.language``,
 ``triton.language.extra.libdevice``, ...) are created on first import.  No kernel ever runs.
@@ -82,7 +83,20 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module):
         if module.__name__ == "triton.runtime":
             module.driver = _Driver()
+        if module.__name__ == "triton.language":
+            module.constexpr = _Constexpr
         return None
+
+
+class _Constexpr:
+    """``triton.language.constexpr``: holds a compile-time value in ``.value``, which
+    modules read at import (e.g. 0.5.21's ``fp4_indexer.py`` adds two of them)."""
+
+    def __init__(self, value=None) -> None:
+        self.value = value.value if isinstance(value, _Constexpr) else value
+
+    def __repr__(self) -> str:
+        return f"constexpr[{self.value!r}]"
 
 
 class _ActiveDriver(_Placeholder):
