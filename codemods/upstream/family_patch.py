@@ -16,6 +16,7 @@ from pathlib import Path
 from codemods.upstream.family import FamilyPlan, plan_family
 from codemods.upstream.graph_sizing import sizing_changes
 from codemods.upstream.graph_sizing_legacy import legacy_sizing_changes
+from codemods.upstream.names import GLUE_MODULE, MODES, PLAN_MODULE, TRANSPORT_MODULE
 from codemods.upstream.patchfile import FileChange
 from codemods.upstream.sglang_tree import SGLangTree
 
@@ -28,10 +29,6 @@ TEST_TEMPLATE = SHIPPED_DIR / "test_pp_aux_capture_family.py"
 #: The test's stand-in models and builders, shipped next to it (the test imports them).
 TEST_MODELS_SOURCE = SHIPPED_DIR / "pp_aux_capture_family_models.py"
 
-TRANSPORT_MODULE = "sglang.srt.distributed.pp_aux_transport"
-#: The transport's torch-free half, shipped next to it (the transport imports it).
-PLAN_MODULE = "sglang.srt.distributed.pp_aux_plan"
-GLUE_MODULE = "sglang.srt.distributed.pp_aux_capture"
 TEST_FILE = "test_pp_aux_capture_family.py"
 TEST_MODELS_FILE = "pp_aux_capture_family_models.py"
 CASES_MARKER = "    # @@FAMILY_CASES@@\n"
@@ -80,8 +77,8 @@ MODE_LINE = 'DEFAULT_MODE = "relay"\n'
 
 def render_glue(mode: str = "relay") -> str:
     """The glue module with ``mode`` as its default transport mode."""
-    if mode not in ("relay", "direct"):
-        raise ValueError(f"mode must be relay or direct, got {mode!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     text = GLUE_SOURCE.read_text(encoding="utf-8")
     if MODE_LINE not in text:
         raise RuntimeError(f"{GLUE_SOURCE}: {MODE_LINE.strip()!r} missing")

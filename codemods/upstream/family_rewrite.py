@@ -126,6 +126,7 @@ from codemods.upstream.family_syntax import (
     split_docstring,
 )
 from codemods.upstream.imports import add_from_import
+from codemods.upstream.names import ATTACH, GLUE_MODULE
 from codemods.upstream.pyformat import (
     LINE_LENGTH,
     Call,
@@ -134,8 +135,6 @@ from codemods.upstream.pyformat import (
     render_call,
 )
 
-GLUE_MODULE = "sglang.srt.distributed.pp_aux_capture"
-ATTACH = "attach_pp_aux_transport"
 OUTGOING = "pp_aux_outgoing"
 COLLECT = "pp_aux_collect"
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from codemods.upstream import dspark_relay, kimi, kimi_k3
+from codemods.upstream import dspark_relay, kimi, kimi_k3, names
 from codemods.upstream.family import FamilyPlan
 from codemods.upstream.family_patch import (
     GLUE_MODULE,
@@ -90,7 +90,7 @@ class UpstreamResult:
 
     @property
     def transport_path(self) -> str:
-        return self.tree.module_path(kimi.TRANSPORT_MODULE)
+        return self.tree.module_path(names.TRANSPORT_MODULE)
 
     @property
     def plan_path(self) -> str:

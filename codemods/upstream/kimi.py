@@ -67,21 +67,22 @@ import libcst.matchers as m
 
 from codemods.upstream.imports import add_from_import
 from codemods.upstream.kimi_relay import insert_relay, relay_code
+from codemods.upstream.names import (
+    ATTACH,
+    GLUE_MODULE,
+    PP_ERROR,
+    TRANSPORT_ATTR,
+    TRANSPORT_MODULE,
+)
 from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, render_call
 
 MODULE = "sglang.srt.models.kimi_linear"
 SETTER = "set_dspark_layers_to_capture"
 CAPTURE_ATTR = "dspark_layers_to_capture"
 #: Where the glue attaches the transport (the attribute every patched model uses).
-TRANSPORT_ATTR = "pp_aux_transport"
 #: The attribute of earlier versions of this rewrite (a tree patched by them is "patched").
 LEGACY_TRANSPORT_ATTR = "dspark_aux_transport"
-TRANSPORT_MODULE = "sglang.srt.distributed.pp_aux_transport"
 TRANSPORT_NAMES = ("validate_layer_ids",)
-GLUE_MODULE = "sglang.srt.distributed.pp_aux_capture"
-ATTACH = "attach_pp_aux_transport"
-PP_ERROR = "DSPARK aux hidden capture requires PP=1."
-NONE_ERROR = "DSPARK requires explicit layer_ids for aux hidden capture."
 
 NEEDS_PATCH = "needs_patch"
 PATCHED = "patched"

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
-from codemods.upstream import kimi
+from codemods.upstream import kimi, names
 from codemods.upstream.imports import add_from_import
 from codemods.upstream.kimi_relay import insert_relay, relay_code
 from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, render_call
@@ -203,7 +203,7 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
     if kimi.attaches_transport(setter.func, source):
         return Analysis(path, PATCHED, module, setter, forward,
                         [f"{path} already carries DSPARK captures across PP with "
-                         f"{kimi.TRANSPORT_MODULE}"])
+                         f"{names.TRANSPORT_MODULE}"])
     if not setter.pp_guards and forward.relays:
         assert forward.boundary is not None
         keys = sorted(set(kimi._strings_in(forward.boundary)) - {"hidden_states", "residual"})
@@ -221,7 +221,7 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
     notes = []
     if setter.pp_guards:
         notes.append(f"{setter.cls.name.value}.{kimi.SETTER}: removes the PP=1 guard "
-                     f"({kimi.PP_ERROR!r}) and the non-last-rank early return")
+                     f"({names.PP_ERROR!r}) and the non-last-rank early return")
     notes.append(f"{forward.cls.name.value}: a stage's last captured layer is mixed on the "
                  f"next stage (it holds the next layer's weights)")
     return Analysis(path, NEEDS_PATCH, module, setter, forward, notes, stream=stream)
@@ -259,11 +259,11 @@ def _rewrite_forward(func: cst.FunctionDef, shape: kimi.ForwardShape,
     entry = kimi._fresh("dspark_entry", taken)
     width = kimi._fresh("dspark_width", taken)
     proxy_dict = kimi._fresh("proxy_tensors", taken)
-    transport = f"self.{kimi.TRANSPORT_ATTR}"
+    transport = f"self.{names.TRANSPORT_ATTR}"
     proxy = shape.proxy_param
 
     init_lines, capture_line, boundary_nodes, collect_node = relay_code(
-        f"self.{kimi.TRANSPORT_ATTR}", captures, incoming, proxy_dict, proxy, shape.loop_var, shape.aux_name,
+        f"self.{names.TRANSPORT_ATTR}", captures, incoming, proxy_dict, proxy, shape.loop_var, shape.aux_name,
         stream.handoff_entries, stream.hidden)
     init_lines += [
         f"{_D2}if (",
@@ -329,7 +329,7 @@ def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
             return updated
 
     module = kimi.transport_imports(analysis.module.visit(_Classes()), forward)
-    module = add_from_import(module, kimi.TRANSPORT_MODULE, ("AUX_ENTRY",))
+    module = add_from_import(module, names.TRANSPORT_MODULE, ("AUX_ENTRY",))
     new_source = module.code
     compile(new_source, path, "exec")
     return new_source, analysis

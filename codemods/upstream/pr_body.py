@@ -13,7 +13,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from codemods.upstream import kimi, kimi_k3
+from codemods.upstream import kimi, kimi_k3, names
 from codemods.upstream.family_report import pr_section
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.graph_sizing import has_dspark_sizing
@@ -249,19 +249,19 @@ def _motivation(result: UpstreamResult) -> str:
     if kimi_rewritten(result):
         lines.append(f"""
 - `KimiLinearForCausalLM.set_dspark_layers_to_capture` refuses PP outright:
-  `NotImplementedError("{kimi.PP_ERROR}")`;
+  `NotImplementedError("{names.PP_ERROR}")`;
 - removing that guard is not enough: non-last ranks return before storing the ids, and
   the model forward passes only `hidden_states` and `residual` across the stage boundary,
   so every capture made on a non-last stage would be dropped silently and the drafter
   would get fewer features than requested;
 - the check for callers that pass `None`,
-  `ValueError("{kimi.NONE_ERROR}")`, sits behind that early
+  `ValueError("{names.NONE_ERROR}")`, sits behind that early
   return, so only the last rank would run it.
 """)
     if k3_touched(result):
         lines.append(f"""
 - `KimiK3LinearForCausalLM.set_dspark_layers_to_capture` refuses PP the same way
-  (`NotImplementedError("{kimi.PP_ERROR}")`), and its stage handoff drops captures too.
+  (`NotImplementedError("{names.PP_ERROR}")`), and its stage handoff drops captures too.
 """)
     family = result.family.patched if result.family is not None else []
     if family:
