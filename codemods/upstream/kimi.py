@@ -385,16 +385,23 @@ def attaches_transport(setter: cst.FunctionDef, source: str) -> bool:
     return TRANSPORT_MODULE in source and _mentions_attr(setter, LEGACY_TRANSPORT_ATTR)
 
 
-def analyse(source: str, path: str = MODULE) -> Analysis:
-    """Classify ``source``; raises :class:`UnrecognisedShape` naming what is missing."""
+def discover(source: str, path: str, unrecognised: type[UnrecognisedShape] = UnrecognisedShape):
+    """Parse ``source`` and find the DSPARK setter and the capturing forward:
+    ``(module, setter or None, forward or None, what is missing)``; a file LibCST cannot
+    parse raises ``unrecognised``."""
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as err:
-        raise UnrecognisedShape(path, [f"Python source LibCST can parse ({err.message})"]) \
-            from err
+        raise unrecognised(path, [f"Python source LibCST can parse ({err.message})"]) from err
     missing: list[str] = []
     setter = _find_setter(module, missing)
     forward = _find_forward(module, missing)
+    return module, setter, forward, missing
+
+
+def analyse(source: str, path: str = MODULE) -> Analysis:
+    """Classify ``source``; raises :class:`UnrecognisedShape` naming what is missing."""
+    module, setter, forward, missing = discover(source, path)
     if setter is None or forward is None:
         raise UnrecognisedShape(path, missing)
     if attaches_transport(setter.func, source):

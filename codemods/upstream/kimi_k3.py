@@ -187,14 +187,7 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
     The setter and forward are found by ``kimi.py``'s discovery; what differs from
     Kimi-Linear (the handoff branch, the capture method) is judged here.
     """
-    try:
-        module = cst.parse_module(source)
-    except cst.ParserSyntaxError as err:
-        raise UnrecognisedShape(path, [f"Python source LibCST can parse ({err.message})"]) \
-            from err
-    missing: list[str] = []
-    setter = kimi._find_setter(module, missing)
-    forward = kimi._find_forward(module, missing)
+    module, setter, forward, missing = kimi.discover(source, path, UnrecognisedShape)
     if setter is None or forward is None:
         relayed = _relays_itself(module, source, path)
         if relayed is not None:
