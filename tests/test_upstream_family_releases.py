@@ -80,7 +80,8 @@ def test_generated_family_test_passes_in_the_patched_tree(patched):
         assert f'        "{name}",\n' in source, name
     proc = run_python([str(test), "-v"], copy, timeout=2300)
     assert proc.returncode == 0, proc.stderr[-6000:]
-    assert "Ran 3 tests" in proc.stderr and "OK" in proc.stderr.splitlines()[-1]
+    assert "Ran 4 tests" in proc.stderr and "OK" in proc.stderr.splitlines()[-1]
+    assert "test_relay_only_model_refuses_another_mode_before_any_communication" in proc.stderr
 
 
 @pytest.mark.timeout(1800)

@@ -297,6 +297,30 @@ class TestPPAuxCaptureFamily(CustomTestCase):
                 with self.subTest(model=module_name, hook=hook):
                     self.assertIn("attach_pp_aux_transport", source)
 
+    def test_relay_only_model_refuses_another_mode_before_any_communication(self):
+        from sglang.srt.distributed import pp_aux_capture
+
+        stack = torch.nn.Module()
+        stack.layers_to_capture = [0]
+        previous = os.environ.get(pp_aux_capture.PP_AUX_TRANSPORT_MODE_ENV)
+        os.environ[pp_aux_capture.PP_AUX_TRANSPORT_MODE_ENV] = "direct"
+        try:
+            # No process group exists: the refusal must come before any collective.
+            with self.assertRaisesRegex(NotImplementedError, "only .*=relay.*mixed next"):
+                pp_aux_capture.attach_pp_aux_transport(
+                    stack, StandInPPGroup(0, 2), relay_only="mixed next"
+                )
+            # PP=1: no transport, nothing to refuse.
+            pp_aux_capture.attach_pp_aux_transport(
+                stack, StandInPPGroup(0, 1), relay_only="mixed next"
+            )
+            self.assertIsNone(stack.pp_aux_transport)
+        finally:
+            if previous is None:
+                os.environ.pop(pp_aux_capture.PP_AUX_TRANSPORT_MODE_ENV)
+            else:
+                os.environ[pp_aux_capture.PP_AUX_TRANSPORT_MODE_ENV] = previous
+
     def _check(self, pp_size):
         for entry in run_family(pp_size, family_jobs(pp_size)):
             label = (
