@@ -57,6 +57,10 @@ def test_patched_bailing_moe_v3_matches_pp1(sglang_release, tmp_path, version):
     decision = result.family.decisions[f"{MODEL}.py"]
     assert decision.patched, decision.reason
     assert decision.capture_kinds == (GATED_KIND,)
+    # The comment above the gate ties capture to the last stage: named for review.
+    assert decision.stale_comments == (
+        "# DSpark / DFlash capture relies on the per-layer eager loop exposing the",
+    )
     rel = "sglang/srt/models/bailing_moe_v3.py"
     text = (copy / rel).read_text()
     assert "self.capture_aux_hidden_states\n            and self.layers_to_capture" in text

@@ -81,7 +81,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.family_entry_handoff import HANDOFF, handoff_index
-from codemods.upstream.family_forward import ForwardShape
+from codemods.upstream.family_forward import ForwardShape, _last_stage_comments
 from codemods.upstream.family_repairs import FamilyRewriteError
 from codemods.upstream.family_syntax import (
     LAST_RANK,
@@ -257,19 +257,8 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         ids_attr=ids_attr,
         gate=gate,
         gate_assignments=(gate_index,),
-        stale_comments=_stale_comments(body[gate_index]),
+        stale_comments=_last_stage_comments(body, [gate_index]),
     )
-
-
-def _stale_comments(statement: cst.CSTNode) -> tuple[str, ...]:
-    """The first line of the comment above the gate when it speaks of the last stage."""
-    comments = [
-        line.comment.value for line in statement.leading_lines if line.comment is not None
-    ]
-    text = " ".join(comments).lower()
-    if comments and ("final pipeline stage" in text or "last rank" in text):
-        return (comments[0],)
-    return ()
 
 
 class _EveryFirstLayer(cst.CSTTransformer):
