@@ -190,16 +190,17 @@ def test_generated_family_test_passes_for_the_layer_entry_models(patched):
 
 
 #: What the whole patch (no ``--models``) rewrites on 0.5.23: the layer-entry shape
-#: (nemotron_h snapshots at layer entry; qwen3_vl enumerates its slice of the stack;
-#: gemma4_causal, gemma4_mm and qwen2_5_vl store the ids on every rank, no early return,
+#: (nemotron_h snapshots at layer entry; bailing_moe_v3 gates its capture on the last
+#: rank: ``test_upstream_family_gated_releases.py``; qwen3_vl enumerates its slice of the
+#: stack; gemma4_causal, gemma4_mm and qwen2_5_vl store the ids on every rank, no early return,
 #: and gemma4 builds its handoff from ``to_pp(...).tensors``; deepseek_v2 and mimo_v2 pack
 #: their captures: ``test_upstream_packer_releases.py``), and deepseek_v4's literal
 #: ``PPProxyTensors`` (``test_upstream_literal_proxy_releases``).
 PATCHED_0_5_23 = (
-    "apertus", "bailing_moe", "deepseek_v2", "deepseek_v4", "exaone_moe", "gemma4_causal",
-    "gemma4_mm", "glm4_moe", "glm4_moe_lite", "glm5_next", "gpt_oss", "laguna", "llama", "mimo_v2",
-    "minimax_m2", "minimax_m3", "minimax_m3_vl", "nemotron_h", "qwen2", "qwen2_5_vl",
-    "qwen2_moe", "qwen3", "qwen3_5_text", "qwen3_moe", "qwen3_vl",
+    "apertus", "bailing_moe", "bailing_moe_v3", "deepseek_v2", "deepseek_v4", "exaone_moe",
+    "gemma4_causal", "gemma4_mm", "glm4_moe", "glm4_moe_lite", "glm5_next", "gpt_oss",
+    "laguna", "llama", "mimo_v2", "minimax_m2", "minimax_m3", "minimax_m3_vl", "nemotron_h",
+    "qwen2", "qwen2_5_vl", "qwen2_moe", "qwen3", "qwen3_5_text", "qwen3_moe", "qwen3_vl",
 )
 #: Not in the layer-entry shape.
 LITERAL_PROXY = ("deepseek_v4",)

@@ -1,7 +1,7 @@
-"""Synthetic checks of the two reasons the family plan gives for models it leaves alone
-although they run under PP: a capture hook that raises under PP itself
-(``family_setter.pp_raise_of``) and a layer-entry stack that captures on the last rank
-only (``family_entry_gated``).  Near misses keep the generic reasons."""
+"""Synthetic checks of a capture hook that raises under PP itself, the reason the family
+plan gives for leaving such a model alone (``family_setter.pp_raise_of``), and of the
+layer-entry stack that captures on the last rank only (``family_entry_gated``): what is
+recognised, why a near miss is not rewritten, and the rewrite."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ import textwrap
 
 import libcst as cst
 
-from codemods.upstream.family_entry_gated import gated_entry_problem
+from codemods.upstream.family_entry_gated import (
+    GATED_KIND,
+    analyse_forward,
+    is_gated_forward,
+    rewrite_forward,
+)
 from codemods.upstream.family_setter import pp_raise_of
 
 
@@ -70,22 +75,54 @@ def forward(self, input_ids, positions, forward_batch, pp_proxy_tensors=None):
 """
 
 
-def test_last_rank_gate_is_named_with_what_the_loop_skips():
-    problem = gated_entry_problem(_function(STACK.format(gate="self.pp_group.is_last_rank")))
-    assert problem == (
-        "creates its capture list only under `capture_aux`, which requires "
-        "`self.pp_group.is_last_rank`; never at its stage's first layer "
-        "(`i > self.start_layer`); skips empty batches in its capture function: under PP "
-        "the last stage captures only its own layers and the ids of earlier stages are "
-        "lost without an error; this last-rank-gated layer-entry shape is not rewritten "
-        "yet"
+def test_last_rank_gate_is_recognised_and_names_what_the_rewrite_lacks():
+    fn = _function(STACK.format(gate="self.pp_group.is_last_rank"))
+    assert is_gated_forward(fn)
+    shape = analyse_forward("Stack", fn, 1)
+    assert shape.capture_kinds == (GATED_KIND,)
+    assert shape.problem == (
+        "the last-rank branch does not start with "
+        "`hidden_states = residual_batch.complete_output(...)`"
+    )
+    unskipped = STACK.format(gate="self.pp_group.is_last_rank").replace(
+        "i > self.start_layer", "i >= self.start_layer"
+    )
+    assert analyse_forward("Stack", _function(unskipped), 1).problem == (
+        "no `capture_output if capture_aux and i > self.start_layer and "
+        "(i - 1 in self.layers_to_capture) else None` in the layer call"
     )
 
 
+def test_gated_forward_is_rewritten_to_capture_on_every_stage():
+    source = STACK.format(gate="self.pp_group.is_last_rank").replace(
+        "    return hidden_states, aux\n",
+        "    else:\n"
+        "        hidden_states = residual_batch.complete_output(hidden_states, forward_batch)\n"
+        "        return hidden_states, aux\n",
+    )
+    fn = _function(source)
+    shape = analyse_forward("Stack", fn, 1)
+    assert shape.recognised, shape.problem
+    text = cst.Module(body=[rewrite_forward(fn, shape)]).code
+    assert "capture_aux = self.capture_aux_hidden_states\n" in text
+    assert "if capture_aux and i > 0 and i - 1 in self.layers_to_capture" in text
+    assert (
+        "        handoff = residual_batch.to_pp(hidden_states, forward_batch)\n"
+        '        if capture_aux and handoff["hidden_states"].shape[0] != 0:\n'
+        "            handoff = pp_aux_handoff(self, handoff, aux, pp_proxy_tensors)\n"
+        "        return handoff\n"
+    ) in text
+    assert (
+        "        if capture_aux and hidden_states.shape[0] != 0:\n"
+        "            aux = pp_aux_collect(self, aux, pp_proxy_tensors, hidden_states)\n"
+        "        return hidden_states, aux\n"
+    ) in text
+
+
 def test_gate_without_the_last_rank_or_a_literal_handoff_is_not_this_shape():
-    assert gated_entry_problem(_function(STACK.format(gate="self.enabled"))) is None
+    assert not is_gated_forward(_function(STACK.format(gate="self.enabled")))
     literal = STACK.format(gate="self.pp_group.is_last_rank").replace(
         "residual_batch.to_pp(hidden_states, forward_batch)",
         'PPProxyTensors({"hidden_states": hidden_states})',
     )
-    assert gated_entry_problem(_function(literal)) is None
+    assert not is_gated_forward(_function(literal))

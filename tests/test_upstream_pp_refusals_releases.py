@@ -1,15 +1,16 @@
-"""What the upstream patch says about the SGLang 0.5.21-0.5.23 models it leaves alone
-although they have a capture hook and run under PP, and that what it says is true.
+"""What the upstream patch says about the SGLang 0.5.21-0.5.23 models of an unusual
+shape that have a capture hook and run under PP, and that what it says is true.
 
 - ``beam`` (0.5.23 only): its DFLASH hook raises ``ValueError`` under PP in its own code.
   The real hook, called on CPU with a PP group of 2 and 3 ranks, raises exactly that and
-  stores no ids; with one rank it stores them.
+  stores no ids; with one rank it stores them.  The patch leaves it alone.
 - ``bailing_moe_v3`` (0.5.21-0.5.23): its decoder stack captures on the last rank only
   (a gate with ``is_last_rank``), never at its stage's first layer, and skips empty
-  batches.  The release's real causal-LM and decoder-stack classes, driven as 2 and 3
-  gloo stages with stand-in layers (``sglang_support.entry_check``; microbatches of 3, 0
-  and 2 tokens), hand the DSPARK drafter fewer captures than a PP=1 run, and no stage
-  raises: the loss the report names.
+  batches.  The patch rewrites it (``family_entry_gated``; the patched stages are driven
+  by ``test_upstream_family_gated_releases.py``).  The release as shipped, its real
+  causal-LM and decoder-stack classes driven as 2 and 3 gloo stages with stand-in layers
+  (``sglang_support.entry_check``; microbatches of 3, 0 and 2 tokens), hands the DSPARK
+  drafter fewer captures than a PP=1 run, and no stage raises: the loss the patch fixes.
 
 glm5_next, the other model of these releases with an unusual shape, is patched
 (``test_upstream_family_entry_releases.py`` drives it).
@@ -24,6 +25,7 @@ from sglang_support.env import run_python
 
 from codemods.upstream.family import RAISES_PP, plan_family
 from codemods.upstream.family_entry import ENTRY_KIND
+from codemods.upstream.family_entry_gated import GATED_KIND
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -32,14 +34,6 @@ BEAM_REASON = (
     f"{RAISES_PP}: `set_dflash_layers_to_capture` (`if self.model.pp_group.world_size "
     '!= 1: raise ValueError("Beam DFlash capture currently requires PP=1")`): it fails '
     "loudly under PP, so no capture is lost silently"
-)
-BAILING_REASON = (
-    "bailing_moe_v3.py:BailingMoELinearModel.forward: creates its capture list only "
-    "under `capture_aux`, which requires `self.pp_group.is_last_rank`; never at its "
-    "stage's first layer (`i > self.start_layer`); skips empty batches in its capture "
-    "function: under PP the last stage captures only its own layers and the ids of "
-    "earlier stages are lost without an error; this last-rank-gated layer-entry shape "
-    "is not rewritten yet"
 )
 #: Raw DSPARK ids: on 2 stages ([0, 4) [4, 9)) one id per stage and the last layer; on
 #: 3 stages ([0, 3) [3, 6) [6, 9)) both on the first stage.
@@ -57,8 +51,8 @@ def test_report_names_what_each_model_does(sglang_release, version):
     decisions = plan.decisions
     assert decisions["glm5_next.py"].patched
     assert decisions["glm5_next.py"].capture_kinds == (ENTRY_KIND,)
-    assert not decisions["bailing_moe_v3.py"].patched
-    assert decisions["bailing_moe_v3.py"].reason == BAILING_REASON
+    assert decisions["bailing_moe_v3.py"].patched
+    assert decisions["bailing_moe_v3.py"].capture_kinds == (GATED_KIND,)
     if version == "0.5.23":
         assert not decisions["beam.py"].patched
         assert decisions["beam.py"].reason == BEAM_REASON

@@ -79,6 +79,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.family_entry_closure import capture_closure
+from codemods.upstream.family_entry_gated import GATED_KIND
 from codemods.upstream.family_entry_handoff import (
     HANDOFF,
     HANDOFF_FUNC,
@@ -120,7 +121,7 @@ GATHERED_DESCRIPTION = (
 #: (``family_snapshot``, which recognises it; the rewrite is this module's).
 SNAPSHOT_KIND = "entry-snapshot"
 #: Every kind this module rewrites.
-KINDS = (ENTRY_KIND, GATHERED_KIND, SNAPSHOT_KIND)
+KINDS = (ENTRY_KIND, GATHERED_KIND, SNAPSHOT_KIND, GATED_KIND)
 
 
 def is_entry_shape(capture_kinds: tuple[str, ...]) -> bool:

@@ -93,11 +93,10 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
 
     if family_snapshot.is_snapshot_forward(fn):
         return family_snapshot.analyse_forward(class_name, fn, line)
-    from codemods.upstream.family_entry_gated import gated_entry_problem
+    from codemods.upstream import family_entry_gated
 
-    gated = gated_entry_problem(fn)
-    if gated is not None:
-        return reject(gated)
+    if family_entry_gated.is_gated_forward(fn):
+        return family_entry_gated.analyse_forward(class_name, fn, line)
     if not isinstance(fn.body, cst.IndentedBlock):
         return reject("forward has no block body")
     body = list(fn.body.body)

@@ -20,6 +20,7 @@ from codemods.upstream.family_entry import (
     GATHERED_KIND,
     SNAPSHOT_KIND,
 )
+from codemods.upstream.family_entry_gated import GATED_DESCRIPTION, GATED_KIND
 from codemods.upstream.family_snapshot import SNAPSHOT_DESCRIPTION
 
 #: How each capture kind is described in tables.
@@ -32,6 +33,7 @@ CAPTURE_KINDS = {
     ENTRY_KIND: ENTRY_DESCRIPTION,
     GATHERED_KIND: GATHERED_DESCRIPTION,
     SNAPSHOT_KIND: SNAPSHOT_DESCRIPTION,
+    GATED_KIND: GATED_DESCRIPTION,
 }
 
 

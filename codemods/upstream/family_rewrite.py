@@ -100,6 +100,12 @@ from codemods.upstream.family_delegated import method_of
 from codemods.upstream.family_entry import HANDOFF as ENTRY_HANDOFF
 from codemods.upstream.family_entry import is_entry_shape
 from codemods.upstream.family_entry import rewrite_forward as rewrite_entry_forward
+from codemods.upstream.family_entry_gated import (
+    ENTRY_IDS_ATTR,
+    GATED_KIND,
+    entry_ids_property,
+)
+from codemods.upstream.family_entry_gated import rewrite_forward as rewrite_gated_forward
 from codemods.upstream.family_forward import ForwardShape
 from codemods.upstream.family_proxy_width import WIDTH, add_proxy_width_method
 from codemods.upstream.family_repairs import (
@@ -158,6 +164,9 @@ def rewrite_module(
     """Rewrite the given hooks and forwards of ``module``, add the missing stack
     setters and fix the causal-LM forwards that unpack non-last stages' output;
     everything else is kept."""
+    if any(GATED_KIND in f.capture_kinds for f in forwards):
+        # The transport maps each capture to the stage that takes it (layer entry).
+        setters = [replace(s, ids_attr=ENTRY_IDS_ATTR) for s in setters]
     transformer = _FamilyTransformer(setters, forwards, stack_setters, stage_fixes)
     updated = module.visit(transformer)
     missing = transformer.expected - transformer.done
@@ -229,7 +238,7 @@ class _FamilyTransformer(cst.CSTTransformer):
 
     def leave_FunctionDef(
         self, original: cst.FunctionDef, updated: cst.FunctionDef
-    ) -> cst.FunctionDef:
+    ) -> cst.FunctionDef | cst.FlattenSentinel:
         self._depth -= 1
         if len(self._classes) != 1 or self._depth != 0:
             return updated
@@ -249,6 +258,10 @@ class _FamilyTransformer(cst.CSTTransformer):
         forward = self.forwards.get(class_name)
         if forward is not None and original.name.value == method_of(forward):
             self.done.add(f"{class_name}.forward")
+            if GATED_KIND in forward.capture_kinds:
+                return cst.FlattenSentinel(
+                    [rewrite_gated_forward(updated, forward), entry_ids_property(forward.ids_attr)]
+                )
             if is_entry_shape(forward.capture_kinds):
                 return rewrite_entry_forward(updated, forward)
             return rewrite_forward(updated, forward)

@@ -25,6 +25,7 @@ GROUP_CELLS = {
     KIMI: "DSPARK relay",
     "entry-callback": "layer-entry callback",
     "entry-gathered": "gathered collector",
+    "entry-gated": "last-rank-gated layer entry",
     "loop": "layer-loop append",
     "boundaries": "layer boundaries",
     "layer-list": "list handed to layers",
