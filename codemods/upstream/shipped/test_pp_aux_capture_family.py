@@ -306,7 +306,9 @@ class TestPPAuxCaptureFamily(CustomTestCase):
         os.environ[pp_aux_capture.PP_AUX_TRANSPORT_MODE_ENV] = "direct"
         try:
             # No process group exists: the refusal must come before any collective.
-            with self.assertRaisesRegex(NotImplementedError, "only .*=relay.*mixed next"):
+            with self.assertRaisesRegex(
+                NotImplementedError, "only .*=relay.*mixed next"
+            ):
                 pp_aux_capture.attach_pp_aux_transport(
                     stack, StandInPPGroup(0, 2), relay_only="mixed next"
                 )
