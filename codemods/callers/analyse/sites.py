@@ -28,7 +28,7 @@ from codemods.callers.records import Action, CallSite, Risk, SiteFacts, is_skipp
 from codemods.callers.rewrite import registry
 from codemods.callers.scope import mark_skipped, skip_expected_errors
 from codemods.catalog.hooks import DEFAULT_HOOKS, Hook, HookSet
-from codemods.catalog.pp_raise import loses_captures_silently, raising_hooks
+from codemods.catalog.pp_raise import loses_captures_silently, pp_hint, raising_hooks
 
 
 @dataclass(frozen=True)
@@ -264,6 +264,18 @@ def _found_calls(analyzer: _Analyzer) -> list[FoundCall]:
     return [_unless_required(analyzer, item) for item in ordered]
 
 
+def _pp_advice(item: FoundCall) -> str:
+    """What to do under PP about a call left as it is: ``auxcap upstream-patch`` only where it
+    helps (captures lost silently: the family patch; ``NotImplementedError``: only for hooks
+    whose raising setters the patch rewrites, :func:`codemods.catalog.pp_raise.pp_hint`)."""
+    raising = [hook.name for hook in raising_hooks(item.hooks)]
+    if raising:
+        return pp_hint(raising)
+    if Risk.PP_SILENT in item.site.risks:
+        return "run with --pp-size 1, or apply `auxcap upstream-patch`"
+    return "run with --pp-size 1"
+
+
 def _unless_required(analyzer: _Analyzer, item: FoundCall) -> FoundCall:
     """``item`` marked skipped when it would be rewritten and its capture is required."""
     if is_skipped(item.site) or not set(item.site.actions) & registry.ACTIONS:
@@ -281,7 +293,7 @@ def _unless_required(analyzer: _Analyzer, item: FoundCall) -> FoundCall:
         actions = tuple(Action(entry.action) for entry in kept)
         site = dataclasses.replace(item.site, actions=actions, note=note)
         return dataclasses.replace(item, site=site, required=True)
-    note = f"{reason}; left as is (under PP: --pp-size 1, or `auxcap upstream-patch`)"
+    note = f"{reason}; left as is (under PP: {_pp_advice(item)})"
     return dataclasses.replace(item, site=mark_skipped(item.site, note))
 
 
