@@ -447,7 +447,7 @@ def migrate(
     default=False,
     help="Run the family test the patch adds on a patched copy of the tree (CPU, gloo, 2 "
     "and 3 stages; needs SGLang's dependencies in this Python) and report its verdicts "
-    "in the PR description.",
+    "in the PR description. Exit 1 when a model fails it, 2 when it could not run.",
 )
 @_branch_options(pr_body=False)
 def upstream_patch(
