@@ -14,6 +14,7 @@ from libcst.metadata import MetadataWrapper
 from codemods.callers.analyse.contexts import ContextsMixin
 from codemods.callers.analyse.nullness import NullnessMixin
 from codemods.callers.analyse.positions import code_and_positions
+from codemods.callers.analyse.pp_pinned import pins_pp_size_one
 from codemods.callers.analyse.required import RequiredMixin, binding_name
 from codemods.callers.analyse.scopes import ScopesMixin, _ScopeCollector
 from codemods.callers.analyse.syntax import (
@@ -90,6 +91,11 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, Required
         self.calls = collector.calls
         self.parents = collector.parents
         self.imports = collector.imports
+
+    @functools.cached_property
+    def pp_pinned_off(self) -> bool:
+        """The module sets ``pp_size`` to the literal 1 wherever it sets it (``pp_pinned``)."""
+        return pins_pp_size_one(self.parents)
 
     @functools.cached_property
     def positions(self):
@@ -201,8 +207,8 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, Required
                     bind_name = binding_name(ids_core, scopes[0].names if scopes else ())
         if can_raise_pp and not handles:
             risks.append(Risk.PP_UNSUPPORTED)
-        if loses_captures_silently(hooks):
-            risks.append(Risk.PP_SILENT)
+        if loses_captures_silently(hooks) and not self.pp_pinned_off:
+            risks.append(Risk.PP_SILENT)  # not where the module pins pp_size to 1
 
         position = self.positions[call]
         site = CallSite(
