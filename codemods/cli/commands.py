@@ -1,7 +1,8 @@
 """Command-line interface.  Thin: parse options, call the library, print, set the exit code.
 
 Exit codes: 0 nothing to do / success; 1 changes needed (``--check``) or a check failed;
-2 usage error or a file that could not be processed.
+2 usage error, a file that could not be processed or a folder that could not be listed
+(never 0 then), or an ``upstream-patch --validate`` that could not run.
 """
 
 from __future__ import annotations
