@@ -139,7 +139,7 @@ def test_scan_json_follows_the_schema(demo):
 
 def test_scan_json_schema_rejects_bad_documents():
     bad = {
-        "version": 1,
+        "version": 2,
         "files": [{"path": "x", "status": "weird", "error": None, "call_sites": []}],
         "summary": {"files": 1, "call_sites": 0, "changed": 0, "review": 0, "failed": 0},
     }

@@ -59,9 +59,9 @@ def test_migrate_branch_commits_the_rewrite_and_writes_the_pr_body(repo):
     assert "if layer_ids" in git(repo, "show", "HEAD:app/spec.py")
     message = git(repo, "log", "-1", "--format=%B")
     assert message.startswith("Guard aux hidden-state capture calls (1 call site in 1 file)\n")
-    assert "  app/spec.py\n    7:" in message
+    assert "\n  app/spec.py:7 set_dspark_layers_to_capture is called only when" in message
     body = (repo / "PR.md").read_text()
-    assert "| `app/spec.py` | 7 | `set_dspark_layers_to_capture` |" in body
+    assert "- `app/spec.py:7`: `set_dspark_layers_to_capture` is called only when" in body
     assert "Idempotent" in body and "git revert" in body
     # Only PR.md (written after the commit) is new; nothing else changed.
     assert git(repo, "status", "--porcelain", "-uall") == "?? PR.md\n"
@@ -216,7 +216,7 @@ def test_run_from_a_subdirectory_of_the_repository(repo, monkeypatch):
     result = auxcap("migrate", ".", "--branch", BRANCH, "--pr-body", "../PR.md")
     assert result.exit_code == 0, result.output
     assert git(repo, "show", "--name-only", "--format=", "HEAD").split() == ["app/spec.py"]
-    assert "| `app/spec.py` | 7 |" in (repo / "PR.md").read_text()
+    assert "- `app/spec.py:7`: " in (repo / "PR.md").read_text()
 
 
 def test_allow_dirty_refuses_to_mix_the_user_edits_into_the_commit(repo):

@@ -80,10 +80,10 @@ def test_migrate_on_branch_commits_writes_the_pr_body_and_patches(repo, tmp_path
     assert done.verification.idempotent is True and done.verification.ok
     body = (tmp_path / "PR.md").read_text()
     assert (
-        "| `src/model_a.py` | 2 | `set_dspark_layers_to_capture` | direct | maybe-none | guard |"
-        in body
+        "- `src/model_a.py:2`: `set_dspark_layers_to_capture` is called only when `layer_ids` "
+        "is set" in body
     )
-    assert "- guard policy: `skip`: when the layer ids are unset" in body
+    assert "Policies: guard policy: skip." in body
     assert f"git revert {done.delivery.commit[:12]}" in body
     assert [path.name for path in done.patches] == [
         "0001-Guard-aux-hidden-state-capture-calls-1-call-site-in-.patch"

@@ -98,10 +98,10 @@ def test_branch_output_and_pr_body_say_what_was_and_was_not_rewritten(project):
     assert any("runner.py" in line and "capture required" in line for line in skipped)
     assert any("test_capture.py" in line and "test module" in line for line in skipped)
     body = (project / "PR.md").read_text()
-    assert "| File | Line | Hook | Shape | Risk | Change | Why |" in body
-    row = next(line for line in body.splitlines() if line.startswith("| `app/capture.py` | 7 |"))
+    row = next(line for line in body.splitlines() if line.startswith("- `app/capture.py:7`: "))
     assert "`layer_ids` may be unset" in row and "NotImplementedError" in row
-    section = body.split("### Not rewritten, and why", 1)[1].split("## Policies", 1)[0]
+    assert "skipped" in row and "logs a warning" in row  # what the default policies did here
+    section = body.split("### Not rewritten, and why", 1)[1].split("Re-check from", 1)[0]
     lines = [line for line in section.splitlines() if line.startswith("- ")]
     assert len(lines) == 3
     by_file = {line.split("`")[1].split(":")[0]: line for line in lines}

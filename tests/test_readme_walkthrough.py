@@ -35,7 +35,7 @@ def test_readme_walkthrough_runs_and_pushes_the_branch(tmp_path, monkeypatch):
     pushed = git(remote, "show", "--name-only", "--format=%s", "auxcap/guard-capture").split("\n")
     assert pushed[0].startswith("Guard aux hidden-state capture calls")
     assert "app/spec.py" in pushed
-    assert "| `app/spec.py` | 7 |" in (tmp_path / "demo" / "PR.md").read_text()
+    assert "- `app/spec.py:7`: " in (tmp_path / "demo" / "PR.md").read_text()
 
 
 def readme_undo() -> list[str]:

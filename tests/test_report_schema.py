@@ -194,11 +194,13 @@ def test_command_line_reconstruction_covers_every_option_kind():
 
 
 def test_pr_body_reads_the_same_metadata(tmp_path):
-    """The PR description of ``migrate --branch`` names each applied codemod from its metadata."""
+    """The PR description of ``migrate --branch`` says what each codemod did at each site in
+    the words of its metadata (the policy choice's change and review, its why), and nothing
+    about a codemod that changed nothing."""
     from codemods.callers.records import Action, CallSite, FileResult, Risk, Shape, Status
     from codemods.callers.rewrite.registry import GUARD
     from codemods.deliver.git_branch import DeliveryResult
-    from codemods.deliver.messages import POLICY_MEANINGS, Verification, migrate_pr_body
+    from codemods.deliver.messages import Verification, migrate_pr_body
 
     path = str(tmp_path / "train.py")
     guarded = CallSite(
@@ -220,15 +222,11 @@ def test_pr_body_reads_the_same_metadata(tmp_path):
     body = migrate_pr_body(
         [FileResult(path, Status.CHANGED, (guarded,))], delivery, policies, Verification()
     )
-    assert f"### `{GUARD.id}`: {GUARD.summary}" in body
-    assert GUARD.description in body and GUARD.review_guidance in body
-    for reference in GUARD.references:
-        assert f"]({reference.url})" in body
+    choice = GUARD.policy.choice("raise")
+    hook, ids = "`set_dspark_layers_to_capture`", "`args.capture_layers`"
+    assert choice.change.format(hook=hook, ids=ids, hint="") in body
+    assert f"Review: {choice.review}." in body
+    assert GUARD.why.format(ids=ids) in body
     fallback = CODEMODS[1]
-    assert fallback.id not in body  # not applied: not described
-    assert f"`raise`: {GUARD.policy.choice('raise').meaning}" in body
-    assert POLICY_MEANINGS == {
-        (metadata.policy.label, choice.name): choice.meaning
-        for metadata in CODEMODS
-        for choice in metadata.policy.choices
-    }
+    assert fallback.id not in body and fallback.policy.label not in body  # not applied
+    assert GUARD.policy.choice("skip").review not in body

@@ -315,13 +315,16 @@ def _pipeline(
     selection: Selection,
     execution: Execution,
 ) -> Iterator[FileResult]:
-    files = collect_files(
+    unreadable: dict[str, str] = {}
+    listed = collect_files(
         list(paths),
         selection.include,
         selection.exclude,
         selection.force_exclude,
         keep_missing=True,  # reported as a failed file, naming it
+        unreadable=unreadable,  # folders that could not be listed: failed, named
     )
+    files = [path for path in listed if path not in unreadable]
     if isinstance(task, _MigrateTask) and task.write:
         remove_stale_temp_files(files)
     prefilter = Prefilter.for_names(options.extra_hooks) if execution.prefilter else None
@@ -337,8 +340,12 @@ def _pipeline(
         transformed = _here(task, candidates)
     progress = Progress(len(candidates), enabled=execution.progress)
     try:
-        for path, flag in zip(files, needed, strict=True):
-            if not flag:
+        flags = dict(zip(files, needed, strict=True))
+        for path in listed:
+            if path in unreadable:
+                yield FileResult(path, Status.FAILED, error=unreadable[path])
+                continue
+            if not flags[path]:
                 yield FileResult(path, Status.UNCHANGED)
                 continue
             result = next(transformed)

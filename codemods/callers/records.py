@@ -73,7 +73,7 @@ class CallSite:
     path: str
     line: int
     column: int
-    hook: str  # hook name, or names joined with "|" when chosen at run time
+    hook: str  # hook name, or names joined with "|" when chosen at run time (``hooks``: a tuple)
     shape: Shape
     ids_source: str | None  # source text of the ids argument, None when absent
     risks: tuple[Risk, ...]
@@ -82,8 +82,15 @@ class CallSite:
     actions: tuple[Action, ...]
     note: str = ""
 
+    @property
+    def hooks(self) -> tuple[str, ...]:
+        """The hook names the call may reach (sorted, as discovery joins them)."""
+        return tuple(self.hook.split("|"))
+
     def to_dict(self) -> dict:
+        """The scan JSON's call site: ``hook`` is the list of names (:attr:`hooks`)."""
         data = asdict(self)
+        data["hook"] = list(self.hooks)
         data["shape"] = self.shape.value
         data["risks"] = [risk.value for risk in self.risks]
         data["actions"] = [action.value for action in self.actions]

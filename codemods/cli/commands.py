@@ -1,7 +1,8 @@
 """Command-line interface.  Thin: parse options, call the library, print, set the exit code.
 
 Exit codes: 0 nothing to do / success; 1 changes needed (``--check``) or a check failed;
-2 usage error or a file that could not be processed.
+2 usage error, a file that could not be processed or a folder that could not be listed
+(never 0 then), or an ``upstream-patch --validate`` that could not run.
 """
 
 from __future__ import annotations
@@ -447,7 +448,7 @@ def migrate(
     default=False,
     help="Run the family test the patch adds on a patched copy of the tree (CPU, gloo, 2 "
     "and 3 stages; needs SGLang's dependencies in this Python) and report its verdicts "
-    "in the PR description.",
+    "in the PR description. Exit 1 when a model fails it, 2 when it could not run.",
 )
 @_branch_options(pr_body=False)
 def upstream_patch(

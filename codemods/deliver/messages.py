@@ -5,12 +5,18 @@ Text only, from records: ``FileResult``/``CallSite`` for ``migrate``, :class:`Pa
 :class:`~codemods.deliver.git_branch.DeliveryResult` of the commit.
 
 before: records of what auxcap changed.
-after:  a commit message (title line, blank line, body listing files and call sites) and a
-        Markdown PR description (what and why, a table, the policies, verification, revert).
+after:  a commit message (title line, blank line, what was done at each rewritten call site,
+        how to re-check) and a Markdown PR description (per call site what was done and why,
+        what a reviewer checks, what was not rewritten and why, re-check, verification,
+        revert).  What is said of a call site comes from the codemods that rewrote it and the
+        policy each applied there (:mod:`codemods.output.site_changes`), so a change that only
+        adds a ``raise`` is described as that and nothing else.
 """
 
 from __future__ import annotations
 
+import shlex
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +34,10 @@ from codemods.callers.records import (
 from codemods.callers.rewrite import registry
 from codemods.catalog.hooks import NONE_ERROR_DSPARK, PP_ERROR_DSPARK
 from codemods.deliver.git_branch import DeliveryResult
+from codemods.output import site_changes
 
 VALUE_ERROR = f'ValueError("{NONE_ERROR_DSPARK}")'
 PP_ERROR = f'NotImplementedError("{PP_ERROR_DSPARK}")'
-
-
-#: What each migrate policy does, for the PR description (from the codemods' metadata).
-POLICY_MEANINGS = registry.policy_meanings()
 
 
 @dataclass(frozen=True)
@@ -150,17 +153,58 @@ def _unchanged_sites(results: Sequence[FileResult]) -> list[CallSite]:
     ]
 
 
-def _actions(site: CallSite) -> str:
-    names = [action.value for action in site.actions if action is not Action.NONE]
-    return ", ".join(names) or "none"
+def _policy_of(policies: Mapping[str, str]):
+    """The policy a codemod ran with, from the run's ``{"guard policy": "skip", ...}``."""
+    return lambda metadata: policies.get(metadata.policy.label, metadata.policy.default)
 
 
-def _risks(site: CallSite) -> str:
-    return ", ".join(risk.value for risk in site.risks) or "-"
+def _applied(results: Sequence[FileResult]) -> set[str]:
+    return {
+        action.value
+        for result in _changed(results)
+        for site in _changed_sites(result)
+        for action in site.actions
+    }
 
 
-def _policy_line(policies: Mapping[str, str]) -> str:
-    return ", ".join(f"{name}: {value}" for name, value in policies.items())
+def _policy_line(policies: Mapping[str, str], applied: set[str]) -> str:
+    """The policies of the codemods that changed something, and the added hooks."""
+    shown = {m.policy.label for m in registry.CODEMODS if m.action in applied}
+    return ", ".join(
+        f"{name}: {value}"
+        for name, value in policies.items()
+        if name in shown or name not in registry.policy_labels()
+    )
+
+
+#: More changed files than this: the re-check names their folders instead.
+RECHECK_MAX_FILES = 8
+
+
+def recheck_command(
+    results: Sequence[FileResult], policies: Mapping[str, str], root: Path | None = None
+) -> str:
+    """``auxcap migrate --check`` over the changed files (their folders when there are many),
+    with the policies that differ from the defaults and the added hooks: run from the
+    repository root, it exits 0 once the change is in."""
+    words = ["auxcap", "migrate", "--check"]
+    for metadata in registry.CODEMODS:
+        value = policies.get(metadata.policy.label)
+        if value is not None and value != metadata.policy.default:
+            words += [metadata.policy.flag, value]
+    extra = policies.get("extra hooks", "")
+    for name in filter(None, (part.strip() for part in extra.split(","))):
+        words += ["--hook", name]
+    paths = [relative_path(result.path, root) for result in _changed(results)]
+    if len(paths) > RECHECK_MAX_FILES:
+        paths = sorted({str(Path(path).parent.as_posix()) for path in paths})
+    return " ".join(words + [shlex.quote(path) for path in paths or ["."]])
+
+
+def _site_changes(site: CallSite, policies: Mapping[str, str], code=str) -> str:
+    return "; ".join(
+        item.text for item in site_changes.changes(site, _policy_of(policies), code)
+    )
 
 
 # --------------------------------------------------------------------------- migrate
@@ -169,37 +213,39 @@ def _policy_line(policies: Mapping[str, str]) -> str:
 def migrate_commit_message(
     results: Sequence[FileResult], policies: Mapping[str, str], root: Path | None = None
 ) -> str:
-    """Title + body listing every rewritten file and its rewritten call sites."""
+    """Title, then what was done at each rewritten call site (from its recorded actions and
+    the policy applied there), the sites left for review, and how to re-check; a one-site
+    change gets a body of a few lines."""
     changed = _changed(results)
     sites = sum(len(_changed_sites(result)) for result in changed)
     title = (
         f"Guard aux hidden-state capture calls ({_plural(sites, 'call site')} "
         f"in {_plural(len(changed), 'file')})"
     )
-    lines = [
-        title,
-        "",
-        "Rewritten by `auxcap migrate`" + (f" ({_policy_line(policies)})." if policies else "."),
-        "",
-        "Capture hooks are no longer called with None, which raises",
-        f"  {VALUE_ERROR}",
-        "and a model that cannot capture under pipeline parallelism, which raises",
-        f"  {PP_ERROR},",
-        "no longer stops the run.",
-        "",
-        "Files and call sites:",
-    ]
+    policy_line = _policy_line(policies, _applied(results))
+    lines = [title, ""]
+    lines += _wrapped(
+        "Rewritten by `auxcap migrate`" + (f" ({policy_line}):" if policy_line else ":"), ""
+    )
     for result in changed:
-        lines.append(f"  {relative_path(result.path, root)}")
+        path = relative_path(result.path, root)
         for site in _changed_sites(result):
-            lines.append(
-                f"    {site.line}:{site.column} {site.hook} ({site.shape.value}): {_actions(site)}"
-            )
+            lines += _wrapped(f"{path}:{site.line} {_site_changes(site, policies)}", "  ")
     review = _review_sites(results)
     if review:
         lines += ["", f"Left for review ({_plural(len(review), 'call site')}):"]
-        lines += [f"  {relative_path(site.path, root)}:{site.line} {site.hook}" for site in review]
+        for site in review:
+            lines += _wrapped(f"{relative_path(site.path, root)}:{site.line} {site.hook}", "  ")
+    lines += ["", "Re-check:", *_wrapped(recheck_command(results, policies, root), "  ")]
     return "\n".join(lines) + "\n"
+
+
+def _wrapped(text: str, indent: str) -> list[str]:
+    """``text`` as commit-body lines of at most 72 columns (words never split)."""
+    return textwrap.wrap(
+        text, 72, initial_indent=indent, subsequent_indent=indent + "  ",
+        break_long_words=False, break_on_hyphens=False,
+    )
 
 
 def _verification_section(verification: Verification, command: str) -> list[str]:
@@ -243,7 +289,10 @@ def migrate_pr_body(
     policies: Mapping[str, str],
     verification: Verification,
 ) -> str:
-    """Markdown PR description for a ``migrate`` commit."""
+    """Markdown PR description for a ``migrate`` commit: per rewritten call site what was done
+    and why (a list for one site, a table for more), what a reviewer checks for the changes
+    made, what was not rewritten and why, how to re-check, verify and revert.  Built from the
+    records of what was done: nothing is said about a policy no site got."""
     root = delivery.repo_root
     changed = _changed(results)
     rows = [
@@ -251,29 +300,34 @@ def migrate_pr_body(
         for result in changed
         for site in _changed_sites(result)
     ]
-    applied = {action.value for _, site in rows for action in site.actions}
-    out = [
-        "# Guard aux hidden-state capture calls",
-        "",
-        "## What changed and why",
-        "",
-        f"`auxcap migrate` rewrote {_plural(len(rows), 'call site')} of SGLang's aux hidden-state "
-        f"capture hooks in {_plural(len(changed), 'file')}. Only the rewritten files are in this "
-        f"commit ({_code(delivery.commit[:12] if delivery.commit else '-')}).",
-        "",
-        registry.pr_body_sections(applied),
-        "## Call sites",
-        "",
-        "| File | Line | Hook | Shape | Risk | Change | Why |",
-        "| --- | ---: | --- | --- | --- | --- | --- |",
-    ]
-    for path, site in rows:
-        out.append(
-            f"| `{_cell(path)}` | {site.line} | `{_cell(site.hook)}` | {site.shape.value} | "
-            f"{_cell(_risks(site))} | {_cell(_actions(site))} | {_cell(_why_rewritten(site))} |"
-        )
-    if not rows:
-        out.append("| - | - | - | - | - | - | - |")
+    commit = _code(delivery.commit[:12] if delivery.commit else "-")
+    out = ["# Guard aux hidden-state capture calls", ""]
+    if len(rows) == 1:
+        path, site = rows[0]
+        out += [
+            f"`auxcap migrate` changed one call site (commit {commit}):",
+            "",
+            f"- `{path}:{site.line}`: {_site_changes(site, policies, _code)}. "
+            f"Why: {_why_rewritten(site)}.",
+        ]
+    else:
+        out += [
+            f"`auxcap migrate` changed {_plural(len(rows), 'call site')} in "
+            f"{_plural(len(changed), 'file')} (commit {commit}):",
+            "",
+            "| File | Line | Change | Why |",
+            "| --- | ---: | --- | --- |",
+        ]
+        out += [
+            f"| `{_cell(path)}` | {site.line} | {_cell(_site_changes(site, policies, _code))} | "
+            f"{_cell(_why_rewritten(site))} |"
+            for path, site in rows
+        ] or ["| - | - | - | - |"]
+    reviews = site_changes.reviews((site for _, site in rows), _policy_of(policies))
+    if reviews:
+        out += ["", "Review: " + reviews[0] + "." if len(reviews) == 1 else "Review:"]
+        if len(reviews) > 1:
+            out += [f"- {text}." for text in reviews]
     review = _review_sites(results)
     if review:
         out += ["", "### Left for review (not rewritten)", ""]
@@ -290,14 +344,14 @@ def migrate_pr_body(
             f"{_why_not_rewritten(site)}"
             for site in unchanged
         ]
-    out += ["", "## Policies", ""]
-    meanings = registry.policy_meanings()  # (codemods registered since import included)
+    policy_line = _policy_line(policies, _applied(results))
     out += [
-        f"- {name}: `{value}`"
-        + (f": {meanings[name, value]}" if (name, value) in meanings else "")
-        for name, value in policies.items()
-    ] or ["- defaults"]
-    out += [""]
+        "",
+        f"Re-check from the repository root: `{recheck_command(results, policies, root)}` "
+        "(exit 0: nothing left to change)." + (f" Policies: {policy_line}." if policy_line
+                                               else ""),
+        "",
+    ]
     out += _verification_section(verification, "auxcap migrate --check")
     out += [""]
     out += _revert_section(delivery)

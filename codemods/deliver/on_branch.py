@@ -140,9 +140,15 @@ def files_git_sees(repo, paths: Sequence[str], selection: object = None) -> list
     from codemods.callers.engine import Selection, collect_files
 
     selection = selection or Selection()
+    unreadable: dict[str, str] = {}
     files = collect_files(
-        paths, selection.include, selection.exclude, selection.force_exclude
+        paths, selection.include, selection.exclude, selection.force_exclude,
+        unreadable=unreadable,
     )
+    if unreadable:  # a branch never holds a migration of part of the tree
+        raise UnprocessableFiles(
+            "cannot process " + "; ".join(f"{path}: {why}" for path, why in unreadable.items())
+        )
     if not files:
         return []
     root = Path(repo.working_tree_dir).resolve()

@@ -15,7 +15,8 @@ after:  one JSON document (schema: ``docs/report-schema.json``, prose: ``docs/re
 As in CodeTF, the changesets of the results form a series of patches: the guard's diff is
 against the original file, the fallback's against the guarded one; applied in order they give
 the rewritten file.  ``lineNumber`` is the first line of the change in the file after that
-codemod (``diffSide: right``).  Paths are relative to ``run.directory`` when below it.
+codemod (``diffSide: right``); a change's ``description`` says what was done at that call site
+under the policy applied there (:mod:`codemods.output.site_changes`).  Paths are relative to ``run.directory`` when below it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from codemods.callers.options import TransformOptions
 from codemods.callers.records import Action, FileResult, Status, Step
 from codemods.callers.rewrite import registry
 from codemods.callers.rewrite.metadata import CodemodMetadata
-from codemods.output import diffs
+from codemods.output import diffs, site_changes
 from codemods.output.report import Summary
 
 VENDOR = "auxcap"
@@ -85,9 +86,7 @@ def _changeset_entry(metadata: CodemodMetadata, step: Step, path: str, policy: s
         {
             "lineNumber": new_line_number(step.before, step.after, site.line),
             "diffSide": "right",
-            "description": metadata.change_description(
-                policy, site.hook.replace("|", " or "), site.ids_source
-            ),
+            "description": site_changes.change(metadata, site, policy).text,
             "properties": {
                 "lineNumberBefore": site.line,
                 "column": site.column,

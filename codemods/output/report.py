@@ -3,13 +3,13 @@
 ``scan --format json`` prints one JSON object (schema: ``codemods/output/schemas/scan-schema.json``)::
 
     {
-      "version": 1,
+      "version": 2,
       "files": [
         {"path": "train.py", "status": "unchanged" | "changed" | "failed",
          "error": null | "reason",
          "call_sites": [
            {"path": "train.py", "line": 12, "column": 5,          # 1-based
-            "hook": "set_dspark_layers_to_capture",                # "a|b" when chosen at run time
+            "hook": ["set_dspark_layers_to_capture"],              # every hook it may reach
             "shape": "direct" | "unbound" | "getattr" | "variable" | "dict-lookup" | "loop",
             "ids_source": "args.capture_layers" | null,            # source of the ids argument
             "risks": ["safe" | "maybe-none" | "literal-none" | "pp-unsupported"
@@ -36,7 +36,8 @@ from codemods.callers.records import FileResult, Risk, Status
 from codemods.callers.rewrite import registry
 from codemods.output import diffs
 
-SCAN_JSON_VERSION = 1
+#: 2: ``hook`` is a list of hook names (1: one string, names joined with ``|``).
+SCAN_JSON_VERSION = 2
 
 #: The JSON Schema of ``scan --format json`` (``codemods/output/schemas/scan-schema.json``).
 SCAN_SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "scan-schema.json"

@@ -31,6 +31,13 @@ relative to the current directory when below it, else its absolute path), always
 
 ``--exclude`` drops every file a glob matches; ``--include`` (when given) keeps only files
 some glob matches.  Exclusion wins.
+
+Nothing unread passes silently: a directory below a directory argument that cannot be listed
+(``os.walk``'s error, or git's "could not open directory" warning) is recorded in
+``unreadable`` (path -> reason) when the caller passes that dict, and returned among the files,
+so that the run reports it as a path that could not be processed (exit 2); a source entry that
+points nowhere (a dangling symlink or a loop, tracked by git or not) is returned as a file, and
+its read names the problem.
 """
 
 from __future__ import annotations
@@ -125,8 +132,8 @@ class FileFilter:
         except (ValueError, re.error) as error:
             raise FileCollectionError(f"invalid glob: {error}") from None
 
-    def excluded(self, relative: str) -> bool:
-        return any(glob.matches(relative, is_dir=False) for glob in self.exclude)
+    def excluded(self, relative: str, is_dir: bool = False) -> bool:
+        return any(glob.matches(relative, is_dir=is_dir) for glob in self.exclude)
 
     def keeps(self, relative: str) -> bool:
         if self.excluded(relative):
@@ -140,13 +147,16 @@ def collect_files(
     exclude: Iterable[str] = (),
     force_exclude: bool = False,
     keep_missing: bool = False,
+    unreadable: dict[str, str] | None = None,
 ) -> list[str]:
     """The files to process for ``paths``, sorted by path components, each once.
 
     Paths keep the spelling of the argument they were found under (``src`` gives
     ``src/pkg/mod.py``).  Raises ``FileCollectionError`` naming the first path that does not
     exist, unless ``keep_missing``: then such a path is returned as a file, for the caller to
-    report when it fails to read it.
+    report when it fails to read it.  ``unreadable``: filled with the directories that could
+    not be listed and the entries that point nowhere (path in the argument's spelling ->
+    reason); those paths are also in the returned list.
     """
     file_filter = FileFilter.from_globs(include, exclude)
     _is_venv.cache_clear()
@@ -159,8 +169,14 @@ def collect_files(
         if os.path.isdir(path):
             real_prefix = os.path.join(os.path.realpath(path), "")
             prefix = "" if path == "." else os.path.join(path, "")
-            for relative in _files_in_directory(path, file_filter):
+            problems: dict[str, str] = {}
+            for relative in _files_in_directory(path, file_filter, problems):
                 found.setdefault(real_prefix + relative, prefix + relative)
+            for relative, reason in problems.items():
+                shown = prefix + relative if relative != "." else path
+                found.setdefault(real_prefix + relative, shown)
+                if unreadable is not None:
+                    unreadable[shown] = reason
         elif os.path.isfile(path) or keep_missing:
             if force_exclude and _explicit_file_excluded(path, file_filter):
                 continue
@@ -193,19 +209,45 @@ def _relative_to_cwd(path: str) -> str:
     return absolute.replace(os.sep, "/").lstrip("/")
 
 
-def _files_in_directory(root: str, file_filter: FileFilter) -> Iterator[str]:
-    """Relative (posix) paths of the Python files below ``root`` that the filter keeps."""
-    relatives = _git_listing(root)
+def _files_in_directory(
+    root: str, file_filter: FileFilter, problems: dict[str, str]
+) -> Iterator[str]:
+    """Relative (posix) paths of the Python files below ``root`` that the filter keeps; the
+    directories that could not be listed go to ``problems`` (relative path -> reason) unless
+    an exclude glob drops them."""
+    found: dict[str, str] = {}
+    relatives = _git_listing(root, found)
     if relatives is None:
-        relatives = _walk(root)
+        found.clear()
+        relatives = _walk(root, found)
+    for relative, reason in found.items():
+        if relative == "." or not file_filter.excluded(relative, is_dir=True):
+            problems[relative if os.sep == "/" else relative.replace("/", os.sep)] = reason
     for relative in relatives:
         if relative.endswith(PYTHON_SUFFIXES) and file_filter.keeps(relative):
             yield relative if os.sep == "/" else relative.replace("/", os.sep)
 
 
-def _git_listing(root: str) -> list[str] | None:
+#: git's warning for a directory it cannot list (``dir.c``: "could not open directory '%s'").
+_GIT_UNREADABLE = re.compile(r"could not open directory '(?P<path>.*)': (?P<reason>.*)$")
+
+
+def git_unreadable(stderr: str) -> dict[str, str]:
+    """The directories git says it could not open (relative, posix, no trailing ``/``)."""
+    found = {}
+    for line in stderr.splitlines():
+        match = _GIT_UNREADABLE.search(line)
+        if match:
+            relative = match["path"].rstrip("/") or "."
+            found[relative] = f"cannot list directory: {match['reason'].strip().lower()}"
+    return found
+
+
+def _git_listing(root: str, problems: dict[str, str]) -> list[str] | None:
     """Paths below ``root`` (relative, posix) that git does not ignore, or ``None`` when
-    ``root`` is not inside a git work tree (or is itself ignored, or git is missing)."""
+    ``root`` is not inside a git work tree (or is itself ignored, or git is missing);
+    directories git could not open go to ``problems``.  A listed symlink that leads nowhere
+    (dangling, or a loop) is kept: reading it names the problem."""
     command = ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", "."]
     try:
         listing = subprocess.run(
@@ -218,6 +260,7 @@ def _git_listing(root: str) -> list[str] | None:
     names = [os.fsdecode(name) for name in listing.stdout.split(b"\0") if name]
     if not names and _git_ignores(root):
         return None
+    problems.update(git_unreadable(os.fsdecode(listing.stderr)))
     kept = []
     for name in names:
         parts = name.split("/")
@@ -226,6 +269,8 @@ def _git_listing(root: str) -> list[str] | None:
         if any(_is_venv(os.path.join(root, *parts[:depth])) for depth in range(1, len(parts))):
             continue
         if os.path.isfile(os.path.join(root, name)):  # tracked but deleted, or a submodule
+            kept.append(name)
+        elif os.path.islink(os.path.join(root, name)):  # dangling or a loop: its read says so
             kept.append(name)
     return kept
 
@@ -245,9 +290,17 @@ def _git_env() -> dict[str, str]:
     return env
 
 
-def _walk(root: str) -> list[str]:
+def _walk(root: str, problems: dict[str, str]) -> list[str]:
+    """Every file below ``root`` (relative, posix), skipped directories left out; a directory
+    that cannot be listed goes to ``problems``."""
     found: list[str] = []
-    for directory, subdirectories, files in os.walk(root):
+
+    def unlistable(error: OSError) -> None:
+        where = os.path.relpath(error.filename or root, root).replace(os.sep, "/")
+        reason = error.strerror.lower() if error.strerror else type(error).__name__
+        problems[where] = f"cannot list directory: {reason}"
+
+    for directory, subdirectories, files in os.walk(root, onerror=unlistable):
         subdirectories[:] = [
             name
             for name in subdirectories
@@ -255,7 +308,7 @@ def _walk(root: str) -> list[str]:
         ]
         relative_dir = os.path.relpath(directory, root)
         prefix = "" if relative_dir == "." else relative_dir.replace(os.sep, "/") + "/"
-        found.extend(prefix + name for name in files)
+        found.extend(prefix + name for name in files)  # a dangling link fails its read
     return found
 
 

@@ -2,7 +2,9 @@
 
 Exit codes: 0 patch written, tree already patched (empty patch) or already supported
 upstream (no patch); 2 not an SGLang tree, model file missing or of a shape the rewriter
-does not recognise (nothing is written).
+does not recognise (nothing is written).  With ``--validate`` (the patch and PR description
+still written): 1 some model did not match its PP=1 run, 2 the validation could not run
+(nothing to validate, an import error such as a missing torch, the test not starting).
 """
 
 from __future__ import annotations
@@ -82,6 +84,20 @@ def run_validation(result):
     return validation
 
 
+def validation_verdict(validation) -> int:
+    """The exit code ``--validate`` adds (0 when not asked), said when it is not 0."""
+    if validation is None or validation.exit_code == 0:
+        return 0
+    if validation.exit_code == 2:
+        _say(f"error: --validate could not run: {validation.problem or 'nothing ran'}")
+    else:
+        from codemods.upstream.validate_run import VALIDATED
+
+        failed = sorted(m for m, v in validation.verdicts.items() if v != VALIDATED)
+        _say(f"error: --validate: not validated: {', '.join(failed)}")
+    return validation.exit_code
+
+
 def generate_or_say(root: str, mode: str, models: list[str] | None) -> UpstreamResult | None:
     """The upstream patch of the SGLang tree at ``root``; None, once the reason is said,
     where it cannot be made (not a tree, a model file missing, a shape not understood)."""
@@ -134,4 +150,4 @@ def run_upstream_patch(root: str, output: str | None, pr_body: str | None, mode:
          + (f"; written to {output}" if output else ""))
     if pr_body:
         _say(f"PR description written to {pr_body}")
-    return 0
+    return validation_verdict(validation)

@@ -25,6 +25,7 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.catalog.pp_raise import UPSTREAM_REWRITES
 from codemods.upstream.family_delegated import delegated_forwards
 from codemods.upstream.family_entry import ENTRY_KIND, is_entry_shape
 from codemods.upstream.family_forward import ForwardShape
@@ -193,8 +194,8 @@ RAISES_PP = "the capture hook raises under PP in its own code"
 
 #: Model files another rewriter owns: reported, never rewritten by the family patch.
 OWNED_ELSEWHERE = {
-    "kimi_linear.py": "rewritten by the Kimi-Linear rewriter (DSPARK, raises under PP)",
-    "kimi_k3.py": "rewritten by the Kimi-K3 rewriter (DSPARK, raises under PP)",
+    file: f"rewritten by the {model} rewriter (DSPARK, raises under PP)"
+    for file, model in UPSTREAM_REWRITES.items()
 }
 
 

@@ -18,7 +18,7 @@ import click
 
 from codemods.deliver.git_basics import GitDeliveryError
 from codemods.sources.fileio import write_output_atomic
-from codemods.upstream.cli_support import generate_or_say
+from codemods.upstream.cli_support import generate_or_say, validation_verdict
 from codemods.upstream.series import build_series, render_series
 
 DEFAULT_AUTHOR = "auxcap <auxcap@users.noreply.github.com>"
@@ -149,6 +149,10 @@ def run_series(root: str, series_dir: str, pr_body: str | None, mode: str,
     for path, patch in zip(written, patches, strict=True):
         count = len(patch.paths)
         _say(f"  {path.name}: {patch.subject} ({count} file{'s' if count != 1 else ''})")
+    verdict = validation_verdict(validation)
+    if request is not None and verdict:
+        _say(f"nothing committed on branch {request.branch}: the validation did not pass")
+        return verdict
     if request is not None:
         try:
             head = commit_stack(result.tree.root, written, request, repo)
@@ -156,5 +160,5 @@ def run_series(root: str, series_dir: str, pr_body: str | None, mode: str,
             _say(f"error: {error}")
             return 2
         _say(f"committed {len(patches)} commits on branch {request.branch} (head {head[:12]})")
-    return 0
+    return verdict
 

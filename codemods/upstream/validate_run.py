@@ -7,6 +7,10 @@ touched), the patched files are written there, and the generated
 with this Python.  A model counts as validated when every case of it, at both sizes,
 matched the PP=1 run.  The result feeds the PR body's "validated" column: only runs made
 here are claimed.
+
+A validation that could not run (nothing to validate, the test not starting, an import error
+such as "No module named 'torch'", no result) is a ``problem``; the command then exits 2
+(:attr:`Validation.exit_code`), and 1 when it ran and some model did not match.
 """
 
 from __future__ import annotations
@@ -38,6 +42,13 @@ class Validation:
     @property
     def all_passed(self) -> bool:
         return bool(self.verdicts) and all(v == VALIDATED for v in self.verdicts.values())
+
+    @property
+    def exit_code(self) -> int:
+        """0 every model validated; 1 some model failed; 2 the validation could not run."""
+        if self.problem or not self.verdicts:
+            return 2
+        return 0 if self.all_passed else 1
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -90,12 +101,19 @@ def run_family(result: UpstreamResult, timeout: float = 1800.0) -> Validation:
             except subprocess.TimeoutExpired:
                 return Validation(problem=f"the family test ran past {timeout:.0f} s "
                                           f"on {pp_size} stages")
+            except OSError as error:  # the interpreter could not be started
+                return Validation(problem=f"the family test could not be started: {error}")
             lines = proc.stdout.strip().splitlines()
             if proc.returncode != 0 or not lines:
                 tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
                 return Validation(problem=f"the family test did not run on {pp_size} "
                                           f"stages (exit {proc.returncode}): {tail}")
-            for record in json.loads(lines[-1]):
+            try:
+                records = json.loads(lines[-1])
+            except ValueError:
+                return Validation(problem=f"the family test gave no result on {pp_size} "
+                                          f"stages: {lines[-1][:200]}")
+            for record in records:
                 ok = record.get("error") is None and bool(record.get("equal"))
                 passed.setdefault(record["model"], []).append(ok)
     verdicts = {

@@ -14,6 +14,7 @@ from libcst.metadata import MetadataWrapper
 from codemods.callers.analyse.contexts import ContextsMixin
 from codemods.callers.analyse.nullness import NullnessMixin
 from codemods.callers.analyse.positions import code_and_positions
+from codemods.callers.analyse.pp_pinned import pins_pp_size_one
 from codemods.callers.analyse.required import RequiredMixin, binding_name
 from codemods.callers.analyse.scopes import ScopesMixin, _ScopeCollector
 from codemods.callers.analyse.syntax import (
@@ -28,7 +29,7 @@ from codemods.callers.records import Action, CallSite, Risk, SiteFacts, is_skipp
 from codemods.callers.rewrite import registry
 from codemods.callers.scope import mark_skipped, skip_expected_errors
 from codemods.catalog.hooks import DEFAULT_HOOKS, Hook, HookSet
-from codemods.catalog.pp_raise import loses_captures_silently, raising_hooks
+from codemods.catalog.pp_raise import loses_captures_silently, pp_hint, raising_hooks
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,11 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, Required
         self.calls = collector.calls
         self.parents = collector.parents
         self.imports = collector.imports
+
+    @functools.cached_property
+    def pp_pinned_off(self) -> bool:
+        """The module sets ``pp_size`` to the literal 1 wherever it sets it (``pp_pinned``)."""
+        return pins_pp_size_one(self.parents)
 
     @functools.cached_property
     def positions(self):
@@ -201,8 +207,8 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, Required
                     bind_name = binding_name(ids_core, scopes[0].names if scopes else ())
         if can_raise_pp and not handles:
             risks.append(Risk.PP_UNSUPPORTED)
-        if loses_captures_silently(hooks):
-            risks.append(Risk.PP_SILENT)
+        if loses_captures_silently(hooks) and not self.pp_pinned_off:
+            risks.append(Risk.PP_SILENT)  # not where the module pins pp_size to 1
 
         position = self.positions[call]
         site = CallSite(
@@ -264,6 +270,18 @@ def _found_calls(analyzer: _Analyzer) -> list[FoundCall]:
     return [_unless_required(analyzer, item) for item in ordered]
 
 
+def _pp_advice(item: FoundCall) -> str:
+    """What to do under PP about a call left as it is: ``auxcap upstream-patch`` only where it
+    helps (captures lost silently: the family patch; ``NotImplementedError``: only for hooks
+    whose raising setters the patch rewrites, :func:`codemods.catalog.pp_raise.pp_hint`)."""
+    raising = [hook.name for hook in raising_hooks(item.hooks)]
+    if raising:
+        return pp_hint(raising)
+    if Risk.PP_SILENT in item.site.risks:
+        return "run with --pp-size 1, or apply `auxcap upstream-patch`"
+    return "run with --pp-size 1"
+
+
 def _unless_required(analyzer: _Analyzer, item: FoundCall) -> FoundCall:
     """``item`` marked skipped when it would be rewritten and its capture is required."""
     if is_skipped(item.site) or not set(item.site.actions) & registry.ACTIONS:
@@ -281,7 +299,7 @@ def _unless_required(analyzer: _Analyzer, item: FoundCall) -> FoundCall:
         actions = tuple(Action(entry.action) for entry in kept)
         site = dataclasses.replace(item.site, actions=actions, note=note)
         return dataclasses.replace(item, site=site, required=True)
-    note = f"{reason}; left as is (under PP: --pp-size 1, or `auxcap upstream-patch`)"
+    note = f"{reason}; left as is (under PP: {_pp_advice(item)})"
     return dataclasses.replace(item, site=mark_skipped(item.site, note))
 
 

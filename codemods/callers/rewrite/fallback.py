@@ -16,7 +16,10 @@ without capture::
             exc,
         )
 
-Policy ``raise`` re-raises with an actionable hint, chained ``from exc``::
+Policy ``raise`` re-raises with an actionable hint, chained ``from exc``; the hint names
+``auxcap upstream-patch`` only when that patch removes the error for every hook the call can
+reach (:func:`codemods.catalog.pp_raise.pp_hint`: DSPARK yes, DFLASH and added hooks
+``run with --pp-size 1`` only)::
 
     except NotImplementedError as exc:
         raise NotImplementedError(
@@ -64,7 +67,7 @@ from codemods.callers.rewrite.snippets import (
     suite_as_line,
     wrapped_literals,
 )
-from codemods.catalog.pp_raise import raising_hooks
+from codemods.catalog.pp_raise import pp_hint, raising_hooks
 
 _EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error", "capture_exc_")
 _LOGGER_NAMES = ("logger", "capture_logger", "aux_capture_logger")
@@ -223,10 +226,10 @@ class FallbackTransformer(CallSiteCodemod):
 
     def _raise_handler(self, found: FoundCall, column: int) -> str:
         indent = self._module.default_indent
+        hint = pp_hint(hook.name for hook in raising_hooks(found.hooks))
         text = (
             f"{_hook_label(found)} cannot capture aux hidden states under pipeline "
-            "parallelism: run with --pp-size 1, or apply the upstream patch "
-            "(auxcap upstream-patch)"
+            f"parallelism: {hint}"
         )
         inner = column + 2 * len(indent)
         literals = wrapped_literals(text, max(self.line_length - inner, 20))

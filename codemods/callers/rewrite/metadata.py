@@ -72,8 +72,10 @@ class PolicyChoice:
     name: str
     #: What the rewritten code does, as a clause ("the hook is not called when ...").
     meaning: str
-    #: The per-call-site change, with ``{hook}`` and ``{ids}`` placeholders.
+    #: The per-call-site change, with ``{hook}``, ``{ids}`` and ``{hint}`` placeholders.
     change: str
+    #: What a reviewer checks where this change was made ("" when nothing particular).
+    review: str = ""
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,8 @@ class CodemodMetadata:
     why: str = ""
     #: The same where the code needs the capture (``{reasons}``: where it does).
     why_required: str = ""
+    #: The policy applied where the code needs the capture, whatever the run's ("": the run's).
+    required_policy: str = ""
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> CodemodMetadata:
@@ -150,13 +154,15 @@ class CodemodMetadata:
                 flag=policy["flag"],
                 help=policy["help"],
                 choices=tuple(
-                    PolicyChoice(c["name"], c["meaning"], c["change"]) for c in policy["choices"]
+                    PolicyChoice(c["name"], c["meaning"], c["change"], c.get("review", ""))
+                    for c in policy["choices"]
                 ),
                 default=policy["default"],
             ),
             addresses=tuple(data.get("addresses", ())),
             why=data.get("why", ""),
             why_required=data.get("why_required", ""),
+            required_policy=data.get("required_policy", ""),
         )
 
     # ---------------------------------------------------------------- LibCST
@@ -191,10 +197,20 @@ class CodemodMetadata:
         """One paragraph for ``--help``: id and summary."""
         return f"{self.id}: {self.summary}."
 
-    def change_description(self, policy: str, hook: str, ids: str | None) -> str:
-        """What this codemod did at one call site under ``policy``."""
+    def applied_policy(self, policy: str, required: bool) -> str:
+        """The policy this codemod applied at a call site: the run's ``policy``, or its
+        :attr:`required_policy` where the code needs the capture (``required``)."""
+        return self.required_policy if required and self.required_policy else policy
+
+    def change_description(
+        self, policy: str, hook: str, ids: str | None, hint: str = "run with --pp-size 1"
+    ) -> str:
+        """What this codemod did at one call site under ``policy`` (the policy it applied
+        there: :meth:`applied_policy`); ``hint``: what a re-raised error tells the user."""
         template = self.policy.choice(policy).change
-        return template.format(hook=hook, ids=ids if ids is not None else "the layer ids")
+        return template.format(
+            hook=hook, ids=ids if ids is not None else "the layer ids", hint=hint
+        )
 
     def why_rewritten(self, ids: str, required: str | None = None) -> str:
         """Why this codemod rewrote a call site: ``ids`` is the ids expression as shown,
@@ -202,15 +218,6 @@ class CodemodMetadata:
         if required is not None and self.why_required:
             return self.why_required.format(ids=ids, reasons=required)
         return self.why.format(ids=ids) if self.why else self.summary
-
-    def markdown(self, policy: str | None = None) -> str:
-        """A Markdown section for a pull-request description."""
-        lines = [f"### `{self.id}`: {self.summary}", "", self.description, ""]
-        if policy is not None:
-            lines += [f"- {self.policy.label} `{policy}`: {self.policy.choice(policy).meaning}."]
-        lines += [f"- Review: {self.review_guidance}"]
-        lines += [f"- Reference: [{ref.description}]({ref.url})" for ref in self.references]
-        return "\n".join(lines) + "\n"
 
 
 HOOK_OPTION_HELP = "Also treat NAME as a capture hook that rejects None (repeatable)."

@@ -8,7 +8,7 @@ reports and the PR description read it without loading the parser."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -134,13 +134,9 @@ def registered(entry: Entry) -> Iterator[Entry]:
 _entries_changed()
 
 
-def policy_meanings() -> dict[tuple[str, str], str]:
-    """``{("guard policy", "skip"): "when the layer ids are unset, ..."}`` for every choice."""
-    return {
-        (metadata.policy.label, choice.name): choice.meaning
-        for metadata in CODEMODS
-        for choice in metadata.policy.choices
-    }
+def policy_labels() -> frozenset[str]:
+    """``{"guard policy", "fallback policy", ...}``: the registered codemods' policy labels."""
+    return frozenset(metadata.policy.label for metadata in CODEMODS)
 
 
 def help_epilog() -> str:
@@ -148,10 +144,3 @@ def help_epilog() -> str:
     paragraphs = ["Codemods, applied in this order:"]
     paragraphs += [metadata.help_entry() for metadata in CODEMODS]
     return "\n\n".join(paragraphs)
-
-
-def pr_body_sections(actions: Iterable[str] | None = None) -> str:
-    """Markdown: one section per codemod (id, summary, description, review, references);
-    only the codemods performing one of ``actions`` when given."""
-    chosen = [m for m in CODEMODS if actions is None or m.action in set(actions)]
-    return "\n".join(metadata.markdown() for metadata in chosen)
