@@ -181,14 +181,16 @@ def apply(python: str, models: list[str] | None, say: Say) -> Outcome:
         return _already(installation, journal, say)
     result = _generate(installation, models)
     changes = [change for change in result.changes if change.changed]
-    if not changes:
-        say("nothing to do: the tree already carries the change")
-        return Outcome(installation, False, [])
     base = pristine.baseline(installation)
+    if not base.known:
+        say(f"differences from the release: cannot tell ({base.how})")
     conflicts = foreign_conflicts(installation, result, base) if base.known else []
     if conflicts:
         raise Refused("the tree differs from its release where auxcap would patch it; "
                       "nothing was written:\n  " + "\n  ".join(conflicts))
+    if not changes:
+        say("nothing to do: the tree already carries the change")
+        return Outcome(installation, False, [])
     tree = installation.tree
     entries, new_bytes = [], {}
     for change in changes:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from codemods.installed import journal as jr
-from codemods.installed.errors import Refused
+from codemods.installed.errors import InstalledError, Refused
 from codemods.installed.journal import Entry, Journal
 from codemods.sources.fileio import (
     SourceFileError,
@@ -74,7 +74,7 @@ def _writable_dir(directory: Path) -> bool:
 
 
 def check_writable(tree: SGLangTree, paths: list[str], package: Path) -> None:
-    """``Refused`` naming the first directory among the targets' (or, for files in
+    """``InstalledError`` naming the first directory among the targets' (or, for files in
     directories still to be created, their nearest existing one) that is read-only."""
     directories = {package}
     for path in paths:
@@ -84,7 +84,7 @@ def check_writable(tree: SGLangTree, paths: list[str], package: Path) -> None:
         directories.add(directory)
     for directory in sorted(directories):
         if not _writable_dir(directory):
-            raise Refused(f"{directory}: directory is read-only; nothing was written")
+            raise InstalledError(f"{directory}: directory is read-only; nothing was written")
 
 
 def _dirs_to_create(tree: SGLangTree, paths: list[str]) -> list[str]:
@@ -120,8 +120,8 @@ def compile_files(python: str, files: list[Path]) -> str | None:
 def write_all(tree: SGLangTree, package: Path, journal: Journal,
               new_bytes: dict[str, bytes], python: str) -> None:
     """Apply ``new_bytes`` (tree path -> bytes) under ``journal`` (its entries hold the
-    bytes before); ``Refused`` when a directory is read-only (nothing written) or a file
-    does not compile or cannot be written (everything rolled back)."""
+    bytes before); ``InstalledError`` when a directory is read-only (nothing written),
+    ``Refused`` when a file does not compile or cannot be written (everything rolled back)."""
     check_writable(tree, list(new_bytes), package)
     journal.created_dirs = _dirs_to_create(tree, list(new_bytes))
     journal.state = jr.APPLYING
