@@ -5,7 +5,7 @@
 bytes, journals them, compiles them with the venv's interpreter; ``status`` reports it; a
 second ``apply`` changes nothing; the patched package's llama stages, driven as two real
 gloo pipeline stages, hand the last stage what PP=1 does; ``revert`` leaves every byte of
-the package as installed.  A foreign comment in llama.py is patched around and kept; an
+the package as installed; the README's three commands run as written.  A foreign comment in llama.py is patched around and kept; an
 edit the rewriters no longer recognise is refused naming the file with every byte left;
 a crash between two file writes is rolled back by the next command; a read-only directory
 is refused before anything is written.
@@ -14,10 +14,15 @@ is refused before anything is written.
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
+import subprocess
+import sys
 
 import pytest
-from sglang_support.env import download_wheel, sglang_tree
+from readme_blocks import commands
+from sglang_support.env import PROJECT_ROOT, download_wheel, sglang_tree
 from sglang_support.installed import (
     MODELS,
     RELEASE,
@@ -206,4 +211,25 @@ def test_read_only_directory_is_refused_before_anything_is_written(installed):
     models.chmod(0o755)
     assert done.exit_code == 2, done.output
     assert f"{models}: directory is read-only; nothing was written" in done.output
+    assert tree_hashes(site / "sglang") == pristine
+
+
+def test_readme_commands_run_as_written_with_python_from_path(installed, tmp_path):
+    python, site, pristine = installed
+    lines = commands("Use it today on the SGLang you run")
+    assert [line.split("#")[0].split() for line in lines] == [
+        ["auxcap", "sglang", "status"], ["auxcap", "sglang", "apply"],
+        ["auxcap", "sglang", "revert"]]
+    auxcap = f'auxcap() {{ {shlex.quote(sys.executable)} -m codemods "$@"; }}\n'
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT),
+           "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"}
+    outputs = []
+    for line in lines:
+        done = subprocess.run(["bash", "-c", auxcap + line], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (line, done.stdout, done.stderr)
+        assert f"using `python` from PATH: {python.parent / 'python'}" in done.stdout
+        outputs.append(done.stdout)
+    assert "applied: " in outputs[1] and "patched: sglang/srt/models/qwen3.py" in outputs[1]
+    assert "reverted: " in outputs[2]
     assert tree_hashes(site / "sglang") == pristine
