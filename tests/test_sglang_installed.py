@@ -5,7 +5,7 @@
 bytes, journals them, compiles them with the venv's interpreter; ``status`` reports it; a
 second ``apply`` changes nothing; the patched package's llama stages, driven as two real
 gloo pipeline stages, hand the last stage what PP=1 does; ``revert`` leaves every byte of
-the package as installed; the README's three commands run as written.  A foreign comment in llama.py is patched around and kept; an
+the package as installed; the README's three commands run as written.  Foreign edits of llama.py (a flag in the setter, a comment) are patched around and kept; an
 edit the rewriters no longer recognise is refused naming the file with every byte left;
 a crash between two file writes is rolled back by the next command; a read-only directory
 is refused before anything is written.
@@ -22,7 +22,7 @@ import sys
 
 import pytest
 from readme_blocks import commands
-from sglang_support.env import PROJECT_ROOT, download_wheel, sglang_tree
+from sglang_support.env import PROJECT_ROOT, download_wheel, git_apply, sglang_tree
 from sglang_support.installed import (
     MODELS,
     RELEASE,
@@ -131,16 +131,22 @@ def test_apply_status_apply_again_drive_and_revert(installed, upstream):
     assert sglang("revert", *_args(python)).exit_code == 0
 
 
-def test_foreign_comment_is_patched_around_and_kept(installed, upstream):
+def test_foreign_edits_are_patched_around_and_kept(installed, upstream):
     python, site, _ = installed
     llama = site / LLAMA
-    llama.write_text(llama.read_text() + "# spec-capture: local change\n")
+    # As a capture patch might: a flag set in the setter, and a line at the end.
+    flag = "            self.capture_aux_hidden_states = True\n"
+    text = llama.read_text()
+    assert flag in text
+    text = text.replace(flag, flag + "            self.spec_capture_enabled = True\n", 1)
+    llama.write_text(text + "# spec-capture: local change\n")
     edited = llama.read_bytes()
     done = sglang("apply", *_args(python, "--models", MODELS))
     assert done.exit_code == 0, done.output
     assert f"patched: {LLAMA} (around another change, kept)" in done.output
     text = llama.read_text()
     assert text.endswith("# spec-capture: local change\n")
+    assert flag + "            self.spec_capture_enabled = True\n" in text
     assert "return pp_aux_handoff(" in text
     status = sglang("status", *_args(python))
     assert f"patched by auxcap (around another change): {LLAMA}" in status.output
@@ -158,6 +164,20 @@ def test_unrecognised_foreign_edit_is_refused_and_nothing_written(installed):
     assert f"{LLAMA}: modified since release {RELEASE} and not patched" in done.output
     assert "no `capture_output=aux_hidden_states.capture" in done.output
     assert tree_hashes(site / "sglang") == before
+
+
+def test_a_tree_patched_without_auxcap_sglang_needs_nothing(installed, upstream):
+    python, site, _ = installed
+    assert git_apply(site, upstream.patch).returncode == 0
+    before = tree_hashes(site / "sglang")
+    done = sglang("apply", *_args(python, "--models", MODELS))
+    assert done.exit_code == 0, done.output
+    assert "nothing to do: the tree already carries the change" in done.output
+    assert tree_hashes(site / "sglang") == before
+    status = sglang("status", *_args(python))
+    assert "auxcap's change: not applied (no journal in the package)" in status.output
+    assert (f"modified: {LLAMA} (carries auxcap's change, applied without a journal)"
+            in status.output)
 
 
 def test_crash_between_two_writes_is_rolled_back_by_the_next_command(installed, monkeypatch):

@@ -11,6 +11,7 @@ recognise (naming it), and writes the change all or nothing under a journal.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,6 +25,17 @@ from codemods.upstream.generate import MissingModelFile, UpstreamResult, generat
 from codemods.upstream.sglang_tree import TreeError
 
 Say = Callable[[str], None]
+#: Names only auxcap's change writes into SGLang (the glue and transport modules, the
+#: validation helper, the aux sizing twins, the checked DSPARK relay): a file holding one
+#: carries the change already, e.g. from ``git apply`` of ``upstream-patch``.
+CHANGE_MARKER = re.compile(
+    r"pp_aux_capture|pp_aux_transport|pp_proxy_aux_hidden_size|_relayed_dspark_hidden_states")
+
+
+def carries_change(installation: Installation, path: str) -> bool:
+    """Whether the file at tree path ``path`` holds a name only auxcap's change writes."""
+    data = transaction.current_bytes(installation.tree, path)
+    return data is not None and CHANGE_MARKER.search(data.decode("utf-8", "replace")) is not None
 
 
 @dataclass
@@ -94,7 +106,9 @@ def status(python: str, say: Say) -> Outcome:
     else:
         say(f"other differences from the release ({base.how}): {len(others)} files")
         for path, kind in sorted(others.items()):
-            say(f"  {kind}: {path}")
+            carried = path not in ours and carries_change(installation, path)
+            say(f"  {kind}: {path}" + (" (carries auxcap's change, applied without a "
+                                       "journal)" if carried else ""))
     return Outcome(installation, False, [])
 
 
@@ -146,12 +160,14 @@ def _targets(installation: Installation, result: UpstreamResult) -> dict[str, st
 def foreign_conflicts(installation: Installation, result: UpstreamResult,
                       base: pristine.Baseline) -> list[str]:
     """Files that differ from the release where auxcap's rewriters would change them but
-    now do not: ``path: reason`` each."""
+    now do not, and that do not carry auxcap's change already: ``path: reason`` each."""
     changed = set(result.changed)
     conflicts = []
     targets = _targets(installation, result)
     for path, kind in sorted(base.differs.items()):
         if path in changed or path not in targets or kind == pristine.ADDED:
+            continue
+        if carries_change(installation, path):
             continue
         reason = targets[path]
         if reason == "patched" or reason.startswith("a file auxcap"):
