@@ -135,3 +135,20 @@ def test_recover_rolls_back_an_interrupted_apply_and_keeps_foreign_bytes(fake):
     assert (package / "srt" / "a.py").read_bytes() == b"old\n"
     assert (package / "srt" / "c.py").read_bytes() == b"someone else\n"
     assert not (package / jr.JOURNAL_NAME).exists()
+
+
+def test_a_journal_of_another_release_is_never_restored(fake):
+    python, package = fake
+    tree = detect_tree(package.parent)
+    (package / "srt" / "a.py").write_bytes(b"reinstalled\n")
+    journal = jr.Journal(state=jr.APPLIED, release="0.5.20", tree_root=str(tree.root),
+                         package=str(package), models=None,
+                         entries=[jr.Entry.of("sglang/srt/a.py", b"old\n", b"new\n", None)])
+    jr.save(package, journal)
+    for args in (["revert"], ["revert", "--force"]):
+        done = sglang(*args, "--python", str(python))
+        assert done.exit_code == 1, done.output
+        assert "a journal of sglang 0.5.20, but the package is 0.4.9" in done.output
+    assert (package / "srt" / "a.py").read_bytes() == b"reinstalled\n"
+    status = sglang("status", "--python", str(python))
+    assert "journal of release 0.5.20, not this package's" in status.output

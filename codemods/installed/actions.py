@@ -82,6 +82,8 @@ def status(python: str, say: Say) -> Outcome:
         changed = set(transaction.changed_since(tree, journal))
         restored = set(_at_before(installation, journal)) - changed
         state = "applied" if not changed and not restored else "applied, files changed since"
+        if journal.release != installation.release:
+            state = f"journal of release {journal.release}, not this package's"
         say(f"auxcap's change: {state} (release {journal.release}, auxcap "
             f"{journal.tool_version}, {journal.started}), {len(journal.entries)} files:")
         for entry in journal.entries:
@@ -177,7 +179,19 @@ def foreign_conflicts(installation: Installation, result: UpstreamResult,
     return conflicts
 
 
+def _same_release(installation: Installation, journal: Journal) -> None:
+    """``Refused`` when the journal was written for another release (the package was
+    reinstalled or upgraded over auxcap's change): its bytes belong to that release."""
+    if journal.release != installation.release:
+        raise Refused(
+            f"{jr.journal_path(installation.package)}: a journal of sglang "
+            f"{journal.release}, but the package is {installation.release} (reinstalled "
+            f"since?); its bytes belong to the other release, so nothing is restored or "
+            f"applied; delete the journal if the package was reinstalled")
+
+
 def _already(installation: Installation, journal: Journal, say: Say) -> Outcome:
+    _same_release(installation, journal)
     changed = transaction.changed_since(installation.tree, journal)
     restored = _at_before(installation, journal)
     if changed or restored:
@@ -254,6 +268,7 @@ def revert(python: str, force: bool, say: Say) -> Outcome:
     if journal is None:
         say("nothing to revert: no journal of auxcap's change in the package")
         return Outcome(installation, False, [])
+    _same_release(installation, journal)
     changed = transaction.changed_since(installation.tree, journal)
     if changed and not force:
         raise Refused("files changed since auxcap applied its change; nothing was restored "
