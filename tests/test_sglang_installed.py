@@ -7,7 +7,8 @@ second ``apply`` changes nothing; the patched package's llama stages, driven as 
 gloo pipeline stages, hand the last stage what PP=1 does; ``revert`` leaves every byte of
 the package as installed; the README's three commands run as written.  Foreign edits of llama.py (a flag in the setter, a comment) are patched around and kept; an
 edit the rewriters no longer recognise is refused naming the file with every byte left;
-a crash between two file writes is rolled back by the next command; a read-only directory
+a crash between two file writes (an exception no handler catches, and a process killed
+with SIGKILL) is rolled back by the next command; a read-only directory
 is refused before anything is written.
 """
 
@@ -202,6 +203,38 @@ def test_crash_between_two_writes_is_rolled_back_by_the_next_command(installed, 
     assert tree_hashes(package) == pristine
     # The next apply starts from the release again.
     assert sglang("apply", *_args(python, "--models", MODELS)).exit_code == 0
+    assert sglang("revert", *_args(python)).exit_code == 0
+    assert tree_hashes(package) == pristine
+
+
+KILLED_APPLY = """
+import os, signal, sys
+from codemods.installed import transaction
+def die(count):
+    if count == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+transaction._after_write = die
+from codemods.cli.commands import main
+sys.argv = ["auxcap", "sglang", "apply", "--python", sys.argv[1], "--models", "llama"]
+main()
+"""
+
+
+def test_a_process_killed_between_writes_is_repaired_by_the_next_apply(installed, upstream):
+    python, site, pristine = installed
+    package = site / "sglang"
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    killed = subprocess.run([sys.executable, "-c", KILLED_APPLY, str(python)], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr
+    assert json.loads((package / JOURNAL_NAME).read_text())["state"] == "applying"
+    done = sglang("apply", *_args(python, "--models", MODELS))
+    assert done.exit_code == 0, done.output
+    assert "found an interrupted applying" in done.output
+    assert "rolled back 1 files restored, 2 added files deleted" in done.output
+    for change in upstream.changes:
+        assert (site / change.path).read_bytes() == change.new.encode("utf-8"), change.path
+    assert json.loads((package / JOURNAL_NAME).read_text())["state"] == "applied"
     assert sglang("revert", *_args(python)).exit_code == 0
     assert tree_hashes(package) == pristine
 
