@@ -6,8 +6,10 @@ interpreter rolled back with every other one."""
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
+import os
 
 import pytest
 from sglang_support.installed import fresh_venv, sglang, site_packages
@@ -152,3 +154,16 @@ def test_a_journal_of_another_release_is_never_restored(fake):
     assert (package / "srt" / "a.py").read_bytes() == b"reinstalled\n"
     status = sglang("status", "--python", str(python))
     assert "journal of release 0.5.20, not this package's" in status.output
+
+
+def test_one_command_at_a_time_per_package(fake):
+    python, package = fake
+    fd = os.open(package, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        done = sglang("status", "--python", str(python))
+        assert done.exit_code == 1
+        assert f"{package}: another auxcap command is working on this package" in done.output
+    finally:
+        os.close(fd)
+    assert sglang("status", "--python", str(python)).exit_code == 0

@@ -1,6 +1,7 @@
 """``status``, ``apply`` and ``revert`` of the SGLang an interpreter imports.
 
-Each first repairs a change a command left half done (``transaction.recover``) and says so.
+Each holds the package's lock (one command at a time) and first repairs a change a command
+left half done (``transaction.recover``), saying so.
 Messages go to ``say``; errors are raised (``InstalledError``: unusable input, ``Refused``:
 a check failed, every byte as it was), and the CLI turns them into exit codes.
 
@@ -58,19 +59,25 @@ def _recover(installation: Installation, say: Say) -> None:
         say(f"  left as found (changed by someone else since): {path}")
 
 
-def open_installation(python: str, say: Say) -> Installation:
+def _run(python: str, say: Say, body: Callable[[Installation], Outcome]) -> Outcome:
+    """Locate ``python``'s sglang, say which, and run ``body`` on it under the package's
+    lock, after repairing a change left half done."""
     installation = locate(python)
     say(f"python: {installation.python} (Python {installation.python_version})")
     say(f"sglang: {installation.describe()}")
-    _recover(installation, say)
-    return installation
+    with transaction.locked(installation.package):
+        _recover(installation, say)
+        return body(installation)
 
 
 # ------------------------------------------------------------------------------- status
 
 
 def status(python: str, say: Say) -> Outcome:
-    installation = open_installation(python, say)
+    return _run(python, say, lambda installation: _status(installation, say))
+
+
+def _status(installation: Installation, say: Say) -> Outcome:
     if not installation.supported:
         say(f"release {installation.release}: not one auxcap knows; apply would refuse")
     journal = jr.load(installation.package)
@@ -204,7 +211,10 @@ def _already(installation: Installation, journal: Journal, say: Say) -> Outcome:
 
 
 def apply(python: str, models: list[str] | None, say: Say) -> Outcome:
-    installation = open_installation(python, say)
+    return _run(python, say, lambda installation: _apply(installation, models, say))
+
+
+def _apply(installation: Installation, models: list[str] | None, say: Say) -> Outcome:
     require_supported(installation)
     journal = jr.load(installation.package)
     if journal is not None:
@@ -263,7 +273,10 @@ def _pristine(base: pristine.Baseline, path: str, before: bytes | None) -> bool 
 
 
 def revert(python: str, force: bool, say: Say) -> Outcome:
-    installation = open_installation(python, say)
+    return _run(python, say, lambda installation: _revert(installation, force, say))
+
+
+def _revert(installation: Installation, force: bool, say: Say) -> Outcome:
     journal = jr.load(installation.package)
     if journal is None:
         say("nothing to revert: no journal of auxcap's change in the package")

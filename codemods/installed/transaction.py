@@ -6,6 +6,8 @@ written file with the target interpreter, then marks the journal ``applied``.  A
 after the journal is saved rolls every file back and deletes the journal; a process killed
 half way leaves the journal in ``applying`` for ``recover``.
 
+``locked``: one command at a time per package.
+
 ``restore``: every file back to its recorded bytes (a file the change added is deleted, a
 directory it created is removed when empty), then the journal is deleted.  Files that hold
 neither the bytes before nor the bytes after are someone else's: left as they are unless
@@ -14,9 +16,12 @@ neither the bytes before nor the bytes after are someone else's: left as they ar
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +57,22 @@ class Restored:
     restored: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     left: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def locked(package: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the package directory for one command (``flock`` on the
+    directory itself, so no lock file is left); ``Refused`` while another command holds it."""
+    fd = os.open(package, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Refused(f"{package}: another auxcap command is working on this package; "
+                          f"nothing was done") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def _after_write(count: int) -> None:
