@@ -1,7 +1,9 @@
-"""``auxcap sglang`` errors, with no release wheel: an interpreter without sglang, no
-``python`` on PATH, an interpreter that does not run, a release auxcap does not know, an
-unreadable journal; the RECORD hashes; and a file that does not compile with the target
-interpreter rolled back with every other one."""
+"""``auxcap sglang`` without a release wheel: apply, status and revert of a small package
+tree in a git repository with torch hidden (the base install); errors: an interpreter
+without sglang, no ``python`` on PATH, an interpreter that does not run, a release auxcap
+does not know, an unreadable journal, a journal of another release, a package another
+command holds; the RECORD hashes; a file that does not compile with the target interpreter
+rolled back with every other one; an interrupted apply rolled back."""
 
 from __future__ import annotations
 
@@ -10,9 +12,11 @@ import fcntl
 import hashlib
 import json
 import os
+import subprocess
+import sys
 
 import pytest
-from sglang_support.installed import fresh_venv, sglang, site_packages
+from sglang_support.installed import fresh_venv, sglang, site_packages, tree_hashes
 
 from codemods.installed import journal as jr
 from codemods.installed import transaction
@@ -20,6 +24,9 @@ from codemods.installed.errors import Refused
 from codemods.installed.locate import SUPPORTED_RELEASES
 from codemods.installed.pristine import record_hashes
 from codemods.upstream.sglang_tree import detect_tree
+from tests.gitrepo import IDENTITY, git, isolate_git
+from tests.test_installs import PROJECT_ROOT, hide_modules
+from tests.test_upstream_rerun import family_checkout
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -167,3 +174,35 @@ def test_one_command_at_a_time_per_package(fake):
     finally:
         os.close(fd)
     assert sglang("status", "--python", str(python)).exit_code == 0
+
+
+def test_apply_status_revert_on_a_package_tree_in_git_without_torch(tmp_path, monkeypatch):
+    isolate_git(monkeypatch, tmp_path)
+    root = family_checkout(tmp_path / "tree")
+    (root / "sglang" / "_version.py").write_text("__version__ = version = '0.5.23'\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "release", env=IDENTITY)
+    python = fresh_venv(tmp_path / "v")
+    (site_packages(python) / "tree.pth").write_text(f"{root}\n")
+    hidden = hide_modules(tmp_path / "hidden", "torch")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hidden), str(PROJECT_ROOT)])}
+    pristine = tree_hashes(root / "sglang")
+
+    def auxcap(*args):
+        return subprocess.run([sys.executable, "-m", "codemods", "sglang", *args, "--python",
+                               str(python)], env=env, capture_output=True, text=True,
+                              timeout=240, cwd=tmp_path)
+
+    done = auxcap("apply")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "patched: sglang/srt/models/family_llama_like.py" in done.stdout
+    assert "added: sglang/srt/distributed/pp_aux_transport.py" in done.stdout
+    status = auxcap("status")
+    assert "auxcap's change: applied (release 0.5.23" in status.stdout
+    assert "sglang 0.5.23 (package tree)" in status.stdout
+    assert "other differences from the release: none (git status of" in status.stdout
+    assert "nothing to do" in auxcap("apply").stdout
+    done = auxcap("revert")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert tree_hashes(root / "sglang") == pristine
+    assert git(root, "status", "--porcelain", "--untracked-files=all") == ""

@@ -3,8 +3,8 @@
 * A wheel install: the release's hashes are in ``sglang-<ver>.dist-info/RECORD`` (``path,
   sha256=<urlsafe base64 without padding>,size``); every listed file of the package is hashed
   and compared, and a ``.py`` file the RECORD does not list is an added file.
-* An editable checkout in a git repository: ``git status`` of the package and test
-  directories (modified, deleted, untracked).
+* Any other tree in a git work tree (an editable checkout, a vendored package tree):
+  ``git status`` of the package and test directories (modified, deleted, untracked).
 * Anything else: the differences cannot be told (``Baseline.known`` is False).
 
 Paths are tree paths (relative to ``tree.root``, POSIX), as in the upstream patch.
@@ -94,6 +94,10 @@ def _git_baseline(installation: Installation) -> Baseline:
     top = _git(tree.root, "rev-parse", "--show-toplevel")
     if top.returncode != 0:
         return Baseline(False, f"{tree.root} is not a git repository and carries no RECORD")
+    tracked = _git(tree.root, "ls-files", "--error-unmatch", f"{tree.package}/__init__.py")
+    if tracked.returncode != 0:
+        return Baseline(False, f"{tree.package}/__init__.py is not tracked by the git "
+                               f"repository at {top.stdout.strip()}, and there is no RECORD")
     status = _git(tree.root, "status", "--porcelain=v1", "-z", "--untracked-files=all",
                   "--", tree.package, tree.tests)
     if status.returncode != 0:
@@ -122,6 +126,4 @@ def baseline(installation: Installation) -> Baseline:
     """How the installed files differ from the release (see the module docstring)."""
     if installation.kind == WHEEL:
         return _wheel_baseline(installation)
-    if installation.tree.kind == "checkout":
-        return _git_baseline(installation)
-    return Baseline(False, f"{installation.package} has no RECORD and is not a git checkout")
+    return _git_baseline(installation)
