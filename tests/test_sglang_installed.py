@@ -142,6 +142,8 @@ def test_foreign_edits_are_patched_around_and_kept(installed, upstream):
     text = text.replace(flag, flag + "            self.spec_capture_enabled = True\n", 1)
     llama.write_text(text + "# spec-capture: local change\n")
     edited = llama.read_bytes()
+    marker = site / "sglang" / ".spec_capture_patch.llama.applied"
+    marker.write_text("")
     done = sglang("apply", *_args(python, "--models", MODELS))
     assert done.exit_code == 0, done.output
     assert f"patched: {LLAMA} (around another change, kept)" in done.output
@@ -152,8 +154,9 @@ def test_foreign_edits_are_patched_around_and_kept(installed, upstream):
     status = sglang("status", *_args(python))
     assert f"patched by auxcap (around another change): {LLAMA}" in status.output
     assert f"modified: {LLAMA}" in status.output
+    assert "added: sglang/.spec_capture_patch.llama.applied" in status.output
     assert sglang("revert", *_args(python)).exit_code == 0
-    assert llama.read_bytes() == edited
+    assert llama.read_bytes() == edited and marker.exists()
 
 
 def test_unrecognised_foreign_edit_is_refused_and_nothing_written(installed):
@@ -199,7 +202,7 @@ def test_crash_between_two_writes_is_rolled_back_by_the_next_command(installed, 
     status = sglang("status", *_args(python))
     assert status.exit_code == 0, status.output
     assert "found an interrupted applying" in status.output
-    assert "rolled back 1 files restored, 1 added files deleted" in status.output
+    assert "rolled back (1 file restored, 1 added file deleted)" in status.output
     assert tree_hashes(package) == pristine
     # The next apply starts from the release again.
     assert sglang("apply", *_args(python, "--models", MODELS)).exit_code == 0
@@ -231,7 +234,7 @@ def test_a_process_killed_between_writes_is_repaired_by_the_next_apply(installed
     done = sglang("apply", *_args(python, "--models", MODELS))
     assert done.exit_code == 0, done.output
     assert "found an interrupted applying" in done.output
-    assert "rolled back 1 files restored, 2 added files deleted" in done.output
+    assert "rolled back (1 file restored, 2 added files deleted)" in done.output
     for change in upstream.changes:
         assert (site / change.path).read_bytes() == change.new.encode("utf-8"), change.path
     assert json.loads((package / JOURNAL_NAME).read_text())["state"] == "applied"

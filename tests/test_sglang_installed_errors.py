@@ -98,12 +98,15 @@ def test_an_unreadable_journal_is_an_error_naming_it(fake):
     assert f"{package / jr.JOURNAL_NAME}: unreadable journal" in done.output
 
 
-def test_record_hashes_decode_urlsafe_base64_without_padding():
+def test_record_hashes_read_csv_and_decode_urlsafe_base64_without_padding():
     data = b"print('x')\n"
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     record = (f"sglang/a.py,sha256={digest},{len(data)}\n"
+              f'"sglang/E=1,N=2.json",sha256={digest},{len(data)}\n'
               "sglang/__pycache__/a.cpython-311.pyc,,\nother/b.py,sha256=AAAA,1\n")
-    assert record_hashes(record, "sglang/") == {"sglang/a.py": hashlib.sha256(data).hexdigest()}
+    expected = hashlib.sha256(data).hexdigest()
+    assert record_hashes(record, "sglang/") == {"sglang/a.py": expected,
+                                                 "sglang/E=1,N=2.json": expected}
 
 
 def test_a_file_that_does_not_compile_rolls_every_file_back(fake, tmp_path):

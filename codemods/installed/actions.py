@@ -54,9 +54,14 @@ def _recover(installation: Installation, say: Say) -> None:
         return
     journal, done = repaired
     say(f"found an interrupted {journal.state} (journal of {journal.started}): rolled back "
-        f"{len(done.restored)} files restored, {len(done.deleted)} added files deleted")
+        f"({_files(len(done.restored), 'file')} restored, "
+        f"{_files(len(done.deleted), 'added file')} deleted)")
     for path in done.left:
         say(f"  left as found (changed by someone else since): {path}")
+
+
+def _files(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _run(python: str, say: Say, body: Callable[[Installation], Outcome]) -> Outcome:
@@ -250,7 +255,8 @@ def _apply(installation: Installation, models: list[str] | None, say: Say) -> Ou
                       models=models, entries=entries)
     transaction.write_all(tree, installation.package, journal, new_bytes, installation.python)
     around = [e.path for e in entries if e.before_pristine is False]
-    say(f"applied: {len(entries)} files changed, compiled with {installation.python}; "
+    say(f"applied: {_files(len(entries), 'file')} changed, compiled with "
+        f"{installation.python}; "
         f"journal {jr.journal_path(installation.package)}")
     for entry in entries:
         what = "added" if entry.before_sha256 is None else "patched"
@@ -287,8 +293,8 @@ def _revert(installation: Installation, force: bool, say: Say) -> Outcome:
         raise Refused("files changed since auxcap applied its change; nothing was restored "
                       "(--force restores them anyway):\n  " + "\n  ".join(changed))
     done = transaction.restore(installation.tree, installation.package, journal, force=force)
-    say(f"reverted: {len(done.restored)} files restored, {len(done.deleted)} added files "
-        f"deleted; journal removed")
+    say(f"reverted: {_files(len(done.restored), 'file')} restored, "
+        f"{_files(len(done.deleted), 'added file')} deleted; journal removed")
     for path in done.restored:
         say(f"  restored: {path}")
     for path in done.deleted:

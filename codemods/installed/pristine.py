@@ -2,7 +2,8 @@
 
 * A wheel install: the release's hashes are in ``sglang-<ver>.dist-info/RECORD`` (``path,
   sha256=<urlsafe base64 without padding>,size``); every listed file of the package is hashed
-  and compared, and a ``.py`` file the RECORD does not list is an added file.
+  and compared, and a file the RECORD does not list is an added file (another patch's
+  new modules, or its marker files such as ``.spec_capture_patch.<name>.applied``).
 * Any other tree in a git work tree (an editable checkout, a vendored package tree):
   ``git status`` of the package and test directories (modified, deleted, untracked).
 * Anything else: the differences cannot be told (``Baseline.known`` is False).
@@ -14,6 +15,7 @@ Compiled files (``__pycache__``) and auxcap's own journal are never differences.
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
 import os
 import subprocess
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from codemods.installed.journal import JOURNAL_NAME
 from codemods.installed.locate import WHEEL, Installation
+from codemods.sources.fileio import TEMP_PATTERN
 
 MODIFIED, MISSING, ADDED = "modified", "missing", "added"
 
@@ -39,16 +42,20 @@ class Baseline:
 
 
 def _ignored(path: str) -> bool:
+    """Compiled files, auxcap's journal and the atomic writer's temporary files."""
     parts = path.split("/")
-    return "__pycache__" in parts or parts[-1] == JOURNAL_NAME or path.endswith(".pyc")
+    return ("__pycache__" in parts or parts[-1] == JOURNAL_NAME or path.endswith(".pyc")
+            or TEMP_PATTERN.match(parts[-1]) is not None)
 
 
 def record_hashes(record: str, prefix: str) -> dict[str, str]:
-    """``path -> sha256 hex`` of the RECORD lines under ``prefix`` that carry a sha256."""
+    """``path -> sha256 hex`` of the RECORD rows (CSV: a path with a comma is quoted) under
+    ``prefix`` that carry a sha256."""
     hashes = {}
-    for line in record.splitlines():
-        path, _, rest = line.partition(",")
-        digest = rest.partition(",")[0]
+    for row in csv.reader(record.splitlines()):
+        if len(row) < 2:
+            continue
+        path, digest = row[0], row[1]
         if not path.startswith(prefix) or not digest.startswith("sha256="):
             continue
         raw = digest.removeprefix("sha256=")
@@ -79,7 +86,7 @@ def _wheel_baseline(installation: Installation) -> Baseline:
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in files:
             path = Path(directory, name).relative_to(tree.root).as_posix()
-            if name.endswith(".py") and path not in hashes and not _ignored(path):
+            if path not in hashes and not _ignored(path):
                 baseline.differs[path] = ADDED
     return baseline
 
