@@ -209,3 +209,7 @@ def test_apply_status_revert_on_a_package_tree_in_git_without_torch(tmp_path, mo
     assert done.returncode == 0, done.stdout + done.stderr
     assert tree_hashes(root / "sglang") == pristine
     assert git(root, "status", "--porcelain", "--untracked-files=all") == ""
+    unknown = auxcap("apply", "--models", "no_such_model")
+    assert unknown.returncode == 2, unknown.stdout + unknown.stderr
+    assert "no_such_model" in unknown.stderr and "nothing was written" in unknown.stderr
+    assert tree_hashes(root / "sglang") == pristine

@@ -147,10 +147,14 @@ def _foreign_before(journal: Journal | None, path: str) -> bool:
 
 
 def _generate(installation: Installation, models: list[str] | None) -> UpstreamResult:
+    """``Refused`` for a model file of a shape the rewriters do not recognise,
+    ``InstalledError`` for a model name the tree has no hook for."""
     try:
         return generate(installation.tree.root, models=models)
-    except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError) as err:
+    except kimi.UnrecognisedShape as err:
         raise Refused(f"{err}; nothing was written") from err
+    except (TreeError, MissingModelFile, ValueError) as err:
+        raise InstalledError(f"{err}; nothing was written") from err
 
 
 def _targets(installation: Installation, result: UpstreamResult) -> dict[str, str]:
