@@ -111,7 +111,7 @@ def test_apply_status_apply_again_drive_and_revert(installed, upstream):
 
     status = sglang("status", *_args(python))
     assert status.exit_code == 0, status.output
-    assert "auxcap's change: applied (release 0.5.23" in status.output
+    assert "auxcap's change: applied (release 0.5.23, --models llama," in status.output
     assert f"patched by auxcap: {LLAMA}" in status.output
     assert "other differences from the release: none" in status.output
 

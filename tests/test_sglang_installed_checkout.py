@@ -70,7 +70,7 @@ def test_apply_status_drive_and_revert_on_a_checkout(checkout):
     assert "test/srt/test_pp_aux_capture_family.py" in changed
 
     status = sglang("status", "--python", str(python))
-    assert "auxcap's change: applied (release 0.5.23" in status.output
+    assert "auxcap's change: applied (release 0.5.23, --models llama," in status.output
     assert f"patched by auxcap: {LLAMA}" in status.output
     assert "other differences from the release: none" in status.output
     again = sglang("apply", "--python", str(python), "--models", MODELS)

@@ -201,10 +201,14 @@ def test_apply_status_revert_on_a_package_tree_in_git_without_torch(tmp_path, mo
     assert "patched: sglang/srt/models/family_llama_like.py" in done.stdout
     assert "added: sglang/srt/distributed/pp_aux_transport.py" in done.stdout
     status = auxcap("status")
-    assert "auxcap's change: applied (release 0.5.23" in status.stdout
+    assert "auxcap's change: applied (release 0.5.23, every model," in status.stdout
     assert "sglang 0.5.23 (package tree)" in status.stdout
     assert "other differences from the release: none (git status of" in status.stdout
     assert "nothing to do" in auxcap("apply").stdout
+    other = auxcap("apply", "--models", "family_llama_like")
+    assert other.returncode == 1
+    assert ("auxcap's change is applied for every model, not --models family_llama_like; "
+            "revert it first") in other.stderr
     done = auxcap("revert")
     assert done.returncode == 0, done.stdout + done.stderr
     assert tree_hashes(root / "sglang") == pristine

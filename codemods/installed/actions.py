@@ -96,8 +96,9 @@ def _status(installation: Installation, say: Say) -> Outcome:
         state = "applied" if not changed and not restored else "applied, files changed since"
         if journal.release != installation.release:
             state = f"journal of release {journal.release}, not this package's"
-        say(f"auxcap's change: {state} (release {journal.release}, auxcap "
-            f"{journal.tool_version}, {journal.started}), {len(journal.entries)} files:")
+        say(f"auxcap's change: {state} (release {journal.release}, "
+            f"{_selection(journal.models)}, auxcap {journal.tool_version}, "
+            f"{journal.started}), {len(journal.entries)} files:")
         for entry in journal.entries:
             if entry.path in changed:
                 what = "changed since auxcap applied it"
@@ -206,8 +207,16 @@ def _same_release(installation: Installation, journal: Journal) -> None:
             f"applied; delete the journal if the package was reinstalled")
 
 
-def _already(installation: Installation, journal: Journal, say: Say) -> Outcome:
+def _selection(models: list[str] | None) -> str:
+    return "every model" if models is None else "--models " + ",".join(models)
+
+
+def _already(installation: Installation, journal: Journal, models: list[str] | None,
+             say: Say) -> Outcome:
     _same_release(installation, journal)
+    if journal.models != models:
+        raise Refused(f"auxcap's change is applied for {_selection(journal.models)}, not "
+                      f"{_selection(models)}; revert it first to apply another selection")
     changed = transaction.changed_since(installation.tree, journal)
     restored = _at_before(installation, journal)
     if changed or restored:
@@ -227,7 +236,7 @@ def _apply(installation: Installation, models: list[str] | None, say: Say) -> Ou
     require_supported(installation)
     journal = jr.load(installation.package)
     if journal is not None:
-        return _already(installation, journal, say)
+        return _already(installation, journal, models, say)
     result = _generate(installation, models)
     changes = [change for change in result.changes if change.changed]
     base = pristine.baseline(installation)
