@@ -196,6 +196,13 @@ def test_apply_status_revert_on_a_package_tree_in_git_without_torch(tmp_path, mo
                                str(python)], env=env, capture_output=True, text=True,
                               timeout=240, cwd=tmp_path)
 
+    model = root / "sglang" / "srt" / "models" / "family_llama_like.py"
+    model.chmod(0o444)
+    done = auxcap("apply")
+    assert done.returncode == 2
+    assert f"{model}: file is read-only; nothing was written" in done.stderr
+    assert tree_hashes(root / "sglang") == pristine
+    model.chmod(0o644)
     done = auxcap("apply")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "patched: sglang/srt/models/family_llama_like.py" in done.stdout

@@ -88,15 +88,17 @@ def current_bytes(tree: SGLangTree, path: str) -> bytes | None:
         return None
 
 
-def _writable_dir(directory: Path) -> bool:
-    info = directory.stat()
+def _writable(path: Path) -> bool:
+    """A write bit set (root included: no bit, no write) and writable for this user."""
+    info = path.stat()
     return bool(info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) and os.access(
-        directory, os.W_OK)
+        path, os.W_OK)
 
 
 def check_writable(tree: SGLangTree, paths: list[str], package: Path) -> None:
     """``InstalledError`` naming the first directory among the targets' (or, for files in
-    directories still to be created, their nearest existing one) that is read-only."""
+    directories still to be created, their nearest existing one), or the first existing
+    target file, that is read-only."""
     directories = {package}
     for path in paths:
         directory = tree.file(path).parent
@@ -104,8 +106,12 @@ def check_writable(tree: SGLangTree, paths: list[str], package: Path) -> None:
             directory = directory.parent
         directories.add(directory)
     for directory in sorted(directories):
-        if not _writable_dir(directory):
+        if not _writable(directory):
             raise InstalledError(f"{directory}: directory is read-only; nothing was written")
+    for path in paths:
+        file = tree.file(path)
+        if file.exists() and not _writable(file):
+            raise InstalledError(f"{file}: file is read-only; nothing was written")
 
 
 def _dirs_to_create(tree: SGLangTree, paths: list[str]) -> list[str]:
