@@ -27,6 +27,7 @@ from codemods.catalog.hooks import custom_hook
 from codemods.cli import terminal
 from codemods.cli.codemod_options import CodemodCommand
 from codemods.cli.commandline import command_line
+from codemods.cli.sglang_commands import sglang
 from codemods.deliver import sinks
 from codemods.output import report
 from codemods.sources.collect import FileCollectionError
@@ -525,6 +526,9 @@ def validate_pp(
         click.echo(f"error: validate-pp needs torch ({err}); install auxcap[pp]", err=True)
         raise SystemExit(2) from err
     raise SystemExit(run(world_size, backend, mode, timeout, select, echo=click.echo))
+
+
+cli.add_command(sglang)
 
 
 def main() -> None:

@@ -1,0 +1,315 @@
+"""``status``, ``apply`` and ``revert`` of the SGLang an interpreter imports.
+
+Each holds the package's lock (one command at a time) and first repairs a change a command
+left half done (``transaction.recover``), saying so.
+Messages go to ``say``; errors are raised (``InstalledError``: unusable input, ``Refused``:
+a check failed, every byte as it was), and the CLI turns them into exit codes.
+
+``apply`` generates the upstream change (``upstream.generate``) for exactly that tree and
+release, refuses where a file that differs from the release is one the rewriters no longer
+recognise (naming it), and writes the change all or nothing under a journal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from codemods.installed import journal as jr
+from codemods.installed import pristine, transaction
+from codemods.installed.errors import InstalledError, Refused
+from codemods.installed.journal import Entry, Journal
+from codemods.installed.locate import Installation, locate, require_supported
+from codemods.upstream import graph_sizing, kimi, kimi_k3, validation
+from codemods.upstream.generate import MissingModelFile, UpstreamResult, generate
+from codemods.upstream.sglang_tree import TreeError
+
+Say = Callable[[str], None]
+#: Names only auxcap's change writes into SGLang (the glue and transport modules, the
+#: validation helper, the aux sizing twins, the checked DSPARK relay): a file holding one
+#: carries the change already, e.g. from ``git apply`` of ``upstream-patch``.
+CHANGE_MARKER = re.compile(
+    r"pp_aux_capture|pp_aux_transport|pp_proxy_aux_hidden_size|_relayed_dspark_hidden_states")
+
+
+def carries_change(installation: Installation, path: str) -> bool:
+    """Whether the file at tree path ``path`` holds a name only auxcap's change writes."""
+    data = transaction.current_bytes(installation.tree, path)
+    return data is not None and CHANGE_MARKER.search(data.decode("utf-8", "replace")) is not None
+
+
+@dataclass
+class Outcome:
+    """What a command did: ``changed`` False for nothing to do."""
+
+    installation: Installation
+    changed: bool
+    files: list[str]
+
+
+def _recover(installation: Installation, say: Say) -> None:
+    repaired = transaction.recover(installation.tree, installation.package)
+    if repaired is None:
+        return
+    journal, done = repaired
+    say(f"found an interrupted {journal.state} (journal of {journal.started}): rolled back "
+        f"({_files(len(done.restored), 'file')} restored, "
+        f"{_files(len(done.deleted), 'added file')} deleted)")
+    for path in done.left:
+        say(f"  left as found (changed by someone else since): {path}")
+
+
+def _files(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _run(python: str, say: Say, body: Callable[[Installation], Outcome]) -> Outcome:
+    """Locate ``python``'s sglang, say which, and run ``body`` on it under the package's
+    lock, after repairing a change left half done."""
+    installation = locate(python)
+    say(f"python: {installation.python} (Python {installation.python_version})")
+    say(f"sglang: {installation.describe()}")
+    with transaction.locked(installation.package):
+        _recover(installation, say)
+        return body(installation)
+
+
+# ------------------------------------------------------------------------------- status
+
+
+def status(python: str, say: Say) -> Outcome:
+    return _run(python, say, lambda installation: _status(installation, say))
+
+
+def _status(installation: Installation, say: Say) -> Outcome:
+    if not installation.supported:
+        say(f"release {installation.release}: not one auxcap knows; apply would refuse")
+    journal = jr.load(installation.package)
+    tree = installation.tree
+    ours: set[str] = set()
+    if journal is None:
+        say("auxcap's change: not applied (no journal in the package)")
+    else:
+        changed = set(transaction.changed_since(tree, journal))
+        restored = set(_at_before(installation, journal)) - changed
+        state = "applied" if not changed and not restored else "applied, files changed since"
+        if journal.release != installation.release:
+            state = f"journal of release {journal.release}, not this package's"
+        say(f"auxcap's change: {state} (release {journal.release}, "
+            f"{_selection(journal.models)}, auxcap {journal.tool_version}, "
+            f"{journal.started}), {len(journal.entries)} files:")
+        for entry in journal.entries:
+            if entry.path in changed:
+                what = "changed since auxcap applied it"
+            elif entry.path in restored:
+                what = "holds its bytes from before the change"
+            else:
+                what = "added by auxcap" if entry.before_sha256 is None else "patched by auxcap"
+                if entry.before_pristine is False:
+                    what += " (around another change)"
+                ours.add(entry.path)
+            say(f"  {what}: {entry.path}")
+    base = pristine.baseline(installation)
+    if not base.known:
+        say(f"other differences from the release: cannot tell ({base.how})")
+        return Outcome(installation, False, [])
+    others = {path: kind for path, kind in base.differs.items()
+              if path not in ours or _foreign_before(journal, path)}
+    if not others:
+        say(f"other differences from the release: none ({base.how})")
+    else:
+        say(f"other differences from the release ({base.how}): {len(others)} files")
+        for path, kind in sorted(others.items()):
+            carried = path not in ours and carries_change(installation, path)
+            say(f"  {kind}: {path}" + (" (carries auxcap's change, applied without a "
+                                       "journal)" if carried else ""))
+    return Outcome(installation, False, [])
+
+
+def _at_before(installation: Installation, journal: Journal) -> list[str]:
+    result = []
+    for entry in journal.entries:
+        current = transaction.current_bytes(installation.tree, entry.path)
+        digest = None if current is None else jr.sha256(current)
+        if digest == entry.before_sha256 and digest != entry.after_sha256:
+            result.append(entry.path)
+    return result
+
+
+def _foreign_before(journal: Journal | None, path: str) -> bool:
+    """Whether auxcap patched ``path`` around a change that was there before it."""
+    if journal is None:
+        return False
+    return any(e.path == path and e.before_pristine is False for e in journal.entries)
+
+
+# -------------------------------------------------------------------------------- apply
+
+
+def _generate(installation: Installation, models: list[str] | None) -> UpstreamResult:
+    """``Refused`` for a model file of a shape the rewriters do not recognise,
+    ``InstalledError`` for a model name the tree has no hook for."""
+    try:
+        return generate(installation.tree.root, models=models)
+    except kimi.UnrecognisedShape as err:
+        raise Refused(f"{err}; nothing was written") from err
+    except (TreeError, MissingModelFile, ValueError) as err:
+        raise InstalledError(f"{err}; nothing was written") from err
+
+
+def _targets(installation: Installation, result: UpstreamResult) -> dict[str, str]:
+    """Tree path -> why auxcap's rewriters look at it: the model files of the plan (and the
+    files their forwards live in), Kimi's, the CUDA-graph sizing and validation modules."""
+    tree = installation.tree
+    targets: dict[str, str] = {}
+    for module in (kimi.MODULE, kimi_k3.MODULE, validation.MODULE,
+                   *graph_sizing.SIZING_MODULES):
+        targets[tree.module_path(module)] = "a file auxcap's rewriters change"
+    if result.family is not None:
+        models = tree.module_path("sglang.srt.models.x").rsplit("/", 1)[0]
+        for decision in result.family.decisions.values():
+            reason = "patched" if decision.patched else decision.reason
+            targets[f"{models}/{decision.file}"] = reason
+            if decision.forward is not None:
+                targets.setdefault(f"{models}/{decision.forward.file}", reason)
+    return targets
+
+
+def foreign_conflicts(installation: Installation, result: UpstreamResult,
+                      base: pristine.Baseline) -> list[str]:
+    """Files that differ from the release where auxcap's rewriters would change them but
+    now do not, and that do not carry auxcap's change already: ``path: reason`` each."""
+    changed = set(result.changed)
+    conflicts = []
+    targets = _targets(installation, result)
+    for path, kind in sorted(base.differs.items()):
+        if path in changed or path not in targets or kind == pristine.ADDED:
+            continue
+        if carries_change(installation, path):
+            continue
+        reason = targets[path]
+        if reason == "patched" or reason.startswith("a file auxcap"):
+            reason = "its code is no longer the shape auxcap's rewriters recognise"
+        conflicts.append(f"{path}: {kind} since release {installation.release} and not "
+                         f"patched ({reason})")
+    return conflicts
+
+
+def _same_release(installation: Installation, journal: Journal) -> None:
+    """``Refused`` when the journal was written for another release (the package was
+    reinstalled or upgraded over auxcap's change): its bytes belong to that release."""
+    if journal.release != installation.release:
+        raise Refused(
+            f"{jr.journal_path(installation.package)}: a journal of sglang "
+            f"{journal.release}, but the package is {installation.release} (reinstalled "
+            f"since?); its bytes belong to the other release, so nothing is restored or "
+            f"applied; delete the journal if the package was reinstalled")
+
+
+def _selection(models: list[str] | None) -> str:
+    return "every model" if models is None else "--models " + ",".join(models)
+
+
+def _already(installation: Installation, journal: Journal, models: list[str] | None,
+             say: Say) -> Outcome:
+    _same_release(installation, journal)
+    if journal.models != models:
+        raise Refused(f"auxcap's change is applied for {_selection(journal.models)}, not "
+                      f"{_selection(models)}; revert it first to apply another selection")
+    changed = transaction.changed_since(installation.tree, journal)
+    restored = _at_before(installation, journal)
+    if changed or restored:
+        raise Refused(
+            "auxcap's change is applied but files changed since: "
+            + ", ".join(changed + restored) + "; revert it first (revert --force restores "
+            "them)")
+    say(f"nothing to do: auxcap's change is already applied ({len(journal.entries)} files)")
+    return Outcome(installation, False, journal.paths)
+
+
+def apply(python: str, models: list[str] | None, say: Say) -> Outcome:
+    return _run(python, say, lambda installation: _apply(installation, models, say))
+
+
+def _apply(installation: Installation, models: list[str] | None, say: Say) -> Outcome:
+    require_supported(installation)
+    journal = jr.load(installation.package)
+    if journal is not None:
+        return _already(installation, journal, models, say)
+    result = _generate(installation, models)
+    changes = [change for change in result.changes if change.changed]
+    base = pristine.baseline(installation)
+    if not base.known:
+        say(f"differences from the release: cannot tell ({base.how})")
+    conflicts = foreign_conflicts(installation, result, base) if base.known else []
+    if conflicts:
+        raise Refused("the tree differs from its release where auxcap would patch it; "
+                      "nothing was written:\n  " + "\n  ".join(conflicts))
+    if not changes:
+        say("nothing to do: the tree already carries the change")
+        return Outcome(installation, False, [])
+    tree = installation.tree
+    entries, new_bytes = [], {}
+    for change in changes:
+        if change.path in new_bytes:
+            raise InstalledError(f"{change.path}: changed twice by the generator")
+        before = transaction.current_bytes(tree, change.path)
+        if (before is None) != (change.old is None) or (
+                before is not None and before.decode("utf-8") != change.old):
+            raise Refused(f"{tree.file(change.path)}: changed while the change was being "
+                          f"generated; nothing was written")
+        after = change.new.encode("utf-8")
+        pristine_before = _pristine(base, change.path, before)
+        entries.append(Entry.of(change.path, before, after, pristine_before))
+        new_bytes[change.path] = after
+    journal = Journal(state=jr.APPLYING, release=installation.release,
+                      tree_root=str(tree.root), package=str(installation.package),
+                      models=models, entries=entries)
+    transaction.write_all(tree, installation.package, journal, new_bytes, installation.python)
+    around = [e.path for e in entries if e.before_pristine is False]
+    say(f"applied: {_files(len(entries), 'file')} changed, compiled with "
+        f"{installation.python}; "
+        f"journal {jr.journal_path(installation.package)}")
+    for entry in entries:
+        what = "added" if entry.before_sha256 is None else "patched"
+        note = " (around another change, kept)" if entry.path in around else ""
+        say(f"  {what}: {entry.path}{note}")
+    return Outcome(installation, True, [e.path for e in entries])
+
+
+def _pristine(base: pristine.Baseline, path: str, before: bytes | None) -> bool | None:
+    if not base.known:
+        return None
+    if before is None:
+        return path not in base.hashes
+    if base.hashes:
+        return base.hashes.get(path) == jr.sha256(before)
+    return path not in base.differs
+
+
+# ------------------------------------------------------------------------------- revert
+
+
+def revert(python: str, force: bool, say: Say) -> Outcome:
+    return _run(python, say, lambda installation: _revert(installation, force, say))
+
+
+def _revert(installation: Installation, force: bool, say: Say) -> Outcome:
+    journal = jr.load(installation.package)
+    if journal is None:
+        say("nothing to revert: no journal of auxcap's change in the package")
+        return Outcome(installation, False, [])
+    _same_release(installation, journal)
+    changed = transaction.changed_since(installation.tree, journal)
+    if changed and not force:
+        raise Refused("files changed since auxcap applied its change; nothing was restored "
+                      "(--force restores them anyway):\n  " + "\n  ".join(changed))
+    done = transaction.restore(installation.tree, installation.package, journal, force=force)
+    say(f"reverted: {_files(len(done.restored), 'file')} restored, "
+        f"{_files(len(done.deleted), 'added file')} deleted; journal removed")
+    for path in done.restored:
+        say(f"  restored: {path}")
+    for path in done.deleted:
+        say(f"  deleted: {path}")
+    return Outcome(installation, True, done.restored + done.deleted)

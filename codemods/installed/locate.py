@@ -1,0 +1,159 @@
+"""Which sglang an interpreter imports, found without running any of sglang's code.
+
+``locate(python)`` runs ``PYTHON -c PROBE``: ``importlib.util.find_spec("sglang")`` (a
+top-level package's spec is found on ``sys.path`` without executing it) and
+``importlib.metadata.distribution("sglang")``.  The release is the distribution's version
+when that distribution is the one installed at the package's place (a wheel), else the
+``__version__`` written in ``sglang/_version.py`` (a checkout whose ``python/`` is on the
+path, e.g. through a ``.pth`` file).
+
+Layouts: a wheel install (``site-packages/sglang``, tree root ``site-packages``) and an
+editable checkout (``ROOT/python/sglang``, tree root ``ROOT``), each an
+:class:`~codemods.upstream.sglang_tree.SGLangTree` so the generator names files the way the
+upstream patch does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from codemods.installed.errors import InstalledError
+from codemods.upstream.sglang_tree import SGLangTree, TreeError, detect_tree
+
+#: The releases whose files the upstream generator knows (its rewriters and tests).
+SUPPORTED_RELEASES = ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+WHEEL, CHECKOUT, UNPACKED = "wheel", "editable checkout", "package tree"
+
+PROBE = r"""
+import importlib.util, json, sys
+out = {"executable": sys.executable, "python": sys.version.split()[0]}
+spec = importlib.util.find_spec("sglang")
+out["origin"] = None if spec is None else spec.origin
+out["locations"] = None if spec is None else list(spec.submodule_search_locations or [])
+try:
+    import importlib.metadata as md
+    dist = md.distribution("sglang")
+    out["dist_version"] = dist.version
+    out["dist_info"] = str(getattr(dist, "_path", "") or "") or None
+    out["dist_base"] = str(dist.locate_file(""))
+    out["direct_url"] = dist.read_text("direct_url.json")
+except Exception:
+    out["dist_version"] = out["dist_info"] = out["dist_base"] = out["direct_url"] = None
+print(json.dumps(out))
+"""
+_VERSION = re.compile(r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", re.M)
+
+
+@dataclass(frozen=True)
+class Installation:
+    """The sglang ``python`` imports: ``package`` (the ``sglang`` directory), ``tree`` (as
+    the generator sees it), ``release``, ``kind`` (wheel, editable checkout or package tree)
+    and, for a wheel, its ``dist_info`` directory (whose ``RECORD`` has the release's
+    hashes)."""
+
+    python: str
+    python_version: str
+    package: Path
+    tree: SGLangTree
+    release: str
+    kind: str
+    dist_info: Path | None
+
+    @property
+    def supported(self) -> bool:
+        return self.release in SUPPORTED_RELEASES
+
+    def describe(self) -> str:
+        return f"sglang {self.release} ({self.kind}) at {self.package}"
+
+
+def default_python() -> str:
+    """The interpreter on PATH named ``python``."""
+    found = shutil.which("python")
+    if found is None:
+        raise InstalledError("no interpreter named `python` on PATH; name one with --python")
+    return found
+
+
+def probe(python: str) -> dict:
+    """What ``python`` says about sglang (see ``PROBE``)."""
+    try:
+        proc = subprocess.run([python, "-c", PROBE], capture_output=True, text=True,
+                              timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise InstalledError(f"{python}: cannot run this interpreter: {err}") from err
+    if proc.returncode != 0:
+        raise InstalledError(f"{python}: the interpreter failed (exit {proc.returncode}): "
+                             f"{proc.stderr.strip()[-500:]}")
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError) as err:
+        raise InstalledError(f"{python}: unexpected answer: {proc.stdout[-500:]!r}") from err
+
+
+def release_from_source(package: Path) -> str | None:
+    """The ``__version__`` written in ``sglang/_version.py`` (or ``version.py``), unread by
+    Python."""
+    for name in ("_version.py", "version.py"):
+        try:
+            text = (package / name).read_text(encoding="utf-8")
+        except OSError:
+            continue
+        match = _VERSION.search(text)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _tree_of(package: Path) -> SGLangTree:
+    if package.parent.name == "python":
+        try:
+            tree = detect_tree(package.parent.parent)
+        except TreeError:
+            tree = None
+        if tree is not None and tree.kind == "checkout":
+            return tree
+    return detect_tree(package.parent)
+
+
+def locate(python: str) -> Installation:
+    """The sglang ``python`` imports; ``InstalledError`` when it has none or it is not an
+    SGLang tree auxcap can read."""
+    facts = probe(python)
+    if facts["origin"] is None:
+        raise InstalledError(f"{facts['executable']}: sglang is not installed for this "
+                             f"interpreter (importlib.util.find_spec('sglang') is None)")
+    if not facts["origin"] or not facts["origin"].endswith("__init__.py"):
+        where = facts["origin"] or ", ".join(facts["locations"] or [])
+        raise InstalledError(f"{where}: sglang is not a regular package here")
+    package = Path(facts["origin"]).resolve().parent
+    try:
+        tree = _tree_of(package)
+    except TreeError as err:
+        raise InstalledError(str(err)) from err
+    dist_info = Path(facts["dist_info"]) if facts["dist_info"] else None
+    base = Path(facts["dist_base"]).resolve() if facts["dist_base"] else None
+    editable = '"editable": true' in (facts["direct_url"] or "").replace("\n", " ")
+    is_wheel = (base is not None and base / "sglang" == package and not editable
+                and dist_info is not None and (dist_info / "RECORD").is_file())
+    if is_wheel:
+        release, kind = facts["dist_version"], WHEEL
+    else:
+        release = release_from_source(package) or "unknown"
+        kind = CHECKOUT if tree.kind == "checkout" else UNPACKED
+        dist_info = None
+    return Installation(python=facts["executable"], python_version=facts["python"],
+                        package=package, tree=tree, release=release, kind=kind,
+                        dist_info=dist_info)
+
+
+def require_supported(installation: Installation) -> None:
+    if not installation.supported:
+        raise InstalledError(
+            f"{installation.package}: sglang {installation.release} is a release auxcap does "
+            f"not know (supported: {', '.join(SUPPORTED_RELEASES)})")
