@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from codemods.callers.analyse.evidence import READ_SUFFIX, is_capture_read
 from codemods.callers.analyse.syntax import (
     _SCOPE_NODES,
 )
@@ -59,6 +60,10 @@ class _ScopeCollector(FieldWalker, cst.CSTVisitor):
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
         #: Every import statement, at any depth, in source order.
         self.imports: list[cst.Import | cst.ImportFrom] = []
+        #: Every read of a capture (``x.hidden_states``, ``x.layers_to_capture``,
+        #: ``*aux_hidden_states``; assignment targets included): the module-wide evidence of
+        #: :mod:`codemods.callers.analyse.evidence`.
+        self.capture_reads: list[cst.CSTNode] = []
         self._path: list[cst.CSTNode] = []  # (the LibCST visit's route)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -87,6 +92,14 @@ class _ScopeCollector(FieldWalker, cst.CSTVisitor):
     def visit_Name(self, node: cst.Name) -> None:
         for scope in self._stack:
             scope.names.add(node.value)
+        if node.value.endswith(READ_SUFFIX) and is_capture_read(node):
+            parent = self.parents.get(node)
+            if not (isinstance(parent, cst.Attribute) and parent.attr is node):
+                self.capture_reads.append(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if is_capture_read(node):
+            self.capture_reads.append(node)
 
     def _push(self, node: cst.CSTNode) -> _Scope:
         scope = _Scope(node, parent=self._stack[-1])
@@ -160,6 +173,34 @@ class _ScopeCollector(FieldWalker, cst.CSTVisitor):
     def visit_For(self, node: cst.For) -> None:
         if isinstance(node.target, cst.Name):
             self._stack[-1].loops.setdefault(node.target.value, []).append(node.iter)
+        elif isinstance(node.target, (cst.Tuple, cst.List)):
+            # ``for setter_name, label in TABLE``: each name may hold any item of any row
+            # (``[item for row in TABLE for item in row]``, what value resolution reads).
+            rows = _unpacked(node.iter)
+            for element in node.target.elements:
+                if isinstance(element.value, cst.Name):
+                    loops = self._stack[-1].loops
+                    loops.setdefault(element.value.value, []).append(rows)
+
+
+#: The rows built for each unpacking loop's iterable (``id`` -> the iterable and its rows):
+#: one object per loop, whichever walk asks; cleared when large.
+_UNPACKED: dict[int, tuple[cst.BaseExpression, cst.ListComp]] = {}
+
+
+def _unpacked(iterable: cst.BaseExpression) -> cst.ListComp:
+    """``[item for row in iterable for item in row]`` (built once per loop, not in the
+    module)."""
+    known = _UNPACKED.get(id(iterable))
+    if known is not None and known[0] is iterable:
+        return known[1]
+    if len(_UNPACKED) > 4096:
+        _UNPACKED.clear()
+    inner = cst.CompFor(target=cst.Name("item"), iter=cst.Name("row"))
+    outer = cst.CompFor(target=cst.Name("row"), iter=iterable, inner_for_in=inner)
+    rows = cst.ListComp(elt=cst.Name("item"), for_in=outer)
+    _UNPACKED[id(iterable)] = (iterable, rows)
+    return rows
 
 
 

@@ -12,6 +12,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from codemods.callers.analyse.contexts import ContextsMixin
+from codemods.callers.analyse.evidence import EvidenceMixin
 from codemods.callers.analyse.nullness import NullnessMixin
 from codemods.callers.analyse.positions import code_and_positions
 from codemods.callers.analyse.required import RequiredMixin, binding_name
@@ -75,7 +76,9 @@ class FoundCall:
         return tuple(hook.name for hook in self.hooks if hook.accepts_none)
 
 
-class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, RequiredMixin):
+class _Analyzer(
+    ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, RequiredMixin, EvidenceMixin
+):
     """Discovery for one module: resolution of hook names, ids, guards and handlers."""
 
     def __init__(self, wrapper: MetadataWrapper, path: str, hooks: HookSet) -> None:
@@ -90,6 +93,7 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, Required
         self.calls = collector.calls
         self.parents = collector.parents
         self.imports = collector.imports
+        self.capture_reads = collector.capture_reads
 
     @functools.cached_property
     def positions(self):
@@ -268,9 +272,17 @@ def _unless_required(analyzer: _Analyzer, item: FoundCall) -> FoundCall:
     """``item`` marked skipped when it would be rewritten and its capture is required."""
     if is_skipped(item.site) or not set(item.site.actions) & registry.ACTIONS:
         return item
-    reason = analyzer._capture_required(item.call)
+    reason = analyzer._capture_required(item.call, item.ids_core)
     if reason is None:
         return item
+    optional = analyzer._optional_evidence(item.call)
+    if optional:  # the signs conflict: left loud, for a person to decide
+        note = (
+            f"conflicting signs: {reason}, but {'; '.join(optional)}; left as is, "
+            "decide whether the run may go on without the capture"
+        )
+        site = dataclasses.replace(item.site, actions=(Action.REVIEW,), note=note)
+        return dataclasses.replace(item, site=site)
     kept = [
         entry
         for entry in registry.ENTRIES
