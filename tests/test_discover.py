@@ -47,6 +47,13 @@ EXPECTED = {
     "required_extraction_loop": [(13, f"{DFLASH}|{DSPARK}", "variable", "none")],
     "required_hook_table_loop": [(23, f"{DFLASH}|{DSPARK}|{EAGLE3}", "variable", "guard")],
     "conflicting_signs": [(10, DSPARK, "direct", "review")],
+    # Optional: guarded and wrapped, claims of capture run only when it was set.
+    "optional_hasattr_else": [(8, DFLASH, "direct", GF)],
+    "optional_capture_claims": [
+        (12, f"{DFLASH}|{DSPARK}", "loop", GF),
+        (21, DFLASH, "direct", "fallback"),
+        (33, f"{DFLASH}|{DSPARK}", "dict-lookup", "fallback"),
+    ],
     "custom_hook": [(7, "set_medusa_layers_to_capture", "direct", GF)],
     "definitions_and_strings": [],
     "delegating_wrapper": [],

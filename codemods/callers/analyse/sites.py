@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from codemods.callers.analyse.claims import Claims, ClaimsMixin
 from codemods.callers.analyse.contexts import ContextsMixin
 from codemods.callers.analyse.evidence import EvidenceMixin
 from codemods.callers.analyse.nullness import NullnessMixin
@@ -65,6 +66,12 @@ class FoundCall:
     #: For ids passed as an expression (``cfg.get("layers")``): the new local name the guard
     #: binds them to before testing them.
     bind_name: str | None = None
+    #: For a call that may reach several hooks: the expression holding the name of the one
+    #: called (what the fallback's warning names), when one holds it at the call.
+    hook_name: cst.BaseExpression | None = None
+    #: Statements after the call that claim capture, and the failure path that says it is off
+    #: (:mod:`codemods.callers.analyse.claims`); None when nothing claims it.
+    claims: Claims | None = None
 
     @property
     def rejects_none(self) -> bool:
@@ -77,7 +84,13 @@ class FoundCall:
 
 
 class _Analyzer(
-    ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, RequiredMixin, EvidenceMixin
+    ScopesMixin,
+    ValuesMixin,
+    NullnessMixin,
+    ContextsMixin,
+    RequiredMixin,
+    EvidenceMixin,
+    ClaimsMixin,
 ):
     """Discovery for one module: resolution of hook names, ids, guards and handlers."""
 
@@ -173,6 +186,9 @@ class _Analyzer(
         lenient = [hook.name for hook in hooks if hook.accepts_none]
         # A call that may reach EAGLE3 too keeps None for it: the guard tests the hook name.
         name_expr = self._name_expr(call, scopes) if rejects_none and lenient else None
+        hook_name = name_expr
+        if hook_name is None and len(hooks) > 1:
+            hook_name = self._name_expr(call, scopes)
         # Only hooks the release facts show raising NotImplementedError under PP.
         can_raise_pp = bool(raising_hooks(hooks))
 
@@ -237,6 +253,8 @@ class _Analyzer(
             shared_line=shared_line,
             name_expr=name_expr,
             bind_name=bind_name,
+            hook_name=hook_name,
+            claims=self._claims(statement, hook_name),
         )
 
 

@@ -50,6 +50,7 @@ review instead of rewritten.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import libcst as cst
@@ -66,6 +67,7 @@ from codemods.callers.rewrite.snippets import (
     suite_as_line,
     wrapped_literals,
 )
+from codemods.callers.rewrite.tails import TailsMixin, off_statements
 
 
 def unset_message(found: FoundCall) -> str:
@@ -120,7 +122,17 @@ def _call_line(statements: list[cst.BaseStatement]) -> cst.SimpleStatementLine:
     return last
 
 
-class GuardTransformer(CallSiteCodemod):
+def _take_into_body(
+    statement: cst.BaseStatement, taken: list[cst.BaseStatement], after=()
+) -> list[cst.BaseStatement]:
+    """The guard's ``if`` with the call's tail after the call (claims run only when set),
+    then ``after``."""
+    assert isinstance(statement, cst.If) and isinstance(statement.body, cst.IndentedBlock)
+    body = statement.body.with_changes(body=[*statement.body.body, *taken])
+    return [statement.with_changes(body=body), *after]
+
+
+class GuardTransformer(TailsMixin, CallSiteCodemod):
     """Guards the calls an :class:`~codemods.callers.analyse.Analysis` marks for it.
 
     ``apply(analysis)`` visits only the paths to those calls and records, for the calls the
@@ -200,8 +212,19 @@ class GuardTransformer(CallSiteCodemod):
                     right=_lenient_test(found, negated=False),
                 )
             test = fit_test(test, column, indent, self.line_length)
+            orelse = None
+            claims = found.claims
+            if claims is not None and claims.off and not claims.tail_returns:
+                # capture off when skipped (a tail that returns: the failure path follows)
+                off = off_statements(claims.off, self.module_config)
+                orelse = cst.Else(body=cst.IndentedBlock(body=off))
             return binding + [
-                cst.If(test=test, body=cst.IndentedBlock(body=[call_line]), leading_lines=leading)
+                cst.If(
+                    test=test,
+                    body=cst.IndentedBlock(body=[call_line]),
+                    orelse=orelse,
+                    leading_lines=leading,
+                )
             ]
         call_line = fit_call_statement(call_line, column, indent, self.line_length)
         message = unset_message(found)
@@ -237,6 +260,14 @@ class GuardTransformer(CallSiteCodemod):
             return updated_node
         statements = self._wrap(found, updated_node)
         self.moved[original_node] = _call_line(statements)
+        skipped = isinstance(statements[-1], cst.If) and statements[-1].body.body[0] is (
+            self.moved[original_node]
+        )
+        claims = found.claims
+        if skipped and claims is not None and claims.tail:
+            after = off_statements(claims.off, self.module_config) if claims.tail_returns else ()
+            attach = functools.partial(_take_into_body, after=after)
+            self._expect_tail(original_node, statements[-1], claims.tail, attach)
         return cst.FlattenSentinel(statements)
 
     def leave_SimpleStatementSuite(
