@@ -146,3 +146,15 @@ def test_demo_capture_runner_flag_follows_the_capture(migrated_demo):
         settings = config.DistillConfig("m", method="dspark", capture_layers=layers)
         runner_module.CaptureRunner(model_runner, settings).enable()
         assert model_runner.capture_enabled is expected
+
+
+def test_readme_example_is_what_migrate_writes():
+    import re
+
+    from readme_blocks import _section
+
+    text = "\n".join(_section("After a fallback, the program says capture is off")) + "\n"
+    before, after = re.findall(r"```python\n(.*?)```", text, re.S)[:2]
+    result = transform_source(before.encode(), "capture.py", TransformOptions())
+    assert result.status is Status.CHANGED, result.error
+    assert result.rewritten.decode() == after
