@@ -158,3 +158,19 @@ def test_readme_example_is_what_migrate_writes():
     result = transform_source(before.encode(), "capture.py", TransformOptions())
     assert result.status is Status.CHANGED, result.error
     assert result.rewritten.decode() == after
+
+
+def test_other_switches_after_the_call_are_no_claims():
+    head = (
+        "import logging\nlogger = logging.getLogger(__name__)\n\n\n"
+        "def f(model, torch):\n    model.set_dspark_layers_to_capture([1])\n"
+        "    torch.backends.cudnn.benchmark = True\n"
+    )
+    text = transform_source(head.encode(), "x.py", TransformOptions()).rewritten.decode()
+    assert "else:" not in text and "= False" not in text
+    assert text.endswith("        )\n    torch.backends.cudnn.benchmark = True\n")
+    # with a claim after it, what comes before the claim runs only on success too
+    source = head + "    model.aux_ready = True\n"
+    text = transform_source(source.encode(), "x.py", TransformOptions()).rewritten.decode()
+    assert "benchmark = False" not in text and "model.aux_ready = False" in text
+    assert text.index("else:") < text.index("benchmark = True")

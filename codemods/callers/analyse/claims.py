@@ -1,8 +1,9 @@
 """Claims of capture after a call: statements that say the capture is on, which a skipped or
 failed call must not run, and what the failure path runs instead to say it is off.
 
-A claim is a statement after the call that only holds when the hook took the ids: a flag set
-true (``self.capture_enabled = True``), ``return True``, or the hook's name kept
+A claim is a statement after the call that only holds when the hook took the ids: a flag about
+the capture set true (``self.capture_enabled = True``; its name mentions capture, aux, hidden,
+enabled or hook), ``return True``, or the hook's name kept
 (``capture_hook = hook_name``).  Found in the call's own block (the *tail*: the statements after
 the call up to the last claim, which the rewrite runs only when the capture was set) and in the
 blocks around it in the same function (a flag set after the ``if``/``else`` holding the call).
@@ -47,6 +48,10 @@ class Claims:
         return bool(self.off) and self.off[-1].startswith("return")
 
 
+#: Words that make a flag set true after the call a claim of capture.
+_FLAG_WORDS = ("captur", "aux", "hidden", "enabled", "hook")
+
+
 def _is_true(node: cst.BaseExpression | None) -> bool:
     return isinstance(node, cst.Name) and node.value == "True"
 
@@ -65,7 +70,12 @@ def _claim(statement: cst.CSTNode, hook_key: str | None) -> tuple[str, str | Non
     else:
         return None
     if _is_true(value):
-        return "flag", _code(target)
+        text = _code(target)
+        # a flag about the capture (``capture_enabled``, ``aux_on``, ``hook_ready``), not any
+        # other switch set after the call
+        if any(word in text.lower() for word in _FLAG_WORDS):
+            return "flag", text
+        return None
     if hook_key is not None and _key(value) == hook_key:
         return "hook", None
     return None

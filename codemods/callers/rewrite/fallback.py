@@ -25,6 +25,30 @@ Policy ``raise`` re-raises with an actionable hint, chained ``from exc``::
             "or apply the upstream patch (auxcap upstream-patch)"
         ) from exc
 
+The program stays consistent (:mod:`codemods.callers.analyse.claims`): statements after the
+call that claim capture (a flag set true, ``return True``, the hook's name kept) run only when
+the hook took the ids, and the handler reports capture off.  A flag goes into the ``try``'s
+``else:`` and is set ``False`` in the handler; after a ``return True`` the handler returns
+``False`` and the rest stays as it was (the handler leaves the function, so it runs only on
+success); a claim in an enclosing block gets ``flag = False`` and ``return`` in the handler::
+
+    # before
+    model.set_dflash_layers_to_capture([3, 18])
+    self.capture_enabled = True
+    # after
+    try:
+        model.set_dflash_layers_to_capture([3, 18])
+    except NotImplementedError as exc:
+        logger.warning(...)
+        self.capture_enabled = False
+    else:
+        self.capture_enabled = True
+
+At a call that may reach several hooks, the warning names the one called, through the
+expression that holds its name (``getattr(model, name)(ids)``)::
+
+    logger.warning("%s unavailable, running without aux hidden capture: %s", name, exc)
+
 Only calls that can reach a hook the SGLang release facts show raising
 ``NotImplementedError`` under PP are wrapped (:mod:`codemods.catalog.pp_raise`): DSPARK, DFLASH and
 user-added hooks.  A call that can only reach EAGLE3 is left alone (its setters never raise it;

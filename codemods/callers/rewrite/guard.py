@@ -42,6 +42,23 @@ Where the code needs the capture (:mod:`codemods.callers.analyse.required`: an a
 it, a hook lookup that raises, serving code), skipping the hook would let the run go on
 without it: such calls always get the ``raise`` form, whatever the policy.
 
+Statements after the call that claim capture (:mod:`codemods.callers.analyse.claims`: a flag
+set true, ``return True``, the hook's name kept) go into the ``if`` with it, and when the ids
+are unset the program says capture is off (:mod:`codemods.callers.rewrite.tails`)::
+
+    # before
+    model.set_dspark_layers_to_capture(args.capture_layers)
+    self.capture_enabled = True
+    # after
+    if args.capture_layers:
+        model.set_dspark_layers_to_capture(list(args.capture_layers))
+        self.capture_enabled = True
+    else:
+        self.capture_enabled = False
+
+(after a tail that ends in ``return True``, the ``return False`` follows the ``if`` instead of
+an ``else:``; a claim in an enclosing block gets ``flag = False`` and ``return``).
+
 Left alone: literal ids, calls already behind a check of the ids (``if ids:``, ``if ids is not
 None``, an ``and`` including it, an earlier ``if not ids: raise|return``), and EAGLE3 (it
 accepts ``None``).  A literal ``None``, and a call used inside an expression, are reported for
