@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemods.callers.analyse.evidence import READ_SUFFIX, is_capture_read
+from codemods.callers.analyse.evidence import READ_ATTRIBUTES, READ_SUFFIX, is_capture_read
 from codemods.callers.analyse.syntax import (
     _SCOPE_NODES,
 )
@@ -98,7 +98,8 @@ class _ScopeCollector(FieldWalker, cst.CSTVisitor):
                 self.capture_reads.append(node)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if is_capture_read(node):
+        name = node.attr.value  # (is_capture_read, inlined: every attribute passes here)
+        if name in READ_ATTRIBUTES or (name.endswith(READ_SUFFIX) and is_capture_read(node)):
             self.capture_reads.append(node)
 
     def _push(self, node: cst.CSTNode) -> _Scope:
