@@ -125,6 +125,8 @@ CALL = "model.set_dspark_layers_to_capture(ids)"
         (f"def f(model, ids):\n    done = None\n    for n in (1, 2):\n        {CALL}\n"
          "        done = n\n        break\n    if done is None:\n        raise RuntimeError()\n",
          "raises when no hook was called"),
+        (f"def f(model, ids):\n    for n in (1, 2):\n        {CALL}\n        break\n"
+         "    else:\n        raise RuntimeError('none')\n", "raises when no hook was called"),
         (f"def f(model, ids):\n    assert ids, 'unresolved'\n    {CALL}\n", "asserts on the layer ids"),
         (f"def f(model, ids):\n    {CALL}\n\n\ndef g(model):\n    return model.layers_to_capture\n",
          "read back"),
@@ -192,3 +194,26 @@ def test_evidence_fixtures_behave_as_before_where_left_alone():
     model = FakeModel()
     model.model = types.SimpleNamespace(layers_to_capture=[1, 2])
     assert module.attach_capture(model, [2, 1]) == "set_dspark_layers_to_capture"
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        "for entry in TABLE:\n        getattr(model, entry[1])(ids)",
+        "for i, (method, name) in enumerate(TABLE):\n        getattr(model, name)(ids)",
+        "for method, name, *rest in TABLE:\n        getattr(model, name)(ids)",
+        "for method, (name, width) in BY_METHOD.items():\n        getattr(model, name)(ids)",
+        "for method, name in PLAIN.items():\n        getattr(model, name)(ids)",
+    ],
+)
+def test_hook_tables_unpacked_in_loops_are_found(loop):
+    source = (
+        "TABLE = (('dflash', 'set_dflash_layers_to_capture', 1),"
+        " ('dspark', 'set_dspark_layers_to_capture', 2))\n"
+        "BY_METHOD = {'dflash': ('set_dflash_layers_to_capture', 1),"
+        " 'dspark': ('set_dspark_layers_to_capture', 2)}\n"
+        "PLAIN = {'dflash': 'set_dflash_layers_to_capture', 'dspark': 'set_dspark_layers_to_capture'}\n"
+        f"def f(model, ids):\n    {loop}\n"
+    )
+    site = _site(source)
+    assert site.hook == "set_dflash_layers_to_capture|set_dspark_layers_to_capture"

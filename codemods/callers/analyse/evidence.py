@@ -174,13 +174,15 @@ class EvidenceMixin:
 
     def _raises_after_loop(self, call: cst.Call) -> bool:
         """The call is in a loop that stops once it called a hook (``return``/``break``),
-        and the statements after the loop raise (outright, or under a test of a name the
+        and the loop's ``else:`` or the statements after the loop raise (outright, or under a test of a name the
         loop sets: ``if capture_hook is None: raise``)."""
         for child, node in self._ancestors(call):
             if not isinstance(node, (cst.For, cst.While)) or child is not node.body:
                 continue
             if not any(isinstance(n, (cst.Return, cst.Break)) for n in _walk(node.body)):
                 continue
+            if isinstance(node.orelse, cst.Else) and _ends_with(node.orelse.body, cst.Raise):
+                return True  # for ...: ... break / else: raise
             block = self._parent(node)
             if not isinstance(block, (cst.IndentedBlock, cst.Module)):
                 continue

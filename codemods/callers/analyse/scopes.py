@@ -175,33 +175,71 @@ class _ScopeCollector(FieldWalker, cst.CSTVisitor):
         if isinstance(node.target, cst.Name):
             self._stack[-1].loops.setdefault(node.target.value, []).append(node.iter)
         elif isinstance(node.target, (cst.Tuple, cst.List)):
-            # ``for setter_name, label in TABLE``: each name may hold any item of any row
-            # (``[item for row in TABLE for item in row]``, what value resolution reads).
-            rows = _unpacked(node.iter)
-            for element in node.target.elements:
-                if isinstance(element.value, cst.Name):
-                    loops = self._stack[-1].loops
-                    loops.setdefault(element.value.value, []).append(rows)
+            # ``for setter_name, label in TABLE`` (also nested, starred, over ``enumerate(TABLE)``
+            # or ``TABLE.items()``): each name may hold any item of any row (what value
+            # resolution reads from :func:`_rows`).
+            rows = _rows(node.iter)
+            loops = self._stack[-1].loops
+            for name in _target_names(node.target):
+                loops.setdefault(name, []).append(rows)
+
+
+def _target_names(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in _target_names(element.value)]
+    return []
 
 
 #: The rows built for each unpacking loop's iterable (``id`` -> the iterable and its rows):
 #: one object per loop, whichever walk asks; cleared when large.
-_UNPACKED: dict[int, tuple[cst.BaseExpression, cst.ListComp]] = {}
+_ROWS: dict[int, tuple[cst.BaseExpression, cst.ListComp]] = {}
 
 
-def _unpacked(iterable: cst.BaseExpression) -> cst.ListComp:
+def _rows(iterable: cst.BaseExpression) -> cst.ListComp:
     """``[item for row in iterable for item in row]`` (built once per loop, not in the
-    module)."""
-    known = _UNPACKED.get(id(iterable))
+    module); over ``enumerate(x)``, the rows of ``x``; over ``x.items()``, each key, its
+    value and the value's items."""
+    known = _ROWS.get(id(iterable))
     if known is not None and known[0] is iterable:
         return known[1]
-    if len(_UNPACKED) > 4096:
-        _UNPACKED.clear()
-    inner = cst.CompFor(target=cst.Name("item"), iter=cst.Name("row"))
-    outer = cst.CompFor(target=cst.Name("row"), iter=iterable, inner_for_in=inner)
+    if len(_ROWS) > 4096:
+        _ROWS.clear()
+    source = iterable
+    if isinstance(source, cst.Call) and source.args and _func_name(source) == "enumerate":
+        source = source.args[0].value
+    if isinstance(source, cst.Call) and not source.args and _func_name(source) == "items":
+        table = source.func.value
+        row = cst.Tuple(
+            elements=[
+                cst.Element(cst.Name("key")),
+                cst.Element(_subscript(table)),
+                cst.StarredElement(_subscript(table)),
+            ]
+        )
+        inner = cst.CompFor(target=cst.Name("item"), iter=row)
+        outer = cst.CompFor(target=cst.Name("key"), iter=table, inner_for_in=inner)
+    else:
+        inner = cst.CompFor(target=cst.Name("item"), iter=cst.Name("row"))
+        outer = cst.CompFor(target=cst.Name("row"), iter=source, inner_for_in=inner)
     rows = cst.ListComp(elt=cst.Name("item"), for_in=outer)
-    _UNPACKED[id(iterable)] = (iterable, rows)
+    _ROWS[id(iterable)] = (iterable, rows)
     return rows
+
+
+def _func_name(call: cst.Call) -> str | None:
+    if isinstance(call.func, cst.Name):
+        return call.func.value
+    if isinstance(call.func, cst.Attribute):
+        return call.func.attr.value
+    return None
+
+
+def _subscript(table: cst.BaseExpression) -> cst.Subscript:
+    return cst.Subscript(
+        value=table, slice=[cst.SubscriptElement(slice=cst.Index(value=cst.Name("key")))]
+    )
 
 
 
