@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.callers.analyse.syntax import _SCOPE_NODES, _call_name, _key
+from codemods.callers.analyse.syntax import _SCOPE_NODES, _call_name, _dotted, _key
 from codemods.callers.fieldwalk import _LAYOUT_NODES, _dispatch
 
 #: Attribute names that read a capture back.
@@ -116,6 +116,29 @@ def _assigned_names(node: cst.CSTNode) -> set[str]:
         if isinstance(inner, cst.AssignTarget) and isinstance(inner.target, cst.Name):
             names.add(inner.target.value)
     return names
+
+
+#: Exceptions a capture hook (or looking it up) raises, and the classes above them.
+_HOOK_ERRORS = frozenset(
+    {
+        "NotImplementedError",
+        "RuntimeError",
+        "ValueError",
+        "AttributeError",
+        "TypeError",
+        "Exception",
+        "BaseException",
+    }
+)
+
+
+def _catches_hook_errors(kind: cst.BaseExpression | None) -> bool:
+    if kind is None:
+        return True
+    if isinstance(kind, cst.Tuple):
+        return any(_catches_hook_errors(element.value) for element in kind.elements)
+    chain = _dotted(kind)
+    return chain is not None and chain[-1] in _HOOK_ERRORS
 
 
 def _false_value(node: cst.CSTNode) -> bool:
@@ -268,10 +291,14 @@ class EvidenceMixin:
         return False
 
     def _handler_goes_on(self, call: cst.Call) -> bool:
+        """A handler around the call that catches what a hook raises (no hook, unset ids,
+        PP) and does not raise again."""
         for child, node in self._ancestors(call):
             if isinstance(node, cst.Try) and child is node.body:
                 for handler in node.handlers:
-                    if not _ends_with(handler.body, cst.Raise):
+                    if _catches_hook_errors(handler.type) and not _ends_with(
+                        handler.body, cst.Raise
+                    ):
                         return True
         return False
 
