@@ -174,3 +174,19 @@ def test_other_switches_after_the_call_are_no_claims():
     text = transform_source(source.encode(), "x.py", TransformOptions()).rewritten.decode()
     assert "benchmark = False" not in text and "model.aux_ready = False" in text
     assert text.index("else:") < text.index("benchmark = True")
+
+
+@pytest.mark.parametrize(
+    "flag, claim",
+    [("ok", True), ("self.aux_ready", True), ("capturing", True), ("model.training", False),
+     ("torch.backends.cudnn.benchmark", False), ("self.token_ok_count", True)],
+)
+def test_which_flags_claim_capture(flag, claim):
+    source = (
+        "import logging\nlogger = logging.getLogger(__name__)\n\n\n"
+        f"def f(self, model, torch):\n    model.set_dspark_layers_to_capture([1])\n"
+        f"    {flag} = True\n"
+    )
+    text = transform_source(source.encode(), "x.py", TransformOptions()).rewritten.decode()
+    assert (f"{flag} = False" in text) is claim
+    assert ("else:" in text) is claim

@@ -2,8 +2,9 @@
 failed call must not run, and what the failure path runs instead to say it is off.
 
 A claim is a statement after the call that only holds when the hook took the ids: a flag about
-the capture set true (``self.capture_enabled = True``; its name mentions capture, aux, hidden,
-enabled or hook), ``return True``, or the hook's name kept
+the capture set true (``self.capture_enabled = True``, ``ok = True``: its name spells
+"captur" or has a word such as aux, hidden, hook, enabled, ready, ok, success), ``return
+True``, or the hook's name kept
 (``capture_hook = hook_name``).  Found in the call's own block (the *tail*: the statements after
 the call up to the last claim, which the rewrite runs only when the capture was set) and in the
 blocks around it in the same function (a flag set after the ``if``/``else`` holding the call).
@@ -48,8 +49,25 @@ class Claims:
         return bool(self.off) and self.off[-1].startswith("return")
 
 
-#: Words that make a flag set true after the call a claim of capture.
-_FLAG_WORDS = ("captur", "aux", "hidden", "enabled", "hook")
+#: Words of a flag's name (split at ``_``) that make it, set true after the call, a claim of
+#: capture; and any name spelling "captur".
+_FLAG_WORDS = frozenset(
+    {
+        "aux", "hidden", "hook", "enabled", "enable", "active", "available", "ready", "on",
+        "ok", "success", "succeeded", "done", "set", "installed", "attached",
+    }
+)
+
+
+def _is_capture_flag(target: cst.BaseExpression) -> bool:
+    if isinstance(target, cst.Attribute):
+        name = target.attr.value
+    elif isinstance(target, cst.Name):
+        name = target.value
+    else:
+        return False
+    name = name.lower()
+    return "captur" in name or any(word in _FLAG_WORDS for word in name.split("_"))
 
 
 def _is_true(node: cst.BaseExpression | None) -> bool:
@@ -70,11 +88,10 @@ def _claim(statement: cst.CSTNode, hook_key: str | None) -> tuple[str, str | Non
     else:
         return None
     if _is_true(value):
-        text = _code(target)
-        # a flag about the capture (``capture_enabled``, ``aux_on``, ``hook_ready``), not any
-        # other switch set after the call
-        if any(word in text.lower() for word in _FLAG_WORDS):
-            return "flag", text
+        # a flag about the capture (``capture_enabled``, ``aux_on``, ``ok``), not any other
+        # switch set after the call (``torch.backends.cudnn.benchmark``)
+        if _is_capture_flag(target):
+            return "flag", _code(target)
         return None
     if hook_key is not None and _key(value) == hook_key:
         return "hook", None
