@@ -190,3 +190,19 @@ def test_which_flags_claim_capture(flag, claim):
     text = transform_source(source.encode(), "x.py", TransformOptions()).rewritten.decode()
     assert (f"{flag} = False" in text) is claim
     assert ("else:" in text) is claim
+
+
+def test_a_claim_that_cannot_be_kept_consistent_is_for_review():
+    source = (
+        "def f(model, ids: list[int]):\n    enabled = False\n"
+        "    for name in ('set_dspark_layers_to_capture',):\n"
+        "        getattr(model, name)(ids)\n    enabled = True\n    return enabled\n"
+    )
+    result = transform_source(source.encode(), "x.py", TransformOptions())
+    assert result.status is Status.UNCHANGED
+    (site,) = result.call_sites
+    assert site.note.startswith("enabled claims capture after the block"), site.note
+    # without a value returned, the failure path leaves the function instead
+    source = source.replace("    return enabled\n", "")
+    text = transform_source(source.encode(), "x.py", TransformOptions()).rewritten.decode()
+    assert "            enabled = False\n            return\n" in text

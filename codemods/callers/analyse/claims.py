@@ -42,6 +42,9 @@ class Claims:
     off: tuple[str, ...] = ()
     #: The tail ends the function (``return True``): the failure path may follow it.
     tail_returns: bool = False
+    #: Why a claim cannot be kept consistent (a flag set after an enclosing block of a
+    #: function that returns a value: no exit says capture is off); the call is for review.
+    unresolved: str | None = None
 
     @property
     def exits(self) -> bool:
@@ -161,6 +164,13 @@ class ClaimsMixin:
                 return Claims(tail, (*off, "return False"))
             if not _returns_value(function):
                 return Claims(tail, (*off, "return"))
+            flags = ", ".join(line.split(" = ")[0] for line in _off(outer))
+            return Claims(
+                tail,
+                tuple(off),
+                unresolved=f"{flags} claims capture after the block holding the call; set it "
+                "only where the capture succeeds by hand",
+            )
         if not tail and not off:
             return None
         return Claims(tail, tuple(off))

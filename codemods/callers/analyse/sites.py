@@ -283,7 +283,21 @@ def _found_calls(analyzer: _Analyzer) -> list[FoundCall]:
     # Calls inside pytest.raises / assertRaises are reported, never rewritten.
     ordered = skip_expected_errors(ordered, analyzer.module, analyzer.parents, analyzer.imports)
     # Calls whose code needs the capture: no skip and no swallowed error.
-    return [_unless_required(analyzer, item) for item in ordered]
+    ordered = [_unless_required(analyzer, item) for item in ordered]
+    # A claim of capture that a rewrite could not keep consistent: for a person.
+    return [_unless_inconsistent(item) for item in ordered]
+
+
+def _unless_inconsistent(item: FoundCall) -> FoundCall:
+    """``item`` for review when it would be rewritten (not where capture is required) and a
+    statement claiming capture after it cannot be kept consistent (``claims.unresolved``)."""
+    claims = item.claims
+    if claims is None or claims.unresolved is None or item.required:
+        return item
+    if is_skipped(item.site) or not set(item.site.actions) & registry.ACTIONS:
+        return item
+    site = dataclasses.replace(item.site, actions=(Action.REVIEW,), note=claims.unresolved)
+    return dataclasses.replace(item, site=site)
 
 
 def _unless_required(analyzer: _Analyzer, item: FoundCall) -> FoundCall:
