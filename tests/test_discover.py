@@ -111,9 +111,12 @@ EXPECTED = {
     "module_level_script": [(8, DSPARK, "direct", GF)],
     "multiline_kwargs": [(8, DSPARK, "direct", GF), (15, DFLASH, "direct", GF)],
     "one_line_suite": [
-        (7, DSPARK, "direct", GF),
+        # ``enabled = True`` after the block claims capture, and ``enabled`` is returned: no
+        # failure path can say capture is off, so the call is for review
+        (7, DSPARK, "direct", "review"),
         (8, EAGLE3, "direct", "none"),
         (9, MSD, "direct", "fallback"),
+        (14, DFLASH, "direct", GF),
     ],
     "or_default": [(10, DSPARK, "direct", GF), (15, DSPARK, "direct", "fallback")],
     "receiver_chain": [(21, DSPARK, "direct", GF)],

@@ -79,8 +79,11 @@ def _is_true(node: cst.BaseExpression | None) -> bool:
 
 def _claim(statement: cst.CSTNode, hook_key: str | None) -> tuple[str, str | None] | None:
     """``("return", None)``, ``("flag", target)`` or ``("hook", None)`` for a claim."""
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+    if not isinstance(statement, cst.SimpleStatementLine):
         return None
+    if len(statement.body) != 1:  # ``enabled = True; ...``: the same as on lines of their own
+        lines = (statement.with_changes(body=[small]) for small in statement.body)
+        return next((kind for kind in map(_claim_of_line(hook_key), lines) if kind), None)
     small = statement.body[0]
     if isinstance(small, cst.Return):
         return ("return", None) if _is_true(small.value) else None
@@ -99,6 +102,10 @@ def _claim(statement: cst.CSTNode, hook_key: str | None) -> tuple[str, str | Non
     if hook_key is not None and _key(value) == hook_key:
         return "hook", None
     return None
+
+
+def _claim_of_line(hook_key: str | None):
+    return lambda line: _claim(line, hook_key)
 
 
 def _off(kinds: list[tuple[str, str | None]]) -> list[str]:
@@ -139,14 +146,17 @@ class ClaimsMixin:
     def _claims(
         self, statement: cst.CSTNode | None, hook_name: cst.BaseExpression | None
     ) -> Claims | None:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            return None
         hook_key = _key(hook_name) if hook_name is not None else None
-        block = self._parent(statement)
-        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+        if isinstance(statement, cst.SimpleStatementSuite):  # ``if ok: call()``: no tail
+            block, after = statement, []
+        elif isinstance(statement, cst.SimpleStatementLine):
+            block = self._parent(statement)
+            if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+                return None
+            after = list(block.body)
+            after = after[_index(after, statement) + 1 :]
+        else:
             return None
-        after = list(block.body)
-        after = after[_index(after, statement) + 1 :]
         found = [(index, _claim(item, hook_key)) for index, item in enumerate(after)]
         found = [(index, kind) for index, kind in found if kind is not None]
         tail = found[-1][0] + 1 if found else 0
