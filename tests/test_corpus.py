@@ -84,6 +84,20 @@ class Layout:
                 for earlier, later in zip(block, block[1:], strict=False):
                     if self._binds_checked_name(earlier, later):
                         self.wrapper |= _span(earlier)
+        for node in ast.walk(tree):
+            # claims of capture in a function holding a hook call (``return True``, a flag set
+            # true) and the failure path's ``return False`` / flag set false: they move with
+            # the call (codemods.callers.analyse.claims)
+            functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+            if isinstance(node, functions) and any(
+                _span(inner) & self.hook for inner in ast.walk(node) if isinstance(inner, ast.stmt)
+            ):
+                for inner in ast.walk(node):
+                    value = getattr(inner, "value", None)
+                    if isinstance(inner, (ast.Return, ast.Assign)) and isinstance(
+                        value, ast.Constant
+                    ) and isinstance(value.value, bool):
+                        self.hook |= _span(inner)
         for node in tree.body:
             text = ast.unparse(node)
             if text == "import logging" or (
@@ -132,6 +146,7 @@ def unrelated_changes(before: str, after: str, before_sites: set[int], after_sit
                 number in new_layout.hook
                 or number in new_layout.wrapper
                 or not line.strip()
+                or line.strip() == "else:"  # claims of capture run only on success
                 or line.strip() in removed_text  # moved or re-indented
             ):
                 continue

@@ -40,6 +40,20 @@ EXPECTED = {
         (26, DFLASH, "variable", "guard"),
     ],
     "colorful_logger": [(11, DSPARK, "direct", GF)],
+    # Evidence across the module (analyse/evidence.py): required, left loud; conflicting signs
+    # for review.
+    "required_assert_ids": [(8, DSPARK, "direct", "none")],
+    "required_class_reads": [(10, DFLASH, "direct", "none")],
+    "required_extraction_loop": [(13, f"{DFLASH}|{DSPARK}", "variable", "none")],
+    "required_hook_table_loop": [(23, f"{DFLASH}|{DSPARK}|{EAGLE3}", "variable", "guard")],
+    "conflicting_signs": [(10, DSPARK, "direct", "review")],
+    # Optional: guarded and wrapped, claims of capture run only when it was set.
+    "optional_hasattr_else": [(8, DFLASH, "direct", GF)],
+    "optional_capture_claims": [
+        (12, f"{DFLASH}|{DSPARK}", "loop", GF),
+        (21, DFLASH, "direct", "fallback"),
+        (33, f"{DFLASH}|{DSPARK}", "dict-lookup", "fallback"),
+    ],
     "custom_hook": [(7, "set_medusa_layers_to_capture", "direct", GF)],
     "definitions_and_strings": [],
     "delegating_wrapper": [],
@@ -97,9 +111,12 @@ EXPECTED = {
     "module_level_script": [(8, DSPARK, "direct", GF)],
     "multiline_kwargs": [(8, DSPARK, "direct", GF), (15, DFLASH, "direct", GF)],
     "one_line_suite": [
-        (7, DSPARK, "direct", GF),
+        # ``enabled = True`` after the block claims capture, and ``enabled`` is returned: no
+        # failure path can say capture is off, so the call is for review
+        (7, DSPARK, "direct", "review"),
         (8, EAGLE3, "direct", "none"),
         (9, MSD, "direct", "fallback"),
+        (14, DFLASH, "direct", GF),
     ],
     "or_default": [(10, DSPARK, "direct", GF), (15, DSPARK, "direct", "fallback")],
     "receiver_chain": [(21, DSPARK, "direct", GF)],
@@ -389,7 +406,9 @@ def test_calls_behind_hasattr_and_in_try_are_found():
                 model.set_dspark_layers_to_capture([1])
         """)
     assert [site.handles_not_implemented for site in found] == [True, False]
-    assert found[0].actions == (Action.GUARD,)
+    # the code raises without the hook (required) but its handler goes on (optional):
+    # conflicting signs, left for review
+    assert found[0].actions == (Action.REVIEW,) and "conflicting signs" in found[0].note
 
 
 def test_try_handler_kinds():

@@ -38,6 +38,7 @@ def _summary(collector: _ScopeCollector) -> dict:
         "scopes": scopes,
         "calls": sorted(id(call) for call in collector.calls),
         "imports": [id(statement) for statement in collector.imports],
+        "capture_reads": sorted(id(read) for read in collector.capture_reads),
     }
 
 

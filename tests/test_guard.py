@@ -9,7 +9,7 @@ import libcst as cst
 import pytest
 from caller_cases import CASE_IDS, CASES
 from libcst.codemod import CodemodContext, CodemodTest
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from codemods.callers.analyse import find_calls
 from codemods.callers.records import Action, Status
@@ -49,11 +49,18 @@ def _rewritten_lines(source: bytes, options: TransformOptions) -> set[int]:
     """Lines of the statements the codemods rewrite (1-based)."""
     wrapper = MetadataWrapper(cst.parse_module(source))
     positions = wrapper.resolve(PositionProvider)
+    parents = wrapper.resolve(ParentNodeProvider)
     lines: set[int] = set()
     for found in find_calls(wrapper, "x.py", options.hooks):
         if {Action.GUARD, Action.FALLBACK} & set(found.site.actions):
-            span = positions[found.statement or found.call]
-            lines.update(range(span.start.line, span.end.line + 1))
+            statements = [found.statement or found.call]
+            if found.claims is not None and found.claims.tail:  # claims move with the call
+                body = list(parents[found.statement].body)
+                index = next(i for i, item in enumerate(body) if item is found.statement)
+                statements += body[index + 1 : index + 1 + found.claims.tail]
+            for statement in statements:
+                span = positions[statement]
+                lines.update(range(span.start.line, span.end.line + 1))
     return lines
 
 

@@ -161,7 +161,9 @@ class _AfterCall(cst.CSTVisitor):
 class RequiredMixin:
     """Why a call's capture is required (``self._parent``, ``self.path`` of the analyzer)."""
 
-    def _capture_required(self, call: cst.Call) -> str | None:
+    def _capture_required(
+        self, call: cst.Call, ids_core: cst.BaseExpression | None = None
+    ) -> str | None:
         reasons = []
         scope = self._enclosing_scope_node(call)
         if self._read_after(call, scope):
@@ -173,6 +175,7 @@ class RequiredMixin:
         serving = self._serving(call)
         if serving:
             reasons.append(serving)
+        reasons += self._required_evidence(call, ids_core)  # (evidence.EvidenceMixin)
         if not reasons:
             return None
         return REQUIRED_PREFIX + "; ".join(reasons)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from codemods.callers.analyse.evidence import READ_ATTRIBUTES, READ_SUFFIX, is_capture_read
 from codemods.callers.analyse.syntax import (
     _SCOPE_NODES,
 )
@@ -59,6 +60,10 @@ class _ScopeCollector(FieldWalker, cst.CSTVisitor):
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
         #: Every import statement, at any depth, in source order.
         self.imports: list[cst.Import | cst.ImportFrom] = []
+        #: Every read of a capture (``x.hidden_states``, ``x.layers_to_capture``,
+        #: ``*aux_hidden_states``; assignment targets included): the module-wide evidence of
+        #: :mod:`codemods.callers.analyse.evidence`.
+        self.capture_reads: list[cst.CSTNode] = []
         self._path: list[cst.CSTNode] = []  # (the LibCST visit's route)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -87,6 +92,15 @@ class _ScopeCollector(FieldWalker, cst.CSTVisitor):
     def visit_Name(self, node: cst.Name) -> None:
         for scope in self._stack:
             scope.names.add(node.value)
+        if node.value.endswith(READ_SUFFIX) and is_capture_read(node):
+            parent = self.parents.get(node)
+            if not (isinstance(parent, cst.Attribute) and parent.attr is node):
+                self.capture_reads.append(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        name = node.attr.value  # (is_capture_read, inlined: every attribute passes here)
+        if name in READ_ATTRIBUTES or (name.endswith(READ_SUFFIX) and is_capture_read(node)):
+            self.capture_reads.append(node)
 
     def _push(self, node: cst.CSTNode) -> _Scope:
         scope = _Scope(node, parent=self._stack[-1])
@@ -160,6 +174,72 @@ class _ScopeCollector(FieldWalker, cst.CSTVisitor):
     def visit_For(self, node: cst.For) -> None:
         if isinstance(node.target, cst.Name):
             self._stack[-1].loops.setdefault(node.target.value, []).append(node.iter)
+        elif isinstance(node.target, (cst.Tuple, cst.List)):
+            # ``for setter_name, label in TABLE`` (also nested, starred, over ``enumerate(TABLE)``
+            # or ``TABLE.items()``): each name may hold any item of any row (what value
+            # resolution reads from :func:`_rows`).
+            rows = _rows(node.iter)
+            loops = self._stack[-1].loops
+            for name in _target_names(node.target):
+                loops.setdefault(name, []).append(rows)
+
+
+def _target_names(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in _target_names(element.value)]
+    return []
+
+
+#: The rows built for each unpacking loop's iterable (``id`` -> the iterable and its rows):
+#: one object per loop, whichever walk asks; cleared when large.
+_ROWS: dict[int, tuple[cst.BaseExpression, cst.ListComp]] = {}
+
+
+def _rows(iterable: cst.BaseExpression) -> cst.ListComp:
+    """``[item for row in iterable for item in row]`` (built once per loop, not in the
+    module); over ``enumerate(x)``, the rows of ``x``; over ``x.items()``, each key, its
+    value and the value's items."""
+    known = _ROWS.get(id(iterable))
+    if known is not None and known[0] is iterable:
+        return known[1]
+    if len(_ROWS) > 4096:
+        _ROWS.clear()
+    source = iterable
+    if isinstance(source, cst.Call) and source.args and _func_name(source) == "enumerate":
+        source = source.args[0].value
+    if isinstance(source, cst.Call) and not source.args and _func_name(source) == "items":
+        table = source.func.value
+        row = cst.Tuple(
+            elements=[
+                cst.Element(cst.Name("key")),
+                cst.Element(_subscript(table)),
+                cst.StarredElement(_subscript(table)),
+            ]
+        )
+        inner = cst.CompFor(target=cst.Name("item"), iter=row)
+        outer = cst.CompFor(target=cst.Name("key"), iter=table, inner_for_in=inner)
+    else:
+        inner = cst.CompFor(target=cst.Name("item"), iter=cst.Name("row"))
+        outer = cst.CompFor(target=cst.Name("row"), iter=source, inner_for_in=inner)
+    rows = cst.ListComp(elt=cst.Name("item"), for_in=outer)
+    _ROWS[id(iterable)] = (iterable, rows)
+    return rows
+
+
+def _func_name(call: cst.Call) -> str | None:
+    if isinstance(call.func, cst.Name):
+        return call.func.value
+    if isinstance(call.func, cst.Attribute):
+        return call.func.attr.value
+    return None
+
+
+def _subscript(table: cst.BaseExpression) -> cst.Subscript:
+    return cst.Subscript(
+        value=table, slice=[cst.SubscriptElement(slice=cst.Index(value=cst.Name("key")))]
+    )
 
 
 

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from codemods.callers.analyse.claims import Claims, ClaimsMixin
 from codemods.callers.analyse.contexts import ContextsMixin
+from codemods.callers.analyse.evidence import EvidenceMixin
 from codemods.callers.analyse.nullness import NullnessMixin
 from codemods.callers.analyse.positions import code_and_positions
 from codemods.callers.analyse.pp_pinned import pins_pp_size_one
@@ -65,6 +67,12 @@ class FoundCall:
     #: For ids passed as an expression (``cfg.get("layers")``): the new local name the guard
     #: binds them to before testing them.
     bind_name: str | None = None
+    #: For a call that may reach several hooks: the expression holding the name of the one
+    #: called (what the fallback's warning names), when one holds it at the call.
+    hook_name: cst.BaseExpression | None = None
+    #: Statements after the call that claim capture, and the failure path that says it is off
+    #: (:mod:`codemods.callers.analyse.claims`); None when nothing claims it.
+    claims: Claims | None = None
 
     @property
     def rejects_none(self) -> bool:
@@ -76,7 +84,15 @@ class FoundCall:
         return tuple(hook.name for hook in self.hooks if hook.accepts_none)
 
 
-class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, RequiredMixin):
+class _Analyzer(
+    ScopesMixin,
+    ValuesMixin,
+    NullnessMixin,
+    ContextsMixin,
+    RequiredMixin,
+    EvidenceMixin,
+    ClaimsMixin,
+):
     """Discovery for one module: resolution of hook names, ids, guards and handlers."""
 
     def __init__(self, wrapper: MetadataWrapper, path: str, hooks: HookSet) -> None:
@@ -91,6 +107,7 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, Required
         self.calls = collector.calls
         self.parents = collector.parents
         self.imports = collector.imports
+        self.capture_reads = collector.capture_reads
 
     @functools.cached_property
     def pp_pinned_off(self) -> bool:
@@ -175,6 +192,9 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, Required
         lenient = [hook.name for hook in hooks if hook.accepts_none]
         # A call that may reach EAGLE3 too keeps None for it: the guard tests the hook name.
         name_expr = self._name_expr(call, scopes) if rejects_none and lenient else None
+        hook_name = name_expr
+        if hook_name is None and len(hooks) > 1:
+            hook_name = self._name_expr(call, scopes)
         # Only hooks the release facts show raising NotImplementedError under PP.
         can_raise_pp = bool(raising_hooks(hooks))
 
@@ -239,6 +259,8 @@ class _Analyzer(ScopesMixin, ValuesMixin, NullnessMixin, ContextsMixin, Required
             shared_line=shared_line,
             name_expr=name_expr,
             bind_name=bind_name,
+            hook_name=hook_name,
+            claims=self._claims(statement, hook_name),
         )
 
 
@@ -267,7 +289,21 @@ def _found_calls(analyzer: _Analyzer) -> list[FoundCall]:
     # Calls inside pytest.raises / assertRaises are reported, never rewritten.
     ordered = skip_expected_errors(ordered, analyzer.module, analyzer.parents, analyzer.imports)
     # Calls whose code needs the capture: no skip and no swallowed error.
-    return [_unless_required(analyzer, item) for item in ordered]
+    ordered = [_unless_required(analyzer, item) for item in ordered]
+    # A claim of capture that a rewrite could not keep consistent: for a person.
+    return [_unless_inconsistent(item) for item in ordered]
+
+
+def _unless_inconsistent(item: FoundCall) -> FoundCall:
+    """``item`` for review when it would be rewritten (not where capture is required) and a
+    statement claiming capture after it cannot be kept consistent (``claims.unresolved``)."""
+    claims = item.claims
+    if claims is None or claims.unresolved is None or item.required:
+        return item
+    if is_skipped(item.site) or not set(item.site.actions) & registry.ACTIONS:
+        return item
+    site = dataclasses.replace(item.site, actions=(Action.REVIEW,), note=claims.unresolved)
+    return dataclasses.replace(item, site=site)
 
 
 def _pp_advice(item: FoundCall) -> str:
@@ -286,9 +322,17 @@ def _unless_required(analyzer: _Analyzer, item: FoundCall) -> FoundCall:
     """``item`` marked skipped when it would be rewritten and its capture is required."""
     if is_skipped(item.site) or not set(item.site.actions) & registry.ACTIONS:
         return item
-    reason = analyzer._capture_required(item.call)
+    reason = analyzer._capture_required(item.call, item.ids_core)
     if reason is None:
         return item
+    optional = analyzer._optional_evidence(item.call)
+    if optional:  # the signs conflict: left loud, for a person to decide
+        note = (
+            f"conflicting signs: {reason}, but {'; '.join(optional)}; left as is, "
+            "decide whether the run may go on without the capture"
+        )
+        site = dataclasses.replace(item.site, actions=(Action.REVIEW,), note=note)
+        return dataclasses.replace(item, site=site)
     kept = [
         entry
         for entry in registry.ENTRIES

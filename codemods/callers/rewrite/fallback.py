@@ -28,6 +28,30 @@ reach (:func:`codemods.catalog.pp_raise.pp_hint`: DSPARK yes, DFLASH and added h
             "or apply the upstream patch (auxcap upstream-patch)"
         ) from exc
 
+The program stays consistent (:mod:`codemods.callers.analyse.claims`): statements after the
+call that claim capture (a flag set true, ``return True``, the hook's name kept) run only when
+the hook took the ids, and the handler reports capture off.  A flag goes into the ``try``'s
+``else:`` and is set ``False`` in the handler; after a ``return True`` the handler returns
+``False`` and the rest stays as it was (the handler leaves the function, so it runs only on
+success); a claim in an enclosing block gets ``flag = False`` and ``return`` in the handler::
+
+    # before
+    model.set_dflash_layers_to_capture([3, 18])
+    self.capture_enabled = True
+    # after
+    try:
+        model.set_dflash_layers_to_capture([3, 18])
+    except NotImplementedError as exc:
+        logger.warning(...)
+        self.capture_enabled = False
+    else:
+        self.capture_enabled = True
+
+At a call that may reach several hooks, the warning names the one called, through the
+expression that holds its name (``getattr(model, name)(ids)``)::
+
+    logger.warning("%s unavailable, running without aux hidden capture: %s", name, exc)
+
 Only calls that can reach a hook the SGLang release facts show raising
 ``NotImplementedError`` under PP are wrapped (:mod:`codemods.catalog.pp_raise`): DSPARK, DFLASH and
 user-added hooks.  A call that can only reach EAGLE3 is left alone (its setters never raise it;
@@ -67,6 +91,7 @@ from codemods.callers.rewrite.snippets import (
     suite_as_line,
     wrapped_literals,
 )
+from codemods.callers.rewrite.tails import TailsMixin
 from codemods.catalog.pp_raise import pp_hint, raising_hooks
 
 _EXCEPTION_NAMES = ("exc", "capture_exc", "capture_error", "capture_exc_")
@@ -174,7 +199,16 @@ def _is_get_logger(
     )
 
 
-class FallbackTransformer(CallSiteCodemod):
+def _take_into_else(
+    statement: cst.BaseStatement, taken: list[cst.BaseStatement]
+) -> list[cst.BaseStatement]:
+    """The fallback's ``try`` with the call's tail in its ``else:`` (claims run only when
+    the capture was set)."""
+    assert isinstance(statement, cst.Try)
+    return [statement.with_changes(orelse=cst.Else(body=cst.IndentedBlock(body=taken)))]
+
+
+class FallbackTransformer(TailsMixin, CallSiteCodemod):
     ACTION = Action.FALLBACK
     METADATA = METADATA
 
@@ -208,21 +242,40 @@ class FallbackTransformer(CallSiteCodemod):
 
     def _warn_handler(self, found: FoundCall, column: int) -> str:
         indent = self._module.default_indent
-        text = f"{_hook_label(found)} unavailable, running without aux hidden capture: %s"
         exc = self._exception_name(found)
-        call = f"{self._logger}.warning({quoted(text)}, {exc})"
+        arguments = [exc]
+        if found.hook_name is not None:  # the hook actually called, held by a name
+            label = "%s"
+            arguments.insert(0, cst.Module(body=[]).code_for_node(found.hook_name))
+        else:
+            label = _hook_label(found)
+        text = f"{label} unavailable, running without aux hidden capture: %s"
+        call = f"{self._logger}.warning({quoted(text)}, {', '.join(arguments)})"
         if column + len(indent) + len(call) <= self.line_length:
-            return f"{indent}{call}\n"
+            return f"{indent}{call}\n" + self._off_lines(found)
         inner = column + 2 * len(indent)
+        joined = ", ".join([quoted(text), *arguments])
+        if inner + len(joined) <= self.line_length:  # black: the arguments on one line
+            return (
+                f"{indent}{self._logger}.warning(\n{indent * 2}{joined}\n{indent})\n"
+            ) + self._off_lines(found)
         literals = wrapped_literals(text, self.line_length - inner - 1)
         lines = "".join(f"{indent * 2}{literal}\n" for literal in literals[:-1])
+        rest = "".join(f"{indent * 2}{argument},\n" for argument in arguments)
         return (
             f"{indent}{self._logger}.warning(\n"
             f"{lines}"
             f"{indent * 2}{literals[-1]},\n"
-            f"{indent * 2}{exc},\n"
+            f"{rest}"
             f"{indent})\n"
-        )
+        ) + self._off_lines(found)
+
+    def _off_lines(self, found: FoundCall) -> str:
+        """The failure path after the warning: capture reported off (``claims``)."""
+        if found.claims is None:
+            return ""
+        indent = self._module.default_indent
+        return "".join(f"{indent}{line}\n" for line in found.claims.off)
 
     def _raise_handler(self, found: FoundCall, column: int) -> str:
         indent = self._module.default_indent
@@ -270,6 +323,9 @@ class FallbackTransformer(CallSiteCodemod):
         self, original_node: cst.CSTNode, found: FoundCall, line: cst.SimpleStatementLine
     ) -> cst.Try:
         wrapped = self._try_statement(found, line)
+        claims = found.claims
+        if self.policy == "warn" and claims is not None and claims.tail and not claims.exits:
+            self._expect_tail(original_node, wrapped, claims.tail, _take_into_else)
         if original_node in self._followed:  # a later codemod rewrites the call in the try
             assert isinstance(wrapped.body, cst.IndentedBlock)
             inner = wrapped.body.body[0]
@@ -296,6 +352,7 @@ class FallbackTransformer(CallSiteCodemod):
 
     # ---------------------------------------------------------------- logger
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        updated_node = super().leave_Module(original_node, updated_node)  # (tails)
         if not self._wrapped or self.policy != "warn" or self._state.logger is not None:
             return updated_node
         body = list(updated_node.body)

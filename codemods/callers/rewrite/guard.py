@@ -42,6 +42,23 @@ Where the code needs the capture (:mod:`codemods.callers.analyse.required`: an a
 it, a hook lookup that raises, serving code), skipping the hook would let the run go on
 without it: such calls always get the ``raise`` form, whatever the policy.
 
+Statements after the call that claim capture (:mod:`codemods.callers.analyse.claims`: a flag
+set true, ``return True``, the hook's name kept) go into the ``if`` with it, and when the ids
+are unset the program says capture is off (:mod:`codemods.callers.rewrite.tails`)::
+
+    # before
+    model.set_dspark_layers_to_capture(args.capture_layers)
+    self.capture_enabled = True
+    # after
+    if args.capture_layers:
+        model.set_dspark_layers_to_capture(list(args.capture_layers))
+        self.capture_enabled = True
+    else:
+        self.capture_enabled = False
+
+(after a tail that ends in ``return True``, the ``return False`` follows the ``if`` instead of
+an ``else:``; a claim in an enclosing block gets ``flag = False`` and ``return``).
+
 Left alone: literal ids, calls already behind a check of the ids (``if ids:``, ``if ids is not
 None``, an ``and`` including it, an earlier ``if not ids: raise|return``), and EAGLE3 (it
 accepts ``None``).  A literal ``None``, and a call used inside an expression, are reported for
@@ -50,6 +67,7 @@ review instead of rewritten.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import libcst as cst
@@ -66,6 +84,7 @@ from codemods.callers.rewrite.snippets import (
     suite_as_line,
     wrapped_literals,
 )
+from codemods.callers.rewrite.tails import TailsMixin, off_statements
 
 
 def unset_message(found: FoundCall) -> str:
@@ -120,7 +139,17 @@ def _call_line(statements: list[cst.BaseStatement]) -> cst.SimpleStatementLine:
     return last
 
 
-class GuardTransformer(CallSiteCodemod):
+def _take_into_body(
+    statement: cst.BaseStatement, taken: list[cst.BaseStatement], after=()
+) -> list[cst.BaseStatement]:
+    """The guard's ``if`` with the call's tail after the call (claims run only when set),
+    then ``after``."""
+    assert isinstance(statement, cst.If) and isinstance(statement.body, cst.IndentedBlock)
+    body = statement.body.with_changes(body=[*statement.body.body, *taken])
+    return [statement.with_changes(body=body), *after]
+
+
+class GuardTransformer(TailsMixin, CallSiteCodemod):
     """Guards the calls an :class:`~codemods.callers.analyse.Analysis` marks for it.
 
     ``apply(analysis)`` visits only the paths to those calls and records, for the calls the
@@ -200,8 +229,19 @@ class GuardTransformer(CallSiteCodemod):
                     right=_lenient_test(found, negated=False),
                 )
             test = fit_test(test, column, indent, self.line_length)
+            orelse = None
+            claims = found.claims
+            if claims is not None and claims.off and not claims.tail_returns:
+                # capture off when skipped (a tail that returns: the failure path follows)
+                off = off_statements(claims.off, self.module_config)
+                orelse = cst.Else(body=cst.IndentedBlock(body=off))
             return binding + [
-                cst.If(test=test, body=cst.IndentedBlock(body=[call_line]), leading_lines=leading)
+                cst.If(
+                    test=test,
+                    body=cst.IndentedBlock(body=[call_line]),
+                    orelse=orelse,
+                    leading_lines=leading,
+                )
             ]
         call_line = fit_call_statement(call_line, column, indent, self.line_length)
         message = unset_message(found)
@@ -237,6 +277,14 @@ class GuardTransformer(CallSiteCodemod):
             return updated_node
         statements = self._wrap(found, updated_node)
         self.moved[original_node] = _call_line(statements)
+        skipped = isinstance(statements[-1], cst.If) and statements[-1].body.body[0] is (
+            self.moved[original_node]
+        )
+        claims = found.claims
+        if skipped and claims is not None and claims.tail:
+            after = off_statements(claims.off, self.module_config) if claims.tail_returns else ()
+            attach = functools.partial(_take_into_body, after=after)
+            self._expect_tail(original_node, statements[-1], claims.tail, attach)
         return cst.FlattenSentinel(statements)
 
     def leave_SimpleStatementSuite(
