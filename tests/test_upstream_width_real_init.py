@@ -2,16 +2,18 @@
 
 ``get_pp_proxy_aux_hidden_size()`` is what the CUDA-graph runners size the
 ``aux_hidden_states`` buffer of the PP handoff with.  The glue derives it from what the
-decoder stack holds: its ``config.hidden_size``, else its decoder layers' (``GptOssModel``
-and ``MiniMaxM3Model`` keep no ``config``).  Here every model of
-``sglang_support/width_check.py`` is built by its real constructor with a tiny config
-(4 layers, hidden size 64) as stage 0 and stage 1 of 2 gloo processes on a patched
-SGLang 0.5.23, its capture hook takes one capture on each stage, and the stage-1 model
-must report 64 x (captures of stage 0) while stage 0 reports 0.
+decoder stack holds: its ``config.hidden_size``, else its decoder layers' (``GptOssModel``,
+``MiniMaxM3Model``, ``MiniMaxM2Model`` and ``Glm4MoeLiteModel`` keep no ``config``).  Here
+every model class the patch of SGLang 0.5.23 gives ``get_pp_proxy_aux_hidden_size`` is
+built by its real constructor with a tiny config (4 layers, hidden size 64) as stage 0
+and stage 1 of 2 gloo processes on the patched tree (``sglang_support/width_check.py``),
+its capture hook takes one capture on each stage, and the stage-1 model must report
+64 x (captures of stage 0) while stage 0 reports 0.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 
 import pytest
@@ -27,11 +29,13 @@ REQUIRED = {"gpt_oss", "minimax_m3", "minimax_m3_vl", "llama"}
 
 
 @pytest.fixture(scope="module")
-def report(sglang_release, tmp_path_factory):
-    modules = sorted({module for module, _, _, _ in MODELS.values()})
-    _, copy = patched_copy(
-        sglang_release(RELEASE), tmp_path_factory.mktemp("width"), modules
-    )
+def copy(sglang_release, tmp_path_factory):
+    _, tree = patched_copy(sglang_release(RELEASE), tmp_path_factory.mktemp("width"))
+    return tree
+
+
+@pytest.fixture(scope="module")
+def report(copy):
     proc = run_python(
         ["-m", "sglang_support.width_check", "--timeout", "240"], copy, timeout=300
     )
@@ -40,8 +44,27 @@ def report(sglang_release, tmp_path_factory):
     return json.loads(lines[-1])
 
 
-def test_the_check_covers_the_stacks_without_a_config():
+def _sized_classes(tree) -> set[tuple[str, str]]:
+    """``(module, class)`` of every model class the patch gives the width method."""
+    found = set()
+    for path in sorted((tree / "sglang/srt/models").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if "def get_pp_proxy_aux_hidden_size" not in text:
+            continue
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.ClassDef) and any(
+                isinstance(item, ast.FunctionDef)
+                and item.name == "get_pp_proxy_aux_hidden_size"
+                for item in node.body
+            ):
+                found.add((path.stem, node.name))
+    return found
+
+
+def test_the_check_builds_every_class_the_patch_sizes(copy):
     assert REQUIRED <= set(MODELS)
+    built = {(module, cls) for module, cls, _, _ in MODELS.values()}
+    assert built == _sized_classes(copy)
 
 
 @pytest.mark.timeout(600)

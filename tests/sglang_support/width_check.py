@@ -7,8 +7,8 @@ all).  The parent imports the model modules once and forks two ranks; each rank
 initialises SGLang's distributed environment and model-parallel groups (gloo,
 ``tp_size=1``, ``pp_size=2``) the way SGLang's own CPU layer tests do, then for every
 model builds the causal LM with a tiny config (``num_hidden_layers=4``,
-``hidden_size=64``), calls its capture hook with one capture on each stage and records
-``get_pp_proxy_aux_hidden_size()``.  The ranks agree after each build (a build that
+``hidden_size=64``), calls its capture hook (EAGLE3, else DFLASH, else DSPARK; see
+``HOOKS``) with one capture on each stage and records ``get_pp_proxy_aux_hidden_size()``.  The ranks agree after each build (a build that
 fails on either rank skips the hook on both), so a failure never leaves a peer waiting
 in the hook's handshake; the parent gives up after ``--timeout`` seconds.
 
@@ -36,7 +36,7 @@ NUM_LAYERS = 4
 PP_SIZE = 2
 #: Hook arguments: one capture on each stage of the 4 layers (stage 0 runs [0, 2)),
 #: whether the hook shifts the ids by one (EAGLE3's "after layer i") or not.
-EAGLE3_IDS = [0, 2]
+CAPTURE_IDS = [0, 2]
 
 _COMMON = dict(
     vocab_size=128,
@@ -87,8 +87,10 @@ _CLIP = dict(
 #: ``PretrainedConfig`` (None).  The fields are what the constructor reads, on top of
 #: ``_COMMON``; a ``text_config`` naming another key nests that model's config.  Hybrid
 #: stacks are built with attention layers only (qwen3_5_text: full attention every
-#: layer; nemotron_h: attention and MLP layers, no Mamba); qwen3_vl is built
-#: ``language_model_only`` (no vision tower); the other multimodal models build theirs.
+#: layer; nemotron_h: attention and MLP layers, no Mamba; bailing_moe_v3: no linear
+#: attention layer); deepseek_v4's layers all compress (ratio 4: the rope SGLang builds
+#: on CPU); qwen3_vl is built ``language_model_only`` (no vision tower); the other
+#: multimodal models build a small one.
 MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
     "llama": ("llama", "LlamaForCausalLM", "LlamaConfig", {}),
     "gpt_oss": (
@@ -223,6 +225,103 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
             vision_config=dict(deepstack_visual_indexes=[]),
             language_model_only=True,
             attention_bias=False,
+        ),
+    ),
+    "deepseek_v4": (
+        "deepseek_v4",
+        "DeepseekV4ForCausalLM",
+        "deepseek_v4.DeepSeekV4Config",
+        dict(
+            architectures=["DeepseekV4ForCausalLM"],
+            quantization_config={},
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_group=1,
+            topk_group=1,
+            q_lora_rank=32,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=32,
+            o_lora_rank=32,
+            o_groups=2,
+            index_head_dim=16,
+            index_n_heads=2,
+            num_key_value_heads=1,
+            compress_ratios=[4] * NUM_LAYERS,
+            rope_scaling=_DEEPSEEK_YARN,
+            kv_source_layer_ids=[],
+            index_source_layer_ids=[],
+            engram_layer_ids=[],
+            engram_num_embeddings=[],
+        ),
+    ),
+    "glm5_next": (
+        "glm5_next",
+        "Glm5NextForConditionalGeneration",
+        "glm5_next.Glm5NextConfig",
+        dict(
+            text_config={},
+            vision_config=dict(
+                depth=1,
+                hidden_size=32,
+                num_heads=2,
+                intermediate_size=64,
+                out_hidden_size=HIDDEN,
+                patch_size=14,
+                spatial_merge_size=2,
+                temporal_patch_size=2,
+                in_channels=3,
+                swiglu_limit=7.0,
+            ),
+        ),
+    ),
+    "bailing_moe_v3": (
+        "bailing_moe_v3",
+        "BailingMoeV3ForCausalLM",
+        None,
+        dict(
+            layer_group_size=[0] * NUM_LAYERS,
+            num_experts=4,
+            num_experts_per_tok=2,
+            num_shared_experts=1,
+            moe_intermediate_size=32,
+            first_k_dense_replace=1,
+            q_lora_rank=32,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=16,
+            num_key_value_heads=4,
+            num_nextn_predict_layers=0,
+            partial_rotary_factor=1.0,
+            rotary_dim=16,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+            use_bias=False,
+            use_qkv_bias=False,
+            weight_block_size=None,
+            short_conv_kernel_size=4,
+            kda_lower_bound=None,
+            kda_safe_gate=False,
+            no_kda_lora=False,
+            attention_type="mla",
+        ),
+    ),
+    "gemma4_mm": (
+        "gemma4_mm",
+        "Gemma4ForConditionalGeneration",
+        "Gemma4Config",
+        dict(
+            text_config="gemma4_causal",
+            vision_config=dict(
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                num_key_value_heads=2,
+                head_dim=16,
+            ),
         ),
     ),
     "qwen2": ("qwen2", "Qwen2ForCausalLM", "Qwen2Config", {}),
@@ -415,11 +514,21 @@ def _all_ok(ok: bool) -> bool:
     return all(flags)
 
 
-def _hook(lm: Any) -> None:
-    if hasattr(lm, "set_eagle3_layers_to_capture"):
-        lm.set_eagle3_layers_to_capture(list(EAGLE3_IDS))
-    else:
-        lm.set_dflash_layers_to_capture(list(EAGLE3_IDS))
+#: The capture hooks, in the order tried, and the stack attribute of their ids.
+HOOKS = (
+    ("set_eagle3_layers_to_capture", "layers_to_capture"),
+    ("set_dflash_layers_to_capture", "layers_to_capture"),
+    ("set_dspark_layers_to_capture", "dspark_layers_to_capture"),
+)
+
+
+def _hook(lm: Any) -> str:
+    """Call the first capture hook ``lm`` has; the stack attribute of its ids."""
+    for hook, ids_attr in HOOKS:
+        if hasattr(lm, hook):
+            getattr(lm, hook)(list(CAPTURE_IDS))
+            return ids_attr
+    raise RuntimeError(f"{type(lm).__name__} has no capture hook")
 
 
 def _stack(lm: Any) -> Any:
@@ -444,13 +553,14 @@ def _check(name: str, rank: int) -> dict[str, Any]:
         record.setdefault("error", "build failed on the other rank")
         return record
     try:
-        _hook(lm)
+        ids_attr = _hook(lm)
         stack = _stack(lm)
+        ids = getattr(stack, ids_attr, None)
+        if ids is None:  # a DSPARK hook that keeps its ids with the others
+            ids = stack.layers_to_capture
         record["stack"] = type(stack).__name__
         record["start_layer"] = int(stack.start_layer)
-        record["earlier"] = [
-            int(i) for i in stack.layers_to_capture if 0 <= int(i) < stack.start_layer
-        ]
+        record["earlier"] = [int(i) for i in ids if 0 <= int(i) < stack.start_layer]
         record["width"] = int(lm.get_pp_proxy_aux_hidden_size())
     except BaseException:
         record["error"] = "hook: " + traceback.format_exc()[-3000:]
