@@ -8,7 +8,8 @@ every model class the patch of SGLang 0.5.23 gives ``get_pp_proxy_aux_hidden_siz
 built by its real constructor with a tiny config (4 layers, hidden size 64) as stage 0
 and stage 1 of 2 gloo processes on the patched tree (``sglang_support/width_check.py``),
 its capture hook takes one capture on each stage, and the stage-1 model must report
-64 x (captures of stage 0) while stage 0 reports 0.
+the width of the entry stage 0's transport really hands over (64 x its captures, which
+stage 1 then collects with its own) while stage 0 reports 0.
 """
 
 from __future__ import annotations
@@ -82,8 +83,11 @@ def test_every_model_reports_the_width_its_previous_stage_sends(report):
     for name in MODELS:
         first, last = by_stage[(name, 0)], by_stage[(name, 1)]
         assert first["earlier"] == [] and first["width"] == 0, first
-        assert len(last["earlier"]) == 1, last
-        widths[name] = (last["width"], HIDDEN * len(last["earlier"]))
+        assert len(last["earlier"]) == 1 and len(last["ids"]) == 2, last
+        # What stage 0's transport really handed over, and all captures collected.
+        assert last["sent"] == HIDDEN * len(last["earlier"]), last
+        assert last["collected"] == [i + 1.0 for i in last["ids"]], last
+        widths[name] = (last["width"], last["sent"])
     assert {name: got for name, (got, _) in widths.items()} == {
         name: want for name, (_, want) in widths.items()
     }

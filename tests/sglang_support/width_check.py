@@ -8,13 +8,19 @@ initialises SGLang's distributed environment and model-parallel groups (gloo,
 ``tp_size=1``, ``pp_size=2``) the way SGLang's own CPU layer tests do, then for every
 model builds the causal LM with a tiny config (``num_hidden_layers=4``,
 ``hidden_size=64``), calls its capture hook (EAGLE3, else DFLASH, else DSPARK; see
-``HOOKS``) with one capture on each stage and records ``get_pp_proxy_aux_hidden_size()``.  The ranks agree after each build (a build that
+``HOOKS``) with one capture on each stage and records ``get_pp_proxy_aux_hidden_size()``;
+then stage 0 hands captures as wide as the hidden states to stage 1 through the
+transport the hook attached (relay mode: the entry over a gloo send) and stage 1
+collects them.  The ranks agree after each build (a build that
 fails on either rank skips the hook on both), so a failure never leaves a peer waiting
 in the hook's handshake; the parent gives up after ``--timeout`` seconds.
 
 Prints one JSON line: ``{"records": [...], "errors": [...]}``; a record per model and
-rank: ``model``, ``cls``, ``rank``, ``width``, ``earlier`` (the capture ids that stages
-before this one take) and ``stack`` (the decoder stack's class).
+rank: ``model``, ``cls``, ``rank``, ``width``, ``earlier`` (the capture ids, as the hook
+keeps them, that stages before this one take), ``ids`` (all capture ids as the attached
+transport counts them), ``stack`` (the decoder stack's class), on stage 1 ``sent`` (the
+width of the entry stage 0 handed over) and ``collected`` (see ``_handoff``), and
+``error`` where something raised.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ import torch
 HIDDEN = 64
 NUM_LAYERS = 4
 PP_SIZE = 2
+TOKENS = 3
+AUX_ENTRY = "aux_hidden_states"
 #: Hook arguments: one capture on each stage of the 4 layers (stage 0 runs [0, 2)),
 #: whether the hook shifts the ids by one (EAGLE3's "after layer i") or not.
 CAPTURE_IDS = [0, 2]
@@ -539,6 +547,72 @@ def _stack(lm: Any) -> Any:
     raise RuntimeError(f"no module of {type(lm).__name__} holds pp_aux_transport")
 
 
+def _handoff(transport: Any, rank: int) -> dict[str, Any]:
+    """Stage 0 hands its captures (``TOKENS`` rows as wide as the hidden states) to
+    stage 1 through ``transport``: its relay entry goes over a gloo send (as the PP
+    handoff carries it), and stage 1 collects all captures.  Stage 1 gets ``sent`` (the width
+    of the entry stage 0 handed over, 0 without one) and ``collected`` (the first value
+    of each capture, layer id + 1, in the order returned); -1 from stage 0: it failed."""
+    plan = transport.plan
+    captures = {
+        i: torch.full((TOKENS, HIDDEN), float(i + 1)) for i in plan.local_layer_ids
+    }
+    if rank == 0:
+        shape = torch.tensor([-1, -1])
+        try:
+            entry = transport.outgoing(captures, None).get(AUX_ENTRY)
+            shape = torch.tensor([0, 0] if entry is None else list(entry.shape))
+        finally:
+            torch.distributed.send(shape, dst=1)
+        if entry is not None:
+            torch.distributed.send(entry.contiguous(), dst=1)
+        return {}
+    shape = torch.zeros(2, dtype=torch.int64)
+    torch.distributed.recv(shape, src=0)
+    if int(shape[0]) < 0:
+        raise RuntimeError("stage 0 failed to hand its captures over")
+    incoming = {}
+    if int(shape[1]) > 0:
+        incoming[AUX_ENTRY] = torch.empty(tuple(shape.tolist()))
+        torch.distributed.recv(incoming[AUX_ENTRY], src=0)
+    collected = transport.collect(captures, incoming, like=torch.zeros(TOKENS, HIDDEN))
+    return {
+        "sent": int(shape[1]),
+        "collected": [float(tensor[0, 0]) for tensor in collected],
+    }
+
+
+def _capture(lm: Any, rank: int) -> dict[str, Any]:
+    """Call the capture hook (relay mode); the stage's ids, reported width and what the
+    handoff of its captures gave (see ``_handoff``)."""
+    got: dict[str, Any] = {}
+    stack = None
+    try:
+        ids_attr = _hook(lm)
+        stack = _stack(lm)
+        ids = getattr(stack, ids_attr, None)
+        if ids is None:  # a DSPARK hook that keeps its ids with the others
+            ids = stack.layers_to_capture
+        got["stack"] = type(stack).__name__
+        got["start_layer"] = int(stack.start_layer)
+        got["earlier"] = sorted(
+            int(i) for i in ids if 0 <= int(i) < min(NUM_LAYERS, stack.start_layer)
+        )
+        # The ids as the transport counts them (some hooks hand it shifted ones).
+        got["ids"] = [int(i) for i in stack.pp_aux_transport.plan.layer_ids]
+        got["width"] = int(lm.get_pp_proxy_aux_hidden_size())
+    except BaseException:
+        got["error"] = "hook: " + traceback.format_exc()[-3000:]
+    if _all_ok("error" not in got):
+        try:
+            got.update(_handoff(stack.pp_aux_transport, rank))
+        except BaseException:
+            got["error"] = "handoff: " + traceback.format_exc()[-3000:]
+    else:
+        got.setdefault("error", "hook failed on the other rank")
+    return got
+
+
 def _check(name: str, rank: int) -> dict[str, Any]:
     module, cls_name, _, _ = MODELS[name]
     record: dict[str, Any] = {"model": name, "cls": cls_name, "rank": rank}
@@ -552,22 +626,12 @@ def _check(name: str, rank: int) -> dict[str, Any]:
     if not _all_ok(lm is not None):
         record.setdefault("error", "build failed on the other rank")
         return record
-    try:
-        ids_attr = _hook(lm)
-        stack = _stack(lm)
-        ids = getattr(stack, ids_attr, None)
-        if ids is None:  # a DSPARK hook that keeps its ids with the others
-            ids = stack.layers_to_capture
-        record["stack"] = type(stack).__name__
-        record["start_layer"] = int(stack.start_layer)
-        record["earlier"] = [int(i) for i in ids if 0 <= int(i) < stack.start_layer]
-        record["width"] = int(lm.get_pp_proxy_aux_hidden_size())
-    except BaseException:
-        record["error"] = "hook: " + traceback.format_exc()[-3000:]
+    record.update(_capture(lm, rank))
     return record
 
 
 def _rank(rank: int, port: int, names: list[str], results: Any) -> None:
+    os.environ["SGLANG_PP_AUX_TRANSPORT"] = "relay"
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     records: list[dict[str, Any]] = []
