@@ -11,9 +11,9 @@ model builds the causal LM with a tiny config (``num_hidden_layers=4``,
 ``HOOKS``) with one capture on each stage and records ``get_pp_proxy_aux_hidden_size()``;
 then stage 0 hands captures as wide as the hidden states to stage 1 through the
 transport the hook attached (relay mode: the entry over a gloo send) and stage 1
-collects them.  The ranks agree after each build (a build that
-fails on either rank skips the hook on both), so a failure never leaves a peer waiting
-in the hook's handshake; the parent gives up after ``--timeout`` seconds.
+collects them.  The ranks agree after each build and each hook (a failure on either
+rank skips what follows on both), so a failure never leaves a peer waiting in the
+hook's handshake or the handoff; the parent gives up after ``--timeout`` seconds.
 
 Prints one JSON line: ``{"records": [...], "errors": [...]}``; a record per model and
 rank: ``model``, ``cls``, ``rank``, ``width``, ``earlier`` (the capture ids, as the hook
