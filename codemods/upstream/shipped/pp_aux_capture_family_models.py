@@ -39,9 +39,7 @@ LAYER_ID_SETS = (
 #: Token counts of the batches each case runs (0: an empty microbatch, which some
 #: models capture nothing for; every stage must agree on that);
 #: ``SGLANG_TEST_PP_AUX_BATCHES`` (e.g. ``"3,0,2"``) replaces them.
-BATCHES = tuple(
-    _int_lists(os.environ.get("SGLANG_TEST_PP_AUX_BATCHES") or "3,0,1")[0]
-)
+BATCHES = tuple(_int_lists(os.environ.get("SGLANG_TEST_PP_AUX_BATCHES") or "3,0,1")[0])
 WORKER_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_TIMEOUT", "900"))
 OP_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_OP_TIMEOUT", "300"))
 
