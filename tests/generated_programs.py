@@ -330,7 +330,7 @@ def execute(code, spec: ProgramSpec, value, model: RecordingModel) -> Outcome:
     except Exception as exc:  # the property checks which errors escape
         error = exc
     finally:
-        for logger, (propagate, level) in zip(loggers, saved):
+        for logger, (propagate, level) in zip(loggers, saved, strict=False):
             logger.removeHandler(handler)
             logger.propagate = propagate
             logger.setLevel(level)

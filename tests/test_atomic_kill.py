@@ -150,7 +150,8 @@ def test_sigkill_at_several_points_never_leaves_a_partial_file(tmp_path):
     for extra_writes, delay in ((1, 0.0), (4, 0.003), (8, 0.011)):
         baseline = changed_count(files)
         process = start([sys.executable, "-m", "codemods", "migrate", "--write", str(root)])
-        reached = wait_until(lambda: changed_count(files) >= baseline + extra_writes, process)
+        target_count = baseline + extra_writes
+        reached = wait_until(lambda n=target_count: changed_count(files) >= n, process)
         time.sleep(delay)
         kill(process)
         assert reached, "the migrate process ended before it could be killed"

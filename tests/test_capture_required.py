@@ -16,8 +16,7 @@ import pytest
 
 from codemods.callers.analyse.required import REQUIRED_PREFIX, binding_name, is_serving_path
 from codemods.callers.options import TransformOptions
-from codemods.callers.records import Action, Status
-from codemods.callers.records import is_skipped
+from codemods.callers.records import Action, Status, is_skipped
 from codemods.callers.transform import scan_source, transform_source
 
 CALLERS = Path(__file__).resolve().parent.parent / "fixtures" / "callers"

@@ -20,19 +20,19 @@ FILES = sorted((ROOT / "fixtures").rglob("*.py"))
 
 def _summary(collector: _ScopeCollector) -> dict:
     scopes = {}
-    for node, scope in collector.scopes.items():
+    for node, found in collector.scopes.items():
         scopes[id(node)] = (
-            sorted(scope.names),
-            {name: [id(v) for v in values] for name, values in scope.values.items()},
-            {name: id(param) for name, param in scope.params.items()},
-            {name: id(value) for name, value in scope.annotations.items()},
-            {name: [id(v) for v in values] for name, values in scope.loops.items()},
+            sorted(found.names),
+            {name: [id(v) for v in values] for name, values in found.values.items()},
+            {name: id(param) for name, param in found.params.items()},
+            {name: id(value) for name, value in found.annotations.items()},
+            {name: [id(v) for v in values] for name, values in found.loops.items()},
             {
                 name: [(id(value), id(owner.node)) for value, owner in values]
-                for name, values in scope.attributes.items()
+                for name, values in found.attributes.items()
             },
-            {name: id(value) for name, value in scope.attribute_annotations.items()},
-            id(scope.parent.node) if scope.parent else None,
+            {name: id(value) for name, value in found.attribute_annotations.items()},
+            id(found.parent.node) if found.parent else None,
         )
     return {
         "scopes": scopes,

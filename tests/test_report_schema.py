@@ -60,7 +60,7 @@ def test_check_report_validates_and_describes_the_run(project):
     assert run["properties"]["mode"] == "check"
     assert run["properties"]["summary"]["changed"] == 3
     assert [result["codemod"] for result in report["results"]] == [m.id for m in CODEMODS]
-    for result, metadata in zip(report["results"], CODEMODS):
+    for result, metadata in zip(report["results"], CODEMODS, strict=False):
         assert result["summary"] == metadata.summary
         assert result["description"] == metadata.description
         assert result["properties"]["reviewGuidance"] == metadata.review_guidance

@@ -15,8 +15,7 @@ import pytest
 from caller_cases import ROOT
 from click.testing import CliRunner
 
-from codemods.callers.records import Action, Status
-from codemods.callers.records import SKIP_PREFIX
+from codemods.callers.records import SKIP_PREFIX, Action, Status
 from codemods.callers.transform import TransformOptions, scan_source, transform_source
 from codemods.cli.commands import cli
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from sglang_support.env import run_python
+from sglang_support.family_check import patched_copy, unpatched_copy
 
 from codemods.upstream.family_entry import ENTRY_KIND, SNAPSHOT_KIND
 from codemods.upstream.generate import generate
-from sglang_support.env import run_python
-from sglang_support.family_check import patched_copy, unpatched_copy
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 

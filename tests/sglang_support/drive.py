@@ -167,10 +167,10 @@ def same_outputs(got, want) -> tuple[bool, str]:
     """``torch.equal`` on every aux tensor (and the final hidden states) per microbatch."""
     if len(got) != len(want):
         return False, f"{len(got)} microbatches, expected {len(want)}"
-    for mb, ((hidden, aux), (ref_hidden, ref_aux)) in enumerate(zip(got, want)):
+    for mb, ((hidden, aux), (ref_hidden, ref_aux)) in enumerate(zip(got, want, strict=False)):
         if len(aux) != len(ref_aux):
             return False, f"microbatch {mb}: {len(aux)} aux states, expected {len(ref_aux)}"
-        for index, (a, b) in enumerate(zip(aux, ref_aux)):
+        for index, (a, b) in enumerate(zip(aux, ref_aux, strict=False)):
             if not torch.equal(a, b):
                 return False, f"microbatch {mb}: aux state {index} differs"
         if not torch.equal(hidden, ref_hidden):

@@ -277,5 +277,18 @@ def _num_layers(model: torch.nn.Module) -> int:
 
 
 def _hidden_size(model: torch.nn.Module) -> int:
-    config = getattr(model, "config", None)
-    return int(getattr(config, "hidden_size", 0) or 0)
+    """The width of one capture: the stack's ``config.hidden_size``, else that of its
+    own decoder layers (``hidden_size``, or their ``config.hidden_size``), for stacks
+    that keep no ``config`` (e.g. ``GptOssModel``, ``MiniMaxM3Model``)."""
+    holders = [getattr(model, "config", None)]
+    for layer in getattr(model, "layers", None) or ():
+        holders += [layer, getattr(layer, "config", None)]
+    for holder in holders:
+        size = getattr(holder, "hidden_size", None)
+        if isinstance(size, int) and size > 0:
+            return size
+    raise RuntimeError(
+        f"{type(model).__name__} has no config.hidden_size and none of its decoder "
+        "layers has a hidden_size, so the width of its aux hidden state captures "
+        "under PP is unknown."
+    )

@@ -39,9 +39,7 @@ LAYER_ID_SETS = (
 #: Token counts of the batches each case runs (0: an empty microbatch, which some
 #: models capture nothing for; every stage must agree on that);
 #: ``SGLANG_TEST_PP_AUX_BATCHES`` (e.g. ``"3,0,2"``) replaces them.
-BATCHES = tuple(
-    _int_lists(os.environ.get("SGLANG_TEST_PP_AUX_BATCHES") or "3,0,1")[0]
-)
+BATCHES = tuple(_int_lists(os.environ.get("SGLANG_TEST_PP_AUX_BATCHES") or "3,0,1")[0])
 WORKER_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_TIMEOUT", "900"))
 OP_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_OP_TIMEOUT", "300"))
 
@@ -79,6 +77,7 @@ class StandInLayer(nn.Module):
         weight = torch.randn(HIDDEN_SIZE, HIDDEN_SIZE, generator=generator)
         self.weight = nn.Parameter(weight / HIDDEN_SIZE**0.5, requires_grad=False)
         self.returns = returns
+        self.hidden_size = HIDDEN_SIZE
         self.attn_boundary = StandInBoundary()
         self.boundary = self.attn_boundary
         self.entry = entry
@@ -292,6 +291,21 @@ def set_pp_group(group: StandInPPGroup) -> None:
         override(pp_group=group, pp_size=group.world_size, pp_rank=group.rank_in_group)
 
 
+def _keeps_config(cls) -> bool:
+    """Whether the constructor of ``cls`` (or of a base class) sets ``self.config``."""
+    import inspect
+
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        try:
+            source = inspect.getsource(init) if init is not None else ""
+        except (OSError, TypeError):
+            source = ""
+        if "self.config =" in source or "self.config: " in source:
+            return True
+    return False
+
+
 def build_model(case, pp_rank: int, pp_size: int, group):
     """The causal-LM object of ``case`` for one PP stage, with stand-in layers."""
     import importlib
@@ -329,7 +343,8 @@ def build_model(case, pp_rank: int, pp_size: int, group):
         returns = 4
     inner = inner_cls.__new__(inner_cls)
     nn.Module.__init__(inner)
-    inner.config = config
+    if _keeps_config(inner_cls):  # as the real stack: some keep no config
+        inner.config = config
     inner.pp_group = pp_group
     if isinstance(getattr(inner_cls, "start_layer", None), property):
         inner._start_layer, inner._end_layer = start, end

@@ -106,6 +106,21 @@ def _create_direct_group(rank, size, group, fresh=False):
     pp_aux_capture._direct_group(StandInPPGroup(rank, size, group))
 
 
+def _check_proxy_width(model, rank, tokens, proxy):
+    """The width the stage reports for its CUDA-graph aux buffer is that of the entry
+    it receives (0 without one); an empty microbatch, which some models hand on
+    without captures, is not checked."""
+    report = getattr(model, "get_pp_proxy_aux_hidden_size", None)
+    if report is None or rank == 0 or tokens == 0:
+        return
+    entry = (proxy or {}).get("aux_hidden_states")
+    received = 0 if entry is None else entry.shape[-1]
+    if report() != received:
+        raise AssertionError(
+            f"stage {rank} sizes its aux entry {report()} wide but receives {received}"
+        )
+
+
 def _run_case(case, hook, layer_ids, mode, rank, size, group):
     """Runs one case on this rank: (result, transport).  The last rank's result holds
     its comparison.
@@ -132,6 +147,7 @@ def _run_case(case, hook, layer_ids, mode, rank, size, group):
         if error is None:
             try:
                 set_pp_group(model.pp_group)
+                _check_proxy_width(model, rank, tokens, proxy)
                 output = run_forward(model, tokens, proxy)
                 if rank < size - 1 and not isinstance(output, PPProxyTensors):
                     raise TypeError(f"stage {rank} returned {type(output).__name__}")

@@ -1,0 +1,93 @@
+"""The aux entry's width on patched causal LMs built through their real ``__init__``.
+
+``get_pp_proxy_aux_hidden_size()`` is what the CUDA-graph runners size the
+``aux_hidden_states`` buffer of the PP handoff with.  The glue derives it from what the
+decoder stack holds: its ``config.hidden_size``, else its decoder layers' (``GptOssModel``,
+``MiniMaxM3Model``, ``MiniMaxM2Model`` and ``Glm4MoeLiteModel`` keep no ``config``).  Here
+every model class the patch of SGLang 0.5.23 gives ``get_pp_proxy_aux_hidden_size`` is
+built by its real constructor with a tiny config (4 layers, hidden size 64) as stage 0
+and stage 1 of 2 gloo processes on the patched tree (``sglang_support/width_check.py``),
+its capture hook takes one capture on each stage, and the stage-1 model must report
+the width of the entry stage 0's transport really hands over (64 x its captures, which
+stage 1 then collects with its own) while stage 0 reports 0.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+from sglang_support.env import run_python
+from sglang_support.family_check import patched_copy
+from sglang_support.width_check import HIDDEN, MODELS
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+RELEASE = "0.5.23"
+#: The stacks the reviewer found sized 0 (no ``config`` on the stack), and llama.
+REQUIRED = {"gpt_oss", "minimax_m3", "minimax_m3_vl", "llama"}
+
+
+@pytest.fixture(scope="module")
+def copy(sglang_release, tmp_path_factory):
+    _, tree = patched_copy(sglang_release(RELEASE), tmp_path_factory.mktemp("width"))
+    return tree
+
+
+@pytest.fixture(scope="module")
+def report(copy):
+    proc = run_python(
+        ["-m", "sglang_support.width_check", "--timeout", "240"], copy, timeout=300
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    return json.loads(lines[-1])
+
+
+def _sized_classes(tree) -> set[tuple[str, str]]:
+    """``(module, class)`` of every model class the patch gives the width method."""
+    found = set()
+    for path in sorted((tree / "sglang/srt/models").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if "def get_pp_proxy_aux_hidden_size" not in text:
+            continue
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.ClassDef) and any(
+                isinstance(item, ast.FunctionDef)
+                and item.name == "get_pp_proxy_aux_hidden_size"
+                for item in node.body
+            ):
+                found.add((path.stem, node.name))
+    return found
+
+
+def test_the_check_builds_every_class_the_patch_sizes(copy):
+    assert REQUIRED <= set(MODELS)
+    built = {(module, cls) for module, cls, _, _ in MODELS.values()}
+    assert built == _sized_classes(copy)
+
+
+@pytest.mark.timeout(600)
+def test_every_model_reports_the_width_its_previous_stage_sends(report):
+    assert report["errors"] == []
+    by_stage = {(r["model"], r["rank"]): r for r in report["records"]}
+    assert set(by_stage) == {(name, rank) for name in MODELS for rank in (0, 1)}
+    failures = {
+        key: record["error"][-1500:]
+        for key, record in by_stage.items()
+        if record.get("error")
+    }
+    assert failures == {}
+    widths = {}
+    for name in MODELS:
+        first, last = by_stage[(name, 0)], by_stage[(name, 1)]
+        assert first["earlier"] == [] and first["width"] == 0, first
+        assert len(last["earlier"]) == 1 and len(last["ids"]) == 2, last
+        # What stage 0's transport really handed over, and all captures collected.
+        assert last["sent"] == HIDDEN * len(last["earlier"]), last
+        assert last["collected"] == [i + 1.0 for i in last["ids"]], last
+        widths[name] = (last["width"], last["sent"])
+    assert {name: got for name, (got, _) in widths.items()} == {
+        name: want for name, (_, want) in widths.items()
+    }
