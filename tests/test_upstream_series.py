@@ -315,7 +315,12 @@ def test_cli_series_with_branch_commits_a_stack(sglang_release, tmp_path, monkey
                      "0003-qwen-moe-vl.patch"]
     assert git(checkout, "rev-parse", "--abbrev-ref", "HEAD").strip() == "pp-series"
     subjects = git(checkout, "log", "--reverse", "--format=%s", "main..pp-series").splitlines()
-    assert len(subjects) == 3 and "llama" in subjects[1] and "qwen3_moe" in subjects[2]
+    assert subjects == ["[PP] Add the PP aux hidden-state transport",
+                        "[PP] Llama / Qwen dense: carry aux hidden states across stages",
+                        "[PP] Qwen MoE / VL / hybrid: carry aux hidden states across stages"]
+    # The commits carry git's identity of the checkout (isolate_git's global one).
+    authors = git(checkout, "log", "--format=%an <%ae>", "main..pp-series").splitlines()
+    assert authors == ["Test User <test@example.com>"] * 3
     assert git(checkout, "status", "--porcelain").strip() == ""
     text = body.read_text()
     for number, (name, subject) in enumerate(zip(names, subjects, strict=True), start=1):

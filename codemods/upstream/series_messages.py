@@ -102,9 +102,12 @@ def _kimi_line(path: str, result: UpstreamResult) -> str:
         return ("SGLang's own DSPARK relay: a stage whose dspark_hidden_states "
                 "entry is missing, of another width or unexpected now raises "
                 "RuntimeError naming the layers")
+    k3 = ("; relay mode only (the next stage finishes a stage's last-layer capture, "
+          "attention residuals)" if name == "kimi_k3.py" else "")
     return (f"set_dspark_layers_to_capture no longer raises \"{names.PP_ERROR}\" under "
             "PP: it stores the ids on every rank and attaches the transport; the forward "
-            "hands each stage's captures on and the last stage collects them in layer order")
+            "hands each stage's captures on and the last stage collects them in layer "
+            f"order{k3}")
 
 
 def _family(patch, result: UpstreamResult, title: str) -> None:
