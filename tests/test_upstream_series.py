@@ -429,3 +429,23 @@ def test_the_author_is_gits_identity_unless_given(tmp_path, monkeypatch):
     (tmp_path / "bare").mkdir()
     isolate_git(monkeypatch, tmp_path / "bare", identity=False)
     assert author_of(tmp_path / "bare", None) == DEFAULT_AUTHOR
+
+
+def test_validation_message_names_the_architectures_and_what_stays_refused(tmp_path):
+    from codemods.upstream.validation import ValidationResult
+
+    hook = f"{PKG}/srt/arg_groups/validation_hook.py"
+    result = _result(tmp_path, [_change(f"{MODELS}/llama.py"), _change(hook)],
+                     [_decision("llama.py", ("entry-callback",))])
+    result.validation = ValidationResult(result.changes[1], {"LlamaForCausalLM": ("DFLASH",
+                                                                                "EAGLE3")})
+    (tmp_path / PKG / "srt" / "arg_groups").mkdir(parents=True)
+    (tmp_path / PKG / "srt" / "arg_groups" / "speculative_hook.py").write_text(
+        "def _handle_dflash(cfg):\n    if cfg.pp_size != 1:\n        raise ValueError('no')\n")
+    validation = series.build_series(result)[-1]
+    assert validation.subject == "[PP] Accept EAGLE3/DFLASH with PP for the patched architectures"
+    flat = " ".join(validation.body.split())
+    assert "for the 1 architecture whose" in flat and "LlamaForCausalLM (DFLASH, EAGLE3)" in flat
+    assert ("Still refused after this series: DFLASH with PP (speculative_hook.py, "
+            "_handle_dflash: cfg.pp_size != 1)") in flat
+    assert "EAGLE3 with PP (" not in flat

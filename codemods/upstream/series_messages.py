@@ -5,7 +5,8 @@
 * a model-family patch names, per model file, the hooks it changes, how the file's capture
   forward carries the captures, and any other fix the patch makes in that file; a file
   changed only as another model's capture forward says so;
-* the validation patch names the file, the architectures it accepts and for which capture.
+* the validation patch names the file, the architectures it accepts and for which capture,
+  and any refusal of those algorithms left elsewhere (``reachability.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from codemods.upstream import names
 from codemods.upstream.family_patch import TEST_FILE as FAMILY_TEST_FILE
 from codemods.upstream.family_report import CAPTURE_KINDS
 from codemods.upstream.generate import UpstreamResult
+from codemods.upstream.reachability import refusals
 from codemods.upstream.result_facts import (
     AUX_FLAG,
     kimi_relay_checked,
@@ -83,12 +85,18 @@ def _validation(patch, result: UpstreamResult) -> None:
     flag = (f" {AUX_FLAG} with PP is accepted for them too." if relaxes_aux_flag(result)
             else "")
     files = ", ".join(_name(p) for p in patch.paths)
+    left = [r for r in refusals(result) if r.algorithm in refused and not r.conditional]
+    still = "".join(
+        "\n" + _wrap(f"Still refused after this series: {r.algorithm} with PP "
+                      f"({_name(r.path)}, {r.function}: {r.condition}), so the "
+                      f"{r.algorithm} relaxation here takes effect only once that "
+                      "check allows it.") for r in left)
     patch.body = _wrap(
         f"check_pipeline_parallel_compat ({files}) refused {' and '.join(refused)} "
         f"speculative decoding with PP.  It now accepts them for the {len(found)} "
-        "architectures whose capture hooks the model patches of this series rewrote "
+        f"architecture{'s' if len(found) != 1 else ''} whose capture hooks the model patches of this series rewrote "
         f"(capture conventions in brackets): {listed}.{flag}  Every other refusal is "
-        "kept, and any other architecture is refused as before.")
+        "kept, and any other architecture is refused as before.") + still
 
 
 def _hooks_of(decision) -> str:
