@@ -89,7 +89,7 @@ def test_base_install_upstream_patch_pr_body_and_branch(base_venv, tmp_path, mon
     done = run(base_venv, "auxcap", "upstream-patch", ".", "-o", str(tmp_path / "pp.patch"),
                "--pr-body", str(body), cwd=root)
     assert done.returncode == 0, done.stderr
-    assert "## Bytes on the wire" in body.read_text()
+    assert "## Benchmark & Profiling" in body.read_text()
 
     done = run(base_venv, "auxcap", "upstream-patch", ".", "--branch", "pp/capture",
                "--pr-body", str(tmp_path / "branch.md"), cwd=root)

@@ -82,7 +82,7 @@ def test_upstream_pr_body_and_branch_need_no_torch(tmp_path, monkeypatch):
     done = auxcap_without(hidden, "upstream-patch", ".", "-o", str(patch), "--pr-body",
                           str(body), cwd=root)
     assert done.returncode == 0, done.stderr
-    assert "## Bytes on the wire" in body.read_text()
+    assert "## Benchmark & Profiling" in body.read_text()
     assert "diff --git a/sglang/srt/distributed/pp_aux_transport.py" in patch.read_text()
 
     done = auxcap_without(hidden, "upstream-patch", ".", "--branch", "pp/capture",

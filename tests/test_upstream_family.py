@@ -90,9 +90,10 @@ def test_comment_tying_capture_to_the_last_stage_is_named_for_review(plan, tmp_p
     )
     decision = plan_family(tmp_path).decisions["stale.py"]
     assert decision.patched and decision.stale_comments == (stale,)
-    from codemods.upstream.family_report import pr_section
+    from codemods.upstream.family_report import survey
 
-    assert f"- `stale.py`: `{stale}`" in pr_section(plan_family(tmp_path), "pytest")
+    (record,) = [r for r in survey(plan_family(tmp_path)) if r["file"] == "stale.py"]
+    assert record["stale_comments"] == [stale]
 
 
 def test_ids_under_a_drafter_specific_name_are_followed(plan):

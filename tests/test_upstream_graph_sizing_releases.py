@@ -65,7 +65,8 @@ def test_the_patch_sizes_the_aux_entry_along_the_sizing_path(patched):
     llama = (copy / "sglang/srt/models/llama.py").read_text()
     assert "def get_pp_proxy_aux_hidden_size(self) -> int:" in llama
     body = render(result)
-    assert "## CUDA graphs" in body and "CUDA graphs disabled" not in body
+    assert "- CUDA-graph sizing of the `aux_hidden_states` proxy entry" in body
+    assert "CUDA graphs disabled" not in body
 
 
 @pytest.mark.timeout(600)

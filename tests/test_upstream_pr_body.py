@@ -1,22 +1,30 @@
-"""The upstream PR description claims only what the invocation did and names what it touches."""
+"""The upstream PR description follows SGLang's template, claims only what the invocation did
+and names only files the patch has."""
 
 from __future__ import annotations
 
 import re
 
-import pytest
-
 from codemods.upstream import series
-from codemods.upstream.generate import generate
 from codemods.upstream.graph_sizing import SIZING_MODULES
-from codemods.upstream.pr_body import KIMI_TITLE, render, touched_hooks, touched_models
+from codemods.upstream.pr_body import (
+    KIMI_TITLE,
+    MAX_LINES,
+    SECTIONS,
+    render,
+    touched_hooks,
+    touched_models,
+)
+from codemods.upstream.reachability import EVERY, refusals_in
+from codemods.upstream.validate_run import VALIDATED, Validation
 from codemods.upstream.validation import ValidationResult
 from tests.test_upstream_series import MODELS, PKG, _change, _decision, _result
 
 VALIDATION_PATH = f"{PKG}/srt/arg_groups/validation_hook.py"
+FAMILY_TEST = f"{PKG}/test/test_pp_aux_capture_family.py"
 
 
-def _family_result(tmp_path, with_kimi: bool):
+def _family_result(tmp_path, with_kimi: bool, tests: bool = False):
     decisions = [
         _decision("llama.py", ("entry-callback",)),
         _decision("qwen3_moe.py", ("entry-gathered",), hook="set_dflash_layers_to_capture"),
@@ -25,99 +33,114 @@ def _family_result(tmp_path, with_kimi: bool):
                _change(f"{PKG}/srt/distributed/pp_aux_transport.py", None)]
     if with_kimi:
         changes.append(_change(f"{MODELS}/kimi_linear.py"))
+    if tests:
+        changes.append(_change(FAMILY_TEST, None))
     return _result(tmp_path, changes, decisions)
 
 
-def test_title_and_motivation_cover_every_touched_model_and_hook(tmp_path):
+def section(text: str, heading: str) -> str:
+    """The text of one ``## `` section."""
+    return text.split(heading + "\n", 1)[1].split("\n## ", 1)[0].lstrip("\n")
+
+
+def assert_template(text: str) -> None:
+    """SGLang's sections, in order, each once, and at most MAX_LINES lines."""
+    assert text.startswith("# [PP] ") and len(text.splitlines()[0]) <= 90, text.splitlines()[0]
+    positions = [text.find(f"\n{heading}\n") for heading in SECTIONS]
+    assert -1 not in positions and positions == sorted(positions), positions
+    assert re.findall(r"^## .*$", text, flags=re.M) == list(SECTIONS)
+    assert len(text.splitlines()) <= MAX_LINES, len(text.splitlines())
+
+
+def test_title_motivation_and_modifications_cover_only_what_the_patch_touches(tmp_path):
     text = render(_family_result(tmp_path, with_kimi=False))
-    title = text.splitlines()[0]
-    assert "Kimi" not in title
-    assert title == ("# [PP] Carry aux hidden states across pipeline stages: 2 models "
-                     "(DFlash/EAGLE3 capture)")
-    motivation = text.split("## Motivation", 1)[1].split("## Design", 1)[0]
-    assert "Kimi" not in motivation and "KimiLinear" not in text.split("## Design")[1].split(
-        "## Bytes")[0]
-    for needle in ("`llama`", "`qwen3_moe`", "`set_eagle3_layers_to_capture`",
-                   "`set_dflash_layers_to_capture`"):
-        assert needle in motivation, needle
+    assert_template(text)
+    assert text.splitlines()[0] == ("# [PP] Carry aux hidden states across pipeline stages "
+                                    "(DFlash/EAGLE3)")
+    assert "Kimi" not in text
+    assert "the capture hooks of 2 model files return early" in section(text, "## Motivation")
+    mods = section(text, "## Modifications")
+    assert "  - Llama / Qwen dense: `llama.py`" in mods
+    assert "  - Qwen MoE / VL / hybrid: `qwen3_moe.py`" in mods
+    assert f"`{PKG}/srt/distributed/pp_aux_transport.py`" in mods
+    # Neither the plan nor the glue is in this patch, so neither is named.
+    assert "pp_aux_plan.py" not in text and "pp_aux_capture.py" not in text
 
 
 def test_kimi_is_named_only_when_the_patch_touches_it(tmp_path):
     text = render(_family_result(tmp_path, with_kimi=True))
-    title = text.splitlines()[0]
-    assert title.startswith("# [PP] Carry aux hidden states across pipeline stages: 3 models")
-    assert "DSPARK" in title
-    motivation = text.split("## Motivation", 1)[1].split("## Design", 1)[0]
-    assert "KimiLinearForCausalLM.set_dspark_layers_to_capture" in motivation
-    assert "`kimi_linear`" in motivation
-    assert KIMI_TITLE != title
+    assert_template(text)
+    assert "DSPARK" in text.splitlines()[0]
+    assert "Kimi-Linear refuses PP outright" in section(text, "## Motivation")
+    assert "  - Kimi: `kimi_linear.py`" in section(text, "## Modifications")
+    assert KIMI_TITLE != text.splitlines()[0]
 
 
-def test_nothing_is_ticked_or_called_validated_without_a_run(tmp_path):
+def test_no_test_command_without_the_test_in_the_patch_and_nothing_claimed(tmp_path):
     text = render(_family_result(tmp_path, with_kimi=True))
+    assert "unittest" not in text and "sglang.test" not in text
     assert "[x]" not in text
-    plan = text.split("## Test plan", 1)[1]
-    assert plan.count("- [ ]") == 4
-    rows = [line for line in text.splitlines() if line.startswith("| `llama.py`")
-            or line.startswith("| `qwen3_moe.py`")]
-    assert len(rows) == 2
-    for row in rows:
-        assert row.rstrip(" |").endswith("not run (see Test plan)"), row
+    assert section(text, "## Checklist").count("- [ ]") == 4
+    bench = section(text, "## Benchmark & Profiling")
+    assert bench.startswith("Not run by the generator; this patch adds no test to run.")
+
+    text = render(_family_result(tmp_path / "t", with_kimi=True, tests=True))
+    bench = section(text, "## Benchmark & Profiling")
+    assert "python3 -m unittest sglang.test.test_pp_aux_capture_family\n" in bench
+    assert "sglang.test.test_pp_aux_capture\n" not in text  # the transport test is not added
+    checklist = section(text, "## Checklist")
+    assert checklist.count("- [x]") == 1 and "- [x] Add unit tests" in checklist
 
 
-def test_series_body_has_one_section_per_patch(tmp_path):
+def test_validate_verdicts_are_reported_as_run(tmp_path):
+    result = _family_result(tmp_path, with_kimi=False, tests=True)
+    ran = Validation({"llama": VALIDATED, "qwen3_moe": "no: mismatch"})
+    bench = section(render(result, validation=ran), "## Benchmark & Profiling")
+    assert bench.startswith("`auxcap upstream-patch --validate` ran `python3 -m unittest")
+    assert "- passed (1): llama\n" in bench and "- failed (1): qwen3_moe\n" in bench
+    assert "Not run" not in bench
+    nothing = Validation(problem="No module named 'torch'")
+    bench = section(render(result, validation=nothing), "## Benchmark & Profiling")
+    assert bench.startswith("`--validate` ran nothing: No module named 'torch'.")
+    assert "passed" not in bench
+
+
+def test_series_is_listed_one_line_per_patch(tmp_path):
     result = _family_result(tmp_path, with_kimi=True)
     patches = series.build_series(result)
     files = series.render_series(patches, "A <a@example.com>")
     text = render(result, series=list(zip(files, patches, strict=True)))
-    headings = re.findall(r"^### (\d+)\. (.*)$", text, flags=re.M)
-    assert headings == [(str(n), p.subject) for n, p in enumerate(patches, start=1)]
-    for name in files:
-        assert f"`{name}`" in text
+    assert_template(text)
+    lines = re.findall(r"^(\d+)\. `(.*?)`: (.*)$", text, flags=re.M)
+    assert lines == [(str(n), name, p.subject)
+                     for n, (name, p) in enumerate(zip(files, patches, strict=True),
+                                                   start=1)]
 
 
 SIZING_PATHS = [f"{PKG}/srt/{module.removeprefix('sglang.srt.').replace('.', '/')}.py"
                 for module in SIZING_MODULES]
-BUFFERS_PATH, PREFILL_PATH = SIZING_PATHS[2], SIZING_PATHS[4]
+BUFFERS_PATH = SIZING_PATHS[2]
 
 
-def _graph_section(tmp_path, sized: list[str], dspark: bool) -> str:
+def _sizing(tmp_path, sized: list[str], dspark: bool) -> str:
     result = _family_result(tmp_path, with_kimi=False)
     for path in SIZING_PATHS:
         target = tmp_path / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text("pp_proxy_dspark_hidden_size = 0\n" if dspark else "x = 0\n")
     result.changes += [_change(path) for path in sized]
-    section = render(result).split("## CUDA graphs", 1)
-    if len(section) == 1:
-        return render(result).split("## Known limitation", 1)[1].split("\n## ", 1)[0]
-    return "## CUDA graphs" + section[1].split("\n## ", 1)[0]
+    return section(render(result), "## Modifications")
 
 
-def test_the_cuda_graph_section_says_how_the_aux_entry_is_sized(tmp_path):
-    unsized = _graph_section(tmp_path / "a", [], dspark=False)
-    assert "CUDA graphs disabled on non-first stages" in unsized
-    mirrored = _graph_section(tmp_path / "b", [BUFFERS_PATH], dspark=True)
-    assert mirrored.startswith("## CUDA graphs")
-    assert "along the path that sizes\n`dspark_hidden_states`" in mirrored
-    for sized, runners in (([BUFFERS_PATH], "decode graph runner (the prefill one keeps no"),
-                           ([BUFFERS_PATH, PREFILL_PATH], "decode and prefill graph runners")):
-        added = _graph_section(tmp_path / f"c{len(sized)}", sized, dspark=False)
-        assert added.startswith("## CUDA graphs") and "disabled" not in added
-        assert "dspark" not in added
-        assert runners in " ".join(added.split())
-        assert "pre-planned `load_batch` branch" in " ".join(added.split())
+def test_the_sizing_line_says_how_the_aux_entry_is_sized(tmp_path):
+    assert "CUDA graphs disabled on non-first stages" in _sizing(tmp_path / "a", [], False)
+    mirrored = _sizing(tmp_path / "b", [BUFFERS_PATH], dspark=True)
+    assert "along SGLang's DSPARK sizing path" in mirrored and "disabled" not in mirrored
+    assert f"`{BUFFERS_PATH}`" in mirrored
+    assert "along a new path" in _sizing(tmp_path / "c", [BUFFERS_PATH], dspark=False)
 
 
-def _sections(text: str) -> tuple[str, str, str, str]:
-    """(title, motivation, design, test plan) of a rendered description."""
-    motivation = text.split("## Motivation", 1)[1].split("## Design", 1)[0]
-    design = text.split("## Design", 1)[1].split("## Bytes on the wire", 1)[0]
-    plan = text.split("## Test plan", 1)[1].split("## ", 1)[0]
-    return text.splitlines()[0], motivation, design, plan
-
-
-def test_validation_change_is_motivated_designed_and_left_unticked(tmp_path):
+def test_validation_change_is_motivated_and_listed(tmp_path):
     result = _family_result(tmp_path, with_kimi=False)
     old = ('raise ValueError("--enable-return-aux-hidden-states only supports pp_size == 1")'
            "\n")
@@ -125,51 +148,114 @@ def test_validation_change_is_motivated_designed_and_left_unticked(tmp_path):
     result.changes.append(change)
     result.validation = ValidationResult(change, {"LlamaForCausalLM": ("EAGLE3",),
                                                   "Qwen3MoeForCausalLM": ("DFLASH",)})
-    title, motivation, design, plan = _sections(render(result))
-    assert title.endswith("(DFlash/EAGLE3 capture), and the PP server-arg checks for them")
-    assert "`check_pipeline_parallel_compat`" in motivation
-    assert "rejects EAGLE3 and DFLASH speculative decoding" in motivation
+    text = render(result)
+    motivation, mods = section(text, "## Motivation"), section(text, "## Modifications")
+    assert f"`check_pipeline_parallel_compat` (`{VALIDATION_PATH}`) rejects EAGLE3" in motivation
     assert "`--enable-return-aux-hidden-states` with PP" in motivation
-    assert f"**Server-arg validation** (the patch's last change,\n  `{VALIDATION_PATH}`)" \
-        in design
-    assert "- `LlamaForCausalLM`: EAGLE3" in design
-    assert "- `Qwen3MoeForCausalLM`: DFLASH" in design
-    assert "`--enable-return-aux-hidden-states` with PP is accepted" in design
-    assert "- [ ] Server-arg validation: EAGLE3/DFLASH and `--enable-return-aux-" in plan
-    assert "[x]" not in plan
-
+    assert (f"- Validation (`{VALIDATION_PATH}`): EAGLE3/DFLASH, and "
+            "`--enable-return-aux-hidden-states` with PP, accepted with PP for the 2 "
+            "architectures of the patched files: `LlamaForCausalLM`, `Qwen3MoeForCausalLM`"
+            in mods)
     # Without the validation change none of it is claimed.
-    title, motivation, design, plan = _sections(render(_family_result(tmp_path, False)))
-    for text in (title, motivation, design, plan):
-        assert "server-arg" not in text.lower() and "check_pipeline" not in text
+    text = render(_family_result(tmp_path / "b", False))
+    assert "check_pipeline" not in text and "Validation" not in text
 
 
-@pytest.mark.sglang
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("version", ("0.5.21", "0.5.22", "0.5.23"))
-def test_release_body_covers_every_model_hook_and_the_validation_change(sglang_release,
-                                                                        version):
-    result = generate(sglang_release(version))
-    title, motivation, design, plan = _sections(render(result))
+OLD_CHECK = """\
+def check_server_args(cfg):
+    if cfg.pp_size > 1:
+        if get_platform().is_npu:
+            assert cfg.disable_overlap_schedule
+        else:
+            assert cfg.disable_overlap_schedule and cfg.speculative_algorithm is None, (
+                "Pipeline parallelism is not compatible with speculative decoding"
+            )
+"""
+SPEC_HOOK = """\
+def _handle_dflash(cfg):
+    if cfg.pp_size != 1:
+        raise ValueError("Currently DFLASH speculative decoding only supports pp_size == 1.")
+
+
+def _handle_dspark(cfg):
+    if cfg.pp_size != 1:
+        if cfg.disaggregation_mode != "prefill":
+            raise ValueError("DSpark PP requires PD prefill")
+
+
+def _handle_uno(cfg):
+    if cfg.pp_size != 1:
+        raise ValueError("UNO requires PP=1")
+"""
+
+
+def test_the_detector_finds_the_refusals_left_in_a_release():
+    (every,) = refusals_in(OLD_CHECK, "sglang/srt/arg_groups/validation_hook.py")
+    assert (every.algorithm, every.function, every.condition) == (
+        EVERY, "check_server_args", "cfg.pp_size > 1")
+    assert every.except_npu and every.line == 6
+    path = "sglang/srt/arg_groups/speculative_hook.py"
+    dflash, dspark = refusals_in(SPEC_HOOK, path)  # UNO reads no captures
+    assert (dflash.algorithm, dflash.conditional) == ("DFLASH", False)
+    assert dflash.message.startswith("Currently DFLASH")
+    assert (dspark.algorithm, dspark.conditional) == ("DSPARK", True)
+    assert refusals_in(SPEC_HOOK, "sglang/srt/server_args.py") == []
+
+
+def test_the_body_says_which_configurations_reach_the_change(tmp_path):
+    result = _family_result(tmp_path, with_kimi=False)
+    hooks = tmp_path / PKG / "srt" / "arg_groups"
+    hooks.mkdir(parents=True)
+    (hooks / "validation_hook.py").write_text(OLD_CHECK)
+    (hooks / "speculative_hook.py").write_text(SPEC_HOOK)
+    motivation = section(render(result), "## Motivation")
+    assert ("the server refuses speculative decoding with `--pp-size > 1` on non-NPU "
+            f"platforms (`{VALIDATION_PATH}`, `check_server_args`: `assert ... "
+            "speculative_algorithm is None` under `cfg.pp_size > 1`), so no server "
+            "configuration reaches the change there") in motivation
+    assert "Also refused with PP there: DFLASH (`_handle_dflash`" in motivation
+    # Once the general refusal is gone (the patch's new text counts), each one left is named.
+    result.changes.append(_change(VALIDATION_PATH, OLD_CHECK, "def check_server_args(cfg):\n"
+                                  "    pass\n"))
+    motivation = section(render(result), "## Motivation")
+    assert "no server configuration" not in motivation
+    assert "**Still refused:** DFLASH with PP" in motivation
+    assert "**Still checked:** DSPARK with PP is accepted only where" in motivation
+
+
+# ------------------------------------------------------------------ real releases
+# The release bodies are checked by ``test_upstream_series``'s release test, which generates
+# each release once for the series and the description.
+
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def check_release_body(result, version: str, patch_series) -> None:
+    """The description of one release: template, bound, and only the patch's files."""
+    text = render(result, series=patch_series)
+    assert_template(text)
+    changed = set(result.changed)
+    names = {path.rsplit("/", 1)[-1] for path in changed}
+    mods = section(text, "## Modifications")
+    for token in _CODE.findall(mods):
+        if token.endswith(".py"):
+            assert token in changed or token in names, (version, token)
+    for module in re.findall(r"python3 -m unittest (\S+)", text):
+        assert f"{module.replace('.', '/')}.py" in changed, (version, module)
     models, hooks = touched_models(result), touched_hooks(result)
-    assert f": {len(models)} models (DFlash/DSPARK/EAGLE3 capture)" in title
-    assert title.endswith(", and the PP server-arg checks for them")
-    for name in models:
-        assert f"`{name}`" in motivation, name
-    for hook in hooks:
-        assert f"`{hook}`" in motivation, hook
-    validation_path = result.tree.module_path("sglang.srt.arg_groups.validation_hook")
-    assert validation_path in result.changed
-    assert f"(`{validation_path}`) rejects EAGLE3 and DFLASH" in motivation
-    assert "**Server-arg validation**" in design
-    # Every architecture the validation table accepts is listed in the design.
-    assert result.validation is not None and result.validation.architectures
-    for architecture, kinds in result.validation.architectures.items():
-        assert f"- `{architecture}`: {', '.join(kinds)}" in design, architecture
-    # 0.5.23 also refuses --enable-return-aux-hidden-states with PP; 0.5.21/22 do not.
-    refuses_flag = version == "0.5.23"
-    assert ("`--enable-return-aux-hidden-states` with PP is accepted" in design) is \
-        refuses_flag
-    # Nothing was run by this invocation: no box is ticked.
-    assert "[x]" not in plan and "- [ ] Server-arg validation" in plan
+    assert models and hooks
+    # One count, one source: the family files of the motivation are those listed (Kimi's
+    # own lines and files changed only as another model's forward aside).
+    count = int(re.search(r"the capture hooks of (\d+) model files", text).group(1))
+    family = [name for line in mods.splitlines()
+              if line.startswith("  - ") and not line.startswith(("  - Kimi:", "  - `"))
+              for name, forward in re.findall(r"`([^`]+\.py)`( \(capture forward of)?", line)
+              if not forward]
+    assert count == len(family) == len(result.family.patched), (version, count, family)
+    motivation = section(text, "## Motivation")
+    old_release = version in ("0.5.18", "0.5.19", "0.5.20")
+    assert ("so no server configuration reaches the change" in motivation) is old_release
+    if not old_release:
+        assert "**Still refused:** DFLASH with PP" in motivation
+        assert "`check_pipeline_parallel_compat`" in motivation
+    assert "[x] Add unit tests" in text and text.count("[x]") == 1

@@ -440,7 +440,7 @@ def migrate(
     type=click.Path(file_okay=False, writable=True),
     default=None,
     help="Write the patch as an ordered series (0001-....patch: transport and sizing, one "
-    "patch per model group, validation) into this directory; with --branch, commit it "
+    "patch per model family, validation) into this directory; with --branch, commit it "
     "as a stack.",
 )
 @click.option(

@@ -3,7 +3,8 @@
 ``survey(plan)`` lists, for every model file with a capture hook, its hooks, which of them
 return early off the last PP rank, the decoder-stack forward that does the capturing and
 how it captures, and whether the family patch rewrites the file (and why not).
-``markdown_table`` renders the same for the README and the pull-request description.
+``markdown_table`` renders the same for the README (the pull-request description lists the
+patched files by family instead, ``pr_body.py``).
 """
 
 from __future__ import annotations
@@ -126,63 +127,3 @@ def coverage_line(plan: FamilyPlan) -> str:
             f"so their early return never runs."
         )
     return line
-
-
-#: The validated column of a model nothing was run for in this invocation.
-NOT_RUN = "not run (see Test plan)"
-
-
-def pr_section(plan: FamilyPlan | None, test_cmd: str,
-               validated: dict[str, str] | None = None) -> str:
-    """The pull-request section on the capture-hook family ("" when not patched).
-
-    ``validated``: models (file stems) a run of this invocation validated, with what
-    was run; every other patched model shows :data:`NOT_RUN`."""
-    if plan is None or not plan.patched:
-        return ""
-    patched = [d for d in sorted(plan.decisions.values(), key=lambda d: d.file) if d.patched]
-    files = ", ".join(f"`{d.file}`" for d in patched)
-    fixes = [(d.file, fix) for d in patched for fix in d.fixes]
-    fix_lines = "".join(f"- `{file}`: {fix}.\n" for file, fix in fixes)
-    fix_section = (
-        f"\nThe patch also fixes what kept some of these models from capturing at all:\n\n"
-        f"{fix_lines}"
-        if fixes
-        else ""
-    )
-    stale = [(d.file, c) for d in patched for c in d.stale_comments]
-    stale_section = (
-        "\nComments that still tie capture to the last stage (the code no longer does; "
-        "please reword or drop them in review):\n\n"
-        + "".join(f"- `{file}`: `{comment}`\n" for file, comment in stale)
-        if stale
-        else ""
-    )
-    return f"""\
-## Models whose capture hooks returned early off the last rank
-
-{len(patched)} more model files ({files}) define their capture hooks
-(`set_eagle3_layers_to_capture`, `set_dflash_layers_to_capture`,
-`set_dspark_layers_to_capture`) as `if not self.pp_group.is_last_rank: return`, so under
-PP only the last stage captured: the drafter silently got fewer aux states than it was
-trained on, or the last stage failed unpacking `(hidden_states, aux_hidden_states)` when
-it owned none of the capture layers.  Each hook now stores the ids on every rank and
-attaches the same transport (`attach_pp_aux_transport`, new
-`sglang/srt/distributed/pp_aux_capture.py`); the decoder-stack forward adds its captures
-to the `PPProxyTensors` handoff (`pp_aux_outgoing`) and the last stage gathers all of them
-(`pp_aux_collect`).  Where a forward captures only under a condition (DSpark targets:
-`capture_aux and ... and hidden_states.shape[0] != 0`), the condition drops its
-last-rank operand and the handoff and the gathering run under the same condition, which
-holds on every stage or on none.  Ids, default layers (EAGLE3's `None` ->
-`[2, n // 2, n - 3]`), order (ascending layer id) and capture point (at the start of layer
-`i`, or after it for raw DSpark ids) are each model's own; with PP=1 nothing changes.
-`SGLANG_PP_AUX_TRANSPORT=relay|direct` selects the mode at run time.
-{fix_section}{stale_section}
-{coverage_line(plan)}
-
-{markdown_table(plan, validated, NOT_RUN)}
-Test: `{test_cmd}` (CPU, gloo, 2 and 3 stages, relay and direct, including an empty
-microbatch; every model's real hooks and forward with stand-in decoder layers, compared
-with PP=1 via `torch.equal`).
-
-"""

@@ -3,8 +3,8 @@
 :func:`release_column` asks the generator itself (the Kimi-Linear and Kimi-K3
 rewriters and the capture-hook family plan) about one release tree; :func:`matrix` lays several releases side
 by side: one row per model file with a capture hook in any of them, one column per
-release.  A cell says how the file is patched (the model group of the patch series) or why
-it is not; the reasons are listed under the table, once per distinct reason.
+release.  A cell says how the file captures (the rewriter that patched it) or why it is
+not patched; the reasons are listed under the table, once per distinct reason.
 """
 
 from __future__ import annotations
@@ -16,20 +16,32 @@ from pathlib import Path
 from codemods.upstream import dspark_relay, kimi, kimi_k3
 from codemods.upstream.family import RAISES_PP
 from codemods.upstream.family_patch import plan_for_tree
-from codemods.upstream.family_report import REFUSES_PP
-from codemods.upstream.series import KIMI, decision_group
+from codemods.upstream.family_report import CAPTURE_KINDS, REFUSES_PP
 from codemods.upstream.sglang_tree import detect_tree
 
-#: Short cell text of each model group of the series.
-GROUP_CELLS = {
-    KIMI: "DSPARK relay",
+#: Short cell text of each capture kind (the first kind of a file with a cell here names it).
+SHAPE_CELLS = {
     "entry-callback": "layer-entry callback",
     "entry-gathered": "gathered collector",
     "entry-gated": "last-rank-gated layer entry",
-    "loop": "layer-loop append",
+    "loop-append": "layer-loop append",
+    "after-layer": "layer-loop append",
     "boundaries": "layer boundaries",
-    "layer-list": "list handed to layers",
+    "layer-kwarg": "list handed to layers",
+    "layer-flag": "list handed to layers",
 }
+
+
+def capture_shape(decision) -> str:
+    """How a patched model file captures, in a few words."""
+    for kind in decision.capture_kinds:
+        if kind in SHAPE_CELLS:
+            return SHAPE_CELLS[kind]
+    if decision.capture_kinds:
+        kind = decision.capture_kinds[0]
+        return f"models whose capture is {CAPTURE_KINDS.get(kind, kind)}"
+    return "other model files"
+
 KIMI_FILE = "kimi_linear.py"
 K3_FILE = "kimi_k3.py"
 #: Kimi-Linear on a release that relays DSPARK captures itself (0.5.21+): only the relay's
@@ -56,8 +68,7 @@ class Column:
 
 def _cell(decision) -> str:
     if decision.patched:
-        key, _, title = decision_group(decision)
-        return f"patched: {GROUP_CELLS.get(key, title)}"
+        return f"patched: {capture_shape(decision)}"
     if decision.reason.startswith(RAISES_PP):
         return "no: raises under PP"
     if not decision.early_return:

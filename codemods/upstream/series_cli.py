@@ -3,7 +3,7 @@
 Without ``--branch`` the series is written to DIR (``0001-....patch`` ...), each file
 written atomically; patch files of an earlier, different series left in DIR are refused
 rather than silently mixed in.  With ``--branch`` the series is also committed in the SGLang
-git work tree as a stack (``git am``, one commit per patch) on a new branch; when a patch
+git work tree as a stack (``git am -k``, one commit per patch) on a new branch; when a patch
 does not apply, the branch is removed and the work tree is left on its original branch.
 """
 
@@ -40,15 +40,18 @@ def _git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
 
 
 def author_of(root: Path, author: str | None) -> str:
-    """``--author``, else git's user of ``root``, else a neutral default."""
+    """``--author``, else git's author identity as seen from ``root`` (``git var
+    GIT_AUTHOR_IDENT``: the repository's ``user.name``/``user.email``, the user's global
+    ones, or ``GIT_AUTHOR_NAME``/``GIT_AUTHOR_EMAIL``), else a neutral default."""
     if author:
         return author
+    cwd = root if root.is_dir() else root.parent
     try:
-        name = _git(root, "config", "user.name")
-        email = _git(root, "config", "user.email")
+        ident = _git(cwd, "var", "GIT_AUTHOR_IDENT")
     except (GitDeliveryError, OSError):
         return DEFAULT_AUTHOR
-    return f"{name} <{email}>" if name and email else DEFAULT_AUTHOR
+    match = re.match(r"^(.*?<[^>]*>)", ident)
+    return match.group(1) if match else DEFAULT_AUTHOR
 
 
 def write_series(directory: Path, files: dict[str, str]) -> list[Path]:
@@ -76,7 +79,7 @@ def write_series(directory: Path, files: dict[str, str]) -> list[Path]:
 
 
 def commit_stack(tree_root: Path, paths: list[Path], request, repo) -> str:
-    """``git am`` the series on a new branch ``request.branch`` of ``repo`` (as
+    """``git am -k`` the series on a new branch ``request.branch`` of ``repo`` (as
     ``request.preflight`` returned it); the new head commit."""
     repo_root = Path(repo.working_tree_dir).resolve()
     relative = tree_root.resolve().relative_to(repo_root).as_posix()
@@ -93,7 +96,7 @@ def commit_stack(tree_root: Path, paths: list[Path], request, repo) -> str:
     base = _git(repo_root, "rev-parse", "--verify", f"{request.base or 'HEAD'}^{{commit}}")
     _git(repo_root, "checkout", "-q", "--no-track", "-b", request.branch, base)
     try:
-        _git(repo_root, "am", "--keep-cr", "--keep-non-patch", "--whitespace=nowarn", *directory,
+        _git(repo_root, "am", "--keep-cr", "--keep", "--whitespace=nowarn", *directory,
              *[str(path.resolve()) for path in paths], env=env)
     except GitDeliveryError as error:
         subprocess.run(["git", "am", "--abort"], cwd=repo_root, capture_output=True)
