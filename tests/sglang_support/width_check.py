@@ -71,6 +71,30 @@ _DEEPSEEK_YARN = dict(
     mscale_all_dim=1.0,
 )
 
+#: DeepSeek-style routed experts, shared by the tiny MoE configs below.
+_DEEPSEEK_MOE = dict(
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    n_shared_experts=1,
+    moe_intermediate_size=32,
+    first_k_dense_replace=1,
+    n_group=1,
+    topk_group=1,
+)
+#: DeepSeek-style latent attention (MLA) with the rope scaling it builds on CPU.
+_DEEPSEEK_MLA = dict(
+    q_lora_rank=32,
+    kv_lora_rank=32,
+    qk_nope_head_dim=16,
+    qk_rope_head_dim=16,
+    v_head_dim=16,
+    num_key_value_heads=4,
+    rope_scaling=_DEEPSEEK_YARN,
+    moe_layer_freq=1,
+    topk_method="noaux_tc",
+    scoring_func="sigmoid",
+)
+
 #: A vision tower narrower than the text stack (a width taken from it would show).
 _CLIP = dict(
     model_type="clip_vision_model",
@@ -355,39 +379,13 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "glm4_moe",
         "Glm4MoeForCausalLM",
         "Glm4MoeConfig",
-        dict(
-            n_routed_experts=4,
-            num_experts_per_tok=2,
-            n_shared_experts=1,
-            moe_intermediate_size=32,
-            first_k_dense_replace=1,
-            n_group=1,
-            topk_group=1,
-        ),
+        dict(_DEEPSEEK_MOE),
     ),
     "deepseek_v2": (
         "deepseek_v2",
         "DeepseekV2ForCausalLM",
         "DeepseekV3Config",
-        dict(
-            n_routed_experts=4,
-            num_experts_per_tok=2,
-            n_shared_experts=1,
-            moe_intermediate_size=32,
-            first_k_dense_replace=1,
-            n_group=1,
-            topk_group=1,
-            q_lora_rank=32,
-            kv_lora_rank=32,
-            qk_nope_head_dim=16,
-            qk_rope_head_dim=16,
-            v_head_dim=16,
-            num_key_value_heads=4,
-            rope_scaling=_DEEPSEEK_YARN,
-            moe_layer_freq=1,
-            topk_method="noaux_tc",
-            scoring_func="sigmoid",
-        ),
+        dict(**_DEEPSEEK_MOE, **_DEEPSEEK_MLA),
     ),
     "apertus": (
         "apertus",
@@ -426,25 +424,7 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "glm4_moe_lite",
         "Glm4MoeLiteForCausalLM",
         "Glm4MoeLiteConfig",
-        dict(
-            n_routed_experts=4,
-            num_experts_per_tok=2,
-            n_shared_experts=1,
-            moe_intermediate_size=32,
-            first_k_dense_replace=1,
-            n_group=1,
-            topk_group=1,
-            q_lora_rank=32,
-            kv_lora_rank=32,
-            qk_nope_head_dim=16,
-            qk_rope_head_dim=16,
-            v_head_dim=16,
-            num_key_value_heads=4,
-            rope_scaling=_DEEPSEEK_YARN,
-            moe_layer_freq=1,
-            topk_method="noaux_tc",
-            scoring_func="sigmoid",
-        ),
+        dict(**_DEEPSEEK_MOE, **_DEEPSEEK_MLA),
     ),
 }
 
