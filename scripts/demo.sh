@@ -45,6 +45,8 @@ auxcap migrate --write $DEMO
 auxcap migrate PATH --branch auxcap/guard-capture --pr-body PR.md
 # The SGLang patch that makes capture work under pipeline parallelism:
 auxcap upstream-patch /path/to/sglang -o pp.patch --pr-body pp.md
+# Or patch the SGLang that \`python\` imports, reversibly (status, apply, revert):
+auxcap sglang status && auxcap sglang apply
 # Validate the PP transport in real processes (adds torch):
 pip install '.[pp]' && auxcap validate-pp --world-size 2
 # Everything the tests need (.venv), and the test suite:

@@ -28,7 +28,7 @@ def assert_demo_output(stdout: str) -> None:
     steps = stdout.split("== next steps", 1)[1]
     for needle in ("/bin/activate", "auxcap migrate --write fixtures/demo_repo",
                    "--branch auxcap/guard-capture --pr-body PR.md", "auxcap upstream-patch ",
-                   "bash scripts/test.sh"):
+                   "auxcap sglang apply", "bash scripts/test.sh"):
         assert needle in steps, needle
 
 
