@@ -156,6 +156,23 @@ def test_validation_change_is_motivated_and_listed(tmp_path):
             "`--enable-return-aux-hidden-states` with PP, accepted with PP for the 2 "
             "architectures of the patched files: `LlamaForCausalLM`, `Qwen3MoeForCausalLM`"
             in mods)
+    assert "stays refused" not in mods
+    # Where the speculative hook refuses DFLASH with PP, only EAGLE3 is claimed, and the
+    # body says why DFLASH stays refused.
+    hooks = tmp_path / PKG / "srt" / "arg_groups"
+    hooks.mkdir(parents=True)
+    (hooks / "speculative_hook.py").write_text(SPEC_HOOK)
+    text = render(result)
+    motivation, mods = section(text, "## Motivation"), section(text, "## Modifications")
+    assert (f"- Validation (`{VALIDATION_PATH}`): EAGLE3, and "
+            "`--enable-return-aux-hidden-states` with PP, accepted with PP for the 2 "
+            "architectures" in mods)
+    assert ("DFLASH with PP stays refused: `_handle_dflash` (`cfg.pp_size != 1`, named "
+            "above)" in mods)
+    assert "EAGLE3/DFLASH" not in text
+    assert (f"**Still refused:** DFLASH with PP (`{PKG}/srt/arg_groups/speculative_hook.py`, "
+            "`_handle_dflash`: `cfg.pp_size != 1`" in motivation)
+    assert "reached by the server only through `--enable-return-aux-hidden-states`" in motivation
     # Without the validation change none of it is claimed.
     text = render(_family_result(tmp_path / "b", False))
     assert "check_pipeline" not in text and "Validation" not in text

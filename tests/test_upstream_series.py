@@ -440,12 +440,22 @@ def test_validation_message_names_the_architectures_and_what_stays_refused(tmp_p
     result.validation = ValidationResult(result.changes[1], {"LlamaForCausalLM": ("DFLASH",
                                                                                 "EAGLE3")})
     (tmp_path / PKG / "srt" / "arg_groups").mkdir(parents=True)
-    (tmp_path / PKG / "srt" / "arg_groups" / "speculative_hook.py").write_text(
-        "def _handle_dflash(cfg):\n    if cfg.pp_size != 1:\n        raise ValueError('no')\n")
+    spec_hook = tmp_path / PKG / "srt" / "arg_groups" / "speculative_hook.py"
+    # Without a refusal of DFLASH left in the tree, both are accepted.
     validation = series.build_series(result)[-1]
     assert validation.subject == "[PP] Accept EAGLE3/DFLASH with PP for the patched architectures"
     flat = " ".join(validation.body.split())
-    assert "for the 1 architecture whose" in flat and "LlamaForCausalLM (DFLASH, EAGLE3)" in flat
+    assert "It now accepts EAGLE3 and DFLASH for the 1 architecture whose" in flat
+    assert "Still refused" not in flat
+    # The release's speculative hook refuses DFLASH with PP: DFLASH stays refused, and why.
+    spec_hook.write_text(
+        "def _handle_dflash(cfg):\n    if cfg.pp_size != 1:\n        raise ValueError('no')\n")
+    validation = series.build_series(result)[-1]
+    assert validation.subject == "[PP] Accept EAGLE3 with PP for the patched architectures"
+    flat = " ".join(validation.body.split())
+    assert "It now accepts EAGLE3 for the 1 architecture whose" in flat
+    assert "LlamaForCausalLM (DFLASH, EAGLE3)" in flat
     assert ("Still refused after this series: DFLASH with PP (speculative_hook.py, "
-            "_handle_dflash: cfg.pp_size != 1)") in flat
-    assert "EAGLE3 with PP (" not in flat
+            "_handle_dflash: cfg.pp_size != 1), so check_pipeline_parallel_compat keeps "
+            "refusing DFLASH too") in flat
+    assert "EAGLE3 with PP (" not in flat and "accepts EAGLE3 and DFLASH" not in flat

@@ -3,13 +3,16 @@
 The patch for llama (whose EAGLE3 and DFLASH hooks it rewrites) passes ``git apply
 --check`` on the release and is applied to a copy.  The real ``check_pipeline_parallel_compat``
 of the patched copy, imported on CPU, accepts EAGLE3 with PP on EAGLE's two paths
-(``SGLANG_ENABLE_PP_SPEC`` and PD prefill) and DFLASH with PP on PD prefill, for a Llama
-target; every other refusal still refuses (another target model, multi-layer EAGLE, the
-overlap schedule, the ``SGLANG_ENABLE_PP_SPEC`` conditions, NGRAM, ``--min-free-slots-delay``).
-On 0.5.23 ``handle_aux_hidden_state_capture`` accepts ``--enable-return-aux-hidden-states``
-with PP for Llama and keeps its other refusals.  The release's own validation refuses
-EAGLE3/DFLASH with PP.  0.5.18-0.5.20 refuse every speculative algorithm with PP on GPU and
-their validation is not patched.
+(``SGLANG_ENABLE_PP_SPEC`` and PD prefill) for a Llama target; every other refusal still
+refuses (another target model, multi-layer EAGLE, the overlap schedule, the
+``SGLANG_ENABLE_PP_SPEC`` conditions, NGRAM, ``--min-free-slots-delay``).  DFLASH with PP
+stays refused on every path: these releases refuse it in ``speculative_hook._handle_dflash``
+(``cfg.pp_size != 1``), so the patch does not relax it.  On 0.5.23
+``handle_aux_hidden_state_capture`` accepts ``--enable-return-aux-hidden-states`` with PP for
+Llama (a capture without a draft, DFLASH's convention included: ``_handle_dflash`` does not
+run) and keeps its other refusals.  The release's own validation refuses EAGLE3/DFLASH with
+PP.  0.5.18-0.5.20 refuse every speculative algorithm with PP on GPU and their validation
+is not patched.
 """
 
 from __future__ import annotations
@@ -26,20 +29,23 @@ from codemods.upstream.validation import MODULE
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 RELEASES = ("0.5.21", "0.5.22", "0.5.23")
-ACCEPTED = {"eagle_pp_spec", "eagle_prefill", "eagle3_pp_spec", "eagle3_prefill",
-            "dflash_prefill"}
+ACCEPTED = {"eagle_pp_spec", "eagle_prefill", "eagle3_pp_spec", "eagle3_prefill"}
+#: DFLASH with PP, refused on every path by the patched check as by the release's.
+DFLASH_REFUSED = ("dflash_prefill", "dflash_other_model", "dflash_aggregate", "dflash_pp_spec",
+                  "dflash_pp_spec_prefill")
 #: case -> the refusal that must remain (a part of its message).
 STILL_REFUSED = {
     "eagle3_other_model": "only supports EAGLE",
+    "dflash_prefill": "only supports EAGLE",
     "dflash_other_model": "only supports EAGLE",
     "eagle3_aggregate_without_pp_spec": "only supported on prefill nodes",
     "eagle3_multi_layer": "only supports EAGLE",
     "eagle3_pp_spec_adaptive": "--speculative-adaptive",
     "eagle3_pp_spec_prefill": "SGLANG_ENABLE_PP_SPEC is not compatible with --disaggregation",
     "eagle3_overlap": "overlap schedule",
-    "dflash_aggregate": "DFLASH requires disaggregation-mode=prefill",
-    "dflash_pp_spec": "DFLASH requires disaggregation-mode=prefill",
-    "dflash_pp_spec_prefill": "does not support DFLASH PD prefill",
+    "dflash_aggregate": "only supports EAGLE",
+    "dflash_pp_spec": "only supports EAGLE",
+    "dflash_pp_spec_prefill": "only supports EAGLE",
     "ngram": "only supports EAGLE",
     "min_free_slots_delay": "--min-free-slots-delay",
 }
@@ -65,17 +71,25 @@ def release(request):
     return request.param, sglang_tree(request.param)
 
 
-def test_patched_validation_accepts_eagle3_and_dflash_with_pp(release, tmp_path):
+def test_patched_validation_accepts_eagle3_and_keeps_refusing_dflash_with_pp(release,
+                                                                             tmp_path):
     version, root = release
     result, copy = patched_copy(root, tmp_path / "patched", models=["llama"])
     path = result.tree.module_path(MODULE)
     assert result.changed[-1] == path, "the validation change comes last"
+    # llama's DFLASH hook is rewritten, but the release refuses DFLASH with PP elsewhere.
+    assert "DFLASH" in result.validation.architectures["LlamaForCausalLM"]
+    refusal = result.validation.dflash_refused
+    assert refusal is not None and (refusal.function, refusal.condition) == (
+        "_handle_dflash", "cfg.pp_size != 1"), (version, refusal)
     outcomes = _validate(copy)
     for case in ACCEPTED:
         assert outcomes[case] == "accepted", (version, case, outcomes[case])
     for case, message in STILL_REFUSED.items():
         assert outcomes[case].startswith("refused:") and message in outcomes[case], (
             version, case, outcomes[case])
+    for case in DFLASH_REFUSED:
+        assert "DFLASH" not in outcomes[case], (version, case, outcomes[case])
     if version >= "0.5.23":
         for case in AUX_ACCEPTED:
             assert outcomes[case] == "accepted", (version, case, outcomes[case])
@@ -91,7 +105,7 @@ def test_release_validation_refuses_eagle3_and_dflash_with_pp(release):
     outcomes = _validate(root)
     assert outcomes["eagle_prefill"] == "accepted"
     assert outcomes["eagle_pp_spec"] == "accepted"
-    for case in ACCEPTED - {"eagle_prefill", "eagle_pp_spec"}:
+    for case in (ACCEPTED - {"eagle_prefill", "eagle_pp_spec"}) | set(DFLASH_REFUSED):
         assert outcomes[case].startswith("refused:"), (version, case, outcomes[case])
     if version >= "0.5.23":
         for case in AUX_ACCEPTED:

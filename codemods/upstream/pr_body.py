@@ -28,6 +28,7 @@ from codemods.upstream.reachability import EVERY, refusals
 from codemods.upstream.result_facts import (
     AUX_FLAG,
     KIMI_STEM,
+    accepted_algorithms,
     added_tests,
     family_models,
     k3_touched,
@@ -182,10 +183,20 @@ def _reach(result: UpstreamResult) -> list[str]:
             lines.append(f"**Still checked:** {refusal.algorithm} with PP is accepted only "
                          f"where this check lets it through ({check}).")
         else:
+            where = ("only outside the server" if not _aux_flag_reaches(result, refusal.algorithm)
+                     else f"by the server only through `{AUX_FLAG}` (a capture without a "
+                          "draft)")
             lines.append(f"**Still refused:** {refusal.algorithm} with PP ({check}); the "
-                         f"{refusal.algorithm} capture change is reached only outside the "
-                         "server on this release.")
+                         f"{refusal.algorithm} capture change is reached {where} on this "
+                         "release.")
     return lines
+
+
+def _aux_flag_reaches(result: UpstreamResult, algorithm: str) -> bool:
+    """The validation change accepts ``--enable-return-aux-hidden-states`` with PP for an
+    architecture that relays ``algorithm``'s captures."""
+    found = result.validation.architectures if result.validation is not None else {}
+    return relaxes_aux_flag(result) and any(algorithm in kinds for kinds in found.values())
 
 
 def _motivation(result: UpstreamResult) -> str:
@@ -275,10 +286,17 @@ def _validation_line(result: UpstreamResult) -> str:
     if change is None:
         return ""
     found = result.validation.architectures if result.validation is not None else {}
+    accepted, kept = accepted_algorithms(result)
     flag = f", and `{AUX_FLAG}` with PP," if relaxes_aux_flag(result) else ""
-    return (f"- Validation (`{change.path}`): EAGLE3/DFLASH{flag} accepted with PP for the "
+    what = "/".join(accepted) + flag if accepted else f"`{AUX_FLAG}`" if flag else "nothing"
+    line = (f"- Validation (`{change.path}`): {what} accepted with PP for the "
             f"{len(found)} architectures of the patched files: "
-            f"{', '.join(_code(a) for a in sorted(found))}; every other refusal kept.\n")
+            f"{', '.join(_code(a) for a in sorted(found))}; every other refusal kept.")
+    for refusal in kept:
+        line += (f" {refusal.algorithm} with PP stays refused: `{refusal.function}` "
+                 f"(`{refusal.condition}`, named above) refuses it before its worker starts, "
+                 "so accepting it in `check_pipeline_parallel_compat` could not run.")
+    return line + "\n"
 
 
 def _fixes(result: UpstreamResult) -> str:

@@ -13,15 +13,20 @@ file, the tree's text elsewhere) in the files that hold them across releases
   algorithms that read captures (:data:`CAPTURE_ALGORITHMS`; that algorithm refused, e.g. ``_handle_dflash``: ``if cfg.pp_size != 1: raise ValueError(...)``),
   ``conditional`` when a further test guards it.
 
-The PR description says from these which configurations reach the change.
+The PR description says from these which configurations reach the change, and the
+validation change (``validation.py``) relaxes an algorithm only where no refusal of it is
+left (:func:`tree_refusals` on the tree, :func:`refusal_of`).
 """
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from codemods.upstream.generate import UpstreamResult
+if TYPE_CHECKING:  # generate.py imports validation.py, which imports this module
+    from codemods.upstream.generate import UpstreamResult
+    from codemods.upstream.sglang_tree import SGLangTree
 
 FILES = ("srt/server_args.py", "srt/arg_groups/validation_hook.py",
          "srt/arg_groups/speculative_hook.py")
@@ -86,16 +91,31 @@ def refusals_in(source: str, path: str) -> list[Refusal]:
     return sorted(set(out), key=lambda r: (r.path, r.line))
 
 
-def refusals(result: UpstreamResult) -> list[Refusal]:
-    """The refusals left once the patch is applied, in :data:`FILES` order."""
-    new = {change.path: change.new for change in result.changes}
+def tree_refusals(tree: SGLangTree, new: dict[str, str] | None = None) -> list[Refusal]:
+    """The refusals in :data:`FILES` of ``tree``, in that order; ``new`` maps a patch path
+    to the text that replaces the tree's."""
+    new = new or {}
     out: list[Refusal] = []
     for file in FILES:
-        path = f"{result.tree.package}/{file}"
-        text = new[path] if path in new else result.tree.read_text(path)
+        path = f"{tree.package}/{file}"
+        text = new[path] if path in new else tree.read_text(path)
         if text:
             out += refusals_in(text, path)
     return out
+
+
+def refusals(result: UpstreamResult) -> list[Refusal]:
+    """The refusals left once the patch is applied, in :data:`FILES` order."""
+    return tree_refusals(result.tree, {change.path: change.new for change in result.changes})
+
+
+def refusal_of(found: list[Refusal], algorithm: str) -> Refusal | None:
+    """The first refusal in ``found`` that refuses ``algorithm`` with PP outright (its own,
+    not guarded by a further test, or the refusal of every algorithm); None when the
+    server lets ``algorithm`` through with PP."""
+    return next((r for r in found
+                 if r.algorithm == EVERY or (r.algorithm == algorithm and not r.conditional)),
+                None)
 
 
 def refuses_every_algorithm(found: list[Refusal]) -> Refusal | None:

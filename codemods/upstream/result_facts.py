@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from codemods.upstream import kimi, kimi_k3
 from codemods.upstream.generate import UpstreamResult
+from codemods.upstream.reachability import refusal_of, refusals
 
 KIMI_STEM = kimi.MODULE.rsplit(".", 1)[1]
 VALIDATION_FILE = "arg_groups/validation_hook.py"
@@ -87,3 +88,16 @@ def test_command(result: UpstreamResult, path: str) -> str:
         return f"cd {result.tree.tests} && python3 -m unittest {name}"
     module = path.removesuffix(".py").replace("/", ".")
     return f"python3 -m unittest {module}"
+
+
+def accepted_algorithms(result: UpstreamResult) -> tuple[list[str], list]:
+    """(the speculative algorithms the validation change accepts with PP, the refusals left
+    elsewhere that keep the others of EAGLE3/DFLASH refused), from the patched architectures
+    and the checks left after the patch (``reachability.py``)."""
+    found = result.validation.architectures if result.validation is not None else {}
+    kinds = [kind for kind in ("EAGLE3", "DFLASH")
+             if any(kind in methods for methods in found.values())]
+    left = refusals(result)
+    kept = [(kind, refusal_of(left, kind)) for kind in kinds]
+    return ([kind for kind, refusal in kept if refusal is None],
+            [refusal for _kind, refusal in kept if refusal is not None])

@@ -6,7 +6,8 @@
   forward carries the captures, and any other fix the patch makes in that file; a file
   changed only as another model's capture forward says so;
 * the validation patch names the file, the architectures it accepts and for which capture,
-  and any refusal of those algorithms left elsewhere (``reachability.py``).
+  the algorithms it accepts, and any refusal left elsewhere that keeps one of them refused
+  (``reachability.py``; DFLASH in ``_handle_dflash`` on 0.5.21-0.5.23).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from codemods.upstream import names
 from codemods.upstream.family_patch import TEST_FILE as FAMILY_TEST_FILE
 from codemods.upstream.family_report import CAPTURE_KINDS
 from codemods.upstream.generate import UpstreamResult
-from codemods.upstream.reachability import refusals
 from codemods.upstream.result_facts import (
     AUX_FLAG,
+    accepted_algorithms,
     kimi_relay_checked,
     relaxes_aux_flag,
     test_command,
@@ -80,20 +81,29 @@ def _validation(patch, result: UpstreamResult) -> None:
     found = result.validation.architectures if result.validation is not None else {}
     refused = [kind for kind in ("EAGLE3", "DFLASH")
                if any(kind in kinds for kinds in found.values())] or ["EAGLE3", "DFLASH"]
-    patch.subject = f"[PP] Accept {'/'.join(refused)} with PP for the patched architectures"
+    accepted, left = accepted_algorithms(result)
+    if accepted:
+        patch.subject = f"[PP] Accept {'/'.join(accepted)} with PP for the patched architectures"
+    elif relaxes_aux_flag(result):
+        patch.subject = "[PP] Accept aux hidden-state capture with PP for patched models"
+    else:
+        patch.subject = "[PP] Name the patched architectures in the PP validation"
     listed = "; ".join(f"{arch} ({', '.join(ks)})" for arch, ks in sorted(found.items()))
-    flag = (f" {AUX_FLAG} with PP is accepted for them too." if relaxes_aux_flag(result)
-            else "")
+    draftless = (" (a capture without a draft, so for every convention listed)" if left
+                 else "")
+    flag = (f" {AUX_FLAG} with PP is accepted for them too{draftless}."
+            if relaxes_aux_flag(result) else "")
     files = ", ".join(_name(p) for p in patch.paths)
-    left = [r for r in refusals(result) if r.algorithm in refused and not r.conditional]
     still = "".join(
         "\n" + _wrap(f"Still refused after this series: {r.algorithm} with PP "
-                      f"({_name(r.path)}, {r.function}: {r.condition}), so the "
-                      f"{r.algorithm} relaxation here takes effect only once that "
-                      "check allows it.") for r in left)
+                      f"({_name(r.path)}, {r.function}: {r.condition}), so "
+                      f"check_pipeline_parallel_compat keeps refusing {r.algorithm} too: "
+                      "accepting it there could not run.") for r in left)
+    accepts = (f"It now accepts {' and '.join(accepted)} for" if accepted
+               else "It now names")
     patch.body = _wrap(
         f"check_pipeline_parallel_compat ({files}) refused {' and '.join(refused)} "
-        f"speculative decoding with PP.  It now accepts them for the {len(found)} "
+        f"speculative decoding with PP.  {accepts} the {len(found)} "
         f"architecture{'s' if len(found) != 1 else ''} whose capture hooks the model patches of this series rewrote "
         f"(capture conventions in brackets): {listed}.{flag}  Every other refusal is "
         "kept, and any other architecture is refused as before.") + still

@@ -14,9 +14,15 @@ refusals are no longer needed for that model.  This module edits the hook so tha
 * EAGLE3 follows EAGLE's paths (same EAGLE worker, same multi-layer and relay conditions),
   for the architectures whose EAGLE3 hook the patch rewrote;
 * DFLASH follows DSPARK's path (PD prefill, not ``SGLANG_ENABLE_PP_SPEC``: the aggregate relay
-  carries an EAGLE-shaped tree only), for the architectures whose DFLASH hook it rewrote;
+  carries an EAGLE-shaped tree only), for the architectures whose DFLASH hook it rewrote,
+  but only where the release itself lets DFLASH run with PP: :func:`dflash_refusal` reads
+  the tree's PP refusals (``reachability.py``).  0.5.21-0.5.23 refuse it in
+  ``speculative_hook._handle_dflash`` (``if cfg.pp_size != 1: raise ValueError(...)``; the
+  DFLASH worker drafts on the last stage only), so there DFLASH stays refused here too: a
+  branch that accepted it could never run;
 * ``--enable-return-aux-hidden-states`` with PP is accepted for those architectures and the
-  convention the patch covers.
+  convention the patch covers (a capture without a draft: the flag resets the speculative
+  algorithm, so ``_handle_dflash`` does not run and a DFLASH convention is reachable).
 
 Every other refusal stays as it is, and an architecture the patch did not touch is refused
 exactly as before.  The architectures come from the ``EntryClass`` of each patched model file
@@ -35,6 +41,7 @@ from dataclasses import dataclass
 
 from codemods.upstream.family import FamilyPlan
 from codemods.upstream.patchfile import FileChange
+from codemods.upstream.reachability import Refusal, refusal_of, tree_refusals
 from codemods.upstream.sglang_tree import SGLangTree
 
 MODULE = "sglang.srt.arg_groups.validation_hook"
@@ -58,6 +65,9 @@ class ValidationResult:
     #: architecture -> capture conventions accepted with PP
     architectures: dict[str, tuple[str, ...]]
     notes: tuple[str, ...] = ()
+    #: The release's refusal of DFLASH with PP that keeps DFLASH refused (None: DFLASH is
+    #: relaxed like EAGLE3, or no patched architecture relays DFLASH captures).
+    dflash_refused: Refusal | None = None
 
 
 _EAGLE_CHECK = '''\
@@ -68,7 +78,7 @@ _EAGLE_CHECK = '''\
         ), (
 '''
 
-_EAGLE_CHECK_NEW = '''\
+_DFLASH_BRANCH = '''\
     elif (
         cfg.speculative_algorithm is not None
         and cfg.speculative_algorithm.upper() == "DFLASH"
@@ -82,6 +92,9 @@ _EAGLE_CHECK_NEW = '''\
         assert not envs.SGLANG_ENABLE_PP_SPEC.get(), (
             "SGLANG_ENABLE_PP_SPEC does not support DFLASH PD prefill"
         )
+'''
+
+_EAGLE_CHECK_NEW = '''\
     elif cfg.speculative_algorithm is not None:
         # EAGLE3 runs on the EAGLE worker; it needs the aux hidden states of every
         # stage, which the target model relays to the last stage.
@@ -101,6 +114,13 @@ _EAGLE_MESSAGE_NEW = '''\
             "Pipeline parallelism currently only supports EAGLE "
             "(non-multi-layer) speculative decoding, and EAGLE3 or DFLASH for "
             "models that relay aux hidden states across pipeline stages"
+'''
+
+#: The message where DFLASH stays refused with PP.
+_EAGLE_MESSAGE_EAGLE3 = '''\
+            "Pipeline parallelism currently only supports EAGLE "
+            "(non-multi-layer) speculative decoding, and EAGLE3 for models that "
+            "relay aux hidden states across pipeline stages"
 '''
 
 _AUX_FLAG_CHECK = """\
@@ -159,10 +179,12 @@ def render_table(architectures: dict[str, tuple[str, ...]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def relax(source: str, architectures: dict[str, tuple[str, ...]], filename: str) -> str:
+def relax(source: str, architectures: dict[str, tuple[str, ...]], filename: str,
+          dflash: bool = True) -> str:
     """``validation_hook.py`` text with the refusals relaxed for ``architectures``.
 
-    Raises :class:`ValidationShapeError` (naming ``filename``) when the hook lacks the
+    ``dflash``: add the DFLASH branch to ``check_pipeline_parallel_compat`` (False where the
+    release refuses DFLASH with PP elsewhere: DFLASH then stays refused there).  Raises :class:`ValidationShapeError` (naming ``filename``) when the hook lacks the
     EAGLE branch of ``check_pipeline_parallel_compat``; the aux-hidden-states refusal is
     relaxed only where the release has it (0.5.23+).
     """
@@ -177,8 +199,9 @@ def relax(source: str, architectures: dict[str, tuple[str, ...]], filename: str)
             )
     helper = HELPER_NAME
     text = source.replace(_ANCHOR, render_table(architectures) + _ANCHOR)
-    text = text.replace(_EAGLE_CHECK, _EAGLE_CHECK_NEW.format(helper=helper))
-    text = text.replace(_EAGLE_MESSAGE, _EAGLE_MESSAGE_NEW)
+    branch = _DFLASH_BRANCH if dflash else ""
+    text = text.replace(_EAGLE_CHECK, (branch + _EAGLE_CHECK_NEW).format(helper=helper))
+    text = text.replace(_EAGLE_MESSAGE, _EAGLE_MESSAGE_NEW if dflash else _EAGLE_MESSAGE_EAGLE3)
     if text.count(_AUX_FLAG_CHECK) == 1:
         text = text.replace(_AUX_FLAG_CHECK, _AUX_FLAG_CHECK_NEW.format(helper=helper))
     return text
@@ -262,5 +285,15 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
             f"{path}: no check_pipeline_parallel_compat; server-arg validation left as is "
             "(this release refuses speculative decoding with PP on GPU)",
         ))
-    new = relax(source, architectures, str(tree.file(path)))
-    return ValidationResult(FileChange(path, source, new), architectures)
+    refused = dflash_refusal(tree) if any(
+        "DFLASH" in methods for methods in architectures.values()) else None
+    new = relax(source, architectures, str(tree.file(path)), dflash=refused is None)
+    return ValidationResult(FileChange(path, source, new), architectures,
+                            dflash_refused=refused)
+
+
+def dflash_refusal(tree: SGLangTree) -> Refusal | None:
+    """Where ``tree`` refuses DFLASH with PP outside ``check_pipeline_parallel_compat``
+    (0.5.21-0.5.23: ``speculative_hook._handle_dflash``); None when nothing does."""
+    found = [r for r in tree_refusals(tree) if not r.path.endswith("/validation_hook.py")]
+    return refusal_of(found, "DFLASH")
