@@ -172,5 +172,9 @@ def test_cli_patch_applies_on_release_and_compiles(sglang_release, tmp_path, ver
     text = body.read_text()
     assert text.startswith("# ")
     assert "DSPARK aux hidden capture requires PP=1." in text
-    assert "DSPARK requires explicit layer_ids for aux hidden capture." in text
-    assert "| PP | mode |" in text and "## Test plan" in text
+    # SGLang's template, short; the caller-side ValueError is not this patch's to claim.
+    sections = ["## Motivation", "## Modifications", "## Benchmark & Profiling", "## Checklist"]
+    assert [text.index(section) for section in sections] == sorted(
+        text.index(section) for section in sections)
+    assert len(text.splitlines()) <= 150
+    assert "DSPARK requires explicit layer_ids for aux hidden capture." not in text
