@@ -424,9 +424,6 @@ def migrate(
     default=None,
     help="Write a Markdown pull-request description here.",
 )
-@_shown("--mode", type=click.Choice(["relay", "direct"]), default="relay",
-        help="Default transport mode written into the glue for every patched model; "
-        "SGLANG_PP_AUX_TRANSPORT=relay|direct overrides it at run time.")
 @click.option(
     "--models",
     default=None,
@@ -439,7 +436,7 @@ def migrate(
     "series_dir",
     type=click.Path(file_okay=False, writable=True),
     default=None,
-    help="Write the patch as an ordered series (0001-....patch: transport and sizing, one "
+    help="Write the patch as an ordered series (0001-....patch: runtime and sizing, one "
     "patch per model family, validation) into this directory; with --branch, commit it "
     "as a stack.",
 )
@@ -456,7 +453,6 @@ def upstream_patch(
     sglang_root: str,
     output: str | None,
     pr_body: str | None,
-    mode: str,
     models: str | None,
     series_dir: str | None,
     validate: bool,
@@ -482,8 +478,7 @@ def upstream_patch(
         if request is not None:
             request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
         raise SystemExit(
-            run_series(sglang_root, series_dir, pr_body, mode, chosen, output, request,
-                       validate)
+            run_series(sglang_root, series_dir, pr_body, chosen, output, request, validate)
         )
     if request is not None:
         request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
@@ -492,12 +487,12 @@ def upstream_patch(
         sys.exit(
             _deliver(
                 lambda _run: upstream_generated_on_branch(
-                    sglang_root, mode, request, output, models=chosen
+                    sglang_root, request, output, models=chosen
                 )
             )
         )
     raise SystemExit(
-        run_upstream_patch(sglang_root, output, pr_body, mode, chosen, validate=validate)
+        run_upstream_patch(sglang_root, output, pr_body, chosen, validate=validate)
     )
 
 

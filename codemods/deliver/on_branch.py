@@ -311,16 +311,13 @@ def upstream_on_branch(
 #: What each file of the generated SGLang patch does, by its role.
 UPSTREAM_FILE_ROLES = {
     "model": "capture DSPARK aux hidden states on every PP stage, collect them on the last",
-    "transport": "PP aux-capture transport (pure torch.distributed)",
-    "plan": "torch-free capture plan the transport imports (owners, entry widths)",
-    "glue": "glue the patched hooks call (transport mode from SGLANG_PP_AUX_TRANSPORT)",
-    "test": "CPU multi-process test comparing PP captures with a PP=1 run",
+    "glue": "helpers the patched hooks and forwards call (aux entry of the PP handoff)",
+    "packer": "AuxHiddenStatePacker.captured() for stages that hand captures on",
 }
 
 
 def upstream_generated_on_branch(
     sglang_root: str | Path,
-    mode: str,
     request: BranchRequest,
     output: str | None = None,
     models: list[str] | None = None,
@@ -339,15 +336,13 @@ def upstream_generated_on_branch(
         request = replace(request, patch_file=Path(output))
     request.preflight(sglang_root)
     try:
-        result = generate(sglang_root, mode=mode, models=models)
+        result = generate(sglang_root, models=models)
     except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError) as error:
         raise UnprocessableFiles(str(error)) from error
     roles = {
         result.model_path: "model",
-        result.transport_path: "transport",
-        result.plan_path: "plan",
         result.glue_path: "glue",
-        result.test_path: "test",
+        result.packer_path: "packer",
     }
     patched = [
         PatchedFile(
@@ -370,8 +365,7 @@ def upstream_generated_on_branch(
         patch,
         patched,
         request,
-        regenerate=lambda _root: generate(sglang_root, mode=mode, models=models).patch,
-        detail=f"Transport mode: {mode}.",
+        regenerate=lambda _root: generate(sglang_root, models=models).patch,
         description=description,
         title=title,
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from codemods.upstream.pp_aux_transport import AUX_ENTRY, PPAuxTransport
+from codemods.ppcheck.pp_aux_transport import AUX_ENTRY, PPAuxTransport
 
 
 class DropsPassThrough(PPAuxTransport):

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from codemods.upstream.pp_aux_transport import (
+from codemods.ppcheck.pp_aux_transport import (
     AUX_ENTRY,
     AuxCapturePlan,
     partition_from_string,

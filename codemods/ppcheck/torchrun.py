@@ -19,11 +19,11 @@ import torch
 import torch.distributed as dist
 
 from codemods.ppcheck.command import MODES
+from codemods.ppcheck.pp_aux_transport import all_gather_objects
 from codemods.ppcheck.runner import format_table, judge, summarize
 from codemods.ppcheck.scenario import ScenarioResult, build_matrix
 from codemods.ppcheck.toy import toy_stage_factory
 from codemods.ppcheck.worker import init_channels, run_scenario_on_rank
-from codemods.upstream.pp_aux_transport import all_gather_objects
 
 
 def main(argv=None) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from codemods.upstream.pp_aux_transport import AuxCapturePlan, PPAuxTransport, pp_layer_range
+from codemods.ppcheck.pp_aux_transport import AuxCapturePlan, PPAuxTransport, pp_layer_range
 
 
 def torch_dtype(name: str) -> torch.dtype:

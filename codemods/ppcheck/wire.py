@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from codemods.upstream.pp_aux_transport import AUX_ENTRY
+from codemods.ppcheck.pp_aux_transport import AUX_ENTRY
 
 
 @dataclass

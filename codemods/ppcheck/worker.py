@@ -28,10 +28,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from codemods.ppcheck.pp_aux_transport import PP_LAYER_PARTITION_ENV
 from codemods.ppcheck.scenario import Scenario
 from codemods.ppcheck.toy import default_input, toy_stage_factory
 from codemods.ppcheck.wire import Channels, Pending, WireLog, recv_dict, send_dict
-from codemods.upstream.pp_aux_transport import PP_LAYER_PARTITION_ENV
 
 Report = dict[str, Any]
 

@@ -66,7 +66,7 @@ def report_kimi_k3(result) -> None:
 def _why_empty(result) -> str:
     """Why a tree gets an empty patch: it carries the patch already, or (with no Kimi-Linear
     file) no model file of the tree needs it."""
-    if result.status == FAMILY_ONLY and result.tree.read_text(result.transport_path) is None:
+    if result.status == FAMILY_ONLY and result.tree.read_text(result.glue_path) is None:
         return "no model file needs the patch"
     return "already patched"
 
@@ -98,19 +98,19 @@ def validation_verdict(validation) -> int:
     return validation.exit_code
 
 
-def generate_or_say(root: str, mode: str, models: list[str] | None) -> UpstreamResult | None:
+def generate_or_say(root: str, models: list[str] | None) -> UpstreamResult | None:
     """The upstream patch of the SGLang tree at ``root``; None, once the reason is said,
     where it cannot be made (not a tree, a model file missing, a shape not understood)."""
     try:
-        return generate(root, mode=mode, models=models)
+        return generate(root, models=models)
     except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError) as err:
         _say(f"error: {err}")
         return None
 
 
-def run_upstream_patch(root: str, output: str | None, pr_body: str | None, mode: str,
+def run_upstream_patch(root: str, output: str | None, pr_body: str | None,
                        models: list[str] | None = None, validate: bool = False) -> int:
-    result = generate_or_say(root, mode, models)
+    result = generate_or_say(root, models)
     if result is None:
         return 2
     where = result.tree.describe()
@@ -146,7 +146,7 @@ def run_upstream_patch(root: str, output: str | None, pr_body: str | None, mode:
     if result.status == kimi.PATCHED:
         _say(f"{where}: model file already patched; refreshing the other files.")
     files = ", ".join(result.changed)
-    _say(f"{where}: patch ({mode} mode) touches {len(result.changed)} files: {files}"
+    _say(f"{where}: patch touches {len(result.changed)} files: {files}"
          + (f"; written to {output}" if output else ""))
     if pr_body:
         _say(f"PR description written to {pr_body}")

@@ -500,7 +500,7 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     handoff = wrap_handoff_returns(body[index], BLOCK_INDENT, shape.aux_name,
                                    shape.proxy_param)
     extra = ("final=True",) if shape.final_capture else ()
-    collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, HIDDEN, *extra))
+    collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, *extra))
     if shape.collect_in_else is not None:
         if not isinstance(handoff.orelse, cst.Else):
             raise FamilyRewriteError(f"{shape.class_name}.forward handoff has no else block")

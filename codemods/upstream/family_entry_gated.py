@@ -313,7 +313,7 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     collect += render_call(
         pad + "    ",
         f"{shape.aux_name} = ",
-        Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, like)),
+        Call(COLLECT, ("self", shape.aux_name, shape.proxy_param)),
     )
     last[1:1] = parse_statements(lines_to_text(collect), pad)
     body[index] = handoff.with_changes(

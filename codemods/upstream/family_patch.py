@@ -1,12 +1,11 @@
 """File changes of the family patch for one SGLang tree.
 
-The patch holds the rewritten model files, the PP aux transport module and its
-torch-free plan module (once each), the
-model-side glue that the rewritten files call (``pp_aux_capture.py``, next to the
-transport), and a CPU multi-process test covering every patched model with its
-stand-in models next to it (``pp_aux_capture_family_models.py``).  The glue and
-the test files are kept under ``codemods/upstream/shipped/``; the test's model list is
-generated from the plan.
+The patch holds the rewritten model files, the helpers they call
+(``pp_aux_capture.py``), the packer accessor where a patched forward packs its captures,
+the CUDA graph sizing of the aux entry, and a CPU multi-process test covering every
+patched model with its stand-in models next to it (``pp_aux_capture_family_models.py``).
+The helpers and the test files are kept under ``codemods/upstream/shipped/``; the test's
+model list is generated from the plan.
 """
 
 from __future__ import annotations
@@ -16,14 +15,13 @@ from pathlib import Path
 from codemods.upstream.family import FamilyPlan, plan_family
 from codemods.upstream.graph_sizing import sizing_changes
 from codemods.upstream.graph_sizing_legacy import legacy_sizing_changes
-from codemods.upstream.names import GLUE_MODULE, MODES, PLAN_MODULE, TRANSPORT_MODULE
+from codemods.upstream.names import GLUE_MODULE
+from codemods.upstream.packer_access import packer_access_changes
 from codemods.upstream.patchfile import FileChange
 from codemods.upstream.sglang_tree import SGLangTree
 
 UPSTREAM_DIR = Path(__file__).resolve().parent
 SHIPPED_DIR = UPSTREAM_DIR / "shipped"
-TRANSPORT_SOURCE = UPSTREAM_DIR / "pp_aux_transport.py"
-PLAN_SOURCE = UPSTREAM_DIR / "pp_aux_plan.py"
 GLUE_SOURCE = SHIPPED_DIR / "pp_aux_capture.py"
 TEST_TEMPLATE = SHIPPED_DIR / "test_pp_aux_capture_family.py"
 #: The test's stand-in models and builders, shipped next to it (the test imports them).
@@ -72,17 +70,9 @@ def render_test(plan: FamilyPlan) -> str:
     return template.replace(CASES_MARKER, render_cases(plan))
 
 
-MODE_LINE = 'DEFAULT_MODE = "relay"\n'
-
-
-def render_glue(mode: str = "relay") -> str:
-    """The glue module with ``mode`` as its default transport mode."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    text = GLUE_SOURCE.read_text(encoding="utf-8")
-    if MODE_LINE not in text:
-        raise RuntimeError(f"{GLUE_SOURCE}: {MODE_LINE.strip()!r} missing")
-    return text.replace(MODE_LINE, f'DEFAULT_MODE = "{mode}"\n')
+def render_glue() -> str:
+    """The helpers module as shipped."""
+    return GLUE_SOURCE.read_text(encoding="utf-8")
 
 
 def shipped_file(tree: SGLangTree, module: str, text: str) -> FileChange:
@@ -90,9 +80,7 @@ def shipped_file(tree: SGLangTree, module: str, text: str) -> FileChange:
     return FileChange(path, tree.read_text(path), text)
 
 
-def family_changes(
-    tree: SGLangTree, plan: FamilyPlan, mode: str = "relay"
-) -> list[FileChange]:
+def family_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
     """Every file change of the family patch (unchanged files are left out)."""
     rewritten = plan.rewritten()
     if not rewritten:
@@ -101,11 +89,8 @@ def family_changes(
     for file, text in sorted(rewritten.items()):
         path = tree.module_path(f"sglang.srt.models.{file.removesuffix('.py')}")
         changes.append(FileChange(path, tree.read_text(path), text))
-    transport = TRANSPORT_SOURCE.read_text(encoding="utf-8")
-    changes.append(shipped_file(tree, TRANSPORT_MODULE, transport))
-    plan_text = PLAN_SOURCE.read_text(encoding="utf-8")
-    changes.append(shipped_file(tree, PLAN_MODULE, plan_text))
-    changes.append(shipped_file(tree, GLUE_MODULE, render_glue(mode)))
+    changes.append(shipped_file(tree, GLUE_MODULE, render_glue()))
+    changes += packer_access_changes(tree, rewritten.values())
     # CUDA graph buffers for the aux entry: along SGLang's DSPARK sizing path (0.5.21+),
     # or, on a tree without one (0.5.18-0.5.20), along a path added next to the
     # residual bank's.

@@ -9,16 +9,14 @@ Capture hook (``set_<x>_layers_to_capture`` on the causal-LM class), before::
         self.capture_aux_hidden_states = True
         self.model.layers_to_capture = [val + 1 for val in layer_ids]
 
-after (every rank stores the ids and gets a transport; only the last stage keeps the
-flag that makes ``forward`` unpack ``(hidden_states, aux_hidden_states)``)::
+after (every rank stores the ids; ``set_pp_aux_capture`` prepares the stack's relay and
+keeps the flag that makes ``forward`` unpack ``(hidden_states, aux_hidden_states)`` on
+the last stage only)::
 
     def set_eagle3_layers_to_capture(self, layer_ids=None):
         self.capture_aux_hidden_states = True
         self.model.layers_to_capture = [val + 1 for val in layer_ids]
-        attach_pp_aux_transport(self.model, self.pp_group)
-        if not self.pp_group.is_last_rank:
-            # ...
-            self.capture_aux_hidden_states = False
+        set_pp_aux_capture(self.model, self.pp_group, causal_lm=self)
 
 Decoder-stack forward, before::
 
@@ -39,9 +37,7 @@ all, so it returns ``(hidden_states, aux_hidden_states)`` even when it owns none
                 }
             )
         ...
-        aux_hidden_states = pp_aux_collect(
-            self, aux_hidden_states, pp_proxy_tensors, hidden_states
-        )
+        aux_hidden_states = pp_aux_collect(self, aux_hidden_states, pp_proxy_tensors)
         if len(aux_hidden_states) == 0:
 
 A forward that captures only under a condition (DSpark targets capture after layer
@@ -82,7 +78,7 @@ which holds on every stage or on none)::
         else:
             ...
             if capture_aux and hidden_states.shape[0] != 0:
-                aux = pp_aux_collect(self, aux, pp_proxy_tensors, hidden_states)
+                aux = pp_aux_collect(self, aux, pp_proxy_tensors)
             if capture_aux and len(aux) > 0:
 
 Repairs some models need first live in ``family_repairs``.  Nothing else in the file
@@ -148,10 +144,9 @@ COLLECT = "pp_aux_collect"
 METHOD_INDENT = 8
 BLOCK_INDENT = 12
 
-FLAG_RESET_COMMENT = (
-    "# Earlier stages hand their captures to the next stage; only the last\n"
-    "# stage returns (hidden_states, aux_hidden_states)."
-)
+#: The flag that makes a causal LM unpack ``(hidden_states, aux_hidden_states)``;
+#: ``set_pp_aux_capture(..., causal_lm=self)`` turns it off on non-last stages.
+CAPTURE_FLAG = "capture_aux_hidden_states"
 
 
 def rewrite_module(
@@ -289,11 +284,13 @@ def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
     args = (shape.receiver, shape.pp_group)
     if shape.ids_attr != IDS_ATTR:
         args += (f'ids_attr="{shape.ids_attr}"',)
-    lines = render_call(pad, "", Call(ATTACH, args))
+    unknown = set(shape.flags) - {CAPTURE_FLAG}
+    if unknown:
+        raise FamilyRewriteError(
+            f"{shape.class_name}.{shape.hook} sets {', '.join(sorted(unknown))}")
     if shape.flags:
-        lines.append(f"{pad}if not {shape.pp_group}.is_last_rank:")
-        lines += [f"{pad}    {line}" for line in FLAG_RESET_COMMENT.splitlines()]
-        lines += [f"{pad}    self.{flag} = False" for flag in shape.flags]
+        args += ("causal_lm=self",)
+    lines = render_call(pad, "", Call(ATTACH, args))
     added = parse_statements(lines_to_text(lines), pad)
     return fn.with_changes(body=fn.body.with_changes(body=docstring + rest + added))
 
@@ -346,9 +343,7 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
         )
         handoff_body[-1] = handoff_body[-1].with_changes(leading_lines=[])
     handoff = handoff.with_changes(body=handoff.body.with_changes(body=handoff_body))
-    collect = Call(
-        COLLECT, ("self", shape.aux_name, shape.proxy_param, "hidden_states", *extra)
-    )
+    collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, *extra))
     if shape.collect_in_else is not None:
         if not isinstance(handoff.orelse, cst.Else):
             raise FamilyRewriteError(f"{shape.class_name}.forward handoff has no else block")

@@ -1,39 +1,32 @@
 """Build the upstream patch for one SGLang tree: which files change and how.
 
-``generate(root, mode, models)`` detects the tree (``sglang_tree.py``), rewrites
+``generate(root, models)`` detects the tree (``sglang_tree.py``), rewrites
 ``srt/models/kimi_linear.py`` (``kimi.py``) and every model file of the capture-hook family
 (``family.py``, ``family_patch.py``: the model files, the glue module and a family test),
 relaxes SGLang's server-arg validation for the models it patches (``validation.py``, the
 last change), and adds new files:
 
-* the PP transport module, this package's ``pp_aux_transport.py`` read as package data, at
-  ``<package>/srt/distributed/pp_aux_transport.py``, and the torch-free plan it imports,
-  ``pp_aux_plan.py``, next to it;
-* the glue every patched model file calls (``shipped/pp_aux_capture.py``, Kimi-Linear and
-  Kimi-K3 included) at ``<package>/srt/distributed/pp_aux_capture.py``: it reads the
-  transport mode from ``SGLANG_PP_AUX_TRANSPORT`` at run time; ``mode`` only sets its
-  default (``DEFAULT_MODE``), for every model alike;
-* a CPU multi-process unittest (``templates/test_pp_aux_capture.py``) at
-  ``test/srt/test_pp_aux_capture.py`` in a checkout or ``sglang/test/test_pp_aux_capture.py``
-  in a package tree.
+* the helpers every patched model file calls (``shipped/pp_aux_capture.py``, Kimi-Linear and
+  Kimi-K3 included) at ``<package>/srt/distributed/pp_aux_capture.py``: the captures of
+  earlier stages ride SGLang's own PP handoff in one ``aux_hidden_states`` entry;
+* where a patched forward collects into an ``AuxHiddenStatePacker``, the packer's
+  ``captured()`` accessor (``packer_access.py``).
 
 The result's ``patch`` is the git-style patch text (``patchfile.py``), empty when the tree is
 already patched.  A tree whose model file already carries DSPARK captures across PP (SGLang
-0.5.21+) gets status ``supported``; its relay is only made to raise on a missing or mismatched
-handoff entry (``dspark_relay.py``).
+0.5.21+) gets status ``supported``; with the family patch, its relay entry, width method and
+sizing path are renamed for every capture method (``graph_sizing.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
-from codemods.upstream import dspark_relay, kimi, kimi_k3, names
+from codemods.upstream import kimi, kimi_k3, packer_access
 from codemods.upstream.family import FamilyPlan
 from codemods.upstream.family_patch import (
     GLUE_MODULE,
-    PLAN_MODULE,
     family_changes,
     plan_for_tree,
     render_glue,
@@ -42,10 +35,6 @@ from codemods.upstream.patchfile import FileChange, changed_paths, render_patch
 from codemods.upstream.sglang_tree import SGLangTree, detect_tree
 from codemods.upstream.validation import ValidationResult, validation_changes
 
-TRANSPORT_RESOURCE = "pp_aux_transport.py"
-PLAN_RESOURCE = "pp_aux_plan.py"
-TEST_RESOURCE = "templates/test_pp_aux_capture.py"
-TEST_FILENAME = "test_pp_aux_capture.py"
 KIMI_NAME = "kimi_linear"
 K3_NAME = kimi_k3.NAME
 #: Status when the tree has no Kimi-Linear file and only the family is patched.
@@ -56,16 +45,10 @@ class MissingModelFile(FileNotFoundError):
     """The tree has no file at the path the rewriter targets."""
 
 
-def package_text(name: str) -> str:
-    """Text of a file shipped inside ``codemods.upstream``."""
-    return resources.files("codemods.upstream").joinpath(name).read_text(encoding="utf-8")
-
-
 @dataclass
 class UpstreamResult:
     tree: SGLangTree
     status: str  # kimi.NEEDS_PATCH | kimi.PATCHED | kimi.SUPPORTED
-    mode: str
     model_path: str
     changes: list[FileChange] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -85,46 +68,28 @@ class UpstreamResult:
         return changed_paths(self.changes)
 
     @property
-    def test_path(self) -> str:
-        return self.tree.test_path(TEST_FILENAME)
-
-    @property
-    def transport_path(self) -> str:
-        return self.tree.module_path(names.TRANSPORT_MODULE)
-
-    @property
-    def plan_path(self) -> str:
-        return self.tree.module_path(PLAN_MODULE)
-
-    @property
     def glue_path(self) -> str:
         return self.tree.module_path(GLUE_MODULE)
 
+    @property
+    def packer_path(self) -> str:
+        return self.tree.module_path(packer_access.MODULE)
+
     def shipped_changes(self) -> list[FileChange]:
-        """The transport, its plan and the glue (default mode ``self.mode``), each unless
-        a change for its path is already in ``changes``."""
-        present = {change.path for change in self.changes}
-        wanted = ((self.transport_path, package_text(TRANSPORT_RESOURCE)),
-                  (self.plan_path, package_text(PLAN_RESOURCE)),
-                  (self.glue_path, render_glue(self.mode)))
-        return [FileChange(path, self.tree.read_text(path), text)
-                for path, text in wanted if path not in present]
+        """The helpers module, unless a change for its path is already in ``changes``."""
+        if any(change.path == self.glue_path for change in self.changes):
+            return []
+        return [FileChange(self.glue_path, self.tree.read_text(self.glue_path), render_glue())]
 
 
-def generate(root: str | Path, mode: str = "relay",
-             models: list[str] | None = None) -> UpstreamResult:
+def generate(root: str | Path, models: list[str] | None = None) -> UpstreamResult:
     """Raises ``TreeError``, ``MissingModelFile``, ``kimi.UnrecognisedShape`` or
-    ``ValueError`` (a name in ``models`` that has no capture hook in the tree, or a
-    ``mode`` other than relay or direct).
-
-    ``mode`` is the default transport mode written into the glue
-    (``SGLANG_PP_AUX_TRANSPORT`` overrides it at run time); no model file depends on it.
+    ``ValueError`` (a name in ``models`` that has no capture hook in the tree).
 
     ``models`` (file stems, e.g. ``["llama", "kimi_linear"]``) restricts the patch; by
     default it covers Kimi-Linear and every recognised model of the capture-hook family
     (``family.py``).  The transport module is added once.
     """
-    render_glue(mode)  # checks the mode before anything is read
     tree = detect_tree(root)
     wanted = None if models is None else list(dict.fromkeys(models))
     with_kimi = wanted is None or KIMI_NAME in wanted
@@ -137,7 +102,7 @@ def generate(root: str | Path, mode: str = "relay",
     family = None
     if family_names is None or family_names:
         family = plan_for_tree(tree, family_names)
-    family_changes_ = family_changes(tree, family, mode) if family is not None else []
+    family_changes_ = family_changes(tree, family) if family is not None else []
 
     # Without a Kimi-Linear file the family alone decides, already patched or not; only a
     # tree with no model file of either kind (or Kimi-Linear asked for by name) is an error.
@@ -146,27 +111,18 @@ def generate(root: str | Path, mode: str = "relay",
         raise MissingModelFile(f"{tree.file(model_path)}: Kimi-Linear model file not found")
     if source is not None:
         new_source, analysis = kimi.rewrite(source, str(tree.file(model_path)))
-        result = UpstreamResult(tree, analysis.status, mode, model_path,
+        result = UpstreamResult(tree, analysis.status, model_path,
                                 notes=list(analysis.notes))
     else:
-        result = UpstreamResult(tree, FAMILY_ONLY, mode, model_path)
+        result = UpstreamResult(tree, FAMILY_ONLY, model_path)
         if with_kimi:
             result.notes.append(f"{model_path} not found; Kimi-Linear not patched")
     result.family = family
     if source is not None and result.status != kimi.SUPPORTED:
-        test_path = result.test_path
         result.changes = [FileChange(model_path, source, new_source)]
         result.changes += result.shipped_changes()
-        result.changes.append(
-            FileChange(test_path, tree.read_text(test_path), package_text(TEST_RESOURCE)))
-    if source is not None and result.status == kimi.SUPPORTED:
-        # SGLang's own DSPARK relay (0.5.21+): a missing or mismatched entry must raise.
-        relayed = dspark_relay.rewrite(source, str(tree.file(model_path)))
-        if relayed != source:
-            result.changes.append(FileChange(model_path, source, relayed))
-            result.notes.append(f"{model_path}: {dspark_relay.NOTE}")
     if with_k3:
-        result.changes += _kimi_k3_changes(tree, mode, result, required=wanted is not None)
+        result.changes += _kimi_k3_changes(tree, result, required=wanted is not None)
     present = {change.path for change in result.changes}
     result.changes += [change for change in family_changes_ if change.path not in present]
     # Server-arg validation last: it accepts what the model changes above make safe.
@@ -178,10 +134,10 @@ def generate(root: str | Path, mode: str = "relay",
     return result
 
 
-def _kimi_k3_changes(tree: SGLangTree, mode: str, result: UpstreamResult,
+def _kimi_k3_changes(tree: SGLangTree, result: UpstreamResult,
                      required: bool) -> list[FileChange]:
-    """The Kimi-K3 model file (``kimi_k3.py``) and, if nothing added them yet, the transport,
-    its plan and the glue; ``required``: the file was asked for by name, so its absence is an error."""
+    """The Kimi-K3 model file (``kimi_k3.py``) and, if nothing added it yet, the helpers
+    module; ``required``: the file was asked for by name, so its absence is an error."""
     path = tree.module_path(kimi_k3.MODULE)
     source = tree.read_text(path)
     if source is None:
@@ -199,6 +155,4 @@ def _kimi_k3_changes(tree: SGLangTree, mode: str, result: UpstreamResult,
     result.notes += list(analysis.notes)
     if analysis.status == kimi.SUPPORTED:
         return []
-    if mode != "relay" and analysis.status == kimi.NEEDS_PATCH:
-        result.notes.append(kimi_k3.DIRECT_NOTE)
     return [FileChange(path, source, new_source), *result.shipped_changes()]

@@ -1,25 +1,30 @@
-"""CUDA-graph sizing of the aux entry: mirror SGLang's DSPARK PP proxy sizing path.
+"""One PP proxy entry for every capture method: rename SGLang's DSPARK relay and sizing.
 
-CUDA graph runners preallocate the PP proxy buffers of non-first stages, one per key; a
-key without a buffer is not carried through capture and replay. SGLang 0.5.21+ sizes its
-DSPARK entry (``dspark_hidden_states``) along one path:
+SGLang 0.5.21+ carries DSPARK captures across pipeline stages in one ``PPProxyTensors``
+entry and sizes its CUDA graph buffer along one path::
 
     model.get_pp_proxy_dspark_hidden_size()
       -> misc_utils.resolve_pp_proxy_dspark_hidden_size (0 on PP=1 and the first stage)
       -> ModelRunner.get_pp_proxy_dspark_hidden_size
-      -> runner_utils/buffers.py (allocate_pp_proxy_tensors and both buffer builders)
+      -> runner_utils/buffers.py (allocate_pp_proxy_tensors(pp_proxy_dspark_hidden_size=))
       -> the decode and prefill CUDA graph runners.
 
-The aux entry (``aux_hidden_states``, ``pp_aux_plan.AUX_ENTRY``) is sized along the same
-path: every unit of that path (a function, a protocol, an ``if`` block, a parameter, a
-keyword argument) gets a twin right after it for ``pp_proxy_aux_hidden_size``.  A file
-already holding the twin is left as it is; a file without the path is an error.
+Once EAGLE3 and DFLASH captures ride the same entry, the DSPARK names no longer say what it
+holds, so the patch renames them in every file of the package that uses them (the sizing
+path, ``kimi_linear.py``, ``kimi_k3.py``)::
+
+    "dspark_hidden_states"           ->  "aux_hidden_states"
+    *pp_proxy_dspark_hidden_size*    ->  *pp_proxy_aux_hidden_size*
+    _SupportsDSparkPPProxy           ->  _SupportsAuxPPProxy
+
+A bracketed header or call the shorter names let fit on one line is joined as black joins
+it.  A tree already renamed is left as it is; a tree without the path (before 0.5.21)
+gets it from ``graph_sizing_legacy.py``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from codemods.upstream.patchfile import FileChange
 from codemods.upstream.sglang_tree import SGLangTree
@@ -33,29 +38,20 @@ SIZING_MODULES = (
     "sglang.srt.model_executor.runner.prefill_cuda_graph_runner",
 )
 
-#: DSPARK name -> aux name, applied to every copied unit.
+#: DSPARK name -> name for every capture method.
 RENAMES = (
     ("_SupportsDSparkPPProxy", "_SupportsAuxPPProxy"),
     ("pp_proxy_dspark_hidden_size", "pp_proxy_aux_hidden_size"),
     ('"dspark_hidden_states"', '"aux_hidden_states"'),
 )
+RENAMED = re.compile("|".join(re.escape(old) for old, _ in RENAMES))
+LINE_LENGTH = 88
 MARKER = re.compile(r"_SupportsDSparkPPProxy|pp_proxy_dspark_hidden_size")
 DONE = "pp_proxy_aux_hidden_size"
-BLOCK_START = re.compile(r"^\s*(@|def |class |if )")
-DEFINITION = re.compile(r"^\s*(?:def|class)\s+(\w+)")
 
 
 class SizingError(ValueError):
     """A file of the sizing path does not have the shape this module mirrors."""
-
-
-@dataclass(frozen=True)
-class Unit:
-    start: int  # first line (a decorator for a decorated definition)
-    end: int  # one past the last line
-
-    def lines(self, lines: list[str]) -> list[str]:
-        return lines[self.start : self.end]
 
 
 def _indent(line: str) -> int:
@@ -94,72 +90,51 @@ def bracket_end(lines: list[str], start: int) -> int:
     raise SizingError(f"unbalanced brackets from line {start + 1}")
 
 
-def _unit_at(lines: list[str], index: int, path: str) -> Unit:
-    line = lines[index]
-    if BLOCK_START.match(line):
-        definition = DEFINITION.match(line)
-        if definition and not MARKER.search(definition.group(1)):
-            raise SizingError(
-                f"{path}:{index + 1}: the DSPARK size is a parameter on the line of "
-                f"{definition.group(1)!r}; one parameter a line is expected"
-            )
-        start = index
-        while start > 0 and lines[start - 1].lstrip().startswith("@"):
-            start -= 1
-        return Unit(start, block_end(lines, index))
-    return Unit(index, bracket_end(lines, index))
-
-
 def _renamed(text: str) -> str:
     for old, new in RENAMES:
         text = text.replace(old, new)
     return text
 
 
-def _separator(lines: list[str], end: int) -> list[str]:
-    """The blank lines that follow a unit, repeated between it and its twin."""
-    blanks: list[str] = []
-    while end + len(blanks) < len(lines) and not lines[end + len(blanks)].strip():
-        blanks.append(lines[end + len(blanks)])
-    return blanks
-
-
-def mirror_dspark_sizing(text: str, path: str) -> str:
-    """``text`` with a ``pp_proxy_aux_hidden_size`` twin after every DSPARK sizing unit.
-
-    Raises ``SizingError`` naming ``path`` when the file has no DSPARK sizing (an SGLang
-    release before 0.5.21) or the result does not compile.
-    """
-    if DONE in text:
-        return text
-    lines = text.splitlines(keepends=True)
-    units: list[Unit] = []
-    for index, line in enumerate(lines):
-        if not MARKER.search(line) or (units and index < units[-1].end):
-            continue
-        unit = _unit_at(lines, index, path)
-        if units and unit.start < units[-1].end:
-            continue
-        units.append(unit)
-    if not units:
-        raise SizingError(
-            f"{path}: no DSPARK PP proxy sizing (pp_proxy_dspark_hidden_size) to mirror"
-        )
+def _joined(lines: list[str], renamed: set[int]) -> list[str]:
+    """``lines`` with each renamed bracket ``head(`` / one inner line / ``) tail`` (no magic
+    trailing comma) joined where the result fits, as black formats it."""
     out: list[str] = []
-    cursor = 0
-    for unit in units:
-        out += lines[cursor : unit.end]
-        block = BLOCK_START.match(lines[unit.start]) is not None
-        gap = _separator(lines, unit.end) if block else []
-        out += gap
-        out += [_renamed(line) for line in unit.lines(lines)]
-        cursor = unit.end
-    out += lines[cursor:]
-    result = "".join(out)
+    k = 0
+    while k < len(lines):
+        line = lines[k]
+        if (
+            k + 2 < len(lines)
+            and renamed & {k, k + 1, k + 2}
+            and line.rstrip("\n").endswith("(")
+            and not lines[k + 1].rstrip("\n").endswith(",")
+            and lines[k + 2].lstrip().startswith(")")
+            and _indent(lines[k + 2]) == _indent(line)
+        ):
+            head, inner, tail = line.rstrip("\n"), lines[k + 1].strip(), lines[k + 2].strip()
+            if head.endswith("=(") and tail in ("),", ")"):
+                # A parenthesized keyword value: black drops the parentheses it no
+                # longer needs.
+                head, tail = head[:-1], tail[1:]
+            joined = head + inner + tail + "\n"
+            if len(joined) - 1 <= LINE_LENGTH:
+                out.append(joined)
+                k += 3
+                continue
+        out.append(line)
+        k += 1
+    return out
+
+
+def rename_dspark_entry(text: str, path: str) -> str:
+    """``text`` with the DSPARK relay names renamed (see the module docstring)."""
+    lines = text.splitlines(keepends=True)
+    renamed = {k for k, line in enumerate(lines) if RENAMED.search(line)}
+    result = "".join(_joined([_renamed(line) for line in lines], renamed))
     try:
         compile(result, path, "exec")
     except SyntaxError as err:
-        raise SizingError(f"{path}: mirrored sizing does not compile: {err}") from err
+        raise SizingError(f"{path}: renamed sizing does not compile: {err}") from err
     return result
 
 
@@ -172,14 +147,19 @@ def has_dspark_sizing(tree: SGLangTree) -> bool:
     return True
 
 
+#: The model files of 0.5.21+ that relay DSPARK captures under the old names.
+RELAY_MODULES = ("sglang.srt.models.kimi_linear", "sglang.srt.models.kimi_k3")
+
+
 def sizing_changes(tree: SGLangTree) -> list[FileChange]:
-    """The sizing path's files with the aux twin added; none on a tree without the
-    DSPARK sizing path (SGLang before 0.5.21)."""
+    """The sizing path's files and SGLang's DSPARK relays with the entry renamed; none on a
+    tree without the DSPARK sizing path (SGLang before 0.5.21)."""
     if not has_dspark_sizing(tree):
         return []
     changes = []
-    for module in SIZING_MODULES:
+    for module in (*SIZING_MODULES, *RELAY_MODULES):
         path = tree.module_path(module)
         text = tree.read_text(path)
-        changes.append(FileChange(path, text, mirror_dspark_sizing(text, path)))
+        if text is not None:
+            changes.append(FileChange(path, text, rename_dspark_entry(text, path)))
     return [change for change in changes if change.changed]

@@ -30,23 +30,19 @@ After::
     def set_dspark_layers_to_capture(self, layer_ids: list[int]) -> None:
         if layer_ids is None:
             raise ValueError(...)                      # unchanged, every rank
-        layer_ids = validate_layer_ids(layer_ids, self.config.num_hidden_layers)
         self.capture_aux_hidden_states = True
         self.model.dspark_layers_to_capture = list(layer_ids)
-        attach_pp_aux_transport(
+        set_pp_aux_capture(
             self.model, self.pp_group, ids_attr="dspark_layers_to_capture"
         )
 
     # forward: each stage records its captures by layer id, non-last stages add them to
-    # the handoff (transport.outgoing), the last stage gathers the full list in layer
-    # order (transport.collect) and returns it as before.
+    # the handoff after what they received (relay.outgoing), the last stage puts the
+    # received ones before its own (relay.collect) and returns them as before.
 
-``attach_pp_aux_transport`` is the glue every patched model calls
+``set_pp_aux_capture`` is the helper every patched model calls
 (``sglang.srt.distributed.pp_aux_capture``, ``shipped/pp_aux_capture.py``): under PP it
-builds the transport on ``self.model.pp_aux_transport`` (None at PP=1), with the PP group's
-``cpu_group`` for the handshake and, in direct mode, the glue's own direct-send groups; the
-mode comes from ``SGLANG_PP_AUX_TRANSPORT`` at run time (default: the glue's
-``DEFAULT_MODE``), as for the capture-hook family.  Nothing in the model file names a mode.
+puts the stage's relay on ``self.model.pp_aux_relay`` (None at PP=1).
 
 Nothing else in the file changes.  The capture expression stays the file's own (in 0.5.x,
 ``_materialize_residual_stream(hidden_states, residual)``, i.e. ``hidden + residual``).
@@ -67,22 +63,16 @@ import libcst.matchers as m
 
 from codemods.upstream.imports import add_from_import
 from codemods.upstream.kimi_relay import insert_relay, relay_code
-from codemods.upstream.names import (
-    ATTACH,
-    GLUE_MODULE,
-    PP_ERROR,
-    TRANSPORT_ATTR,
-    TRANSPORT_MODULE,
-)
+from codemods.upstream.names import ATTACH, GLUE_MODULE, PP_ERROR, RELAY_ATTR, RELAY_CLASS
 from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, render_call
 
 MODULE = "sglang.srt.models.kimi_linear"
 SETTER = "set_dspark_layers_to_capture"
 CAPTURE_ATTR = "dspark_layers_to_capture"
-#: Where the glue attaches the transport (the attribute every patched model uses).
-#: The attribute of earlier versions of this rewrite (a tree patched by them is "patched").
+#: The module and attribute of earlier versions of this rewrite (a tree patched by them
+#: is "patched").
+LEGACY_TRANSPORT_MODULE = "sglang.srt.distributed.pp_aux_transport"
 LEGACY_TRANSPORT_ATTR = "dspark_aux_transport"
-TRANSPORT_NAMES = ("validate_layer_ids",)
 
 NEEDS_PATCH = "needs_patch"
 PATCHED = "patched"
@@ -364,7 +354,7 @@ def _find_forward(module: cst.Module, missing: list[str]) -> ForwardShape | None
                     entries.append((code(element.key), code(element.value)))
             keys = set(_strings_in(boundary))
             relays = any(k not in ("hidden_states", "residual") for k in keys) or any(
-                _mentions_attr(boundary, attr) for attr in (TRANSPORT_ATTR, LEGACY_TRANSPORT_ATTR))
+                _mentions_attr(boundary, attr) for attr in (RELAY_ATTR, LEGACY_TRANSPORT_ATTR))
         hidden = next((value for key, value in entries if key.strip("'\"") == "hidden_states"),
                       None)
         return ForwardShape(cls, init, init_store, func, proxy_param, aux_name,
@@ -382,7 +372,7 @@ def attaches_transport(setter: cst.FunctionDef, source: str) -> bool:
     earlier form that built the transport itself)."""
     if GLUE_MODULE in source and m.findall(setter, m.Call(func=m.Name(ATTACH))):
         return True
-    return TRANSPORT_MODULE in source and _mentions_attr(setter, LEGACY_TRANSPORT_ATTR)
+    return LEGACY_TRANSPORT_MODULE in source and _mentions_attr(setter, LEGACY_TRANSPORT_ATTR)
 
 
 def discover(source: str, path: str, unrecognised: type[UnrecognisedShape] = UnrecognisedShape):
@@ -407,7 +397,7 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
     if attaches_transport(setter.func, source):
         return Analysis(path, PATCHED, module, setter, forward,
                         [f"{path} already carries DSPARK captures across PP with "
-                         f"{TRANSPORT_MODULE}"])
+                         f"{GLUE_MODULE}"])
     if not setter.pp_guards and forward.relays:
         assert forward.boundary is not None
         extra_keys = sorted(set(_strings_in(forward.boundary)) - {"hidden_states", "residual"})
@@ -446,32 +436,17 @@ def _indent_of(depth: int) -> str:
     return "    " * depth
 
 
-def _setter_statements(shape: SetterShape, param: str, relay_only: str = "") -> tuple[list, list]:
-    """(statements after the None check, statements after the store) at method depth 2."""
+def _setter_statements(shape: SetterShape) -> tuple[list, list]:
+    """(statements after the None check, statements after the store) at method depth 2:
+    nothing, and the helper call that prepares the stack's relay on every rank."""
     indent = _indent_of(2)
-    num_layers = "self.config.num_hidden_layers"
-    validate = render_call(indent, f"{param} = ",
-                           Call("validate_layer_ids", (param, num_layers)))
-    comments = [
-        f"{indent}# Every PP rank keeps the ids: each stage captures the layers it owns and",
-        f"{indent}# the transport carries them to the last stage, in layer order as at PP=1.",
-    ]
     args: tuple[str, ...] = (shape.inner, str(shape.pp), f'ids_attr="{CAPTURE_ATTR}"')
-    if relay_only:
-        args += (f'relay_only="{relay_only}"',)
-    attach = [
-        f"{indent}# Collective over the PP group (all ranks agree before any forward);",
-        f"{indent}# SGLANG_PP_AUX_TRANSPORT chooses how captures reach the last stage.",
-        *render_call(indent, "", Call(ATTACH, args)),
-    ]
-    after_none = parse_statements(lines_to_text(comments + validate), indent)
-    after_store = parse_statements(lines_to_text(attach), indent)
-    return after_none, after_store
+    attach = render_call(indent, "", Call(ATTACH, args))
+    return [], parse_statements(lines_to_text(attach), indent)
 
 
-def _rewrite_setter(func: cst.FunctionDef, shape: SetterShape,
-                    relay_only: str = "") -> cst.FunctionDef:
-    after_none, after_store = _setter_statements(shape, shape.param, relay_only)
+def _rewrite_setter(func: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
+    after_none, after_store = _setter_statements(shape)
     body: list[cst.BaseStatement] = []
     inserted = False
     statements = [s for s in _body(func) if not any(s.deep_equals(g) for g in shape.pp_guards)]
@@ -499,9 +474,9 @@ def _init_statement(shape: ForwardShape) -> list[cst.BaseStatement]:
     annotation = ""
     if shape.init_store is not None and isinstance(shape.init_store.body[0], cst.AnnAssign):
         existing = code(shape.init_store.body[0].annotation.annotation)
-        annotation = (": PPAuxTransport | None" if "|" in existing
-                      else ": Optional[PPAuxTransport]")
-    return parse_statements(f"{indent}self.{TRANSPORT_ATTR}{annotation} = None\n", indent)
+        annotation = (f": {RELAY_CLASS} | None" if "|" in existing
+                      else f": Optional[{RELAY_CLASS}]")
+    return parse_statements(f"{indent}self.{RELAY_ATTR}{annotation} = None\n", indent)
 
 
 def _rewrite_init(func: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
@@ -525,7 +500,7 @@ def _rewrite_forward(func: cst.FunctionDef, shape: ForwardShape) -> cst.Function
     d2 = _indent_of(2)
 
     init_lines, capture_line, boundary_nodes, collect_node = relay_code(
-        f"self.{TRANSPORT_ATTR}", captures, incoming, proxy_dict, proxy, shape.loop_var, shape.aux_name,
+        f"self.{RELAY_ATTR}", captures, incoming, proxy_dict, proxy, shape.loop_var, shape.aux_name,
         shape.handoff_entries, shape.hidden)
     init_nodes = parse_statements(lines_to_text(init_lines), d2)
 
@@ -548,11 +523,10 @@ def _rewrite_forward(func: cst.FunctionDef, shape: ForwardShape) -> cst.Function
 
 def transport_imports(module: cst.Module, forward: ForwardShape) -> cst.Module:
     """``module`` importing what the rewritten setter and ``__init__`` use."""
-    names = list(TRANSPORT_NAMES)
-    if "PPAuxTransport" in code(_init_statement(forward)[0]):
-        names.append("PPAuxTransport")
-    module = add_from_import(module, GLUE_MODULE, (ATTACH,))
-    return add_from_import(module, TRANSPORT_MODULE, tuple(sorted(names)))
+    names = [ATTACH]
+    if RELAY_CLASS in code(_init_statement(forward)[0]):
+        names.append(RELAY_CLASS)
+    return add_from_import(module, GLUE_MODULE, tuple(sorted(names)))
 
 
 def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:

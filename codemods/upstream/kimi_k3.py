@@ -1,5 +1,5 @@
 """Rewrite SGLang's Kimi-K3 model file (0.5.18-0.5.20) so DSPARK aux capture works under
-pipeline parallelism, with the transport of the Kimi-Linear rewrite (``kimi.py``).
+pipeline parallelism, with the relay of the Kimi-Linear rewrite (``kimi.py``).
 
 The file has the Kimi-Linear structure (a causal-LM class whose
 ``set_dspark_layers_to_capture`` raises ``NotImplementedError`` under PP and returns early
@@ -17,12 +17,12 @@ returns ``PPProxyTensors`` on non-last ranks), with three differences this modul
 
 So a stage's last layer cannot be mixed where it runs.  After the rewrite, the capture
 method returns the stream head for that layer on a non-last rank (the value the handoff
-carries as ``hidden_states``), the transport relays it like any capture, and the next stage,
+carries as ``hidden_states``), the relay hands it on like any capture, and the next stage,
 which owns the next layer's weights and received the same bank, mixes it right after
 building ``attn_res``, exactly as PP=1 computes it::
 
         if (
-            self.pp_aux_transport is not None
+            self.pp_aux_relay is not None
             and attn_res is not None
             and self.start_layer - 1 in self.dspark_layers_to_capture
         ):
@@ -36,20 +36,12 @@ building ``attn_res``, exactly as PP=1 computes it::
                 [dspark_entry[:, :-dspark_width], dspark_head], dim=-1
             )
 
-That needs the head to pass through the next stage, so the model supports relay mode only
-(direct mode would send it past that stage).  The setter attaches the transport through the
-glue like every patched model (see ``kimi.py``), declaring it relay-only::
+The head passes through the next stage, as every capture does in the PP handoff.  The
+setter prepares the relay like every patched model (see ``kimi.py``)::
 
-        attach_pp_aux_transport(
-            self.model,
-            self.pp_group,
-            ids_attr="dspark_layers_to_capture",
-            relay_only="the next stage mixes each stage's last captured layer",
+        set_pp_aux_capture(
+            self.model, self.pp_group, ids_attr="dspark_layers_to_capture"
         )
-
-so with ``SGLANG_PP_AUX_TRANSPORT=direct`` (or a glue generated with ``--mode direct``) the
-setter raises ``NotImplementedError`` under PP, naming the model and the reason, before any
-communication.
 
 :func:`analyse` returns ``needs_patch``, ``patched`` or ``supported`` (0.5.21+, where the
 file relays DSPARK captures itself) like :func:`codemods.upstream.kimi.analyse`;
@@ -70,14 +62,8 @@ from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, re
 
 MODULE = "sglang.srt.models.kimi_k3"
 NAME = "kimi_k3"
-#: Why the model supports relay mode only (the glue's ``relay_only``, in its error).
-RELAY_ONLY = "the next stage mixes each stage's last captured layer"
 RELAY_KEY = "dspark_hidden_states"
 NEEDS_PATCH, PATCHED, SUPPORTED = kimi.NEEDS_PATCH, kimi.PATCHED, kimi.SUPPORTED
-DIRECT_NOTE = (
-    "kimi_k3.py supports relay mode only (a stage's last captured layer is mixed on the next "
-    "stage): its setter raises under PP unless SGLANG_PP_AUX_TRANSPORT=relay"
-)
 
 
 class UnrecognisedShape(kimi.UnrecognisedShape):
@@ -196,7 +182,7 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
     if kimi.attaches_transport(setter.func, source):
         return Analysis(path, PATCHED, module, setter, forward,
                         [f"{path} already carries DSPARK captures across PP with "
-                         f"{names.TRANSPORT_MODULE}"])
+                         f"{names.GLUE_MODULE}"])
     if not setter.pp_guards and forward.relays:
         assert forward.boundary is not None
         keys = sorted(set(kimi._strings_in(forward.boundary)) - {"hidden_states", "residual"})
@@ -252,11 +238,11 @@ def _rewrite_forward(func: cst.FunctionDef, shape: kimi.ForwardShape,
     entry = kimi._fresh("dspark_entry", taken)
     width = kimi._fresh("dspark_width", taken)
     proxy_dict = kimi._fresh("proxy_tensors", taken)
-    transport = f"self.{names.TRANSPORT_ATTR}"
+    transport = f"self.{names.RELAY_ATTR}"
     proxy = shape.proxy_param
 
     init_lines, capture_line, boundary_nodes, collect_node = relay_code(
-        f"self.{names.TRANSPORT_ATTR}", captures, incoming, proxy_dict, proxy, shape.loop_var, shape.aux_name,
+        f"self.{names.RELAY_ATTR}", captures, incoming, proxy_dict, proxy, shape.loop_var, shape.aux_name,
         stream.handoff_entries, stream.hidden)
     init_lines += [
         f"{_D2}if (",
@@ -299,8 +285,6 @@ def _rewrite_forward(func: cst.FunctionDef, shape: kimi.ForwardShape,
 def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
     """The patched text of a Kimi-K3 model file (``source`` itself when nothing to do).
 
-    The transport mode is not part of the text: the glue reads it at run time, and the
-    setter declares the model relay-only (see the module docstring).
     """
     analysis = analyse(source, path)
     if analysis.status != NEEDS_PATCH:
@@ -312,7 +296,7 @@ def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
         def leave_FunctionDef(self, original: cst.FunctionDef,
                               updated: cst.FunctionDef) -> cst.FunctionDef:
             if original is setter.func:
-                return kimi._rewrite_setter(updated, setter, RELAY_ONLY)
+                return kimi._rewrite_setter(updated, setter)
             if original is forward.func:
                 return _rewrite_forward(original, forward, stream)
             if original is forward.init:
@@ -322,7 +306,7 @@ def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
             return updated
 
     module = kimi.transport_imports(analysis.module.visit(_Classes()), forward)
-    module = add_from_import(module, names.TRANSPORT_MODULE, ("AUX_ENTRY",))
+    module = add_from_import(module, names.GLUE_MODULE, ("AUX_ENTRY",))
     new_source = module.code
     compile(new_source, path, "exec")
     return new_source, analysis

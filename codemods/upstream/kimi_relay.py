@@ -34,7 +34,7 @@ def relay_code(transport: str, captures: str, incoming: str, proxy_dict: str, pr
 
     collect_lines = [f"{d2}if {transport} is not None:"]
     collect_lines += render_call(d3, f"{aux_name} = ", Call(
-        f"{transport}.collect", (captures, incoming, f"like={hidden}")))
+        f"{transport}.collect", (captures, incoming)))
     collect_node = parse_statements(lines_to_text(collect_lines), d2)[0]
     collect_node = collect_node.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
     return init_lines, capture_line, boundary_nodes, collect_node

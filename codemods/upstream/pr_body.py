@@ -15,15 +15,11 @@ description keeps a one-line summary.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
 from codemods.upstream import names
 from codemods.upstream.family_patch import TEST_FILE as FAMILY_TEST_FILE
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.graph_sizing import has_dspark_sizing
 from codemods.upstream.model_families import family_of, family_rank
-from codemods.upstream.pp_aux_plan import MODES, AuxCapturePlan
 from codemods.upstream.reachability import EVERY, refusals
 from codemods.upstream.result_facts import (
     AUX_FLAG,
@@ -31,8 +27,8 @@ from codemods.upstream.result_facts import (
     accepted_algorithms,
     added_tests,
     family_models,
-    k3_touched,
-    kimi_relay_checked,
+    k3_rewritten,
+    kimi_relay_renamed,
     kimi_rewritten,
     kimi_touched,
     relaxes_aux_flag,
@@ -42,88 +38,13 @@ from codemods.upstream.result_facts import (
     validation_change,
 )
 
-__all__ = ["render", "title_of", "touched_hooks", "touched_models", "traffic_table",
-           "kimi_touched", "MAX_LINES", "SECTIONS"]
+__all__ = ["render", "title_of", "touched_hooks", "touched_models", "kimi_touched",
+           "MAX_LINES", "SECTIONS"]
 
 #: SGLang's pull-request template sections, in order.
 SECTIONS = ("## Motivation", "## Modifications", "## Benchmark & Profiling", "## Checklist")
 #: The longest description this renders (lines).
 MAX_LINES = 150
-
-#: Example used for the traffic table: a 27-layer model with hidden size 2304 in bf16,
-#: capturing three layers spread over the depth.
-EXAMPLE_LAYERS = 27
-EXAMPLE_HIDDEN = 2304
-EXAMPLE_CAPTURE = (2, 13, 24)
-EXAMPLE_DTYPE_BYTES = 2
-EXAMPLE_TOKENS = (1, 8192)
-EXAMPLE_PP = (2, 3, 4)
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """Aux traffic of one forward, per token: messages and bytes."""
-
-    pp_size: int
-    mode: str
-    transfers: int  # point-to-point tensor transfers (one per capture per hop)
-    bytes_per_token: int  # summed over all links
-    bytes_into_last_per_token: int  # arriving at the last rank (handoff + direct)
-    max_link_bytes_per_token: int  # busiest single link
-
-
-def traffic(layer_ids: Sequence[int], num_layers: int, hidden: int, dtype_bytes: int,
-            pp_size: int, mode: str) -> Traffic:
-    """Analytic aux traffic of one forward under the transport's partition rule."""
-    plan = AuxCapturePlan.build(list(layer_ids), num_layers, 0, pp_size, mode=mode)
-    per = hidden * dtype_bytes
-    links: dict[tuple[int, int], int] = {}
-    transfers = 0
-    into_last = 0
-    last = pp_size - 1
-    for layer_id in plan.layer_ids:
-        owner = plan.owner_of(layer_id)
-        if owner == last:
-            continue
-        if plan.sends_direct(owner):
-            hops = [(owner, last)]
-        else:
-            hops = [(stage, stage + 1) for stage in range(owner, last)]
-        for link in hops:
-            links[link] = links.get(link, 0) + per
-        transfers += len(hops)
-        into_last += per
-    return Traffic(pp_size, mode, transfers, sum(links.values()), into_last,
-                   max(links.values(), default=0))
-
-
-def _fmt_bytes(count: int) -> str:
-    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
-    return f"{count} B"
-
-
-def traffic_table() -> str:
-    head_tokens = " | ".join(
-        f"bytes, {t} token{'s' if t > 1 else ''}" for t in EXAMPLE_TOKENS
-    )
-    rows = [
-        f"| PP | mode | transfers | {head_tokens} | into last rank | busiest link |",
-        "|---|---|---|" + "---|" * len(EXAMPLE_TOKENS) + "---|---|",
-    ]
-    for pp_size in EXAMPLE_PP:
-        for mode in MODES:
-            t = traffic(EXAMPLE_CAPTURE, EXAMPLE_LAYERS, EXAMPLE_HIDDEN, EXAMPLE_DTYPE_BYTES,
-                        pp_size, mode)
-            sizes = " | ".join(_fmt_bytes(t.bytes_per_token * n) for n in EXAMPLE_TOKENS)
-            rows.append(
-                f"| {pp_size} | {mode} | {t.transfers} | {sizes} | "
-                f"{_fmt_bytes(t.bytes_into_last_per_token * EXAMPLE_TOKENS[-1])} | "
-                f"{_fmt_bytes(t.max_link_bytes_per_token * EXAMPLE_TOKENS[-1])} |"
-            )
-    return "\n".join(rows)
-
 
 SIZING_FILE = "model_executor/runner_utils/buffers.py"
 
@@ -134,8 +55,6 @@ HOOK_NAMES = {
     "set_dspark_layers_to_capture": "DSPARK",
 }
 KIMI_TITLE = "# [PP] Kimi-Linear: carry DSPARK aux hidden states across pipeline stages"
-RELAY_TITLE = "# [PP] Kimi-Linear: raise when the DSPARK relay hands on fewer captures"
-RELAY_ENTRY = "dspark_hidden_states"
 
 #: SGLang's checklist items.
 CHECKLIST = (
@@ -149,7 +68,7 @@ CHECKLIST = (
 def title_of(result: UpstreamResult) -> str:
     models = touched_models(result)
     if models == [KIMI_STEM]:
-        return RELAY_TITLE if kimi_relay_checked(result) else KIMI_TITLE
+        return KIMI_TITLE
     kinds = "/".join(HOOK_NAMES.get(hook, hook) for hook in touched_hooks(result))
     return f"# [PP] Carry aux hidden states across pipeline stages ({kinds})"
 
@@ -210,16 +129,17 @@ def _motivation(result: UpstreamResult) -> str:
             "PP rank (`if not self.pp_group.is_last_rank: return`), so only the last stage "
             "captures: the drafter silently gets fewer aux states, or the last stage fails "
             "unpacking its output when it owns none of the capture layers;")
-    if kimi_rewritten(result) or k3_touched(result):
+    if kimi_rewritten(result) or k3_rewritten(result):
         models = [name for touched, name in ((kimi_rewritten(result), "Kimi-Linear"),
-                                             (k3_touched(result), "Kimi-K3")) if touched]
+                                             (k3_rewritten(result), "Kimi-K3")) if touched]
         verb = "refuse" if len(models) > 1 else "refuses"
         lines.append(f"1. {' and '.join(models)} {verb} PP outright: "
                      f"`NotImplementedError(\"{names.PP_ERROR}\")`;")
-    if kimi_relay_checked(result):
-        lines.append(f"1. `kimi_linear.py` relays DSPARK captures itself (`{RELAY_ENTRY}`), "
-                     "but a stage whose handoff lacks that entry, or carries it at another "
-                     "width, goes on with fewer captures and no error;")
+    if kimi_relay_renamed(result) and family:
+        lines.append("1. `kimi_linear.py` and `kimi_k3.py` already relay DSPARK captures in "
+                     "the handoff (`dspark_hidden_states`, sized for CUDA graphs through "
+                     "`get_pp_proxy_dspark_hidden_size`), but no other model or capture "
+                     "method uses that path;")
     change = validation_change(result)
     if change is not None:
         flag = (f", and `handle_aux_hidden_state_capture` rejects `{AUX_FLAG}` with PP"
@@ -254,18 +174,13 @@ def _family_lines(result: UpstreamResult) -> list[str]:
 
 def _kimi_lines(result: UpstreamResult) -> list[str]:
     lines = []
-    if kimi_relay_checked(result):
-        lines.append(f"- `kimi_linear.py`: each stage after the first checks the "
-                     f"`{RELAY_ENTRY}` entry it receives and raises `RuntimeError` naming "
-                     "the layers when it is missing, of another width or unexpected.")
     if kimi_rewritten(result):
-        lines.append("- `kimi_linear.py`: `set_dspark_layers_to_capture` validates and stores "
-                     "the ids on every rank and attaches the transport; each stage records "
-                     "its captures, the last collects them in layer order.")
-    if k3_touched(result):
-        lines.append("- `kimi_k3.py`: the same setter and transport; a stage's last-layer "
-                     "capture is finished on the next stage (attention residuals), so relay "
-                     "mode only (`NotImplementedError` under `direct`).")
+        lines.append("- `kimi_linear.py`: `set_dspark_layers_to_capture` stores the ids on "
+                     "every rank and calls `set_pp_aux_capture`; each stage records its "
+                     "captures, the last collects them in layer order.")
+    if k3_rewritten(result):
+        lines.append("- `kimi_k3.py`: the same setter and relay; a stage's last-layer "
+                     "capture is finished on the next stage (attention residuals).")
     return lines
 
 
@@ -276,8 +191,14 @@ def _sizing_line(result: UpstreamResult) -> str:
         return ("- CUDA graphs: this tree's proxy buffers are not sized for the aux entry; "
                 "run PP with CUDA graphs disabled on non-first stages (the last stage raises "
                 "`RuntimeError` naming missing layers otherwise).")
-    path = "SGLang's DSPARK sizing path" if has_dspark_sizing(result.tree) else "a new path"
-    return (f"- CUDA-graph sizing of the `aux_hidden_states` proxy entry along {path} "
+    if kimi_relay_renamed(result) or has_dspark_sizing(result.tree):
+        relays = [p for p in result.changed if p.rsplit("/", 1)[-1].startswith("kimi")]
+        return ("- SGLang's DSPARK entry and CUDA-graph sizing now serve every capture "
+                "method: `dspark_hidden_states` -> `aux_hidden_states`, "
+                "`*pp_proxy_dspark_hidden_size` -> `*pp_proxy_aux_hidden_size` in "
+                f"{', '.join(_code(p) for p in sizing + relays)}; every patched causal LM "
+                "defines `get_pp_proxy_aux_hidden_size`.")
+    return ("- CUDA-graph sizing of the `aux_hidden_states` proxy entry along a new path "
             f"(`get_pp_proxy_aux_hidden_size`): {', '.join(_code(p) for p in sizing)}.")
 
 
@@ -316,30 +237,16 @@ def _fixes(result: UpstreamResult) -> str:
     return out
 
 
-def _traffic_line() -> str:
-    pp, tokens = EXAMPLE_PP[1], EXAMPLE_TOKENS[-1]
-    parts = []
-    for mode in MODES:
-        t = traffic(EXAMPLE_CAPTURE, EXAMPLE_LAYERS, EXAMPLE_HIDDEN, EXAMPLE_DTYPE_BYTES,
-                    pp, mode)
-        parts.append(f"{mode} {_fmt_bytes(t.bytes_per_token * tokens)} "
-                     f"(busiest link {_fmt_bytes(t.max_link_bytes_per_token * tokens)})")
-    return (f"Aux traffic, analytic ({EXAMPLE_LAYERS} layers, hidden {EXAMPLE_HIDDEN}, bf16, "
-            f"captures {list(EXAMPLE_CAPTURE)}, PP={pp}, {tokens} tokens): "
-            + "; ".join(parts) + ".")
-
-
 def _modifications(result: UpstreamResult, series) -> str:
-    runtime = [result.transport_path, result.plan_path, result.glue_path]
-    runtime = [p for p in runtime if p in result.changed]
+    runtime = [p for p in (result.glue_path, result.packer_path) if p in result.changed]
     lines = []
     if runtime:
         lines.append(
-            f"- Runtime (new): {', '.join(_code(p) for p in runtime)}. Each patched hook "
-            "stores its ids on every rank and calls `attach_pp_aux_transport`; non-last "
-            "stages add their captures to the `PPProxyTensors` handoff, the last stage "
-            "collects them in PP=1 order and raises naming any missing layer. "
-            f"`SGLANG_PP_AUX_TRANSPORT=relay|direct` (default `{result.mode}`).")
+            f"- Runtime: {', '.join(_code(p) for p in runtime)}. Each patched hook stores "
+            "its ids on every rank and calls `set_pp_aux_capture`; a non-last stage adds "
+            "what it received and its own captures to the `aux_hidden_states` entry of its "
+            "`PPProxyTensors` handoff; the last stage puts them before its own (PP=1 order) "
+            "and raises naming the layers when the entry is missing or of another width.")
     lines += _kimi_lines(result)
     family = _family_lines(result)
     if family:
@@ -369,8 +276,8 @@ def _benchmark(result: UpstreamResult, validation) -> str:
         passed = sorted(m for m, v in validation.verdicts.items() if v.startswith("yes"))
         failed = sorted(m for m in validation.verdicts if m not in passed)
         lines.append(f"`auxcap upstream-patch --validate` ran `{test_command(result, family_test)}` "
-                     "on a patched copy of this tree (CPU, gloo, 2 and 3 stages, relay and "
-                     "direct, `torch.equal` with PP=1).")
+                     "on a patched copy of this tree (CPU, gloo, 2 and 3 stages, "
+                     "`torch.equal` with PP=1).")
         lines.append(f"- passed ({len(passed)}): {', '.join(passed) or '-'}")
         if failed:
             lines.append(f"- failed ({len(failed)}): {', '.join(failed)}")
@@ -378,11 +285,10 @@ def _benchmark(result: UpstreamResult, validation) -> str:
     if (not lines or validation is None or validation.problem) and not commands:
         lines.append("Not run by the generator; this patch adds no test to run.")
     elif not lines or validation is None or validation.problem:
-        lines.append("Not run by the generator. To check (CPU, gloo, 2 and 3 stages, relay "
-                     "and direct, compared with PP=1):")
+        lines.append("Not run by the generator. To check (CPU, gloo, 2 and 3 stages, "
+                     "compared with PP=1):")
     if commands:
         lines += ["", "```bash", *commands, "```"]
-    lines += ["", _traffic_line()]
     return "\n".join(lines) + "\n"
 
 

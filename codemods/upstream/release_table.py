@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codemods.upstream import dspark_relay, kimi, kimi_k3
+from codemods.upstream import kimi, kimi_k3
 from codemods.upstream.family import RAISES_PP
 from codemods.upstream.family_patch import plan_for_tree
 from codemods.upstream.family_report import CAPTURE_KINDS, REFUSES_PP
+from codemods.upstream.graph_sizing import rename_dspark_entry
 from codemods.upstream.sglang_tree import detect_tree
 
 #: Short cell text of each capture kind (the first kind of a file with a cell here names it).
@@ -44,9 +45,9 @@ def capture_shape(decision) -> str:
 
 KIMI_FILE = "kimi_linear.py"
 K3_FILE = "kimi_k3.py"
-#: Kimi-Linear on a release that relays DSPARK captures itself (0.5.21+): only the relay's
-#: check of its handoff entry is patched (``dspark_relay.py``).
-RELAY_CHECK_CELL = "patched: SGLang's DSPARK relay checked"
+#: Kimi on a release that relays DSPARK captures itself (0.5.21+): its entry and width
+#: method are renamed for every capture method (``graph_sizing.py``).
+RELAY_RENAME_CELL = "renamed: SGLang's DSPARK relay serves every capture method"
 KIMI_CELLS = {
     kimi.NEEDS_PATCH: "patched: DSPARK relay",
     kimi.PATCHED: "already patched",
@@ -96,9 +97,8 @@ def release_column(root: Path | str, version: str) -> Column:
             column.cells[file] = f"no: {error}"
         else:
             column.cells[file] = KIMI_CELLS[status]
-            relay = dspark_relay.analyse(source).status if file == KIMI_FILE else None
-            if status == kimi.SUPPORTED and relay == dspark_relay.NEEDS_PATCH:
-                column.cells[file] = RELAY_CHECK_CELL
+            if status == kimi.SUPPORTED and rename_dspark_entry(source, file) != source:
+                column.cells[file] = RELAY_RENAME_CELL
     return column
 
 

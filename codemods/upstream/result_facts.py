@@ -22,19 +22,24 @@ def kimi_touched(result: UpstreamResult) -> bool:
     return result.model_path in result.changed
 
 
-def kimi_relay_checked(result: UpstreamResult) -> bool:
-    """Kimi-Linear relays DSPARK captures itself (0.5.21+) and only its relay's check of
-    the handoff entry is in the patch."""
+def kimi_relay_renamed(result: UpstreamResult) -> bool:
+    """Kimi-Linear relays DSPARK captures itself (0.5.21+) and the patch only renames its
+    entry and width method for every capture method."""
     return kimi_touched(result) and result.status == kimi.SUPPORTED
 
 
 def kimi_rewritten(result: UpstreamResult) -> bool:
     """Kimi-Linear's hook and forward are rewritten (0.5.18-0.5.20)."""
-    return kimi_touched(result) and not kimi_relay_checked(result)
+    return kimi_touched(result) and not kimi_relay_renamed(result)
 
 
 def k3_touched(result: UpstreamResult) -> bool:
     return result.tree.module_path(kimi_k3.MODULE) in result.changed
+
+
+def k3_rewritten(result: UpstreamResult) -> bool:
+    """Kimi-K3's hook and forward are rewritten (0.5.18-0.5.20), not only renamed."""
+    return k3_touched(result) and result.k3_status != kimi.SUPPORTED
 
 
 def family_models(result: UpstreamResult) -> list[str]:
@@ -53,7 +58,7 @@ def touched_models(result: UpstreamResult) -> list[str]:
 
 def touched_hooks(result: UpstreamResult) -> list[str]:
     """Every capture hook the patch changes."""
-    touched = kimi_rewritten(result) or k3_touched(result)
+    touched = kimi_rewritten(result) or k3_rewritten(result)
     hooks = ["set_dspark_layers_to_capture"] if touched else []
     if result.family is not None:
         for decision in result.family.decisions.values():

@@ -3,9 +3,9 @@
 The single patch of :func:`codemods.upstream.generate.generate` is cut into patches a
 reviewer can take one at a time, in this order:
 
-1. **runtime: transport and sizing**: the shipped modules (``srt/distributed/...``), the
-   transport's own test, and the files that size the PP proxy buffers (model runner, buffer
-   helpers, graph runners);
+1. **runtime**: the helpers the models call (``srt/distributed/pp_aux_capture.py``), the
+   packer accessor, and the PP proxy entry's sizing path (model runner, buffer helpers,
+   graph runners), with SGLang's own DSPARK relays where the path renames their entry;
 2. **one patch per model family**, the way reviewers own model code (Kimi, Llama / Qwen
    dense, Qwen MoE / VL, DeepSeek, GLM, ...): a model file belongs to the family its file
    name maps to in :mod:`codemods.upstream.model_families`.  The family test grows with the
@@ -34,10 +34,11 @@ from codemods.upstream.family_patch import TEST_FILE as FAMILY_TEST_FILE
 from codemods.upstream.family_patch import TEST_MODELS_FILE as FAMILY_MODELS_FILE
 from codemods.upstream.family_patch import render_test
 from codemods.upstream.generate import UpstreamResult
+from codemods.upstream.graph_sizing import rename_dspark_entry
 from codemods.upstream.model_families import OTHER, family_of, family_rank
 from codemods.upstream.patchfile import FileChange, changed_paths, render_patch
 
-TRANSPORT = "transport"
+RUNTIME = "runtime"
 VALIDATION = "validation"
 KIMI = "kimi"
 #: Model files no family prefix matches.
@@ -104,11 +105,11 @@ def classify(path: str, plan: FamilyPlan | None = None) -> tuple[str, str, str]:
     if any(part in path for part in _VALIDATION_PARTS):
         return VALIDATION, "validation", "validation"
     # Any other file outside the models is something the models build on: it goes first.
-    return TRANSPORT, "transport-and-sizing", "runtime: transport and sizing"
+    return RUNTIME, "runtime", "runtime: aux hidden states in the PP handoff"
 
 
 def _group_rank(key: str) -> tuple[int, int]:
-    if key == TRANSPORT:
+    if key == RUNTIME:
         return (0, 0)
     if key == VALIDATION:
         return (2, 0)
@@ -143,9 +144,12 @@ def build_series(result: UpstreamResult) -> list[SeriesPatch]:
             family_models = change
             continue
         key, slug, title = classify(change.path)
+        if key == KIMI and change.new == rename_dspark_entry(change.old or "", change.path):
+            # Only renamed along with the sizing path it implements: one change.
+            key, slug, title = classify(RUNTIME)
         patch = groups.setdefault(key, SeriesPatch(key, slug, title, ""))
         patch.changes.append(change)
-        if key not in (TRANSPORT, VALIDATION):
+        if key not in (RUNTIME, VALIDATION):
             stem = _stem(change.path)
             decision = decisions.get(f"{stem}.py")
             if key == KIMI or (decision is not None and decision.patched):
@@ -192,7 +196,7 @@ def _spread_family_test(result: UpstreamResult, change: FileChange,
     """Each family's patch adds the models it completes to the family test; the last model
     patch leaves the file exactly as the single patch does.  The test's stand-in models
     (``models``) come with the first patch that changes the test."""
-    model_patches = [p for p in ordered if p.key not in (TRANSPORT, VALIDATION)]
+    model_patches = [p for p in ordered if p.key not in (RUNTIME, VALIDATION)]
     if not model_patches:
         ordered[0].changes += [c for c in (models, change) if c is not None]
         return

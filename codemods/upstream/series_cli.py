@@ -110,10 +110,10 @@ def _git_ok(cwd: Path, *args: str) -> bool:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True).returncode == 0
 
 
-def run_series(root: str, series_dir: str, pr_body: str | None, mode: str,
+def run_series(root: str, series_dir: str, pr_body: str | None,
                models: list[str] | None, output: str | None = None,
                request=None, validate: bool = False) -> int:
-    result = generate_or_say(root, mode, models)
+    result = generate_or_say(root, models)
     if result is None:
         return 2
     where = result.tree.describe()
@@ -148,7 +148,7 @@ def run_series(root: str, series_dir: str, pr_body: str | None, mode: str,
         body = render(result, series=list(zip(files, patches, strict=True)),
                       validation=validation)
         write_output_atomic(pr_body, body.encode("utf-8"))
-    _say(f"{where}: series of {len(patches)} patches ({mode} mode) written to {series_dir}:")
+    _say(f"{where}: series of {len(patches)} patches written to {series_dir}:")
     for path, patch in zip(written, patches, strict=True):
         count = len(patch.paths)
         _say(f"  {path.name}: {patch.subject} ({count} file{'s' if count != 1 else ''})")

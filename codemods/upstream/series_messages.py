@@ -1,7 +1,7 @@
 """Commit messages of the series' patches, each about its own files only.
 
-* the runtime patch names each shipped module and sizing file it adds or changes, and the
-  command that runs the transport's test when the test is in it;
+* the runtime patch names each module it adds and each file of the sizing path (and of
+  SGLang's own DSPARK relay) it changes;
 * a model-family patch names, per model file, the hooks it changes, how the file's capture
   forward carries the captures, and any other fix the patch makes in that file; a file
   changed only as another model's capture forward says so;
@@ -21,22 +21,24 @@ from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.result_facts import (
     AUX_FLAG,
     accepted_algorithms,
-    kimi_relay_checked,
     relaxes_aux_flag,
     test_command,
 )
 
-#: What each shipped runtime file is, by file name.
+#: What each runtime file gets, by file name.
 RUNTIME_FILES = {
-    "pp_aux_transport.py": "the transport (pure torch.distributed): relay (captures ride "
-    "the stage handoff) or direct (isend to the last rank)",
-    "pp_aux_plan.py": "torch-free capture plan: layer partition (get_pp_indices), owner "
-    "stage and width of every capture",
-    "pp_aux_capture.py": "glue the model files call (attach_pp_aux_transport, "
-    "pp_aux_outgoing, pp_aux_collect); SGLANG_PP_AUX_TRANSPORT picks the mode",
-    "test_pp_aux_capture.py": "CPU multi-process unittest of the transport (gloo, 2 and 3 "
-    "stages, relay and direct, compared with PP=1)",
+    "pp_aux_capture.py": "new: the helpers the capture hooks and decoder stacks call "
+    "(set_pp_aux_capture, pp_aux_outgoing / pp_aux_handoff, pp_aux_collect, "
+    "pp_aux_proxy_hidden_size)",
+    "aux_hidden_states.py": "AuxHiddenStatePacker.captured(): the captures taken so "
+    "far, for a stage that hands them on before its packer is full",
 }
+#: A file renamed from SGLang's DSPARK entry / width method / sizing path.
+RENAMED_WORDS = (
+    "dspark_hidden_states -> aux_hidden_states and "
+    "*pp_proxy_dspark_hidden_size -> *pp_proxy_aux_hidden_size"
+)
+#: A file that gains the sizing path (a tree without SGLang's DSPARK one).
 SIZING_WORDS = "sizes the aux_hidden_states PP proxy buffer of non-first stages"
 
 
@@ -51,9 +53,9 @@ def _name(path: str) -> str:
 
 def fill_message(patch, result: UpstreamResult) -> None:
     """Fill ``patch.subject`` and ``patch.body`` (a ``series.SeriesPatch``)."""
-    from codemods.upstream.series import TRANSPORT, VALIDATION
+    from codemods.upstream.series import RUNTIME, VALIDATION
 
-    if patch.key == TRANSPORT:
+    if patch.key == RUNTIME:
         _runtime(patch, result)
     elif patch.key == VALIDATION:
         _validation(patch, result)
@@ -62,18 +64,27 @@ def fill_message(patch, result: UpstreamResult) -> None:
 
 
 def _runtime(patch, result: UpstreamResult) -> None:
-    sizing = [p for p in patch.paths if _name(p) not in RUNTIME_FILES]
-    patch.subject = "[PP] Add the PP aux hidden-state transport" + (
-        " and size its proxy buffers" if sizing else "")
-    lines = [_wrap(f"- {_name(p)}: {RUNTIME_FILES.get(_name(p), SIZING_WORDS)}.", "  ")
-             for p in patch.paths]
-    tests = [p for p in patch.paths if _name(p).startswith("test_")]
+    renamed = [c.path for c in patch.changes if _name(c.path) not in RUNTIME_FILES
+               and c.old is not None and "pp_proxy_dspark_hidden_size" in c.old]
+    sized = [p for p in patch.paths if _name(p) not in RUNTIME_FILES and p not in renamed]
+    patch.subject = "[PP] Carry aux hidden states in the PP handoff" + (
+        ", renaming the DSPARK entry" if renamed else
+        " and size its proxy buffer" if sized else "")
+
+    def what(path: str) -> str:
+        if path in renamed:
+            return RENAMED_WORDS
+        return RUNTIME_FILES.get(_name(path), SIZING_WORDS)
+
+    lines = [_wrap(f"- {_name(p)}: {what(p)}.", "  ") for p in patch.paths]
+    own = ("SGLang's DSPARK relay entry and its CUDA-graph sizing are renamed so that\n"
+           "every capture method uses them.  " if renamed else "")
     patch.body = (
-        "Captures made on earlier pipeline stages reach the last stage, which\n"
-        "rebuilds the list a PP=1 run produces and raises, naming the layers, when\n"
-        "one is missing.  No model calls this yet; the model patches that follow do.\n\n"
+        "A stage that is not the last hands the captures of every stage up to\n"
+        "itself to the next one in one aux_hidden_states entry of its\n"
+        "PPProxyTensors; the last stage puts them before its own.  " + own +
+        "No model calls the new helpers yet; the model patches that follow do.\n\n"
         + "".join(lines)
-        + "".join(f"\nTest: {test_command(result, p)}\n" for p in tests)
     )
 
 
@@ -116,26 +127,18 @@ def _hooks_of(decision) -> str:
 
 def _kimi_line(path: str, result: UpstreamResult) -> str:
     name = _name(path)
-    if name == "kimi_linear.py" and kimi_relay_checked(result):
-        return ("SGLang's own DSPARK relay: a stage whose dspark_hidden_states "
-                "entry is missing, of another width or unexpected now raises "
-                "RuntimeError naming the layers")
-    k3 = ("; relay mode only (the next stage finishes a stage's last-layer capture, "
-          "attention residuals)" if name == "kimi_k3.py" else "")
+    k3 = ("; the next stage finishes a stage's last-layer capture (attention "
+          "residuals)" if name == "kimi_k3.py" else "")
     return (f"set_dspark_layers_to_capture no longer raises \"{names.PP_ERROR}\" under "
-            "PP: it stores the ids on every rank and attaches the transport; the forward "
-            "hands each stage's captures on and the last stage collects them in layer "
-            f"order{k3}")
+            "PP: it stores the ids on every rank and calls set_pp_aux_capture; the "
+            "forward hands each stage's captures on and the last stage collects them in "
+            f"layer order{k3}")
 
 
 def _family(patch, result: UpstreamResult, title: str) -> None:
     plan = result.family
     decisions = plan.decisions if plan is not None else {}
     patch.subject = f"[PP] {title}: carry aux hidden states across stages"
-    kimi_only = all(_name(p).startswith("kimi") for p in patch.paths if "/models/" in p)
-    if kimi_only and kimi_relay_checked(result) and not any(
-            d.patched for d in decisions.values() if d.name in patch.models):
-        patch.subject = "[PP] Kimi-Linear: raise when the DSPARK relay hands on fewer captures"
     if len(patch.subject) > 72:
         patch.subject = f"[PP] {title}: aux hidden states across stages"
     lines = []

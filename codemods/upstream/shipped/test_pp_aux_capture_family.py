@@ -43,7 +43,6 @@ from pp_aux_capture_family_models import (  # noqa: E402
     LAYER_ID_SETS,
     OP_TIMEOUT_S,
     WORKER_TIMEOUT_S,
-    StandInPPGroup,
     aux_list,
     build_model,
     call_hook,
@@ -93,19 +92,6 @@ def _describe(error):
     return f"{type(error).__name__}: {error}"
 
 
-def _create_direct_group(rank, size, group, fresh=False):
-    """Create the direct-mode group up front, where SGLang creates its groups, not in
-    the middle of the run; every rank does it at the same point.  ``fresh``: replace
-    the group (after a failed case left direct sends unmatched in the old one)."""
-    try:
-        from sglang.srt.distributed import pp_aux_capture
-    except ImportError:  # the release without the patch's new files
-        return
-    if fresh:
-        pp_aux_capture._DIRECT_GROUPS.clear()
-    pp_aux_capture._direct_group(StandInPPGroup(rank, size, group))
-
-
 def _check_proxy_width(model, rank, tokens, proxy):
     """The width the stage reports for its CUDA-graph aux buffer is that of the entry
     it receives (0 without one); an empty microbatch, which some models hand on
@@ -121,17 +107,15 @@ def _check_proxy_width(model, rank, tokens, proxy):
         )
 
 
-def _run_case(case, hook, layer_ids, mode, rank, size, group):
-    """Runs one case on this rank: (result, transport).  The last rank's result holds
-    its comparison.
+def _run_case(case, hook, layer_ids, rank, size, group):
+    """Runs one case on this rank; the last rank's result holds its comparison.
 
     Every rank does every receive and send of every batch, also after an error (an
     error travels downstream as a marker), so a failing model never leaves a handoff
-    in flight for the next case.  Direct-mode sends are left to the caller.
+    in flight for the next case.
     """
     from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
 
-    os.environ["SGLANG_PP_AUX_TRANSPORT"] = mode
     result = {"equal": True, "reference": [], "pipelined": [], "error": None}
     model = None
     try:
@@ -173,7 +157,7 @@ def _run_case(case, hook, layer_ids, mode, rank, size, group):
         result["equal"] &= len(reference) == len(pipelined) and all(
             torch.equal(a, b) for a, b in zip(reference, pipelined)
         )
-    return result, getattr(getattr(model, "model", None), "pp_aux_transport", None)
+    return result
 
 
 def _worker(rank, size, port, jobs, out_dir):
@@ -188,34 +172,22 @@ def _worker(rank, size, port, jobs, out_dir):
     )
     group = dist.new_group(list(range(size)), backend="gloo")
     status_group = dist.new_group(list(range(size)), backend="gloo")
-    _create_direct_group(rank, size, group)
     path = os.path.join(out_dir, f"rank{rank}.jsonl")
-    for case, hook, layer_ids, mode in jobs:
-        entry = {"model": case[0], "hook": hook, "layer_ids": layer_ids}
-        entry.update(pp=size, mode=mode)
+    for case, hook, layer_ids in jobs:
+        entry = {"model": case[0], "hook": hook, "layer_ids": layer_ids, "pp": size}
         with open(path, "a") as handle:  # what this rank is on, should it never return
             handle.write(json.dumps(dict(entry, started=True)) + "\n")
-        result, transport = _run_case(case, hook, layer_ids, mode, rank, size, group)
-        entry.update(result)
+        entry.update(_run_case(case, hook, layer_ids, rank, size, group))
         statuses = [None] * size
         dist.all_gather_object(statuses, entry["error"], group=status_group)
         entry["errors"] = statuses
-        if any(status is not None for status in statuses):
-            if mode == "direct":
-                # A failed stage may never receive this case's direct sends: leave
-                # them, and give later cases a group of their own.
-                _create_direct_group(rank, size, group, fresh=True)
-        elif transport is not None:
-            # The forward does not wait for direct sends; complete them while the
-            # model (which holds them) is alive, as a running server would.
-            transport.flush()
         with open(path, "a") as handle:
             handle.write(json.dumps(entry) + "\n")
     with open(path, "a") as handle:
         handle.write(json.dumps({"done": True}) + "\n")
     # Every rank has finished every case.  Leave without tearing the groups down one
     # rank at a time: a peer that closes its connections first can abort gloo's
-    # teardown, and sends left unmatched by a failed case would hold it up.
+    # teardown.
     dist.barrier(group=status_group)
     os._exit(0)
 
@@ -227,7 +199,7 @@ def _free_port():
 
 
 def run_family(pp_size, jobs, timeout=WORKER_TIMEOUT_S):
-    """Run ``jobs`` ((case, hook, layer ids, mode), ...) on ``pp_size`` processes;
+    """Run ``jobs`` ((case, hook, layer ids), ...) on ``pp_size`` processes;
     returns the last rank's results."""
     context = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as out_dir:
@@ -257,7 +229,7 @@ def run_family(pp_size, jobs, timeout=WORKER_TIMEOUT_S):
             bool(records.get(r)) and records[r][-1].get("done") for r in range(pp_size)
         ]
         if not all(finished):
-            keys = ("model", "hook", "mode", "layer_ids")
+            keys = ("model", "hook", "layer_ids")
             where = {
                 rank: {key: lines[-1].get(key) for key in keys}
                 for rank, lines in records.items()
@@ -279,14 +251,12 @@ def _layer_id_sets(hook):
     return tuple(LAYER_ID_SETS)
 
 
-def family_jobs(pp_size, cases=None):
-    modes = ("relay", "direct") if pp_size >= 3 else ("relay",)
+def family_jobs(cases=None):
     return [
-        (case, hook, layer_ids, mode)
+        (case, hook, layer_ids)
         for case in (FAMILY if cases is None else cases)
         for hook in case[3]
         for layer_ids in _layer_id_sets(hook)
-        for mode in modes
     ]
 
 
@@ -311,39 +281,12 @@ class TestPPAuxCaptureFamily(CustomTestCase):
             for hook in hooks:
                 source = inspect.getsource(getattr(getattr(module, outer_name), hook))
                 with self.subTest(model=module_name, hook=hook):
-                    self.assertIn("attach_pp_aux_transport", source)
-
-    def test_relay_only_model_refuses_another_mode_before_any_communication(self):
-        from sglang.srt.distributed import pp_aux_capture
-
-        stack = torch.nn.Module()
-        stack.layers_to_capture = [0]
-        previous = os.environ.get(pp_aux_capture.PP_AUX_TRANSPORT_MODE_ENV)
-        os.environ[pp_aux_capture.PP_AUX_TRANSPORT_MODE_ENV] = "direct"
-        try:
-            # No process group exists: the refusal must come before any collective.
-            with self.assertRaisesRegex(
-                NotImplementedError, "only .*=relay.*mixed next"
-            ):
-                pp_aux_capture.attach_pp_aux_transport(
-                    stack, StandInPPGroup(0, 2), relay_only="mixed next"
-                )
-            # PP=1: no transport, nothing to refuse.
-            pp_aux_capture.attach_pp_aux_transport(
-                stack, StandInPPGroup(0, 1), relay_only="mixed next"
-            )
-            self.assertIsNone(stack.pp_aux_transport)
-        finally:
-            if previous is None:
-                os.environ.pop(pp_aux_capture.PP_AUX_TRANSPORT_MODE_ENV)
-            else:
-                os.environ[pp_aux_capture.PP_AUX_TRANSPORT_MODE_ENV] = previous
+                    self.assertIn("set_pp_aux_capture", source)
 
     def _check(self, pp_size):
-        for entry in run_family(pp_size, family_jobs(pp_size)):
+        for entry in run_family(pp_size, family_jobs()):
             label = (
-                f"{entry['model']}.{entry['hook']}({entry['layer_ids']}) "
-                f"pp={pp_size} {entry['mode']}"
+                f"{entry['model']}.{entry['hook']}({entry['layer_ids']}) pp={pp_size}"
             )
             with self.subTest(label):
                 self.assertIsNone(entry["error"], entry.get("traceback"))
@@ -362,6 +305,6 @@ if __name__ == "__main__":
         # python test_pp_aux_capture_family.py --json PP [MODEL ...]: raw results.
         size = int(sys.argv[2])
         chosen = [c for c in FAMILY if not sys.argv[3:] or c[0] in sys.argv[3:]]
-        print(json.dumps(run_family(size, family_jobs(size, chosen))))
+        print(json.dumps(run_family(size, family_jobs(chosen))))
     else:
         unittest.main()

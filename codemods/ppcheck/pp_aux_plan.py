@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import numbers
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any
 
 #: The one ``PPProxyTensors`` entry that carries the captures of earlier stages to the
 #: next one: their ``[tokens, hidden]`` captures side by side in ascending layer order,
@@ -30,7 +31,7 @@ MODES = ("relay", "direct")
 
 def validate_layer_ids(
     layer_ids: Any, num_layers: int, *, feature: str = "DSPARK"
-) -> List[int]:
+) -> list[int]:
     """Check the capture ids and return them as a new list, requested order kept.
 
     Raises ``ValueError`` for None, a value that is not a list or tuple, an element
@@ -52,7 +53,7 @@ def validate_layer_ids(
         raise ValueError(f"num_layers must be positive, got {num_layers}.")
     if len(layer_ids) == 0:
         raise ValueError(f"{feature} layer_ids must not be empty.")
-    result: List[int] = []
+    result: list[int] = []
     seen = set()
     for position, layer_id in enumerate(layer_ids):
         if _is_bool(layer_id) or not isinstance(layer_id, numbers.Integral):
@@ -84,8 +85,8 @@ def _check_pp(pp_rank: int, pp_size: int) -> None:
 
 
 def partition_from_string(
-    partition: Optional[str], num_layers: int, pp_size: int
-) -> List[Tuple[int, int]]:
+    partition: str | None, num_layers: int, pp_size: int
+) -> list[tuple[int, int]]:
     """(start, end) layer range of every stage, for an explicit override string.
 
     ``partition`` is a comma-separated list of per-stage layer counts (the format of
@@ -122,20 +123,20 @@ def partition_from_string(
     return ranges
 
 
-def layer_partition(num_layers: int, pp_size: int) -> List[Tuple[int, int]]:
+def layer_partition(num_layers: int, pp_size: int) -> list[tuple[int, int]]:
     """(start, end) of every stage, honouring ``SGLANG_PP_LAYER_PARTITION``."""
     return partition_from_string(
         os.environ.get(PP_LAYER_PARTITION_ENV), num_layers, pp_size
     )
 
 
-def pp_layer_range(num_layers: int, pp_rank: int, pp_size: int) -> Tuple[int, int]:
+def pp_layer_range(num_layers: int, pp_rank: int, pp_size: int) -> tuple[int, int]:
     """Layers ``[start, end)`` run by stage ``pp_rank`` (rule of ``get_pp_indices``)."""
     _check_pp(pp_rank, pp_size)
     return layer_partition(num_layers, pp_size)[pp_rank]
 
 
-def _owner_in(layer_id: int, ranges: Sequence[Tuple[int, int]]) -> int:
+def _owner_in(layer_id: int, ranges: Sequence[tuple[int, int]]) -> int:
     for rank, (start, end) in enumerate(ranges):
         if start <= layer_id < end:
             return rank
@@ -155,12 +156,12 @@ class AuxCapturePlan:
     the plan is built, so later changes of the environment cannot change a live plan.
     """
 
-    layer_ids: Tuple[int, ...]
+    layer_ids: tuple[int, ...]
     num_layers: int
     pp_rank: int
     pp_size: int
     mode: str = "relay"
-    partition: Tuple[Tuple[int, int], ...] = field(default=())
+    partition: tuple[tuple[int, int], ...] = field(default=())
 
     def __post_init__(self) -> None:
         ids = tuple(validate_layer_ids(list(self.layer_ids), self.num_layers))
@@ -193,7 +194,7 @@ class AuxCapturePlan:
         pp_size: int,
         mode: str = "relay",
         feature: str = "DSPARK",
-    ) -> "AuxCapturePlan":
+    ) -> AuxCapturePlan:
         ids = validate_layer_ids(layer_ids, num_layers, feature=feature)
         return cls(tuple(ids), num_layers, pp_rank, pp_size, mode)
 
@@ -228,13 +229,13 @@ class AuxCapturePlan:
     def owner_of(self, layer_id: int) -> int:
         return _owner_in(layer_id, self.partition)
 
-    def ids_of_stage(self, stage: int) -> List[int]:
+    def ids_of_stage(self, stage: int) -> list[int]:
         """Capture ids owned by ``stage``, in requested order."""
         start, end = self.partition[stage]
         return [i for i in self.layer_ids if start <= i < end]
 
     @property
-    def local_layer_ids(self) -> List[int]:
+    def local_layer_ids(self) -> list[int]:
         return self.ids_of_stage(self.pp_rank)
 
     @property
@@ -245,7 +246,7 @@ class AuxCapturePlan:
         """Whether ``stage`` sends its captures straight to the last rank."""
         return self.mode == "direct" and self.pp_size - 1 - stage >= 2
 
-    def handoff_ids_after(self, stage: int) -> List[int]:
+    def handoff_ids_after(self, stage: int) -> list[int]:
         """Capture ids the handoff leaving ``stage`` carries, sorted numerically."""
         if stage >= self.pp_size - 1:
             return []
@@ -254,17 +255,17 @@ class AuxCapturePlan:
             owners = [s for s in owners if not self.sends_direct(s)]
         return sorted(i for s in owners for i in self.ids_of_stage(s))
 
-    def incoming_ids(self, stage: Optional[int] = None) -> List[int]:
+    def incoming_ids(self, stage: int | None = None) -> list[int]:
         """Capture ids the handoff into ``stage`` (default: this one) carries."""
         stage = self.pp_rank if stage is None else stage
         return self.handoff_ids_after(stage - 1) if stage > 0 else []
 
-    def proxy_hidden_size(self, hidden_size: int, stage: Optional[int] = None) -> int:
+    def proxy_hidden_size(self, hidden_size: int, stage: int | None = None) -> int:
         """Width of the ``AUX_ENTRY`` entry that ``stage`` (default: this one) receives;
         0 when it receives none. What a buffer for the entry is sized with."""
         return len(self.incoming_ids(stage)) * int(hidden_size)
 
-    def direct_ids(self) -> List[Tuple[int, int]]:
+    def direct_ids(self) -> list[tuple[int, int]]:
         """(stage, layer id) of every direct transfer, in the order both sides use:
         by stage, then numerically by layer id."""
         return [
@@ -274,7 +275,7 @@ class AuxCapturePlan:
             for layer_id in sorted(self.ids_of_stage(stage))
         ]
 
-    def fingerprint(self) -> Dict[str, Any]:
+    def fingerprint(self) -> dict[str, Any]:
         return {
             "layer_ids": list(self.layer_ids),
             "num_layers": self.num_layers,

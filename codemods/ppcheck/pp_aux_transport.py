@@ -1,5 +1,9 @@
 """Carry aux hidden states captured on every pipeline stage to the last stage.
 
+``auxcap validate-pp``'s transport: it measures the relay the upstream patch ships
+(``codemods/upstream/shipped/pp_aux_capture.py``) against a point-to-point alternative
+(direct mode) on real process groups.  It is not part of the upstream patch.
+
 Under pipeline parallelism (PP) a speculative drafter runs on the last stage, but the
 layers whose hidden states it consumes live on every stage. This module gives a model's
 forward what it needs to move those captures:
@@ -50,7 +54,8 @@ the same order, even processes that are not members.
 from __future__ import annotations
 
 import pickle
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -85,7 +90,7 @@ __all__ = [
 ]
 
 
-def new_direct_group(ranks: Sequence[int], backend: Optional[str] = None) -> Any:
+def new_direct_group(ranks: Sequence[int], backend: str | None = None) -> Any:
     """Create the dedicated group for direct-mode transfers.
 
     Collective: every process of the default group must call this (members or not), in
@@ -94,7 +99,7 @@ def new_direct_group(ranks: Sequence[int], backend: Optional[str] = None) -> Any
     return dist.new_group(ranks=list(ranks), backend=backend)
 
 
-def all_gather_objects(payload: Any, group: Any = None) -> List[Any]:
+def all_gather_objects(payload: Any, group: Any = None) -> list[Any]:
     """``payload`` of every rank of ``group``, in rank order. Collective on ``group``.
 
     Does what ``all_gather_object`` does with two tensor collectives (sizes, then the
@@ -118,11 +123,11 @@ def all_gather_objects(payload: Any, group: Any = None) -> List[Any]:
     dist.all_gather(chunks, buffer, group=group)
     return [
         pickle.loads(bytes(chunk[:length].cpu().tolist()))
-        for chunk, length in zip(chunks, lengths)
+        for chunk, length in zip(chunks, lengths, strict=False)
     ]
 
 
-def _all_gather(group: Any, payload: Any, pp_size: int) -> List[Any]:
+def _all_gather(group: Any, payload: Any, pp_size: int) -> list[Any]:
     # A single stage has nobody to agree with; it must not touch the default group.
     if pp_size == 1 or not dist.is_available() or not dist.is_initialized():
         return [payload]
@@ -164,7 +169,7 @@ class PPAuxTransport:
         *,
         group: Any = None,
         direct_group: Any = None,
-        ranks: Optional[Sequence[int]] = None,
+        ranks: Sequence[int] | None = None,
     ) -> None:
         self.plan = plan
         self.group = group
@@ -181,10 +186,10 @@ class PPAuxTransport:
                 "direct mode needs a dedicated direct_group (see new_direct_group) so "
                 "its transfers never match the scheduler's own send/recv."
             )
-        self.hidden_size: Optional[int] = None
-        self.dtype: Optional[torch.dtype] = None
-        self._pending: List[Tuple[Any, torch.Tensor]] = []
-        self.stats: Dict[str, int] = {
+        self.hidden_size: int | None = None
+        self.dtype: torch.dtype | None = None
+        self._pending: list[tuple[Any, torch.Tensor]] = []
+        self.stats: dict[str, int] = {
             "direct_sends": 0,
             "direct_send_bytes": 0,
             "direct_recvs": 0,
@@ -206,8 +211,8 @@ class PPAuxTransport:
         feature: str = "DSPARK",
         group: Any = None,
         direct_group: Any = None,
-        ranks: Optional[Sequence[int]] = None,
-    ) -> "PPAuxTransport":
+        ranks: Sequence[int] | None = None,
+    ) -> PPAuxTransport:
         """Validate, build the plan and handshake in one step.
 
         A rank whose own config is invalid still joins the handshake, so every rank
@@ -238,7 +243,7 @@ class PPAuxTransport:
     @staticmethod
     def _payload(
         plan: AuxCapturePlan, hidden_size: int, dtype: torch.dtype
-    ) -> Dict[str, Any]:
+    ) -> dict[str, Any]:
         payload = plan.fingerprint()
         payload.update(
             pp_rank=plan.pp_rank, hidden_size=int(hidden_size), dtype=str(dtype)
@@ -257,7 +262,7 @@ class PPAuxTransport:
         self.dtype = dtype
 
     @property
-    def ranks(self) -> List[int]:
+    def ranks(self) -> list[int]:
         if self._ranks is None:
             if self.group is not None and dist.is_initialized():
                 self._ranks = list(dist.get_process_group_ranks(self.group))
@@ -273,8 +278,8 @@ class PPAuxTransport:
     def outgoing(
         self,
         captures: Mapping[int, torch.Tensor],
-        incoming: Optional[Mapping[str, torch.Tensor]],
-    ) -> Dict[str, torch.Tensor]:
+        incoming: Mapping[str, torch.Tensor] | None,
+    ) -> dict[str, torch.Tensor]:
         """Aux entries to merge into the handoff sent to the next stage."""
         plan = self.plan
         if plan.is_last_stage:
@@ -338,20 +343,20 @@ class PPAuxTransport:
     def collect(
         self,
         captures: Mapping[int, torch.Tensor],
-        incoming: Optional[Mapping[str, torch.Tensor]],
+        incoming: Mapping[str, torch.Tensor] | None,
         like: torch.Tensor,
-    ) -> List[torch.Tensor]:
+    ) -> list[torch.Tensor]:
         """All captures in requested order; ``RuntimeError`` if any is missing/extra."""
         plan = self.plan
         if not plan.is_last_stage:
             raise RuntimeError("collect() is for the last stage; use outgoing().")
         self._check_local(captures)
-        gathered: Dict[int, torch.Tensor] = {}
+        gathered: dict[int, torch.Tensor] = {}
         if plan.pp_size > 1:
             entry = self._incoming_entry(incoming, captures, like)
             if entry is not None:
                 pieces = entry.split(like.shape[-1], dim=-1)
-                gathered.update(zip(plan.incoming_ids(), pieces))
+                gathered.update(zip(plan.incoming_ids(), pieces, strict=False))
             gathered.update(self._receive_direct(like))
         for layer_id in plan.local_layer_ids:
             gathered[layer_id] = captures[layer_id]
@@ -363,7 +368,7 @@ class PPAuxTransport:
                 f"unexpected layers {extra} (requested {list(plan.layer_ids)})."
             )
         result = [gathered[layer_id] for layer_id in plan.layer_ids]
-        for layer_id, tensor in zip(plan.layer_ids, result):
+        for layer_id, tensor in zip(plan.layer_ids, result, strict=False):
             if tensor.shape != like.shape:
                 raise RuntimeError(
                     f"aux capture of layer {layer_id} has shape {tuple(tensor.shape)}, "
@@ -371,9 +376,9 @@ class PPAuxTransport:
                 )
         return result
 
-    def _receive_direct(self, like: torch.Tensor) -> Dict[int, torch.Tensor]:
+    def _receive_direct(self, like: torch.Tensor) -> dict[int, torch.Tensor]:
         transfers = self.plan.direct_ids()
-        received: Dict[int, torch.Tensor] = {}
+        received: dict[int, torch.Tensor] = {}
         if not transfers:
             return received
         works = []
@@ -403,10 +408,10 @@ class PPAuxTransport:
 
     def _incoming_entry(
         self,
-        incoming: Optional[Mapping[str, torch.Tensor]],
+        incoming: Mapping[str, torch.Tensor] | None,
         captures: Mapping[int, torch.Tensor],
-        like: Optional[torch.Tensor] = None,
-    ) -> Optional[torch.Tensor]:
+        like: torch.Tensor | None = None,
+    ) -> torch.Tensor | None:
         """The ``AUX_ENTRY`` tensor this stage received, checked against the plan:
         present exactly when earlier stages hand captures on, ``[tokens, n * hidden]``
         for the ``n`` layers it must hold. Raises ``RuntimeError`` naming the layers."""
