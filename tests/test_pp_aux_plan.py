@@ -1,4 +1,4 @@
-"""``pp_aux_plan.py`` (torch-free) and the shipped transport hold the same arithmetic."""
+"""``pp_aux_plan.py`` (torch-free) and validate-pp's transport hold the same arithmetic."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.test_installs import PROJECT_ROOT, hide_modules
 
-UPSTREAM = PROJECT_ROOT / "codemods" / "upstream"
+PPCHECK = PROJECT_ROOT / "codemods" / "ppcheck"
 
 
 def _definitions(path: Path) -> dict[str, str]:
@@ -26,48 +26,44 @@ def _definitions(path: Path) -> dict[str, str]:
 
 
 def test_the_transport_imports_the_plan_instead_of_copying_it():
-    plan = _definitions(UPSTREAM / "pp_aux_plan.py")
-    transport = _definitions(UPSTREAM / "pp_aux_transport.py")
+    plan = _definitions(PPCHECK / "pp_aux_plan.py")
+    transport = _definitions(PPCHECK / "pp_aux_transport.py")
     assert {"AuxCapturePlan", "validate_layer_ids", "partition_from_string"} <= set(plan)
     copied = sorted(set(plan) & set(transport))
     assert not copied, f"pp_aux_transport.py defines again {copied}"
-    from codemods.upstream import pp_aux_plan, pp_aux_transport
+    from codemods.ppcheck import pp_aux_plan, pp_aux_transport
 
     for name in ("AuxCapturePlan", "validate_layer_ids", "AUX_ENTRY", "MODES"):
         assert getattr(pp_aux_transport, name) is getattr(pp_aux_plan, name)
 
 
 def test_the_transport_imports_the_plan_from_its_own_directory():
-    """Shipped side by side (``sglang/srt/distributed/``), so the import is relative."""
-    tree = ast.parse((UPSTREAM / "pp_aux_transport.py").read_text(encoding="utf-8"))
+    tree = ast.parse((PPCHECK / "pp_aux_transport.py").read_text(encoding="utf-8"))
     sources = [(n.module, n.level) for n in tree.body if isinstance(n, ast.ImportFrom)]
     assert ("pp_aux_plan", 1) in sources
     assert not [m for m, _ in sources if m and m.startswith("codemods")]
 
 
-def test_the_plan_module_and_the_pr_body_import_without_torch(tmp_path):
+def test_the_upstream_generator_imports_without_torch(tmp_path):
     hidden = hide_modules(tmp_path / "hidden", "torch", "numpy")
     code = (
-        "from codemods.upstream.pp_aux_plan import AuxCapturePlan\n"
-        "from codemods.upstream.pr_body import traffic_table\n"
-        "plan = AuxCapturePlan.build([2, 13, 24], 27, 0, 3, mode='direct')\n"
-        "print(plan.partition, plan.direct_ids())\n"
-        "print(traffic_table())\n"
+        "import codemods.upstream.pr_body, codemods.upstream.series\n"
+        "import sys\n"
+        "print('torch' in sys.modules)\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hidden), str(PROJECT_ROOT)])}
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("((0, 9), (9, 18), (18, 27)) [(0, 2)]\n")
-    assert "| 3 | direct | 2 | 9.0 KiB | 72.0 MiB | 72.0 MiB | 36.0 MiB |" in done.stdout
+    assert done.stdout == "False\n"
 
 
 GATHER_SCRIPT = """
 import os, sys
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from codemods.upstream.pp_aux_transport import all_gather_objects
+from codemods.ppcheck.pp_aux_transport import all_gather_objects
 
 def worker(rank, size, port, out):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from codemods.upstream import pp_aux_transport as t
+from codemods.ppcheck import pp_aux_transport as t
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""``graph_sizing.py`` mirrors a DSPARK PP proxy sizing path for the aux entry, and
+"""``graph_sizing.py`` renames a DSPARK PP proxy sizing path for every capture method, and
 ``family_proxy_width.py`` gives a rewritten causal-LM class its width method."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import libcst as cst
 import pytest
 
 from codemods.upstream.family_proxy_width import add_proxy_width_method
-from codemods.upstream.graph_sizing import SizingError, mirror_dspark_sizing
+from codemods.upstream.graph_sizing import SizingError, rename_dspark_entry
 
 #: A small module in the shape of a sizing path: protocol, resolver, allocation with an
 #: ``if`` block, a keyword argument spread over lines, and a method.
@@ -57,9 +57,6 @@ class Runner:
 
 
 class _Model:
-    def get_pp_proxy_dspark_hidden_size(self):
-        return 8
-
     def get_pp_proxy_aux_hidden_size(self):
         return 12
 
@@ -72,30 +69,37 @@ def _run(text: str, rank: int = 1):
     return namespace, runner
 
 
-def test_every_unit_of_the_path_gets_an_aux_twin():
-    mirrored = mirror_dspark_sizing(SIZING, "sizing.py")
-    namespace, runner = _run(mirrored)
-    tensors = runner.buffers()
-    assert tensors["dspark_hidden_states"].shape == (8, 8)
-    assert tensors["aux_hidden_states"].shape == (8, 12)
+def test_the_path_is_renamed_for_every_capture_method():
+    renamed = rename_dspark_entry(SIZING, "sizing.py")
+    assert "dspark" not in renamed.lower()
+    namespace, runner = _run(renamed)
+    assert runner.buffers()["aux_hidden_states"].shape == (8, 12)
     assert runner.get_pp_proxy_aux_hidden_size() == 12
     assert namespace["resolve_pp_proxy_aux_hidden_size"](model=_Model(), pp_rank=0) == 0
     assert "_SupportsAuxPPProxy" in namespace
-    _, first = _run(mirrored, rank=0)
+    _, first = _run(renamed, rank=0)
     assert "aux_hidden_states" not in first.buffers()
-    # The DSPARK lines are untouched: the original is the mirror minus the twins.
-    kept = [line for line in mirrored.splitlines() if "aux" not in line.lower()]
-    assert all(line in kept for line in SIZING.splitlines() if "dspark" in line.lower())
+    # Lines the shorter names let fit are joined as black joins them; the rest stays.
+    assert "        return resolve_pp_proxy_aux_hidden_size(model=self.model, " \
+        "pp_rank=self.rank)\n" in renamed
+    assert ("            pp_proxy_aux_hidden_size=self.get_pp_proxy_aux_hidden_size(),\n"
+            in renamed)
+    joined = '        tensors["aux_hidden_states"] = torch.zeros((rows, pp_proxy_aux_hidden_size))\n'
+    assert joined in renamed
+    assert len(renamed.splitlines()) == len(SIZING.splitlines()) - 4
 
 
-def test_mirroring_is_idempotent_and_refuses_a_file_without_the_path():
-    once = mirror_dspark_sizing(SIZING, "sizing.py")
-    assert mirror_dspark_sizing(once, "sizing.py") == once
-    with pytest.raises(SizingError, match=r"^old\.py: no DSPARK PP proxy sizing"):
-        mirror_dspark_sizing("def allocate(rows):\n    return {}\n", "old.py")
-    with pytest.raises(SizingError, match=r"^new\.py:1: .*'allocate'"):
-        mirror_dspark_sizing("def allocate(pp_proxy_dspark_hidden_size=0):\n    pass\n",
-                             "new.py")
+def test_renaming_is_idempotent_and_a_line_that_would_not_fit_stays_split():
+    once = rename_dspark_entry(SIZING, "sizing.py")
+    assert rename_dspark_entry(once, "sizing.py") == once
+    wide = ("def f():\n    return g(\n        pp_proxy_dspark_hidden_size_with_a_very_long_"
+            "name_that_does_not_fit_on_one_line_at_all\n    )\n")
+    assert rename_dspark_entry(wide, "wide.py").count("\n") == 4
+    # A magic trailing comma keeps the call split, as black keeps it.
+    trailing = "x = f(\n    pp_proxy_dspark_hidden_size=1,\n)\n"
+    assert rename_dspark_entry(trailing, "t.py") == "x = f(\n    pp_proxy_aux_hidden_size=1,\n)\n"
+    with pytest.raises(SizingError, match=r"^bad\.py: renamed sizing does not compile"):
+        rename_dspark_entry("def f(:\n    pp_proxy_dspark_hidden_size\n", "bad.py")
 
 
 CLASS = '''\

@@ -5,12 +5,10 @@ applies to a copy of it, is empty on the patched copy (idempotent), and the patc
 ``kimi_linear.py``, imported on CPU and driven as real pipeline stages in separate processes
 (gloo, 2 and 3 stages, captures on every stage, three microbatches incl. an empty one),
 hands the logits processor exactly the aux states of the PP=1 run, both in a forked drive
-and through the ``codemods.ppcheck`` harness.  The transport mode is chosen at run time
-(``SGLANG_PP_AUX_TRANSPORT``, read by the glue), so one patched tree runs relay and direct;
-``--mode`` only sets the glue's default.  The same drive of the
-unpatched module fails: ``NotImplementedError`` from the setter, and fewer aux states when
-the ids are stored past the guard.  0.5.21 is reported as already supported (only its
-relay's check of the handoff entry is patched).
+and through the ``codemods.ppcheck`` harness.  The same drive of the unpatched module
+fails: ``NotImplementedError`` from the setter, and fewer aux states when the ids are
+stored past the guard.  0.5.21 is reported as already supported: asked for alone it needs
+no change, and with the family its relay's entry is renamed for every capture method.
 """
 
 from __future__ import annotations
@@ -41,12 +39,12 @@ def _check(root, runs, **options):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _patched_copy(release, tmp_path, mode="relay"):
-    result = generate(release, mode=mode, models=["kimi_linear"])
+def _patched_copy(release, tmp_path):
+    result = generate(release, models=["kimi_linear"])
     assert result.status == kimi.NEEDS_PATCH
     check = git_apply(release, result.patch, check=True)
     assert check.returncode == 0, check.stderr
-    copy = linked_copy(release, tmp_path / f"sglang-{mode}", result.changed)
+    copy = linked_copy(release, tmp_path / "sglang", result.changed)
     applied = git_apply(copy, result.patch)
     assert applied.returncode == 0, applied.stderr
     return result, copy
@@ -60,21 +58,16 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
     result, copy = _patched_copy(release, tmp_path)
     assert result.changed == [
         "sglang/srt/models/kimi_linear.py",
-        "sglang/srt/distributed/pp_aux_transport.py",
-        "sglang/srt/distributed/pp_aux_plan.py",
         "sglang/srt/distributed/pp_aux_capture.py",
-        "sglang/test/test_pp_aux_capture.py",
     ]
     text = (copy / result.model_path).read_text()
-    assert "attach_pp_aux_transport(" in text and "mode=" not in text
+    assert "set_pp_aux_capture(" in text
     again = generate(copy, models=["kimi_linear"])
     assert again.status == kimi.PATCHED and again.patch == ""
     # The cached release itself is untouched (hard-linked copy, patched files private).
-    assert "PPAuxTransport" not in (release / result.model_path).read_text()
+    assert "PPAuxRelay" not in (release / result.model_path).read_text()
 
-    # Unset (the glue's default, relay), and both modes named in the environment.
-    patched = _check(copy, [{"pp": 2}, {"pp": 3}, {"pp": 3, "mode": "relay"},
-                            {"pp": 3, "mode": "direct"}])
+    patched = _check(copy, [{"pp": 2}, {"pp": 3}])
     assert patched["module"].startswith(str(copy))
     for run in patched["runs"]:
         assert run.get("error") is None, run.get("error")
@@ -83,7 +76,7 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
 
     # The same module through the PP validation harness (spawned ranks, scheduler-like
     # loop with microbatches in flight, PP=1 comparison, wire bytes vs analytic).
-    harness = _check(copy, [{"pp": 3}], harness=True, mode="relay", timeout=400)
+    harness = _check(copy, [{"pp": 3}], harness=True, timeout=400)
     assert harness["harness"] == "codemods.ppcheck"
     (run,) = harness["runs"]
     assert run["ok"] and run["status"] == "PASS", run
@@ -98,35 +91,6 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
                                                bypassed["expected_counts"], strict=False))
 
 
-@pytest.mark.timeout(1200)
-def test_direct_mode_from_the_environment_matches_pp1_on_three_stages(sglang_release,
-                                                                       tmp_path):
-    release = sglang_release("0.5.20")
-    relay_result, relay_copy = _patched_copy(release, tmp_path)
-    # The relay-default patch, switched to direct by the environment alone.
-    report = _check(relay_copy, [{"pp": 3}], harness=True, mode="direct", timeout=400)
-    (run,) = report["runs"]
-    assert run["ok"] and run["status"] == "PASS", run
-    # Layer 0 lives two hops before the last stage: it must have gone over the direct group.
-    assert "+ 0B direct" not in run["detail"], run["detail"]
-
-    # --mode direct changes only the glue's default; the model file is the same.
-    result, copy = _patched_copy(release, tmp_path, mode="direct")
-    model = (copy / result.model_path).read_text()
-    assert model == (relay_copy / relay_result.model_path).read_text()
-    glue = (copy / "sglang/srt/distributed/pp_aux_capture.py").read_text()
-    assert 'DEFAULT_MODE = "direct"' in glue
-    report = _check(copy, [{"pp": 3}], harness=True, glue_default="direct", timeout=400)
-    (run,) = report["runs"]
-    assert run["ok"] and run["status"] == "PASS", run
-    assert "+ 0B direct" not in run["detail"], run["detail"]
-    # The environment still wins over the generated default.
-    report = _check(copy, [{"pp": 3}], harness=True, mode="relay", timeout=400)
-    (run,) = report["runs"]
-    assert run["ok"] and run["status"] == "PASS", run
-    assert "+ 0B direct" in run["detail"], run["detail"]
-
-
 @pytest.mark.timeout(300)
 def test_release_0_5_21_is_reported_as_supported(sglang_release, tmp_path):
     release = sglang_release("0.5.21")
@@ -135,18 +99,16 @@ def test_release_0_5_21_is_reported_as_supported(sglang_release, tmp_path):
     outcome = CliRunner().invoke(cli, ["upstream-patch", str(release), "-o", str(out),
                                        "--pr-body", str(body), "--models", "kimi_linear"])
     assert outcome.exit_code == 0, outcome.output
-    assert ("already supports DSPARK aux capture under PP; only its relay's checks are "
-            "patched") in outcome.output
+    assert "already supports DSPARK aux capture under PP" in outcome.output
     assert "dspark_hidden_states" in outcome.output
-    # Only the relay's check of its handoff entry (tests/test_upstream_dspark_relay_releases.py).
-    patch = out.read_text()
-    assert patch.count("diff --git") == 1 and "_relayed_dspark_hidden_states" in patch
-    assert body.exists()
-    # With the whole family, Kimi-Linear is still reported; its relay check is in the patch.
+    assert out.read_text() == ""
+    # With the whole family, its relay's entry is renamed for every capture method
+    # (tests/test_upstream_relay_rename_releases.py).
     outcome = CliRunner().invoke(cli, ["upstream-patch", str(release), "-o", str(out)])
     assert outcome.exit_code == 0, outcome.output
-    assert "already supports DSPARK aux capture under PP; only its relay" in outcome.output
-    assert "kimi_linear.py" in out.read_text()
+    kimi_diff = out.read_text().split("diff --git a/sglang/srt/models/kimi_linear.py")[1]
+    kimi_diff = kimi_diff.split("diff --git")[0]
+    assert '+            and "aux_hidden_states" in pp_proxy_tensors.tensors' in kimi_diff
 
 
 @pytest.mark.timeout(300)
@@ -159,7 +121,7 @@ def test_cli_patch_applies_on_release_and_compiles(sglang_release, tmp_path, ver
     assert outcome.exit_code == 0, outcome.output
     patch = out.read_text()
     assert git_apply(release, patch, check=True).returncode == 0
-    assert "diff --git a/sglang/srt/distributed/pp_aux_transport.py" in patch
+    assert "diff --git a/sglang/srt/distributed/pp_aux_capture.py" in patch
     assert "new file mode 100644" in patch
     added = [line[1:] for line in patch.splitlines()
              if line.startswith("+") and not line.startswith("+++")]

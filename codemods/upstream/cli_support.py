@@ -118,7 +118,7 @@ def run_upstream_patch(root: str, output: str | None, pr_body: str | None,
     report_kimi_k3(result)
     if result.status == kimi.SUPPORTED:
         if result.model_path in result.changed:
-            done = "only its relay's checks are patched"
+            done = "its relay's entry is renamed for every capture method"
         else:
             done = "no patch written" if not result.changes else "it is left out of the patch"
         _say(f"{where}: {result.model_path} already supports DSPARK aux capture under PP; "
@@ -126,6 +126,8 @@ def run_upstream_patch(root: str, output: str | None, pr_body: str | None,
         for note in result.notes:
             _say(f"  {note}")
         if not result.changes:
+            if output:
+                write_output_atomic(output, b"")
             return 0
     patch = result.patch
     if not patch:

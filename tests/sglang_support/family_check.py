@@ -30,9 +30,9 @@ class PatchFailed(RuntimeError):
     pass
 
 
-def patched_copy(release: Path, dest: Path, models: list[str] | None = None,
-                 mode: str = "relay") -> tuple[UpstreamResult, Path]:
-    result = generate(release, mode=mode, models=models)
+def patched_copy(release: Path, dest: Path,
+                 models: list[str] | None = None) -> tuple[UpstreamResult, Path]:
+    result = generate(release, models=models)
     check = git_apply(release, result.patch, check=True)
     if check.returncode != 0:
         raise PatchFailed(f"git apply --check on {release}: {check.stderr}")

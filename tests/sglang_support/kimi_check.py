@@ -6,12 +6,8 @@ size compares with the PP=1 run of the same module.
         "layer_ids": [6, 0, 3, 2], "tokens": [3, 0, 2],
         "runs": [{"pp": 2}, {"pp": 3}, {"pp": 2, "bypass_setter": true}]}'
 
-Each run's transport mode (``"mode"`` of the run, else of the config, else the glue's
-default) is set as ``SGLANG_PP_AUX_TRANSPORT`` before the stages start: the patched setter
-reads it through the glue at run time.  With ``"harness": true`` the runs go through
-``codemods.ppcheck.run_scenarios`` instead of the forked drive (the scenario's mode is the
-same one, so its wire-byte accounting checks what the environment chose; with the
-variable unset, ``"glue_default"`` names the default the glue was generated with).
+With ``"harness": true`` the runs go through ``codemods.ppcheck.run_scenarios`` instead of
+the forked drive (relay mode: its wire-byte accounting checks what the handoff carries).
 ``bypass_setter`` stores the ids on the inner model of every stage instead of calling the
 setter (what the forward does once the PP guard is out of the way).
 Per run: ``ok`` (aux states and final hidden states equal with torch.equal),
@@ -28,35 +24,15 @@ import time
 
 import torch
 
-MODE_ENV = "SGLANG_PP_AUX_TRANSPORT"
-
-
-def run_mode(config: dict, run: dict) -> str | None:
-    """The mode a run sets in the environment (None: leave it unset, glue default)."""
-    return run.get("mode", config.get("mode"))
-
-
-def set_mode(mode: str | None) -> None:
-    if mode is None:
-        os.environ.pop(MODE_ENV, None)
-    else:
-        os.environ[MODE_ENV] = mode
-
-
 def run_with_harness(config: dict) -> dict:
     """The same stages through ``codemods.ppcheck.run_scenarios`` (spawned ranks, the
     scheduler-like loop, PP=1 comparison and wire-byte accounting of the harness)."""
     from codemods.ppcheck import Scenario, run_scenarios
     from sglang_support.kimi_stage import kimi_stage_factory
 
-    modes = {run_mode(config, run) for run in config["runs"]}
-    if len(modes) != 1:
-        raise ValueError(f"one mode per harness call, got {sorted(modes, key=str)}")
-    (env_mode,) = modes
-    set_mode(env_mode)  # inherited by the spawned ranks
-    # Without the variable the glue's default decides ("glue_default": what the patch was
-    # generated with); the harness checks the wire bytes of that mode.
-    mode = env_mode or config.get("glue_default", "relay")
+    # The patch relays captures in the PP handoff: the harness checks that mode's wire
+    # bytes.
+    mode = "relay"
     scenarios = [
         Scenario(
             name=f"kimi-linear-{mode}",
@@ -102,11 +78,10 @@ def main(argv: list[str]) -> int:
     for run in config["runs"]:
         pp_size = int(run["pp"])
         bypass = bool(run.get("bypass_setter", False))
-        set_mode(run_mode(config, run))  # inherited by the forked stages
         t0 = time.time()
         result = drive(kimi_stage_factory, dict(spec, bypass_setter=bypass), pp_size, tokens,
                        timeout=float(config.get("timeout", 120)))
-        entry = {"pp": pp_size, "bypass_setter": bypass, "mode": run_mode(config, run),
+        entry = {"pp": pp_size, "bypass_setter": bypass,
                  "seconds": round(time.time() - t0, 2),
                  "expected_counts": [len(aux) for _, aux in reference]}
         if result.ok:

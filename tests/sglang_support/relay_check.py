@@ -1,8 +1,10 @@
 """Call the real ``KimiLinearModel.forward`` (SGLang 0.5.21+) as the last pipeline stage.
 
-Usage: ``python -m sglang_support.relay_check`` under ``env.sglang_env(tree)``; prints one
-JSON object: case name -> ``{"aux_widths": [...]}`` (what the stage hands on) or
-``{"error": "<message>"}`` (what it raised).
+Usage: ``python -m sglang_support.relay_check [ENTRY]`` under ``env.sglang_env(tree)``;
+``ENTRY`` is the ``PPProxyTensors`` key the earlier stages' captures arrive in (default
+``dspark_hidden_states``, the release's).  Prints one JSON object: case name ->
+``{"aux_widths": [...]}`` (what the stage hands on) or ``{"error": "<message>"}`` (what it
+raised).
 
 The model instance is built without its ``__init__`` (``stages.bare``): 6 layers, this stage
 owns layers 3-5, hidden size 4, stand-in decoder layers that add 1 (returning the residual
@@ -15,6 +17,7 @@ Each case hands the stage a PP proxy as an earlier stage (or a CUDA-graph buffer
 from __future__ import annotations
 
 import json
+import sys
 from types import SimpleNamespace
 
 import sglang.srt.models.kimi_linear as kimi_linear
@@ -75,14 +78,15 @@ def last_stage(layer_ids: list[int]):
     return model
 
 
-def run(layer_ids: list[int], tokens: int, relayed_width: int | None) -> dict:
+def run(layer_ids: list[int], tokens: int, relayed_width: int | None,
+        entry: str = "dspark_hidden_states") -> dict:
     model = last_stage(layer_ids)
     hidden = torch.arange(tokens * HIDDEN, dtype=torch.float32).view(tokens, HIDDEN)
     tensors = {"hidden_states": hidden}
     if not USES_RESIDUAL_BATCH:
         tensors["residual"] = torch.zeros_like(hidden)
     if relayed_width is not None:
-        tensors["dspark_hidden_states"] = torch.full((tokens, relayed_width), 7.0)
+        tensors[entry] = torch.full((tokens, relayed_width), 7.0)
     try:
         _, aux = model.forward(
             None, torch.zeros(tokens, dtype=torch.long), SimpleNamespace(),
@@ -113,7 +117,8 @@ def main() -> None:
     )
     if USES_RESIDUAL_BATCH:
         kimi_linear.residual_batch = StandInResidualBatch()
-    print(json.dumps({name: run(*case) for name, case in CASES.items()}))
+    entry = sys.argv[1] if len(sys.argv) > 1 else "dspark_hidden_states"
+    print(json.dumps({name: run(*case, entry=entry) for name, case in CASES.items()}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,65 @@
+"""SGLang's own DSPARK relay (Kimi-Linear, Kimi-K3; 0.5.21-0.5.23) serves every capture method.
+
+The family patch renames the relay's ``PPProxyTensors`` entry, its width method and its
+CUDA-graph sizing path (``graph_sizing.py``) instead of adding a second mechanism: after it,
+no file of the package names ``dspark_hidden_states`` or ``*pp_proxy_dspark_hidden_size``,
+and the real ``KimiLinearModel.forward`` of the patched copy, called as the last pipeline
+stage (``sglang_support.relay_check``), takes the earlier stages' captures from the
+``aux_hidden_states`` entry the other patched models hand on, and ignores the old key.
+Asked for Kimi-Linear alone, these releases need no change.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from sglang_support.env import run_python, sglang_tree
+from sglang_support.family_check import patched_copy
+
+from codemods.upstream import kimi
+from codemods.upstream.generate import generate
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+RELEASES = ("0.5.21", "0.5.22", "0.5.23")
+#: case -> aux widths the last stage returns when the entry carries the earlier captures.
+RELAYED = {"complete": [4, 4], "complete_two_earlier": [8, 4], "empty_batch": [4, 4],
+           "nothing_earlier": [4, 4]}
+OLD_NAMES = re.compile(r"dspark_hidden_states|pp_proxy_dspark_hidden_size|SupportsDSparkPPProxy")
+
+
+def _relay(root, entry: str) -> dict:
+    proc = run_python(["-m", "sglang_support.relay_check", entry], root, timeout=600)
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_one_entry_for_every_capture_method(version, tmp_path):
+    release = sglang_tree(version)
+    before = [p for p in (release / "sglang" / "srt").rglob("*.py")
+              if OLD_NAMES.search(p.read_text(encoding="utf-8"))]
+    assert before, "the release has no DSPARK relay to rename"
+    result, copy = patched_copy(release, tmp_path / "patched")
+    assert result.status == kimi.SUPPORTED
+    left = [str(p.relative_to(copy)) for p in (copy / "sglang").rglob("*.py")
+            if OLD_NAMES.search(p.read_text(encoding="utf-8"))]
+    assert left == []
+    renamed = {str(p.relative_to(release)) for p in before}
+    assert renamed <= set(result.changed)
+    patched = _relay(copy, "aux_hidden_states")
+    for case, widths in RELAYED.items():
+        assert patched[case].get("aux_widths") == widths, (version, case, patched[case])
+    # Captures under the old key are no longer read: the stage keeps only its own.
+    stale = _relay(copy, "dspark_hidden_states")
+    assert stale["complete"].get("aux_widths") == [4]
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_kimi_linear_alone_needs_no_change(version):
+    result = generate(sglang_tree(version), models=["kimi_linear"])
+    assert result.status == kimi.SUPPORTED
+    assert result.patch == ""

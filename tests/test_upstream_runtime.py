@@ -1,0 +1,207 @@
+"""The runtime the upstream patch ships (``shipped/pp_aux_capture.py``), in one process.
+
+The module needs nothing from SGLang, so it runs here as written into SGLang.  Stages are
+decoder stacks of a 4-layer model on 2 or 3 stages; a stage's handoff is the dict the
+next stage receives.  ``test_upstream_width_real_init.py`` checks the width on the real
+model classes of a patched release, and the family tests drive real forwards.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from codemods.upstream.family_patch import render_glue
+
+NUM_LAYERS = 4
+HIDDEN = 8
+TOKENS = 3
+
+
+@pytest.fixture(scope="module")
+def glue():
+    name = "auxcap_test_pp_aux_capture"
+    module = types.ModuleType(name)
+    sys.modules[name] = module  # dataclasses look their module up
+    try:
+        exec(compile(render_glue(), "pp_aux_capture.py", "exec"), module.__dict__)
+        yield module
+    finally:
+        sys.modules.pop(name, None)
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, hidden_size=None, config=None):
+        super().__init__()
+        if hidden_size is not None:
+            self.hidden_size = hidden_size
+        if config is not None:
+            self.config = config
+
+
+class Stack(torch.nn.Module):
+    """A decoder stack running layers ``[start, end)`` of ``NUM_LAYERS``."""
+
+    def __init__(self, start, end, layers=None, config=None, ids=(1, 3)):
+        super().__init__()
+        if config is not None:
+            self.config = config
+        self.start_layer, self.end_layer = start, end
+        self.layers = torch.nn.ModuleList(layers or [_Layer() for _ in range(NUM_LAYERS)])
+        self.layers_to_capture = list(ids)
+
+
+def _group(rank, size):
+    return SimpleNamespace(world_size=size, is_last_rank=rank == size - 1)
+
+
+def _config():
+    return SimpleNamespace(hidden_size=HIDDEN, num_hidden_layers=NUM_LAYERS)
+
+
+def _stages(glue, bounds, ids):
+    stacks = []
+    for rank, (start, end) in enumerate(bounds):
+        stack = Stack(start, end, config=_config(), ids=ids)
+        glue.set_pp_aux_capture(stack, _group(rank, len(bounds)))
+        stacks.append(stack)
+    return stacks
+
+
+def _capture(layer_id):
+    return torch.full((TOKENS, HIDDEN), float(layer_id))
+
+
+def _run(glue, bounds, ids, collector=list):
+    """Every stage captures its own ids in order; returns the last stage's collection."""
+    stacks = _stages(glue, bounds, ids)
+    incoming = None
+    for rank, stack in enumerate(stacks):
+        aux = collector()
+        for i in sorted(ids):
+            if stack.start_layer <= i < stack.end_layer:
+                aux.append(_capture(i))
+        if rank < len(stacks) - 1:
+            handoff = SimpleNamespace(tensors={"hidden_states": torch.zeros(TOKENS, HIDDEN)})
+            incoming = glue.pp_aux_handoff(stack, handoff, aux, incoming).tensors
+        else:
+            return stack, glue.pp_aux_collect(stack, aux, incoming), incoming
+
+
+@pytest.mark.parametrize(
+    "bounds", [[(0, 2), (2, 4)], [(0, 1), (1, 3), (3, 4)], [(0, 3), (3, 4)]]
+)
+@pytest.mark.parametrize("ids", [[1, 3], [0, 1, 2], [3], [0, 2, 3]])
+def test_the_last_stage_returns_every_capture_in_layer_order(glue, bounds, ids):
+    stack, collected, incoming = _run(glue, bounds, ids)
+    assert [int(t[0, 0]) for t in collected] == sorted(ids)
+    earlier = [i for i in ids if i < stack.start_layer]
+    entry = (incoming or {}).get("aux_hidden_states")
+    width = 0 if entry is None else entry.shape[-1]
+    # The width the last stage reports for its CUDA-graph buffer is the entry's.
+    assert glue.pp_aux_proxy_hidden_size(stack) == width == HIDDEN * len(earlier)
+
+
+def test_received_captures_are_copies_not_views_of_the_proxy_buffer(glue):
+    _, collected, incoming = _run(glue, [(0, 2), (2, 4)], [1, 3])
+    incoming["aux_hidden_states"].zero_()
+    assert int(collected[0][0, 0]) == 1
+
+
+class AuxList(list):
+    """A list subclass, as SGLang's ``AuxHiddenStateList``: the kind is kept."""
+
+
+class Packer:
+    """The public surface of SGLang's ``AuxHiddenStatePacker`` the runtime uses."""
+
+    def __init__(self, num_captures):
+        self.num_captures, self.items = num_captures, []
+
+    def append(self, tensor):
+        self.items.append(tensor.clone())
+
+    def __len__(self):
+        return len(self.items)
+
+    def captured(self):
+        return torch.cat(self.items, dim=-1)
+
+    def finalize(self):
+        assert len(self.items) == self.num_captures
+        return torch.cat(self.items, dim=-1)
+
+
+def test_the_collector_kind_is_kept(glue):
+    _, collected, _ = _run(glue, [(0, 2), (2, 4)], [1, 3], collector=AuxList)
+    assert type(collected) is AuxList
+    _, packed, _ = _run(glue, [(0, 1), (1, 3), (3, 4)], [0, 1, 3], collector=lambda: Packer(3))
+    assert isinstance(packed, Packer)
+    finalized = packed.finalize()
+    assert finalized.shape == (TOKENS, 3 * HIDDEN)
+    assert [int(finalized[0, k * HIDDEN]) for k in range(3)] == [0, 1, 3]
+
+
+def test_a_missing_or_narrow_entry_raises_naming_the_captures(glue):
+    first, last = _stages(glue, [(0, 2), (2, 4)], [1, 3])
+    with pytest.raises(RuntimeError, match="1 aux hidden states of earlier PP stages.*none"):
+        glue.pp_aux_collect(last, [_capture(3)], {"hidden_states": torch.zeros(1)})
+    narrow = {"aux_hidden_states": torch.zeros(TOKENS, HIDDEN // 2)}
+    with pytest.raises(RuntimeError, match=f"width {HIDDEN}\\), found width {HIDDEN // 2}"):
+        glue.pp_aux_collect(last, [_capture(3)], narrow)
+    with pytest.raises(RuntimeError, match=r"took 0 aux hidden states but owns .*\[1\]"):
+        glue.pp_aux_outgoing(first, [], None)
+
+
+def test_only_the_last_stage_keeps_the_capture_flag(glue):
+    for rank, kept in ((0, False), (1, True)):
+        lm = SimpleNamespace(capture_aux_hidden_states=True)
+        glue.set_pp_aux_capture(Stack(0, 2, config=_config()), _group(rank, 2), causal_lm=lm)
+        assert lm.capture_aux_hidden_states is kept
+    lm = SimpleNamespace(capture_aux_hidden_states=True)
+    glue.set_pp_aux_capture(Stack(0, 4, config=_config()), _group(0, 1), causal_lm=lm)
+    assert lm.capture_aux_hidden_states is True
+
+
+def test_pp1_and_ids_the_loop_never_reaches_leave_everything_as_it_is(glue):
+    single = Stack(0, 4, config=_config())
+    glue.set_pp_aux_capture(single, _group(0, 1))
+    aux = [_capture(1), _capture(3)]
+    assert glue.pp_aux_collect(single, aux, None) is aux
+    assert glue.pp_aux_outgoing(single, aux, None) == {}
+    outside = Stack(2, 4, config=_config(), ids=[7, -1])
+    glue.set_pp_aux_capture(outside, _group(1, 2))
+    assert outside.pp_aux_relay is None
+    assert glue.pp_aux_proxy_hidden_size(outside) == 0
+
+
+def _width(glue, make_stack):
+    widths = []
+    for rank, (start, end) in enumerate([(0, 2), (2, 4)]):
+        stack = make_stack(start, end)
+        glue.set_pp_aux_capture(stack, _group(rank, 2))
+        widths.append(glue.pp_aux_proxy_hidden_size(stack))
+    return widths
+
+
+def test_the_stacks_config_gives_the_width(glue):
+    layers = [_Layer(hidden_size=8) for _ in range(NUM_LAYERS)]
+    config = SimpleNamespace(hidden_size=24, num_hidden_layers=NUM_LAYERS)
+    assert _width(glue, lambda s, e: Stack(s, e, layers, config)) == [0, 24]
+
+
+def test_without_a_config_the_decoder_layers_give_the_width(glue):
+    # GptOssModel / MiniMaxM3Model: no config on the stack, hidden_size on each layer.
+    layers = [_Layer(hidden_size=16) for _ in range(NUM_LAYERS)]
+    assert _width(glue, lambda s, e: Stack(s, e, layers)) == [0, 16]
+    layers = [_Layer(config=SimpleNamespace(hidden_size=12)) for _ in range(NUM_LAYERS)]
+    assert _width(glue, lambda s, e: Stack(s, e, layers)) == [0, 12]
+
+
+def test_no_width_anywhere_raises_naming_the_stack(glue):
+    with pytest.raises(RuntimeError, match="Stack has no config.hidden_size"):
+        glue.set_pp_aux_capture(Stack(2, 4), _group(1, 2))
