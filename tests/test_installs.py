@@ -83,7 +83,7 @@ def test_upstream_pr_body_and_branch_need_no_torch(tmp_path, monkeypatch):
                           str(body), cwd=root)
     assert done.returncode == 0, done.stderr
     assert "## Benchmark & Profiling" in body.read_text()
-    assert "diff --git a/sglang/srt/distributed/pp_aux_transport.py" in patch.read_text()
+    assert "diff --git a/sglang/srt/distributed/pp_aux_capture.py" in patch.read_text()
 
     done = auxcap_without(hidden, "upstream-patch", ".", "--branch", "pp/capture",
                           "--pr-body", str(tmp_path / "branch.md"), cwd=root)

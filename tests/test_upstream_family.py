@@ -197,7 +197,7 @@ def test_selecting_a_model_keeps_the_forward_it_needs(plan):
     assert selected.touched_files == ["family_qwen_base.py", "family_qwen_derived.py"]
     assert "family_qwen_base.py" not in selected.setter_edits
     rewritten = selected.rewritten()
-    assert "attach_pp_aux_transport(self.model" not in rewritten["family_qwen_base.py"]
+    assert "set_pp_aux_capture(self.model" not in rewritten["family_qwen_base.py"]
     assert "pp_aux_outgoing(self" in rewritten["family_qwen_base.py"]
 
 
@@ -309,7 +309,7 @@ def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
     out = tmp_path / "family.patch"
     outcome = CliRunner().invoke(
         cli,
-        ["upstream-patch", str(root), "-o", str(out), "--mode", "direct",
+        ["upstream-patch", str(root), "-o", str(out),
          "--models", "family_llama_like,family_qwen_derived,family_unsupported"],
     )
     assert outcome.exit_code == 0, outcome.output
@@ -325,13 +325,10 @@ def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
         "sglang/srt/models/family_llama_like.py",
         "sglang/srt/models/family_qwen_base.py",
         "sglang/srt/models/family_qwen_derived.py",
-        "sglang/srt/distributed/pp_aux_transport.py",
-        "sglang/srt/distributed/pp_aux_plan.py",
         "sglang/srt/distributed/pp_aux_capture.py",
         "sglang/test/pp_aux_capture_family_models.py",
         "sglang/test/test_pp_aux_capture_family.py",
     ]
-    assert '+DEFAULT_MODE = "direct"' in patch
     assert git_apply(root, patch, check=True).returncode == 0
     assert git_apply(root, patch).returncode == 0
     test_file = (root / "sglang/test/test_pp_aux_capture_family.py").read_text()

@@ -71,16 +71,12 @@ def test_decisions_name_the_shape(plan):
 
 def test_gathered_by_id_keeps_the_hooks_pp_group(plan):
     text = plan.rewritten()["entry_gathered_ids.py"]
-    assert "attach_pp_aux_transport(self.model, get_parallel().pp_group)" in text
-    assert (
-        "        if not get_parallel().pp_group.is_last_rank:\n"
-        "            # Earlier stages hand their captures to the next stage"
-    ) in text
+    assert "set_pp_aux_capture(self.model, get_parallel().pp_group, causal_lm=self)" in text
     assert text.count("return\n") == 0
     assert (
         "        )\n"
         "\n"
-        "        captured = pp_aux_collect(self, captured, pp_proxy_tensors, hidden_states)\n"
+        "        captured = pp_aux_collect(self, captured, pp_proxy_tensors)\n"
         "        if len(captured) == 0:\n"
     ) in text
 
@@ -105,7 +101,7 @@ def test_handoff_and_gathering_are_where_the_captures_are_read(plan):
     assert (
         "            hidden_states = residual_batch.complete_output(hidden_states, "
         "forward_batch)\n"
-        "            aux = pp_aux_collect(self, aux, pp_proxy_tensors, hidden_states)\n"
+        "            aux = pp_aux_collect(self, aux, pp_proxy_tensors)\n"
         "            if len(aux) == 0:\n"
     ) in gated
     # Only the glue names a file uses are imported.
@@ -223,7 +219,7 @@ def test_output_captured_after_the_handoff_is_gathered_last(tmp_path):
         "        )\n"
         "\n"
         "        aux_hidden_states = pp_aux_collect(\n"
-        "            self, aux_hidden_states, pp_proxy_tensors, hidden_states, final=True\n"
+        "            self, aux_hidden_states, pp_proxy_tensors, final=True\n"
         "        )\n"
         "        # Callers unpack a pair"
     ) in text
@@ -295,7 +291,7 @@ def test_overlap_loop_is_rewritten_and_gathers_after_the_last_rank_block(plan):
     assert (
         "                    hidden_states, forward_batch, self.norm\n"
         "                )\n"
-        "        aux_hidden_states = pp_aux_collect(\n"
+        "        aux_hidden_states = pp_aux_collect(self, aux_hidden_states, pp_proxy_tensors)\n"
     ) in text
     assert "for i in range(normal_start_layer, normal_end_layer):" in text
 

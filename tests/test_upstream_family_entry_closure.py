@@ -52,9 +52,7 @@ def test_closure_stack_is_patched_and_every_handoff_return_carries_the_captures(
         "            )\n"
     ) in text
     assert (
-        "        aux_hidden_states = pp_aux_collect(\n"
-        "            self, aux_hidden_states, pp_proxy_tensors, hidden_states\n"
-        "        )\n"
+        "        aux_hidden_states = pp_aux_collect(self, aux_hidden_states, pp_proxy_tensors)\n"
         "        if len(aux_hidden_states) == 0:\n"
     ) in text
     # The function and the layer call stay as they are.

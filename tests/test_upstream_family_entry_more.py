@@ -74,13 +74,13 @@ def test_snapshot_stack_hands_on_and_gathers_after_the_output_snapshot(plan):
     ) in text
     collect = (
         "        aux_hidden_states = pp_aux_collect(\n"
-        "            self, aux_hidden_states, pp_proxy_tensors, hidden_states, final=True\n"
+        "            self, aux_hidden_states, pp_proxy_tensors, final=True\n"
         "        )\n"
         "        if aux_hidden_states:\n"
     )
     assert collect in text
     assert text.index("residual_batch.snapshot(") < text.index(collect)
-    assert "attach_pp_aux_transport(self.model, self.pp_group)" in text
+    assert "set_pp_aux_capture(self.model, self.pp_group, causal_lm=self)" in text
     assert "            return\n" not in text
 
 
@@ -89,9 +89,7 @@ def test_enumerated_stack_is_rewritten_like_the_range_loop(plan):
     cst.parse_module(text)
     assert "return pp_aux_handoff(" in text
     assert (
-        "        aux_hidden_states = pp_aux_collect(\n"
-        "            self, aux_hidden_states, pp_proxy_tensors, hidden_states\n"
-        "        )\n"
+        "        aux_hidden_states = pp_aux_collect(self, aux_hidden_states, pp_proxy_tensors)\n"
         "        if len(aux_hidden_states) == 0:\n"
     ) in text
 
@@ -99,14 +97,14 @@ def test_enumerated_stack_is_rewritten_like_the_range_loop(plan):
 def test_split_stack_hooks_attach_without_an_early_return(plan):
     text = plan.rewritten()["split_stack.py"]
     cst.parse_module(text)
-    assert text.count("attach_pp_aux_transport(self.model, self.pp_group)") == 2
+    assert text.count("set_pp_aux_capture(self.model, self.pp_group, causal_lm=self)") == 2
     assert (
         "            return pp_aux_handoff(\n"
         "                self, PPProxyTensors(proxy), aux_hidden_states, pp_proxy_tensors\n"
         "            )\n"
     ) in text
     # The output capture tested against the layer count stays last on the last stage.
-    assert "hidden_states, final=True\n" in text
+    assert "pp_proxy_tensors, final=True\n" in text
     assert text.index("aux_hidden_states.append(hidden_states)") < text.index(
         "aux_hidden_states = pp_aux_collect("
     )

@@ -1,6 +1,6 @@
 """The Kimi-K3 rewriter on a synthetic K3-shaped file (``fixtures/upstream/kimi_k3_shape.py``):
 what changes, idempotence, refusals naming the file, and the rewritten code run as an
-in-process pipeline (relay handoff dicts, the real transport module) against its PP=1 run.
+in-process pipeline (handoff dicts, the shipped helpers) against its PP=1 run.
 The real-wheel drives across processes are in ``test_upstream_kimi_k3_releases.py``."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from sglang_support.env import PROJECT_ROOT, git_apply
 
 from codemods.cli.commands import cli
-from codemods.upstream import kimi, kimi_k3, pp_aux_transport
+from codemods.ppcheck import pp_aux_transport
+from codemods.upstream import kimi, kimi_k3
 from codemods.upstream.family_patch import render_glue
 from codemods.upstream.generate import generate
 
@@ -48,18 +49,10 @@ def test_rewrite_changes_setter_forward_and_capture_method():
     early = method.index("if idx + 1 == self.end_layer and not self.pp_group.is_last_rank:")
     assert early < method.index("if idx + 1 < self.end_layer:")
     setter = new.split("def set_dspark_layers_to_capture", 1)[1]
-    assert 'relay_only="the next stage mixes each stage\'s last captured layer"' in setter
-    assert "mode=" not in new and '"direct"' not in new
+    assert 'set_pp_aux_capture(\n            self.model, self.pp_group, ids_attr="dspark_layers_to_capture"' in setter
+    assert "mode=" not in new and '"direct"' not in new and "relay_only" not in new
     again, second = kimi_k3.rewrite(new, "k3.py")
     assert second.status == kimi.PATCHED and again == new
-
-
-def test_direct_default_leaves_the_model_file_alone_and_notes_the_refusal(tmp_path):
-    relay = generate(_tree(tmp_path / "relay"), models=["kimi_k3"])
-    direct = generate(_tree(tmp_path / "direct"), mode="direct", models=["kimi_k3"])
-    assert [c.new for c in relay.changes if c.path == K3_PATH] == \
-        [c.new for c in direct.changes if c.path == K3_PATH]
-    assert kimi_k3.DIRECT_NOTE in direct.notes and kimi_k3.DIRECT_NOTE not in relay.notes
 
 
 def test_sglang_own_relay_is_supported():
@@ -101,14 +94,12 @@ def test_unrecognised_shapes_name_the_file_and_leave_it_untouched(tmp_path, old,
     assert (root / K3_PATH).read_text() == text
 
 
-def test_generate_patches_k3_with_transport_and_applies(tmp_path):
+def test_generate_patches_k3_with_the_helpers_and_applies(tmp_path):
     root = _tree(tmp_path)
     result = generate(root, models=["kimi_k3"])
     assert result.k3_status == kimi.NEEDS_PATCH
     assert result.changed == [
         K3_PATH,
-        "sglang/srt/distributed/pp_aux_transport.py",
-        "sglang/srt/distributed/pp_aux_plan.py",
         "sglang/srt/distributed/pp_aux_capture.py",
     ]
     assert git_apply(root, result.patch, check=True).returncode == 0
@@ -157,22 +148,16 @@ class _Layer(torch.nn.Module):
 
 @pytest.fixture
 def rewritten(monkeypatch):
-    """The rewritten fixture as a module, its imports served by stand-ins, the real
-    transport module and the glue (``render_glue()``); the stages share one process, so
-    the handshake (a collective) sees every rank report this rank's payload."""
+    """The rewritten fixture as a module, its imports served by stand-ins and the shipped
+    helpers (``render_glue()``); the stages share one process."""
     new, _ = kimi_k3.rewrite(SOURCE, "k3.py")
-    monkeypatch.delenv("SGLANG_PP_AUX_TRANSPORT", raising=False)
     distributed = types.ModuleType("sglang.srt.distributed")
     batch_info = types.ModuleType("sglang.srt.model_executor.forward_batch_info")
     batch_info.PPProxyTensors = _Proxy
     for name in ("sglang", "sglang.srt", "sglang.srt.model_executor"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "sglang.srt.distributed", distributed)
-    monkeypatch.setitem(sys.modules, "sglang.srt.distributed.pp_aux_transport",
-                        pp_aux_transport)
     monkeypatch.setitem(sys.modules, batch_info.__name__, batch_info)
-    monkeypatch.setattr(pp_aux_transport, "_all_gather", lambda group, payload, size: [
-        dict(payload, pp_rank=rank) for rank in range(size)])
     glue = types.ModuleType("sglang.srt.distributed.pp_aux_capture")
     monkeypatch.setitem(sys.modules, glue.__name__, glue)
     exec(compile(render_glue(), "pp_aux_capture.py", "exec"), glue.__dict__)
@@ -189,7 +174,7 @@ def _stage(module, rank, size, block_size, layer_ids, num_layers=6):
                              block_size=block_size)
     lm = module.K3ForCausalLM(config)
     model = lm.model
-    # The stages own the layers the transport's plan assigns them.
+    # The stages own the layers SGLang's partition assigns them.
     model.start_layer, model.end_layer = pp_aux_transport.layer_partition(num_layers,
                                                                           size)[rank]
     model.layers = torch.nn.ModuleList(_Layer(i) for i in range(num_layers))
@@ -231,8 +216,8 @@ def test_pr_body_covers_kimi_k3(tmp_path):
     assert title_of(result) == "# [PP] Carry aux hidden states across pipeline stages (DSPARK)"
     body = render(result)
     assert "Kimi-K3 refuses PP outright" in body
-    assert "- `kimi_k3.py`: the same setter and transport" in body
-    assert "relay mode only" in body
+    assert "- `kimi_k3.py`: the same setter and relay" in body
+    assert "direct" not in body
     assert "`set_dspark_layers_to_capture` validates" not in body  # Kimi-Linear's line
 
 
@@ -240,20 +225,7 @@ def test_series_puts_kimi_k3_in_the_kimi_relay_patch(tmp_path):
     from codemods.upstream import series
 
     patches = series.build_series(generate(_tree(tmp_path), models=["kimi_k3"]))
-    assert [p.key for p in patches] == [series.TRANSPORT, series.KIMI]
+    assert [p.key for p in patches] == [series.RUNTIME, series.KIMI]
     assert patches[1].models == ["kimi_k3"]
     assert [c.path for c in patches[1].changes] == [K3_PATH]
     assert "- kimi_k3.py: set_dspark_layers_to_capture no longer raises" in patches[1].body
-
-
-def test_rewritten_fixture_refuses_direct_mode_at_setter_time(rewritten, monkeypatch):
-    monkeypatch.setenv("SGLANG_PP_AUX_TRANSPORT", "direct")
-    with pytest.raises(NotImplementedError) as err:
-        _stage(rewritten, 0, 2, None, [5, 0, 1])
-    message = str(err.value)
-    assert message.startswith("K3Backbone supports only SGLANG_PP_AUX_TRANSPORT=relay")
-    assert kimi_k3.RELAY_ONLY in message and "got 'direct'" in message
-    # PP=1 has no transport, so nothing to refuse; relay named explicitly runs.
-    assert _stage(rewritten, 0, 1, None, [5, 0, 1]).model.pp_aux_transport is None
-    monkeypatch.setenv("SGLANG_PP_AUX_TRANSPORT", "relay")
-    assert _stage(rewritten, 0, 2, None, [5, 0, 1]).model.pp_aux_transport.plan.mode == "relay"

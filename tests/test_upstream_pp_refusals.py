@@ -114,7 +114,7 @@ def test_gated_forward_is_rewritten_to_capture_on_every_stage():
     ) in text
     assert (
         "        if capture_aux and hidden_states.shape[0] != 0:\n"
-        "            aux = pp_aux_collect(self, aux, pp_proxy_tensors, hidden_states)\n"
+        "            aux = pp_aux_collect(self, aux, pp_proxy_tensors)\n"
         "        return hidden_states, aux\n"
     ) in text
 

@@ -30,7 +30,7 @@ def _family_result(tmp_path, with_kimi: bool, tests: bool = False):
         _decision("qwen3_moe.py", ("entry-gathered",), hook="set_dflash_layers_to_capture"),
     ]
     changes = [_change(f"{MODELS}/llama.py"), _change(f"{MODELS}/qwen3_moe.py"),
-               _change(f"{PKG}/srt/distributed/pp_aux_transport.py", None)]
+               _change(f"{PKG}/srt/distributed/pp_aux_capture.py", None)]
     if with_kimi:
         changes.append(_change(f"{MODELS}/kimi_linear.py"))
     if tests:
@@ -62,9 +62,9 @@ def test_title_motivation_and_modifications_cover_only_what_the_patch_touches(tm
     mods = section(text, "## Modifications")
     assert "  - Llama / Qwen dense: `llama.py`" in mods
     assert "  - Qwen MoE / VL / hybrid: `qwen3_moe.py`" in mods
-    assert f"`{PKG}/srt/distributed/pp_aux_transport.py`" in mods
-    # Neither the plan nor the glue is in this patch, so neither is named.
-    assert "pp_aux_plan.py" not in text and "pp_aux_capture.py" not in text
+    assert f"`{PKG}/srt/distributed/pp_aux_capture.py`" in mods
+    # The packer accessor is not in this patch, so it is not named.
+    assert "aux_hidden_states.py" not in text and "captured()" not in text
 
 
 def test_kimi_is_named_only_when_the_patch_touches_it(tmp_path):
@@ -134,9 +134,10 @@ def _sizing(tmp_path, sized: list[str], dspark: bool) -> str:
 
 def test_the_sizing_line_says_how_the_aux_entry_is_sized(tmp_path):
     assert "CUDA graphs disabled on non-first stages" in _sizing(tmp_path / "a", [], False)
-    mirrored = _sizing(tmp_path / "b", [BUFFERS_PATH], dspark=True)
-    assert "along SGLang's DSPARK sizing path" in mirrored and "disabled" not in mirrored
-    assert f"`{BUFFERS_PATH}`" in mirrored
+    renamed = _sizing(tmp_path / "b", [BUFFERS_PATH], dspark=True)
+    assert "SGLang's DSPARK entry and CUDA-graph sizing now serve every capture method" \
+        in renamed and "disabled" not in renamed
+    assert f"`{BUFFERS_PATH}`" in renamed
     assert "along a new path" in _sizing(tmp_path / "c", [BUFFERS_PATH], dspark=False)
 
 

@@ -42,7 +42,7 @@ def _result(tmp_path: Path, changes: list[FileChange], decisions) -> UpstreamRes
     (tmp_path / PKG / "srt" / "models" / "__init__.py").write_text("")
     tree = detect_tree(tmp_path)
     plan = FamilyPlan(tmp_path / PKG / "srt" / "models", {d.file: d for d in decisions})
-    result = UpstreamResult(tree, FAMILY_ONLY, "relay", f"{MODELS}/kimi_linear.py")
+    result = UpstreamResult(tree, FAMILY_ONLY, f"{MODELS}/kimi_linear.py")
     result.family = plan
     result.changes = changes
     return result
@@ -52,7 +52,7 @@ def _change(path: str, old: str | None = "a = 1\n", new: str = "a = 2\n") -> Fil
     return FileChange(path, old, new)
 
 
-def test_series_orders_transport_then_model_groups_then_validation(tmp_path):
+def test_series_orders_runtime_then_model_groups_then_validation(tmp_path):
     decisions = [
         _decision("llama.py", ("entry-callback",)),
         _decision("qwen3_moe.py", ("entry-gathered",)),
@@ -69,7 +69,7 @@ def test_series_orders_transport_then_model_groups_then_validation(tmp_path):
         _change(f"{MODELS}/beam.py"),
         _change(f"{MODELS}/kimi_linear.py"),
         _change(f"{MODELS}/brand_new_model.py"),
-        _change(f"{PKG}/srt/distributed/pp_aux_transport.py", None),
+        _change(f"{PKG}/srt/distributed/pp_aux_capture.py", None),
         _change(f"{PKG}/srt/model_executor/model_runner.py"),
         _change(f"{PKG}/srt/model_executor/cuda_graph_runner.py"),
         _change(f"{PKG}/srt/speculative/spec_info.py"),
@@ -79,17 +79,17 @@ def test_series_orders_transport_then_model_groups_then_validation(tmp_path):
     ]
     patches = series.build_series(_result(tmp_path, changes, decisions))
     keys = [patch.key for patch in patches]
-    assert keys == ["transport", "kimi", "llama-qwen-dense", "qwen-moe-vl", "gemma",
+    assert keys == ["runtime", "kimi", "llama-qwen-dense", "qwen-moe-vl", "gemma",
                     "other-models", "validation"]
     by_key = {patch.key: patch for patch in patches}
-    assert by_key["transport"].paths == [
-        f"{PKG}/srt/distributed/pp_aux_transport.py",
+    assert by_key["runtime"].paths == [
+        f"{PKG}/srt/distributed/pp_aux_capture.py",
         f"{PKG}/srt/model_executor/model_runner.py",
         f"{PKG}/srt/model_executor/cuda_graph_runner.py",
         f"{PKG}/srt/speculative/spec_info.py",
         f"{PKG}/test/test_pp_aux_capture.py",
     ]
-    assert by_key["transport"].subject.endswith("and size its proxy buffers")
+    assert by_key["runtime"].subject.endswith("and size its proxy buffer")
     dense = by_key["llama-qwen-dense"]
     assert dense.paths == [f"{MODELS}/{f}" for f in ("llama.py", "qwen2.py", "qwen3.py")]
     assert sorted(dense.models) == ["llama", "qwen3"]
@@ -187,11 +187,11 @@ def test_series_mails_apply_with_git_am_as_a_stack(tmp_path, monkeypatch):
     changes = [
         FileChange(f"{MODELS}/llama.py", "x = 1\n", "x = 2\n"),
         FileChange(f"{PKG}/srt/server_args.py", "y = 1\n", "y = 2\n"),
-        FileChange(f"{PKG}/srt/distributed/pp_aux_transport.py", None, "T = 1\n"),
+        FileChange(f"{PKG}/srt/distributed/pp_aux_capture.py", None, "T = 1\n"),
     ]
     patches = series.build_series(_result(tmp_path / "tree", changes, decisions))
     files = series.render_series(patches, "A U Thor <author@example.com>")
-    assert list(files) == ["0001-transport-and-sizing.patch", "0002-llama-qwen-dense.patch",
+    assert list(files) == ["0001-runtime.patch", "0002-llama-qwen-dense.patch",
                            "0003-validation.patch"]
     assert files["0002-llama-qwen-dense.patch"].splitlines()[3] == (
         "Subject: [PP] Llama / Qwen dense: carry aux hidden states across stages")
@@ -204,10 +204,10 @@ def test_series_mails_apply_with_git_am_as_a_stack(tmp_path, monkeypatch):
     assert log == [
         f"A U Thor|{patches[2].subject}",
         "A U Thor|[PP] Llama / Qwen dense: carry aux hidden states across stages",
-        "A U Thor|[PP] Add the PP aux hidden-state transport",
+        "A U Thor|[PP] Carry aux hidden states in the PP handoff",
     ]
     assert (repo / MODELS / "llama.py").read_text() == "x = 2\n"
-    assert (repo / PKG / "srt/distributed/pp_aux_transport.py").read_text() == "T = 1\n"
+    assert (repo / PKG / "srt/distributed/pp_aux_capture.py").read_text() == "T = 1\n"
 
 
 def test_series_directory_with_another_series_is_refused(tmp_path):
@@ -256,7 +256,7 @@ def test_series_applies_in_order_and_equals_the_single_patch(
     assert changes, version
     patches = series.build_series(result)
     keys = [p.key for p in patches]
-    assert keys[0] == "transport" and len(keys) >= 3, keys
+    assert keys[0] == "runtime" and len(keys) >= 3, keys
     assert "llama-qwen-dense" in keys, keys
     # 0.5.18-0.5.20 keep their validation (nothing there to relax for one model).
     assert (keys[-1] == "validation") is (version >= "0.5.21"), keys
@@ -311,11 +311,11 @@ def test_cli_series_with_branch_commits_a_stack(sglang_release, tmp_path, monkey
     ], catch_exceptions=False)
     assert outcome.exit_code == 0, outcome.output
     names = sorted(p.name for p in (tmp_path / "series").iterdir())
-    assert names == ["0001-transport-and-sizing.patch", "0002-llama-qwen-dense.patch",
+    assert names == ["0001-runtime.patch", "0002-llama-qwen-dense.patch",
                      "0003-qwen-moe-vl.patch"]
     assert git(checkout, "rev-parse", "--abbrev-ref", "HEAD").strip() == "pp-series"
     subjects = git(checkout, "log", "--reverse", "--format=%s", "main..pp-series").splitlines()
-    assert subjects == ["[PP] Add the PP aux hidden-state transport",
+    assert subjects == ["[PP] Carry aux hidden states in the PP handoff",
                         "[PP] Llama / Qwen dense: carry aux hidden states across stages",
                         "[PP] Qwen MoE / VL / hybrid: carry aux hidden states across stages"]
     # The commits carry git's identity of the checkout (isolate_git's global one).
@@ -364,7 +364,7 @@ def test_validate_claims_only_what_it_ran(sglang_release, tmp_path, monkeypatch)
     assert "- passed (1): llama\n" in text and "failed" not in text
     assert text.count("[x]") == 1
     # the tree itself is untouched
-    assert "attach_pp_aux_transport" not in (release / MODELS / "llama.py").read_text()
+    assert "set_pp_aux_capture" not in (release / MODELS / "llama.py").read_text()
 
 
 def test_a_series_that_does_not_apply_leaves_no_branch(tmp_path, monkeypatch):
@@ -396,22 +396,30 @@ def test_a_series_that_does_not_apply_leaves_no_branch(tmp_path, monkeypatch):
     assert git(repo, "status", "--porcelain").strip() == ""
 
 
-def test_transport_patch_claims_sizing_only_when_it_sizes_buffers(tmp_path):
-    """The shipped modules alone (transport, plan, glue, their test) size nothing."""
+def test_runtime_patch_claims_sizing_only_when_it_sizes_buffers(tmp_path):
+    """The shipped helpers and the packer accessor alone size nothing."""
     shipped = [
-        _change(f"{PKG}/srt/distributed/pp_aux_transport.py", None),
-        _change(f"{PKG}/srt/distributed/pp_aux_plan.py", None),
         _change(f"{PKG}/srt/distributed/pp_aux_capture.py", None),
-        _change(f"{PKG}/test/test_pp_aux_capture.py", None),
+        _change(f"{PKG}/srt/layers/aux_hidden_states.py"),
     ]
-    (transport,) = series.build_series(_result(tmp_path, shipped, []))
-    assert transport.subject == "[PP] Add the PP aux hidden-state transport"
-    assert "proxy buffer" not in transport.body
+    (runtime,) = series.build_series(_result(tmp_path, shipped, []))
+    assert runtime.subject == "[PP] Carry aux hidden states in the PP handoff"
+    assert "proxy buffer" not in runtime.body
+    assert "- aux_hidden_states.py: AuxHiddenStatePacker.captured()" in runtime.body
     sized = [*shipped, _change(f"{PKG}/srt/model_executor/runner_utils/buffers.py")]
-    (transport,) = series.build_series(_result(tmp_path, sized, []))
-    assert transport.subject.endswith("and size its proxy buffers")
+    (runtime,) = series.build_series(_result(tmp_path, sized, []))
+    assert runtime.subject.endswith("and size its proxy buffer")
     assert "- buffers.py: sizes the aux_hidden_states PP proxy buffer" in " ".join(
-        transport.body.split())
+        runtime.body.split())
+    renamed = [*shipped, FileChange(f"{PKG}/srt/model_executor/runner_utils/buffers.py",
+                                    'k = "dspark_hidden_states"\n', 'k = "aux_hidden_states"\n'),
+               FileChange(f"{MODELS}/kimi_linear.py", 'k = "dspark_hidden_states"\n',
+                          'k = "aux_hidden_states"\n')]
+    (runtime,) = series.build_series(_result(tmp_path, renamed, []))
+    assert runtime.subject.endswith(", renaming the DSPARK entry")
+    assert f"{MODELS}/kimi_linear.py" in runtime.paths
+    assert "- kimi_linear.py: dspark_hidden_states -> aux_hidden_states" in " ".join(
+        runtime.body.split())
 
 
 def test_the_author_is_gits_identity_unless_given(tmp_path, monkeypatch):

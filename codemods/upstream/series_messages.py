@@ -65,8 +65,8 @@ def fill_message(patch, result: UpstreamResult) -> None:
 
 def _runtime(patch, result: UpstreamResult) -> None:
     renamed = [c.path for c in patch.changes if _name(c.path) not in RUNTIME_FILES
-               and c.old is not None and "pp_proxy_dspark_hidden_size" in c.old]
-    sized = [p for p in patch.paths if _name(p) not in RUNTIME_FILES and p not in renamed]
+               and c.old is not None and "dspark_hidden_s" in c.old]
+    sized = [p for p in patch.paths if "/model_executor/" in p and p not in renamed]
     patch.subject = "[PP] Carry aux hidden states in the PP handoff" + (
         ", renaming the DSPARK entry" if renamed else
         " and size its proxy buffer" if sized else "")
@@ -74,7 +74,9 @@ def _runtime(patch, result: UpstreamResult) -> None:
     def what(path: str) -> str:
         if path in renamed:
             return RENAMED_WORDS
-        return RUNTIME_FILES.get(_name(path), SIZING_WORDS)
+        if path in sized:
+            return SIZING_WORDS
+        return RUNTIME_FILES.get(_name(path), "changed")
 
     lines = [_wrap(f"- {_name(p)}: {what(p)}.", "  ") for p in patch.paths]
     own = ("SGLang's DSPARK relay entry and its CUDA-graph sizing are renamed so that\n"
