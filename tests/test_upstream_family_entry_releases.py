@@ -6,8 +6,7 @@ The patch for the chosen models passes ``git apply --check`` on the release, app
 copy and is empty on the patched copy.  The real causal-LM and decoder-stack classes of the
 patched copy, imported on CPU, run as 2 and 3 pipeline stages in separate processes (gloo,
 ``sglang_support.drive``; microbatches of 3, 0 and 2 tokens; captures on every stage and
-all on stage 0; with and without the last stage's own output among the captures; relay,
-and direct on 3 stages): the last stage hands the logits processor exactly what a PP=1
+all on stage 0; with and without the last stage's own output among the captures): the last stage hands the logits processor exactly what a PP=1
 run hands it (same count, order, ``torch.equal`` values, and an ``AuxHiddenStateList``).
 Aux entries missing from the handoff make the last stage raise, naming the layers.  The
 same drive of the release's own model files loses captures.
@@ -87,14 +86,12 @@ def _runs(models):
             ]
         if model not in DFLASH_ONLY:
             runs.append({"model": model, "hook": "eagle3", "layer_ids": None, "pp": 3})
-        runs.append({"model": model, "hook": dflash, "layer_ids": EVERY_STAGE, "pp": 3,
-                     "mode": "direct"})
+        runs.append({"model": model, "hook": dflash, "layer_ids": EVERY_STAGE, "pp": 3})
         runs += [{"model": model, **extra} for extra in EXTRA_RUNS.get(model, [])]
         if model in OUTPUT_CAPTURE:
             runs += [
                 {"model": model, "hook": dflash, "layer_ids": WITH_OUTPUT, "pp": 2},
-                {"model": model, "hook": eagle3, "layer_ids": OUTPUT_AND_STAGE_0, "pp": 3,
-                 "mode": "direct"},
+                {"model": model, "hook": eagle3, "layer_ids": OUTPUT_AND_STAGE_0, "pp": 3},
             ]
     return runs
 
@@ -170,7 +167,7 @@ def test_patched_stages_match_pp1_and_missing_entries_raise(patched):
 def test_unpatched_stages_lose_captures(patched, tmp_path):
     version, release, result, _ = patched
     baseline = unpatched_copy(release, tmp_path / "unpatched", result)
-    runs = [run for run in _runs(RELEASES[version]) if run.get("mode") != "direct"]
+    runs = _runs(RELEASES[version])
     for record in _check(baseline, runs):
         assert not record["ok"], record
         counts = zip(record["aux_counts"] or [], record["expected_counts"], strict=False)

@@ -8,7 +8,7 @@ and the gathering skip empty batches), attaches the transport to the stack's ent
 and is empty on the patched copy.  The copy's real causal-LM and decoder-stack classes,
 imported on CPU, run as 2 and 3 pipeline stages in separate processes (gloo,
 ``sglang_support.entry_check``; microbatches of 3, 0 and 2 tokens; captures on every stage,
-each stage's last layer among them, and all on stage 0; relay, and direct on 3 stages):
+each stage's last layer among them, and all on stage 0; 2 and 3 stages):
 the last stage hands the drafter exactly what a PP=1 run hands it (same count, order,
 ``torch.equal`` values, an ``AuxHiddenStateList``, nothing for the empty microbatch).
 Aux entries missing from the handoff make the last stage raise, naming the layers.  The
@@ -42,8 +42,7 @@ RUNS = [
     {"model": MODEL, "hook": "dspark", "layer_ids": ON_STAGE_0, "pp": 2},
     {"model": MODEL, "hook": "dspark", "layer_ids": EVERY_STAGE_3, "pp": 3},
     {"model": MODEL, "hook": "dspark", "layer_ids": ON_STAGE_0, "pp": 3},
-    {"model": MODEL, "hook": "dspark", "layer_ids": EVERY_STAGE_3, "pp": 3,
-     "mode": "direct"},
+    {"model": MODEL, "hook": "dspark", "layer_ids": EVERY_STAGE_3, "pp": 3},
 ]
 DROPPED = {"model": MODEL, "hook": "dspark", "layer_ids": EVERY_STAGE_2, "pp": 2,
            "drop_aux": True}

@@ -8,7 +8,7 @@ copy, rewrites the stack forward (``pp_aux_handoff`` around ``residual_batch.to_
 patched copy.  On 0.5.23 the real ``NemotronHForCausalLM`` / ``NemotronHModel`` of the
 patched copy, imported on CPU, run as 2 and 3 pipeline stages in separate processes
 (gloo, ``sglang_support.drive``; microbatches of 3, 0 and 2 tokens; captures on every
-stage, all on stage 0, with the last stage's output among them; relay, and direct on 3
+stage, all on stage 0, with the last stage's output among them; 2 and 3
 stages): the last stage hands the logits processor exactly what a PP=1 run hands it
 (same count, order, ``torch.equal`` values, a plain ``list``).  Aux entries missing from
 the handoff make the last stage raise, naming the layers; the release's own file loses
@@ -51,8 +51,7 @@ GEMMA_RUNS = [
     {"model": GEMMA, "hook": "dflash", "layer_ids": ON_STAGE_0, "pp": 3},
     {"model": GEMMA, "hook": "eagle3", "layer_ids": None, "pp": 3},
     {"model": GEMMA, "hook": "dflash", "layer_ids": WITH_OUTPUT, "pp": 2},
-    {"model": GEMMA, "hook": "eagle3", "layer_ids": OUTPUT_AND_STAGE_0, "pp": 3,
-     "mode": "direct"},
+    {"model": GEMMA, "hook": "eagle3", "layer_ids": OUTPUT_AND_STAGE_0, "pp": 3},
 ]
 CONTAINERS = {MODEL: "list", GEMMA: "AuxHiddenStateList"}
 RUNS = [
@@ -61,9 +60,8 @@ RUNS = [
         for pp in (2, 3)
         for ids in (EVERY_STAGE, ON_STAGE_0, WITH_OUTPUT)
     ),
-    {"model": MODEL, "hook": "dflash", "layer_ids": EVERY_STAGE, "pp": 3, "mode": "direct"},
-    {"model": MODEL, "hook": "dflash", "layer_ids": OUTPUT_AND_STAGE_0, "pp": 3,
-     "mode": "direct"},
+    {"model": MODEL, "hook": "dflash", "layer_ids": EVERY_STAGE, "pp": 3},
+    {"model": MODEL, "hook": "dflash", "layer_ids": OUTPUT_AND_STAGE_0, "pp": 3},
     *GEMMA_RUNS,
 ]
 
@@ -107,7 +105,7 @@ def test_patch_applies_and_rewrites_the_snapshot_forward(patched):
         assert gemma.capture_kinds == (ENTRY_KIND,) and gemma.final_capture
         text = (copy / f"sglang/srt/models/{GEMMA}.py").read_text()
         assert "self, PPProxyTensors(proxy), aux_hidden_states, pp_proxy_tensors" in text
-        assert text.count("attach_pp_aux_transport(self.model, self.pp_group)") == 2
+        assert text.count("set_pp_aux_capture(self.model, self.pp_group, causal_lm=self)") == 2
         assert generate(copy, models=[GEMMA]).patch == ""
 
 
@@ -142,7 +140,7 @@ def test_patched_stages_match_pp1_and_missing_entries_raise(driven):
 def test_unpatched_stages_lose_captures(driven, tmp_path):
     release, result, _ = driven
     baseline = unpatched_copy(release, tmp_path / "unpatched", result)
-    runs = [run for run in RUNS if run.get("mode") != "direct"]
+    runs = RUNS
     for record in _check(baseline, runs):
         assert not record["ok"], record
         counts = zip(record["aux_counts"] or [], record["expected_counts"], strict=False)

@@ -1,17 +1,15 @@
 """The Kimi-K3 part of the generated patch on real SGLang releases.
 
 For 0.5.18, 0.5.19 and 0.5.20: ``--models kimi_k3`` patches ``kimi_k3.py`` (plus the
-transport, its plan and the glue the setter calls), the patch passes ``git apply --check`` on the release tree, is empty on
+helpers the setter calls), the patch passes ``git apply --check`` on the release tree, is empty on
 the patched copy, and the patched ``KimiK3LinearModel`` / ``KimiK3LinearForCausalLM``,
 imported on CPU and driven as real pipeline stages in forked gloo processes (2 and 3
 stages, with and without attention residuals, captures on every stage and on every stage
 boundary, three microbatches incl. an empty one), hand the logits processor exactly the aux
-states of the PP=1 run (torch.equal), with the mode unset or ``SGLANG_PP_AUX_TRANSPORT=relay``.
-The model supports relay only: with ``SGLANG_PP_AUX_TRANSPORT=direct`` (or a glue generated
-with ``--mode direct``) every stage's setter raises ``NotImplementedError`` naming the model
-and the reason, and nothing runs.  Unpatched, the setter raises NotImplementedError,
+states of the PP=1 run (torch.equal).  Unpatched, the setter raises NotImplementedError,
 and with the guard bypassed the last stage gets fewer captures (plain residual stream) or
-a stage fails (attention residuals).  0.5.21+ is reported as supported, not patched.
+a stage fails (attention residuals).  0.5.21+ is reported as supported: only its relay's
+entry is renamed, with the family patch.
 """
 
 from __future__ import annotations
@@ -52,8 +50,6 @@ def test_patched_kimi_k3_matches_pp1(sglang_release, tmp_path, version):
     assert result.k3_status == kimi.NEEDS_PATCH
     assert result.changed == [
         K3_FILE,
-        "sglang/srt/distributed/pp_aux_transport.py",
-        "sglang/srt/distributed/pp_aux_plan.py",
         "sglang/srt/distributed/pp_aux_capture.py",
     ]
     check = git_apply(release, result.patch, check=True)
@@ -63,45 +59,16 @@ def test_patched_kimi_k3_matches_pp1(sglang_release, tmp_path, version):
     assert applied.returncode == 0, applied.stderr
     again = generate(copy, models=["kimi_k3"])
     assert again.k3_status == kimi.PATCHED and again.patch == ""
-    assert "PPAuxTransport" not in (release / K3_FILE).read_text()
+    assert "PPAuxRelay" not in (release / K3_FILE).read_text()
 
     report = _check(copy, [{"pp": 2, "attn_res_block_size": 2},
                            {"pp": 3, "attn_res_block_size": 2},
-                           {"pp": 2}, {"pp": 3, "mode": "relay"}])
+                           {"pp": 2}, {"pp": 3}])
     assert report["module"].startswith(str(copy))
     for run in report["runs"]:
         assert run.get("error") is None, run.get("error")
         assert run["ok"], run
         assert run["aux_counts"] == run["expected_counts"] == [5, 5, 5]
-
-
-REFUSAL = ("NotImplementedError: KimiK3LinearModel supports only "
-           "SGLANG_PP_AUX_TRANSPORT=relay for aux hidden state capture under PP (the next "
-           "stage mixes each stage's last captured layer); got 'direct'.")
-
-
-@pytest.mark.timeout(900)
-def test_patched_kimi_k3_refuses_direct_mode_loudly(sglang_release, tmp_path):
-    release = sglang_release("0.5.20")
-    runs = [{"pp": 3, "mode": "direct"}, {"pp": 2, "attn_res_block_size": 2,
-                                          "mode": "direct"}]
-    relay = generate(release, models=["kimi_k3"])
-    copy = linked_copy(release, tmp_path / "relay", relay.changed)
-    assert git_apply(copy, relay.patch).returncode == 0
-    for run in _check(copy, runs)["runs"]:
-        assert not run["ok"] and run["aux_counts"] is None
-        # The setters refuse before any communication: an error, not a hang.
-        assert REFUSAL in run["error"] and "no answer within" not in run["error"], run
-
-    # A glue generated with --mode direct defaults to direct: refused the same way unless
-    # the environment asks for relay.
-    direct = generate(release, mode="direct", models=["kimi_k3"])
-    assert any("supports relay mode only" in note for note in direct.notes)
-    copy = linked_copy(release, tmp_path / "direct", direct.changed)
-    assert git_apply(copy, direct.patch).returncode == 0
-    unset, relayed = _check(copy, [{"pp": 3}, {"pp": 3, "mode": "relay"}])["runs"]
-    assert not unset["ok"] and REFUSAL in unset["error"], unset
-    assert relayed["ok"] and relayed["aux_counts"] == [5, 5, 5], relayed
 
 
 @pytest.mark.timeout(900)
@@ -139,7 +106,7 @@ def test_full_patch_on_0_5_20_includes_kimi_k3_and_applies(sglang_release):
     result = generate(release)
     assert result.k3_status == kimi.NEEDS_PATCH
     assert K3_FILE in result.changed
-    assert result.changed.count("sglang/srt/distributed/pp_aux_transport.py") == 1
+    assert result.changed.count("sglang/srt/distributed/pp_aux_capture.py") == 1
     check = git_apply(release, result.patch, check=True)
     assert check.returncode == 0, check.stderr
     decision = result.family.decisions["kimi_k3.py"]

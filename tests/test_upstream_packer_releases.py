@@ -8,7 +8,7 @@ the patched copy.  The real causal-LM and decoder-stack classes of the patched c
 imported on CPU, run as 2 and 3 pipeline stages in separate processes (gloo,
 ``sglang_support.drive``; microbatches of 3, 0 and 2 tokens; captures on every stage, all
 on stage 0, EAGLE3's default layers, and for mimo_v2 with the last stage's own output
-among the captures; relay, and direct on 3 stages): the last stage
+among the captures): the last stage
 hands the logits processor exactly the packed ``[tokens, K * hidden]`` tensor a PP=1 run
 hands it (same type, shape, ``torch.equal`` values).  Aux entries missing from the handoff
 make the last stage raise, naming the layers.  The same drive of the release's own model
@@ -60,14 +60,12 @@ def _runs(model: str) -> list[dict]:
             ]
     if "eagle3" in hooks:
         runs.append({"model": model, "hook": "eagle3", "layer_ids": None, "pp": 3})
-    runs.append({"model": model, "hook": "dflash", "layer_ids": EVERY_STAGE, "pp": 3,
-                 "mode": "direct"})
+    runs.append({"model": model, "hook": "dflash", "layer_ids": EVERY_STAGE, "pp": 3})
     if model in OUTPUT_CAPTURE:
         runs += [
             {"model": model, "hook": "dflash", "layer_ids": WITH_OUTPUT, "pp": 2},
             {"model": model, "hook": "dflash", "layer_ids": OUTPUT_AND_STAGE_0, "pp": 3},
-            {"model": model, "hook": "dflash", "layer_ids": WITH_OUTPUT, "pp": 3,
-             "mode": "direct"},
+            {"model": model, "hook": "dflash", "layer_ids": WITH_OUTPUT, "pp": 3},
         ]
     return runs
 
@@ -143,9 +141,7 @@ def test_patched_stages_rebuild_the_packed_tensor_of_pp1(patched):
 def test_unpatched_stages_fail_or_lose_captures(patched, tmp_path):
     _, release, result, _ = patched
     baseline = unpatched_copy(release, tmp_path / "unpatched", result)
-    runs = [
-        run for model in MODELS for run in _runs(model) if run.get("mode") != "direct"
-    ]
+    runs = [run for model in MODELS for run in _runs(model)]
     records = _check(baseline, runs)
     errors = []
     for record in records:

@@ -105,15 +105,10 @@ def _stage_process(factory, spec, rank, pp_size, port, token_counts, hidden_size
                 send_handoff(out, rank + 1)
             else:
                 outputs.append(out)
-        # Complete outstanding direct-mode sends: the stage's own flush where it has one,
-        # else the transport the glue attached to its decoder stack.
+        # Complete outstanding sends of a stage that keeps any (the toy's direct mode).
         flush = getattr(stage, "flush", None)
-        transport = getattr(getattr(getattr(stage, "lm", None), "model", None),
-                            "pp_aux_transport", None)
         if flush is not None:
             flush()
-        elif transport is not None:
-            transport.flush()
         results.put((rank, "ok", _to_bytes(outputs)))
         dist.barrier()
     except BaseException:

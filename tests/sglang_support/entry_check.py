@@ -5,7 +5,7 @@ line on stdout, how each run compares with the PP=1 run of the same module.
 
     python -m sglang_support.entry_check '{"num_layers": 9, "hidden_size": 4,
         "tokens": [3, 0, 2], "runs": [{"model": "llama", "hook": "eagle3",
-        "layer_ids": [7, 0, 4], "pp": 3, "mode": "relay"}]}'
+        "layer_ids": [7, 0, 4], "pp": 3}]}'
 
 Per run: ``ok`` (every aux state and the final hidden states equal with ``torch.equal``,
 and the same container type as PP=1), ``error`` (a stage raised: the exception texts),
@@ -18,14 +18,10 @@ what the last stage does when they are missing.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
 import torch
-
-MODE_ENV = "SGLANG_PP_AUX_TRANSPORT"
-
 
 
 def main(argv: list[str]) -> int:
@@ -54,7 +50,6 @@ def main(argv: list[str]) -> int:
         }
         reference = run_chain([entry_stage_factory(spec, 0, 1, {})], tokens,
                               spec["hidden_size"])
-        os.environ[MODE_ENV] = run.get("mode", "relay")
         factory = dropping_aux(entry_stage_factory) if run.get("drop_aux") else entry_stage_factory
         t0 = time.time()
         result = drive(factory, spec, int(run["pp"]), tokens,

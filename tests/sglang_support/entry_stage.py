@@ -158,14 +158,6 @@ class EntryStage:
         self.group = group
         self.embeds_as_ids = embeds_as_ids
 
-    @property
-    def transport(self) -> Any:
-        return getattr(self.lm.model, "pp_aux_transport", None)
-
-    def flush(self) -> None:
-        if self.transport is not None:
-            self.transport.flush()
-
     def forward(self, mb: int, hidden_in: torch.Tensor | None, proxy: dict | None):
         forward_batch = SimpleNamespace(microbatch=mb, residual_stream=None,
                                         can_run_tbo=False,

@@ -6,8 +6,6 @@ line on stdout, how each pipeline size compares with the PP=1 run of the same mo
         "layer_ids": [6, 0, 2, 3, 1], "tokens": [3, 0, 2],
         "runs": [{"pp": 2, "attn_res_block_size": 2}, {"pp": 3}]}'
 
-A run's ``"mode"`` is set as ``SGLANG_PP_AUX_TRANSPORT`` before its stages start (the
-patched setter reads it through the glue); without one the variable is unset.
 Per run: ``ok`` (aux states and final hidden states equal with torch.equal), ``error``
 (a stage raised: the exception text), ``aux_counts`` per microbatch and ``expected_counts``
 from PP=1 with the same ``attn_res_block_size``.
@@ -30,7 +28,6 @@ def main(argv: list[str]) -> int:
 
     from sglang_support.drive import drive, same_outputs
     from sglang_support.k3_stage import k3_stage_factory
-    from sglang_support.kimi_check import set_mode
     from sglang_support.stages import run_chain
 
     tokens = list(config["tokens"])
@@ -46,7 +43,6 @@ def main(argv: list[str]) -> int:
                                         spec["hidden_size"])
         reference = references[key]
         spec["bypass_setter"] = bool(run.get("bypass_setter", False))
-        set_mode(run.get("mode"))  # inherited by the forked stages
         t0 = time.time()
         result = drive(k3_stage_factory, spec, int(run["pp"]), tokens,
                        timeout=float(config.get("timeout", 120)))

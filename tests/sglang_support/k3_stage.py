@@ -149,7 +149,7 @@ def k3_stage_factory(spec: Any, pp_rank: int, pp_size: int,
     model.pp_group = group
     model.dspark_layers_to_capture = None
     if hasattr(module, "PPAuxTransport"):
-        model.pp_aux_transport = None  # what the patched __init__ sets
+        model.pp_aux_relay = None  # what the patched __init__ sets
     model._dp_attention = False
     model._trim_padded_attn = False
     model.embed_tokens = (

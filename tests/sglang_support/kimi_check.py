@@ -18,11 +18,11 @@ Per run: ``ok`` (aux states and final hidden states equal with torch.equal),
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
 import torch
+
 
 def run_with_harness(config: dict) -> dict:
     """The same stages through ``codemods.ppcheck.run_scenarios`` (spawned ranks, the

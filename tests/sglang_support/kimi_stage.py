@@ -66,18 +66,6 @@ class KimiStage:
     def logits_processor(self) -> RecordingLogitsProcessor:
         return self.lm.logits_processor
 
-    @property
-    def transport(self) -> Any:
-        """The transport the patched setter installed (None for the unpatched file);
-        ``codemods.ppcheck`` checks its byte counters against the analytic values."""
-        inner = getattr(self.lm, "model", None) or getattr(self.lm, "backbone", None)
-        return getattr(inner, "pp_aux_transport", None)
-
-    def flush(self) -> None:
-        """Complete outstanding direct-mode sends (called after the last microbatch)."""
-        if self.transport is not None:
-            self.transport.flush()
-
     def forward(self, mb: int, hidden_in: torch.Tensor | None, proxy: dict | None):
         # Several stages may share one process (in-process chains): point the module's
         # get_pp_group at this stage's group for this call.
@@ -141,9 +129,9 @@ def build_kimi_stage(spec: Any, pp_rank: int, pp_size: int,
     model.vocab_size = config.vocab_size
     model.pp_group = group
     model.dspark_layers_to_capture = None
-    if hasattr(module, "PPAuxTransport"):
+    if hasattr(module, "PPAuxRelay"):
         # The patched __init__ sets this; the unpatched one has no such attribute.
-        model.pp_aux_transport = None
+        model.pp_aux_relay = None
     model.embed_tokens = (
         StandInEmbedding(hidden_size) if group.is_first_rank else PPMissingLayer()
     )

@@ -5,7 +5,7 @@ report, as one JSON line on stdout, how each run compares with the PP=1 run.
 
     python -m sglang_support.packer_check '{"num_layers": 9, "hidden_size": 4,
         "tokens": [3, 0, 2], "runs": [{"model": "deepseek_v2", "hook": "eagle3",
-        "layer_ids": [7, 0, 4], "pp": 3, "mode": "relay"}]}'
+        "layer_ids": [7, 0, 4], "pp": 3}]}'
 
 Per run: ``ok`` (per microbatch the packed aux tensor has the PP=1 type, shape and
 values, ``torch.equal``, and so have the final hidden states), ``error`` (a stage raised:
@@ -17,14 +17,10 @@ aux entries from every handoff, to show what the last stage does when they are m
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
 import torch
-
-MODE_ENV = "SGLANG_PP_AUX_TRANSPORT"
-
 
 
 def _shape(aux):
@@ -76,7 +72,6 @@ def main(argv: list[str]) -> int:
         }
         reference = run_chain([packer_stage_factory(spec, 0, 1, {})], tokens,
                               spec["hidden_size"])
-        os.environ[MODE_ENV] = run.get("mode", "relay")
         factory = dropping_aux(packer_stage_factory) if run.get("drop_aux") else packer_stage_factory
         t0 = time.time()
         result = drive(factory, spec, int(run["pp"]), tokens,
