@@ -10,6 +10,7 @@ import pytest
 
 from codemods.upstream.family import plan_family
 from codemods.upstream.family_shapes import analyse
+from codemods.upstream.patchfile import render_patch
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "upstream"
 EXPECTED = FIXTURES / "family_expected"
@@ -376,3 +377,34 @@ def test_survey_and_table_describe_every_hook_file(plan):
     unsupported = next(row for row in rows if "family_unsupported.py" in row)
     assert "| no: " in unsupported and unsupported.endswith("| - |")
     assert coverage_line(plan).startswith("9 of 11 model files")
+
+
+def test_separate_fixes_are_patches_of_their_own_that_the_capture_patch_builds_on(tmp_path):
+    from sglang_support.env import git_apply
+
+    from codemods.upstream import series
+    from codemods.upstream.generate import generate
+
+    root = _mini_tree(tmp_path)
+    result = generate(root, models=["family_missing_setter", "family_stage_unpack"])
+    patches = series.build_series(result)
+    keys = [p.key for p in patches]
+    fixes = [k for k in keys if k.startswith(series.FIX)]
+    assert fixes == ["fix-family_missing_setter", "fix-family_stage_unpack"]
+    # Right after the runtime, before any capture patch.
+    assert keys.index(fixes[0]) == 1 and keys.index(fixes[1]) == 2
+    for key in fixes:
+        (patch,) = [p for p in patches if p.key == key]
+        (change,) = patch.changes
+        assert patch.subject.startswith(f"[Fix] {key.removeprefix(series.FIX)}: ")
+        added = [line for line in render_patch([change]).splitlines()
+                 if line.startswith("+") and not line.startswith("+++")]
+        # Nothing about capture under PP: no helper call, no import of the helpers.
+        assert added and not any("pp_aux" in line for line in added), added
+    setter_fix = next(p for p in patches if p.key == fixes[0])
+    assert setter_fix.subject.endswith(": add TextStack.set_dflash_layers_to_capture")
+    # Applied in order, the series ends where the single patch does.
+    for patch in patches:
+        assert git_apply(root, render_patch(patch.changes)).returncode == 0, patch.key
+    for change in result.changes:
+        assert (root / change.path).read_text() == change.new, change.path

@@ -416,7 +416,7 @@ def test_runtime_patch_claims_sizing_only_when_it_sizes_buffers(tmp_path):
                FileChange(f"{MODELS}/kimi_linear.py", 'k = "dspark_hidden_states"\n',
                           'k = "aux_hidden_states"\n')]
     (runtime,) = series.build_series(_result(tmp_path, renamed, []))
-    assert runtime.subject.endswith(", renaming the DSPARK entry")
+    assert runtime.subject.endswith("; rename DSPARK's entry")
     assert f"{MODELS}/kimi_linear.py" in runtime.paths
     assert "- kimi_linear.py: dspark_hidden_states -> aux_hidden_states" in " ".join(
         runtime.body.split())

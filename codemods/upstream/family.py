@@ -154,6 +154,22 @@ class FamilyPlan:
             result[file] = updated.code
         return result
 
+    def fixes_only(self) -> dict[str, str]:
+        """``file -> text`` with only the separate fixes applied (missing stack setters,
+        causal-LM forwards that unpack non-last stages' output), for the files that have
+        them: the state between a fix's own patch and the capture patch of its file."""
+        result = {}
+        for file in sorted(set(self.stack_setters) | set(self.stage_fixes)):
+            updated = rewrite_module(
+                self.modules[file],
+                [],
+                [],
+                self.stack_setters.get(file, []),
+                self.stage_fixes.get(file, []),
+            )
+            result[file] = updated.code
+        return result
+
 
 class _Corpus:
     """Parsed model files, loaded on demand (parsing is the expensive part)."""

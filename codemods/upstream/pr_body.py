@@ -220,7 +220,7 @@ def _validation_line(result: UpstreamResult) -> str:
     return line + "\n"
 
 
-def _fixes(result: UpstreamResult) -> str:
+def _fixes(result: UpstreamResult, series) -> str:
     plan = result.family
     if plan is None:
         return ""
@@ -229,7 +229,8 @@ def _fixes(result: UpstreamResult) -> str:
     stale = sorted({d.file for d in patched if d.stale_comments})
     out = ""
     if fixes:
-        out += ("- Separate fixes (unrelated to PP capture; also in these files):\n"
+        where = "each is its own patch of the series" if series else "also in these files"
+        out += (f"- Separate fixes (not about aux capture; {where}):\n"
                 + "\n".join(fixes) + "\n")
     if stale:
         out += (f"- Comments that still tie capture to the last stage (reword in review): "
@@ -252,7 +253,7 @@ def _modifications(result: UpstreamResult, series) -> str:
     if family:
         lines.append("- Model files, by family:")
         lines += family
-    text = "\n".join(lines) + "\n" + _fixes(result)
+    text = "\n".join(lines) + "\n" + _fixes(result, series)
     if runtime:
         text += _sizing_line(result) + "\n"
     text += _validation_line(result)

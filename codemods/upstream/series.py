@@ -13,6 +13,10 @@ reviewer can take one at a time, in this order:
    of its capture forward both patched);
 3. **validation**: server arguments and validation hooks.
 
+A fix the patch makes in a model file that is not about capture under PP (a stack setter
+the hook calls but the stack lacks, a forward that unpacks non-last stages' output) is a
+patch of its own, right after the runtime, and the file's family patch starts from it.
+
 Each commit message names the files of its own patch and what changed in them
 (:mod:`codemods.upstream.series_messages`).  Every changed file ends in the series exactly as
 in the single patch, so applying the whole series equals applying the single patch.  Each
@@ -40,6 +44,8 @@ from codemods.upstream.patchfile import FileChange, changed_paths, render_patch
 
 RUNTIME = "runtime"
 VALIDATION = "validation"
+#: Key prefix of the patch holding one model file's separate fixes.
+FIX = "fix-"
 KIMI = "kimi"
 #: Model files no family prefix matches.
 OTHER_MODELS = OTHER[0]
@@ -108,12 +114,14 @@ def classify(path: str, plan: FamilyPlan | None = None) -> tuple[str, str, str]:
     return RUNTIME, "runtime", "runtime: aux hidden states in the PP handoff"
 
 
-def _group_rank(key: str) -> tuple[int, int]:
+def _group_rank(key: str) -> tuple[int, int, str]:
     if key == RUNTIME:
-        return (0, 0)
+        return (0, 0, "")
+    if key.startswith(FIX):
+        return (1, 0, key)
     if key == VALIDATION:
-        return (2, 0)
-    return (1, family_rank(key))
+        return (3, 0, "")
+    return (2, family_rank(key), "")
 
 
 def _family_test_text(result: UpstreamResult, names: set[str]) -> str:
@@ -133,9 +141,18 @@ def build_series(result: UpstreamResult) -> list[SeriesPatch]:
         return []
     plan = result.family
     decisions = plan.decisions if plan is not None else {}
+    fixed = plan.fixes_only() if plan is not None else {}
     groups: dict[str, SeriesPatch] = {}
     family_test: FileChange | None = None
     family_models: FileChange | None = None
+    for change in list(changes):
+        name = change.path.rsplit("/", 1)[-1]
+        if "/models/" in change.path and name in fixed and change.old is not None:
+            # The fix on its own first; the family patch starts from the fixed file.
+            key = f"{FIX}{_stem(change.path)}"
+            groups[key] = SeriesPatch(key, key, "", "", [
+                FileChange(change.path, change.old, fixed[name])], [_stem(change.path)])
+            changes[changes.index(change)] = FileChange(change.path, fixed[name], change.new)
     for change in changes:
         if change.path.endswith(FAMILY_TEST_FILE):
             family_test = change
@@ -149,7 +166,7 @@ def build_series(result: UpstreamResult) -> list[SeriesPatch]:
             key, slug, title = classify(RUNTIME)
         patch = groups.setdefault(key, SeriesPatch(key, slug, title, ""))
         patch.changes.append(change)
-        if key not in (RUNTIME, VALIDATION):
+        if key not in (RUNTIME, VALIDATION) and not key.startswith(FIX):
             stem = _stem(change.path)
             decision = decisions.get(f"{stem}.py")
             if key == KIMI or (decision is not None and decision.patched):
@@ -196,7 +213,8 @@ def _spread_family_test(result: UpstreamResult, change: FileChange,
     """Each family's patch adds the models it completes to the family test; the last model
     patch leaves the file exactly as the single patch does.  The test's stand-in models
     (``models``) come with the first patch that changes the test."""
-    model_patches = [p for p in ordered if p.key not in (RUNTIME, VALIDATION)]
+    model_patches = [p for p in ordered
+                     if p.key not in (RUNTIME, VALIDATION) and not p.key.startswith(FIX)]
     if not model_patches:
         ordered[0].changes += [c for c in (models, change) if c is not None]
         return

@@ -53,10 +53,12 @@ def _name(path: str) -> str:
 
 def fill_message(patch, result: UpstreamResult) -> None:
     """Fill ``patch.subject`` and ``patch.body`` (a ``series.SeriesPatch``)."""
-    from codemods.upstream.series import RUNTIME, VALIDATION
+    from codemods.upstream.series import FIX, RUNTIME, VALIDATION
 
     if patch.key == RUNTIME:
         _runtime(patch, result)
+    elif patch.key.startswith(FIX):
+        _fix(patch, result)
     elif patch.key == VALIDATION:
         _validation(patch, result)
     else:
@@ -68,7 +70,7 @@ def _runtime(patch, result: UpstreamResult) -> None:
                and c.old is not None and "dspark_hidden_s" in c.old]
     sized = [p for p in patch.paths if "/model_executor/" in p and p not in renamed]
     patch.subject = "[PP] Carry aux hidden states in the PP handoff" + (
-        ", renaming the DSPARK entry" if renamed else
+        "; rename DSPARK's entry" if renamed else
         " and size its proxy buffer" if sized else "")
 
     def what(path: str) -> str:
@@ -88,6 +90,30 @@ def _runtime(patch, result: UpstreamResult) -> None:
         "No model calls the new helpers yet; the model patches that follow do.\n\n"
         + "".join(lines)
     )
+
+
+def _fix(patch, result: UpstreamResult) -> None:
+    """A model file's separate fixes: the stack setters it adds, the forwards it repairs."""
+    plan = result.family
+    (path,) = patch.paths
+    file = _name(path)
+    assert plan is not None
+    added = [f"{a.class_name}.{a.method}" for a in plan.stack_setters.get(file, [])]
+    repaired = [f"{f.class_name}.forward" for f in plan.stage_fixes.get(file, [])]
+    what = []
+    if added:
+        what.append(f"add {', '.join(added)}")
+    if repaired:
+        what.append(f"hand non-last PP stages' output on in {', '.join(repaired)}")
+    patch.subject = f"[Fix] {file.removesuffix('.py')}: {'; '.join(what)}"
+    if len(patch.subject) > 72:
+        patch.subject = f"[Fix] {file.removesuffix('.py')}: " + (
+            "add a missing stack setter" if added else "hand non-last PP stages' output on")
+    decision = plan.decisions.get(file)
+    lines = [_wrap(f"- {fix}.", "  ") for fix in (decision.fixes if decision else ())]
+    patch.body = (_wrap(f"{file} fails without this, with or without aux hidden-state "
+                        "capture; the capture patch of this file builds on it.")
+                  + "\n" + "".join(lines))
 
 
 def _validation(patch, result: UpstreamResult) -> None:
