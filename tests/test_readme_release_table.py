@@ -37,6 +37,15 @@ def test_matrix_lists_reasons_once_and_counts_patched_files():
     assert text.count("forward not recognised") == 1
 
 
+def test_matrix_shows_a_renamed_relay_as_such():
+    from codemods.upstream.release_table import RELAY_RENAME_CELL
+
+    text = matrix([Column("0.5.23", {"kimi_linear.py": RELAY_RENAME_CELL})])
+    assert f"| `kimi_linear.py` | {RELAY_RENAME_CELL} |" in text
+    assert "Why not patched" not in text
+    assert "| **patched** | 0 |" in text
+
+
 @pytest.mark.slow
 @pytest.mark.sglang
 @pytest.mark.timeout(1800)

@@ -43,14 +43,13 @@ with the reason it is not recognised) and rewrites it (:func:`rewrite_forward`):
             hidden_states, forward_batch, self.norm
         )
 
-        aux_hidden_states = pp_aux_collect(
-            self, aux_hidden_states, pp_proxy_tensors, hidden_states
-        )
+        aux_hidden_states = pp_aux_collect(self, aux_hidden_states, pp_proxy_tensors)
         if len(aux_hidden_states) == 0:
             return hidden_states
 
 Non-last stages add their captures to the ``PPProxyTensors`` that ``to_pp`` builds (the
-same aux entries and transport as every other model of the family); the last stage
+same ``aux_hidden_states`` entry and relay helpers as every other model of the family);
+the last stage
 rebuilds the list a single-stage run returns: same count, order, values and container
 (an ``AuxHiddenStateList``).  A missing aux entry or a capture count that does not match
 the stage's layers raises on the stage that sees it, naming the layers.  The hooks are
@@ -134,10 +133,10 @@ CAPTURE_KEYWORD = "capture_output"
 #: ``ForwardShape.proxy_arg`` records it and as reports describe it.
 ENTRY_PROXY_ARG = "to_pp"
 ENTRY_HANDOFF = "residual_batch.to_pp(...)"
-#: Glue functions (``shipped/pp_aux_capture.py``) the rewritten forward calls
+#: Relay helpers (``shipped/pp_aux_capture.py``) the rewritten forward calls
 #: (``HANDOFF``: ``family_entry_handoff``).
 COLLECT = "pp_aux_collect"
-#: The name the rewritten forward passes as ``like`` (shape of one capture).
+#: The hidden states the layer loop assigns and the last stage returns.
 HIDDEN = "hidden_states"
 
 METHOD_INDENT = 8

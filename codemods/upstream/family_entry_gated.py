@@ -59,7 +59,7 @@ rewrites it, after::
             hidden_states = residual_batch.complete_output(hidden_states, forward_batch)
             if capture_aux and hidden_states.shape[0] != 0:
                 dspark_aux_hidden_states = pp_aux_collect(
-                    self, dspark_aux_hidden_states, pp_proxy_tensors, hidden_states
+                    self, dspark_aux_hidden_states, pp_proxy_tensors
                 )
             ...
 
@@ -68,8 +68,8 @@ the entry of its first layer, with the very computation a single-stage run does 
 (``i > 0`` is ``i > self.start_layer`` when one stage runs every layer).  Capture id
 ``j`` is thus taken by the stage that runs layer ``j + 1``: the stack gets a property
 (:func:`entry_ids_property`, ``pp_aux_capture_entries``: ``j + 1`` for each id) and the
-hook attaches the transport with ``ids_attr="pp_aux_capture_entries"``, so the plan of
-the shipped glue maps each capture to the stage that takes it.  Id ``num_layers - 1`` is
+hook calls ``set_pp_aux_capture`` with ``ids_attr="pp_aux_capture_entries"``, so the
+shipped relay maps each capture to the stage that takes it.  Id ``num_layers - 1`` is
 the last stage's output, captured by its final norm after the gathering and so kept
 last.  An empty batch is empty on every stage: no stage captures, none hands captures
 on and the last gathers none, so it returns ``hidden_states`` alone, as one stage does.
@@ -98,7 +98,7 @@ GATED_DESCRIPTION = (
     "callback at the next layer's entry under a last-rank gate (`i - 1 in "
     "self.layers_to_capture`, raw layer ids)"
 )
-#: The stack property the transport reads the capture layers from.
+#: The stack property ``set_pp_aux_capture`` reads the capture layers from.
 ENTRY_IDS_ATTR = "pp_aux_capture_entries"
 #: Local name of the rewritten handoff.
 HANDOFF_LOCAL = "handoff"
@@ -324,7 +324,7 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
 
 
 def entry_ids_property(ids_attr: str) -> cst.FunctionDef:
-    """The stack property that names, for the transport, the layer at whose entry each
+    """The stack property that names, for the shipped relay, the layer at whose entry each
     capture id is taken (id ``j`` at layer ``j + 1``; id ``-1`` is never taken)."""
     text = (
         "@property\n"

@@ -45,7 +45,7 @@ from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, re
 
 #: ``return residual_batch.to_pp(...)``: the handoff of these forwards.
 HANDOFF_FUNC = "to_pp"
-#: The glue function the rewritten returns call.
+#: The relay helper the rewritten returns call.
 HANDOFF = "pp_aux_handoff"
 INDENT = 4
 

@@ -8,8 +8,9 @@ the same question answered for the aux entry, after its last capture hook::
     def get_pp_proxy_aux_hidden_size(self) -> int:
         return pp_aux_proxy_hidden_size(self.model)
 
-``pp_aux_proxy_hidden_size`` (the glue) reads the width from the transport attached to
-the decoder stack: 0 on PP=1, on the first stage and before a hook is called.
+``pp_aux_proxy_hidden_size`` (shipped ``pp_aux_capture.py``) reads the width from the
+relay ``set_pp_aux_capture`` gave the decoder stack: 0 on PP=1, on the first stage and
+before a hook is called.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import libcst as cst
 from codemods.upstream.pyformat import parse_statements
 
 METHOD = "get_pp_proxy_aux_hidden_size"
-#: The glue function the method returns.
+#: The relay helper whose value the method returns.
 WIDTH = "pp_aux_proxy_hidden_size"
 HOOK_PREFIX = "set_"
 HOOK_SUFFIX = "_layers_to_capture"

@@ -1,6 +1,6 @@
 """Repairs a model needs before its aux captures can work under PP at all.
 
-Two shapes in SGLang keep a model from capturing under PP whatever the transport does:
+Two shapes in SGLang keep a model from capturing under PP whatever the relay does:
 
 * the causal-LM hook calls ``self.model.set_<x>_layers_to_capture(ids)`` but the decoder
   stack does not define it (the hook fails even with PP=1).  The stack gets the setter,

@@ -160,7 +160,7 @@ def rewrite_module(
     setters and fix the causal-LM forwards that unpack non-last stages' output;
     everything else is kept."""
     if any(GATED_KIND in f.capture_kinds for f in forwards):
-        # The transport maps each capture to the stage that takes it (layer entry).
+        # The relay maps each capture to the stage that takes it (layer entry).
         setters = [replace(s, ids_attr=ENTRY_IDS_ATTR) for s in setters]
     transformer = _FamilyTransformer(setters, forwards, stack_setters, stage_fixes)
     updated = module.visit(transformer)
@@ -264,7 +264,7 @@ class _FamilyTransformer(cst.CSTTransformer):
 
 
 def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
-    """Drop the non-last-rank early return; attach the transport at the end."""
+    """Drop the non-last-rank early return; call ``set_pp_aux_capture`` at the end."""
     early = early_return_of(fn)
     if (early is None and shape.early_return) or shape.receiver is None or (
         shape.pp_group is None
@@ -395,7 +395,7 @@ def _tests_exactly(statement: cst.CSTNode, condition: str) -> bool:
 
 def _every_stage(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
     """``gate = a and <pp>.is_last_rank and b`` -> ``gate = a and b``: with the
-    transport attached every stage captures its own layers."""
+    relay set up every stage captures its own layers."""
     assign = statement.body[0]
     value = assign.value
     operands = conjuncts_of(value)

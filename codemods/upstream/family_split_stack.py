@@ -11,8 +11,9 @@ single-stage run (or, on a non-last stage, the causal-LM forward unpacks the
 ``pp_proxy_tensors`` and that reads ``self.pp_group``, storing the ids on a direct
 submodule, with no ``return`` in the hook.  The family planning then treats them as the
 early-return hooks are treated (the stack forward must be one the family rewrites), and
-the hook rewrite appends the same transport attachment (and, on non-last stages, resets
-the flag that makes ``forward`` unpack the stack's output); there is no return to drop.
+the hook rewrite appends the same ``set_pp_aux_capture`` call (which, with
+``causal_lm=self``, turns off on non-last stages the flag that makes ``forward`` unpack
+the stack's output); there is no return to drop.
 A file whose hooks are not all patchable this way keeps its old report.
 """
 
@@ -28,7 +29,7 @@ from codemods.upstream.family_setter import _setter_shape as setter_shape
 from codemods.upstream.family_shapes import ModuleShapes
 from codemods.upstream.family_syntax import split_docstring
 
-#: The PP group the rewritten hook passes to the transport.
+#: The PP group the rewritten hook passes to ``set_pp_aux_capture``.
 PP_GROUP = "self.pp_group"
 
 
@@ -60,7 +61,7 @@ def _runs_under_pp(cls: cst.ClassDef) -> bool:
 
 def split_stack_setters(module: cst.Module, shapes: ModuleShapes) -> list[SetterShape]:
     """The hooks of ``shapes`` to patch although none returns early, with the PP group
-    they attach the transport for; ``[]`` when any hook of the file does not qualify."""
+    they set up the relay for; ``[]`` when any hook of the file does not qualify."""
     picked = []
     for setter in shapes.setters:
         if setter.early_return or setter.problem:

@@ -2,7 +2,7 @@
 
 ``generate(root, models)`` detects the tree (``sglang_tree.py``), rewrites
 ``srt/models/kimi_linear.py`` (``kimi.py``) and every model file of the capture-hook family
-(``family.py``, ``family_patch.py``: the model files, the glue module and a family test),
+(``family.py``, ``family_patch.py``: the model files, the shipped module and a family test),
 relaxes SGLang's server-arg validation for the models it patches (``validation.py``, the
 last change), and adds new files:
 
@@ -88,7 +88,7 @@ def generate(root: str | Path, models: list[str] | None = None) -> UpstreamResul
 
     ``models`` (file stems, e.g. ``["llama", "kimi_linear"]``) restricts the patch; by
     default it covers Kimi-Linear and every recognised model of the capture-hook family
-    (``family.py``).  The transport module is added once.
+    (``family.py``).  The shipped module (``pp_aux_capture.py``) is added once.
     """
     tree = detect_tree(root)
     wanted = None if models is None else list(dict.fromkeys(models))

@@ -368,8 +368,8 @@ def _find_forward(module: cst.Module, missing: list[str]) -> ForwardShape | None
 
 
 def attaches_transport(setter: cst.FunctionDef, source: str) -> bool:
-    """Whether ``setter`` already attaches the PP aux transport (this rewrite, or its
-    earlier form that built the transport itself)."""
+    """Whether ``setter`` is already patched: it calls ``set_pp_aux_capture`` (this
+    rewrite), or builds the PP aux transport of an earlier form of the patch."""
     if GLUE_MODULE in source and m.findall(setter, m.Call(func=m.Name(ATTACH))):
         return True
     return LEGACY_TRANSPORT_MODULE in source and _mentions_attr(setter, LEGACY_TRANSPORT_ATTR)
@@ -530,9 +530,7 @@ def transport_imports(module: cst.Module, forward: ForwardShape) -> cst.Module:
 
 
 def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
-    """The patched text of a Kimi-Linear model file (``source`` itself when nothing to do).
-
-    The transport mode is not part of the text: the glue reads it at run time."""
+    """The patched text of a Kimi-Linear model file (``source`` itself when nothing to do)."""
     analysis = analyse(source, path)
     if analysis.status != NEEDS_PATCH:
         return source, analysis

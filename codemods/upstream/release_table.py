@@ -120,7 +120,8 @@ def matrix(columns: Sequence[Column]) -> str:
             cell = column.cells.get(file)
             if cell is None:
                 cells.append("-")
-            elif cell.startswith("patched") or cell in short or cell == "already patched":
+            elif (cell.startswith("patched") or cell in short
+                  or cell in ("already patched", RELAY_RENAME_CELL)):
                 cells.append(cell)
             else:
                 if cell not in reasons:
