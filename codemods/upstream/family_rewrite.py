@@ -221,11 +221,15 @@ class _FamilyTransformer(cst.CSTTransformer):
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self._classes.pop()
         if not self._classes:
-            # One width method per rewritten causal-LM class, for the CUDA graph buffers.
+            from codemods.upstream.family_proxy_width import add_support_attribute
+
+            # One width method per rewritten causal-LM class, for the CUDA graph buffers,
+            # and the attribute that tells server-arg validation it relays its captures.
             receivers = [s.receiver for (c, _), s in self.setters.items()
                          if c == original.name.value]
             if receivers:
                 updated = add_proxy_width_method(updated, receivers[0])
+                updated = add_support_attribute(updated)
         additions = self.additions.get(original.name.value) if not self._classes else None
         if not additions:
             return updated
