@@ -24,9 +24,9 @@ refusals are no longer needed for that model.  This module edits the hook so tha
   convention the patch covers (a capture without a draft: the flag resets the speculative
   algorithm, so ``_handle_dflash`` does not run and a DFLASH convention is reachable).
 
-Every other refusal stays as it is, and a model the patch did not touch is refused exactly
-as before.  Before, the hook had no notion of a model that relays its captures.  After, a
-helper asks the model class the server will load::
+Every other refusal stays as it is, and a model whose class neither is nor derives from a
+patched class is refused exactly as before.  Before, the hook had no notion of a model that
+relays its captures.  After, a helper asks the model class the server will load::
 
     def _pp_aux_capture_supported(cfg: Any, method: str) -> bool:
         ...
