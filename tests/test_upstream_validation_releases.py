@@ -3,8 +3,10 @@
 The patch for llama (whose EAGLE3 and DFLASH hooks it rewrites) passes ``git apply
 --check`` on the release and is applied to a copy.  The real ``check_pipeline_parallel_compat``
 of the patched copy, imported on CPU, accepts EAGLE3 with PP on EAGLE's two paths
-(``SGLANG_ENABLE_PP_SPEC`` and PD prefill) for a Llama target; every other refusal still
-refuses (another target model, multi-layer EAGLE, the overlap schedule, the
+(``SGLANG_ENABLE_PP_SPEC`` and PD prefill) for a Llama target, and for a Mistral target
+(``MistralForCausalLM(LlamaForCausalLM)`` in ``mistral.py``, a file the patch does not touch:
+the hook asks the model class, which inherits ``supports_pp_aux_capture``); every other
+refusal still refuses (another target model, multi-layer EAGLE, the overlap schedule, the
 ``SGLANG_ENABLE_PP_SPEC`` conditions, NGRAM, ``--min-free-slots-delay``).  DFLASH with PP
 stays refused on every path: these releases refuse it in ``speculative_hook._handle_dflash``
 (``cfg.pp_size != 1``), so the patch does not relax it.  On 0.5.23
@@ -29,7 +31,10 @@ from codemods.upstream.validation import MODULE
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 RELEASES = ("0.5.21", "0.5.22", "0.5.23")
-ACCEPTED = {"eagle_pp_spec", "eagle_prefill", "eagle3_pp_spec", "eagle3_prefill"}
+ACCEPTED = {"eagle_pp_spec", "eagle_prefill", "eagle3_pp_spec", "eagle3_prefill",
+            "eagle3_subclass_pp_spec", "eagle3_subclass_prefill"}
+#: Accepted for MistralForCausalLM, which only inherits the patched class's support.
+SUBCLASS_ACCEPTED = {"eagle3_subclass_pp_spec", "eagle3_subclass_prefill"}
 #: DFLASH with PP, refused on every path by the patched check as by the release's.
 DFLASH_REFUSED = ("dflash_prefill", "dflash_other_model", "dflash_aggregate", "dflash_pp_spec",
                   "dflash_pp_spec_prefill")
@@ -49,7 +54,7 @@ STILL_REFUSED = {
     "ngram": "only supports EAGLE",
     "min_free_slots_delay": "--min-free-slots-delay",
 }
-AUX_ACCEPTED = {"aux_eagle3", "aux_dflash"}
+AUX_ACCEPTED = {"aux_eagle3", "aux_dflash", "aux_eagle3_subclass"}
 AUX_STILL_REFUSED = {
     "aux_eagle3_other_model": "only supports pp_size == 1",
     "aux_dspark_not_relayed": "only supports pp_size == 1",
@@ -71,10 +76,16 @@ def release(request):
     return request.param, sglang_tree(request.param)
 
 
-def test_patched_validation_accepts_eagle3_and_keeps_refusing_dflash_with_pp(release,
-                                                                             tmp_path):
+@pytest.fixture(scope="module")
+def patched(release, tmp_path_factory):
+    """(version, generate's result, outcomes of the patched copy's validation)."""
     version, root = release
-    result, copy = patched_copy(root, tmp_path / "patched", models=["llama"])
+    result, copy = patched_copy(root, tmp_path_factory.mktemp("patched"), models=["llama"])
+    return version, result, _validate(copy)
+
+
+def test_patched_validation_accepts_eagle3_and_keeps_refusing_dflash_with_pp(patched):
+    version, result, outcomes = patched
     path = result.tree.module_path(MODULE)
     assert result.changed[-1] == path, "the validation change comes last"
     # llama's DFLASH hook is rewritten, but the release refuses DFLASH with PP elsewhere.
@@ -82,7 +93,6 @@ def test_patched_validation_accepts_eagle3_and_keeps_refusing_dflash_with_pp(rel
     refusal = result.validation.dflash_refused
     assert refusal is not None and (refusal.function, refusal.condition) == (
         "_handle_dflash", "cfg.pp_size != 1"), (version, refusal)
-    outcomes = _validate(copy)
     for case in ACCEPTED:
         assert outcomes[case] == "accepted", (version, case, outcomes[case])
     for case, message in STILL_REFUSED.items():
@@ -98,6 +108,25 @@ def test_patched_validation_accepts_eagle3_and_keeps_refusing_dflash_with_pp(rel
                 version, case, outcomes[case])
     else:
         assert not AUX_ACCEPTED & set(outcomes)
+
+
+def test_a_subclass_in_an_untouched_file_is_accepted_by_its_class(patched):
+    """No table names MistralForCausalLM: the patched hook resolves the model class, which
+    inherits ``supports_pp_aux_capture`` from the patched LlamaForCausalLM, while a model
+    whose file the patch leaves alone keeps its refusal."""
+    version, result, outcomes = patched
+    for case in SUBCLASS_ACCEPTED | ({"aux_eagle3_subclass"} if version >= "0.5.23" else set()):
+        assert outcomes[case] == "accepted", (version, case, outcomes[case])
+    assert outcomes["eagle3_other_model"].startswith("refused:"), version
+    if version >= "0.5.23":
+        assert "only supports pp_size == 1" in outcomes["aux_eagle3_other_model"], version
+    change = next(c for c in result.changes if c.path == result.tree.module_path(MODULE))
+    assert "MistralForCausalLM" not in change.new and "LlamaForCausalLM" not in change.new
+    assert "MistralForCausalLM" not in result.validation.architectures
+    assert not any(c.path.endswith("/models/mistral.py") for c in result.changes)
+    llama = next(c for c in result.changes if c.path.endswith("/models/llama.py"))
+    assert "class LlamaForCausalLM(nn.Module):\n    supports_pp_aux_capture = True\n\n" in (
+        llama.new)
 
 
 def test_release_validation_refuses_eagle3_and_dflash_with_pp(release):

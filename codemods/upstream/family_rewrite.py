@@ -103,7 +103,11 @@ from codemods.upstream.family_entry_gated import (
 )
 from codemods.upstream.family_entry_gated import rewrite_forward as rewrite_gated_forward
 from codemods.upstream.family_forward import ForwardShape
-from codemods.upstream.family_proxy_width import WIDTH, add_proxy_width_method
+from codemods.upstream.family_proxy_width import (
+    WIDTH,
+    add_proxy_width_method,
+    add_support_attribute,
+)
 from codemods.upstream.family_repairs import (
     FamilyRewriteError,
     StackSetter,
@@ -216,11 +220,13 @@ class _FamilyTransformer(cst.CSTTransformer):
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self._classes.pop()
         if not self._classes:
-            # One width method per rewritten causal-LM class, for the CUDA graph buffers.
+            # One width method per rewritten causal-LM class, for the CUDA graph buffers,
+            # and the attribute that tells server-arg validation it relays its captures.
             receivers = [s.receiver for (c, _), s in self.setters.items()
                          if c == original.name.value]
             if receivers:
                 updated = add_proxy_width_method(updated, receivers[0])
+                updated = add_support_attribute(updated)
         additions = self.additions.get(original.name.value) if not self._classes else None
         if not additions:
             return updated

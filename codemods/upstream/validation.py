@@ -24,11 +24,24 @@ refusals are no longer needed for that model.  This module edits the hook so tha
   convention the patch covers (a capture without a draft: the flag resets the speculative
   algorithm, so ``_handle_dflash`` does not run and a DFLASH convention is reachable).
 
-Every other refusal stays as it is, and an architecture the patch did not touch is refused
-exactly as before.  The architectures come from the ``EntryClass`` of each patched model file
-(the causal-LM classes with rewritten hooks and the classes of that file derived from them);
-the check reads ``model_config_of(cfg).hf_config.architectures`` only on the paths that used
-to be refused, so every accepted configuration of today validates as before.
+Every other refusal stays as it is, and a model whose class neither is nor derives from a
+patched class is refused exactly as before.  Before, the hook had no notion of a model that
+relays its captures.  After, a helper asks the model class the server will load::
+
+    def _pp_aux_capture_supported(cfg: Any, method: str) -> bool:
+        ...
+        architectures = model_config_of(cfg).hf_config.architectures
+        model_cls, _ = ModelRegistry.resolve_model_cls(architectures)
+        supported = getattr(model_cls, "supports_pp_aux_capture", False)
+        return supported and hasattr(model_cls, f"set_{method.lower()}_layers_to_capture")
+
+The family patch sets ``supports_pp_aux_capture = True`` on each causal-LM class whose hooks
+it rewrites (``family_proxy_width.py``), so subclasses in other files inherit the support
+(``MistralForCausalLM(LlamaForCausalLM)``), and a convention is supported where the class
+has its hook.  The hook reads the architecture only on the paths that used to be refused,
+so every accepted configuration of today validates as before.  The architectures the
+result reports (PR body, facts) come from the ``EntryClass`` of each patched model file: the
+causal-LM classes with rewritten hooks and the classes of that file derived from them.
 
 0.5.18-0.5.20 refuse every speculative algorithm with PP on GPU (there is no EAGLE path to
 follow), so their validation is left alone: :func:`validation_changes` returns nothing there.
@@ -40,6 +53,7 @@ import ast
 from dataclasses import dataclass
 
 from codemods.upstream.family import FamilyPlan
+from codemods.upstream.family_proxy_width import SUPPORT_ATTR
 from codemods.upstream.patchfile import FileChange
 from codemods.upstream.reachability import Refusal, refusal_of, tree_refusals
 from codemods.upstream.sglang_tree import SGLangTree
@@ -51,7 +65,6 @@ HOOK_METHODS = {
     "set_dflash_layers_to_capture": "DFLASH",
     "set_dspark_layers_to_capture": "DSPARK",
 }
-TABLE_NAME = "_PP_AUX_CAPTURE_ARCHITECTURES"
 HELPER_NAME = "_pp_aux_capture_supported"
 
 
@@ -62,7 +75,8 @@ class ValidationShapeError(ValueError):
 @dataclass(frozen=True)
 class ValidationResult:
     change: FileChange | None
-    #: architecture -> capture conventions accepted with PP
+    #: architecture -> capture conventions accepted with PP (reported; the hook itself asks
+    #: the model class)
     architectures: dict[str, tuple[str, ...]]
     notes: tuple[str, ...] = ()
     #: The release's refusal of DFLASH with PP that keeps DFLASH refused (None: DFLASH is
@@ -142,53 +156,35 @@ _AUX_FLAG_CHECK_NEW = """\
 _ANCHOR = "def check_pipeline_parallel_compat(cfg: Any) -> None:\n"
 
 
-def render_table(architectures: dict[str, tuple[str, ...]]) -> str:
-    """The table and helper inserted before ``check_pipeline_parallel_compat`` (black)."""
-    lines = [
-        "# Architectures whose model files relay aux hidden-state captures from every",
-        "# pipeline stage to the last one, with the capture conventions they relay.",
-        f"{TABLE_NAME} = {{",
-    ]
-    for arch, methods in sorted(architectures.items()):
-        quoted = ", ".join(f'"{m}"' for m in methods)
-        if len(methods) == 1:
-            quoted += ","
-        entry = f'    "{arch}": ({quoted}),'
-        if len(entry) > 88:
-            lines += [f'    "{arch}": (']
-            lines += [f'        "{m}",' for m in methods]
-            lines += ["    ),"]
-        else:
-            lines.append(entry)
-    lines += [
-        "}",
-        "",
-        "",
-        f"def {HELPER_NAME}(cfg: Any, method: str) -> bool:",
-        '    """Whether the target model relays the aux hidden states of ``method``',
-        '    (EAGLE3, DFLASH or DSPARK) from every pipeline stage to the last one."""',
-        "    from sglang.srt.arg_groups.model_override_base import model_config_of",
-        "",
-        "    hf_config = model_config_of(cfg).hf_config",
-        '    architectures = getattr(hf_config, "architectures", None) or []',
-        f"    supported = {TABLE_NAME}",
-        "    return any(method in supported.get(arch, ()) for arch in architectures)",
-        "",
-        "",
-    ]
-    return "\n".join(lines) + "\n"
+def render_helper() -> str:
+    """The helper inserted before ``check_pipeline_parallel_compat`` (black)."""
+    return f'''\
+def {HELPER_NAME}(cfg: Any, method: str) -> bool:
+    """Whether the target model relays the aux hidden states of ``method``
+    (EAGLE3, DFLASH or DSPARK) from every pipeline stage to the last one."""
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+    from sglang.srt.models.registry import ModelRegistry
+
+    architectures = model_config_of(cfg).hf_config.architectures
+    model_cls, _ = ModelRegistry.resolve_model_cls(architectures)
+    supported = getattr(model_cls, "{SUPPORT_ATTR}", False)
+    return supported and hasattr(model_cls, f"set_{{method.lower()}}_layers_to_capture")
 
 
-def relax(source: str, architectures: dict[str, tuple[str, ...]], filename: str,
-          dflash: bool = True) -> str:
-    """``validation_hook.py`` text with the refusals relaxed for ``architectures``.
+'''
+
+
+def relax(source: str, filename: str, dflash: bool = True) -> str:
+    """``validation_hook.py`` text with the refusals relaxed for the models that declare
+    ``supports_pp_aux_capture``.
 
     ``dflash``: add the DFLASH branch to ``check_pipeline_parallel_compat`` (False where the
-    release refuses DFLASH with PP elsewhere: DFLASH then stays refused there).  Raises :class:`ValidationShapeError` (naming ``filename``) when the hook lacks the
+    release refuses DFLASH with PP elsewhere: DFLASH then stays refused there).  Raises
+    :class:`ValidationShapeError` (naming ``filename``) when the hook lacks the
     EAGLE branch of ``check_pipeline_parallel_compat``; the aux-hidden-states refusal is
     relaxed only where the release has it (0.5.23+).
     """
-    if TABLE_NAME in source:
+    if f"def {HELPER_NAME}(" in source:
         return source
     for needle, what in ((_ANCHOR, "check_pipeline_parallel_compat"),
                          (_EAGLE_CHECK, "its EAGLE-only speculative check"),
@@ -198,7 +194,7 @@ def relax(source: str, architectures: dict[str, tuple[str, ...]], filename: str,
                 f"{filename}: cannot relax PP validation: {what} not found once"
             )
     helper = HELPER_NAME
-    text = source.replace(_ANCHOR, render_table(architectures) + _ANCHOR)
+    text = source.replace(_ANCHOR, render_helper() + _ANCHOR)
     branch = _DFLASH_BRANCH if dflash else ""
     text = text.replace(_EAGLE_CHECK, (branch + _EAGLE_CHECK_NEW).format(helper=helper))
     text = text.replace(_EAGLE_MESSAGE, _EAGLE_MESSAGE_NEW if dflash else _EAGLE_MESSAGE_EAGLE3)
@@ -287,7 +283,7 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
         ))
     refused = dflash_refusal(tree) if any(
         "DFLASH" in methods for methods in architectures.values()) else None
-    new = relax(source, architectures, str(tree.file(path)), dflash=refused is None)
+    new = relax(source, str(tree.file(path)), dflash=refused is None)
     return ValidationResult(FileChange(path, source, new), architectures,
                             dflash_refused=refused)
 

@@ -23,6 +23,9 @@ from sglang.srt.arg_groups.overrides import resolving_view
 PATCHED_ARCH = "LlamaForCausalLM"
 #: A target whose model file the patch does not touch.
 OTHER_ARCH = "KimiLinearForCausalLM"
+#: A subclass of the patched class in a file the patch does not touch (``mistral.py``): it
+#: inherits the class attribute that declares the relay.
+SUBCLASS_ARCH = "MistralForCausalLM"
 
 
 def server_args(arch: str = PATCHED_ARCH, **fields) -> SimpleNamespace:
@@ -74,6 +77,10 @@ PP_CASES = {
     "eagle3_pp_spec": (dict(speculative_algorithm="EAGLE3"), True),
     "eagle3_prefill": (dict(speculative_algorithm="EAGLE3", disaggregation_mode="prefill"),
                        False),
+    "eagle3_subclass_pp_spec": (dict(speculative_algorithm="EAGLE3", arch=SUBCLASS_ARCH),
+                                True),
+    "eagle3_subclass_prefill": (dict(speculative_algorithm="EAGLE3", arch=SUBCLASS_ARCH,
+                                     disaggregation_mode="prefill"), False),
     # The refusals that stay.  DFLASH with PP among them on 0.5.21-0.5.23, whose
     # speculative_hook._handle_dflash refuses it, so the patch leaves it refused.
     "dflash_prefill": (dict(speculative_algorithm="DFLASH", disaggregation_mode="prefill"),
@@ -104,6 +111,7 @@ PP_CASES = {
 AUX_CASES = {
     "aux_eagle3": dict(speculative_algorithm="EAGLE3"),
     "aux_dflash": dict(speculative_algorithm="DFLASH", return_aux_hidden_state_layer_ids=[1, 4]),
+    "aux_eagle3_subclass": dict(speculative_algorithm="EAGLE3", arch=SUBCLASS_ARCH),
     # The refusals that stay.
     "aux_eagle3_other_model": dict(speculative_algorithm="EAGLE3", arch=OTHER_ARCH),
     "aux_dspark_not_relayed": dict(speculative_algorithm="DSPARK",
