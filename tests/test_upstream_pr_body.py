@@ -154,8 +154,10 @@ def test_validation_change_is_motivated_and_listed(tmp_path):
     assert f"`check_pipeline_parallel_compat` (`{VALIDATION_PATH}`) rejects EAGLE3" in motivation
     assert "`--enable-return-aux-hidden-states` with PP" in motivation
     assert (f"- Validation (`{VALIDATION_PATH}`): EAGLE3/DFLASH, and "
-            "`--enable-return-aux-hidden-states` with PP, accepted with PP for the 2 "
-            "architectures of the patched files: `LlamaForCausalLM`, `Qwen3MoeForCausalLM`"
+            "`--enable-return-aux-hidden-states` with PP, accepted with PP where the served "
+            "model class (`ModelRegistry.resolve_model_cls`) declares "
+            "`supports_pp_aux_capture` and has the method's capture hook: the patched "
+            "causal-LM classes (2 architectures in the patched files) and their subclasses"
             in mods)
     assert "stays refused" not in mods
     # Where the speculative hook refuses DFLASH with PP, only EAGLE3 is claimed, and the
@@ -166,8 +168,8 @@ def test_validation_change_is_motivated_and_listed(tmp_path):
     text = render(result)
     motivation, mods = section(text, "## Motivation"), section(text, "## Modifications")
     assert (f"- Validation (`{VALIDATION_PATH}`): EAGLE3, and "
-            "`--enable-return-aux-hidden-states` with PP, accepted with PP for the 2 "
-            "architectures" in mods)
+            "`--enable-return-aux-hidden-states` with PP, accepted with PP where the served "
+            "model class" in mods)
     assert ("DFLASH with PP stays refused: `_handle_dflash` (`cfg.pp_size != 1`, named "
             "above)" in mods)
     assert "EAGLE3/DFLASH" not in text

@@ -453,7 +453,9 @@ def test_validation_message_names_the_architectures_and_what_stays_refused(tmp_p
     validation = series.build_series(result)[-1]
     assert validation.subject == "[PP] Accept EAGLE3/DFLASH with PP for the patched architectures"
     flat = " ".join(validation.body.split())
-    assert "It now accepts EAGLE3 and DFLASH for the 1 architecture whose" in flat
+    assert ("It now accepts EAGLE3 and DFLASH for a model class that declares "
+            "supports_pp_aux_capture and has the convention's capture hook" in flat)
+    assert "in the patched files, 1 architecture (capture conventions" in flat
     assert "Still refused" not in flat
     # The release's speculative hook refuses DFLASH with PP: DFLASH stays refused, and why.
     spec_hook.write_text(
@@ -461,7 +463,7 @@ def test_validation_message_names_the_architectures_and_what_stays_refused(tmp_p
     validation = series.build_series(result)[-1]
     assert validation.subject == "[PP] Accept EAGLE3 with PP for the patched architectures"
     flat = " ".join(validation.body.split())
-    assert "It now accepts EAGLE3 for the 1 architecture whose" in flat
+    assert "It now accepts EAGLE3 for a model class that declares" in flat
     assert "LlamaForCausalLM (DFLASH, EAGLE3)" in flat
     assert ("Still refused after this series: DFLASH with PP (speculative_hook.py, "
             "_handle_dflash: cfg.pp_size != 1), so check_pipeline_parallel_compat keeps "

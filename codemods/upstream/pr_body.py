@@ -18,7 +18,7 @@ from __future__ import annotations
 from codemods.upstream import names
 from codemods.upstream.family_patch import TEST_FILE as FAMILY_TEST_FILE
 from codemods.upstream.generate import UpstreamResult
-from codemods.upstream.graph_sizing import has_dspark_sizing
+from codemods.upstream.graph_sizing import has_dspark_sizing, rename_dspark_entry
 from codemods.upstream.model_families import family_of, family_rank
 from codemods.upstream.reachability import EVERY, refusals
 from codemods.upstream.result_facts import (
@@ -156,9 +156,11 @@ def _family_lines(result: UpstreamResult) -> list[str]:
     plan = result.family
     decisions = plan.decisions if plan is not None else {}
     groups: dict[str, tuple[str, list[str]]] = {}
+    renamed = {change.path for change in result.changes if change.changed
+               and change.new == rename_dspark_entry(change.old or "", change.path)}
     for path in result.changed:
-        if "/models/" not in path:
-            continue
+        if "/models/" not in path or path in renamed:
+            continue  # a renamed relay is listed with the sizing path
         name = path.rsplit("/", 1)[-1]
         key, title = family_of(name.removesuffix(".py"))
         entry = _code(name)
@@ -210,9 +212,11 @@ def _validation_line(result: UpstreamResult) -> str:
     accepted, kept = accepted_algorithms(result)
     flag = f", and `{AUX_FLAG}` with PP," if relaxes_aux_flag(result) else ""
     what = "/".join(accepted) + flag if accepted else f"`{AUX_FLAG}`" if flag else "nothing"
-    line = (f"- Validation (`{change.path}`): {what} accepted with PP for the "
-            f"{len(found)} architectures of the patched files: "
-            f"{', '.join(_code(a) for a in sorted(found))}; every other refusal kept.")
+    line = (f"- Validation (`{change.path}`): {what} accepted with PP where the served "
+            "model class (`ModelRegistry.resolve_model_cls`) declares "
+            "`supports_pp_aux_capture` and has the method's capture hook: the patched "
+            f"causal-LM classes ({len(found)} architectures in the patched files) and their "
+            "subclasses; every other refusal kept.")
     for refusal in kept:
         line += (f" {refusal.algorithm} with PP stays refused: `{refusal.function}` "
                  f"(`{refusal.condition}`, named above) refuses it before its worker starts, "

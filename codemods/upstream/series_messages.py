@@ -142,10 +142,12 @@ def _validation(patch, result: UpstreamResult) -> None:
                else "It now names")
     patch.body = _wrap(
         f"check_pipeline_parallel_compat ({files}) refused {' and '.join(refused)} "
-        f"speculative decoding with PP.  {accepts} the {len(found)} "
-        f"architecture{'s' if len(found) != 1 else ''} whose capture hooks the model patches of this series rewrote "
+        f"speculative decoding with PP.  {accepts} a model class that declares "
+        "supports_pp_aux_capture and has the convention's capture hook: the causal-LM "
+        "classes the model patches of this series rewrote and their subclasses; in the "
+        f"patched files, {len(found)} architecture{'s' if len(found) != 1 else ''} "
         f"(capture conventions in brackets): {listed}.{flag}  Every other refusal is "
-        "kept, and any other architecture is refused as before.") + still
+        "kept, and a model class without the attribute is refused as before.") + still
 
 
 def _hooks_of(decision) -> str:
