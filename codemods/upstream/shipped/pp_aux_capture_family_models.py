@@ -46,11 +46,12 @@ OP_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_OP_TIMEOUT", "300"))
 
 # ------------------------------------------------ GPU-only packages on a CPU machine
 
-#: Packages SGLang imports at module level that only a GPU machine has.  Where one does
-#: not import, ``stub_gpu_only_packages`` stands in for it (as
+#: Packages that only a GPU machine has and SGLang imports at module level (vllm: when
+#: a rotary embedding is built off CUDA, for a kernel it never runs here).  Where one
+#: does not import, ``stub_gpu_only_packages`` stands in for it (as
 #: ``sglang.test.test_utils.maybe_stub_sgl_kernel`` does for ``sgl_kernel``): no kernel
 #: of theirs ever runs in these tests.
-GPU_ONLY_PACKAGES = ("triton", "sgl_kernel", "flashinfer", "tvm_ffi")
+GPU_ONLY_PACKAGES = ("triton", "sgl_kernel", "flashinfer", "tvm_ffi", "vllm")
 
 
 class _Placeholder:
@@ -379,14 +380,21 @@ def _single_device_widths() -> None:
         override(attn_dp_size=1)
 
 
+def _has_module(name: str) -> bool:
+    """Whether this SGLang release has module ``name`` (some are newer than others)."""
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
 def _deepseek_v4_state() -> None:
     """Widths, and the forward context whose attention backend the stack reads (on
     releases that have one; the stand-in layers never use it)."""
     _single_device_widths()
-    try:
-        from sglang.srt.model_executor import forward_context
-    except ImportError:
+    if not _has_module("sglang.srt.model_executor.forward_context"):
         return
+    from sglang.srt.model_executor import forward_context
+
     forward_context.set_forward_context(
         forward_context.ForwardContext(attn_backend=SimpleNamespace())
     )
@@ -402,10 +410,10 @@ def set_pp_group(group: StandInPPGroup) -> None:
     parallel_state._PP = group
     # Hooks that ask ``get_parallel().pp_group`` read the runtime context; where it
     # does not resolve to the group just set, state the group there too.
-    try:
-        from sglang.srt.runtime_context import get_parallel
-    except ImportError:
+    if not _has_module("sglang.srt.runtime_context"):
         return
+    from sglang.srt.runtime_context import get_parallel
+
     try:
         if get_parallel().pp_group is group:
             return
