@@ -493,7 +493,9 @@ def _free_port():
 
 
 def _init_parallel(rank, port):
-    """SGLang's world and model-parallel groups for ``tp_size=1``, ``pp_size=2``."""
+    """SGLang's world and model-parallel groups for ``tp_size=1``, ``pp_size=2``, and
+    the server args the model constructors read (releases before 0.5.21 take the
+    sizes as arguments; later ones read the published topology)."""
     from sglang.srt import runtime_context
     from sglang.srt.distributed import parallel_state
     from sglang.srt.server_args import ServerArgs
@@ -506,9 +508,23 @@ def _init_parallel(rank, port):
         backend="gloo",
         timeout=int(TIMEOUT_S),
     )
+    server_args = ServerArgs(
+        model_path="dummy", tp_size=1, pp_size=PP_SIZE, device="cpu"
+    )
     runtime_context.reset_context()
+    sizes = inspect.signature(parallel_state.initialize_model_parallel).parameters
+    if "pipeline_model_parallel_size" in sizes:
+        runtime_context.publish(server_args, role="test")
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=1,
+            pipeline_model_parallel_size=PP_SIZE,
+            backend="gloo",
+        )
+        return
+    # Publish the topology initialize_model_parallel reads, keeping the WORLD group
+    # just built.
     runtime_context.publish(
-        ServerArgs(model_path="dummy", tp_size=1, pp_size=PP_SIZE, device="cpu"),
+        server_args,
         role="test",
         ranks=runtime_context.SpawnRanks(world_rank=rank),
     )
@@ -566,8 +582,12 @@ def _sizing(lm, rank):
         dtype=torch.float32,
         pp_proxy_aux_hidden_size=width,
     )
-    accepted = inspect.signature(buffers.allocate_pp_proxy_tensors).parameters
-    allocated = buffers.allocate_pp_proxy_tensors(
+    # Private before SGLang 0.5.21, where the patch adds the aux parameter to it.
+    allocate = getattr(buffers, "allocate_pp_proxy_tensors", None)
+    if allocate is None:
+        allocate = buffers._allocate_pp_proxy_tensors
+    accepted = inspect.signature(allocate).parameters
+    allocated = allocate(
         **{key: value for key, value in arguments.items() if key in accepted}
     )
     entry = allocated.get(AUX_ENTRY)
