@@ -9,24 +9,21 @@ import pytest
 from click.testing import CliRunner
 
 from codemods.cli.commands import cli
-from codemods.upstream import dspark_relay
 from tests.gitrepo import IDENTITY, assert_same_state, git, isolate_git, repo_state
 
 pytestmark = pytest.mark.sglang
 
 BRANCH = "auxcap/pp-capture"
 MODEL = "python/sglang/srt/models/kimi_linear.py"
-TRANSPORT = "python/sglang/srt/distributed/pp_aux_transport.py"
-PLAN = "python/sglang/srt/distributed/pp_aux_plan.py"
 GLUE = "python/sglang/srt/distributed/pp_aux_capture.py"
-TEST = "test/srt/test_pp_aux_capture.py"
+TESTS = "test/registered/unit/models"
 #: The release files a checkout needs for the patch: package marker, model, distributed pkg.
 RELEASE_FILES = ("__init__.py", "srt/models/kimi_linear.py", "srt/distributed/__init__.py")
 
 
-def make_checkout(release: Path, path: Path) -> Path:
+def make_checkout(release: Path, path: Path, files=RELEASE_FILES) -> Path:
     """A git checkout laid out like SGLang's repository, holding a few files of a release."""
-    for name in RELEASE_FILES:
+    for name in files:
         target = path / "python" / "sglang" / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(release / "sglang" / name, target)
@@ -63,18 +60,15 @@ def test_upstream_patch_branch_commits_the_patched_model_files(checkout, tmp_pat
     assert (tmp_path / "pp.patch").read_text().startswith(f"diff --git a/{MODEL} b/{MODEL}\n")
     assert f"git push -u origin {BRANCH}" in result.output
     assert sorted(git(checkout, "show", "--name-only", "--format=", "HEAD").split()) == sorted(
-        [MODEL, TRANSPORT, PLAN, GLUE, TEST]
+        [MODEL, GLUE]
     )
     message = git(checkout, "log", "-1", "--format=%B")
     assert message.startswith("[PP] Kimi-Linear: carry DSPARK aux hidden states across")
-    assert f"  M {MODEL}: " in message and f"  A {TRANSPORT}: " in message
+    assert f"  M {MODEL}: " in message and f"  A {GLUE}: " in message
     assert git(checkout, "status", "--porcelain", "-uall") == ""
 
     body = (tmp_path / "PR.md").read_text()
     assert "## Motivation" in body  # the generator's own description
-    assert f"| `{TRANSPORT}` | added: PP aux-capture transport" in body
-    assert f"| `{PLAN}` | added: torch-free capture plan" in body
-    assert f"| `{GLUE}` | added: glue the patched hooks call" in body
     assert "Idempotent: running `auxcap upstream-patch` again" in body
     assert "git revert" in body
 
@@ -87,6 +81,27 @@ def test_upstream_patch_branch_commits_the_patched_model_files(checkout, tmp_pat
     patches = sorted((tmp_path / "patches").glob("*.patch"))
     git(clone, "am", "-q", *map(str, patches), env=IDENTITY)
     assert git(clone, "rev-parse", "HEAD^{tree}") == git(checkout, "rev-parse", "HEAD^{tree}")
+
+
+def test_upstream_patch_branch_commits_the_tests_under_test_registered_unit_models(
+        tmp_path, monkeypatch, sglang_release):
+    isolate_git(monkeypatch, tmp_path)
+    files = (*RELEASE_FILES, "srt/models/llama.py")
+    checkout = make_checkout(sglang_release("0.5.23"), tmp_path / "sglang", files)
+    result = auxcap("upstream-patch", str(checkout), "--models", "llama",
+                    "--branch", BRANCH)
+    assert result.exit_code == 0, result.output
+    committed = git(checkout, "diff", "--name-only", "main", "HEAD").split()
+    # A checkout's patch carries the tests, where SGLang keeps the unit tests of
+    # srt/models/; nothing of them goes into the package.
+    assert sorted(p for p in committed if p.startswith("test/")) == [
+        f"{TESTS}/pp_aux_capture_family_models.py",
+        f"{TESTS}/test_pp_aux_capture.py",
+        f"{TESTS}/test_pp_aux_capture_family.py",
+    ]
+    assert "python/sglang/srt/models/llama.py" in committed
+    assert "tests left out" not in result.output
+    assert git(checkout, "status", "--porcelain", "-uall") == ""
 
 
 def test_upstream_patch_branch_rolls_back_when_the_commit_hook_fails(checkout):
@@ -105,6 +120,8 @@ def test_already_supported_release_creates_no_branch(tmp_path, monkeypatch, sgla
     checkout = make_checkout(sglang_release("0.5.21"), tmp_path / "sglang")
     # 0.5.21 relays DSPARK captures itself; with its relay check in place nothing is left.
     model = checkout / "python" / "sglang" / "srt" / "models" / "kimi_linear.py"
+    from codemods.upstream import dspark_relay
+
     model.write_text(dspark_relay.rewrite(model.read_text(), str(model)))
     git(checkout, "commit", "-q", "-am", "DSPARK relay check", env=IDENTITY)
     result = auxcap("upstream-patch", str(checkout), "--branch", BRANCH)

@@ -3,7 +3,7 @@
 a ``.pth`` file (one per module).
 
 ``apply --models llama`` changes exactly the files ``upstream-patch`` would for that
-checkout (its new test under ``test/srt/``), ``status`` reads the release from
+checkout (its new tests under ``test/registered/unit/models/``), ``status`` reads the release from
 ``sglang/_version.py`` and the other differences from git; the patched checkout's llama
 stages match PP=1 on two gloo stages; a second ``apply`` changes nothing; ``revert`` leaves
 ``git status`` clean and every byte as committed.  An edit the rewriters no longer recognise
@@ -67,7 +67,7 @@ def test_apply_status_drive_and_revert_on_a_checkout(checkout):
     changed.discard("M")
     changed.discard("??")
     assert changed == set(upstream.changed) | {f"python/sglang/{JOURNAL_NAME}"}
-    assert "test/srt/test_pp_aux_capture_family.py" in changed
+    assert "test/registered/unit/models/test_pp_aux_capture_family.py" in changed
 
     status = sglang("status", "--python", str(python))
     assert "auxcap's change: applied (release 0.5.23, --models llama," in status.output

@@ -308,10 +308,12 @@ def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
 
     root = _mini_tree(tmp_path)
     out = tmp_path / "family.patch"
+    body = tmp_path / "pr.md"
+    tests_dir = tmp_path / "shipped-tests"
+    models = "family_llama_like,family_qwen_derived,family_unsupported"
     outcome = CliRunner().invoke(
-        cli,
-        ["upstream-patch", str(root), "-o", str(out),
-         "--models", "family_llama_like,family_qwen_derived,family_unsupported"],
+        cli, ["upstream-patch", str(root), "-o", str(out), "--models", models,
+              "--pr-body", str(body), "--tests-dir", str(tests_dir)],
     )
     assert outcome.exit_code == 0, outcome.output
     assert "2 of 3 model files with a hook patched" in outcome.output
@@ -319,28 +321,73 @@ def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
     assert "skipped  family_unsupported.py: family_unsupported.py:AfterLayerModel" in (
         outcome.output
     )
+    # A package tree has no test folder: the tests are left out of the patch, said so,
+    # and written where --tests-dir says.
+    assert "tests left out of the patch" in outcome.output
+    assert f"written to {tests_dir.resolve()} instead" in outcome.output
     patch = out.read_text()
     touched = [line.split(" b/")[1] for line in patch.splitlines()
                if line.startswith("diff --git")]
-    assert touched == [
-        "sglang/srt/models/family_llama_like.py",
-        "sglang/srt/models/family_qwen_base.py",
-        "sglang/srt/models/family_qwen_derived.py",
-        "sglang/srt/distributed/pp_aux_capture.py",
-        "sglang/test/pp_aux_capture_family_models.py",
-        "sglang/test/test_pp_aux_capture_family.py",
-    ]
+    assert not [path for path in touched if "/test/" in path or "test_" in path]
+    assert "sglang/srt/models/family_llama_like.py" in touched
+    assert "sglang/srt/distributed/pp_aux_capture.py" in touched
     assert git_apply(root, patch, check=True).returncode == 0
     assert git_apply(root, patch).returncode == 0
-    test_file = (root / "sglang/test/test_pp_aux_capture_family.py").read_text()
+    assert not (root / "sglang/test").exists()
+    assert sorted(p.name for p in tests_dir.iterdir()) == [
+        "pp_aux_capture_family_models.py", "test_pp_aux_capture.py",
+        "test_pp_aux_capture_family.py"]
+    test_file = (tests_dir / "test_pp_aux_capture_family.py").read_text()
     assert '"family_llama_like",\n        "TinyForCausalLM",\n        "TinyModel",' in test_file
     assert "family_unsupported" not in test_file
     compile(test_file, "test_pp_aux_capture_family.py", "exec")
     # The test imports its stand-in models from the file shipped next to it.
     assert "from pp_aux_capture_family_models import (" in test_file
-    models_file = (root / "sglang/test/pp_aux_capture_family_models.py").read_text()
+    models_file = (tests_dir / "pp_aux_capture_family_models.py").read_text()
     compile(models_file, "pp_aux_capture_family_models.py", "exec")
     assert "def build_model(" in models_file and "def build_model(" not in test_file
+    init_test = (tests_dir / "test_pp_aux_capture.py").read_text()
+    compile(init_test, "test_pp_aux_capture.py", "exec")
+    assert 'PATCHED = [\n    "family_llama_like",\n    "family_qwen_derived",\n]' in init_test
+    # The PR body's test section says where the tests are and how to run them.
+    text = body.read_text()
+    assert "are left out of this patch" in text
+    assert f"They were written to `{tests_dir.resolve()}`." in text
+    assert f"cd {tests_dir.resolve()} && python3 -m unittest test_pp_aux_capture" in text
+
+
+def test_cli_without_tests_dir_says_how_to_get_the_tests(tmp_path):
+    from click.testing import CliRunner
+
+    from codemods.cli.commands import cli
+
+    root = _mini_tree(tmp_path)
+    body = tmp_path / "pr.md"
+    outcome = CliRunner().invoke(
+        cli, ["upstream-patch", str(root), "-o", str(tmp_path / "p.patch"),
+              "--models", "family_llama_like", "--pr-body", str(body)],
+    )
+    assert outcome.exit_code == 0, outcome.output
+    assert "pass --tests-dir DIR to write them to a folder" in outcome.output
+    assert "`auxcap upstream-patch --tests-dir DIR` writes them to a folder." in (
+        body.read_text())
+    assert "unittest" not in body.read_text()
+
+
+def test_checkout_patch_carries_the_tests_under_test_registered_unit_models(tmp_path):
+    from codemods.upstream.generate import generate
+
+    root = tmp_path / "checkout"
+    shutil.copytree(MINI_SGLANG / "sglang", root / "python" / "sglang")
+    _copy_inputs(root / "python" / "sglang" / "srt" / "models")
+    result = generate(root, models=["family_llama_like"])
+    assert not result.tests_left_out and result.tests_note is None
+    tests = [path for path in result.changed if path.startswith("test/")]
+    assert sorted(tests) == [
+        "test/registered/unit/models/pp_aux_capture_family_models.py",
+        "test/registered/unit/models/test_pp_aux_capture.py",
+        "test/registered/unit/models/test_pp_aux_capture_family.py",
+    ]
 
 
 def test_cli_rejects_a_model_without_a_capture_hook(tmp_path):

@@ -174,6 +174,45 @@ def test_family_test_models_come_with_the_first_patch_of_the_test(tmp_path):
                                 f"{PKG}/test/test_pp_aux_capture_family.py"]
 
 
+def test_checkout_tests_spread_over_the_series_and_the_init_test_comes_last(tmp_path):
+    """In a checkout the tests live under test/registered/unit/models/: they are not
+    taken for model files; the family test grows with the model patches, and
+    test_pp_aux_capture.py, which checks everything together, comes with the last."""
+    tests = "test/registered/unit/models"
+    root = tmp_path / "checkout"
+    for part in ("python/sglang", "python/sglang/srt/models"):
+        (root / part).mkdir(parents=True, exist_ok=True)
+        (root / part / "__init__.py").write_text("")
+    tree = detect_tree(root)
+    assert tree.tests == tests
+    decisions = [_decision("llama.py", ("entry-callback",)),
+                 _decision("qwen3_moe.py", ("entry-gathered",))]
+    plan = FamilyPlan(root / "python/sglang/srt/models", {d.file: d for d in decisions})
+    result = UpstreamResult(tree, FAMILY_ONLY, "python/sglang/srt/models/kimi_linear.py")
+    result.family = plan
+    final = series._family_test_text(result, {"llama", "qwen3_moe"})
+    result.changes = [
+        _change("python/sglang/srt/models/llama.py"),
+        _change("python/sglang/srt/models/qwen3_moe.py"),
+        _change("python/sglang/srt/distributed/pp_aux_capture.py", None),
+        _change("python/sglang/srt/arg_groups/validation_hook.py"),
+        FileChange(f"{tests}/pp_aux_capture_family_models.py", None, "M = 1\n"),
+        FileChange(f"{tests}/test_pp_aux_capture_family.py", None, final),
+        FileChange(f"{tests}/test_pp_aux_capture.py", None, "T = 1\n"),
+    ]
+    patches = series.build_series(result)
+    assert [p.key for p in patches] == ["runtime", "llama-qwen-dense", "qwen-moe-vl",
+                                        "validation"]
+    assert patches[1].paths == ["python/sglang/srt/models/llama.py",
+                                f"{tests}/pp_aux_capture_family_models.py",
+                                f"{tests}/test_pp_aux_capture_family.py"]
+    assert patches[2].paths == ["python/sglang/srt/models/qwen3_moe.py",
+                                f"{tests}/test_pp_aux_capture_family.py"]
+    assert patches[3].paths == ["python/sglang/srt/arg_groups/validation_hook.py",
+                                f"{tests}/test_pp_aux_capture.py"]
+    assert "cd test/registered/unit/models && python3 -m unittest" in patches[1].body
+
+
 def test_series_mails_apply_with_git_am_as_a_stack(tmp_path, monkeypatch):
     isolate_git(monkeypatch, tmp_path)
     repo = tmp_path / "repo"
@@ -350,7 +389,9 @@ def test_validate_claims_only_what_it_ran(sglang_release, tmp_path, monkeypatch)
     assert "not validated: the family test did not run on 2 stages" in outcome.output
     text = body.read_text()
     assert "`--validate` ran nothing" in text and "passed" not in text
-    assert text.count("[x]") == 1 and "- [x] Add unit tests" in text
+    # A package tree: the patch adds no test (they are left out, and said so).
+    assert "- [ ] Add unit tests" in text
+    assert "are left out of this patch" in text
 
     monkeypatch.setenv("PYTHONPATH", str(STUBS_DIR))
     body = tmp_path / "ran.md"
@@ -360,9 +401,10 @@ def test_validate_claims_only_what_it_ran(sglang_release, tmp_path, monkeypatch)
     ], catch_exceptions=False)
     assert outcome.exit_code == 0, outcome.output
     text = body.read_text()
-    assert "`auxcap upstream-patch --validate` ran `python3 -m unittest" in text
+    # The tests are not in the patch, yet --validate writes them into its copy.
+    assert ("`auxcap upstream-patch --validate` ran `test_pp_aux_capture_family.py` "
+            "(written into the copy)") in text
     assert "- passed (1): llama\n" in text and "failed" not in text
-    assert text.count("[x]") == 1
     # the tree itself is untouched
     assert "set_pp_aux_capture" not in (release / MODELS / "llama.py").read_text()
 

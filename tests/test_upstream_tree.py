@@ -18,7 +18,9 @@ def test_checkout_layout(tmp_path):
     assert (tree.kind, tree.package) == ("checkout", "python/sglang")
     assert tree.module_path("sglang.srt.models.kimi_linear") == (
         "python/sglang/srt/models/kimi_linear.py")
-    assert tree.test_path("test_x.py") == "test/srt/test_x.py"
+    # CPU unit tests mirror srt/: those of srt/models/ go to test/registered/unit/models/.
+    assert tree.tests == "test/registered/unit/models"
+    assert tree.test_path("test_x.py") == "test/registered/unit/models/test_x.py"
     assert tree.read_text("python/sglang/__init__.py") == ""
     assert tree.read_text("python/sglang/missing.py") is None
 
@@ -30,7 +32,10 @@ def test_package_tree_and_package_dir_share_a_root(tmp_path):
         assert tree.root == tmp_path.resolve()
         assert tree.kind == "package"
         assert tree.module_path("sglang.srt.distributed.x") == "sglang/srt/distributed/x.py"
-        assert tree.test_path("t.py") == "sglang/test/t.py"
+        # No test folder: tests are never written into the package.
+        assert tree.tests is None
+        with pytest.raises(ValueError, match="no test folder"):
+            tree.test_path("t.py")
 
 
 def test_not_a_tree_names_what_it_looked_for(tmp_path):

@@ -8,7 +8,7 @@ every model class the patch of SGLang 0.5.23 gives ``get_pp_proxy_aux_hidden_siz
 built by its real constructor with a tiny config (4 layers, hidden size 64) as stage 0
 and stage 1 of 2 gloo processes on the patched tree (``sglang_support/width_check.py``),
 its capture hook takes one capture on each stage, and the stage-1 model must report
-the width of the entry stage 0's transport really hands over (64 x its captures, which
+the width of the entry stage 0 really hands over (64 x its captures, which
 stage 1 then collects with its own) while stage 0 reports 0.
 """
 
@@ -65,7 +65,11 @@ def _sized_classes(tree) -> set[tuple[str, str]]:
 def test_the_check_builds_every_class_the_patch_sizes(copy):
     assert REQUIRED <= set(MODELS)
     built = {(module, cls) for module, cls, _, _ in MODELS.values()}
-    assert built == _sized_classes(copy)
+    # Kimi-Linear and Kimi-K3 (renamed from SGLang's DSPARK width method) are built by
+    # their own checks (sglang_support/kimi_check.py, k3_check.py).
+    sized = {(module, cls) for module, cls in _sized_classes(copy)
+             if not module.startswith("kimi")}
+    assert built == sized
 
 
 @pytest.mark.timeout(600)
@@ -83,10 +87,13 @@ def test_every_model_reports_the_width_its_previous_stage_sends(report):
     for name in MODELS:
         first, last = by_stage[(name, 0)], by_stage[(name, 1)]
         assert first["earlier"] == [] and first["width"] == 0, first
-        assert len(last["earlier"]) == 1 and len(last["ids"]) == 2, last
-        # What stage 0's transport really handed over, and all captures collected.
+        assert len(last["earlier"]) == 1 == last["received"], last
+        assert len(first["ids"]) == 1 and len(last["ids"]) == 1, (first, last)
+        # What stage 0 really handed over, and all captures collected in layer order.
         assert last["sent"] == HIDDEN * len(last["earlier"]), last
-        assert last["collected"] == [i + 1.0 for i in last["ids"]], last
+        taken = first["ids"] + last["ids"]
+        assert taken == sorted(taken), (first, last)
+        assert last["collected"] == [i + 1.0 for i in taken], last
         widths[name] = (last["width"], last["sent"])
     assert {name: got for name, (got, _) in widths.items()} == {
         name: want for name, (_, want) in widths.items()

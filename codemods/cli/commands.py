@@ -448,6 +448,14 @@ def migrate(
     "and 3 stages; needs SGLang's dependencies in this Python) and report its verdicts "
     "in the PR description. Exit 1 when a model fails it, 2 when it could not run.",
 )
+@click.option(
+    "--tests-dir",
+    type=click.Path(file_okay=False, writable=True),
+    default=None,
+    help="Also write the CPU tests the patch ships into this folder. A checkout's patch "
+    "carries them (test/registered/unit/models/); an installed or unpacked package tree "
+    "has no test folder, so they are left out of its patch unless written here.",
+)
 @_branch_options(pr_body=False)
 def upstream_patch(
     sglang_root: str,
@@ -456,6 +464,7 @@ def upstream_patch(
     models: str | None,
     series_dir: str | None,
     validate: bool,
+    tests_dir: str | None,
     request: BranchRequest | None,
 ) -> None:
     """Generate the SGLang patch that makes aux capture work under pipeline parallelism:
@@ -478,7 +487,8 @@ def upstream_patch(
         if request is not None:
             request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
         raise SystemExit(
-            run_series(sglang_root, series_dir, pr_body, chosen, output, request, validate)
+            run_series(sglang_root, series_dir, pr_body, chosen, output, request, validate,
+                       tests_dir=tests_dir)
         )
     if request is not None:
         request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
@@ -492,7 +502,9 @@ def upstream_patch(
             )
         )
     raise SystemExit(
-        run_upstream_patch(sglang_root, output, pr_body, chosen, validate=validate)
+        run_upstream_patch(
+            sglang_root, output, pr_body, chosen, validate=validate, tests_dir=tests_dir
+        )
     )
 
 

@@ -106,7 +106,7 @@ def _git_baseline(installation: Installation) -> Baseline:
         return Baseline(False, f"{tree.package}/__init__.py is not tracked by the git "
                                f"repository at {top.stdout.strip()}, and there is no RECORD")
     status = _git(tree.root, "status", "--porcelain=v1", "-z", "--untracked-files=all",
-                  "--", tree.package, tree.tests)
+                  "--", tree.package, *([tree.tests] if tree.tests else []))
     if status.returncode != 0:
         return Baseline(False, f"git status failed in {tree.root}: {status.stderr.strip()}")
     baseline = Baseline(True, f"git status of {top.stdout.strip()}")

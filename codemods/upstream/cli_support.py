@@ -98,19 +98,26 @@ def validation_verdict(validation) -> int:
     return validation.exit_code
 
 
-def generate_or_say(root: str, models: list[str] | None) -> UpstreamResult | None:
+def generate_or_say(root: str, models: list[str] | None,
+                    tests_dir: str | None = None) -> UpstreamResult | None:
     """The upstream patch of the SGLang tree at ``root``; None, once the reason is said,
-    where it cannot be made (not a tree, a model file missing, a shape not understood)."""
+    where it cannot be made (not a tree, a model file missing, a shape not understood).
+    Where the shipped tests went, when not only into the patch, is said too."""
     try:
-        return generate(root, models=models)
-    except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError) as err:
+        result = generate(root, models=models, tests_dir=tests_dir)
+    except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError,
+            OSError) as err:
         _say(f"error: {err}")
         return None
+    if result.tests_note:
+        _say(f"note: {result.tests_note}")
+    return result
 
 
 def run_upstream_patch(root: str, output: str | None, pr_body: str | None,
-                       models: list[str] | None = None, validate: bool = False) -> int:
-    result = generate_or_say(root, models)
+                       models: list[str] | None = None, validate: bool = False,
+                       tests_dir: str | None = None) -> int:
+    result = generate_or_say(root, models, tests_dir)
     if result is None:
         return 2
     where = result.tree.describe()

@@ -2,10 +2,17 @@
 
 The patch holds the rewritten model files, the helpers they call
 (``pp_aux_capture.py``), the packer accessor where a patched forward packs its captures,
-the CUDA graph sizing of the aux entry, and a CPU multi-process test covering every
-patched model with its stand-in models next to it (``pp_aux_capture_family_models.py``).
-The helpers and the test files are kept under ``codemods/upstream/shipped/``; the test's
-model list is generated from the plan.
+the CUDA graph sizing of the aux entry, and two CPU multi-process tests (``TEST_FILES``):
+the family test, which runs every patched model's forward with stand-in layers on 2 and 3
+stages (its stand-ins in ``pp_aux_capture_family_models.py`` next to it), and
+``test_pp_aux_capture.py``, which builds every patched causal LM through its real
+``__init__`` on 2 stages and checks the handoff, the buffer sizing and the validation.
+The helpers and the test files are kept under ``codemods/upstream/shipped/``; the tests'
+model lists are generated from the plan.
+
+In a checkout the tests go to ``test/registered/unit/models/``; a package tree has no
+test folder, so they are left out of its patch (``shipped_tests`` still renders them,
+for ``--tests-dir`` and ``--validate``).
 """
 
 from __future__ import annotations
@@ -27,9 +34,16 @@ TEST_TEMPLATE = SHIPPED_DIR / "test_pp_aux_capture_family.py"
 #: The test's stand-in models and builders, shipped next to it (the test imports them).
 TEST_MODELS_SOURCE = SHIPPED_DIR / "pp_aux_capture_family_models.py"
 
+#: The test that builds the patched causal LMs through their real ``__init__``.
+INIT_TEST_TEMPLATE = SHIPPED_DIR / "test_pp_aux_capture.py"
+
 TEST_FILE = "test_pp_aux_capture_family.py"
 TEST_MODELS_FILE = "pp_aux_capture_family_models.py"
+INIT_TEST_FILE = "test_pp_aux_capture.py"
+#: Every test file the patch ships, in the order they are added.
+TEST_FILES = (TEST_MODELS_FILE, TEST_FILE, INIT_TEST_FILE)
 CASES_MARKER = "    # @@FAMILY_CASES@@\n"
+PATCHED_MARKER = "    # @@PATCHED_MODELS@@\n"
 
 
 def models_dir(tree: SGLangTree) -> Path:
@@ -70,6 +84,28 @@ def render_test(plan: FamilyPlan) -> str:
     return template.replace(CASES_MARKER, render_cases(plan))
 
 
+def render_init_test(plan: FamilyPlan) -> str:
+    """``test_pp_aux_capture.py`` with the model files the plan patches."""
+    template = INIT_TEST_TEMPLATE.read_text(encoding="utf-8")
+    if PATCHED_MARKER not in template:
+        raise RuntimeError(
+            f"{INIT_TEST_TEMPLATE}: marker {PATCHED_MARKER.strip()!r} missing")
+    names = sorted(d.name for d in plan.decisions.values() if d.patched)
+    return template.replace(PATCHED_MARKER, "".join(f'    "{n}",\n' for n in names))
+
+
+def shipped_tests(plan: FamilyPlan) -> dict[str, str]:
+    """File name -> text of every test file the patch ships for ``plan`` (empty when it
+    patches no model of the family)."""
+    if not plan.rewritten():
+        return {}
+    return {
+        TEST_MODELS_FILE: TEST_MODELS_SOURCE.read_text(encoding="utf-8"),
+        TEST_FILE: render_test(plan),
+        INIT_TEST_FILE: render_init_test(plan),
+    }
+
+
 def render_glue() -> str:
     """The helpers module as shipped."""
     return GLUE_SOURCE.read_text(encoding="utf-8")
@@ -95,9 +131,8 @@ def family_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
     # or, on a tree without one (0.5.18-0.5.20), along a path added next to the
     # residual bank's.
     changes += sizing_changes(tree) + legacy_sizing_changes(tree)
-    models_path = tree.test_path(TEST_MODELS_FILE)
-    models_text = TEST_MODELS_SOURCE.read_text(encoding="utf-8")
-    changes.append(FileChange(models_path, tree.read_text(models_path), models_text))
-    test_path = tree.test_path(TEST_FILE)
-    changes.append(FileChange(test_path, tree.read_text(test_path), render_test(plan)))
+    if tree.tests is not None:  # a package tree has no test folder: left out
+        for name, text in shipped_tests(plan).items():
+            path = tree.test_path(name)
+            changes.append(FileChange(path, tree.read_text(path), text))
     return [change for change in changes if change.changed]

@@ -30,6 +30,7 @@ from codemods.upstream.family_patch import (
     family_changes,
     plan_for_tree,
     render_glue,
+    shipped_tests,
 )
 from codemods.upstream.patchfile import FileChange, changed_paths, render_patch
 from codemods.upstream.sglang_tree import SGLangTree, detect_tree
@@ -58,6 +59,32 @@ class UpstreamResult:
     k3_status: str | None = None
     #: What the server-arg validation part decided (None: not run).
     validation: ValidationResult | None = None
+    #: File name -> text of the CPU tests shipped for the family (in a checkout's patch;
+    #: left out of a package tree's, see ``tests_left_out``).
+    tests: dict[str, str] = field(default_factory=dict)
+    #: The folder ``generate(tests_dir=...)`` wrote ``tests`` to (None: not asked for).
+    tests_dir: Path | None = None
+
+    @property
+    def tests_left_out(self) -> bool:
+        """The tree has no test folder, so the patch does not carry ``tests``."""
+        return bool(self.tests) and self.tree.tests is None
+
+    @property
+    def tests_note(self) -> str | None:
+        """Where the shipped tests went, when not (only) into the patch."""
+        if not self.tests:
+            return None
+        names = ", ".join(sorted(self.tests))
+        if self.tests_left_out:
+            where = (f"written to {self.tests_dir} instead" if self.tests_dir
+                     else "pass --tests-dir DIR to write them to a folder")
+            return (f"tests left out of the patch: {self.tree.describe()} has no test "
+                    f"folder and tests are not written into the package ({names}); "
+                    f"{where}")
+        if self.tests_dir:
+            return f"tests also written to {self.tests_dir} ({names})"
+        return None
 
     @property
     def patch(self) -> str:
@@ -82,13 +109,18 @@ class UpstreamResult:
         return [FileChange(self.glue_path, self.tree.read_text(self.glue_path), render_glue())]
 
 
-def generate(root: str | Path, models: list[str] | None = None) -> UpstreamResult:
+def generate(root: str | Path, models: list[str] | None = None,
+             tests_dir: str | Path | None = None) -> UpstreamResult:
     """Raises ``TreeError``, ``MissingModelFile``, ``kimi.UnrecognisedShape`` or
     ``ValueError`` (a name in ``models`` that has no capture hook in the tree).
 
     ``models`` (file stems, e.g. ``["llama", "kimi_linear"]``) restricts the patch; by
     default it covers Kimi-Linear and every recognised model of the capture-hook family
     (``family.py``).  The shipped module (``pp_aux_capture.py``) is added once.
+
+    The family's CPU tests go into a checkout's patch (``test/registered/unit/models/``);
+    a package tree's patch leaves them out (a note says so).  ``tests_dir``: also write
+    them to that folder (created if needed), whatever the tree.
     """
     tree = detect_tree(root)
     wanted = None if models is None else list(dict.fromkeys(models))
@@ -131,7 +163,21 @@ def generate(root: str | Path, models: list[str] | None = None) -> UpstreamResul
     result.notes += list(validation.notes)
     if validation.change is not None and validation.change.changed:
         result.changes.append(validation.change)
+    if family is not None:
+        result.tests = shipped_tests(family)
+    if tests_dir is not None and result.tests:
+        result.tests_dir = write_tests(result.tests, tests_dir)
     return result
+
+
+def write_tests(tests: dict[str, str], folder: str | Path) -> Path:
+    """Write ``tests`` (file name -> text) into ``folder``; the folder."""
+    path = Path(folder).expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    for name, text in tests.items():
+        with open(path / name, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+    return path
 
 
 def _kimi_k3_changes(tree: SGLangTree, result: UpstreamResult,

@@ -32,7 +32,9 @@ from codemods.upstream.result_facts import (
     kimi_rewritten,
     kimi_touched,
     relaxes_aux_flag,
+    shipped_test_commands,
     test_command,
+    tests_left_out_line,
     touched_hooks,
     touched_models,
     validation_change,
@@ -159,7 +161,7 @@ def _family_lines(result: UpstreamResult) -> list[str]:
     renamed = {change.path for change in result.changes if change.changed
                and change.new == rename_dspark_entry(change.old or "", change.path)}
     for path in result.changed:
-        if "/models/" not in path or path in renamed:
+        if "srt/models/" not in path or path in renamed:
             continue  # a renamed relay is listed with the sizing path
         name = path.rsplit("/", 1)[-1]
         key, title = family_of(name.removesuffix(".py"))
@@ -264,6 +266,8 @@ def _modifications(result: UpstreamResult, series) -> str:
     tests = added_tests(result)
     if tests:
         text += f"- Tests (new, CPU): {', '.join(_code(p) for p in tests)}.\n"
+    elif tests_left_out_line(result):
+        text += f"- Tests: {tests_left_out_line(result)}\n"
     if series:
         text += f"\nSeries: {len(series)} patches, one commit each, in review order:\n\n"
         text += "".join(f"{n}. `{name}`: {patch.subject}\n"
@@ -274,21 +278,27 @@ def _modifications(result: UpstreamResult, series) -> str:
 def _benchmark(result: UpstreamResult, validation) -> str:
     tests = added_tests(result)
     family_test = next((p for p in tests if p.endswith(FAMILY_TEST_FILE)), None)
+    ran = (f"`{test_command(result, family_test)}`" if family_test is not None
+           else f"`{FAMILY_TEST_FILE}` (written into the copy)")
     lines = []
     if validation is not None and validation.problem:
         lines.append(f"`--validate` ran nothing: {validation.problem}.")
-    elif validation is not None and family_test is not None:
+    elif validation is not None and (family_test is not None or result.tests):
         passed = sorted(m for m, v in validation.verdicts.items() if v.startswith("yes"))
         failed = sorted(m for m in validation.verdicts if m not in passed)
-        lines.append(f"`auxcap upstream-patch --validate` ran `{test_command(result, family_test)}` "
+        lines.append(f"`auxcap upstream-patch --validate` ran {ran} "
                      "on a patched copy of this tree (CPU, gloo, 2 and 3 stages, "
                      "`torch.equal` with PP=1).")
         lines.append(f"- passed ({len(passed)}): {', '.join(passed) or '-'}")
         if failed:
             lines.append(f"- failed ({len(failed)}): {', '.join(failed)}")
-    commands = [test_command(result, p) for p in tests]
+    commands = shipped_test_commands(result)
+    left_out = tests_left_out_line(result)
+    if left_out:
+        lines.append(left_out)
     if (not lines or validation is None or validation.problem) and not commands:
-        lines.append("Not run by the generator; this patch adds no test to run.")
+        if not left_out:
+            lines.append("Not run by the generator; this patch adds no test to run.")
     elif not lines or validation is None or validation.problem:
         lines.append("Not run by the generator. To check (CPU, gloo, 2 and 3 stages, "
                      "compared with PP=1):")

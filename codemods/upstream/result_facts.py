@@ -83,7 +83,36 @@ def relaxes_aux_flag(result: UpstreamResult) -> bool:
 def added_tests(result: UpstreamResult) -> list[str]:
     """Paths of the test files (``test_*.py``) the patch adds or changes."""
     return [path for path in result.changed
-            if path.rsplit("/", 1)[-1].startswith("test_") and "/models/" not in path]
+            if path.rsplit("/", 1)[-1].startswith("test_") and "srt/models/" not in path]
+
+
+def shipped_test_commands(result: UpstreamResult) -> list[str]:
+    """How a reviewer runs each shipped test: from the patch, else from the folder
+    ``--tests-dir`` wrote them to (none when they were left out and not written)."""
+    in_patch = added_tests(result)
+    if in_patch:
+        return [test_command(result, path) for path in in_patch]
+    if result.tests_dir is None:
+        return []
+    return [f"cd {result.tests_dir} && python3 -m unittest {name.removesuffix('.py')}"
+            for name in sorted(result.tests) if name.startswith("test_")]
+
+
+def tests_left_out_line(result: UpstreamResult) -> str | None:
+    """Says that the shipped tests are not in the patch (a package tree), and where they
+    are instead; None when the patch carries them."""
+    if not result.tests_left_out:
+        return None
+    names = ", ".join(f"`{n}`" for n in sorted(result.tests) if n.startswith("test_"))
+    text = (f"The CPU tests ({names}) are left out of this patch: it was generated on "
+            "an installed or unpacked package, which has no test folder, and tests are "
+            "not written into the package. In a checkout they go to "
+            "`test/registered/unit/models/`.")
+    if result.tests_dir is not None:
+        text += f" They were written to `{result.tests_dir}`."
+    else:
+        text += " `auxcap upstream-patch --tests-dir DIR` writes them to a folder."
+    return text
 
 
 def test_command(result: UpstreamResult, path: str) -> str:

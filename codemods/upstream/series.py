@@ -11,7 +11,9 @@ reviewer can take one at a time, in this order:
    name maps to in :mod:`codemods.upstream.model_families`.  The family test grows with the
    families: a model joins it with the patch that completes it (its hook's file and the file
    of its capture forward both patched);
-3. **validation**: server arguments and validation hooks.
+3. **validation**: server arguments and validation hooks.  The test that builds every
+   patched model through its real ``__init__`` (``test_pp_aux_capture.py``) comes with the
+   last patch of the series, when everything it checks is in place.
 
 A fix the patch makes in a model file that is not about capture under PP (a stack setter
 the hook calls but the stack lacks, a forward that unpacks non-last stages' output) is a
@@ -34,9 +36,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from codemods.upstream.family import FamilyPlan
+from codemods.upstream.family_patch import INIT_TEST_FILE, render_test
 from codemods.upstream.family_patch import TEST_FILE as FAMILY_TEST_FILE
 from codemods.upstream.family_patch import TEST_MODELS_FILE as FAMILY_MODELS_FILE
-from codemods.upstream.family_patch import render_test
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.graph_sizing import rename_dspark_entry
 from codemods.upstream.model_families import OTHER, family_of, family_rank
@@ -105,7 +107,7 @@ def _stem(path: str) -> str:
 
 def classify(path: str, plan: FamilyPlan | None = None) -> tuple[str, str, str]:
     """(group key, file-name slug, title) of one changed file of the patch."""
-    if "/models/" in path:
+    if "srt/models/" in path:
         key, title = family_of(_stem(path))
         return key, key, title
     if any(part in path for part in _VALIDATION_PARTS):
@@ -147,13 +149,17 @@ def build_series(result: UpstreamResult) -> list[SeriesPatch]:
     family_models: FileChange | None = None
     for change in list(changes):
         name = change.path.rsplit("/", 1)[-1]
-        if "/models/" in change.path and name in fixed and change.old is not None:
+        if "srt/models/" in change.path and name in fixed and change.old is not None:
             # The fix on its own first; the family patch starts from the fixed file.
             key = f"{FIX}{_stem(change.path)}"
             groups[key] = SeriesPatch(key, key, "", "", [
                 FileChange(change.path, change.old, fixed[name])], [_stem(change.path)])
             changes[changes.index(change)] = FileChange(change.path, fixed[name], change.new)
+    init_test: FileChange | None = None
     for change in changes:
+        if change.path.endswith(INIT_TEST_FILE):
+            init_test = change
+            continue
         if change.path.endswith(FAMILY_TEST_FILE):
             family_test = change
             continue
@@ -184,6 +190,9 @@ def build_series(result: UpstreamResult) -> list[SeriesPatch]:
         _spread_family_test(result, family_test, ordered, family_models)
     elif family_models is not None:
         ordered[0].changes.append(family_models)
+    if init_test is not None:
+        # It builds every patched model and checks the validation: once all is in place.
+        ordered[-1].changes.append(init_test)
     for patch in ordered:
         fill_message(patch, result)
     return ordered
@@ -197,7 +206,7 @@ def _ready(result: UpstreamResult, patches: list[SeriesPatch]) -> dict[str, int]
     if plan is None:
         return ready
     where = {path.rsplit("/", 1)[-1]: index for index, patch in enumerate(patches)
-             for path in patch.paths if "/models/" in path}
+             for path in patch.paths if "srt/models/" in path}
     for decision in plan.decisions.values():
         if not decision.patched:
             continue

@@ -112,8 +112,9 @@ def _git_ok(cwd: Path, *args: str) -> bool:
 
 def run_series(root: str, series_dir: str, pr_body: str | None,
                models: list[str] | None, output: str | None = None,
-               request=None, validate: bool = False) -> int:
-    result = generate_or_say(root, models)
+               request=None, validate: bool = False,
+               tests_dir: str | None = None) -> int:
+    result = generate_or_say(root, models, tests_dir)
     if result is None:
         return 2
     where = result.tree.describe()

@@ -173,7 +173,7 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
         patch.subject = f"[PP] {title}: aux hidden states across stages"
     lines = []
     for path in patch.paths:
-        if "/models/" not in path:
+        if "srt/models/" not in path:
             continue
         name = _name(path)
         decision = decisions.get(name)

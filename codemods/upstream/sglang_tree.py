@@ -3,10 +3,11 @@
 Two layouts are recognised:
 
 * a git checkout of the SGLang repository: ``ROOT/python/sglang/srt/...``; the package lives
-  under ``python/`` and tests under ``ROOT/test/srt/``;
+  under ``python/``, and the CPU unit tests of ``srt/models/`` under
+  ``ROOT/test/registered/unit/models/`` (SGLang's unit tests mirror ``srt/``);
 * an installed or unpacked package tree (site-packages, an unpacked wheel): ``ROOT/sglang/...``;
-  there is no repository test directory, so tests go to ``ROOT/sglang/test/`` (the wheel
-  ships the ``sglang.test`` package, which is where SGLang keeps its test helpers).
+  it has no repository test directory, and tests are never written into the package
+  (``tests`` is None: a patch of such a tree leaves them out).
 
 Given ``ROOT`` pointing at the ``sglang`` package directory itself (``ROOT/srt/...``), the tree
 is treated as a package tree rooted at its parent, so patch paths still start with ``sglang/``.
@@ -20,6 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+#: Where a checkout keeps the CPU unit tests of ``python/sglang/srt/models/``.
+CHECKOUT_TESTS = "test/registered/unit/models"
+
 
 class TreeError(ValueError):
     """ROOT is not an SGLang checkout or package tree."""
@@ -32,13 +36,14 @@ class SGLangTree:
     root: the directory patch paths are relative to (``git apply`` runs there).
     package: patch path of the ``sglang`` package directory (``python/sglang`` or ``sglang``).
     kind: ``"checkout"`` or ``"package"``.
-    tests: patch path of the directory new CPU tests go to.
+    tests: patch path of the directory new CPU tests of the models go to; None in a
+        package tree, which has none.
     """
 
     root: Path
     package: str
     kind: str
-    tests: str
+    tests: str | None
 
     def module_path(self, dotted: str) -> str:
         """Patch path of a module given as ``sglang.srt.models.kimi_linear``."""
@@ -48,6 +53,9 @@ class SGLangTree:
         return str(PurePosixPath(self.package, *parts[1:])) + ".py"
 
     def test_path(self, filename: str) -> str:
+        """Patch path of a test file; ``ValueError`` in a tree without a test folder."""
+        if self.tests is None:
+            raise ValueError(f"{self.describe()} has no test folder")
         return str(PurePosixPath(self.tests, filename))
 
     def file(self, patch_path: str) -> Path:
@@ -76,12 +84,13 @@ def detect_tree(root: str | Path) -> SGLangTree:
     if not path.is_dir():
         raise TreeError(f"{root}: not a directory")
     if _is_package_dir(path / "python" / "sglang"):
-        return SGLangTree(root=path, package="python/sglang", kind="checkout", tests="test/srt")
+        return SGLangTree(root=path, package="python/sglang", kind="checkout",
+                          tests=CHECKOUT_TESTS)
     if _is_package_dir(path / "sglang"):
-        return SGLangTree(root=path, package="sglang", kind="package", tests="sglang/test")
+        return SGLangTree(root=path, package="sglang", kind="package", tests=None)
     if path.name == "sglang" and _is_package_dir(path):
         return SGLangTree(
-            root=path.parent, package="sglang", kind="package", tests="sglang/test"
+            root=path.parent, package="sglang", kind="package", tests=None
         )
     raise TreeError(
         f"{root}: not an SGLang tree (looked for python/sglang/srt/ of a checkout, "

@@ -2,7 +2,8 @@
 
 The SGLang package of the tree is copied to a scratch directory (hard links where the file
 system allows; the files the patch changes are written fresh, so the tree itself is never
-touched), the patched files are written there, and the generated
+touched), the patched files are written there, the tests the patch ships are written next
+to it (also for a package tree, whose patch leaves them out), and the generated
 ``test_pp_aux_capture_family.py`` runs in ``--json`` mode on 2 and 3 stages (gloo, CPU)
 with this Python.  A model counts as validated when every case of it, at both sizes,
 matched the PP=1 run.  The result feeds the PR body's "validated" column: only runs made
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from codemods.upstream.family_patch import TEST_FILE
-from codemods.upstream.generate import UpstreamResult
+from codemods.upstream.generate import UpstreamResult, write_tests
 
 PP_SIZES = (2, 3)
 VALIDATED = "yes: 2 and 3 stages, `torch.equal` with PP=1 (run by this invocation)"
@@ -82,16 +83,20 @@ def run_family(result: UpstreamResult, timeout: float = 1800.0) -> Validation:
     plan = result.family
     if plan is None or not plan.patched:
         return Validation(problem="the patch rewrites no model of the capture-hook family")
-    test_rel = result.tree.test_path(TEST_FILE)
+    if TEST_FILE not in result.tests:
+        return Validation(problem="the patch ships no family test")
     passed: dict[str, list[bool]] = {}
     with tempfile.TemporaryDirectory(prefix="auxcap-validate-") as scratch:
         path_root = patched_scratch(result, Path(scratch))
-        test = Path(scratch).joinpath(*test_rel.split("/"))
+        test = write_tests(result.tests, Path(scratch) / "shipped-tests") / TEST_FILE
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(path_root)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
         )
-        env.setdefault("CUDA_VISIBLE_DEVICES", "")
+        if not env.get("CUDA_VISIBLE_DEVICES"):
+            # sglang.test.test_utils, which the test imports, reads its first
+            # character: unset rather than empty (the test runs on CPU either way).
+            env.pop("CUDA_VISIBLE_DEVICES", None)
         for pp_size in PP_SIZES:
             try:
                 proc = subprocess.run(

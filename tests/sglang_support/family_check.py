@@ -2,8 +2,9 @@
 
 ``patched_copy(release, dest, models)`` generates the upstream patch (``generate``), checks
 it with ``git apply --check`` on the release, applies it to a hard-linked copy (the files
-it touches are private copies, so the cached release never changes) and returns
-``(result, copy)``.
+it touches are private copies, so the cached release never changes), writes the tests the
+patch ships into ``copy/SHIPPED_TESTS`` (a release is a package tree: its patch leaves
+them out) and returns ``(result, copy)``.
 
 ``run_family_test(copy, result, pp_size, models)`` runs the generated
 ``test_pp_aux_capture_family.py`` of the copy in ``--json`` mode (one set of worker
@@ -17,21 +18,28 @@ then shows what the unpatched models do under PP.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 from codemods.upstream.family_patch import TEST_FILE
-from codemods.upstream.generate import UpstreamResult, generate
-from sglang_support.env import git_apply, linked_copy, run_python
+from codemods.upstream.generate import UpstreamResult, generate, write_tests
+from sglang_support.env import STUBS_DIR, git_apply, linked_copy, sglang_env
 
 
 class PatchFailed(RuntimeError):
     pass
 
 
-def patched_copy(release: Path, dest: Path,
-                 models: list[str] | None = None) -> tuple[UpstreamResult, Path]:
+#: Where ``patched_copy`` writes the shipped tests, relative to the copy.
+SHIPPED_TESTS = "shipped_tests"
+
+
+def patched_copy(release: Path, dest: Path, models: list[str] | None = None
+                 ) -> tuple[UpstreamResult, Path]:
     result = generate(release, models=models)
     check = git_apply(release, result.patch, check=True)
     if check.returncode != 0:
@@ -42,6 +50,7 @@ def patched_copy(release: Path, dest: Path,
     applied = git_apply(dest, result.patch)
     if applied.returncode != 0:
         raise PatchFailed(f"git apply in {dest}: {applied.stderr}")
+    write_tests(result.tests, dest / SHIPPED_TESTS)
     return result, dest
 
 
@@ -55,11 +64,27 @@ def unpatched_copy(release: Path, dest: Path, result: UpstreamResult) -> Path:
         target = dest.joinpath(*change.path.split("/"))
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(change.new, encoding="utf-8")
+    write_tests(result.tests, dest / SHIPPED_TESTS)
     return dest
 
 
-def family_test_path(tree_root: Path, result: UpstreamResult) -> Path:
-    return tree_root.joinpath(*result.tree.test_path(TEST_FILE).split("/"))
+def family_test_path(tree_root: Path, result: UpstreamResult | None = None) -> Path:
+    return tree_root / SHIPPED_TESTS / TEST_FILE
+
+
+def shipped_test_env(tree_root: Path, stubs: Path | None = None) -> dict[str, str]:
+    """Environment for running a shipped test of ``tree_root``: ``sglang_env``, without
+    an empty ``CUDA_VISIBLE_DEVICES`` (``sglang.test.test_utils`` reads its first
+    character at import); ``stubs`` replaces the stand-in folder on ``PYTHONPATH``."""
+    env = sglang_env(tree_root)
+    if not env.get("CUDA_VISIBLE_DEVICES"):
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+    if stubs is not None:
+        paths = env["PYTHONPATH"].split(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join(
+            str(stubs) if path == str(STUBS_DIR) else path for path in paths
+        )
+    return env
 
 
 def run_family_test(tree_root: Path, result: UpstreamResult, pp_size: int,
@@ -68,7 +93,9 @@ def run_family_test(tree_root: Path, result: UpstreamResult, pp_size: int,
     """Per-case records of the family test's ``--json`` mode on ``tree_root``."""
     test = family_test_path(tree_root, result)
     args = [str(test), "--json", str(pp_size), *(models or [])]
-    proc = run_python(args, tree_root, timeout=timeout)
+    proc = subprocess.run([sys.executable, *args], env=shipped_test_env(tree_root),
+                          cwd=str(tree_root), capture_output=True, text=True,
+                          timeout=timeout)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         raise RuntimeError(

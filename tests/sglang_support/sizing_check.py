@@ -2,9 +2,8 @@
 
 Usage: ``python -m sglang_support.sizing_check MODEL_MODULE CLASS``, with the patched tree
 on ``PYTHONPATH`` (see ``env.sglang_env``).  For 2- and 3-stage splits and several
-capture sets, every stage gets the transport the patched capture hook attaches
-(``attach_pp_aux_transport``, with the stage's layer range; the handshake's collective
-is answered locally), and:
+capture sets, every stage gets the relay the patched capture hooks set up
+(``set_pp_aux_capture``, with the stage's layer range), and:
 
 * its width comes through the real chain: the patched model class's
   ``get_pp_proxy_aux_hidden_size`` -> ``misc_utils.resolve_pp_proxy_aux_hidden_size``;
@@ -13,7 +12,7 @@ is answered locally), and:
   ``_allocate_pp_proxy_tensors`` where there is one) allocate the ``aux_hidden_states``
   buffer with that width;
 * that width equals the width of the entry the previous stage really sends
-  (``PPAuxTransport.outgoing``);
+  (``PPAuxRelay.outgoing``);
 * the entry is copied into the decode buffer by the real replay loads: the registry's
   ``fill_from`` (full load) and ``DecodeCudaGraphRunner.load_batch``'s pre-planned branch
   (driven with a stand-in runner; the plan-stream load already ran); the copy the full
@@ -46,8 +45,16 @@ TOKENS = (3, 0, 2)
 CAPTURES = ([7, 0, 4], [1, 0], [8, 2, 5])
 
 
-def _stage(plan_module, glue, outer_cls, layer_ids, pp_rank, pp_size):
-    start, end = plan_module.pp_layer_range(NUM_LAYERS, pp_rank, pp_size)
+def _layer_range(pp_rank, pp_size):
+    from sglang.srt.distributed import get_pp_indices
+
+    return get_pp_indices(NUM_LAYERS, pp_rank, pp_size)
+
+
+def _stage(glue, outer_cls, layer_ids, pp_rank, pp_size):
+    """The real causal-LM class (no weights loaded) over a stand-in decoder stack the
+    capture hooks' ``set_pp_aux_capture`` set up; the stack's relay."""
+    start, end = _layer_range(pp_rank, pp_size)
     decoder = types.SimpleNamespace(
         config=types.SimpleNamespace(num_hidden_layers=NUM_LAYERS, hidden_size=HIDDEN),
         layers=[None] * NUM_LAYERS,
@@ -56,12 +63,13 @@ def _stage(plan_module, glue, outer_cls, layer_ids, pp_rank, pp_size):
         layers_to_capture=list(layer_ids),
     )
     group = types.SimpleNamespace(
-        world_size=pp_size, rank_in_group=pp_rank, cpu_group=None, ranks=list(range(pp_size))
+        world_size=pp_size, rank_in_group=pp_rank, is_last_rank=pp_rank == pp_size - 1,
+        cpu_group=None, ranks=list(range(pp_size)),
     )
-    glue.attach_pp_aux_transport(decoder, group)
+    glue.set_pp_aux_capture(decoder, group)
     outer = outer_cls.__new__(outer_cls)  # the real class, without loading weights
     outer.__dict__["model"] = decoder
-    return outer, decoder.pp_aux_transport
+    return outer, decoder.pp_aux_relay
 
 
 def _kwargs(function, **candidates):
@@ -181,14 +189,7 @@ def main() -> None:
     module_name, class_name = sys.argv[1], sys.argv[2]
     outer_cls = getattr(importlib.import_module(module_name), class_name)
     glue = importlib.import_module("sglang.srt.distributed.pp_aux_capture")
-    transport_module = importlib.import_module("sglang.srt.distributed.pp_aux_transport")
-    # One process plays every stage, so the handshake's collective is answered with the
-    # same configuration from every rank (the multi-process drives run the real one).
-    transport_module._all_gather = lambda group, payload, pp_size: [
-        dict(payload, pp_rank=rank) for rank in range(pp_size)
-    ]
-    plan_module = importlib.import_module("sglang.srt.distributed.pp_aux_plan")
-    entry = plan_module.AUX_ENTRY
+    entry = glue.AUX_ENTRY
     sizing = _Sizing(entry)
     checks, errors, aux_buffers = [], [], 0
     if sizing.resolve is None:
@@ -202,9 +203,7 @@ def main() -> None:
                 }
                 handoff = {}
                 for pp_rank in range(pp_size):
-                    outer, transport = _stage(
-                        plan_module, glue, outer_cls, layer_ids, pp_rank, pp_size
-                    )
+                    outer, relay = _stage(glue, outer_cls, layer_ids, pp_rank, pp_size)
                     width = sizing.width(outer, pp_size, pp_rank)
                     sent = handoff.get(entry)
                     sent_width = 0 if sent is None else sent.shape[-1]
@@ -238,19 +237,19 @@ def main() -> None:
                         if copied is None:
                             break
                         incoming[entry] = copied  # what the replayed graph reads
-                    plan = transport.plan
-                    own = {i: made[i] for i in plan.local_layer_ids}
-                    if plan.is_last_stage:
-                        like = torch.zeros(tokens, HIDDEN)
-                        got = transport.collect(own, incoming, like=like)
-                        want = [made[i] for i in plan.layer_ids]
+                    if relay is None:  # no capture taken on any stage
+                        continue
+                    own = {i: made[i] for i in relay.local_layer_ids}
+                    if relay.is_last_stage:
+                        got = relay.collect(own, incoming)
+                        want = [made[i] for i in sorted(layer_ids)]
                         same = len(got) == len(want) and all(
                             torch.equal(a, b) for a, b in zip(got, want, strict=True)
                         )
                         if not same:
                             errors.append(f"{label}: captures differ from those made")
                     else:
-                        handoff = transport.outgoing(own, incoming)
+                        handoff = relay.outgoing(own, incoming)
     print(json.dumps({"checks": checks, "errors": errors, "aux_buffers": aux_buffers}))
 
 

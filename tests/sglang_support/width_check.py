@@ -9,16 +9,17 @@ initialises SGLang's distributed environment and model-parallel groups (gloo,
 model builds the causal LM with a tiny config (``num_hidden_layers=4``,
 ``hidden_size=64``), calls its capture hook (EAGLE3, else DFLASH, else DSPARK; see
 ``HOOKS``) with one capture on each stage and records ``get_pp_proxy_aux_hidden_size()``;
-then stage 0 hands captures as wide as the hidden states to stage 1 through the
-transport the hook attached (relay mode: the entry over a gloo send) and stage 1
-collects them.  The ranks agree after each build and each hook (a failure on either
+then stage 0 hands captures as wide as the hidden states to stage 1 in the
+``aux_hidden_states`` entry ``pp_aux_outgoing`` makes (over a gloo send) and stage 1
+collects them with ``pp_aux_collect``.  The ranks agree after each build and each hook (a failure on either
 rank skips what follows on both), so a failure never leaves a peer waiting in the
 hook's handshake or the handoff; the parent gives up after ``--timeout`` seconds.
 
 Prints one JSON line: ``{"records": [...], "errors": [...]}``; a record per model and
 rank: ``model``, ``cls``, ``rank``, ``width``, ``earlier`` (the capture ids, as the hook
-keeps them, that stages before this one take), ``ids`` (all capture ids as the attached
-transport counts them), ``stack`` (the decoder stack's class), on stage 1 ``sent`` (the
+keeps them, that stages before this one take), ``received`` (how many captures the relay
+expects from earlier stages), ``ids`` (the capture ids this stage takes, as the relay
+keeps them), ``stack`` (the decoder stack's class), on stage 1 ``sent`` (the
 width of the entry stage 0 handed over) and ``collected`` (see ``_handoff``), and
 ``error`` where something raised.
 """
@@ -520,27 +521,33 @@ def _hook(lm: Any) -> str:
 
 
 def _stack(lm: Any) -> Any:
-    """The decoder stack the hook attached the transport to."""
+    """The decoder stack the hook set the capture up on."""
     for module in lm.modules():
-        if "pp_aux_transport" in vars(module):
+        if "pp_aux_relay" in vars(module):
             return module
-    raise RuntimeError(f"no module of {type(lm).__name__} holds pp_aux_transport")
+    raise RuntimeError(f"no module of {type(lm).__name__} holds pp_aux_relay")
 
 
-def _handoff(transport: Any, rank: int) -> dict[str, Any]:
-    """Stage 0 hands its captures (``TOKENS`` rows as wide as the hidden states) to
-    stage 1 through ``transport``: its relay entry goes over a gloo send (as the PP
-    handoff carries it), and stage 1 collects all captures.  Stage 1 gets ``sent`` (the width
-    of the entry stage 0 handed over, 0 without one) and ``collected`` (the first value
-    of each capture, layer id + 1, in the order returned); -1 from stage 0: it failed."""
-    plan = transport.plan
-    captures = {
-        i: torch.full((TOKENS, HIDDEN), float(i + 1)) for i in plan.local_layer_ids
-    }
+def _handoff(stack: Any, rank: int) -> dict[str, Any]:
+    """Stage 0 hands its captures (``TOKENS`` rows as wide as the hidden states, layer
+    id + 1 everywhere) to stage 1: the entry ``pp_aux_outgoing`` adds to its
+    ``PPProxyTensors`` goes over a gloo send (as the PP handoff carries it), and stage 1
+    collects all captures with ``pp_aux_collect``.  Stage 1 gets ``sent`` (the width of
+    the entry stage 0 handed over, 0 without one) and ``collected`` (the first value of
+    each capture, in the order returned)."""
+    from sglang.srt.distributed.pp_aux_capture import pp_aux_collect, pp_aux_outgoing
+
+    relay = stack.pp_aux_relay
+    if relay is None:
+        raise RuntimeError("the hook set no relay up on this stage")
+    captures = [
+        torch.full((TOKENS, relay.hidden_size), float(i + 1))
+        for i in relay.local_layer_ids
+    ]
     if rank == 0:
         shape = torch.tensor([-1, -1])
         try:
-            entry = transport.outgoing(captures, None).get(AUX_ENTRY)
+            entry = pp_aux_outgoing(stack, captures, None).get(AUX_ENTRY)
             shape = torch.tensor([0, 0] if entry is None else list(entry.shape))
         finally:
             torch.distributed.send(shape, dst=1)
@@ -555,7 +562,7 @@ def _handoff(transport: Any, rank: int) -> dict[str, Any]:
     if int(shape[1]) > 0:
         incoming[AUX_ENTRY] = torch.empty(tuple(shape.tolist()))
         torch.distributed.recv(incoming[AUX_ENTRY], src=0)
-    collected = transport.collect(captures, incoming, like=torch.zeros(TOKENS, HIDDEN))
+    collected = pp_aux_collect(stack, captures, incoming)
     return {
         "sent": int(shape[1]),
         "collected": [float(tensor[0, 0]) for tensor in collected],
@@ -563,8 +570,8 @@ def _handoff(transport: Any, rank: int) -> dict[str, Any]:
 
 
 def _capture(lm: Any, rank: int) -> dict[str, Any]:
-    """Call the capture hook (relay mode); the stage's ids, reported width and what the
-    handoff of its captures gave (see ``_handoff``)."""
+    """Call the capture hook; the stage's ids, reported width and what the handoff of
+    its captures gave (see ``_handoff``)."""
     got: dict[str, Any] = {}
     stack = None
     try:
@@ -578,14 +585,17 @@ def _capture(lm: Any, rank: int) -> dict[str, Any]:
         got["earlier"] = sorted(
             int(i) for i in ids if 0 <= int(i) < min(NUM_LAYERS, stack.start_layer)
         )
-        # The ids as the transport counts them (some hooks hand it shifted ones).
-        got["ids"] = [int(i) for i in stack.pp_aux_transport.plan.layer_ids]
+        relay = stack.pp_aux_relay
+        # The ids as the relay keeps them (some hooks store shifted ones): those this
+        # stage takes, after as many as it receives.
+        got["received"] = 0 if relay is None else int(relay.received)
+        got["ids"] = [] if relay is None else [int(i) for i in relay.local_layer_ids]
         got["width"] = int(lm.get_pp_proxy_aux_hidden_size())
     except BaseException:
         got["error"] = "hook: " + traceback.format_exc()[-3000:]
     if _all_ok("error" not in got):
         try:
-            got.update(_handoff(stack.pp_aux_transport, rank))
+            got.update(_handoff(stack, rank))
         except BaseException:
             got["error"] = "handoff: " + traceback.format_exc()[-3000:]
     else:
@@ -611,7 +621,6 @@ def _check(name: str, rank: int) -> dict[str, Any]:
 
 
 def _rank(rank: int, port: int, names: list[str], results: Any) -> None:
-    os.environ["SGLANG_PP_AUX_TRANSPORT"] = "relay"
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     records: list[dict[str, Any]] = []

@@ -44,6 +44,132 @@ WORKER_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_TIMEOUT", "900"))
 OP_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_OP_TIMEOUT", "300"))
 
 
+# ------------------------------------------------ GPU-only packages on a CPU machine
+
+#: Packages that only a GPU machine has and SGLang imports at module level (vllm: when
+#: a rotary embedding is built off CUDA, for a kernel it never runs here).  Where one
+#: does not import, ``stub_gpu_only_packages`` stands in for it (as
+#: ``sglang.test.test_utils.maybe_stub_sgl_kernel`` does for ``sgl_kernel``): no kernel
+#: of theirs ever runs in these tests.
+GPU_ONLY_PACKAGES = ("triton", "sgl_kernel", "flashinfer", "tvm_ffi", "vllm")
+
+
+class _Placeholder:
+    """Callable, indexable stand-in; as a decorator it returns the function as is."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]):
+            return args[0]
+        return _Placeholder(f"{self._name}()")
+
+    def __getattr__(self, item):
+        if item.startswith("__"):
+            raise AttributeError(item)
+        return _Placeholder(f"{self._name}.{item}")
+
+    def __getitem__(self, item):
+        return _Placeholder(f"{self._name}[]")
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+
+class _Constexpr:
+    """``triton.language.constexpr``: keeps its value in ``.value``."""
+
+    def __init__(self, value=None):
+        self.value = value.value if isinstance(value, _Constexpr) else value
+
+
+def _accept_any(self, *args, **kwargs):
+    self.args, self.kwargs = args, kwargs
+
+
+def _stand_in_getattr(module):
+    """CamelCase names become empty classes (``isinstance`` works against them),
+    others placeholders; both are kept on the module."""
+
+    def __getattr__(item):
+        if item.startswith("__"):
+            raise AttributeError(item)
+        if item[:1].isupper():
+            value = type(
+                item, (), {"__module__": module.__name__, "__init__": _accept_any}
+            )
+        else:
+            value = _Placeholder(f"{module.__name__}.{item}")
+        setattr(module, item, value)
+        return value
+
+    return __getattr__
+
+
+def _stand_in_module(module):
+    """Fill in a stand-in module (and what triton's must hold at SGLang's import)."""
+    module.__path__ = []
+    module.__getattr__ = _stand_in_getattr(module)
+    if module.__name__ == "triton":
+        import importlib
+
+        module.__version__ = "3.5.0"
+        module.language = importlib.import_module("triton.language")
+        module.runtime = importlib.import_module("triton.runtime")
+    elif module.__name__ == "triton.language":
+        module.constexpr = _Constexpr
+    elif module.__name__ == "triton.runtime":
+        # The CPU as the current target: modules that pick a torch device library
+        # from triton's backend at import get ``torch.cpu``.
+        active = _Placeholder("triton.runtime.driver.active")
+        active.get_current_target = lambda: SimpleNamespace(
+            backend="cpu", arch=0, warp_size=32
+        )
+        module.driver = SimpleNamespace(active=active)
+    elif module.__name__ in GPU_ONLY_PACKAGES:
+        module.__version__ = "0.0.0"
+
+
+def stub_gpu_only_packages():
+    """Put a ``sys.meta_path`` finder in front for each of ``GPU_ONLY_PACKAGES`` that
+    does not import here; must run before SGLang is imported.  Returns the stubbed
+    names."""
+    import importlib
+    import importlib.abc
+    import importlib.machinery
+
+    missing = []
+    for name in GPU_ONLY_PACKAGES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # ImportError, or OSError from a kernel library
+            missing.append(name)
+    if not missing:
+        return []
+
+    class _Loader(importlib.abc.Loader):
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            _stand_in_module(module)
+
+    class _Finder(importlib.abc.MetaPathFinder):
+        stubbed = tuple(missing)
+
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname.split(".")[0] in self.stubbed:
+                return importlib.machinery.ModuleSpec(
+                    fullname, _Loader(), is_package=True
+                )
+            return None
+
+    if not any(type(f).__name__ == "_Finder" for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
+    return missing
+
+
 # ------------------------------------------------------------------ stand-ins
 
 
@@ -254,14 +380,21 @@ def _single_device_widths() -> None:
         override(attn_dp_size=1)
 
 
+def _has_module(name: str) -> bool:
+    """Whether this SGLang release has module ``name`` (some are newer than others)."""
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
 def _deepseek_v4_state() -> None:
     """Widths, and the forward context whose attention backend the stack reads (on
     releases that have one; the stand-in layers never use it)."""
     _single_device_widths()
-    try:
-        from sglang.srt.model_executor import forward_context
-    except ImportError:
+    if not _has_module("sglang.srt.model_executor.forward_context"):
         return
+    from sglang.srt.model_executor import forward_context
+
     forward_context.set_forward_context(
         forward_context.ForwardContext(attn_backend=SimpleNamespace())
     )
@@ -277,10 +410,10 @@ def set_pp_group(group: StandInPPGroup) -> None:
     parallel_state._PP = group
     # Hooks that ask ``get_parallel().pp_group`` read the runtime context; where it
     # does not resolve to the group just set, state the group there too.
-    try:
-        from sglang.srt.runtime_context import get_parallel
-    except ImportError:
+    if not _has_module("sglang.srt.runtime_context"):
         return
+    from sglang.srt.runtime_context import get_parallel
+
     try:
         if get_parallel().pp_group is group:
             return
@@ -291,25 +424,41 @@ def set_pp_group(group: StandInPPGroup) -> None:
         override(pp_group=group, pp_size=group.world_size, pp_rank=group.rank_in_group)
 
 
-def _keeps_config(cls) -> bool:
-    """Whether the constructor of ``cls`` (or of a base class) sets ``self.config``."""
+def _code_names(function):
+    """The global and attribute names ``function``'s own code reads (decorators such as
+    ``torch.no_grad()`` unwrapped)."""
     import inspect
 
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        try:
-            source = inspect.getsource(init) if init is not None else ""
-        except (OSError, TypeError):
-            source = ""
-        if "self.config =" in source or "self.config: " in source:
-            return True
-    return False
+    return getattr(inspect.unwrap(function), "__code__", None).co_names
+
+
+def _stores_attribute(function, name: str) -> bool:
+    """Whether ``function``'s bytecode assigns attribute ``name`` (``x.<name> = ...``)."""
+    import dis
+    import inspect
+
+    if function is None:
+        return False
+    code = getattr(inspect.unwrap(function), "__code__", None)
+    if code is None:
+        return False
+    return any(
+        instruction.opname == "STORE_ATTR" and instruction.argval == name
+        for instruction in dis.get_instructions(code)
+    )
+
+
+def _keeps_config(cls) -> bool:
+    """Whether the constructor of ``cls`` (or of a base class) sets ``self.config``."""
+    return any(
+        _stores_attribute(klass.__dict__.get("__init__"), "config")
+        for klass in cls.__mro__
+    )
 
 
 def build_model(case, pp_rank: int, pp_size: int, group):
     """The causal-LM object of ``case`` for one PP stage, with stand-in layers."""
     import importlib
-    import inspect
 
     from sglang.srt.distributed import get_pp_indices
     from sglang.srt.layers.utils import PPMissingLayer
@@ -353,7 +502,7 @@ def build_model(case, pp_rank: int, pp_size: int, group):
     # Stacks that hand off with residual_batch keep the residual stream out of the
     # layers' return value.
     # (mHC layers keep their four-value convention either way.)
-    entry = returns != 4 and "residual_batch." in inspect.getsource(inner_cls.forward)
+    entry = returns != 4 and "residual_batch" in _code_names(inner_cls.forward)
     pair = entry and inner_cls.__name__ in PAIR_ENTRY_LAYERS
     inner.layers = nn.ModuleList(
         StandInLayer(i, returns, entry, pair) if start <= i < end else PPMissingLayer()
