@@ -158,7 +158,7 @@ def test_patched_stages_match_pp1_and_missing_entries_raise(patched):
     missing = results[-1]
     assert not missing["ok"]
     assert (
-        "stage 1 (mode relay): the PP handoff has no 'aux_hidden_states' entry, so the aux "
+        "the PP handoff has no 'aux_hidden_states' entry, so the aux "
         "captures of layers [1] are missing"
     ) in missing["error"]
 

@@ -25,7 +25,7 @@ AUX_ENTRY = "aux_hidden_states"
 class PPAuxRelay:
     """The captures one stage receives, takes and hands on."""
 
-    received: int
+    received_layer_ids: List[int]
     local_layer_ids: List[int]
     hidden_size: int
     #: The forward may also capture after the stage's last layer (id ``end_layer``).
@@ -58,17 +58,20 @@ class PPAuxRelay:
         return [captures[i] for i in self.local_layer_ids]
 
     def _received(self, incoming: Optional[Mapping]) -> List[torch.Tensor]:
-        if not self.received:
-            return []
         entry = None if incoming is None else incoming.get(AUX_ENTRY)
-        width = self.received * self.hidden_size
-        if entry is None or entry.shape[-1] != width:
-            found = "none" if entry is None else f"width {entry.shape[-1]}"
+        layers = self.received_layer_ids
+        width = len(layers) * self.hidden_size
+        if entry is None and layers:
             raise RuntimeError(
-                f"Expected the {self.received} aux hidden states of earlier PP stages "
-                f"in '{AUX_ENTRY}' (width {width}), found {found}."
+                f"the PP handoff has no '{AUX_ENTRY}' entry, so the aux captures of "
+                f"layers {layers} are missing."
             )
-        return [entry]
+        if entry is not None and entry.shape[-1] != width:
+            raise RuntimeError(
+                f"the PP handoff's '{AUX_ENTRY}' entry is {entry.shape[-1]} wide, but "
+                f"earlier stages capture layers {layers} ({width} wide)."
+            )
+        return [] if entry is None else [entry]
 
 
 def set_pp_aux_capture(
@@ -94,7 +97,7 @@ def set_pp_aux_capture(
     start, end = model.start_layer, model.end_layer
     if taken:
         model.pp_aux_relay = PPAuxRelay(
-            received=sum(i < start for i in taken),
+            received_layer_ids=[i for i in taken if i < start],
             local_layer_ids=[i for i in taken if start <= i < end],
             hidden_size=_hidden_size(model),
             takes_end=end in ids,
@@ -158,7 +161,7 @@ def pp_aux_collect(
 def pp_aux_proxy_hidden_size(model: torch.nn.Module) -> int:
     """Width of the aux entry this stage receives (0: none)."""
     relay = getattr(model, "pp_aux_relay", None)
-    return 0 if relay is None else relay.received * relay.hidden_size
+    return 0 if relay is None else len(relay.received_layer_ids) * relay.hidden_size
 
 
 def _by_layer(
