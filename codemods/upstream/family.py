@@ -34,7 +34,7 @@ from codemods.upstream.family_repairs import STAGE_OUTPUT, StackSetter, StageOut
 from codemods.upstream.family_rewrite import rewrite_module
 from codemods.upstream.family_setter import SetterShape
 from codemods.upstream.family_shapes import ModuleShapes, analyse, unpacks_stack_output
-from codemods.upstream.family_split_stack import split_stack_setters
+from codemods.upstream.family_split_stack import sibling_setters, split_stack_setters
 from codemods.upstream.family_stage_output import NamedStageOutputFix, named_stage_unpack
 from codemods.upstream.family_syntax import IDS_ATTR, code_of
 
@@ -278,6 +278,7 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
                         f"is lost silently{others}")
         return keep("no hook returns early on non-last PP ranks")
     candidates = [s for s in shapes.setters if s.early_return]
+    candidates += sibling_setters(corpus.modules[file], shapes, candidates)
     return _decide_setters(file, shapes, corpus, plan, candidates, hooks, early)
 
 

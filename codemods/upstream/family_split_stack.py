@@ -79,10 +79,31 @@ def split_stack_setters(module: cst.Module, shapes: ModuleShapes) -> list[Setter
     return picked
 
 
-def _shape_without_early_return(setter: SetterShape, hook: cst.FunctionDef) -> SetterShape:
+def sibling_setters(module: cst.Module, shapes: ModuleShapes,
+                    early: list[SetterShape]) -> list[SetterShape]:
+    """Hooks that store their ids on every rank in a class whose other hooks return early
+    (qwen3_vl's EAGLE3 hook on 0.5.18-0.5.20): without the relay they lose the earlier
+    stages' captures the same way, so they get it too, with that class's PP group."""
+    groups = {s.class_name: s.pp_group for s in early if s.pp_group}
+    found = []
+    for setter in shapes.setters:
+        if setter.early_return or setter.pp_raise or setter.class_name not in groups:
+            continue
+        cls = _class(module, setter.class_name)
+        hook = _method(cls, setter.hook) if cls is not None else None
+        if hook is None or m.findall(hook, m.Return()):
+            continue
+        shape = _shape_without_early_return(setter, hook, groups[setter.class_name])
+        if shape.problem is None and shape.receiver is not None:
+            found.append(shape)
+    return found
+
+
+def _shape_without_early_return(setter: SetterShape, hook: cst.FunctionDef,
+                                pp_group: str = PP_GROUP) -> SetterShape:
     """The hook's shape as the family reads early-return hooks (receiver, flags, calls,
     ids attribute), read from the hook with the usual early return put in front."""
-    guard = cst.parse_statement(f"if not {PP_GROUP}.is_last_rank:\n    return\n")
+    guard = cst.parse_statement(f"if not {pp_group}.is_last_rank:\n    return\n")
     docstring, rest = split_docstring(list(hook.body.body))
     guarded = hook.with_changes(body=hook.body.with_changes(body=[*docstring, guard, *rest]))
     shape = setter_shape(setter.class_name, guarded, setter.line)
