@@ -170,8 +170,8 @@ def _worker(rank, size, port, jobs, out_dir):
         # Per operation: a stage may wait while the last one runs its PP=1 reference.
         timeout=timedelta(seconds=OP_TIMEOUT_S),
     )
-    group = dist.new_group(list(range(size)), backend="gloo")
-    status_group = dist.new_group(list(range(size)), backend="gloo")
+    # The stages are the whole (gloo) world: the stand-in PP group is the world group.
+    group = dist.group.WORLD
     path = os.path.join(out_dir, f"rank{rank}.jsonl")
     for case, hook, layer_ids in jobs:
         entry = {"model": case[0], "hook": hook, "layer_ids": layer_ids, "pp": size}
@@ -179,7 +179,7 @@ def _worker(rank, size, port, jobs, out_dir):
             handle.write(json.dumps(dict(entry, started=True)) + "\n")
         entry.update(_run_case(case, hook, layer_ids, rank, size, group))
         statuses = [None] * size
-        dist.all_gather_object(statuses, entry["error"], group=status_group)
+        dist.all_gather_object(statuses, entry["error"])
         entry["errors"] = statuses
         with open(path, "a") as handle:
             handle.write(json.dumps(entry) + "\n")
@@ -188,7 +188,7 @@ def _worker(rank, size, port, jobs, out_dir):
     # Every rank has finished every case.  Leave without tearing the groups down one
     # rank at a time: a peer that closes its connections first can abort gloo's
     # teardown.
-    dist.barrier(group=status_group)
+    dist.barrier()
     os._exit(0)
 
 
