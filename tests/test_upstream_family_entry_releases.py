@@ -218,11 +218,12 @@ def test_whole_patch_on_0_5_23_applies_and_its_family_test_passes(sglang_release
         is_entry_shape(decisions[f"{name}.py"].capture_kinds) != (name in LITERAL_PROXY)
         for name in patched
     )
-    # Kimi-Linear already relays its DSPARK captures on this release: only the relay's
-    # check of its handoff entry is in the patch.
+    # Kimi-Linear already relays its DSPARK captures on this release: only its entry and
+    # width method are renamed for every capture method.
     kimi_change = next(c for c in result.changes if c.path.endswith("/kimi_linear.py"))
-    assert "_relayed_dspark_hidden_states" in kimi_change.new
-    assert "PPAuxTransport" not in kimi_change.new
+    assert '"aux_hidden_states"' in kimi_change.new
+    assert "dspark_hidden_states" not in kimi_change.new
+    assert "set_pp_aux_capture" not in kimi_change.new
     for pp_size in (2, 3):
         records = run_family_test(copy, result, pp_size, list(VALIDATED_ON_CPU), timeout=900)
         assert validated_models(records) == dict.fromkeys(VALIDATED_ON_CPU, True), records

@@ -94,7 +94,7 @@ def test_patch_applies_and_rewrites_the_snapshot_forward(patched):
     rel = f"sglang/srt/models/{MODEL}.py"
     text = (copy / rel).read_text()
     assert "return pp_aux_handoff(" in text
-    assert "self, aux_hidden_states, pp_proxy_tensors, hidden_states, final=True" in text
+    assert "self, aux_hidden_states, pp_proxy_tensors, final=True" in text
     assert text.index("residual_batch.snapshot(hidden_states") < text.index("pp_aux_collect(\n")
     assert "if not self.pp_group.is_last_rank:\n            return\n" not in text
     assert "pp_aux_handoff" not in (release / rel).read_text()
