@@ -159,7 +159,7 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         dict(
             num_local_experts=4,
             num_experts_per_tok=2,
-            n_shared_experts=0,
+            n_shared_experts=1,
             dense_intermediate_size=96,
             swiglu_limit=7.0,
             swiglu_alpha=1.702,
