@@ -65,7 +65,11 @@ def test_the_patch_sizes_the_aux_entry_along_the_sizing_path(patched):
     llama = (copy / "sglang/srt/models/llama.py").read_text()
     assert "def get_pp_proxy_aux_hidden_size(self) -> int:" in llama
     body = render(result)
-    assert "- CUDA-graph sizing of the `aux_hidden_states` proxy entry" in body
+    # 0.5.21+ size DSPARK's entry already: it is renamed; older releases get the path.
+    renamed = "dspark" in (release / _path(SIZING_MODULES[2])).read_text()
+    assert (("- SGLang's DSPARK entry and CUDA-graph sizing now serve every capture method"
+             if renamed else "- CUDA-graph sizing of the `aux_hidden_states` proxy entry "
+             "along a new path") in body)
     assert "CUDA graphs disabled" not in body
 
 

@@ -290,11 +290,9 @@ def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
     args = (shape.receiver, shape.pp_group)
     if shape.ids_attr != IDS_ATTR:
         args += (f'ids_attr="{shape.ids_attr}"',)
-    unknown = set(shape.flags) - {CAPTURE_FLAG}
-    if unknown:
-        raise FamilyRewriteError(
-            f"{shape.class_name}.{shape.hook} sets {', '.join(sorted(unknown))}")
-    if shape.flags:
+    if CAPTURE_FLAG in shape.flags:
+        # Other flags the hook sets are its own business; this one makes the causal
+        # LM unpack (hidden_states, aux_hidden_states), which only the last stage returns.
         args += ("causal_lm=self",)
     lines = render_call(pad, "", Call(ATTACH, args))
     added = parse_statements(lines_to_text(lines), pad)

@@ -588,7 +588,7 @@ def _capture(lm: Any, rank: int) -> dict[str, Any]:
         relay = stack.pp_aux_relay
         # The ids as the relay keeps them (some hooks store shifted ones): those this
         # stage takes, after as many as it receives.
-        got["received"] = 0 if relay is None else int(relay.received)
+        got["received"] = 0 if relay is None else len(relay.received_layer_ids)
         got["ids"] = [] if relay is None else [int(i) for i in relay.local_layer_ids]
         got["width"] = int(lm.get_pp_proxy_aux_hidden_size())
     except BaseException:
