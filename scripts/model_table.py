@@ -29,15 +29,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from codemods.upstream.family import plan_family  # noqa: E402
-from codemods.upstream.family_patch import models_dir  # noqa: E402
-from codemods.upstream.family_report import (  # noqa: E402
+from codemods.upstream.family.patch import models_dir  # noqa: E402
+from codemods.upstream.family.plan import plan_family  # noqa: E402
+from codemods.upstream.family.report import (  # noqa: E402
     coverage_line,
     markdown_table,
     survey,
 )
-from codemods.upstream.release_table import matrix, release_column  # noqa: E402
-from codemods.upstream.sglang_tree import detect_tree  # noqa: E402
+from codemods.upstream.output.release_table import matrix, release_column  # noqa: E402
+from codemods.upstream.tree.sglang_tree import detect_tree  # noqa: E402
 
 README = ROOT / "README.md"
 RELEASE_LINES = ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from codemods.upstream.family import plan_family  # noqa: E402
+from codemods.upstream.family.plan import plan_family  # noqa: E402
 
 FIXTURES = ROOT / "fixtures" / "upstream"
 #: (input files, folder of their expected rewrites)

@@ -47,7 +47,7 @@ def test_the_transport_imports_the_plan_from_its_own_directory():
 def test_the_upstream_generator_imports_without_torch(tmp_path):
     hidden = hide_modules(tmp_path / "hidden", "torch", "numpy")
     code = (
-        "import codemods.upstream.pr_body, codemods.upstream.series\n"
+        "import codemods.upstream.output.pr_body, codemods.upstream.output.series\n"
         "import sys\n"
         "print('torch' in sys.modules)\n"
     )

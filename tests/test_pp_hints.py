@@ -9,7 +9,7 @@ import pytest
 
 from codemods.callers.transform import TransformOptions, transform_source
 from codemods.catalog import hook_facts, pp_raise
-from codemods.upstream.family import OWNED_ELSEWHERE
+from codemods.upstream.family.plan import OWNED_ELSEWHERE
 
 DSPARK = "set_dspark_layers_to_capture"
 DFLASH = "set_dflash_layers_to_capture"

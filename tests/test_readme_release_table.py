@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from codemods.upstream.release_table import Column, matrix
+from codemods.upstream.output.release_table import Column, matrix
 from tests.readme_blocks import README
 from tests.test_installs import PROJECT_ROOT
 
@@ -38,7 +38,7 @@ def test_matrix_lists_reasons_once_and_counts_patched_files():
 
 
 def test_matrix_shows_a_renamed_relay_as_such():
-    from codemods.upstream.release_table import RELAY_RENAME_CELL
+    from codemods.upstream.output.release_table import RELAY_RENAME_CELL
 
     text = matrix([Column("0.5.23", {"kimi_linear.py": RELAY_RENAME_CELL})])
     assert f"| `kimi_linear.py` | {RELAY_RENAME_CELL} |" in text

@@ -23,7 +23,7 @@ from codemods.installed import transaction
 from codemods.installed.errors import Refused
 from codemods.installed.locate import SUPPORTED_RELEASES
 from codemods.installed.pristine import record_hashes
-from codemods.upstream.sglang_tree import detect_tree
+from codemods.upstream.tree.sglang_tree import detect_tree
 from tests.gitrepo import IDENTITY, git, isolate_git
 from tests.test_installs import PROJECT_ROOT, hide_modules
 from tests.test_upstream_rerun import family_checkout

@@ -8,9 +8,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from codemods.upstream.family import plan_family
-from codemods.upstream.family_shapes import analyse
-from codemods.upstream.patchfile import render_patch
+from codemods.upstream.edit.patchfile import render_patch
+from codemods.upstream.family.plan import plan_family
+from codemods.upstream.family.survey import analyse
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "upstream"
 EXPECTED = FIXTURES / "family_expected"
@@ -91,7 +91,7 @@ def test_comment_tying_capture_to_the_last_stage_is_named_for_review(plan, tmp_p
     )
     decision = plan_family(tmp_path).decisions["stale.py"]
     assert decision.patched and decision.stale_comments == (stale,)
-    from codemods.upstream.family_report import survey
+    from codemods.upstream.family.report import survey
 
     (record,) = [r for r in survey(plan_family(tmp_path)) if r["file"] == "stale.py"]
     assert record["stale_comments"] == [stale]
@@ -402,7 +402,7 @@ def test_cli_rejects_a_model_without_a_capture_hook(tmp_path):
 
 
 def test_survey_and_table_describe_every_hook_file(plan):
-    from codemods.upstream.family_report import coverage_line, markdown_table, survey
+    from codemods.upstream.family.report import coverage_line, markdown_table, survey
 
     records = {record["file"]: record for record in survey(plan)}
     assert set(records) == set(plan.decisions)
@@ -429,8 +429,8 @@ def test_survey_and_table_describe_every_hook_file(plan):
 def test_separate_fixes_are_patches_of_their_own_that_the_capture_patch_builds_on(tmp_path):
     from sglang_support.env import git_apply
 
-    from codemods.upstream import series
     from codemods.upstream.generate import generate
+    from codemods.upstream.output import series
 
     root = _mini_tree(tmp_path)
     result = generate(root, models=["family_missing_setter", "family_stage_unpack"])

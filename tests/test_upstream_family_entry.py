@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from codemods.upstream.family import plan_family
-from codemods.upstream.family_entry import (
+from codemods.upstream.family.plan import plan_family
+from codemods.upstream.family.report import markdown_table, survey
+from codemods.upstream.family.shapes.entry import (
     ENTRY_DESCRIPTION,
     ENTRY_HANDOFF,
     ENTRY_KIND,
     GATHERED_DESCRIPTION,
     GATHERED_KIND,
 )
-from codemods.upstream.family_report import markdown_table, survey
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "upstream"
 INPUTS = FIXTURES / "entry"

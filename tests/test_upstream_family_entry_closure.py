@@ -9,8 +9,8 @@ from pathlib import Path
 
 import libcst as cst
 
-from codemods.upstream.family import plan_family
-from codemods.upstream.family_entry import ENTRY_KIND
+from codemods.upstream.family.plan import plan_family
+from codemods.upstream.family.shapes.entry import ENTRY_KIND
 
 INPUTS = Path(__file__).resolve().parent.parent / "fixtures" / "upstream" / "entry_closure"
 NAME = "closure_stack.py"

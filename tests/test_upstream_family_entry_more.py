@@ -13,10 +13,10 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from codemods.upstream.family import plan_family
-from codemods.upstream.family_entry import ENTRY_KIND, SNAPSHOT_KIND
-from codemods.upstream.family_report import markdown_table
-from codemods.upstream.family_snapshot import SNAPSHOT_DESCRIPTION
+from codemods.upstream.family.plan import plan_family
+from codemods.upstream.family.report import markdown_table
+from codemods.upstream.family.shapes.entry import ENTRY_KIND, SNAPSHOT_KIND
+from codemods.upstream.family.shapes.snapshot import SNAPSHOT_DESCRIPTION
 
 INPUTS = Path(__file__).resolve().parent.parent / "fixtures" / "upstream" / "entry_more"
 NAMES = ["enumerated_stack.py", "snapshot_stack.py", "split_stack.py"]

@@ -26,7 +26,7 @@ from sglang_support.family_check import (
     validated_models,
 )
 
-from codemods.upstream.family_entry import ENTRY_KIND, GATHERED_KIND, is_entry_shape
+from codemods.upstream.family.shapes.entry import ENTRY_KIND, GATHERED_KIND, is_entry_shape
 from codemods.upstream.generate import generate
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]

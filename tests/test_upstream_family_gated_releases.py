@@ -23,7 +23,7 @@ import pytest
 from sglang_support.env import run_python
 from sglang_support.family_check import patched_copy
 
-from codemods.upstream.family_entry_gated import ENTRY_IDS_ATTR, GATED_KIND
+from codemods.upstream.family.shapes.gated import ENTRY_IDS_ATTR, GATED_KIND
 from codemods.upstream.generate import generate
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]

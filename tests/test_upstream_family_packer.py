@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from codemods.upstream.family import plan_family
-from codemods.upstream.family_entry import GATHERED_KIND
+from codemods.upstream.family.plan import plan_family
+from codemods.upstream.family.shapes.entry import GATHERED_KIND
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "upstream"
 INPUTS = FIXTURES / "packer"

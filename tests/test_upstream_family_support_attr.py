@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.upstream.family_proxy_width import SUPPORT_ATTR, add_support_attribute
+from codemods.upstream.family.proxy_width import SUPPORT_ATTR, add_support_attribute
 
 PLAIN = '''\
 class LlamaForCausalLM(nn.Module):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from codemods.upstream.family_proxy_width import add_proxy_width_method
-from codemods.upstream.graph_sizing import SizingError, rename_dspark_entry
+from codemods.upstream.family.proxy_width import add_proxy_width_method
+from codemods.upstream.sizing.graph_sizing import SizingError, rename_dspark_entry
 
 #: A small module in the shape of a sizing path: protocol, resolver, allocation with an
 #: ``if`` block, a keyword argument spread over lines, and a method.

@@ -9,8 +9,8 @@ import types
 import pytest
 import torch
 
-from codemods.upstream.graph_sizing import SizingError
-from codemods.upstream.graph_sizing_legacy import (
+from codemods.upstream.sizing.graph_sizing import SizingError
+from codemods.upstream.sizing.graph_sizing_legacy import (
     add_buffer_sizing,
     add_pre_planned_refresh,
     add_resolver,

@@ -21,8 +21,8 @@ from sglang_support.env import linked_copy, run_python
 from sglang_support.family_check import patched_copy, unpatched_copy
 
 from codemods.upstream.generate import generate
-from codemods.upstream.graph_sizing import SIZING_MODULES
-from codemods.upstream.pr_body import render
+from codemods.upstream.output.pr_body import render
+from codemods.upstream.sizing.graph_sizing import SIZING_MODULES
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.upstream.imports import add_from_import
-from codemods.upstream.pyformat import Call, lines_to_text, parse_statements, render_call
+from codemods.upstream.edit.imports import add_from_import
+from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
 
 MOD = "sglang.srt.distributed.pp_aux_transport"
 NAMES = ("validate_layer_ids", "PPAuxTransport", "AuxCapturePlan")

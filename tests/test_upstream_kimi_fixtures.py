@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from sglang_support.env import PROJECT_ROOT, git_apply, run_python
 
 from codemods.cli.commands import cli
-from codemods.upstream import kimi
-from codemods.upstream.family_patch import render_glue
+from codemods.upstream.family.patch import render_glue
 from codemods.upstream.generate import generate
+from codemods.upstream.kimi import linear as kimi
 
 FIXTURES = PROJECT_ROOT / "fixtures" / "upstream"
 MINI_SGLANG = FIXTURES / "mini_sglang"

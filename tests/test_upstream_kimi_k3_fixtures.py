@@ -18,9 +18,10 @@ from sglang_support.env import PROJECT_ROOT, git_apply
 
 from codemods.cli.commands import cli
 from codemods.ppcheck import pp_aux_transport
-from codemods.upstream import kimi, kimi_k3
-from codemods.upstream.family_patch import render_glue
+from codemods.upstream.family.patch import render_glue
 from codemods.upstream.generate import generate
+from codemods.upstream.kimi import k3 as kimi_k3
+from codemods.upstream.kimi import linear as kimi
 
 FIXTURE = PROJECT_ROOT / "fixtures" / "upstream" / "kimi_k3_shape.py"
 MINI_SGLANG = PROJECT_ROOT / "fixtures" / "upstream" / "mini_sglang"
@@ -208,7 +209,7 @@ def test_rewritten_fixture_matches_pp1(rewritten, block_size, size):
 
 
 def test_pr_body_covers_kimi_k3(tmp_path):
-    from codemods.upstream.pr_body import render, title_of, touched_hooks, touched_models
+    from codemods.upstream.output.pr_body import render, title_of, touched_hooks, touched_models
 
     result = generate(_tree(tmp_path), models=["kimi_k3"])
     assert touched_models(result) == ["kimi_k3"]
@@ -222,7 +223,7 @@ def test_pr_body_covers_kimi_k3(tmp_path):
 
 
 def test_series_puts_kimi_k3_in_the_kimi_relay_patch(tmp_path):
-    from codemods.upstream import series
+    from codemods.upstream.output import series
 
     patches = series.build_series(generate(_tree(tmp_path), models=["kimi_k3"]))
     assert [p.key for p in patches] == [series.RUNTIME, series.KIMI]

@@ -21,8 +21,9 @@ from click.testing import CliRunner
 from sglang_support.env import git_apply, linked_copy, run_python
 
 from codemods.cli.commands import cli
-from codemods.upstream import kimi, series
 from codemods.upstream.generate import generate
+from codemods.upstream.kimi import linear as kimi
+from codemods.upstream.output import series
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 

@@ -25,7 +25,7 @@ import pytest
 from sglang_support.env import run_python
 from sglang_support.family_check import patched_copy, unpatched_copy
 
-from codemods.upstream.family_entry import GATHERED_KIND
+from codemods.upstream.family.shapes.entry import GATHERED_KIND
 from codemods.upstream.generate import generate
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]

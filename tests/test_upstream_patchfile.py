@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from codemods.upstream.patchfile import FileChange, blob_id, render_patch
+from codemods.upstream.edit.patchfile import FileChange, blob_id, render_patch
 
 GIT = shutil.which("git")
 pytestmark = pytest.mark.skipif(GIT is None, reason="git executable not installed")

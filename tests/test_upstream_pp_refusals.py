@@ -9,13 +9,13 @@ import textwrap
 
 import libcst as cst
 
-from codemods.upstream.family_entry_gated import (
+from codemods.upstream.family.setter import pp_raise_of
+from codemods.upstream.family.shapes.gated import (
     GATED_KIND,
     analyse_forward,
     is_gated_forward,
     rewrite_forward,
 )
-from codemods.upstream.family_setter import pp_raise_of
 
 
 def _function(source: str) -> cst.FunctionDef:

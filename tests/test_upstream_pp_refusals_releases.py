@@ -23,9 +23,9 @@ import json
 import pytest
 from sglang_support.env import run_python
 
-from codemods.upstream.family import RAISES_PP, plan_family
-from codemods.upstream.family_entry import ENTRY_KIND
-from codemods.upstream.family_entry_gated import GATED_KIND
+from codemods.upstream.family.plan import RAISES_PP, plan_family
+from codemods.upstream.family.shapes.entry import ENTRY_KIND
+from codemods.upstream.family.shapes.gated import GATED_KIND
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 

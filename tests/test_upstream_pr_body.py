@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import re
 
-from codemods.upstream import series
-from codemods.upstream.graph_sizing import SIZING_MODULES
-from codemods.upstream.pr_body import (
+from codemods.upstream.output import series
+from codemods.upstream.output.pr_body import (
     KIMI_TITLE,
     MAX_LINES,
     SECTIONS,
@@ -15,9 +14,10 @@ from codemods.upstream.pr_body import (
     touched_hooks,
     touched_models,
 )
-from codemods.upstream.reachability import EVERY, refusals_in
-from codemods.upstream.validate_run import VALIDATED, Validation
-from codemods.upstream.validation import ValidationResult
+from codemods.upstream.sizing.graph_sizing import SIZING_MODULES
+from codemods.upstream.tree.reachability import EVERY, refusals_in
+from codemods.upstream.validation.relax import ValidationResult
+from codemods.upstream.validation.run_tests import VALIDATED, Validation
 from tests.test_upstream_series import MODELS, PKG, _change, _decision, _result
 
 VALIDATION_PATH = f"{PKG}/srt/arg_groups/validation_hook.py"

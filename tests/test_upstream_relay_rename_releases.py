@@ -18,8 +18,8 @@ import pytest
 from sglang_support.env import run_python, sglang_tree
 from sglang_support.family_check import patched_copy
 
-from codemods.upstream import kimi
 from codemods.upstream.generate import generate
+from codemods.upstream.kimi import linear as kimi
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 

@@ -15,11 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from codemods.cli.commands import cli
-from codemods.upstream import series
-from codemods.upstream.family import FamilyPlan, FileDecision, ForwardRef
+from codemods.upstream.edit.patchfile import FileChange
+from codemods.upstream.family.plan import FamilyPlan, FileDecision, ForwardRef
 from codemods.upstream.generate import FAMILY_ONLY, UpstreamResult, generate
-from codemods.upstream.patchfile import FileChange
-from codemods.upstream.sglang_tree import detect_tree
+from codemods.upstream.output import series
+from codemods.upstream.tree.sglang_tree import detect_tree
 from tests.gitrepo import IDENTITY, git, isolate_git
 
 PKG = "sglang"
@@ -251,7 +251,7 @@ def test_series_mails_apply_with_git_am_as_a_stack(tmp_path, monkeypatch):
 
 
 def test_series_directory_with_another_series_is_refused(tmp_path):
-    from codemods.upstream.series_cli import write_series
+    from codemods.cli.upstream_series import write_series
 
     stale = tmp_path / "out" / "0009-old.patch"
     stale.parent.mkdir()
@@ -411,9 +411,9 @@ def test_validate_claims_only_what_it_ran(sglang_release, tmp_path, monkeypatch)
 
 
 def test_a_series_that_does_not_apply_leaves_no_branch(tmp_path, monkeypatch):
+    from codemods.cli.upstream_series import commit_stack
     from codemods.deliver.git_basics import GitDeliveryError
     from codemods.deliver.on_branch import BranchRequest
-    from codemods.upstream.series_cli import commit_stack
 
     isolate_git(monkeypatch, tmp_path)
     repo = tmp_path / "repo"
@@ -466,7 +466,7 @@ def test_runtime_patch_claims_sizing_only_when_it_sizes_buffers(tmp_path):
 
 
 def test_the_author_is_gits_identity_unless_given(tmp_path, monkeypatch):
-    from codemods.upstream.series_cli import DEFAULT_AUTHOR, author_of
+    from codemods.cli.upstream_series import DEFAULT_AUTHOR, author_of
 
     isolate_git(monkeypatch, tmp_path)
     repo = tmp_path / "repo"
@@ -483,7 +483,7 @@ def test_the_author_is_gits_identity_unless_given(tmp_path, monkeypatch):
 
 
 def test_validation_message_names_the_architectures_and_what_stays_refused(tmp_path):
-    from codemods.upstream.validation import ValidationResult
+    from codemods.upstream.validation.relax import ValidationResult
 
     hook = f"{PKG}/srt/arg_groups/validation_hook.py"
     result = _result(tmp_path, [_change(f"{MODELS}/llama.py"), _change(hook)],

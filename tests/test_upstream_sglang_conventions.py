@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from sglang_support.env import STUBS_DIR, git_apply, linked_copy
 
-from codemods.upstream.family_patch import INIT_TEST_FILE, TEST_FILE, TEST_MODELS_FILE
+from codemods.upstream.family.patch import INIT_TEST_FILE, TEST_FILE, TEST_MODELS_FILE
 from codemods.upstream.generate import generate
 
 pytestmark = pytest.mark.sglang

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from codemods.upstream.sglang_tree import TreeError, detect_tree
+from codemods.upstream.tree.sglang_tree import TreeError, detect_tree
 
 
 def _package(at):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codemods.upstream.family import FamilyPlan, FileDecision, ForwardRef
-from codemods.upstream.sglang_tree import detect_tree
-from codemods.upstream.validation import (
+from codemods.upstream.family.plan import FamilyPlan, FileDecision, ForwardRef
+from codemods.upstream.tree.sglang_tree import detect_tree
+from codemods.upstream.validation.relax import (
     _ANCHOR,
     _EAGLE_CHECK,
     _EAGLE_MESSAGE,

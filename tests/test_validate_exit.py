@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from codemods.cli.commands import cli
-from codemods.upstream import validate_run
-from codemods.upstream.validate_run import FAILED, VALIDATED, Validation
+from codemods.upstream.validation import run_tests as validate_run
+from codemods.upstream.validation.run_tests import FAILED, VALIDATED, Validation
 from tests.gitrepo import isolate_git
 from tests.test_upstream_rerun import family_checkout
 

@@ -476,13 +476,13 @@ def upstream_patch(
     With --branch NAME (SGLANG_ROOT in a git work tree), the patch is applied and committed
     on a new branch NAME instead of being printed.
     """
-    from codemods.upstream.cli_support import parse_models, run_upstream_patch
+    from codemods.cli.upstream_patch import parse_models, run_upstream_patch
 
     chosen = parse_models(models)
     if validate and request is not None and series_dir is None:
         raise click.UsageError("--validate with --branch needs --series")
     if series_dir is not None:
-        from codemods.upstream.series_cli import run_series
+        from codemods.cli.upstream_series import run_series
 
         if request is not None:
             request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)

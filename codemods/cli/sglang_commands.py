@@ -74,8 +74,8 @@ def status(python: str | None) -> None:
 def apply(python: str | None, models: str | None) -> None:
     """Apply auxcap's change to the sglang PY imports, every file or none; a second apply
     does nothing."""
+    from codemods.cli.upstream_patch import parse_models
     from codemods.installed import actions
-    from codemods.upstream.cli_support import parse_models
 
     _run(actions.apply, python, parse_models(models))
 

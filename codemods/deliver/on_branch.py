@@ -327,10 +327,10 @@ def upstream_generated_on_branch(
     The PR description is the generator's own (motivation, design, traffic, test plan)
     followed by the patched-file table, the verification and how to revert.
     """
-    from codemods.upstream import kimi
     from codemods.upstream.generate import MissingModelFile, generate
-    from codemods.upstream.pr_body import render
-    from codemods.upstream.sglang_tree import TreeError
+    from codemods.upstream.kimi import linear as kimi
+    from codemods.upstream.output.pr_body import render
+    from codemods.upstream.tree.sglang_tree import TreeError
 
     if output:
         request = replace(request, patch_file=Path(output))

@@ -21,9 +21,12 @@ from codemods.installed import pristine, transaction
 from codemods.installed.errors import InstalledError, Refused
 from codemods.installed.journal import Entry, Journal
 from codemods.installed.locate import Installation, locate, require_supported
-from codemods.upstream import graph_sizing, kimi, kimi_k3, validation
 from codemods.upstream.generate import MissingModelFile, UpstreamResult, generate
-from codemods.upstream.sglang_tree import TreeError
+from codemods.upstream.kimi import k3 as kimi_k3
+from codemods.upstream.kimi import linear as kimi
+from codemods.upstream.sizing import graph_sizing
+from codemods.upstream.tree.sglang_tree import TreeError
+from codemods.upstream.validation import relax as validation
 
 Say = Callable[[str], None]
 #: Names only auxcap's change writes into SGLang (the glue and transport modules, the

@@ -9,7 +9,7 @@ path, e.g. through a ``.pth`` file).
 
 Layouts: a wheel install (``site-packages/sglang``, tree root ``site-packages``) and an
 editable checkout (``ROOT/python/sglang``, tree root ``ROOT``), each an
-:class:`~codemods.upstream.sglang_tree.SGLangTree` so the generator names files the way the
+:class:`~codemods.upstream.tree.sglang_tree.SGLangTree` so the generator names files the way the
 upstream patch does.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codemods.installed.errors import InstalledError
-from codemods.upstream.sglang_tree import SGLangTree, TreeError, detect_tree
+from codemods.upstream.tree.sglang_tree import SGLangTree, TreeError, detect_tree
 
 #: The releases whose files the upstream generator knows (its rewriters and tests).
 SUPPORTED_RELEASES = ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")

@@ -35,7 +35,7 @@ from codemods.sources.fileio import (
     write_atomic,
     write_output_atomic,
 )
-from codemods.upstream.sglang_tree import SGLangTree
+from codemods.upstream.tree.sglang_tree import SGLangTree
 
 COMPILE = r"""
 import sys

@@ -23,18 +23,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codemods.upstream import kimi, kimi_k3, packer_access
-from codemods.upstream.family import FamilyPlan
-from codemods.upstream.family_patch import (
+from codemods.upstream.edit.patchfile import FileChange, changed_paths, render_patch
+from codemods.upstream.family.patch import (
     GLUE_MODULE,
     family_changes,
     plan_for_tree,
     render_glue,
     shipped_tests,
 )
-from codemods.upstream.patchfile import FileChange, changed_paths, render_patch
-from codemods.upstream.sglang_tree import SGLangTree, detect_tree
-from codemods.upstream.validation import ValidationResult, validation_changes
+from codemods.upstream.family.plan import FamilyPlan
+from codemods.upstream.kimi import k3 as kimi_k3
+from codemods.upstream.kimi import linear as kimi
+from codemods.upstream.sizing import packer_access
+from codemods.upstream.tree.sglang_tree import SGLangTree, detect_tree
+from codemods.upstream.validation.relax import ValidationResult, validation_changes
 
 KIMI_NAME = "kimi_linear"
 K3_NAME = kimi_k3.NAME

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from codemods.upstream.family_patch import TEST_FILE
+from codemods.upstream.family.patch import TEST_FILE
 from codemods.upstream.generate import UpstreamResult, generate, write_tests
 from sglang_support.env import STUBS_DIR, git_apply, linked_copy, sglang_env
 

@@ -1,0 +1,168 @@
+"""``auxcap upstream-patch --series DIR [--branch NAME]``: the patch as an ordered series.
+
+Without ``--branch`` the series is written to DIR (``0001-....patch`` ...), each file
+written atomically; patch files of an earlier, different series left in DIR are refused
+rather than silently mixed in.  With ``--branch`` the series is also committed in the SGLang
+git work tree as a stack (``git am -k``, one commit per patch) on a new branch; when a patch
+does not apply, the branch is removed and the work tree is left on its original branch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import click
+
+from codemods.cli.upstream_patch import generate_or_say, validation_verdict
+from codemods.deliver.git_basics import GitDeliveryError
+from codemods.sources.fileio import write_output_atomic
+from codemods.upstream.output.series import build_series, render_series
+
+DEFAULT_AUTHOR = "auxcap <auxcap@users.noreply.github.com>"
+_SERIES_NAME = re.compile(r"^\d{4}-.*\.patch$")
+
+
+def _say(message: str) -> None:
+    click.echo(f"auxcap: {message}", err=True)
+
+
+def _git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True,
+        env={**os.environ, **(env or {})},
+    )
+    if done.returncode != 0:
+        raise GitDeliveryError(f"git {' '.join(args)}: {(done.stderr or done.stdout).strip()}")
+    return done.stdout.strip()
+
+
+def author_of(root: Path, author: str | None) -> str:
+    """``--author``, else git's author identity as seen from ``root`` (``git var
+    GIT_AUTHOR_IDENT``: the repository's ``user.name``/``user.email``, the user's global
+    ones, or ``GIT_AUTHOR_NAME``/``GIT_AUTHOR_EMAIL``), else a neutral default."""
+    if author:
+        return author
+    cwd = root if root.is_dir() else root.parent
+    try:
+        ident = _git(cwd, "var", "GIT_AUTHOR_IDENT")
+    except (GitDeliveryError, OSError):
+        return DEFAULT_AUTHOR
+    match = re.match(r"^(.*?<[^>]*>)", ident)
+    return match.group(1) if match else DEFAULT_AUTHOR
+
+
+def write_series(directory: Path, files: dict[str, str]) -> list[Path]:
+    """Write the series into ``directory``; refuses (nothing written) when it holds patch
+    files of another series."""
+    if directory.exists() and not directory.is_dir():
+        raise click.ClickException(f"{directory}: not a directory")
+    if directory.is_dir():
+        stale = sorted(
+            entry.name for entry in directory.iterdir()
+            if _SERIES_NAME.match(entry.name) and entry.name not in files
+        )
+        if stale:
+            raise click.ClickException(
+                f"{directory}: holds patch files of another series ({', '.join(stale)}); "
+                f"remove them or choose an empty directory"
+            )
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in files.items():
+        path = directory / name
+        write_output_atomic(str(path), text.encode("utf-8"))
+        written.append(path)
+    return written
+
+
+def commit_stack(tree_root: Path, paths: list[Path], request, repo) -> str:
+    """``git am -k`` the series on a new branch ``request.branch`` of ``repo`` (as
+    ``request.preflight`` returned it); the new head commit."""
+    repo_root = Path(repo.working_tree_dir).resolve()
+    relative = tree_root.resolve().relative_to(repo_root).as_posix()
+    directory = [] if relative == "." else [f"--directory={relative}"]
+    env = {}
+    if request.author:
+        name, _, email = request.author.partition("<")
+        env = {"GIT_COMMITTER_NAME": name.strip(), "GIT_COMMITTER_EMAIL": email.rstrip(">")}
+        if _git_ok(repo_root, "config", "user.name"):
+            env = {}
+    original = _git(repo_root, "rev-parse", "--abbrev-ref", "HEAD")
+    if original == "HEAD":
+        original = _git(repo_root, "rev-parse", "HEAD")
+    base = _git(repo_root, "rev-parse", "--verify", f"{request.base or 'HEAD'}^{{commit}}")
+    _git(repo_root, "checkout", "-q", "--no-track", "-b", request.branch, base)
+    try:
+        _git(repo_root, "am", "--keep-cr", "--keep", "--whitespace=nowarn", *directory,
+             *[str(path.resolve()) for path in paths], env=env)
+    except GitDeliveryError as error:
+        subprocess.run(["git", "am", "--abort"], cwd=repo_root, capture_output=True)
+        _git(repo_root, "checkout", "-q", original)
+        _git(repo_root, "branch", "-D", request.branch)
+        raise GitDeliveryError(f"the series does not apply on {base[:12]}: {error}") from None
+    return _git(repo_root, "rev-parse", "HEAD")
+
+
+def _git_ok(cwd: Path, *args: str) -> bool:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True).returncode == 0
+
+
+def run_series(root: str, series_dir: str, pr_body: str | None,
+               models: list[str] | None, output: str | None = None,
+               request=None, validate: bool = False,
+               tests_dir: str | None = None) -> int:
+    result = generate_or_say(root, models, tests_dir)
+    if result is None:
+        return 2
+    where = result.tree.describe()
+    patches = build_series(result)
+    if not patches:
+        _say(f"{where}: nothing to do; the series is empty.")
+        return 0
+    repo = None
+    if request is not None:
+        try:
+            repo = request.preflight(result.tree.root)
+        except GitDeliveryError as error:
+            _say(f"error: {error}")
+            return 2
+    author = author_of(Path(root), request.author if request is not None else None)
+    files = render_series(patches, author)
+    try:
+        written = write_series(Path(series_dir), files)
+    except click.ClickException as error:
+        _say(f"error: {error.message}")
+        return 2
+    if output:
+        write_output_atomic(output, result.patch.encode("utf-8"))
+    validation = None
+    if validate:
+        from codemods.cli.upstream_patch import run_validation
+
+        validation = run_validation(result)
+    if pr_body:
+        from codemods.upstream.output.pr_body import render
+
+        body = render(result, series=list(zip(files, patches, strict=True)),
+                      validation=validation)
+        write_output_atomic(pr_body, body.encode("utf-8"))
+    _say(f"{where}: series of {len(patches)} patches written to {series_dir}:")
+    for path, patch in zip(written, patches, strict=True):
+        count = len(patch.paths)
+        _say(f"  {path.name}: {patch.subject} ({count} file{'s' if count != 1 else ''})")
+    verdict = validation_verdict(validation)
+    if request is not None and verdict:
+        _say(f"nothing committed on branch {request.branch}: the validation did not pass")
+        return verdict
+    if request is not None:
+        try:
+            head = commit_stack(result.tree.root, written, request, repo)
+        except GitDeliveryError as error:
+            _say(f"error: {error}")
+            return 2
+        _say(f"committed {len(patches)} commits on branch {request.branch} (head {head[:12]})")
+    return verdict
+

@@ -1,0 +1,138 @@
+"""File changes of the family patch for one SGLang tree.
+
+The patch holds the rewritten model files, the helpers they call
+(``pp_aux_capture.py``), the packer accessor where a patched forward packs its captures,
+the CUDA graph sizing of the aux entry, and two CPU multi-process tests (``TEST_FILES``):
+the family test, which runs every patched model's forward with stand-in layers on 2 and 3
+stages (its stand-ins in ``pp_aux_capture_family_models.py`` next to it), and
+``test_pp_aux_capture.py``, which builds every patched causal LM through its real
+``__init__`` on 2 stages and checks the handoff, the buffer sizing and the validation.
+The helpers and the test files are kept under ``codemods/upstream/shipped/``; the tests'
+model lists are generated from the plan.
+
+In a checkout the tests go to ``test/registered/unit/models/``; a package tree has no
+test folder, so they are left out of its patch (``shipped_tests`` still renders them,
+for ``--tests-dir`` and ``--validate``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from codemods.upstream.edit.names import GLUE_MODULE
+from codemods.upstream.edit.patchfile import FileChange
+from codemods.upstream.family.plan import FamilyPlan, plan_family
+from codemods.upstream.sizing.graph_sizing import sizing_changes
+from codemods.upstream.sizing.graph_sizing_legacy import legacy_sizing_changes
+from codemods.upstream.sizing.packer_access import packer_access_changes
+from codemods.upstream.tree.sglang_tree import SGLangTree
+
+UPSTREAM_DIR = Path(__file__).resolve().parent.parent
+SHIPPED_DIR = UPSTREAM_DIR / "shipped"
+GLUE_SOURCE = SHIPPED_DIR / "pp_aux_capture.py"
+TEST_TEMPLATE = SHIPPED_DIR / "test_pp_aux_capture_family.py"
+#: The test's stand-in models and builders, shipped next to it (the test imports them).
+TEST_MODELS_SOURCE = SHIPPED_DIR / "pp_aux_capture_family_models.py"
+
+#: The test that builds the patched causal LMs through their real ``__init__``.
+INIT_TEST_TEMPLATE = SHIPPED_DIR / "test_pp_aux_capture.py"
+
+TEST_FILE = "test_pp_aux_capture_family.py"
+TEST_MODELS_FILE = "pp_aux_capture_family_models.py"
+INIT_TEST_FILE = "test_pp_aux_capture.py"
+#: Every test file the patch ships, in the order they are added.
+TEST_FILES = (TEST_MODELS_FILE, TEST_FILE, INIT_TEST_FILE)
+CASES_MARKER = "    # @@FAMILY_CASES@@\n"
+PATCHED_MARKER = "    # @@PATCHED_MODELS@@\n"
+
+
+def models_dir(tree: SGLangTree) -> Path:
+    return tree.file(tree.module_path("sglang.srt.models.__init__")).parent
+
+
+def plan_for_tree(tree: SGLangTree, models: list[str] | None = None) -> FamilyPlan:
+    """The family plan of ``tree``; ``models`` (file stems) restricts it, and a name
+    without a capture hook in the tree is an error (``ValueError``)."""
+    return plan_family(models_dir(tree), only=models).select(models)
+
+
+def render_cases(plan: FamilyPlan) -> str:
+    """The ``FAMILY`` entries of the test file, black-formatted."""
+    lines = []
+    for decision in sorted(plan.decisions.values(), key=lambda d: d.file):
+        if not decision.patched:
+            continue
+        for outer, stack, hooks in decision.cases:
+            hook_text = ", ".join(f'"{hook}"' for hook in hooks)
+            if len(hooks) == 1:
+                hook_text += ","
+            lines += [
+                "    (",
+                f'        "{decision.name}",',
+                f'        "{outer}",',
+                f'        "{stack}",',
+                f"        ({hook_text}),",
+                "    ),",
+            ]
+    return "".join(line + "\n" for line in lines)
+
+
+def render_test(plan: FamilyPlan) -> str:
+    template = TEST_TEMPLATE.read_text(encoding="utf-8")
+    if CASES_MARKER not in template:
+        raise RuntimeError(f"{TEST_TEMPLATE}: marker {CASES_MARKER.strip()!r} missing")
+    return template.replace(CASES_MARKER, render_cases(plan))
+
+
+def render_init_test(plan: FamilyPlan) -> str:
+    """``test_pp_aux_capture.py`` with the model files the plan patches."""
+    template = INIT_TEST_TEMPLATE.read_text(encoding="utf-8")
+    if PATCHED_MARKER not in template:
+        raise RuntimeError(
+            f"{INIT_TEST_TEMPLATE}: marker {PATCHED_MARKER.strip()!r} missing")
+    names = sorted(d.name for d in plan.decisions.values() if d.patched)
+    return template.replace(PATCHED_MARKER, "".join(f'    "{n}",\n' for n in names))
+
+
+def shipped_tests(plan: FamilyPlan) -> dict[str, str]:
+    """File name -> text of every test file the patch ships for ``plan`` (empty when it
+    patches no model of the family)."""
+    if not plan.rewritten():
+        return {}
+    return {
+        TEST_MODELS_FILE: TEST_MODELS_SOURCE.read_text(encoding="utf-8"),
+        TEST_FILE: render_test(plan),
+        INIT_TEST_FILE: render_init_test(plan),
+    }
+
+
+def render_glue() -> str:
+    """The helpers module as shipped."""
+    return GLUE_SOURCE.read_text(encoding="utf-8")
+
+
+def shipped_file(tree: SGLangTree, module: str, text: str) -> FileChange:
+    path = tree.module_path(module)
+    return FileChange(path, tree.read_text(path), text)
+
+
+def family_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
+    """Every file change of the family patch (unchanged files are left out)."""
+    rewritten = plan.rewritten()
+    if not rewritten:
+        return []
+    changes = []
+    for file, text in sorted(rewritten.items()):
+        path = tree.module_path(f"sglang.srt.models.{file.removesuffix('.py')}")
+        changes.append(FileChange(path, tree.read_text(path), text))
+    changes.append(shipped_file(tree, GLUE_MODULE, render_glue()))
+    changes += packer_access_changes(tree, rewritten.values())
+    # CUDA graph buffers for the aux entry: along SGLang's DSPARK sizing path (0.5.21+),
+    # or, on a tree without one (0.5.18-0.5.20), along a path added next to the
+    # residual bank's.
+    changes += sizing_changes(tree) + legacy_sizing_changes(tree)
+    if tree.tests is not None:  # a package tree has no test folder: left out
+        for name, text in shipped_tests(plan).items():
+            path = tree.test_path(name)
+            changes.append(FileChange(path, tree.read_text(path), text))
+    return [change for change in changes if change.changed]

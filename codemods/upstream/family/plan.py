@@ -1,0 +1,523 @@
+"""The family patch: every SGLang model whose capture hooks drop aux captures under PP.
+
+Most SGLang causal-LM classes define ``set_eagle3_layers_to_capture`` /
+``set_dflash_layers_to_capture`` / ... as ``if not self.pp_group.is_last_rank: return``
+followed by storing the capture ids on the decoder stack.  Under PP only the last stage
+then captures, so the drafter silently gets fewer aux states than it was trained on (or
+the last stage crashes unpacking a tuple when it owns none of the captures).
+
+``plan_family(models_dir)`` looks at every model file with a capture hook, follows each
+hook to the decoder-stack forward that does the capturing (possibly in another file,
+e.g. ``qwen3.py`` -> ``Qwen2Model.forward`` in ``qwen2.py``), and decides per file
+whether it can be patched, and why not when it cannot.  ``FamilyPlan.rewritten()`` gives
+the new text of every touched file: hooks no longer return early but call
+``set_pp_aux_capture``, forwards hand captures to the next stage in the PP handoff and
+gather them on the last one.
+Model semantics are kept: same ids, same default layers, same order (ascending layer
+id, as the layer loop appends them), same capture point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import libcst as cst
+import libcst.matchers as m
+
+from codemods.catalog.pp_raise import UPSTREAM_REWRITES
+from codemods.upstream.family.delegated import delegated_forwards
+from codemods.upstream.family.forward import ForwardShape
+from codemods.upstream.family.repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
+from codemods.upstream.family.rewrite import rewrite_module
+from codemods.upstream.family.setter import SetterShape
+from codemods.upstream.family.shapes.entry import ENTRY_KIND, is_entry_shape
+from codemods.upstream.family.split_stack import sibling_setters, split_stack_setters
+from codemods.upstream.family.stage_output import NamedStageOutputFix, named_stage_unpack
+from codemods.upstream.family.survey import ModuleShapes, analyse, unpacks_stack_output
+from codemods.upstream.family.syntax import IDS_ATTR, code_of
+
+MODELS_PACKAGE = "sglang.srt.models"
+#: Text every file with a capture hook or a capture forward contains.
+_PREFILTER = ("_layers_to_capture", "_is_layer_to_capture")
+
+
+@dataclass(frozen=True)
+class ForwardRef:
+    file: str
+    class_name: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.class_name}.forward"
+
+
+@dataclass(frozen=True)
+class FileDecision:
+    """What the family patch does with one model file that defines a capture hook."""
+
+    file: str
+    hooks: tuple[str, ...]  # "Class.hook" for every hook defined in the file
+    early_return: tuple[str, ...]  # the hooks among them that return early off the last rank
+    patched: bool
+    reason: str
+    forward: ForwardRef | None = None
+    capture_kinds: tuple[str, ...] = ()
+    #: (causal-LM class, decoder-stack class as named in this file, patched hooks)
+    cases: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    #: The handoff: ``PPProxyTensors({...})`` ("dict") or ``PPProxyTensors(name)``.
+    proxy_arg: str | None = None
+    #: The last stage also captures its own output (the id past the last layer).
+    final_capture: bool = False
+    #: Other fixes the patch makes in the file, in words.
+    fixes: tuple[str, ...] = ()
+    #: Comments the rewrite makes stale (first line of each), for review by hand.
+    stale_comments: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.file.removesuffix(".py")
+
+
+@dataclass
+class FamilyPlan:
+    models_dir: Path
+    decisions: dict[str, FileDecision]
+    #: file -> hooks to rewrite / forwards to rewrite in that file
+    setter_edits: dict[str, list[SetterShape]] = field(default_factory=dict)
+    forward_edits: dict[str, list[ForwardShape]] = field(default_factory=dict)
+    #: file -> stack setters to add (a hook calls them, the stack class lacks them)
+    stack_setters: dict[str, list[StackSetter]] = field(default_factory=dict)
+    #: file -> causal-LM forwards that unpack the stack output on every rank
+    stage_fixes: dict[str, list[StageOutputFix]] = field(default_factory=dict)
+    modules: dict[str, cst.Module] = field(default_factory=dict, repr=False)
+
+    @property
+    def patched(self) -> list[str]:
+        return sorted(f for f, d in self.decisions.items() if d.patched)
+
+    @property
+    def touched_files(self) -> list[str]:
+        return sorted(
+            set(self.setter_edits)
+            | set(self.forward_edits)
+            | set(self.stack_setters)
+            | set(self.stage_fixes)
+        )
+
+    def select(self, names: list[str] | None) -> FamilyPlan:
+        """The plan restricted to the given model names (file stems); forwards they
+        depend on stay in, since the hooks need them."""
+        if not names:
+            return self
+        wanted = {name.removesuffix(".py") for name in names}
+        unknown = wanted - {d.name for d in self.decisions.values()}
+        if unknown:
+            raise ValueError(
+                f"no model file with a capture hook named: {', '.join(sorted(unknown))}"
+            )
+        def chosen(edits: dict[str, list]) -> dict[str, list]:
+            return {f: e for f, e in edits.items() if f.removesuffix(".py") in wanted}
+
+        decisions = {f: d for f, d in self.decisions.items() if d.name in wanted}
+        needed = {
+            (d.forward.file, d.forward.class_name)
+            for d in decisions.values()
+            if d.patched and d.forward is not None
+        }
+        forward_edits: dict[str, list[ForwardShape]] = {}
+        for file, shapes in self.forward_edits.items():
+            kept = [shape for shape in shapes if (file, shape.class_name) in needed]
+            if kept:
+                forward_edits[file] = kept
+        return FamilyPlan(
+            self.models_dir,
+            decisions,
+            chosen(self.setter_edits),
+            forward_edits,
+            chosen(self.stack_setters),
+            chosen(self.stage_fixes),
+            self.modules,
+        )
+
+    def rewritten(self) -> dict[str, str]:
+        """``file -> new text`` for every file the patch touches."""
+        result = {}
+        for file in self.touched_files:
+            module = self.modules[file]
+            updated = rewrite_module(
+                module,
+                self.setter_edits.get(file, []),
+                self.forward_edits.get(file, []),
+                self.stack_setters.get(file, []),
+                self.stage_fixes.get(file, []),
+            )
+            result[file] = updated.code
+        return result
+
+    def fixes_only(self) -> dict[str, str]:
+        """``file -> text`` with only the separate fixes applied (missing stack setters,
+        causal-LM forwards that unpack non-last stages' output), for the files that have
+        them: the state between a fix's own patch and the capture patch of its file."""
+        result = {}
+        for file in sorted(set(self.stack_setters) | set(self.stage_fixes)):
+            updated = rewrite_module(
+                self.modules[file],
+                [],
+                [],
+                self.stack_setters.get(file, []),
+                self.stage_fixes.get(file, []),
+            )
+            result[file] = updated.code
+        return result
+
+
+class _Corpus:
+    """Parsed model files, loaded on demand (parsing is the expensive part)."""
+
+    def __init__(self, models_dir: Path) -> None:
+        self.models_dir = models_dir
+        self.modules: dict[str, cst.Module] = {}
+        self.shapes: dict[str, ModuleShapes] = {}
+
+        self.errors: dict[str, str] = {}
+
+    def get(self, file: str) -> ModuleShapes | None:
+        if file not in self.shapes:
+            path = self.models_dir / file
+            if file in self.errors or not path.is_file():
+                return None
+            try:
+                module = cst.parse_module(path.read_bytes())
+            except cst.ParserSyntaxError as error:
+                self.errors[file] = f"cannot parse: line {error.raw_line}: {error.message}"
+                return None
+            self.modules[file] = module
+            self.shapes[file] = delegated_forwards(module, analyse(module))
+        return self.shapes[file]
+
+
+def candidate_files(models_dir: Path) -> list[str]:
+    """Model files that mention capture ids at all (cheap text filter)."""
+    return sorted(
+        path.name
+        for path in models_dir.glob("*.py")
+        if any(word in path.read_text(encoding="utf-8", errors="replace") for word in _PREFILTER)
+    )
+
+
+#: The reason of a file whose hooks refuse PP themselves (they lose nothing under PP).
+RAISES_PP = "the capture hook raises under PP in its own code"
+
+#: Model files another rewriter owns: reported, never rewritten by the family patch.
+OWNED_ELSEWHERE = {
+    file: f"rewritten by the {model} rewriter (DSPARK, raises under PP)"
+    for file, model in UPSTREAM_REWRITES.items()
+}
+
+
+def plan_family(models_dir: Path | str, only: list[str] | None = None) -> FamilyPlan:
+    """Decide, for every model file with a capture hook (or those named in ``only``, as
+    file stems), whether and how to patch it.  Files the decisions depend on (a base
+    class's forward in another file) are read as needed."""
+    models_dir = Path(models_dir)
+    if not models_dir.is_dir():
+        raise FileNotFoundError(f"{models_dir}: not a directory")
+    corpus = _Corpus(models_dir)
+    plan = FamilyPlan(models_dir, {}, modules=corpus.modules)
+    files = candidate_files(models_dir)
+    if only is not None:
+        wanted = {name.removesuffix(".py") for name in only}
+        files = [file for file in files if file.removesuffix(".py") in wanted]
+    for file in files:
+        shapes = corpus.get(file)
+        if file in corpus.errors:
+            plan.decisions[file] = FileDecision(file, (), (), False, corpus.errors[file])
+            continue
+        if shapes is None or not shapes.setters:
+            continue
+        if file in OWNED_ELSEWHERE:
+            hooks = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters)
+            early = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters if s.early_return)
+            plan.decisions[file] = FileDecision(file, hooks, early, False, OWNED_ELSEWHERE[file])
+            continue
+        plan.decisions[file] = _decide(file, shapes, corpus, plan)
+    return plan
+
+
+def _kept(file: str, hooks: tuple[str, ...], early: tuple[str, ...], reason: str,
+          forward: ForwardRef | None = None, shape: ForwardShape | None = None) -> FileDecision:
+    """The decision to leave ``file`` as it is, for ``reason``."""
+    if shape is None:
+        return FileDecision(file, hooks, early, False, reason, forward)
+    return FileDecision(file, hooks, early, False, reason, forward, shape.capture_kinds,
+                        proxy_arg=shape.proxy_arg, final_capture=shape.final_capture)
+
+
+def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) -> FileDecision:
+    hooks = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters)
+    early = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters if s.early_return)
+
+    keep = partial(_kept, file, hooks, early)
+
+    if not early:
+        # Hooks that store the ids on every rank of a split stack: patched only when
+        # the whole file can be; otherwise reported as before.
+        split = split_stack_setters(corpus.modules[file], shapes)
+        if split:
+            decision = _decide_setters(file, shapes, corpus, plan, split, hooks, early,
+                                       entry_only=True)
+            if decision.patched:
+                return decision
+        raising = [s for s in shapes.setters if s.pp_raise]
+        if raising:
+            named = "; ".join(f"`{s.hook}` (`{s.pp_raise}`)" for s in raising)
+            others = "" if len(raising) == len(shapes.setters) else (
+                "; the other hooks do not return early")
+            return keep(f"{RAISES_PP}: {named}: it fails loudly under PP, so no capture "
+                        f"is lost silently{others}")
+        return keep("no hook returns early on non-last PP ranks")
+    candidates = [s for s in shapes.setters if s.early_return]
+    candidates += sibling_setters(corpus.modules[file], shapes, candidates)
+    return _decide_setters(file, shapes, corpus, plan, candidates, hooks, early)
+
+
+def _decide_setters(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan,
+                    candidates: list[SetterShape], hooks: tuple[str, ...],
+                    early: tuple[str, ...], entry_only: bool = False) -> FileDecision:
+    """``entry_only``: patch only when the stack forward is one of the 0.5.21+
+    layer-entry shapes (``family_entry``)."""
+    keep = partial(_kept, file, hooks, early)
+
+    problems = [f"{s.hook}: {s.problem}" for s in candidates if s.problem]
+    if problems:
+        return keep("; ".join(problems))
+    targets: dict[tuple[str, str], ForwardShape] = {}
+    stacks: dict[str, str] = {}
+    additions: list[StackSetter] = []
+    stage_fixes: list[StageOutputFix] = []
+    for setter in candidates:
+        found = _resolve_forward(file, shapes, setter, corpus)
+        if isinstance(found, str):
+            return keep(f"{setter.hook}: {found}")
+        stack_class, ref_file, forward = found
+        refusal = _refuses_pp(shapes, setter.class_name, stack_class)
+        if refusal is not None:
+            return keep(
+                f"the model refuses PP in its constructor (`{refusal}`): the early "
+                f"return never runs and no capture is lost"
+            )
+        stacks[setter.class_name] = stack_class
+        outer = _class_node(corpus.modules[file], setter.class_name)
+        unpacked = unpacks_stack_output(outer, setter.receiver) if outer else None
+        if unpacked is not None:
+            if m.findall(outer, m.Name(STAGE_OUTPUT)):
+                return keep(
+                    f"{setter.class_name}.forward does `{unpacked}` with capture off, "
+                    f"which fails on non-last PP ranks (PPProxyTensors)"
+                )
+            stage_fixes.append(StageOutputFix(setter.class_name, setter.receiver,
+                                              setter.pp_group, unpacked))
+        named = named_stage_unpack(outer, setter.receiver) if outer and not unpacked else None
+        if named is not None:
+            stage_fixes.append(NamedStageOutputFix(setter.class_name, setter.receiver,
+                                                   setter.pp_group, named[1], named[0]))
+        for method in setter.receiver_calls:
+            if _defines(file, stack_class, method, corpus, depth=0):
+                continue
+            if _asks_hasattr(corpus.modules[file], setter, method):
+                continue  # the hook stores the ids itself when the stack lacks it
+            if not _can_add_stack_setter(file, stack_class, ref_file, forward):
+                return keep(
+                    f"{setter.hook}: calls {setter.receiver}.{method}, which "
+                    f"{stack_class} does not define (fails with PP=1 too)"
+                )
+            additions.append(StackSetter(stack_class, method, setter.ids_annotation))
+        if not forward.recognised:
+            return keep(
+                f"{ref_file}:{forward.class_name}.forward: {forward.problem}",
+                ForwardRef(ref_file, forward.class_name),
+                forward,
+            )
+        if not setter.receiver_calls and setter.ids_attr != forward.ids_attr:
+            return keep(
+                f"{setter.hook} stores the ids in `{setter.ids_attr}` but "
+                f"{forward.class_name}.forward reads `{forward.ids_attr}`"
+            )
+        targets[(ref_file, forward.class_name)] = forward
+    if len(targets) != 1:
+        return keep("hooks of this file reach different decoder stacks")
+    (ref_file, class_name), forward = next(iter(targets.items()))
+    if entry_only and not is_entry_shape(forward.capture_kinds):
+        return keep(f"{ref_file}:{class_name}.forward is not a layer-entry forward")
+    plan.setter_edits.setdefault(file, []).extend(candidates)
+    additions = list(dict.fromkeys(additions))
+    if additions:
+        plan.stack_setters.setdefault(file, []).extend(additions)
+    stage_fixes = list(dict.fromkeys(stage_fixes))
+    if stage_fixes:
+        plan.stage_fixes.setdefault(file, []).extend(stage_fixes)
+    edits = plan.forward_edits.setdefault(ref_file, [])
+    if all(shape.class_name != class_name for shape in edits):
+        edits.append(forward)
+    cases = tuple(
+        (
+            outer,
+            stacks[outer],
+            tuple(s.hook for s in candidates if s.class_name == outer),
+        )
+        for outer in dict.fromkeys(s.class_name for s in candidates)
+    )
+    return FileDecision(
+        file,
+        hooks,
+        early,
+        True,
+        "patched",
+        ForwardRef(ref_file, class_name),
+        forward.capture_kinds,
+        cases,
+        proxy_arg=forward.proxy_arg,
+        final_capture=forward.final_capture,
+        fixes=tuple(
+            f"adds `{a.class_name}.{a.method}`, which the hook calls but was missing "
+            f"(the hook failed even with PP=1)"
+            for a in additions
+        )
+        + tuple(
+            f"`{f.class_name}.forward` hands non-last stages' `PPProxyTensors` on instead "
+            f"of `{f.unpacked}` (it failed under PP with or without capture)"
+            for f in stage_fixes
+        ),
+        stale_comments=forward.stale_comments,
+    )
+
+
+def _refuses_pp(shapes: ModuleShapes, outer: str, stack_class: str) -> str | None:
+    """The single-stage ``assert`` of the causal-LM class or its decoder stack, if any."""
+    for name in (outer, stack_class):
+        info = shapes.classes.get(name)
+        if info is not None and info.pp_assert:
+            return info.pp_assert
+    return None
+
+
+def _can_add_stack_setter(
+    file: str, stack_class: str, ref_file: str, forward: ForwardShape
+) -> bool:
+    """A stack setter the hook calls can be added when the stack class is defined in
+    the hook's file with its own capture forward, which reads the ids directly."""
+    return (
+        forward.recognised
+        and ref_file == file
+        and forward.class_name == stack_class
+        and set(forward.capture_kinds) <= {"loop-append", "after-layer", ENTRY_KIND}
+        and forward.ids_attr == IDS_ATTR
+    )
+
+
+def _resolve_forward(
+    file: str, shapes: ModuleShapes, setter: SetterShape, corpus: _Corpus
+) -> tuple[str, str, ForwardShape] | str:
+    """(decoder-stack class, file of its capture forward, that forward) for ``setter``'s
+    receiver, or why it was not found."""
+    receiver = setter.receiver or ""
+    if not receiver.startswith("self.") or receiver.count(".") != 1:
+        return f"capture ids go to `{receiver}`, not a direct submodule"
+    attribute = receiver.split(".", 1)[1]
+    owner = shapes.classes.get(setter.class_name)
+    class_name = owner.submodules.get(attribute) if owner else None
+    if class_name is None:
+        local = [f for f in shapes.forwards]
+        if len(local) == 1:
+            return local[0].class_name, file, local[0]
+        return f"cannot tell which class `{receiver}` is"
+    found = _find_forward(file, class_name, corpus, depth=0)
+    return found if isinstance(found, str) else (class_name, *found)
+
+
+def _find_forward(
+    file: str, class_name: str, corpus: _Corpus, depth: int
+) -> tuple[str, ForwardShape] | str:
+    if depth > 6:
+        return f"{class_name}: base classes nest too deeply"
+    shapes = corpus.get(file)
+    if shapes is None:
+        return f"{file} not found"
+    if "." in class_name:
+        # ``module.Class`` with ``from sglang.srt.models import module``
+        alias, name = class_name.rsplit(".", 1)
+        source = shapes.imports.get(alias)
+        if source is None or source[0] != MODELS_PACKAGE:
+            return f"`{class_name}` is not a class of a model file"
+        return _find_forward(source[1] + ".py", name, corpus, depth + 1)
+    info = shapes.classes.get(class_name)
+    if info is None:
+        source = shapes.imports.get(class_name)
+        if source is None or not source[0].startswith(MODELS_PACKAGE + "."):
+            return f"`{class_name}` is not defined in a model file"
+        return _find_forward(source[0].rsplit(".", 1)[1] + ".py", source[1], corpus, depth + 1)
+    for forward in shapes.forwards:
+        if forward.class_name == class_name:
+            return file, forward
+    if info.has_forward:
+        return f"{file}:{class_name}.forward does not read the capture ids"
+    for base in info.bases:
+        found = _find_forward(file, base.split(".")[-1], corpus, depth + 1)
+        if not isinstance(found, str):
+            return found
+    return f"{file}:{class_name} has no forward that captures"
+
+
+def _defines(file: str, class_name: str, method: str, corpus: _Corpus, depth: int) -> bool:
+    """Whether ``class_name`` (as named in ``file``) or a base defines ``method``.
+
+    Classes outside the model files (e.g. ``nn.Module``) are taken not to."""
+    if depth > 6:
+        return False
+    shapes = corpus.get(file)
+    if shapes is None:
+        return False
+    if "." in class_name:
+        alias, name = class_name.rsplit(".", 1)
+        source = shapes.imports.get(alias)
+        if source is None or source[0] != MODELS_PACKAGE:
+            return False
+        return _defines(source[1] + ".py", name, method, corpus, depth + 1)
+    info = shapes.classes.get(class_name)
+    if info is None:
+        source = shapes.imports.get(class_name)
+        if source is None or not source[0].startswith(MODELS_PACKAGE + "."):
+            return False
+        return _defines(source[0].rsplit(".", 1)[1] + ".py", source[1], method, corpus, depth + 1)
+    if method in info.methods:
+        return True
+    return any(
+        _defines(file, base.split(".")[-1] if "." not in base else base, method, corpus, depth + 1)
+        for base in info.bases
+    )
+
+
+def _asks_hasattr(module: cst.Module, setter: SetterShape, method: str) -> bool:
+    """The hook tests ``hasattr(<receiver>, "<method>")`` before calling it."""
+    outer = _class_node(module, setter.class_name)
+    if outer is None:
+        return False
+    hooks = [
+        s for s in outer.body.body
+        if isinstance(s, cst.FunctionDef) and s.name.value == setter.hook
+    ]
+    test = m.Call(
+        func=m.Name("hasattr"),
+        args=[m.Arg(), m.Arg(m.SimpleString(f'"{method}"') | m.SimpleString(f"'{method}'"))],
+    )
+    return bool(hooks) and any(
+        code_of(call.args[0].value) == setter.receiver for call in m.findall(hooks[-1], test)
+    )
+
+
+def _class_node(module: cst.Module, name: str) -> cst.ClassDef | None:
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef) and statement.name.value == name:
+            return statement
+    return None

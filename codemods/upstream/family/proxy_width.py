@@ -1,0 +1,117 @@
+"""The per-model width of the aux entry: ``get_pp_proxy_aux_hidden_size``.
+
+SGLang's CUDA graph runners ask the model how wide each extra ``PPProxyTensors`` entry
+of a non-first stage is (``get_pp_proxy_dspark_hidden_size`` for DSPARK) and
+preallocate it. Every causal-LM class whose capture hook the family patch rewrites gets
+the same question answered for the aux entry, after its last capture hook::
+
+    def get_pp_proxy_aux_hidden_size(self) -> int:
+        return pp_aux_proxy_hidden_size(self.model)
+
+``pp_aux_proxy_hidden_size`` (shipped ``pp_aux_capture.py``) reads the width from the
+relay ``set_pp_aux_capture`` gave the decoder stack: 0 on PP=1, on the first stage and
+before a hook is called.
+
+The same classes also declare that they relay their captures across stages, for the
+server-argument validation (``validation.py``), which used to refuse aux capture with PP
+for every model.  Before::
+
+    class LlamaForCausalLM(nn.Module):
+        # BitandBytes specific attributes
+        default_bitsandbytes_target_modules = [
+
+after (at the top of the class body, after a docstring if any; subclasses inherit it, so
+``MistralForCausalLM(LlamaForCausalLM)`` is covered with its base)::
+
+    class LlamaForCausalLM(nn.Module):
+        supports_pp_aux_capture = True
+
+        # BitandBytes specific attributes
+        default_bitsandbytes_target_modules = [
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.upstream.edit.pyformat import parse_statements
+
+METHOD = "get_pp_proxy_aux_hidden_size"
+#: The class attribute that declares the class relays its captures across PP stages.
+SUPPORT_ATTR = "supports_pp_aux_capture"
+#: The relay helper whose value the method returns.
+WIDTH = "pp_aux_proxy_hidden_size"
+HOOK_PREFIX = "set_"
+HOOK_SUFFIX = "_layers_to_capture"
+
+
+def proxy_width_source(receiver: str) -> str:
+    """The method, written at class-body indentation."""
+    return (
+        f"    def {METHOD}(self) -> int:\n"
+        f"        return {WIDTH}({receiver})\n"
+    )
+
+
+def _is_hook(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.FunctionDef)
+        and statement.name.value.startswith(HOOK_PREFIX)
+        and statement.name.value.endswith(HOOK_SUFFIX)
+    )
+
+
+def add_proxy_width_method(cls: cst.ClassDef, receiver: str) -> cst.ClassDef:
+    """``cls`` with ``get_pp_proxy_aux_hidden_size`` after its last capture hook (or at
+    the end of the class); unchanged when the class already defines the method."""
+    body = list(cls.body.body)
+    names = {s.name.value for s in body if isinstance(s, cst.FunctionDef)}
+    if METHOD in names:
+        return cls
+    hooks = [k for k, statement in enumerate(body) if _is_hook(statement)]
+    position = hooks[-1] + 1 if hooks else len(body)
+    blank = cst.EmptyLine(indent=False)
+    (method,) = parse_statements(proxy_width_source(receiver), " " * 4)
+    body.insert(position, method.with_changes(leading_lines=[blank]))
+    if position + 1 < len(body):
+        following = body[position + 1]
+        comments = [line for line in following.leading_lines if line.comment is not None]
+        body[position + 1] = following.with_changes(leading_lines=[blank, *comments])
+    return cls.with_changes(body=cls.body.with_changes(body=body))
+
+
+def _assigns(statement: cst.CSTNode, name: str) -> bool:
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else (
+            [small.target] if isinstance(small, cst.AnnAssign) else [])
+        if any(isinstance(t, cst.Name) and t.value == name for t in targets):
+            return True
+    return False
+
+
+def _is_docstring(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def add_support_attribute(cls: cst.ClassDef) -> cst.ClassDef:
+    """``cls`` with ``supports_pp_aux_capture = True`` first in its body (after a docstring)
+    and a blank line after it; unchanged when the class already assigns the attribute."""
+    body = list(cls.body.body)
+    if any(_assigns(statement, SUPPORT_ATTR) for statement in body):
+        return cls
+    position = 1 if body and _is_docstring(body[0]) else 0
+    blank = cst.EmptyLine(indent=False)
+    (attribute,) = parse_statements(f"    {SUPPORT_ATTR} = True\n", " " * 4)
+    body.insert(position, attribute.with_changes(leading_lines=[blank] if position else []))
+    if position + 1 < len(body):
+        following = body[position + 1]
+        comments = [line for line in following.leading_lines if line.comment is not None]
+        body[position + 1] = following.with_changes(leading_lines=[blank, *comments])
+    return cls.with_changes(body=cls.body.with_changes(body=body))

@@ -1,0 +1,129 @@
+"""Reports of the capture-hook family: a JSON-able survey and Markdown tables.
+
+``survey(plan)`` lists, for every model file with a capture hook, its hooks, which of them
+return early off the last PP rank, the decoder-stack forward that does the capturing and
+how it captures, and whether the family patch rewrites the file (and why not).
+``markdown_table`` renders the same for the README (the pull-request description lists the
+patched files by family instead, ``pr_body.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from codemods.upstream.family.plan import FamilyPlan
+from codemods.upstream.family.shapes.entry import (
+    ENTRY_DESCRIPTION,
+    ENTRY_HANDOFF,
+    ENTRY_KIND,
+    ENTRY_PROXY_ARG,
+    GATHERED_DESCRIPTION,
+    GATHERED_KIND,
+    SNAPSHOT_KIND,
+)
+from codemods.upstream.family.shapes.gated import GATED_DESCRIPTION, GATED_KIND
+from codemods.upstream.family.shapes.snapshot import SNAPSHOT_DESCRIPTION
+
+#: How each capture kind is described in tables.
+CAPTURE_KINDS = {
+    "loop-append": "appended in the layer loop",
+    "after-layer": "appended after the layer call, raw layer ids",
+    "layer-kwarg": "handed to the layer (`captured_last_layer_outputs`)",
+    "layer-flag": "layer flag `_is_layer_to_capture`",
+    "boundaries": "layer boundaries (`start_layer`, then `i + 1` after layer `i`)",
+    ENTRY_KIND: ENTRY_DESCRIPTION,
+    GATHERED_KIND: GATHERED_DESCRIPTION,
+    SNAPSHOT_KIND: SNAPSHOT_DESCRIPTION,
+    GATED_KIND: GATED_DESCRIPTION,
+}
+
+
+def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
+    """One record per model file with a capture hook, sorted by file name."""
+    records = []
+    for decision in sorted(plan.decisions.values(), key=lambda d: d.file):
+        records.append(
+            {
+                "file": decision.file,
+                "hooks": list(decision.hooks),
+                "early_return": list(decision.early_return),
+                "patched": decision.patched,
+                "reason": decision.reason,
+                "capture_forward": str(decision.forward) if decision.forward else None,
+                "capture_kinds": list(decision.capture_kinds),
+                "other_fixes": list(decision.fixes),
+                "stale_comments": list(decision.stale_comments),
+                "handoff": _handoff(decision.proxy_arg),
+                "last_stage_captures_output": decision.final_capture,
+                "cases": [
+                    {"class": outer, "stack": stack, "hooks": list(hooks)}
+                    for outer, stack, hooks in decision.cases
+                ],
+            }
+        )
+    return records
+
+
+def _handoff(proxy_arg: str | None) -> str | None:
+    """How the forward hands its stage output on: ``PPProxyTensors({...})`` (a dict
+    literal), ``PPProxyTensors(name)`` or ``residual_batch.to_pp(...)``."""
+    if proxy_arg is None:
+        return None
+    if proxy_arg == ENTRY_PROXY_ARG:
+        return ENTRY_HANDOFF
+    return f"PPProxyTensors({'{...}' if proxy_arg == 'dict' else 'name'})"
+
+
+def _hook_names(qualified: tuple[str, ...]) -> str:
+    names = dict.fromkeys(name.split(".", 1)[1] for name in qualified)
+    return ", ".join(f"`{name.removeprefix('set_').removesuffix('_layers_to_capture')}`"
+                     for name in names)
+
+
+def markdown_table(plan: FamilyPlan, validated: dict[str, str] | None = None,
+                   not_validated: str = "no") -> str:
+    """Markdown table: file, hooks, early return, patched (or why not), validated.
+
+    ``validated`` maps file stems to a short description of the validation that passed
+    (e.g. "2+3 stages, relay+direct"); files missing from it show ``not_validated``.
+    """
+    validated = validated or {}
+    rows = [
+        "| model file | hooks | returns early off the last rank | patched | validated |",
+        "|---|---|---|---|---|",
+    ]
+    for decision in sorted(plan.decisions.values(), key=lambda d: d.file):
+        early = _hook_names(decision.early_return) if decision.early_return else "no"
+        if decision.patched:
+            kinds = "; ".join(CAPTURE_KINDS.get(k, k) for k in decision.capture_kinds)
+            also = "".join(f"; also {fix}" for fix in decision.fixes)
+            patched = f"yes ({kinds}; forward `{decision.forward}`{also})"
+        else:
+            patched = "no: " + decision.reason.replace("|", "\\|")
+        check = validated.get(decision.name, not_validated) if decision.patched else "-"
+        rows.append(
+            f"| `{decision.file}` | {_hook_names(decision.hooks) or '-'} | {early} | "
+            f"{patched} | {check} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+#: The reason of a file whose model refuses PP outright (it loses nothing under PP).
+REFUSES_PP = "the model refuses PP in its constructor"
+
+
+def coverage_line(plan: FamilyPlan) -> str:
+    with_early = [d for d in plan.decisions.values() if d.early_return]
+    patched = [d for d in with_early if d.patched]
+    refusing = [d for d in with_early if d.reason.startswith(REFUSES_PP)]
+    line = (
+        f"{len(patched)} of {len(with_early)} model files whose hooks return early on "
+        f"non-last PP ranks are patched ({len(plan.decisions)} files define a hook)."
+    )
+    if refusing:
+        names = ", ".join(f"`{d.file}`" for d in sorted(refusing, key=lambda d: d.file))
+        line += (
+            f" {len(refusing)} of the others ({names}) refuse PP in their constructor, "
+            f"so their early return never runs."
+        )
+    return line

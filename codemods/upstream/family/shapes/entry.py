@@ -1,0 +1,532 @@
+"""Decoder-stack forwards that capture through a callback at layer entry (SGLang 0.5.22+).
+
+From SGLang 0.5.22 on, most decoder stacks no longer append captures themselves: the
+stack creates an ``AuxHiddenStateList`` and hands its ``capture`` method to the layers it
+should capture at, and the layer calls it with its input at entry.  The handoff to the
+next stage goes through the residual-stream helpers::
+
+        aux_hidden_states = AuxHiddenStateList()
+        for i in range(self.start_layer, self.end_layer):
+            hidden_states = self.layers[i](
+                positions,
+                hidden_states,
+                forward_batch,
+                capture_output=aux_hidden_states.capture
+                if i in self.layers_to_capture
+                else None,
+            )
+
+        if not self.pp_group.is_last_rank:
+            return residual_batch.to_pp(hidden_states, forward_batch)
+        hidden_states = residual_batch.final_norm(
+            hidden_states, forward_batch, self.norm
+        )
+
+        if len(aux_hidden_states) == 0:
+            return hidden_states
+
+        return hidden_states, aux_hidden_states
+
+The capture hooks still return early off the last rank, so only the last stage captures.
+This module recognises that forward (:func:`analyse_forward`, a
+:class:`~codemods.upstream.family.forward.ForwardShape` of kind :data:`ENTRY_KIND`, or one
+with the reason it is not recognised) and rewrites it (:func:`rewrite_forward`)::
+
+        if not self.pp_group.is_last_rank:
+            return pp_aux_handoff(
+                self,
+                residual_batch.to_pp(hidden_states, forward_batch),
+                aux_hidden_states,
+                pp_proxy_tensors,
+            )
+        hidden_states = residual_batch.final_norm(
+            hidden_states, forward_batch, self.norm
+        )
+
+        aux_hidden_states = pp_aux_collect(self, aux_hidden_states, pp_proxy_tensors)
+        if len(aux_hidden_states) == 0:
+            return hidden_states
+
+Non-last stages add their captures to the ``PPProxyTensors`` that ``to_pp`` builds (the
+same ``aux_hidden_states`` entry and relay helpers as every other model of the family);
+the last stage
+rebuilds the list a single-stage run returns: same count, order, values and container
+(an ``AuxHiddenStateList``).  A missing aux entry or a capture count that does not match
+the stage's layers raises on the stage that sees it, naming the layers.  The hooks are
+rewritten as for the rest of the family (``family_rewrite.rewrite_setter``).
+
+Two variants are covered as well: a last stage that also captures its own output (id
+``num_layers``: ``final_norm(..., capture=aux.capture if self.end_layer in
+self.layers_to_capture else None)``), gathered after that capture and kept last
+(``final=True``); and the gathered collector (kind :data:`GATHERED_KIND`), whose stack
+hands the list itself to the layers a setter flagged (``captured_last_layer_outputs=aux
+if getattr(layer, "_is_layer_to_capture", False) else None``), the loop possibly inside a
+branch; the layer captures its input at entry all the same.  The loop may also run over
+a range narrowed for two-batch overlap (``family_entry_tbo``), the callback may be a
+function of the loop that prepares the value and captures it once (``family_entry_closure``,
+glm5_next), and the non-last-rank branch may return early under a condition of its own:
+every return of it hands the captures on (``family_entry_handoff``).
+
+The gathering goes right before the first statement after the handoff that reads the
+captures, after the final norm, so that ``hidden_states`` is a plain ``[tokens, hidden]``
+tensor there (before the norm it may be a handle the residual stream still owes a sum).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
+from codemods.upstream.family.forward import ForwardShape
+from codemods.upstream.family.repairs import FamilyRewriteError
+from codemods.upstream.family.shapes.entry_closure import capture_closure
+from codemods.upstream.family.shapes.entry_handoff import (
+    HANDOFF,
+    HANDOFF_FUNC,
+    handoff_index,
+    handoff_returns_problem,
+    wrap_handoff_returns,
+)
+from codemods.upstream.family.shapes.entry_loops import enumerated_loop_problem, is_enumerated_loop
+from codemods.upstream.family.shapes.entry_packer import (
+    ANY_COLLECTOR_CALL,
+    SIZE_READ,
+    collector_creation,
+    is_collector_forward,
+    last_rank_output_capture,
+)
+from codemods.upstream.family.shapes.entry_tbo import narrowed_range_problem
+from codemods.upstream.family.shapes.gated import GATED_KIND
+from codemods.upstream.family.syntax import (
+    CAPTURE_KWARG,
+    IDS_ATTR,
+    LAYER_FLAG,
+    SELF_IDS,
+)
+
+#: ``ForwardShape.capture_kinds`` entry of a forward this module rewrites.
+ENTRY_KIND = "entry-callback"
+#: How the kind is described in tables.
+ENTRY_DESCRIPTION = "callback at layer entry (`capture_output=aux_hidden_states.capture`)"
+#: The same forwards with the gathered collector: flagged layers get the list itself.
+GATHERED_KIND = "entry-gathered"
+GATHERED_DESCRIPTION = (
+    "list (or `AuxHiddenStatePacker`) handed to flagged layers at entry "
+    "(`captured_last_layer_outputs=`, layer flag `_is_layer_to_capture` or a capture-id "
+    "test)"
+)
+#: The same handoff with an explicit snapshot appended at layer entry
+#: (``family_snapshot``, which recognises it; the rewrite is this module's).
+SNAPSHOT_KIND = "entry-snapshot"
+#: Every kind this module rewrites.
+KINDS = (ENTRY_KIND, GATHERED_KIND, SNAPSHOT_KIND, GATED_KIND)
+
+
+def is_entry_shape(capture_kinds: tuple[str, ...]) -> bool:
+    """Whether a forward of these capture kinds is rewritten by this module."""
+    return any(kind in KINDS for kind in capture_kinds)
+#: The capture list the forward creates, and the keyword the layers take the callback by.
+LIST_CLASS = "AuxHiddenStateList"
+CAPTURE_KEYWORD = "capture_output"
+#: The handoff of these forwards (``return residual_batch.to_pp(...)``), as
+#: ``ForwardShape.proxy_arg`` records it and as reports describe it.
+ENTRY_PROXY_ARG = "to_pp"
+ENTRY_HANDOFF = "residual_batch.to_pp(...)"
+#: Relay helpers (``shipped/pp_aux_capture.py``) the rewritten forward calls
+#: (``HANDOFF``: ``family_entry_handoff``).
+COLLECT = "pp_aux_collect"
+#: The hidden states the layer loop assigns and the last stage returns.
+HIDDEN = "hidden_states"
+
+METHOD_INDENT = 8
+BLOCK_INDENT = 12
+
+_STACK_RANGE = m.Call(
+    func=m.Name("range"),
+    args=[
+        m.Arg(m.Attribute(value=m.Name("self"), attr=m.Name("start_layer"))),
+        m.Arg(m.Attribute(value=m.Name("self"), attr=m.Name("end_layer"))),
+    ],
+)
+
+
+def is_entry_forward(fn: cst.FunctionDef) -> bool:
+    """Cheap test: the forward creates an ``AuxHiddenStateList``, or an
+    ``AuxHiddenStatePacker`` sized by the capture ids and hands off with ``to_pp`` (the
+    0.5.21+ shapes; 0.5.20 stacks append into a packer and build ``PPProxyTensors``)."""
+    if not is_collector_forward(fn):
+        return False
+    if m.findall(fn, m.Call(func=m.Name(LIST_CLASS), args=[])):
+        return True
+    return isinstance(fn.body, cst.IndentedBlock) and handoff_index(list(fn.body.body)) is not None
+
+
+def _mentions(node: cst.CSTNode, name: str) -> bool:
+    return bool(m.findall(node, m.Name(name)))
+
+
+def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardShape:
+    """The forward's shape, or one whose ``problem`` says what was looked for."""
+
+    def reject(problem: str) -> ForwardShape:
+        return ForwardShape(class_name, line, capture_kinds=(ENTRY_KIND,), problem=problem)
+
+    if not isinstance(fn.body, cst.IndentedBlock):
+        return reject("forward has no block body")
+    proxy_param = next(
+        (p.name.value for p in fn.params.params if p.name.value == "pp_proxy_tensors"), None
+    )
+    if proxy_param is None:
+        return reject("forward takes no pp_proxy_tensors (model does not run under PP)")
+    body = list(fn.body.body)
+
+    # The capture list: ``aux = AuxHiddenStateList()`` (or a packer sized by the ids)
+    # once, at the top level.
+    creations = [
+        (index, found)
+        for index, found in enumerate(map(collector_creation, body))
+        if found is not None
+    ]
+    if len(creations) != 1 or len(m.findall(fn, ANY_COLLECTOR_CALL)) != 1:
+        return reject(
+            f"`{LIST_CLASS}()` (or `AuxHiddenStatePacker(len(self.{IDS_ATTR}))`) is not "
+            "created once, at the top of the forward"
+        )
+    list_index, (aux_name, _) = creations[0]
+
+    # The capture point of the layers: ``capture_output=aux.capture if i in self.ids
+    # else None`` in the call of layer ``i`` in ``for i in range(self.start_layer,
+    # self.end_layer)``.
+    capture_attr = m.Attribute(value=m.Name(aux_name), attr=m.Name("capture"))
+    handed = m.Name(aux_name) | m.IfExp(body=m.Name(aux_name))
+    list_arg = m.Arg(keyword=m.Name(CAPTURE_KWARG), value=handed)
+    loops = [
+        (index, statement)
+        for index, statement in enumerate(body)
+        if index > list_index and isinstance(statement, cst.For) and m.findall(
+            statement, capture_attr
+        )
+    ]
+    if loops:
+        kind = ENTRY_KIND
+        loop_index, loop = loops[0]
+        loop_statement = loop
+    else:
+        # The gathered collector: flagged layers get the list itself and capture into it
+        # at entry (``prepare(capture_gathered=...)``); the loop may sit in a branch.
+        holders = [
+            (index, statement)
+            for index, statement in enumerate(body)
+            if index > list_index and m.findall(statement, list_arg)
+        ]
+        if not holders:
+            return reject(f"`{aux_name}.capture` is not handed to a layer in a top-level loop")
+        inner = [
+            node for node in m.findall(holders[0][1], m.For()) if m.findall(node, list_arg)
+        ]
+        flagged = m.Arg(
+            keyword=m.Name(CAPTURE_KWARG),
+            value=m.IfExp(
+                body=m.Name(aux_name), test=_FLAG_TEST | _ID_TEST, orelse=m.Name("None")
+            ),
+        )
+        if (
+            len(holders) != 1
+            or len(inner) != 1
+            or len(m.findall(fn, list_arg)) != 1
+            or len(m.findall(inner[0], flagged)) != 1
+        ):
+            return reject(
+                f"the layers get the capture list itself (`{CAPTURE_KWARG}={aux_name}`) "
+                f"other than once, under the layer flag `{LAYER_FLAG}` or a capture-id "
+                "test, in one layer loop"
+            )
+        kind = GATHERED_KIND
+        loop_index, loop_statement = holders[0]
+        loop = inner[0]
+    # A loop that enumerates the stage's slice of the stack (``family_entry_loops``).
+    enumerated = kind == ENTRY_KIND and is_enumerated_loop(loop)
+    if enumerated:
+        problem = enumerated_loop_problem(loop, aux_name)
+        if problem is not None:
+            return reject(problem)
+    elif not m.matches(loop, m.For(target=m.Name())):
+        return reject("the capturing loop does not bind one loop variable")
+    elif not m.matches(loop.iter, _STACK_RANGE):
+        narrowed = narrowed_range_problem(body, loop_index, loop)
+        if narrowed is not None:
+            return reject(
+                "the capturing loop is not `for i in range(self.start_layer, "
+                f"self.end_layer)` nor a range narrowed for two-batch overlap ({narrowed})"
+            )
+    loop_var = loop.target.elements[0].value.value if enumerated else loop.target.value
+    # The callback may be a function of the loop that prepares the value and captures
+    # it (``family_entry_closure``).
+    closure, closure_problem = capture_closure(loop, aux_name) if kind == ENTRY_KIND else (
+        None, None)
+    if closure_problem is not None:
+        return reject(closure_problem)
+    callback = m.Name(closure) if closure is not None else capture_attr
+    keyword = m.Arg(
+        keyword=m.Name(CAPTURE_KEYWORD),
+        value=m.IfExp(
+            body=callback,
+            test=m.Comparison(
+                left=m.Name(loop_var),
+                comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+            ),
+            orelse=m.Name("None"),
+        ),
+    )
+    if kind == ENTRY_KIND and not enumerated and (
+        len(m.findall(loop, keyword)) != 1 or len(m.findall(loop, capture_attr)) != 1
+    ):
+        return reject(
+            f"no `{CAPTURE_KEYWORD}={closure or aux_name + '.capture'} if {loop_var} in "
+            f"self.layers_to_capture else None` in the layer call"
+        )
+    #: Captures of the layer loop (none for the gathered collector), and its id reads
+    #: (the gathered collector may test the ids instead of the layer flag).
+    loop_uses = 1 if kind == ENTRY_KIND else 0
+    id_uses = loop_uses
+    if kind == GATHERED_KIND and m.findall(loop, _ID_TEST):
+        by_id = m.IfExp(
+            body=m.Name(aux_name),
+            test=m.Comparison(left=m.Name(loop_var), comparisons=[m.ComparisonTarget()]),
+        )
+        if len(m.findall(loop, _ID_TEST)) != 1 or len(m.findall(loop, by_id)) != 1:
+            return reject(
+                f"the list is handed to the layers under a capture-id test other than "
+                f"`{loop_var} in self.layers_to_capture`"
+            )
+        id_uses = 1
+    # ``hidden_states = layer(...)``, or a tuple holding it (deepseek_v2 also gets the
+    # layer's top-k indices back).
+    assigned = m.Name(HIDDEN) | m.Tuple(
+        elements=[m.ZeroOrMore(), m.Element(m.Name(HIDDEN)), m.ZeroOrMore()]
+    )
+    if not m.findall(loop, m.Assign(targets=[m.AssignTarget(assigned)], value=m.Call())):
+        return reject(f"the layer loop does not assign `{HIDDEN}`")
+
+    # The handoff, after the loop.
+    handoff = handoff_index(body)
+    if handoff is None:
+        return reject(
+            f"no `return residual_batch.{HANDOFF_FUNC}(...)` under `if not ...is_last_rank`"
+        )
+    if handoff < loop_index:
+        return reject("the PP handoff comes before the layer loop")
+    # The last stage may capture its output before the handoff (mimo_v2).
+    early_finals = [
+        statement
+        for statement in body[loop_index + 1 : handoff]
+        if last_rank_output_capture(statement, aux_name)
+    ]
+    for statement in body[list_index + 1 : handoff]:
+        if (
+            statement is not loop_statement
+            and not any(statement is final for final in early_finals)
+            and _mentions(statement, aux_name)
+        ):
+            return reject(f"`{aux_name}` is used between the layer loop and the PP handoff")
+    handoff_if: cst.If = body[handoff]
+    if _mentions(handoff_if.body, aux_name) or _mentions(handoff_if.test, aux_name):
+        return reject(f"the non-last-rank branch already uses `{aux_name}`")
+    returns_problem = handoff_returns_problem(handoff_if)
+    if returns_problem is not None:
+        return reject(returns_problem)
+    if any(_mentions(p, HANDOFF) or _mentions(p, COLLECT) for p in body):
+        return reject("the forward already calls the PP aux glue")
+    orelse = handoff_if.orelse
+    if isinstance(orelse, cst.If):
+        return reject("the PP handoff has an `elif`")
+    else_block = list(orelse.body.body) if isinstance(orelse, cst.Else) else []
+    after = body[handoff + 1 :]
+
+    # The last stage may capture its own output (id == num_layers) after its layers,
+    # in statements that test ``self.end_layer in self.<ids>``.
+    end_test = _end_test(body, handoff)
+    finals_top = [k for k, s in enumerate(after) if _final_capture(s, aux_name, end_test)]
+    finals_else = [
+        k for k, s in enumerate(else_block) if _final_capture(s, aux_name, end_test)
+    ]
+    finals = [after[k] for k in finals_top] + [else_block[k] for k in finals_else]
+    if sum(map(bool, (finals_top, finals_else, early_finals))) > 1:
+        return reject("the stage output is captured in more than one place")
+    aux_attrs = m.findall(fn, m.Attribute(value=m.Name(aux_name), attr=m.Name()))
+    # The packer's ``finalize()`` after the handoff reads the captures, like ``len()``.
+    finalized = [
+        a for s in after for a in m.findall(s, m.Attribute(value=m.Name(aux_name)))
+        if a.attr.value == "finalize"
+    ]
+    final_attrs = [
+        a
+        for s in (*finals, *early_finals)
+        for a in m.findall(s, m.Attribute(value=m.Name(aux_name)))
+    ]
+    if len(aux_attrs) != loop_uses + len(final_attrs) + len(finalized) or any(
+        a.attr.value not in ("capture", "append") for a in final_attrs
+    ):
+        return reject(
+            f"`{aux_name}` is filled other than by the layers and the stage-output capture"
+        )
+    ids_reads = m.findall(fn, SELF_IDS)
+    ids_attrs = sorted({node.attr.value for node in ids_reads})
+    end_tests = sum(len(m.findall(s, end_test)) for s in finals) + len(early_finals)
+    # ``not self.<ids>`` / ``len(self.<ids>)`` read the same on every stage (the packer's
+    # size is one of them).
+    size_reads = len(m.findall(fn, SIZE_READ))
+    if len(ids_attrs) > 1 or len(ids_reads) != id_uses + end_tests + size_reads:
+        return reject(
+            "reads capture ids outside the layer call and the stage-output capture "
+            f"(`self.{ids_attrs[0] if ids_attrs else IDS_ATTR}` {len(ids_reads)} times)"
+        )
+
+    # Where the last stage gathers: before the first statement that reads the captures
+    # (after the stage-output capture, if any).
+    collect_in_else = None
+    collect_before = None
+    else_readers = [
+        k for k, s in enumerate(else_block) if _mentions(s, aux_name) and k not in finals_else
+    ]
+    if finals_else and else_readers:
+        return reject(f"the last-rank block reads `{aux_name}` besides capturing the output")
+    if else_readers:
+        collect_in_else = else_readers[0]
+        if collect_in_else == 0:
+            return reject(f"the last stage reads `{aux_name}` before `{HIDDEN}` is final")
+    else:
+        first = finals_top[-1] + 1 if finals_top else 0
+        readers = [k for k in range(first, len(after)) if _mentions(after[k], aux_name)]
+        if not readers:
+            return reject(f"the last stage never reads `{aux_name}`")
+        collect_before = handoff + 1 + readers[0]
+    return ForwardShape(
+        class_name,
+        line,
+        aux_name=aux_name,
+        capture_kinds=(kind,),
+        proxy_arg=ENTRY_PROXY_ARG,
+        proxy_param=proxy_param,
+        collect_before=collect_before,
+        ids_attr=ids_attrs[0] if ids_attrs else IDS_ATTR,
+        collect_in_else=collect_in_else,
+        final_capture=bool(finals or early_finals),
+    )
+
+
+#: ``getattr(layer, "_is_layer_to_capture", False)`` or ``layer._is_layer_to_capture``.
+_FLAG_TEST = m.Call(
+    func=m.Name("getattr"),
+    args=[m.Arg(), m.Arg(m.SimpleString(f'"{LAYER_FLAG}"')), m.Arg(m.Name("False"))],
+) | m.Attribute(attr=m.Name(LAYER_FLAG))
+
+#: ``i in self.<ids>``: the gathered collector's test when it reads the capture ids.
+_ID_TEST = m.Comparison(
+    left=m.Name(),
+    comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+)
+
+#: ``self.end_layer in self.<ids>``: the last stage captures its output.
+_END_TEST = m.Comparison(
+    left=m.Attribute(value=m.Name("self"), attr=m.Name("end_layer")),
+    comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+)
+
+
+#: ``num_layers = self.config.num_hidden_layers``: on the last stage ``num_layers in
+#: self.<ids>`` tests the same id as ``self.end_layer in self.<ids>`` (gemma4_causal).
+_TOTAL_LAYERS = m.SimpleStatementLine(
+    body=[
+        m.Assign(
+            targets=[m.AssignTarget(m.Name())],
+            value=m.Attribute(
+                value=m.Attribute(value=m.Name("self"), attr=m.Name("config")),
+                attr=m.Name("num_hidden_layers"),
+            ),
+        )
+    ]
+)
+
+
+def _end_test(body: list[cst.BaseStatement], handoff: int) -> m.BaseMatcherNode:
+    """The test of the last stage's output capture: ``self.end_layer in self.<ids>``,
+    or ``n in self.<ids>`` for a local ``n`` set once, before the handoff, to the
+    number of layers and never changed."""
+    names = [
+        statement.body[0].targets[0].target.value
+        for statement in body[:handoff]
+        if m.matches(statement, _TOTAL_LAYERS)
+    ]
+    totals = [
+        name
+        for name in dict.fromkeys(names)
+        if names.count(name) == 1
+        and sum(
+            1
+            for assign in m.findall(cst.IndentedBlock(body=body), m.Assign())
+            for target in assign.targets
+            if m.matches(target.target, m.Name(name))
+        )
+        == 1
+    ]
+    if not totals:
+        return _END_TEST
+    return _END_TEST | m.Comparison(
+        left=m.OneOf(*(m.Name(name) for name in totals)) if len(totals) > 1
+        else m.Name(totals[0]),
+        comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+    )
+
+
+def _final_capture(statement: cst.CSTNode, aux_name: str,
+                   end_test: m.BaseMatcherNode = _END_TEST) -> bool:
+    """A statement that fills ``aux_name`` only when ``self.end_layer`` is a capture id."""
+    return bool(
+        m.findall(statement, m.Attribute(value=m.Name(aux_name), attr=m.Name()))
+        and m.findall(statement, end_test)
+    )
+
+
+def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
+    """Hand this stage's captures on with ``to_pp``'s tensors; gather them all on the
+    last stage, right before the captures are first read."""
+    body = list(fn.body.body)
+    index = handoff_index(body)
+    if index is None or shape.aux_name is None or shape.proxy_param is None:
+        raise FamilyRewriteError(f"{shape.class_name}.forward has no PP handoff")
+    handoff = wrap_handoff_returns(body[index], BLOCK_INDENT, shape.aux_name,
+                                   shape.proxy_param)
+    extra = ("final=True",) if shape.final_capture else ()
+    collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, *extra))
+    if shape.collect_in_else is not None:
+        if not isinstance(handoff.orelse, cst.Else):
+            raise FamilyRewriteError(f"{shape.class_name}.forward handoff has no else block")
+        inner = list(handoff.orelse.body.body)
+        _insert_collect(inner, shape.collect_in_else, BLOCK_INDENT, shape.aux_name, collect)
+        orelse = handoff.orelse.with_changes(body=handoff.orelse.body.with_changes(body=inner))
+        body[index] = handoff.with_changes(orelse=orelse)
+    else:
+        body[index] = handoff
+        if shape.collect_before is None or shape.collect_before >= len(body):
+            raise FamilyRewriteError(f"{shape.class_name}.forward never reads the captures")
+        _insert_collect(body, shape.collect_before, METHOD_INDENT, shape.aux_name, collect)
+    return fn.with_changes(body=fn.body.with_changes(body=body))
+
+
+def _insert_collect(block: list, position: int, indent: int, aux_name: str,
+                    collect: Call) -> None:
+    """``aux = pp_aux_collect(...)`` before ``block[position]``; it takes over the blank
+    lines before that statement, whose comments stay with it."""
+    pad = " " * indent
+    (statement,) = parse_statements(
+        lines_to_text(render_call(pad, f"{aux_name} = ", collect)), pad
+    )
+    following = block[position]
+    lines = list(following.leading_lines)
+    split = 0
+    while split < len(lines) and lines[split].comment is None:
+        split += 1
+    block.insert(position, statement.with_changes(leading_lines=lines[:split]))
+    block[position + 1] = following.with_changes(leading_lines=lines[split:])

@@ -1,0 +1,163 @@
+"""Layer loops of the layer-entry forwards that enumerate a slice of the stack (qwen3_vl).
+
+Besides ``for i in range(self.start_layer, self.end_layer)``, a 0.5.22+ decoder stack may
+enumerate its own layers and pick the callback once per layer, handing it to the one
+layer call that runs (two branches call the layer differently)::
+
+        aux_hidden_states = AuxHiddenStateList()
+        for layer_idx, layer in enumerate(
+            self.layers[self.start_layer : self.end_layer]
+        ):
+            layer_idx = layer_idx + self.start_layer
+            capture_output = (
+                aux_hidden_states.capture
+                if layer_idx in self.layers_to_capture
+                else None
+            )
+            if self.use_hf_deepstack_order:
+                hidden_states = layer(..., capture_output=capture_output)
+            else:
+                hidden_states = layer(..., capture_output=capture_output)
+
+Iteration ``k`` runs layer ``self.start_layer + k`` and captures its input when that id
+is a capture id: the same capture points as the range loop, so the forward is rewritten
+the same way (``family_entry``).  :func:`enumerated_loop_problem` says whether a loop is
+of this kind and, when it is not, why.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from codemods.upstream.family.syntax import SELF_IDS
+
+#: The keyword the layers take the callback by.
+CAPTURE_KEYWORD = "capture_output"
+
+
+def _self_attr(name: str) -> m.Attribute:
+    return m.Attribute(value=m.Name("self"), attr=m.Name(name))
+
+
+#: ``enumerate(self.layers[self.start_layer : self.end_layer])``
+_ENUMERATED_STACK = m.Call(
+    func=m.Name("enumerate"),
+    args=[
+        m.Arg(
+            m.Subscript(
+                value=_self_attr("layers"),
+                slice=[
+                    m.SubscriptElement(
+                        m.Slice(
+                            lower=_self_attr("start_layer"),
+                            upper=_self_attr("end_layer"),
+                            step=None,
+                        )
+                    )
+                ],
+            )
+        )
+    ],
+)
+
+
+def is_enumerated_loop(loop: cst.For) -> bool:
+    """Cheap test: ``for <i>, <layer> in enumerate(self.layers[start:end])``."""
+    return m.matches(
+        loop,
+        m.For(
+            target=m.Tuple(elements=[m.Element(m.Name()), m.Element(m.Name())]),
+            iter=_ENUMERATED_STACK,
+        ),
+    )
+
+
+def _assigns(node: cst.CSTNode, name: str) -> list[cst.Assign]:
+    return [
+        assign
+        for assign in m.findall(node, m.Assign())
+        if any(m.matches(t.target, m.Name(name)) for t in assign.targets)
+    ]
+
+
+def enumerated_loop_problem(loop: cst.For, aux_name: str) -> str | None:
+    """``None`` when ``loop`` is the enumerated layer loop described above, capturing
+    into ``aux_name`` through one callback local; otherwise what is not so."""
+    if not is_enumerated_loop(loop):
+        return "the loop does not enumerate `self.layers[self.start_layer : self.end_layer]`"
+    index = loop.target.elements[0].value.value
+    statements = list(loop.body.body)
+    offset = m.SimpleStatementLine(
+        body=[
+            m.Assign(
+                targets=[m.AssignTarget(m.Name(index))],
+                value=m.BinaryOperation(
+                    left=m.Name(index), operator=m.Add(), right=_self_attr("start_layer")
+                ),
+            )
+        ]
+    )
+    if not statements or not m.matches(statements[0], offset):
+        return f"the loop does not start with `{index} = {index} + self.start_layer`"
+    if len(_assigns(loop, index)) != 1:
+        return f"`{index}` is assigned more than once in the loop"
+    # ``cb = aux.capture if index in self.<ids> else None``, once, at the top level.
+    choice = m.IfExp(
+        body=m.Attribute(value=m.Name(aux_name), attr=m.Name("capture")),
+        test=m.Comparison(
+            left=m.Name(index),
+            comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+        ),
+        orelse=m.Name("None"),
+    )
+    picks = [
+        k
+        for k, statement in enumerate(statements)
+        if m.matches(
+            statement,
+            m.SimpleStatementLine(
+                body=[m.Assign(targets=[m.AssignTarget(m.Name())], value=choice)]
+            ),
+        )
+    ]
+    if len(picks) != 1 or len(m.findall(loop, choice)) != 1:
+        return (
+            f"the callback is not picked once as `{aux_name}.capture if {index} in "
+            "self.layers_to_capture else None`"
+        )
+    callback = statements[picks[0]].body[0].targets[0].target.value
+    if len(_assigns(loop, callback)) != 1:
+        return f"`{callback}` is assigned more than once in the loop"
+    keyword = m.Arg(keyword=m.Name(CAPTURE_KEYWORD))
+    handed = m.findall(loop, keyword)
+    if not handed or any(not m.matches(arg.value, m.Name(callback)) for arg in handed):
+        return f"the layers do not take `{CAPTURE_KEYWORD}={callback}`"
+    # The keywords themselves are names too when the local is called like them.
+    keywords = len(handed) if callback == CAPTURE_KEYWORD else 0
+    if len(m.findall(loop, m.Name(callback))) != 1 + len(handed) + keywords:
+        return f"`{callback}` is used besides the layer calls"
+    if len(handed) > 1 and not _one_per_branch(statements[picks[0] + 1 :], keyword):
+        return (
+            f"`{CAPTURE_KEYWORD}={callback}` is handed to more than one layer call that "
+            "can run in the same iteration"
+        )
+    if len(m.findall(loop, m.Attribute(value=m.Name(aux_name)))) != 1:
+        return f"`{aux_name}` is used in the loop besides the callback"
+    return None
+
+
+def _one_per_branch(statements: list[cst.BaseStatement], keyword: m.Arg) -> bool:
+    """The callback's keyword sits once in the body and once in the ``else`` block of
+    one ``if`` (no ``elif``), and nowhere else."""
+    holders = [s for s in statements if m.findall(s, keyword)]
+    if len(holders) != 1 or not isinstance(holders[0], cst.If):
+        return False
+    branch: cst.If = holders[0]
+    if not isinstance(branch.orelse, cst.Else):
+        return False
+    return (
+        len(m.findall(branch.body, keyword)) == 1
+        and len(m.findall(branch.orelse, keyword)) == 1
+        and not m.findall(branch.test, keyword)
+    )

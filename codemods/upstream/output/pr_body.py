@@ -1,0 +1,330 @@
+"""The Markdown pull-request description that goes with the upstream patch.
+
+It follows SGLang's pull-request template: a short title, then ``## Motivation`` (the two
+failures users hit, and which server configurations reach the change on this release,
+read from the release's own checks by :mod:`codemods.upstream.tree.reachability`),
+``## Modifications`` (runtime files, one line per model family with its files, separate
+fixes, sizing, validation, tests, and the series when ``--series`` wrote one),
+``## Benchmark & Profiling`` (what ``--validate`` ran and its verdicts, else the commands a
+reviewer runs; nothing is claimed that this run did not do) and ``## Checklist`` (SGLang's
+items, unchecked except what the patch itself shows).  Every file it names is a file of the
+patch, and every count comes from the result (:mod:`codemods.upstream.output.result_facts`).
+The analytic traffic figures (:func:`traffic_table`) stay in auxcap's README; the
+description keeps a one-line summary.
+"""
+
+from __future__ import annotations
+
+from codemods.upstream.edit import names
+from codemods.upstream.family.patch import TEST_FILE as FAMILY_TEST_FILE
+from codemods.upstream.generate import UpstreamResult
+from codemods.upstream.output.model_families import family_of, family_rank
+from codemods.upstream.output.result_facts import (
+    AUX_FLAG,
+    KIMI_STEM,
+    accepted_algorithms,
+    added_tests,
+    family_models,
+    k3_rewritten,
+    kimi_relay_renamed,
+    kimi_rewritten,
+    kimi_touched,
+    relaxes_aux_flag,
+    shipped_test_commands,
+    test_command,
+    tests_left_out_line,
+    touched_hooks,
+    touched_models,
+    validation_change,
+)
+from codemods.upstream.sizing.graph_sizing import has_dspark_sizing, rename_dspark_entry
+from codemods.upstream.tree.reachability import EVERY, refusals
+
+__all__ = ["render", "title_of", "touched_hooks", "touched_models", "kimi_touched",
+           "MAX_LINES", "SECTIONS"]
+
+#: SGLang's pull-request template sections, in order.
+SECTIONS = ("## Motivation", "## Modifications", "## Benchmark & Profiling", "## Checklist")
+#: The longest description this renders (lines).
+MAX_LINES = 150
+
+SIZING_FILE = "model_executor/runner_utils/buffers.py"
+
+#: Short names of the capture hooks, as the title lists them.
+HOOK_NAMES = {
+    "set_eagle3_layers_to_capture": "EAGLE3",
+    "set_dflash_layers_to_capture": "DFlash",
+    "set_dspark_layers_to_capture": "DSPARK",
+}
+KIMI_TITLE = "# [PP] Kimi-Linear: carry DSPARK aux hidden states across pipeline stages"
+
+#: SGLang's checklist items.
+CHECKLIST = (
+    "Format your code according to the pre-commit configuration",
+    "Add unit tests",
+    "Update documentation as needed",
+    "Provide accuracy and speed benchmark results",
+)
+
+
+def title_of(result: UpstreamResult) -> str:
+    models = touched_models(result)
+    if models == [KIMI_STEM]:
+        return KIMI_TITLE
+    kinds = "/".join(HOOK_NAMES.get(hook, hook) for hook in touched_hooks(result))
+    return f"# [PP] Carry aux hidden states across pipeline stages ({kinds})"
+
+
+def _code(path: str) -> str:
+    return f"`{path}`"
+
+
+def _reach(result: UpstreamResult) -> list[str]:
+    """Which server configurations reach the change, from the checks left after it."""
+    found = refusals(result)
+    lines = []
+    every = next((r for r in found if r.algorithm == EVERY), None)
+    if every is not None:
+        npu = " on non-NPU platforms" if every.except_npu else ""
+        lines.append(
+            f"**Reach on this release:** the server refuses speculative decoding with "
+            f"`--pp-size > 1`{npu} (`{every.path}`, `{every.function}`: "
+            f"`assert ... speculative_algorithm is None` under `{every.condition}`), so no "
+            "server configuration reaches the change there; it takes effect only where code "
+            "drives the patched model classes directly (as the added tests do).")
+    others = [r for r in found if r.algorithm != EVERY]
+    if every is not None and others:
+        lines.append("Also refused with PP there: " + "; ".join(
+            f"{r.algorithm} (`{r.function}`: `{r.condition}`)" for r in others) + ".")
+        return lines
+    for refusal in others:
+        check = (f"`{refusal.path}`, `{refusal.function}`: `{refusal.condition}` -> "
+                 f"\"{refusal.message}\"")
+        if refusal.conditional:
+            lines.append(f"**Still checked:** {refusal.algorithm} with PP is accepted only "
+                         f"where this check lets it through ({check}).")
+        else:
+            where = ("only outside the server" if not _aux_flag_reaches(result, refusal.algorithm)
+                     else f"by the server only through `{AUX_FLAG}` (a capture without a "
+                          "draft)")
+            lines.append(f"**Still refused:** {refusal.algorithm} with PP ({check}); the "
+                         f"{refusal.algorithm} capture change is reached {where} on this "
+                         "release.")
+    return lines
+
+
+def _aux_flag_reaches(result: UpstreamResult, algorithm: str) -> bool:
+    """The validation change accepts ``--enable-return-aux-hidden-states`` with PP for an
+    architecture that relays ``algorithm``'s captures."""
+    found = result.validation.architectures if result.validation is not None else {}
+    return relaxes_aux_flag(result) and any(algorithm in kinds for kinds in found.values())
+
+
+def _motivation(result: UpstreamResult) -> str:
+    lines = ["Speculative decoding (EAGLE3, DFlash, DSPARK) reads aux hidden states captured "
+             "after a few target layers; under pipeline parallelism those layers live on "
+             "different stages, and today:", ""]
+    family = family_models(result)
+    if family:
+        lines.append(
+            f"1. the capture hooks of {len(family)} model files return early off the last "
+            "PP rank (`if not self.pp_group.is_last_rank: return`), so only the last stage "
+            "captures: the drafter silently gets fewer aux states, or the last stage fails "
+            "unpacking its output when it owns none of the capture layers;")
+    if kimi_rewritten(result) or k3_rewritten(result):
+        models = [name for touched, name in ((kimi_rewritten(result), "Kimi-Linear"),
+                                             (k3_rewritten(result), "Kimi-K3")) if touched]
+        verb = "refuse" if len(models) > 1 else "refuses"
+        lines.append(f"1. {' and '.join(models)} {verb} PP outright: "
+                     f"`NotImplementedError(\"{names.PP_ERROR}\")`;")
+    if kimi_relay_renamed(result) and family:
+        lines.append("1. `kimi_linear.py` and `kimi_k3.py` already relay DSPARK captures in "
+                     "the handoff (`dspark_hidden_states`, sized for CUDA graphs through "
+                     "`get_pp_proxy_dspark_hidden_size`), but no other model or capture "
+                     "method uses that path;")
+    change = validation_change(result)
+    if change is not None:
+        flag = (f", and `handle_aux_hidden_state_capture` rejects `{AUX_FLAG}` with PP"
+                if relaxes_aux_flag(result) else "")
+        lines.append(f"1. `check_pipeline_parallel_compat` (`{change.path}`) rejects EAGLE3 "
+                     f"and DFLASH speculative decoding with PP{flag}.")
+    reach = _reach(result)
+    return "\n".join(lines) + "\n" + "".join(f"\n{line}\n" for line in reach)
+
+
+def _family_lines(result: UpstreamResult) -> list[str]:
+    """One line per model family: its changed model files (a file changed only as another
+    model's capture forward says whose)."""
+    plan = result.family
+    decisions = plan.decisions if plan is not None else {}
+    groups: dict[str, tuple[str, list[str]]] = {}
+    renamed = {change.path for change in result.changes if change.changed
+               and change.new == rename_dspark_entry(change.old or "", change.path)}
+    for path in result.changed:
+        if "srt/models/" not in path or path in renamed:
+            continue  # a renamed relay is listed with the sizing path
+        name = path.rsplit("/", 1)[-1]
+        key, title = family_of(name.removesuffix(".py"))
+        entry = _code(name)
+        own = decisions.get(name)
+        if key != "kimi" and (own is None or not own.patched):
+            users = sorted(d.name for d in decisions.values()
+                           if d.patched and d.forward is not None and d.forward.file == name)
+            entry += f" (capture forward of {', '.join(users) or 'another model'})"
+        groups.setdefault(key, (title, []))[1].append(entry)
+    return [f"  - {groups[key][0]}: {', '.join(groups[key][1])}"
+            for key in sorted(groups, key=family_rank)]
+
+
+def _kimi_lines(result: UpstreamResult) -> list[str]:
+    lines = []
+    if kimi_rewritten(result):
+        lines.append("- `kimi_linear.py`: `set_dspark_layers_to_capture` stores the ids on "
+                     "every rank and calls `set_pp_aux_capture`; each stage records its "
+                     "captures, the last collects them in layer order.")
+    if k3_rewritten(result):
+        lines.append("- `kimi_k3.py`: the same setter and relay; a stage's last-layer "
+                     "capture is finished on the next stage (attention residuals).")
+    return lines
+
+
+def _sizing_line(result: UpstreamResult) -> str:
+    sizing = [path for path in result.changed
+              if "/model_executor/" in path or path.endswith("misc_utils.py")]
+    if not any(path.endswith(SIZING_FILE) for path in result.changed):
+        return ("- CUDA graphs: this tree's proxy buffers are not sized for the aux entry; "
+                "run PP with CUDA graphs disabled on non-first stages (the last stage raises "
+                "`RuntimeError` naming missing layers otherwise).")
+    if kimi_relay_renamed(result) or has_dspark_sizing(result.tree):
+        relays = [p for p in result.changed if p.rsplit("/", 1)[-1].startswith("kimi")]
+        return ("- SGLang's DSPARK entry and CUDA-graph sizing now serve every capture "
+                "method: `dspark_hidden_states` -> `aux_hidden_states`, "
+                "`*pp_proxy_dspark_hidden_size` -> `*pp_proxy_aux_hidden_size` in "
+                f"{', '.join(_code(p) for p in sizing + relays)}; every patched causal LM "
+                "defines `get_pp_proxy_aux_hidden_size`.")
+    return ("- CUDA-graph sizing of the `aux_hidden_states` proxy entry along a new path "
+            f"(`get_pp_proxy_aux_hidden_size`): {', '.join(_code(p) for p in sizing)}.")
+
+
+def _validation_line(result: UpstreamResult) -> str:
+    change = validation_change(result)
+    if change is None:
+        return ""
+    found = result.validation.architectures if result.validation is not None else {}
+    accepted, kept = accepted_algorithms(result)
+    flag = f", and `{AUX_FLAG}` with PP," if relaxes_aux_flag(result) else ""
+    what = "/".join(accepted) + flag if accepted else f"`{AUX_FLAG}`" if flag else "nothing"
+    line = (f"- Validation (`{change.path}`): {what} accepted with PP where the served "
+            "model class (`ModelRegistry.resolve_model_cls`) declares "
+            "`supports_pp_aux_capture` and has the method's capture hook: the patched "
+            f"causal-LM classes ({len(found)} architectures in the patched files) and their "
+            "subclasses; every other refusal kept.")
+    for refusal in kept:
+        line += (f" {refusal.algorithm} with PP stays refused: `{refusal.function}` "
+                 f"(`{refusal.condition}`, named above) refuses it before its worker starts, "
+                 "so accepting it in `check_pipeline_parallel_compat` could not run.")
+    return line + "\n"
+
+
+def _fixes(result: UpstreamResult, series) -> str:
+    plan = result.family
+    if plan is None:
+        return ""
+    patched = [plan.decisions[f] for f in plan.patched]
+    fixes = [f"  - `{d.file}`: {fix}" for d in patched for fix in d.fixes]
+    stale = sorted({d.file for d in patched if d.stale_comments})
+    out = ""
+    if fixes:
+        where = "each is its own patch of the series" if series else "also in these files"
+        out += (f"- Separate fixes (not about aux capture; {where}):\n"
+                + "\n".join(fixes) + "\n")
+    if stale:
+        out += (f"- Comments that still tie capture to the last stage (reword in review): "
+                f"{', '.join(_code(f) for f in stale)}.\n")
+    return out
+
+
+def _modifications(result: UpstreamResult, series) -> str:
+    runtime = [p for p in (result.glue_path, result.packer_path) if p in result.changed]
+    lines = []
+    if runtime:
+        lines.append(
+            f"- Runtime: {', '.join(_code(p) for p in runtime)}. Each patched hook stores "
+            "its ids on every rank and calls `set_pp_aux_capture`; a non-last stage adds "
+            "what it received and its own captures to the `aux_hidden_states` entry of its "
+            "`PPProxyTensors` handoff; the last stage puts them before its own (PP=1 order) "
+            "and raises naming the layers when the entry is missing or of another width.")
+    lines += _kimi_lines(result)
+    family = _family_lines(result)
+    if family:
+        lines.append("- Model files, by family:")
+        lines += family
+    text = "\n".join(lines) + "\n" + _fixes(result, series)
+    if runtime:
+        text += _sizing_line(result) + "\n"
+    text += _validation_line(result)
+    tests = added_tests(result)
+    if tests:
+        text += f"- Tests (new, CPU): {', '.join(_code(p) for p in tests)}.\n"
+    elif tests_left_out_line(result):
+        text += f"- Tests: {tests_left_out_line(result)}\n"
+    if series:
+        text += f"\nSeries: {len(series)} patches, one commit each, in review order:\n\n"
+        text += "".join(f"{n}. `{name}`: {patch.subject}\n"
+                        for n, (name, patch) in enumerate(series, start=1))
+    return text
+
+
+def _benchmark(result: UpstreamResult, validation) -> str:
+    tests = added_tests(result)
+    family_test = next((p for p in tests if p.endswith(FAMILY_TEST_FILE)), None)
+    ran = (f"`{test_command(result, family_test)}`" if family_test is not None
+           else f"`{FAMILY_TEST_FILE}` (written into the copy)")
+    lines = []
+    if validation is not None and validation.problem:
+        lines.append(f"`--validate` ran nothing: {validation.problem}.")
+    elif validation is not None and (family_test is not None or result.tests):
+        passed = sorted(m for m, v in validation.verdicts.items() if v.startswith("yes"))
+        failed = sorted(m for m in validation.verdicts if m not in passed)
+        lines.append(f"`auxcap upstream-patch --validate` ran {ran} "
+                     "on a patched copy of this tree (CPU, gloo, 2 and 3 stages, "
+                     "`torch.equal` with PP=1).")
+        lines.append(f"- passed ({len(passed)}): {', '.join(passed) or '-'}")
+        if failed:
+            lines.append(f"- failed ({len(failed)}): {', '.join(failed)}")
+    commands = shipped_test_commands(result)
+    left_out = tests_left_out_line(result)
+    if left_out:
+        lines.append(left_out)
+    if (not lines or validation is None or validation.problem) and not commands:
+        if not left_out:
+            lines.append("Not run by the generator; this patch adds no test to run.")
+    elif not lines or validation is None or validation.problem:
+        lines.append("Not run by the generator. To check (CPU, gloo, 2 and 3 stages, "
+                     "compared with PP=1):")
+    if commands:
+        lines += ["", "```bash", *commands, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _checklist(result: UpstreamResult) -> str:
+    has_tests = bool(added_tests(result))
+    boxes = []
+    for item in CHECKLIST:
+        ticked = item == "Add unit tests" and has_tests
+        boxes.append(f"- [{'x' if ticked else ' '}] {item}"
+                     + (" (the CPU tests listed above)" if ticked else ""))
+    return "\n".join(boxes) + "\n"
+
+
+def render(result: UpstreamResult, patch_name: str | None = None, series=None,
+           validation=None) -> str:
+    """``series``: ``[(file name, SeriesPatch)]`` of ``--series``; ``validation``: what
+    ``--validate`` ran (``validate_run.Validation``), None when it was not asked for."""
+    return (
+        f"{title_of(result)}\n\n"
+        f"## Motivation\n\n{_motivation(result)}\n"
+        f"## Modifications\n\n{_modifications(result, series)}\n"
+        f"## Benchmark & Profiling\n\n{_benchmark(result, validation)}\n"
+        f"## Checklist\n\n{_checklist(result)}"
+    )

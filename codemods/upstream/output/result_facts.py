@@ -1,0 +1,138 @@
+"""Facts about one generated patch, read from its result only.
+
+The PR description and the series' commit messages both say what the patch touches; they
+ask these functions, so their names and counts come from one source (the
+:class:`~codemods.upstream.generate.UpstreamResult`) and agree.
+"""
+
+from __future__ import annotations
+
+from codemods.upstream.generate import UpstreamResult
+from codemods.upstream.kimi import k3 as kimi_k3
+from codemods.upstream.kimi import linear as kimi
+from codemods.upstream.tree.reachability import refusal_of, refusals
+
+KIMI_STEM = kimi.MODULE.rsplit(".", 1)[1]
+VALIDATION_FILE = "arg_groups/validation_hook.py"
+AUX_FLAG = "--enable-return-aux-hidden-states"
+#: How the release refuses the flag with PP (the message of 0.5.23's check).
+AUX_PP_REFUSAL = f"{AUX_FLAG} only supports pp_size == 1"
+
+
+def kimi_touched(result: UpstreamResult) -> bool:
+    return result.model_path in result.changed
+
+
+def kimi_relay_renamed(result: UpstreamResult) -> bool:
+    """Kimi-Linear relays DSPARK captures itself (0.5.21+) and the patch only renames its
+    entry and width method for every capture method."""
+    return kimi_touched(result) and result.status == kimi.SUPPORTED
+
+
+def kimi_rewritten(result: UpstreamResult) -> bool:
+    """Kimi-Linear's hook and forward are rewritten (0.5.18-0.5.20)."""
+    return kimi_touched(result) and not kimi_relay_renamed(result)
+
+
+def k3_touched(result: UpstreamResult) -> bool:
+    return result.tree.module_path(kimi_k3.MODULE) in result.changed
+
+
+def k3_rewritten(result: UpstreamResult) -> bool:
+    """Kimi-K3's hook and forward are rewritten (0.5.18-0.5.20), not only renamed."""
+    return k3_touched(result) and result.k3_status != kimi.SUPPORTED
+
+
+def family_models(result: UpstreamResult) -> list[str]:
+    """Stems of the model files the capture-hook family patch rewrites."""
+    if result.family is None:
+        return []
+    return [file.removesuffix(".py") for file in result.family.patched]
+
+
+def touched_models(result: UpstreamResult) -> list[str]:
+    """Every model file the patch rewrites, by stem."""
+    names = [KIMI_STEM] if kimi_touched(result) else []
+    names += [kimi_k3.NAME] if k3_touched(result) else []
+    return sorted(dict.fromkeys(names + family_models(result)))
+
+
+def touched_hooks(result: UpstreamResult) -> list[str]:
+    """Every capture hook the patch changes."""
+    touched = kimi_rewritten(result) or k3_rewritten(result)
+    hooks = ["set_dspark_layers_to_capture"] if touched else []
+    if result.family is not None:
+        for decision in result.family.decisions.values():
+            if decision.patched:
+                hooks += [hook for _, _, names in decision.cases for hook in names]
+    return sorted(dict.fromkeys(hooks))
+
+
+def validation_change(result: UpstreamResult):
+    """The patch's change to SGLang's server-arg validation (None: it has none)."""
+    return next((change for change in result.changes
+                 if change.path.endswith(VALIDATION_FILE) and change.changed), None)
+
+
+def relaxes_aux_flag(result: UpstreamResult) -> bool:
+    """The validation change also accepts ``--enable-return-aux-hidden-states`` with PP
+    (the release refuses it: 0.5.23)."""
+    change = validation_change(result)
+    return change is not None and AUX_PP_REFUSAL in (change.old or "")
+
+
+def added_tests(result: UpstreamResult) -> list[str]:
+    """Paths of the test files (``test_*.py``) the patch adds or changes."""
+    return [path for path in result.changed
+            if path.rsplit("/", 1)[-1].startswith("test_") and "srt/models/" not in path]
+
+
+def shipped_test_commands(result: UpstreamResult) -> list[str]:
+    """How a reviewer runs each shipped test: from the patch, else from the folder
+    ``--tests-dir`` wrote them to (none when they were left out and not written)."""
+    in_patch = added_tests(result)
+    if in_patch:
+        return [test_command(result, path) for path in in_patch]
+    if result.tests_dir is None:
+        return []
+    return [f"cd {result.tests_dir} && python3 -m unittest {name.removesuffix('.py')}"
+            for name in sorted(result.tests) if name.startswith("test_")]
+
+
+def tests_left_out_line(result: UpstreamResult) -> str | None:
+    """Says that the shipped tests are not in the patch (a package tree), and where they
+    are instead; None when the patch carries them."""
+    if not result.tests_left_out:
+        return None
+    names = ", ".join(f"`{n}`" for n in sorted(result.tests) if n.startswith("test_"))
+    text = (f"The CPU tests ({names}) are left out of this patch: it was generated on "
+            "an installed or unpacked package, which has no test folder, and tests are "
+            "not written into the package. In a checkout they go to "
+            "`test/registered/unit/models/`.")
+    if result.tests_dir is not None:
+        text += f" They were written to `{result.tests_dir}`."
+    else:
+        text += " `auxcap upstream-patch --tests-dir DIR` writes them to a folder."
+    return text
+
+
+def test_command(result: UpstreamResult, path: str) -> str:
+    """How a reviewer runs the test file at ``path`` (a path of the patch)."""
+    name = path.rsplit("/", 1)[-1].removesuffix(".py")
+    if result.tree.kind == "checkout":
+        return f"cd {result.tree.tests} && python3 -m unittest {name}"
+    module = path.removesuffix(".py").replace("/", ".")
+    return f"python3 -m unittest {module}"
+
+
+def accepted_algorithms(result: UpstreamResult) -> tuple[list[str], list]:
+    """(the speculative algorithms the validation change accepts with PP, the refusals left
+    elsewhere that keep the others of EAGLE3/DFLASH refused), from the patched architectures
+    and the checks left after the patch (``reachability.py``)."""
+    found = result.validation.architectures if result.validation is not None else {}
+    kinds = [kind for kind in ("EAGLE3", "DFLASH")
+             if any(kind in methods for methods in found.values())]
+    left = refusals(result)
+    kept = [(kind, refusal_of(left, kind)) for kind in kinds]
+    return ([kind for kind, refusal in kept if refusal is None],
+            [refusal for _kind, refusal in kept if refusal is not None])

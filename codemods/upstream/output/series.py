@@ -1,0 +1,254 @@
+"""The upstream patch as an ordered, reviewable series (``upstream-patch --series DIR``).
+
+The single patch of :func:`codemods.upstream.generate.generate` is cut into patches a
+reviewer can take one at a time, in this order:
+
+1. **runtime**: the helpers the models call (``srt/distributed/pp_aux_capture.py``), the
+   packer accessor, and the PP proxy entry's sizing path (model runner, buffer helpers,
+   graph runners), with SGLang's own DSPARK relays where the path renames their entry;
+2. **one patch per model family**, the way reviewers own model code (Kimi, Llama / Qwen
+   dense, Qwen MoE / VL, DeepSeek, GLM, ...): a model file belongs to the family its file
+   name maps to in :mod:`codemods.upstream.output.model_families`.  The family test grows with the
+   families: a model joins it with the patch that completes it (its hook's file and the file
+   of its capture forward both patched);
+3. **validation**: server arguments and validation hooks.  The test that builds every
+   patched model through its real ``__init__`` (``test_pp_aux_capture.py``) comes with the
+   last patch of the series, when everything it checks is in place.
+
+A fix the patch makes in a model file that is not about capture under PP (a stack setter
+the hook calls but the stack lacks, a forward that unpacks non-last stages' output) is a
+patch of its own, right after the runtime, and the file's family patch starts from it.
+
+Each commit message names the files of its own patch and what changed in them
+(:mod:`codemods.upstream.output.series_messages`).  Every changed file ends in the series exactly as
+in the single patch, so applying the whole series equals applying the single patch.  Each
+patch is written ``git format-patch`` style (``From``/``Date``/``Subject`` headers, the
+commit message, then the diff; the subject kept as with ``format-patch -k``), so
+``git am -k`` turns the series into a stack of commits with these subjects and
+``git apply`` takes the patches in order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from codemods.upstream.edit.patchfile import FileChange, changed_paths, render_patch
+from codemods.upstream.family.patch import INIT_TEST_FILE, render_test
+from codemods.upstream.family.patch import TEST_FILE as FAMILY_TEST_FILE
+from codemods.upstream.family.patch import TEST_MODELS_FILE as FAMILY_MODELS_FILE
+from codemods.upstream.family.plan import FamilyPlan
+from codemods.upstream.generate import UpstreamResult
+from codemods.upstream.output.model_families import OTHER, family_of, family_rank
+from codemods.upstream.sizing.graph_sizing import rename_dspark_entry
+
+RUNTIME = "runtime"
+VALIDATION = "validation"
+#: Key prefix of the patch holding one model file's separate fixes.
+FIX = "fix-"
+KIMI = "kimi"
+#: Model files no family prefix matches.
+OTHER_MODELS = OTHER[0]
+
+_VALIDATION_PARTS = ("server_args", "validation", "/arg_groups/")
+
+
+@dataclass
+class SeriesPatch:
+    """One patch of the series: its commit message and the file changes it makes."""
+
+    key: str
+    slug: str
+    subject: str
+    body: str
+    changes: list[FileChange] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
+
+    @property
+    def paths(self) -> list[str]:
+        return changed_paths(self.changes)
+
+    @property
+    def diff(self) -> str:
+        return render_patch(self.changes)
+
+    def filename(self, number: int) -> str:
+        return f"{number:04d}-{self.slug}.patch"
+
+    def message(self) -> str:
+        return f"{self.subject}\n\n{self.body.rstrip()}\n"
+
+    def mail(self, number: int, total: int, author: str, date: str) -> str:
+        """The patch as ``git format-patch -k`` writes it: the subject as is (no ``[PATCH
+        n/m]``), so ``git am -k`` commits it unchanged, ``[PP]`` prefix included."""
+        stat = "".join(f" {path}\n" for path in self.paths)
+        return (
+            "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+            f"From: {author}\n"
+            f"Date: {date}\n"
+            f"Subject: {self.subject}\n"
+            "\n"
+            f"{self.body.rstrip()}\n"
+            "---\n"
+            f"{stat}"
+            "\n"
+            f"{self.diff}"
+            "-- \n"
+            "auxcap\n"
+            "\n"
+        )
+
+
+def _stem(path: str) -> str:
+    return path.rsplit("/", 1)[-1].removesuffix(".py")
+
+
+def classify(path: str, plan: FamilyPlan | None = None) -> tuple[str, str, str]:
+    """(group key, file-name slug, title) of one changed file of the patch."""
+    if "srt/models/" in path:
+        key, title = family_of(_stem(path))
+        return key, key, title
+    if any(part in path for part in _VALIDATION_PARTS):
+        return VALIDATION, "validation", "validation"
+    # Any other file outside the models is something the models build on: it goes first.
+    return RUNTIME, "runtime", "runtime: aux hidden states in the PP handoff"
+
+
+def _group_rank(key: str) -> tuple[int, int, str]:
+    if key == RUNTIME:
+        return (0, 0, "")
+    if key.startswith(FIX):
+        return (1, 0, key)
+    if key == VALIDATION:
+        return (3, 0, "")
+    return (2, family_rank(key), "")
+
+
+def _family_test_text(result: UpstreamResult, names: set[str]) -> str:
+    """The family test with only the models in ``names``."""
+    plan = result.family
+    assert plan is not None
+    decisions = {f: d for f, d in plan.decisions.items() if d.name in names}
+    return render_test(dataclasses.replace(plan, decisions=decisions))
+
+
+def build_series(result: UpstreamResult) -> list[SeriesPatch]:
+    """The ordered series of ``result``'s changes (empty when nothing changes)."""
+    from codemods.upstream.output.series_messages import fill_message
+
+    changes = [change for change in result.changes if change.changed]
+    if not changes:
+        return []
+    plan = result.family
+    decisions = plan.decisions if plan is not None else {}
+    fixed = plan.fixes_only() if plan is not None else {}
+    groups: dict[str, SeriesPatch] = {}
+    family_test: FileChange | None = None
+    family_models: FileChange | None = None
+    for change in list(changes):
+        name = change.path.rsplit("/", 1)[-1]
+        if "srt/models/" in change.path and name in fixed and change.old is not None:
+            # The fix on its own first; the family patch starts from the fixed file.
+            key = f"{FIX}{_stem(change.path)}"
+            groups[key] = SeriesPatch(key, key, "", "", [
+                FileChange(change.path, change.old, fixed[name])], [_stem(change.path)])
+            changes[changes.index(change)] = FileChange(change.path, fixed[name], change.new)
+    init_test: FileChange | None = None
+    for change in changes:
+        if change.path.endswith(INIT_TEST_FILE):
+            init_test = change
+            continue
+        if change.path.endswith(FAMILY_TEST_FILE):
+            family_test = change
+            continue
+        if change.path.endswith(FAMILY_MODELS_FILE):
+            family_models = change
+            continue
+        key, slug, title = classify(change.path)
+        if key == KIMI and change.new == rename_dspark_entry(change.old or "", change.path):
+            # Only renamed along with the sizing path it implements: one change.
+            key, slug, title = classify(RUNTIME)
+        patch = groups.setdefault(key, SeriesPatch(key, slug, title, ""))
+        patch.changes.append(change)
+        if key not in (RUNTIME, VALIDATION) and not key.startswith(FIX):
+            stem = _stem(change.path)
+            decision = decisions.get(f"{stem}.py")
+            if key == KIMI or (decision is not None and decision.patched):
+                patch.models.append(stem)
+    # A model whose own file is unchanged (only its capture forward is) goes with that file.
+    for decision in decisions.values():
+        if not decision.patched or decision.forward is None:
+            continue
+        key = classify(f"srt/models/{decision.forward.file}")[0]
+        listed = any(decision.name in patch.models for patch in groups.values())
+        if key in groups and not listed:
+            groups[key].models.append(decision.name)
+    ordered = sorted(groups.values(), key=lambda p: _group_rank(p.key))
+    if family_test is not None:
+        _spread_family_test(result, family_test, ordered, family_models)
+    elif family_models is not None:
+        ordered[0].changes.append(family_models)
+    if init_test is not None:
+        # It builds every patched model and checks the validation: once all is in place.
+        ordered[-1].changes.append(init_test)
+    for patch in ordered:
+        fill_message(patch, result)
+    return ordered
+
+
+def _ready(result: UpstreamResult, patches: list[SeriesPatch]) -> dict[str, int]:
+    """Model name -> index (in ``patches``) of the patch that completes it: the later of the
+    patches changing its hook's file and its capture forward's file."""
+    plan = result.family
+    ready: dict[str, int] = {}
+    if plan is None:
+        return ready
+    where = {path.rsplit("/", 1)[-1]: index for index, patch in enumerate(patches)
+             for path in patch.paths if "srt/models/" in path}
+    for decision in plan.decisions.values():
+        if not decision.patched:
+            continue
+        files = [decision.file] + ([decision.forward.file] if decision.forward else [])
+        found = [where[file] for file in files if file in where]
+        ready[decision.name] = max(found, default=len(patches) - 1)
+    return ready
+
+
+def _spread_family_test(result: UpstreamResult, change: FileChange,
+                        ordered: list[SeriesPatch],
+                        models: FileChange | None = None) -> None:
+    """Each family's patch adds the models it completes to the family test; the last model
+    patch leaves the file exactly as the single patch does.  The test's stand-in models
+    (``models``) come with the first patch that changes the test."""
+    model_patches = [p for p in ordered
+                     if p.key not in (RUNTIME, VALIDATION) and not p.key.startswith(FIX)]
+    if not model_patches:
+        ordered[0].changes += [c for c in (models, change) if c is not None]
+        return
+    ready = _ready(result, model_patches)
+    current = change.old
+    for index, patch in enumerate(model_patches):
+        last = index == len(model_patches) - 1
+        seen = {name for name, at in ready.items() if at <= index}
+        if not seen and not last:
+            continue
+        text = change.new if last else _family_test_text(result, seen)
+        if text != current:
+            if models is not None:
+                patch.changes.append(models)
+                models = None
+            patch.changes.append(FileChange(change.path, current, text))
+            current = text
+
+
+def render_series(patches: Sequence[SeriesPatch], author: str,
+                  date: str | None = None) -> dict[str, str]:
+    """``file name -> text`` of every patch, in order."""
+    date = date or email.utils.formatdate(localtime=False)
+    total = len(patches)
+    return {
+        patch.filename(number): patch.mail(number, total, author, date)
+        for number, patch in enumerate(patches, start=1)
+    }

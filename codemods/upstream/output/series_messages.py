@@ -1,0 +1,206 @@
+"""Commit messages of the series' patches, each about its own files only.
+
+* the runtime patch names each module it adds and each file of the sizing path (and of
+  SGLang's own DSPARK relay) it changes;
+* a model-family patch names, per model file, the hooks it changes, how the file's capture
+  forward carries the captures, and any other fix the patch makes in that file; a file
+  changed only as another model's capture forward says so;
+* the validation patch names the file, the architectures it accepts and for which capture,
+  the algorithms it accepts, and any refusal left elsewhere that keeps one of them refused
+  (``reachability.py``; DFLASH in ``_handle_dflash`` on 0.5.21-0.5.23).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from codemods.upstream.edit import names
+from codemods.upstream.family.patch import TEST_FILE as FAMILY_TEST_FILE
+from codemods.upstream.family.report import CAPTURE_KINDS
+from codemods.upstream.generate import UpstreamResult
+from codemods.upstream.output.result_facts import (
+    AUX_FLAG,
+    accepted_algorithms,
+    relaxes_aux_flag,
+    test_command,
+)
+
+#: What each runtime file gets, by file name.
+RUNTIME_FILES = {
+    "pp_aux_capture.py": "new: the helpers the capture hooks and decoder stacks call "
+    "(set_pp_aux_capture, pp_aux_outgoing / pp_aux_handoff, pp_aux_collect, "
+    "pp_aux_proxy_hidden_size)",
+    "aux_hidden_states.py": "AuxHiddenStatePacker.captured(): the captures taken so "
+    "far, for a stage that hands them on before its packer is full",
+}
+#: A file renamed from SGLang's DSPARK entry / width method / sizing path.
+RENAMED_WORDS = (
+    "dspark_hidden_states -> aux_hidden_states and "
+    "*pp_proxy_dspark_hidden_size -> *pp_proxy_aux_hidden_size"
+)
+#: A file that gains the sizing path (a tree without SGLang's DSPARK one).
+SIZING_WORDS = "sizes the aux_hidden_states PP proxy buffer of non-first stages"
+
+
+def _wrap(text: str, indent: str = "") -> str:
+    return textwrap.fill(text, width=72, break_on_hyphens=False, break_long_words=False,
+                         subsequent_indent=indent) + "\n"
+
+
+def _name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def fill_message(patch, result: UpstreamResult) -> None:
+    """Fill ``patch.subject`` and ``patch.body`` (a ``series.SeriesPatch``)."""
+    from codemods.upstream.output.series import FIX, RUNTIME, VALIDATION
+
+    if patch.key == RUNTIME:
+        _runtime(patch, result)
+    elif patch.key.startswith(FIX):
+        _fix(patch, result)
+    elif patch.key == VALIDATION:
+        _validation(patch, result)
+    else:
+        _family(patch, result, patch.subject)
+
+
+def _runtime(patch, result: UpstreamResult) -> None:
+    renamed = [c.path for c in patch.changes if _name(c.path) not in RUNTIME_FILES
+               and c.old is not None and "dspark_hidden_s" in c.old]
+    sized = [p for p in patch.paths if "/model_executor/" in p and p not in renamed]
+    patch.subject = "[PP] Carry aux hidden states in the PP handoff" + (
+        "; rename DSPARK's entry" if renamed else
+        " and size its proxy buffer" if sized else "")
+
+    def what(path: str) -> str:
+        if path in renamed:
+            return RENAMED_WORDS
+        if path in sized:
+            return SIZING_WORDS
+        return RUNTIME_FILES.get(_name(path), "changed")
+
+    lines = [_wrap(f"- {_name(p)}: {what(p)}.", "  ") for p in patch.paths]
+    own = ("SGLang's DSPARK relay entry and its CUDA-graph sizing are renamed so that\n"
+           "every capture method uses them.  " if renamed else "")
+    patch.body = (
+        "A stage that is not the last hands the captures of every stage up to\n"
+        "itself to the next one in one aux_hidden_states entry of its\n"
+        "PPProxyTensors; the last stage puts them before its own.  " + own +
+        "No model calls the new helpers yet; the model patches that follow do.\n\n"
+        + "".join(lines)
+    )
+
+
+def _fix(patch, result: UpstreamResult) -> None:
+    """A model file's separate fixes: the stack setters it adds, the forwards it repairs."""
+    plan = result.family
+    (path,) = patch.paths
+    file = _name(path)
+    assert plan is not None
+    added = [f"{a.class_name}.{a.method}" for a in plan.stack_setters.get(file, [])]
+    repaired = [f"{f.class_name}.forward" for f in plan.stage_fixes.get(file, [])]
+    what = []
+    if added:
+        what.append(f"add {', '.join(added)}")
+    if repaired:
+        what.append(f"hand non-last PP stages' output on in {', '.join(repaired)}")
+    patch.subject = f"[Fix] {file.removesuffix('.py')}: {'; '.join(what)}"
+    if len(patch.subject) > 72:
+        patch.subject = f"[Fix] {file.removesuffix('.py')}: " + (
+            "add a missing stack setter" if added else "hand non-last PP stages' output on")
+    decision = plan.decisions.get(file)
+    lines = [_wrap(f"- {fix}.", "  ") for fix in (decision.fixes if decision else ())]
+    patch.body = (_wrap(f"{file} fails without this, with or without aux hidden-state "
+                        "capture; the capture patch of this file builds on it.")
+                  + "\n" + "".join(lines))
+
+
+def _validation(patch, result: UpstreamResult) -> None:
+    found = result.validation.architectures if result.validation is not None else {}
+    refused = [kind for kind in ("EAGLE3", "DFLASH")
+               if any(kind in kinds for kinds in found.values())] or ["EAGLE3", "DFLASH"]
+    accepted, left = accepted_algorithms(result)
+    if accepted:
+        patch.subject = f"[PP] Accept {'/'.join(accepted)} with PP for the patched architectures"
+    elif relaxes_aux_flag(result):
+        patch.subject = "[PP] Accept aux hidden-state capture with PP for patched models"
+    else:
+        patch.subject = "[PP] Name the patched architectures in the PP validation"
+    listed = "; ".join(f"{arch} ({', '.join(ks)})" for arch, ks in sorted(found.items()))
+    draftless = (" (a capture without a draft, so for every convention listed)" if left
+                 else "")
+    flag = (f" {AUX_FLAG} with PP is accepted for them too{draftless}."
+            if relaxes_aux_flag(result) else "")
+    files = ", ".join(_name(p) for p in patch.paths)
+    still = "".join(
+        "\n" + _wrap(f"Still refused after this series: {r.algorithm} with PP "
+                      f"({_name(r.path)}, {r.function}: {r.condition}), so "
+                      f"check_pipeline_parallel_compat keeps refusing {r.algorithm} too: "
+                      "accepting it there could not run.") for r in left)
+    accepts = (f"It now accepts {' and '.join(accepted)} for" if accepted
+               else "It now names")
+    patch.body = _wrap(
+        f"check_pipeline_parallel_compat ({files}) refused {' and '.join(refused)} "
+        f"speculative decoding with PP.  {accepts} a model class that declares "
+        "supports_pp_aux_capture and has the convention's capture hook: the causal-LM "
+        "classes the model patches of this series rewrote and their subclasses; in the "
+        f"patched files, {len(found)} architecture{'s' if len(found) != 1 else ''} "
+        f"(capture conventions in brackets): {listed}.{flag}  Every other refusal is "
+        "kept, and a model class without the attribute is refused as before.") + still
+
+
+def _hooks_of(decision) -> str:
+    hooks = [f"{outer}.{hook}" for outer, _, hs in decision.cases for hook in hs]
+    return ", ".join(dict.fromkeys(hooks))
+
+
+def _kimi_line(path: str, result: UpstreamResult) -> str:
+    name = _name(path)
+    k3 = ("; the next stage finishes a stage's last-layer capture (attention "
+          "residuals)" if name == "kimi_k3.py" else "")
+    return (f"set_dspark_layers_to_capture no longer raises \"{names.PP_ERROR}\" under "
+            "PP: it stores the ids on every rank and calls set_pp_aux_capture; the "
+            "forward hands each stage's captures on and the last stage collects them in "
+            f"layer order{k3}")
+
+
+def _family(patch, result: UpstreamResult, title: str) -> None:
+    plan = result.family
+    decisions = plan.decisions if plan is not None else {}
+    patch.subject = f"[PP] {title}: carry aux hidden states across stages"
+    if len(patch.subject) > 72:
+        patch.subject = f"[PP] {title}: aux hidden states across stages"
+    lines = []
+    for path in patch.paths:
+        if "srt/models/" not in path:
+            continue
+        name = _name(path)
+        decision = decisions.get(name)
+        if name.startswith("kimi") and (decision is None or not decision.patched):
+            lines.append(_wrap(f"- {name}: {_kimi_line(path, result)}.", "  "))
+            continue
+        if decision is not None and decision.patched:
+            kinds = "; ".join(CAPTURE_KINDS.get(k, k) for k in decision.capture_kinds)
+            text = (f"- {name}: {_hooks_of(decision)} store the ids on every rank instead "
+                    f"of returning off the last one; forward {decision.forward} "
+                    f"({kinds}) adds its captures to the PP handoff and the last stage "
+                    "gathers them in PP=1 order.")
+            text += "".join(f"  Separate fix in this file: {fix}." for fix in decision.fixes)
+            lines.append(_wrap(text, "  "))
+            continue
+        users = sorted(d.name for d in decisions.values()
+                       if d.patched and d.forward is not None and d.forward.file == name)
+        what = (f"capture forward of {', '.join(users)}" if users
+                else "changed for the models of this patch")
+        lines.append(_wrap(f"- {name}: {what}.", "  "))
+    test = ""
+    tests = [c for c in patch.changes if c.path.endswith(FAMILY_TEST_FILE)]
+    if tests:
+        old, new = tests[0].old or "", tests[0].new or ""
+        added = sorted(d.name for d in decisions.values()
+                       if f'"{d.name}"' in new and f'"{d.name}"' not in old)
+        test = (f"\nTest: {test_command(result, tests[0].path)} (this patch adds "
+                f"{', '.join(added) or 'no model'} to it).\n")
+    patch.body = (_wrap(f"Models: {', '.join(sorted(dict.fromkeys(patch.models)))}.  "
+                        "With PP=1 nothing changes.") + "\n" + "".join(lines) + test)

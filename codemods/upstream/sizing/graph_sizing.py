@@ -1,0 +1,165 @@
+"""One PP proxy entry for every capture method: rename SGLang's DSPARK relay and sizing.
+
+SGLang 0.5.21+ carries DSPARK captures across pipeline stages in one ``PPProxyTensors``
+entry and sizes its CUDA graph buffer along one path::
+
+    model.get_pp_proxy_dspark_hidden_size()
+      -> misc_utils.resolve_pp_proxy_dspark_hidden_size (0 on PP=1 and the first stage)
+      -> ModelRunner.get_pp_proxy_dspark_hidden_size
+      -> runner_utils/buffers.py (allocate_pp_proxy_tensors(pp_proxy_dspark_hidden_size=))
+      -> the decode and prefill CUDA graph runners.
+
+Once EAGLE3 and DFLASH captures ride the same entry, the DSPARK names no longer say what it
+holds, so the patch renames them in every file of the package that uses them (the sizing
+path, ``kimi_linear.py``, ``kimi_k3.py``)::
+
+    "dspark_hidden_states"           ->  "aux_hidden_states"
+    *pp_proxy_dspark_hidden_size*    ->  *pp_proxy_aux_hidden_size*
+    _SupportsDSparkPPProxy           ->  _SupportsAuxPPProxy
+
+A bracketed header or call the shorter names let fit on one line is joined as black joins
+it.  A tree already renamed is left as it is; a tree without the path (before 0.5.21)
+gets it from ``graph_sizing_legacy.py``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from codemods.upstream.edit.patchfile import FileChange
+from codemods.upstream.tree.sglang_tree import SGLangTree
+
+#: The modules of the sizing path (0.5.21+), in the order the value travels backwards.
+SIZING_MODULES = (
+    "sglang.srt.model_executor.model_runner_components.misc_utils",
+    "sglang.srt.model_executor.model_runner",
+    "sglang.srt.model_executor.runner_utils.buffers",
+    "sglang.srt.model_executor.runner.decode_cuda_graph_runner",
+    "sglang.srt.model_executor.runner.prefill_cuda_graph_runner",
+)
+
+#: DSPARK name -> name for every capture method.
+RENAMES = (
+    ("_SupportsDSparkPPProxy", "_SupportsAuxPPProxy"),
+    ("pp_proxy_dspark_hidden_size", "pp_proxy_aux_hidden_size"),
+    ('"dspark_hidden_states"', '"aux_hidden_states"'),
+)
+RENAMED = re.compile("|".join(re.escape(old) for old, _ in RENAMES))
+LINE_LENGTH = 88
+MARKER = re.compile(r"_SupportsDSparkPPProxy|pp_proxy_dspark_hidden_size")
+DONE = "pp_proxy_aux_hidden_size"
+
+
+class SizingError(ValueError):
+    """A file of the sizing path does not have the shape this module mirrors."""
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def block_end(lines: list[str], head: int) -> int:
+    """One past the last line of the block whose header is ``lines[head]``."""
+    depth = _indent(lines[head])
+    end = head + 1
+    while end < len(lines) and _header_open(lines, head, end):
+        end += 1
+    while end < len(lines):
+        line = lines[end]
+        if line.strip() and _indent(line) <= depth:
+            break
+        end += 1
+    while end > head + 1 and not lines[end - 1].strip():
+        end -= 1
+    return end
+
+
+def _header_open(lines: list[str], head: int, end: int) -> bool:
+    """Whether the header starting at ``head`` still continues before ``end``."""
+    text = "".join(lines[head:end])
+    return text.count("(") > text.count(")") or not text.rstrip().endswith(":")
+
+
+def bracket_end(lines: list[str], start: int) -> int:
+    """One past the line that closes the brackets opened from ``lines[start]``."""
+    balance = 0
+    for index in range(start, len(lines)):
+        balance += lines[index].count("(") - lines[index].count(")")
+        if balance <= 0:
+            return index + 1
+    raise SizingError(f"unbalanced brackets from line {start + 1}")
+
+
+def _renamed(text: str) -> str:
+    for old, new in RENAMES:
+        text = text.replace(old, new)
+    return text
+
+
+def _joined(lines: list[str], renamed: set[int]) -> list[str]:
+    """``lines`` with each renamed bracket ``head(`` / one inner line / ``) tail`` (no magic
+    trailing comma) joined where the result fits, as black formats it."""
+    out: list[str] = []
+    k = 0
+    while k < len(lines):
+        line = lines[k]
+        if (
+            k + 2 < len(lines)
+            and renamed & {k, k + 1, k + 2}
+            and line.rstrip("\n").endswith("(")
+            and not lines[k + 1].rstrip("\n").endswith(",")
+            and lines[k + 2].lstrip().startswith(")")
+            and _indent(lines[k + 2]) == _indent(line)
+        ):
+            head, inner, tail = line.rstrip("\n"), lines[k + 1].strip(), lines[k + 2].strip()
+            if head.endswith("=(") and tail in ("),", ")"):
+                # A parenthesized keyword value: black drops the parentheses it no
+                # longer needs.
+                head, tail = head[:-1], tail[1:]
+            joined = head + inner + tail + "\n"
+            if len(joined) - 1 <= LINE_LENGTH:
+                out.append(joined)
+                k += 3
+                continue
+        out.append(line)
+        k += 1
+    return out
+
+
+def rename_dspark_entry(text: str, path: str) -> str:
+    """``text`` with the DSPARK relay names renamed (see the module docstring)."""
+    lines = text.splitlines(keepends=True)
+    renamed = {k for k, line in enumerate(lines) if RENAMED.search(line)}
+    result = "".join(_joined([_renamed(line) for line in lines], renamed))
+    try:
+        compile(result, path, "exec")
+    except SyntaxError as err:
+        raise SizingError(f"{path}: renamed sizing does not compile: {err}") from err
+    return result
+
+
+def has_dspark_sizing(tree: SGLangTree) -> bool:
+    """Whether every module of the sizing path exists and sizes the DSPARK entry."""
+    for module in SIZING_MODULES:
+        text = tree.read_text(tree.module_path(module))
+        if text is None or not MARKER.search(text):
+            return False
+    return True
+
+
+#: The model files of 0.5.21+ that relay DSPARK captures under the old names.
+RELAY_MODULES = ("sglang.srt.models.kimi_linear", "sglang.srt.models.kimi_k3")
+
+
+def sizing_changes(tree: SGLangTree) -> list[FileChange]:
+    """The sizing path's files and SGLang's DSPARK relays with the entry renamed; none on a
+    tree without the DSPARK sizing path (SGLang before 0.5.21)."""
+    if not has_dspark_sizing(tree):
+        return []
+    changes = []
+    for module in (*SIZING_MODULES, *RELAY_MODULES):
+        path = tree.module_path(module)
+        text = tree.read_text(path)
+        if text is not None:
+            changes.append(FileChange(path, text, rename_dspark_entry(text, path)))
+    return [change for change in changes if change.changed]

@@ -1,0 +1,51 @@
+"""The ``captured()`` accessor of SGLang's ``AuxHiddenStatePacker``.
+
+A stage that is not the last hands its captures on before its packer is full, and the
+last stage puts the received ones before its own, so the helpers need the captures
+taken so far.  The packer keeps them in a private buffer and ``finalize()`` refuses a
+packer that is not full; the patch adds one public method after ``__len__``
+(``srt/layers/aux_hidden_states.py``), only when a patched forward packs its captures::
+
+    def __len__(self) -> int:
+        return self._idx
+
+    def captured(self) -> torch.Tensor:
+        \"\"\"The captures taken so far, side by side: ``[tokens, len(self) * hidden]``.\"\"\"
+        ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from codemods.upstream.edit.patchfile import FileChange
+from codemods.upstream.tree.sglang_tree import SGLangTree
+
+MODULE = "sglang.srt.layers.aux_hidden_states"
+PACKER = "AuxHiddenStatePacker("
+ANCHOR = """    def __len__(self) -> int:
+        return self._idx
+"""
+METHOD = '''
+    def captured(self) -> torch.Tensor:
+        """The captures taken so far, side by side: ``[tokens, len(self) * hidden]``."""
+        if self._idx == 0:
+            raise RuntimeError("no aux hidden state captured yet")
+        return self._buffer[..., : self._idx * self._feature_size]
+'''
+
+
+def packer_access_changes(tree: SGLangTree, model_texts: Iterable[str]) -> list[FileChange]:
+    """The accessor, when one of ``model_texts`` packs its captures and the tree's packer
+    lacks it; raises ``ValueError`` naming the file when the packer has another shape."""
+    if not any(PACKER in text for text in model_texts):
+        return []
+    path = tree.module_path(MODULE)
+    source = tree.read_text(path)
+    if source is None or "class AuxHiddenStatePacker" not in source:
+        raise ValueError(f"{tree.file(path)}: AuxHiddenStatePacker not found")
+    if "def captured(self)" in source:
+        return []
+    if source.count(ANCHOR) != 1:
+        raise ValueError(f"{tree.file(path)}: AuxHiddenStatePacker.__len__ not recognised")
+    return [FileChange(path, source, source.replace(ANCHOR, ANCHOR + METHOD))]

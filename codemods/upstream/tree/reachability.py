@@ -1,0 +1,123 @@
+"""Which server configurations reach the patched capture code: the PP refusals left.
+
+SGLang refuses speculative decoding with pipeline parallelism in its server-argument
+checks, and the patch relaxes only some of them (``validation.py``, 0.5.21+).  This module
+reads the checks as they are *after* the patch (the patch's new text where it changes the
+file, the tree's text elsewhere) in the files that hold them across releases
+(:data:`FILES`: ``server_args.py``, ``arg_groups/validation_hook.py``,
+``arg_groups/speculative_hook.py``), and lists every refusal under a ``pp_size`` condition:
+
+* an ``assert`` requiring ``speculative_algorithm is None`` (every algorithm refused; the
+  assert of 0.5.18-0.5.20), noting when it sits in the ``else`` of an ``is_npu`` test;
+* a ``raise`` in a ``_handle_<algorithm>`` function of the speculative hook, for the
+  algorithms that read captures (:data:`CAPTURE_ALGORITHMS`; that algorithm refused, e.g. ``_handle_dflash``: ``if cfg.pp_size != 1: raise ValueError(...)``),
+  ``conditional`` when a further test guards it.
+
+The PR description says from these which configurations reach the change, and the
+validation change (``validation.py``) relaxes an algorithm only where no refusal of it is
+left (:func:`tree_refusals` on the tree, :func:`refusal_of`).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # generate.py imports validation.py, which imports this module
+    from codemods.upstream.generate import UpstreamResult
+    from codemods.upstream.tree.sglang_tree import SGLangTree
+
+FILES = ("srt/server_args.py", "srt/arg_groups/validation_hook.py",
+         "srt/arg_groups/speculative_hook.py")
+EVERY = "every speculative algorithm"
+#: The algorithms whose drafters read captured aux hidden states.
+CAPTURE_ALGORITHMS = ("EAGLE3", "DFLASH", "DSPARK")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    path: str  # patch path of the file
+    line: int
+    function: str
+    condition: str  # the ``pp_size`` test, as written
+    algorithm: str  # EVERY, or the algorithm of ``_handle_<algorithm>`` in upper case
+    message: str  # the refusal's message (first string of it)
+    except_npu: bool = False  # in the ``else`` of an ``is_npu`` test
+    conditional: bool = False  # guarded by a further test inside the ``pp_size`` one
+
+
+def _message(node: ast.AST | None) -> str:
+    for sub in ast.walk(node) if node is not None else ():
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            return sub.value
+    return ""
+
+
+def _pp_test(test: ast.expr) -> bool:
+    return "pp_size" in ast.unparse(test) and "1" in ast.unparse(test)
+
+
+def _scan(body, path, function, condition, npu_else, nested, out) -> None:
+    for stmt in body:
+        if isinstance(stmt, ast.If):
+            npu = "is_npu" in ast.unparse(stmt.test)
+            _scan(stmt.body, path, function, condition, npu_else, True, out)
+            _scan(stmt.orelse, path, function, condition, npu_else or npu, True, out)
+        elif isinstance(stmt, ast.Assert) and "speculative_algorithm is None" in ast.unparse(
+                stmt.test):
+            out.append(Refusal(path, stmt.lineno, function, condition, EVERY,
+                               _message(stmt.msg), npu_else, False))
+        elif (isinstance(stmt, ast.Raise) and path.endswith("speculative_hook.py")
+              and function.removeprefix("_handle_").upper() in CAPTURE_ALGORITHMS):
+            algorithm = function.removeprefix("_handle_").upper()
+            out.append(Refusal(path, stmt.lineno, function, condition, algorithm,
+                               _message(stmt.exc), npu_else, nested))
+
+
+def refusals_in(source: str, path: str) -> list[Refusal]:
+    """The PP refusals of speculative decoding in one file's text."""
+    try:
+        module = ast.parse(source)
+    except SyntaxError:
+        return []
+    out: list[Refusal] = []
+    for func in ast.walk(module):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(func):
+            if isinstance(node, ast.If) and _pp_test(node.test):
+                _scan(node.body, path, func.name, ast.unparse(node.test), False, False, out)
+    return sorted(set(out), key=lambda r: (r.path, r.line))
+
+
+def tree_refusals(tree: SGLangTree, new: dict[str, str] | None = None) -> list[Refusal]:
+    """The refusals in :data:`FILES` of ``tree``, in that order; ``new`` maps a patch path
+    to the text that replaces the tree's."""
+    new = new or {}
+    out: list[Refusal] = []
+    for file in FILES:
+        path = f"{tree.package}/{file}"
+        text = new[path] if path in new else tree.read_text(path)
+        if text:
+            out += refusals_in(text, path)
+    return out
+
+
+def refusals(result: UpstreamResult) -> list[Refusal]:
+    """The refusals left once the patch is applied, in :data:`FILES` order."""
+    return tree_refusals(result.tree, {change.path: change.new for change in result.changes})
+
+
+def refusal_of(found: list[Refusal], algorithm: str) -> Refusal | None:
+    """The first refusal in ``found`` that refuses ``algorithm`` with PP outright (its own,
+    not guarded by a further test, or the refusal of every algorithm); None when the
+    server lets ``algorithm`` through with PP."""
+    return next((r for r in found
+                 if r.algorithm == EVERY or (r.algorithm == algorithm and not r.conditional)),
+                None)
+
+
+def refuses_every_algorithm(found: list[Refusal]) -> Refusal | None:
+    """The refusal of every speculative algorithm with PP, if one is left."""
+    return next((r for r in found if r.algorithm == EVERY), None)

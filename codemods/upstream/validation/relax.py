@@ -1,0 +1,295 @@
+"""Relax SGLang's server-argument validation where the patch makes PP capture safe.
+
+SGLang refuses speculative decoding with pipeline parallelism before any model code runs
+(``srt/arg_groups/validation_hook.py``).  From 0.5.21 its ``check_pipeline_parallel_compat``
+lets EAGLE (not multi-layer) through on two paths: the aggregate PP relay under
+``SGLANG_ENABLE_PP_SPEC`` (the EAGLE worker tail-drafts on the last stage) and PD prefill
+(``disaggregation-mode=prefill``); DSPARK only on PD prefill.  EAGLE3 and DFLASH are refused,
+and 0.5.23's ``handle_aux_hidden_state_capture`` refuses ``--enable-return-aux-hidden-states``
+with PP because the capture hooks only saw the last stage's layers.
+
+Once a model file carries its captures across stages (the capture-hook family patch), those
+refusals are no longer needed for that model.  This module edits the hook so that:
+
+* EAGLE3 follows EAGLE's paths (same EAGLE worker, same multi-layer and relay conditions),
+  for the architectures whose EAGLE3 hook the patch rewrote;
+* DFLASH follows DSPARK's path (PD prefill, not ``SGLANG_ENABLE_PP_SPEC``: the aggregate relay
+  carries an EAGLE-shaped tree only), for the architectures whose DFLASH hook it rewrote,
+  but only where the release itself lets DFLASH run with PP: :func:`dflash_refusal` reads
+  the tree's PP refusals (``reachability.py``).  0.5.21-0.5.23 refuse it in
+  ``speculative_hook._handle_dflash`` (``if cfg.pp_size != 1: raise ValueError(...)``; the
+  DFLASH worker drafts on the last stage only), so there DFLASH stays refused here too: a
+  branch that accepted it could never run;
+* ``--enable-return-aux-hidden-states`` with PP is accepted for those architectures and the
+  convention the patch covers (a capture without a draft: the flag resets the speculative
+  algorithm, so ``_handle_dflash`` does not run and a DFLASH convention is reachable).
+
+Every other refusal stays as it is, and a model whose class neither is nor derives from a
+patched class is refused exactly as before.  Before, the hook had no notion of a model that
+relays its captures.  After, a helper asks the model class the server will load::
+
+    def _pp_aux_capture_supported(cfg: Any, method: str) -> bool:
+        ...
+        architectures = model_config_of(cfg).hf_config.architectures
+        model_cls, _ = ModelRegistry.resolve_model_cls(architectures)
+        supported = getattr(model_cls, "supports_pp_aux_capture", False)
+        return supported and hasattr(model_cls, f"set_{method.lower()}_layers_to_capture")
+
+The family patch sets ``supports_pp_aux_capture = True`` on each causal-LM class whose hooks
+it rewrites (``family_proxy_width.py``), so subclasses in other files inherit the support
+(``MistralForCausalLM(LlamaForCausalLM)``), and a convention is supported where the class
+has its hook.  The hook reads the architecture only on the paths that used to be refused,
+so every accepted configuration of today validates as before.  The architectures the
+result reports (PR body, facts) come from the ``EntryClass`` of each patched model file: the
+causal-LM classes with rewritten hooks and the classes of that file derived from them.
+
+0.5.18-0.5.20 refuse every speculative algorithm with PP on GPU (there is no EAGLE path to
+follow), so their validation is left alone: :func:`validation_changes` returns nothing there.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from codemods.upstream.edit.patchfile import FileChange
+from codemods.upstream.family.plan import FamilyPlan
+from codemods.upstream.family.proxy_width import SUPPORT_ATTR
+from codemods.upstream.tree.reachability import Refusal, refusal_of, tree_refusals
+from codemods.upstream.tree.sglang_tree import SGLangTree
+
+MODULE = "sglang.srt.arg_groups.validation_hook"
+#: The capture hooks whose rewrite carries a speculative convention across PP.
+HOOK_METHODS = {
+    "set_eagle3_layers_to_capture": "EAGLE3",
+    "set_dflash_layers_to_capture": "DFLASH",
+    "set_dspark_layers_to_capture": "DSPARK",
+}
+HELPER_NAME = "_pp_aux_capture_supported"
+
+
+class ValidationShapeError(ValueError):
+    """The validation hook does not have the shape this module edits."""
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    change: FileChange | None
+    #: architecture -> capture conventions accepted with PP (reported; the hook itself asks
+    #: the model class)
+    architectures: dict[str, tuple[str, ...]]
+    notes: tuple[str, ...] = ()
+    #: The release's refusal of DFLASH with PP that keeps DFLASH refused (None: DFLASH is
+    #: relaxed like EAGLE3, or no patched architecture relays DFLASH captures).
+    dflash_refused: Refusal | None = None
+
+
+_EAGLE_CHECK = '''\
+    elif cfg.speculative_algorithm is not None:
+        assert (
+            cfg.speculative_algorithm.upper() == "EAGLE"
+            and not cfg.enable_multi_layer_eagle
+        ), (
+'''
+
+_DFLASH_BRANCH = '''\
+    elif (
+        cfg.speculative_algorithm is not None
+        and cfg.speculative_algorithm.upper() == "DFLASH"
+        and {helper}(cfg, "DFLASH")
+    ):
+        # The target relays DFLASH's aux hidden states to the last stage; like DSPARK,
+        # the draft runs there on PD prefill.
+        assert cfg.disaggregation_mode == "prefill", (
+            "Pipeline parallel DFLASH requires disaggregation-mode=prefill"
+        )
+        assert not envs.SGLANG_ENABLE_PP_SPEC.get(), (
+            "SGLANG_ENABLE_PP_SPEC does not support DFLASH PD prefill"
+        )
+'''
+
+_EAGLE_CHECK_NEW = '''\
+    elif cfg.speculative_algorithm is not None:
+        # EAGLE3 runs on the EAGLE worker; it needs the aux hidden states of every
+        # stage, which the target model relays to the last stage.
+        algorithm = cfg.speculative_algorithm.upper()
+        eagle_worker = algorithm == "EAGLE" or (
+            algorithm == "EAGLE3" and {helper}(cfg, "EAGLE3")
+        )
+        assert eagle_worker and not cfg.enable_multi_layer_eagle, (
+'''
+
+_EAGLE_MESSAGE = '''\
+            "Pipeline parallelism currently only supports EAGLE "
+            "(non-multi-layer) speculative decoding"
+'''
+
+_EAGLE_MESSAGE_NEW = '''\
+            "Pipeline parallelism currently only supports EAGLE "
+            "(non-multi-layer) speculative decoding, and EAGLE3 or DFLASH for "
+            "models that relay aux hidden states across pipeline stages"
+'''
+
+#: The message where DFLASH stays refused with PP.
+_EAGLE_MESSAGE_EAGLE3 = '''\
+            "Pipeline parallelism currently only supports EAGLE "
+            "(non-multi-layer) speculative decoding, and EAGLE3 for models that "
+            "relay aux hidden states across pipeline stages"
+'''
+
+_AUX_FLAG_CHECK = """\
+    if cfg.pp_size != 1:
+        raise ValueError(
+            "--enable-return-aux-hidden-states only supports pp_size == 1: the "
+            "capture hooks only see the layers on the last pipeline rank."
+        )
+"""
+
+_AUX_FLAG_CHECK_NEW = """\
+    if cfg.pp_size != 1 and not {helper}(cfg, method):
+        raise ValueError(
+            "--enable-return-aux-hidden-states only supports pp_size == 1 for this "
+            "model: its capture hooks only see the layers on the last pipeline rank."
+        )
+"""
+
+_ANCHOR = "def check_pipeline_parallel_compat(cfg: Any) -> None:\n"
+
+
+def render_helper() -> str:
+    """The helper inserted before ``check_pipeline_parallel_compat`` (black)."""
+    return f'''\
+def {HELPER_NAME}(cfg: Any, method: str) -> bool:
+    """Whether the target model relays the aux hidden states of ``method``
+    (EAGLE3, DFLASH or DSPARK) from every pipeline stage to the last one."""
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+    from sglang.srt.models.registry import ModelRegistry
+
+    architectures = model_config_of(cfg).hf_config.architectures
+    model_cls, _ = ModelRegistry.resolve_model_cls(architectures)
+    supported = getattr(model_cls, "{SUPPORT_ATTR}", False)
+    return supported and hasattr(model_cls, f"set_{{method.lower()}}_layers_to_capture")
+
+
+'''
+
+
+def relax(source: str, filename: str, dflash: bool = True) -> str:
+    """``validation_hook.py`` text with the refusals relaxed for the models that declare
+    ``supports_pp_aux_capture``.
+
+    ``dflash``: add the DFLASH branch to ``check_pipeline_parallel_compat`` (False where the
+    release refuses DFLASH with PP elsewhere: DFLASH then stays refused there).  Raises
+    :class:`ValidationShapeError` (naming ``filename``) when the hook lacks the
+    EAGLE branch of ``check_pipeline_parallel_compat``; the aux-hidden-states refusal is
+    relaxed only where the release has it (0.5.23+).
+    """
+    if f"def {HELPER_NAME}(" in source:
+        return source
+    for needle, what in ((_ANCHOR, "check_pipeline_parallel_compat"),
+                         (_EAGLE_CHECK, "its EAGLE-only speculative check"),
+                         (_EAGLE_MESSAGE, "its EAGLE-only message")):
+        if source.count(needle) != 1:
+            raise ValidationShapeError(
+                f"{filename}: cannot relax PP validation: {what} not found once"
+            )
+    helper = HELPER_NAME
+    text = source.replace(_ANCHOR, render_helper() + _ANCHOR)
+    branch = _DFLASH_BRANCH if dflash else ""
+    text = text.replace(_EAGLE_CHECK, (branch + _EAGLE_CHECK_NEW).format(helper=helper))
+    text = text.replace(_EAGLE_MESSAGE, _EAGLE_MESSAGE_NEW if dflash else _EAGLE_MESSAGE_EAGLE3)
+    if text.count(_AUX_FLAG_CHECK) == 1:
+        text = text.replace(_AUX_FLAG_CHECK, _AUX_FLAG_CHECK_NEW.format(helper=helper))
+    return text
+
+
+def _entry_classes(module: ast.Module) -> list[str]:
+    for node in module.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets
+        ):
+            value = node.value
+            items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
+            return [item.id for item in items if isinstance(item, ast.Name)]
+    return []
+
+
+def _local_bases(module: ast.Module) -> dict[str, list[str]]:
+    bases: dict[str, list[str]] = {}
+    for node in module.body:
+        if isinstance(node, ast.ClassDef):
+            bases[node.name] = [b.id for b in node.bases if isinstance(b, ast.Name)]
+    return bases
+
+
+def _derives(name: str, roots: set[str], bases: dict[str, list[str]]) -> bool:
+    seen: set[str] = set()
+    stack = [name]
+    while stack:
+        current = stack.pop()
+        if current in roots:
+            return True
+        if current in seen:
+            continue
+        seen.add(current)
+        stack += bases.get(current, [])
+    return False
+
+
+def patched_architectures(plan: FamilyPlan, texts: dict[str, str]) -> dict[str, tuple[str, ...]]:
+    """architecture -> conventions, over the patched files of ``plan``.
+
+    ``texts`` maps a model file name (``llama.py``) to its source.  An ``EntryClass``
+    member counts when it is, or derives in that file from, a causal-LM class whose hooks
+    the patch rewrote; it gets the conventions of those hooks.
+    """
+    result: dict[str, set[str]] = {}
+    for decision in plan.decisions.values():
+        if not decision.patched or decision.file not in texts:
+            continue
+        module = ast.parse(texts[decision.file])
+        bases = _local_bases(module)
+        for outer, _stack, hooks in decision.cases:
+            methods = {HOOK_METHODS[h] for h in hooks if h in HOOK_METHODS}
+            if not methods:
+                continue
+            for entry in _entry_classes(module):
+                if _derives(entry, {outer}, bases):
+                    result.setdefault(entry, set()).update(methods)
+    return {arch: tuple(sorted(methods)) for arch, methods in sorted(result.items())}
+
+
+def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationResult:
+    """The change to ``validation_hook.py`` for the models ``plan`` patches (none when it
+    patches none with an EAGLE3/DFLASH/DSPARK hook, or the release has no PP EAGLE path)."""
+    if plan is None:
+        return ValidationResult(None, {})
+    texts = {}
+    for decision in plan.decisions.values():
+        if decision.patched:
+            path = tree.module_path(f"sglang.srt.models.{decision.name}")
+            text = tree.read_text(path)
+            if text is not None:
+                texts[decision.file] = text
+    architectures = patched_architectures(plan, texts)
+    if not architectures:
+        return ValidationResult(None, {})
+    path = tree.module_path(MODULE)
+    source = tree.read_text(path)
+    if source is None or _ANCHOR not in source:
+        return ValidationResult(None, architectures, (
+            f"{path}: no check_pipeline_parallel_compat; server-arg validation left as is "
+            "(this release refuses speculative decoding with PP on GPU)",
+        ))
+    refused = dflash_refusal(tree) if any(
+        "DFLASH" in methods for methods in architectures.values()) else None
+    new = relax(source, str(tree.file(path)), dflash=refused is None)
+    return ValidationResult(FileChange(path, source, new), architectures,
+                            dflash_refused=refused)
+
+
+def dflash_refusal(tree: SGLangTree) -> Refusal | None:
+    """Where ``tree`` refuses DFLASH with PP outside ``check_pipeline_parallel_compat``
+    (0.5.21-0.5.23: ``speculative_hook._handle_dflash``); None when nothing does."""
+    found = [r for r in tree_refusals(tree) if not r.path.endswith("/validation_hook.py")]
+    return refusal_of(found, "DFLASH")
