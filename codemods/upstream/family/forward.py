@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.syntax import (
     _PP_GROUP,
     CAPTURE_KWARG,
@@ -124,7 +125,7 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
     else:
         return reject("PPProxyTensors(...) argument is neither a dict literal nor a name")
 
-    ids_attrs = sorted({node.attr.value for node in m.findall(fn, SELF_IDS)})
+    ids_attrs = sorted({node.attr.value for node in findall(fn, SELF_IDS)})
     if len(ids_attrs) > 1:
         return reject(f"reads capture ids from several attributes ({', '.join(ids_attrs)})")
     ids_attr = ids_attrs[0] if ids_attrs else IDS_ATTR
@@ -134,16 +135,16 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
     accounted: list[cst.CSTNode] = []
     gates: set[tuple[str, ...]] = set()
     gate_assignments: set[int] = set()
-    for loop in m.findall(fn, m.For()):
+    for loop in findall(fn, m.For()):
         loop_var = _layer_loop_var(loop)
         if loop_var is None:
             continue
-        for branch in m.findall(loop, m.If()):
+        for branch in findall(loop, m.If()):
             conjuncts = conjuncts_of(branch.test)
             by_id = [c for c in conjuncts if m.matches(c, _ids_test(loop_var))]
             if not by_id:
                 continue
-            appended = m.findall(
+            appended = findall(
                 branch.body,
                 m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))),
             )
@@ -168,7 +169,7 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
             aux_names.update(names)
             kinds.append("boundaries")
             accounted.extend(tests)
-        for arg_node in m.findall(loop, m.Arg(keyword=m.Name(CAPTURE_KWARG))):
+        for arg_node in findall(loop, m.Arg(keyword=m.Name(CAPTURE_KWARG))):
             value = arg_node.value
             if m.matches(
                 value,
@@ -187,8 +188,8 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
     if not kinds:
         tests = [
             code_of(node.test)
-            for node in m.findall(fn, m.If())
-            if m.findall(node.test, SELF_IDS)
+            for node in findall(fn, m.If())
+            if findall(node.test, SELF_IDS)
         ]
         where = f"; captures under `{' '.join(tests[0].split())}`" if tests else ""
         return reject(f"no capture in iteration i of the layer loop (`i in self.{ids_attr}`){where}")
@@ -205,7 +206,7 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
     collect_in_else = None
     gated_collect_before = None
     if gate_parts:
-        if m.findall(fn, m.Name(OUTGOING_LOCAL)):
+        if findall(fn, m.Name(OUTGOING_LOCAL)):
             return reject(f"forward already uses the name `{OUTGOING_LOCAL}`")
         # The gathering goes where the last stage first reads its captures.
         placement = _first_reader(body, handoff, aux_name)
@@ -215,11 +216,11 @@ def forward_shape(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardSha
 
     final_capture = False
     collect_before: int | None = None
-    for reference in m.findall(fn, _SIZE_READ):
+    for reference in findall(fn, _SIZE_READ):
         accounted.append(reference)  # emptiness / size checks read the same on every rank
     accounted_ids: set[int] = set().union(*(node_ids(node) for node in accounted))
     statement_ids = [node_ids(statement) for statement in body]
-    for reference in m.findall(fn, SELF_IDS):
+    for reference in findall(fn, SELF_IDS):
         if id(reference) in accounted_ids:
             continue
         statement_index = next(
@@ -304,7 +305,7 @@ def _gate_of(body, loop: cst.For, conditions) -> tuple[tuple[str, ...], list[int
 
 
 def _loops_in(statement: cst.CSTNode) -> list[cst.CSTNode]:
-    return [statement, *m.findall(statement, m.For())]
+    return [statement, *findall(statement, m.For())]
 
 
 _LAST_STAGE_WORDS = re.compile(
@@ -336,7 +337,7 @@ def _single_assignment(body, name: str) -> int | None:
     )
     found = [k for k, statement in enumerate(body) if m.matches(statement, pattern)]
     every = sum(
-        len(m.findall(statement, m.AssignTarget(target=target) | m.AnnAssign(target=target)))
+        len(findall(statement, m.AssignTarget(target=target) | m.AnnAssign(target=target)))
         for statement in body
     )
     if len(found) != 1 or every != 1:
@@ -351,10 +352,10 @@ def _first_reader(body, handoff: int, aux_name: str) -> tuple[int | None, int | 
     branch = body[handoff]
     if isinstance(branch.orelse, cst.Else):
         for k, statement in enumerate(branch.orelse.body.body):
-            if m.findall(statement, reads):
+            if findall(statement, reads):
                 return None, k
     for k in range(handoff + 1, len(body)):
-        if m.findall(body[k], reads):
+        if findall(body[k], reads):
             return k, None
     return None
 
@@ -376,7 +377,7 @@ _LAST_RANK_CAPTURE = m.If(
 
 
 def _appended_names(node: cst.CSTNode) -> list[str]:
-    calls = m.findall(node, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))))
+    calls = findall(node, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))))
     return [call.func.value.value for call in calls]
 
 
@@ -396,7 +397,7 @@ def _boundary_captures(body, loop: cst.For, loop_var: str):
     )
     before = body[: body.index(loop)]
     starts = [stmt for stmt in before if m.matches(stmt, m.If(test=start_test))]
-    afters = m.findall(loop, m.If(test=after_test))
+    afters = findall(loop, m.If(test=after_test))
     if len(starts) != 1 or len(afters) != 1:
         return None
     names = _appended_names(starts[0]) + _appended_names(afters[0])
@@ -460,12 +461,12 @@ def _list_init_index(
 
 def _before_layer_call(loop: cst.For, branch: cst.If) -> bool:
     """``branch`` runs before anything in its block assigns ``hidden_states``."""
-    for block in m.findall(loop, m.IndentedBlock()):
+    for block in findall(loop, m.IndentedBlock()):
         statements = list(block.body)
         if branch not in statements:
             continue
         for statement in statements[: statements.index(branch)]:
-            if m.findall(statement, m.AssignTarget(target=m.Name("hidden_states"))) or m.findall(
+            if findall(statement, m.AssignTarget(target=m.Name("hidden_states"))) or findall(
                 statement,
                 m.AssignTarget(
                     target=m.Tuple(
