@@ -76,7 +76,7 @@ class _Walker:
         self.param = args[1].arg if len(args) > 1 else None
 
     # -- tests
-    def _is_param(self, node: ast.expr) -> bool:
+    def _is_param(self, node: ast.AST) -> bool:
         return isinstance(node, ast.Name) and node.id == self.param
 
     def _is_pp_size(self, node: ast.expr) -> bool:
@@ -161,10 +161,10 @@ class _Walker:
                     return _Event("default")
             elif isinstance(stmt, ast.Assert):
                 if self.evaluate(stmt.test, scen) is False:
-                    message = stmt.msg
-                    text = (message.value if isinstance(message, ast.Constant)
-                            and isinstance(message.value, str)
-                            else ast.unparse(message) if message is not None else None)
+                    msg = stmt.msg
+                    text = (msg.value if isinstance(msg, ast.Constant)
+                            and isinstance(msg.value, str)
+                            else ast.unparse(msg) if msg is not None else None)
                     return _Event("raise", exc="AssertionError", message=text)
             elif isinstance(stmt, ast.Raise):
                 exc, message = _message(stmt.exc)
