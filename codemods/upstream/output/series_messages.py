@@ -15,8 +15,8 @@ from __future__ import annotations
 import textwrap
 
 from codemods.upstream.edit import names
+from codemods.upstream.family import registry
 from codemods.upstream.family.patch import TEST_FILE as FAMILY_TEST_FILE
-from codemods.upstream.family.report import CAPTURE_KINDS
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.result_facts import (
     AUX_FLAG,
@@ -181,7 +181,7 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
             lines.append(_wrap(f"- {name}: {_kimi_line(path, result)}.", "  "))
             continue
         if decision is not None and decision.patched:
-            kinds = "; ".join(CAPTURE_KINDS.get(k, k) for k in decision.capture_kinds)
+            kinds = "; ".join(map(registry.describe, decision.capture_kinds))
             text = (f"- {name}: {_hooks_of(decision)} store the ids on every rank instead "
                     f"of returning off the last one; forward {decision.forward} "
                     f"({kinds}) adds its captures to the PP handoff and the last stage "
