@@ -25,6 +25,12 @@ from codemods.upstream.output.result_facts import (
     test_command,
 )
 
+#: Keys of the series' runtime and validation patches, and key prefix of the patch
+#: holding one model file's separate fixes (``series.py`` cuts the series by them).
+RUNTIME = "runtime"
+VALIDATION = "validation"
+FIX = "fix-"
+
 #: What each runtime file gets, by file name.
 RUNTIME_FILES = {
     "pp_aux_capture.py": "new: the helpers the capture hooks and decoder stacks call "
@@ -53,8 +59,6 @@ def _name(path: str) -> str:
 
 def fill_message(patch, result: UpstreamResult) -> None:
     """Fill ``patch.subject`` and ``patch.body`` (a ``series.SeriesPatch``)."""
-    from codemods.upstream.output.series import FIX, RUNTIME, VALIDATION
-
     if patch.key == RUNTIME:
         _runtime(patch, result)
     elif patch.key.startswith(FIX):
