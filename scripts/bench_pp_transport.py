@@ -45,7 +45,7 @@ def main() -> int:
     args = parser.parse_args()
 
     scenarios = []
-    for round_index in range(args.rounds + 1):  # round 0 warms up and is not timed
+    for _round in range(args.rounds + 1):  # round 0 warms up and is not timed
         for name, mode, ids in configs():
             scenarios.append(
                 Scenario(

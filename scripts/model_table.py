@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from codemods.upstream.family.patch import models_dir  # noqa: E402
 from codemods.upstream.family.plan import plan_family  # noqa: E402
-from codemods.upstream.family.report import (  # noqa: E402
+from codemods.upstream.output.family_report import (  # noqa: E402
     coverage_line,
     markdown_table,
     survey,

@@ -1,25 +1,12 @@
-"""``scripts/derive_hook_facts.py`` imported as a module (it is a script, not a package)."""
+"""Where ``scripts/derive_hook_facts.py`` and its fixture tree are, and the data file's facts of
+one release (the analysis itself is :mod:`codemods.catalog.derive`)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "derive_hook_facts.py"
 FIXTURE_TREE = Path(__file__).resolve().parent.parent / "fixtures" / "hook_facts" / "tree"
-
-
-def load_script():
-    name = "derive_hook_facts"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def release_view(data: dict, release: str) -> dict:

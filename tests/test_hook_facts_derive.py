@@ -1,4 +1,5 @@
-"""The derivation rules of scripts/derive_hook_facts.py on synthetic model files.
+"""The derivation rules of codemods.catalog.derive (scripts/derive_hook_facts.py) on synthetic
+model files.
 
 ``fixtures/hook_facts/tree`` is laid out like an unpacked SGLang wheel (``sglang/srt/models``);
 each file there exercises one rule, and each test states what the rule must give.
@@ -12,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from hook_facts_script import FIXTURE_TREE, SCRIPT, load_script, release_view
+from hook_facts_script import FIXTURE_TREE, SCRIPT, release_view
 
-derive = load_script()
+from codemods.catalog import derive
 
 DSPARK = "set_dspark_layers_to_capture"
 DFLASH = "set_dflash_layers_to_capture"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from hook_facts_script import load_script, release_view
+from hook_facts_script import release_view
 
+from codemods.catalog import derive
 from codemods.catalog import hook_facts as hf
 
-derive = load_script()
 pytestmark = [pytest.mark.slow, pytest.mark.sglang]
 
 

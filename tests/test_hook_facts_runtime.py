@@ -16,11 +16,10 @@ import copy
 from types import SimpleNamespace
 
 import pytest
-from hook_facts_script import load_script
 
+from codemods.catalog import derive
 from codemods.catalog import hook_facts as hf
 
-derive = load_script()
 pytestmark = [pytest.mark.slow, pytest.mark.sglang]
 
 NUM_LAYERS = 8

@@ -91,7 +91,7 @@ def test_comment_tying_capture_to_the_last_stage_is_named_for_review(plan, tmp_p
     )
     decision = plan_family(tmp_path).decisions["stale.py"]
     assert decision.patched and decision.stale_comments == (stale,)
-    from codemods.upstream.family.report import survey
+    from codemods.upstream.output.family_report import survey
 
     (record,) = [r for r in survey(plan_family(tmp_path)) if r["file"] == "stale.py"]
     assert record["stale_comments"] == [stale]
@@ -402,7 +402,7 @@ def test_cli_rejects_a_model_without_a_capture_hook(tmp_path):
 
 
 def test_survey_and_table_describe_every_hook_file(plan):
-    from codemods.upstream.family.report import coverage_line, markdown_table, survey
+    from codemods.upstream.output.family_report import coverage_line, markdown_table, survey
 
     records = {record["file"]: record for record in survey(plan)}
     assert set(records) == set(plan.decisions)

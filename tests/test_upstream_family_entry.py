@@ -10,15 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from codemods.upstream.family import registry
 from codemods.upstream.family.plan import plan_family
-from codemods.upstream.family.report import markdown_table, survey
-from codemods.upstream.family.shapes.entry import (
-    ENTRY_DESCRIPTION,
-    ENTRY_HANDOFF,
-    ENTRY_KIND,
-    GATHERED_DESCRIPTION,
-    GATHERED_KIND,
-)
+from codemods.upstream.output.family_report import markdown_table, survey
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "upstream"
 INPUTS = FIXTURES / "entry"
@@ -53,7 +47,7 @@ def test_decisions_name_the_shape(plan):
     for name in NAMES:
         decision = plan.decisions[name]
         assert decision.patched, decision.reason
-        kind = GATHERED_KIND if name.startswith("entry_gathered") else ENTRY_KIND
+        kind = "entry-gathered" if name.startswith("entry_gathered") else "entry-callback"
         assert decision.capture_kinds == (kind,)
     assert plan.decisions["entry_decoder.py"].cases == (
         ("TinyForCausalLM", "TinyStack", ("set_eagle3_layers_to_capture",)),
@@ -132,13 +126,13 @@ def test_untouched_lines_are_kept(plan):
 
 def test_survey_and_table_describe_the_shape(plan):
     records = {record["file"]: record for record in survey(plan)}
-    assert records["entry_decoder.py"]["handoff"] == ENTRY_HANDOFF
-    assert records["entry_decoder.py"]["capture_kinds"] == [ENTRY_KIND]
+    assert records["entry_decoder.py"]["handoff"] == registry.handoff("to_pp")
+    assert records["entry_decoder.py"]["capture_kinds"] == ["entry-callback"]
     table = markdown_table(plan)
     row = next(line for line in table.splitlines() if "entry_gated.py" in line)
-    assert ENTRY_DESCRIPTION in row and "| yes (" in row
+    assert registry.describe("entry-callback") in row and "| yes (" in row
     row = next(line for line in table.splitlines() if "entry_gathered.py" in line)
-    assert GATHERED_DESCRIPTION in row and "| yes (" in row
+    assert registry.describe("entry-gathered") in row and "| yes (" in row
 
 
 #: Variants of ``entry_decoder.py`` the rewriter must refuse, with the reason it gives.
@@ -286,7 +280,7 @@ OVERLAP_REFUSED = {
 
 def test_overlap_loop_is_rewritten_and_gathers_after_the_last_rank_block(plan):
     decision = plan.decisions["entry_overlap.py"]
-    assert decision.patched and decision.capture_kinds == (ENTRY_KIND,)
+    assert decision.patched and decision.capture_kinds == ("entry-callback",)
     text = plan.rewritten()["entry_overlap.py"]
     assert (
         "                    hidden_states, forward_batch, self.norm\n"

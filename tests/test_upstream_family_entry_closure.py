@@ -10,7 +10,6 @@ from pathlib import Path
 import libcst as cst
 
 from codemods.upstream.family.plan import plan_family
-from codemods.upstream.family.shapes.entry import ENTRY_KIND
 
 INPUTS = Path(__file__).resolve().parent.parent / "fixtures" / "upstream" / "entry_closure"
 NAME = "closure_stack.py"
@@ -32,7 +31,7 @@ def _plan(tmp_path: Path, old: str | None = None, new: str = ""):
 def test_closure_stack_is_patched_and_every_handoff_return_carries_the_captures(tmp_path):
     decision, plan = _plan(tmp_path)
     assert decision.patched, decision.reason
-    assert decision.capture_kinds == (ENTRY_KIND,)
+    assert decision.capture_kinds == ("entry-callback",)
     assert not decision.final_capture
     text = plan.rewritten()[NAME]
     cst.parse_module(text)

@@ -13,10 +13,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
+from codemods.upstream.family import registry
 from codemods.upstream.family.plan import plan_family
-from codemods.upstream.family.report import markdown_table
-from codemods.upstream.family.shapes.entry import ENTRY_KIND, SNAPSHOT_KIND
-from codemods.upstream.family.shapes.snapshot import SNAPSHOT_DESCRIPTION
+from codemods.upstream.output.family_report import markdown_table
 
 INPUTS = Path(__file__).resolve().parent.parent / "fixtures" / "upstream" / "entry_more"
 NAMES = ["enumerated_stack.py", "snapshot_stack.py", "split_stack.py"]
@@ -51,14 +50,14 @@ def test_every_fixture_is_patched_with_its_shape(plan):
     decisions = plan.decisions
     for name in NAMES:
         assert decisions[name].patched, decisions[name].reason
-    assert decisions["snapshot_stack.py"].capture_kinds == (SNAPSHOT_KIND,)
+    assert decisions["snapshot_stack.py"].capture_kinds == ("entry-snapshot",)
     assert decisions["snapshot_stack.py"].final_capture
-    assert decisions["enumerated_stack.py"].capture_kinds == (ENTRY_KIND,)
+    assert decisions["enumerated_stack.py"].capture_kinds == ("entry-callback",)
     assert not decisions["enumerated_stack.py"].final_capture
-    assert decisions["split_stack.py"].capture_kinds == (ENTRY_KIND,)
+    assert decisions["split_stack.py"].capture_kinds == ("entry-callback",)
     assert decisions["split_stack.py"].final_capture
     assert decisions["split_stack.py"].early_return == ()
-    assert SNAPSHOT_DESCRIPTION in markdown_table(plan)
+    assert registry.describe("entry-snapshot") in markdown_table(plan)
 
 
 def test_snapshot_stack_hands_on_and_gathers_after_the_output_snapshot(plan):

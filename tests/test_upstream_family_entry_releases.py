@@ -26,7 +26,7 @@ from sglang_support.family_check import (
     validated_models,
 )
 
-from codemods.upstream.family.shapes.entry import ENTRY_KIND, GATHERED_KIND, is_entry_shape
+from codemods.upstream.family import registry
 from codemods.upstream.generate import generate
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
@@ -120,7 +120,7 @@ def test_patch_applies_and_rewrites_the_layer_entry_forwards(patched):
     for name in models:
         decision = result.family.decisions[f"{name}.py"]
         assert decision.patched, decision.reason
-        kind = GATHERED_KIND if name in GATHERED else ENTRY_KIND
+        kind = "entry-gathered" if name in GATHERED else "entry-callback"
         assert decision.capture_kinds == (kind,)
         assert decision.final_capture == (name in OUTPUT_CAPTURE)
     for name in models:
@@ -215,7 +215,7 @@ def test_whole_patch_on_0_5_23_applies_and_its_family_test_passes(sglang_release
     patched = sorted(d.name for d in decisions.values() if d.patched)
     assert patched == sorted(PATCHED_0_5_23)
     assert all(
-        is_entry_shape(decisions[f"{name}.py"].capture_kinds) != (name in LITERAL_PROXY)
+        registry.is_layer_entry(decisions[f"{name}.py"].capture_kinds) != (name in LITERAL_PROXY)
         for name in patched
     )
     # Kimi-Linear already relays its DSPARK captures on this release: only its entry and

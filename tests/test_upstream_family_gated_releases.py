@@ -23,7 +23,7 @@ import pytest
 from sglang_support.env import run_python
 from sglang_support.family_check import patched_copy
 
-from codemods.upstream.family.shapes.gated import ENTRY_IDS_ATTR, GATED_KIND
+from codemods.upstream.family import registry
 from codemods.upstream.generate import generate
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
@@ -55,7 +55,7 @@ def test_patched_bailing_moe_v3_matches_pp1(sglang_release, tmp_path, version):
     result, copy = patched_copy(release, tmp_path / version, [MODEL])
     decision = result.family.decisions[f"{MODEL}.py"]
     assert decision.patched, decision.reason
-    assert decision.capture_kinds == (GATED_KIND,)
+    assert decision.capture_kinds == ("entry-gated",)
     # The comment above the gate ties capture to the last stage: named for review.
     assert decision.stale_comments == (
         "# DSpark / DFlash capture relies on the per-layer eager loop exposing the",
@@ -64,8 +64,9 @@ def test_patched_bailing_moe_v3_matches_pp1(sglang_release, tmp_path, version):
     text = (copy / rel).read_text()
     assert "self.capture_aux_hidden_states\n            and self.layers_to_capture" in text
     assert "and i > 0\n" in text and "i > self.start_layer" not in text
-    assert f'ids_attr="{ENTRY_IDS_ATTR}"' in text
-    assert f"def {ENTRY_IDS_ATTR}(self):" in text
+    ids_attr = next(s.setter_ids_attr for s in registry.SHAPES if s.name == "gated")
+    assert f'ids_attr="{ids_attr}"' in text
+    assert f"def {ids_attr}(self):" in text
     assert 'if capture_aux and handoff["hidden_states"].shape[0] != 0:' in text
     assert "pp_aux_handoff" not in (release / rel).read_text()
     assert generate(copy, models=[MODEL]).patch == ""

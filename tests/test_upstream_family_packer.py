@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from codemods.upstream.family.plan import plan_family
-from codemods.upstream.family.shapes.entry import GATHERED_KIND
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "upstream"
 INPUTS = FIXTURES / "packer"
@@ -40,7 +39,7 @@ def test_rewritten_files_match_expected(plan):
 def test_decisions_name_the_shapes(plan):
     named = plan.decisions["packer_named.py"]
     assert named.patched, named.reason
-    assert named.capture_kinds == (GATHERED_KIND,) and named.final_capture
+    assert named.capture_kinds == ("entry-gathered",) and named.final_capture
     assert named.fixes == (
         "`PackForCausalLM.forward` hands non-last stages' `PPProxyTensors` on instead of "
         "`hidden_states, before_norm, aux_hidden_states = model_out` (it failed under PP "

@@ -25,7 +25,6 @@ import pytest
 from sglang_support.env import run_python
 from sglang_support.family_check import patched_copy, unpatched_copy
 
-from codemods.upstream.family.shapes.entry import ENTRY_KIND, SNAPSHOT_KIND
 from codemods.upstream.generate import generate
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
@@ -89,7 +88,7 @@ def test_patch_applies_and_rewrites_the_snapshot_forward(patched):
     version, release, result, copy = patched
     decision = result.family.decisions[f"{MODEL}.py"]
     assert decision.patched, decision.reason
-    assert decision.capture_kinds == (SNAPSHOT_KIND,)
+    assert decision.capture_kinds == ("entry-snapshot",)
     assert decision.final_capture
     rel = f"sglang/srt/models/{MODEL}.py"
     text = (copy / rel).read_text()
@@ -102,7 +101,7 @@ def test_patch_applies_and_rewrites_the_snapshot_forward(patched):
     if version in GEMMA_RELEASES:
         gemma = result.family.decisions[f"{GEMMA}.py"]
         assert gemma.patched and gemma.early_return == (), gemma.reason
-        assert gemma.capture_kinds == (ENTRY_KIND,) and gemma.final_capture
+        assert gemma.capture_kinds == ("entry-callback",) and gemma.final_capture
         text = (copy / f"sglang/srt/models/{GEMMA}.py").read_text()
         assert "self, PPProxyTensors(proxy), aux_hidden_states, pp_proxy_tensors" in text
         assert text.count("set_pp_aux_capture(self.model, self.pp_group, causal_lm=self)") == 2

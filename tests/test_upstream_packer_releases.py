@@ -25,7 +25,6 @@ import pytest
 from sglang_support.env import run_python
 from sglang_support.family_check import patched_copy, unpatched_copy
 
-from codemods.upstream.family.shapes.entry import GATHERED_KIND
 from codemods.upstream.generate import generate
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
@@ -93,7 +92,7 @@ def test_patch_applies_and_rewrites_the_packing_forward(patched):
     for name in MODELS:
         decision = result.family.decisions[f"{name}.py"]
         assert decision.patched, decision.reason
-        assert decision.capture_kinds == (GATHERED_KIND,)
+        assert decision.capture_kinds == ("entry-gathered",)
         assert decision.final_capture == (name in OUTPUT_CAPTURE)
         rel = f"sglang/srt/models/{decision.forward.file}"
         text = (copy / rel).read_text()

@@ -9,13 +9,10 @@ import textwrap
 
 import libcst as cst
 
+from codemods.upstream.family import registry
 from codemods.upstream.family.setter import pp_raise_of
-from codemods.upstream.family.shapes.gated import (
-    GATED_KIND,
-    analyse_forward,
-    is_gated_forward,
-    rewrite_forward,
-)
+
+GATED = next(shape for shape in registry.SHAPES if shape.name == "gated")
 
 
 def _function(source: str) -> cst.FunctionDef:
@@ -77,9 +74,9 @@ def forward(self, input_ids, positions, forward_batch, pp_proxy_tensors=None):
 
 def test_last_rank_gate_is_recognised_and_names_what_the_rewrite_lacks():
     fn = _function(STACK.format(gate="self.pp_group.is_last_rank"))
-    assert is_gated_forward(fn)
-    shape = analyse_forward("Stack", fn, 1)
-    assert shape.capture_kinds == (GATED_KIND,)
+    assert GATED.claims(fn)
+    shape = GATED.analyse("Stack", fn, 1)
+    assert shape.capture_kinds == ("entry-gated",)
     assert shape.problem == (
         "the last-rank branch does not start with "
         "`hidden_states = residual_batch.complete_output(...)`"
@@ -87,7 +84,7 @@ def test_last_rank_gate_is_recognised_and_names_what_the_rewrite_lacks():
     unskipped = STACK.format(gate="self.pp_group.is_last_rank").replace(
         "i > self.start_layer", "i >= self.start_layer"
     )
-    assert analyse_forward("Stack", _function(unskipped), 1).problem == (
+    assert GATED.analyse("Stack", _function(unskipped), 1).problem == (
         "no `capture_output if capture_aux and i > self.start_layer and "
         "(i - 1 in self.layers_to_capture) else None` in the layer call"
     )
@@ -101,9 +98,10 @@ def test_gated_forward_is_rewritten_to_capture_on_every_stage():
         "        return hidden_states, aux\n",
     )
     fn = _function(source)
-    shape = analyse_forward("Stack", fn, 1)
+    shape = GATED.analyse("Stack", fn, 1)
     assert shape.recognised, shape.problem
-    text = cst.Module(body=[rewrite_forward(fn, shape)]).code
+    rewritten = GATED.rewrite(fn, shape).nodes[0]
+    text = cst.Module(body=[rewritten]).code
     assert "capture_aux = self.capture_aux_hidden_states\n" in text
     assert "if capture_aux and i > 0 and i - 1 in self.layers_to_capture" in text
     assert (
@@ -120,9 +118,9 @@ def test_gated_forward_is_rewritten_to_capture_on_every_stage():
 
 
 def test_gate_without_the_last_rank_or_a_literal_handoff_is_not_this_shape():
-    assert not is_gated_forward(_function(STACK.format(gate="self.enabled")))
+    assert not GATED.claims(_function(STACK.format(gate="self.enabled")))
     literal = STACK.format(gate="self.pp_group.is_last_rank").replace(
         "residual_batch.to_pp(hidden_states, forward_batch)",
         'PPProxyTensors({"hidden_states": hidden_states})',
     )
-    assert not is_gated_forward(_function(literal))
+    assert not GATED.claims(_function(literal))

@@ -24,8 +24,6 @@ import pytest
 from sglang_support.env import run_python
 
 from codemods.upstream.family.plan import RAISES_PP, plan_family
-from codemods.upstream.family.shapes.entry import ENTRY_KIND
-from codemods.upstream.family.shapes.gated import GATED_KIND
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -50,9 +48,9 @@ def test_report_names_what_each_model_does(sglang_release, version):
                        only=["glm5_next", "bailing_moe_v3", "beam"])
     decisions = plan.decisions
     assert decisions["glm5_next.py"].patched
-    assert decisions["glm5_next.py"].capture_kinds == (ENTRY_KIND,)
+    assert decisions["glm5_next.py"].capture_kinds == ("entry-callback",)
     assert decisions["bailing_moe_v3.py"].patched
-    assert decisions["bailing_moe_v3.py"].capture_kinds == (GATED_KIND,)
+    assert decisions["bailing_moe_v3.py"].capture_kinds == ("entry-gated",)
     if version == "0.5.23":
         assert not decisions["beam.py"].patched
         assert decisions["beam.py"].reason == BEAM_REASON

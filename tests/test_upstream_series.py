@@ -58,7 +58,7 @@ def test_series_orders_runtime_then_model_groups_then_validation(tmp_path):
         _decision("qwen3_moe.py", ("entry-gathered",)),
         _decision("qwen3.py", ("entry-callback",), forward_file="qwen2.py"),
         _decision("gemma.py", ("loop-append",)),
-        _decision("beam.py", ("literal-proxy",)),
+        _decision("beam.py", ("after-layer",)),
     ]
     changes = [
         _change(f"{MODELS}/llama.py"),

@@ -134,13 +134,13 @@ def migrate_file(
     from codemods.callers.transform import transform_source
 
     prefilter = prefilter and snapshot is None
-    snapshot = _snapshot(path, options, snapshot)
-    if isinstance(snapshot, FileResult):
-        return snapshot
-    result = transform_source(snapshot.data, path, options, prefilter=prefilter)
+    read = _snapshot(path, options, snapshot)
+    if isinstance(read, FileResult):
+        return read
+    result = transform_source(read.data, path, options, prefilter=prefilter)
     if write and result.status is Status.CHANGED and result.rewritten is not None:
         try:
-            fileio.write_atomic(snapshot, result.rewritten)
+            fileio.write_atomic(read, result.rewritten)
         except fileio.SourceFileError as error:
             reason = error.reason
         except OSError as error:
@@ -151,7 +151,7 @@ def migrate_file(
             path,
             Status.FAILED,
             result.call_sites,
-            original=snapshot.data,
+            original=read.data,
             error=f"cannot write: {reason}",
         )
     return _slim(result)

@@ -75,7 +75,8 @@ class FieldWalker:
             return
         if parent is not None and self.parents is not None:
             self.parents[node] = parent
-        visit, leave, fields = _dispatch(type(self), kind)
+        walker: type = type(self)
+        visit, leave, fields = _dispatch(walker, kind)
         if visit is None or visit(self, node) is not False:
             for name in fields:
                 value = getattr(node, name)

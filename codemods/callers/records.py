@@ -6,8 +6,10 @@ transform returns for one file.  Nothing here does work.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from typing import cast
 
 
 class Shape(str, Enum):
@@ -38,7 +40,8 @@ class Action(str, Enum):
     caller codemod of :mod:`codemods.callers.rewrite.registry`.
 
     The two built-in codemods' actions are members; the action of any other registered
-    codemod is accepted too (``Action("mark")``), so a new codemod needs no edit here.
+    codemod is accepted too (``Action("mark")``), so a new codemod needs no edit here: the
+    registry names its codemods' actions with :func:`accept_actions`.
     """
 
     NONE = "none"
@@ -48,14 +51,23 @@ class Action(str, Enum):
 
     @classmethod
     def _missing_(cls, value: object) -> Action | None:
-        from codemods.callers.rewrite.registry import registered_actions
-
-        if not isinstance(value, str) or value not in registered_actions():
+        if not isinstance(value, str) or value not in _accepted_actions:
             return None
         member = str.__new__(cls, value)
         member._name_ = value.upper().replace("-", "_")
         member._value_ = value
-        return cls._value2member_map_.setdefault(value, member)
+        return cast(Action, cls._value2member_map_.setdefault(value, member))
+
+
+#: The actions of the registered caller codemods (:func:`accept_actions`).
+_accepted_actions: frozenset[str] = frozenset()
+
+
+def accept_actions(actions: Iterable[str]) -> None:
+    """Make ``Action(value)`` accept exactly these action values besides its members: the
+    registry (:mod:`codemods.callers.rewrite.registry`) calls it whenever its entries change."""
+    global _accepted_actions
+    _accepted_actions = frozenset(actions)
 
 
 #: Start of the reason, in a call site's note, when the code around it needs the capture

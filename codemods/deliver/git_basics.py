@@ -80,6 +80,13 @@ def open_repository(path: Path | str) -> git.Repo:
     return repo
 
 
+def work_tree(repo: git.Repo) -> Path:
+    """The work tree of ``repo`` (one :func:`open_repository` gives has one)."""
+    if repo.working_tree_dir is None:
+        raise NotARepository(f"{repo.git_dir} is a bare git repository; --branch needs a work tree")
+    return Path(repo.working_tree_dir)
+
+
 def _git(repo: git.Repo, *args: str, env: dict[str, str] | None = None, **kwargs) -> str:
     try:
         return repo.git.execute(["git", *args], env=env, **kwargs)
@@ -99,7 +106,7 @@ def _git_ok(repo: git.Repo, *args: str) -> bool:
 
 def _git_path(repo: git.Repo, name: str) -> Path:
     path = Path(_git(repo, "rev-parse", "--git-path", name))
-    return path if path.is_absolute() else Path(repo.working_tree_dir) / path
+    return path if path.is_absolute() else work_tree(repo) / path
 
 
 def _status(repo: git.Repo) -> dict[str, str]:
@@ -147,11 +154,10 @@ def _commit_identity_env(repo: git.Repo, author: str | None) -> tuple[list[str],
             env.update(GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email)
         return [], env
     for role in ("author", "committer"):
-        name, email = _identity(repo, role)
-        if not (name and email):
-            missing = " and ".join(
-                key for key, value in (("user.name", name), ("user.email", email)) if not value
-            )
+        known_name, known_email = _identity(repo, role)
+        if not (known_name and known_email):
+            known = (("user.name", known_name), ("user.email", known_email))
+            missing = " and ".join(key for key, value in known if not value)
             raise MissingIdentity(
                 f"git has no {missing} configured, so auxcap cannot commit. Set it with\n"
                 f'  git config user.name "Your Name"\n'

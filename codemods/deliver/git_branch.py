@@ -46,6 +46,7 @@ from codemods.deliver.git_basics import (  # the errors and helpers below are pa
     _status,
     open_repository,
     parse_author,
+    work_tree,
 )
 from codemods.deliver.git_snapshot import _nul_stream, _Snapshot
 from codemods.sources import fileio
@@ -147,7 +148,7 @@ def _describe_dirty(dirty: dict[str, str], limit: int = 8) -> str:
 
 def _untracked_outputs(repo: git.Repo, dirty: dict[str, str], outputs: Iterable[Path | str]):
     """The untracked paths among ``outputs`` (files auxcap writes itself), as status keys."""
-    root = Path(repo.working_tree_dir).resolve()
+    root = work_tree(repo).resolve()
     for output in outputs:
         try:
             path = Path(os.path.abspath(output))
@@ -224,7 +225,7 @@ def deliver_on_branch(
         if checked is not None
         else preflight(repo_dir, branch, base, author, allow_dirty, outputs)
     )
-    root = Path(repo.working_tree_dir).resolve()
+    root = work_tree(repo).resolve()
     base_commit = _git(repo, "rev-parse", "--verify", f"{base or 'HEAD'}^{{commit}}")
     author_args, commit_env = _commit_identity_env(repo, author)
 

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from codemods.callers.records import FileResult, Status
 from codemods.deliver import git_branch, messages
@@ -20,8 +21,14 @@ from codemods.deliver.messages import PatchedFile
 from codemods.deliver.recheck import recheck_python_files
 from codemods.sources import fileio
 
+if TYPE_CHECKING:
+    import git
+
+    from codemods.callers.engine import Selection
+    from codemods.callers.options import TransformOptions
+
 #: ``engine.run``'s shape: (paths, options, write) -> FileResult per file.
-RunEngine = Callable[[Sequence[str], object, bool], Iterator[FileResult]]
+RunEngine = Callable[[Sequence[str], "TransformOptions", bool], Iterator[FileResult]]
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,7 @@ class BranchRequest:
         """The branch with one commit of what ``apply_change`` wrote (``repo``: the preflight's
         repository; nothing but read-only listing may have run since)."""
         return git_branch.deliver_on_branch(
-            Path(repo.working_tree_dir).resolve(),
+            git_branch.work_tree(repo).resolve(),
             self.branch,
             self.base,
             apply_change,
@@ -131,7 +138,9 @@ def _finish(
     return Delivered(delivery, verification, pr_path, patches, tuple(results))
 
 
-def files_git_sees(repo, paths: Sequence[str], selection: object = None) -> list[str]:
+def files_git_sees(
+    repo: git.Repo, paths: Sequence[str], selection: Selection | None = None
+) -> list[str]:
     """The source files under ``paths`` (as the engine collects them) minus those git ignores.
 
     A branch holds only files git tracks or would track, so ignored files (build output,
@@ -151,7 +160,7 @@ def files_git_sees(repo, paths: Sequence[str], selection: object = None) -> list
         )
     if not files:
         return []
-    root = Path(repo.working_tree_dir).resolve()
+    root = git_branch.work_tree(repo).resolve()
     relative = {str(Path(path).resolve().relative_to(root)): path for path in files}
     ignored = repo.git.execute(
         ["git", "check-ignore", "--stdin", "-z"],
@@ -165,11 +174,11 @@ def files_git_sees(repo, paths: Sequence[str], selection: object = None) -> list
 
 def migrate_on_branch(
     paths: Sequence[str],
-    options: object,
+    options: TransformOptions,
     request: BranchRequest,
     policies: Mapping[str, str],
     run: RunEngine | None = None,
-    selection: object = None,
+    selection: Selection | None = None,
 ) -> Delivered:
     """``auxcap migrate PATH... --branch NAME`` (``selection``: the --include/--exclude globs).
 
@@ -177,10 +186,12 @@ def migrate_on_branch(
     repository as it was), so a branch never holds half a migration.
     """
     if run is None:
-        from codemods.callers.engine import run  # the engine is only needed when migrating
+        from codemods.callers import engine  # the engine is only needed when migrating
+
+        run = engine.run
     paths = list(paths) or ["."]
     repo = request.preflight(_common_repo_dir(paths))
-    root = Path(repo.working_tree_dir).resolve()
+    root = git_branch.work_tree(repo).resolve()
     _check_same_repository(root, paths)
     files = files_git_sees(repo, paths, selection)
     results: list[FileResult] = []
@@ -232,7 +243,7 @@ def patch_paths(repo_root: Path, patch_text: str, tree_root: Path | None = None)
     ``tree_root``: the folder the patch's paths are relative to (default: the repository root).
     """
     repo = git_branch.open_repository(repo_root)
-    root = Path(repo.working_tree_dir)
+    root = git_branch.work_tree(repo)
     directory = _directory_option(root, tree_root or root)
     listing = repo.git.execute(
         ["git", "apply", "--numstat", "-z", *directory],
@@ -273,7 +284,7 @@ def upstream_on_branch(
     change is idempotent.
     """
     repo = request.preflight(sglang_root)
-    root = Path(repo.working_tree_dir).resolve()
+    root = git_branch.work_tree(repo).resolve()
     tree_root = Path(sglang_root).resolve()
 
     def apply_change(work_tree: Path) -> list[str]:

@@ -70,12 +70,12 @@ def sha256_file(path: Path) -> str | None:
         return None
 
 
-def _wheel_baseline(installation: Installation) -> Baseline:
+def _wheel_baseline(installation: Installation, dist_info: Path) -> Baseline:
     tree = installation.tree
-    record = (installation.dist_info / "RECORD").read_text(encoding="utf-8")
+    record = (dist_info / "RECORD").read_text(encoding="utf-8")
     hashes = {path: digest for path, digest in record_hashes(record, tree.package + "/").items()
               if not _ignored(path)}
-    baseline = Baseline(True, f"{installation.dist_info.name}/RECORD", hashes=hashes)
+    baseline = Baseline(True, f"{dist_info.name}/RECORD", hashes=hashes)
     for path, digest in hashes.items():
         current = sha256_file(tree.file(path))
         if current is None:
@@ -131,6 +131,6 @@ def _git_baseline(installation: Installation) -> Baseline:
 
 def baseline(installation: Installation) -> Baseline:
     """How the installed files differ from the release (see the module docstring)."""
-    if installation.kind == WHEEL:
-        return _wheel_baseline(installation)
+    if installation.kind == WHEEL and installation.dist_info is not None:  # (a wheel has one)
+        return _wheel_baseline(installation, installation.dist_info)
     return _git_baseline(installation)

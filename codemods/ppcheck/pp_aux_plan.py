@@ -172,7 +172,7 @@ class AuxCapturePlan:
         if not self.partition:
             ranges = layer_partition(self.num_layers, self.pp_size)
         else:
-            ranges = [tuple(r) for r in self.partition]
+            ranges = [(start, end) for start, end in self.partition]
             expected_start = 0
             for start, end in ranges:
                 if start != expected_start or end < start:
@@ -250,7 +250,7 @@ class AuxCapturePlan:
         """Capture ids the handoff leaving ``stage`` carries, sorted numerically."""
         if stage >= self.pp_size - 1:
             return []
-        owners = range(stage + 1)
+        owners: Sequence[int] = range(stage + 1)
         if self.mode == "direct":
             owners = [s for s in owners if not self.sends_direct(s)]
         return sorted(i for s in owners for i in self.ids_of_stage(s))

@@ -387,9 +387,10 @@ class PPAuxTransport:
             received[layer_id] = buffer
             if buffer.numel() == 0:
                 continue
-            works.append(
-                dist.irecv(buffer, src=self.ranks[stage], group=self.direct_group)
-            )
+            work = dist.irecv(buffer, src=self.ranks[stage], group=self.direct_group)
+            if work is None:  # (what torch returns on a rank outside the group)
+                raise RuntimeError("the last rank is not in the direct aux capture group.")
+            works.append(work)
             self.stats["direct_recvs"] += 1
             self.stats["direct_recv_bytes"] += buffer.numel() * buffer.element_size()
         for work in works:

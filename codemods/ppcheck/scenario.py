@@ -196,7 +196,10 @@ MIXED_TOKENS = (5, 1, 0, 5, 1, 5, 3, 2)
 
 def partitions_for(world: int) -> list[tuple[str, int, str | None]]:
     env = ENV_PARTITIONS.get(world)
-    result = [("even", 3 * world, None), ("uneven", 4 * world - 1, None)]
+    result: list[tuple[str, int, str | None]] = [
+        ("even", 3 * world, None),
+        ("uneven", 4 * world - 1, None),
+    ]
     if env is not None:
         result.append(("env " + env, sum(int(c) for c in env.split(",")), env))
     return result

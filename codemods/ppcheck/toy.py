@@ -43,7 +43,7 @@ def make_transport(
     *,
     hidden_size: int,
     dtype: torch.dtype,
-    transport_cls: type = PPAuxTransport,
+    transport_cls: type[PPAuxTransport] = PPAuxTransport,
 ) -> PPAuxTransport | None:
     """Build (and handshake) the transport a stage should use, or None if capture is off.
 
@@ -137,8 +137,12 @@ class ToyStage:
 
     def forward(self, mb: int, hidden_in: torch.Tensor | None, proxy: dict | None):
         if self.pp_rank == 0:
+            if hidden_in is None:
+                raise ValueError("stage 0 needs its input")
             hidden, residual = hidden_in, None
         else:
+            if proxy is None:
+                raise ValueError(f"stage {self.pp_rank} needs the handoff of the stage before")
             hidden, residual = proxy["hidden_states"], proxy["residual"]
         transport = self.transport
         captures = {}

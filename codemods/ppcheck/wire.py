@@ -84,7 +84,7 @@ def send_dict(
     channel: str = "handoff",
 ) -> None:
     """Asynchronously send ``tensors`` to global rank ``dst``: metadata, then tensors."""
-    metadata = []
+    metadata: list[tuple[str, tuple[int, ...] | None, Any]] = []
     payload = []
     for key, value in tensors.items():
         if isinstance(value, torch.Tensor):

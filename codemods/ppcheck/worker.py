@@ -46,10 +46,11 @@ def init_channels(rank: int, world: int, backend: str, init_method: str | None,
         device = torch.device("cuda", local)
     else:
         device = torch.device("cpu")
-    kwargs = {"backend": backend, "timeout": timedelta(seconds=timeout)}
     if init_method is not None:
-        kwargs.update(init_method=init_method, rank=rank, world_size=world)
-    dist.init_process_group(**kwargs)
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout),
+                                init_method=init_method, rank=rank, world_size=world)
+    else:
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout))
     ranks = list(range(world))
     direct = dist.new_group(ranks)
     meta = dist.new_group(ranks, backend="gloo") if backend == "nccl" else dist.group.WORLD
@@ -163,7 +164,7 @@ def run_scenario_on_rank(scenario: Scenario, rank: int, channels: Channels,
     try:
         stage = factory(scenario.spec(), rank, scenario.world_size, kwargs)
     except Exception as err:  # reported, judged by the parent
-        report = {"status": "setup-error", "type": type(err).__name__, "message": str(err),
+        report: Report = {"status": "setup-error", "type": type(err).__name__, "message": str(err),
                   "elapsed": time.monotonic() - started, "trace": traceback.format_exc()}
         # every rank raised after a completed collective: the groups stay usable
         return report, isinstance(err, ValueError) and scenario.expect == "error"

@@ -90,7 +90,7 @@ def _open_for_reading(path: str) -> int:
 
 
 def _read_all(fd: int) -> bytes:
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         chunk = os.read(fd, _READ_CHUNK)
         if not chunk:
@@ -341,7 +341,7 @@ def _writer_alive(pid: int, written_at: float) -> bool:
 
 def remove_stale_temp_files(directory: str | os.PathLike) -> list[str]:
     """Delete temporary files left in ``directory`` by auxcap processes that no longer run."""
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(directory)
     except OSError:

@@ -25,10 +25,12 @@ from running.  For example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import libcst as cst
 
+from codemods.callers.analyse.scopes import AnalyzerBase
 from codemods.callers.analyse.syntax import _SCOPE_NODES, _code, _key
 
 
@@ -113,7 +115,7 @@ def _off(kinds: list[tuple[str, str | None]]) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
-def _index(statements: list[cst.CSTNode], node: cst.CSTNode) -> int:
+def _index(statements: Sequence[cst.CSTNode], node: cst.CSTNode) -> int:
     """Where ``node`` itself is in ``statements`` (by identity)."""
     return next(index for index, item in enumerate(statements) if item is node)
 
@@ -140,13 +142,15 @@ def _returns_value(function: cst.FunctionDef) -> bool:
     return False
 
 
-class ClaimsMixin:
+class ClaimsMixin(AnalyzerBase):
     """The claims after a call (``self._parent``, ``self.hook_calls`` of the analyzer)."""
 
     def _claims(
         self, statement: cst.CSTNode | None, hook_name: cst.BaseExpression | None
     ) -> Claims | None:
         hook_key = _key(hook_name) if hook_name is not None else None
+        block: cst.CSTNode | None
+        after: list[cst.BaseStatement]
         if isinstance(statement, cst.SimpleStatementSuite):  # ``if ok: call()``: no tail
             block, after = statement, []
         elif isinstance(statement, cst.SimpleStatementLine):
@@ -157,8 +161,8 @@ class ClaimsMixin:
             after = after[_index(after, statement) + 1 :]
         else:
             return None
-        found = [(index, _claim(item, hook_key)) for index, item in enumerate(after)]
-        found = [(index, kind) for index, kind in found if kind is not None]
+        claimed = [(index, _claim(item, hook_key)) for index, item in enumerate(after)]
+        found = [(index, kind) for index, kind in claimed if kind is not None]
         tail = found[-1][0] + 1 if found else 0
         if tail and self._holds_hook_call(after[:tail]):
             return None  # another hook call among them: left as it is
@@ -202,7 +206,7 @@ class ClaimsMixin:
             return None
         return node, kinds
 
-    def _holds_hook_call(self, statements: list[cst.CSTNode]) -> bool:
+    def _holds_hook_call(self, statements: Sequence[cst.CSTNode]) -> bool:
         held = set(map(id, statements))
         for call in self.hook_calls:
             node = self._parent(call)

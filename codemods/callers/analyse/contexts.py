@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
+from codemods.callers.analyse.scopes import AnalyzerBase
 from codemods.callers.analyse.syntax import (
     _EXIT_STATEMENTS,
     _HANDLES_NOT_IMPLEMENTED,
@@ -29,7 +30,7 @@ def _compares_to_none(left: cst.BaseExpression, right: cst.BaseExpression, key: 
     return (_key(left) == key and _is_none(right)) or (_key(right) == key and _is_none(left))
 
 
-class ContextsMixin:
+class ContextsMixin(AnalyzerBase):
     """Guards and handlers around a call."""
 
     # ---------------------------------------------------------------- guards

@@ -36,28 +36,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.callers.analyse.scopes import AnalyzerBase
 from codemods.callers.analyse.syntax import _SCOPE_NODES, _call_name, _dotted, _key
 from codemods.callers.fieldwalk import _LAYOUT_NODES, _dispatch
-
-#: Attribute names that read a capture back.
-READ_ATTRIBUTES = frozenset({"hidden_states", "layers_to_capture"})
-READ_SUFFIX = "aux_hidden_states"
-
-
-def is_capture_read(node: cst.CSTNode) -> bool:
-    """``x.hidden_states``, ``x.layers_to_capture``, ``x.aux_hidden_states`` or a name
-    ending with ``aux_hidden_states`` (what the walk collects)."""
-    if isinstance(node, cst.Attribute):
-        name = node.attr.value
-        if name in READ_ATTRIBUTES:
-            return True
-    elif isinstance(node, cst.Name):
-        name = node.value
-    else:
-        return False
-    # (``capture_aux_hidden_states`` is the switch, not a capture: read after the call only,
-    # :mod:`codemods.callers.analyse.required`)
-    return name.endswith(READ_SUFFIX) and name != "capture_aux_hidden_states"
 
 
 def _walk(node: cst.CSTNode, skip_scopes: bool = True):
@@ -92,10 +73,10 @@ class _NoVisits:
 def _last_small(body: cst.BaseSuite) -> cst.BaseSmallStatement | None:
     if not body.body:
         return None
+    if isinstance(body, cst.SimpleStatementSuite):
+        return body.body[-1]
     last = body.body[-1]
-    if isinstance(last, cst.SimpleStatementLine):
-        return last.body[-1]
-    return last if isinstance(body, cst.SimpleStatementSuite) else None
+    return last.body[-1] if isinstance(last, cst.SimpleStatementLine) else None
 
 
 def _ends_with(body: cst.BaseSuite, kinds) -> bool:
@@ -149,7 +130,7 @@ def _target_text(target: cst.BaseExpression) -> str:
     return _key(target)
 
 
-class EvidenceMixin:
+class EvidenceMixin(AnalyzerBase):
     """Required and optional evidence for one call (``self._parent``, ``self.capture_reads``,
     ``self.path`` of the analyzer)."""
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from codemods.callers.analyse.scopes import _Scope
+from codemods.callers.analyse.scopes import AnalyzerBase, _Scope
 from codemods.callers.analyse.syntax import (
     _CONFIG_NAME,
     _CONTAINER_CALLS,
@@ -22,7 +22,7 @@ from codemods.callers.analyse.syntax import (
 from codemods.callers.records import Shape
 
 
-class NullnessMixin:
+class NullnessMixin(AnalyzerBase):
     """Which argument carries the ids, and whether they may be None."""
 
     # -------------------------------------------------------------- ids risk

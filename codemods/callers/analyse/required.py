@@ -31,6 +31,7 @@ from pathlib import PurePosixPath
 
 import libcst as cst
 
+from codemods.callers.analyse.evidence import EvidenceMixin
 from codemods.callers.analyse.syntax import _SCOPE_NODES, _call_name
 from codemods.callers.records import REQUIRED_PREFIX
 
@@ -158,7 +159,7 @@ class _AfterCall(cst.CSTVisitor):
         return True
 
 
-class RequiredMixin:
+class RequiredMixin(EvidenceMixin):
     """Why a call's capture is required (``self._parent``, ``self.path`` of the analyzer)."""
 
     def _capture_required(
@@ -248,7 +249,8 @@ class RequiredMixin:
                 parent = self._parent(head)
                 while isinstance(parent, cst.If) and parent.orelse is head:
                     head, parent = parent, self._parent(parent)
-                tests, branch = [], head
+                tests: list[cst.BaseExpression] = []
+                branch: cst.If | cst.Else | None = head
                 while isinstance(branch, cst.If):
                     tests.append(branch.test)
                     branch = branch.orelse

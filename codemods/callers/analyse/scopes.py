@@ -5,14 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from codemods.callers.analyse.evidence import READ_ATTRIBUTES, READ_SUFFIX, is_capture_read
 from codemods.callers.analyse.syntax import (
     _SCOPE_NODES,
+    READ_ATTRIBUTES,
+    READ_SUFFIX,
+    is_capture_read,
 )
 from codemods.callers.fieldwalk import _LAYOUT_NODES, FieldWalker
+from codemods.catalog.hooks import HookSet
 
 
 @dataclass
@@ -136,11 +140,12 @@ class _ScopeCollector(FieldWalker, cst.CSTVisitor):
             if len(target.elements) == len(value.elements):
                 for name, item in zip(target.elements, value.elements, strict=True):
                     self._bind(name.value, item.value)
-        elif self._self_attribute(target) is not None:
+        else:
+            # (a method's ``self.x``: its scope has a parent, the class)
+            attribute = self._self_attribute(target)
             scope = self._stack[-1]
-            scope.parent.attributes.setdefault(self._self_attribute(target), []).append(
-                (value, scope)
-            )
+            if attribute is not None and scope.parent is not None:
+                scope.parent.attributes.setdefault(attribute, []).append((value, scope))
 
     def _self_attribute(self, target: cst.BaseExpression) -> str | None:
         """``x`` for ``self.x`` assigned in a method, else None."""
@@ -162,8 +167,8 @@ class _ScopeCollector(FieldWalker, cst.CSTVisitor):
         if isinstance(node.target, cst.Name):
             self._stack[-1].annotations[node.target.value] = node.annotation.annotation
         attribute = self._self_attribute(node.target)
-        if attribute is not None:
-            parent = self._stack[-1].parent
+        parent = self._stack[-1].parent
+        if attribute is not None and parent is not None:
             parent.attribute_annotations[attribute] = node.annotation.annotation
         if node.value is not None:
             self._bind(node.target, node.value)
@@ -209,7 +214,12 @@ def _rows(iterable: cst.BaseExpression) -> cst.ListComp:
     source = iterable
     if isinstance(source, cst.Call) and source.args and _func_name(source) == "enumerate":
         source = source.args[0].value
-    if isinstance(source, cst.Call) and not source.args and _func_name(source) == "items":
+    if (
+        isinstance(source, cst.Call)
+        and not source.args
+        and isinstance(source.func, cst.Attribute)
+        and source.func.attr.value == "items"
+    ):
         table = source.func.value
         row = cst.Tuple(
             elements=[
@@ -242,9 +252,27 @@ def _subscript(table: cst.BaseExpression) -> cst.Subscript:
     )
 
 
+class AnalyzerBase:
+    """What every part of the analyzer reads (the module, its path and hooks, and what the
+    one walk collected: :class:`_ScopeCollector`), with the name lookups over it.  The parts
+    (``ValuesMixin``, ``NullnessMixin``, ...) derive from it; ``sites._Analyzer`` sets it."""
 
-class ScopesMixin:
-    """Name lookups of the analyzer (``self.parents``, ``self.scopes``, ``self.module``)."""
+    module: cst.Module
+    path: str
+    hooks: HookSet
+    names: frozenset[str]
+    scopes: dict[cst.CSTNode, _Scope]
+    calls: list[cst.Call]
+    parents: dict[cst.CSTNode, cst.CSTNode]
+    imports: list[cst.Import | cst.ImportFrom]
+    capture_reads: list[cst.CSTNode]
+
+    if TYPE_CHECKING:
+
+        @property
+        def hook_calls(self) -> list[cst.Call]:
+            """The calls that reach a hook, outside the hooks' own definitions."""
+            ...
 
     # ---------------------------------------------------------------- scopes
     def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:

@@ -18,7 +18,7 @@ from codemods.callers.analyse.nullness import NullnessMixin
 from codemods.callers.analyse.positions import code_and_positions
 from codemods.callers.analyse.pp_pinned import pins_pp_size_one
 from codemods.callers.analyse.required import RequiredMixin, binding_name
-from codemods.callers.analyse.scopes import ScopesMixin, _ScopeCollector
+from codemods.callers.analyse.scopes import _ScopeCollector
 from codemods.callers.analyse.syntax import (
     _code,
     _is_none,
@@ -85,7 +85,6 @@ class FoundCall:
 
 
 class _Analyzer(
-    ScopesMixin,
     ValuesMixin,
     NullnessMixin,
     ContextsMixin,
@@ -159,9 +158,10 @@ class _Analyzer(
         return None, self._SHARED_LINE
 
     def _module_index(self, node: cst.CSTNode) -> int:
-        while self._parent(node) is not self.module:
-            node = self._parent(node)
-        return next(index for index, top in enumerate(self.module.body) if top is node)
+        top: cst.CSTNode | None = node
+        while top is not None and self._parent(top) is not self.module:
+            top = self._parent(top)
+        return next(index for index, statement in enumerate(self.module.body) if statement is top)
 
     def _statement_column(self, statement: cst.CSTNode | None) -> int:
         if statement is None:

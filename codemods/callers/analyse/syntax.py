@@ -33,6 +33,25 @@ _HOOK_TAIL = "_layers_to_capture"
 _HOOK_TAIL_CHARS = re.compile(r"[a-z0-9_]+")
 _MAX_DEPTH = 6
 
+#: Attribute names that read a capture back.
+READ_ATTRIBUTES = frozenset({"hidden_states", "layers_to_capture"})
+READ_SUFFIX = "aux_hidden_states"
+
+
+def is_capture_read(node: cst.CSTNode) -> bool:
+    """``x.hidden_states``, ``x.layers_to_capture``, ``x.aux_hidden_states`` or a name
+    ending with ``aux_hidden_states`` (what the walk collects)."""
+    if isinstance(node, cst.Attribute):
+        name = node.attr.value
+        if name in READ_ATTRIBUTES:
+            return True
+    elif isinstance(node, cst.Name):
+        name = node.value
+    else:
+        return False
+    # (``capture_aux_hidden_states`` is the switch, not a capture: read after the call only,
+    # :mod:`codemods.callers.analyse.required`)
+    return name.endswith(READ_SUFFIX) and name != "capture_aux_hidden_states"
 
 
 def _code(node: cst.CSTNode) -> str:

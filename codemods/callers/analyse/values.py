@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from codemods.callers.analyse.scopes import _Scope
+from codemods.callers.analyse.scopes import AnalyzerBase, _Scope
 from codemods.callers.analyse.syntax import (
     _HOOK_TAIL,
     _HOOK_TAIL_CHARS,
@@ -52,7 +52,7 @@ def _looked_up(possible: frozenset) -> frozenset:
     return frozenset().union(*(value.looked_up for value in possible if isinstance(value, _Box)))
 
 
-class ValuesMixin:
+class ValuesMixin(AnalyzerBase):
     """Hook-name resolution of the analyzer."""
 
     # ------------------------------------------------------------ hook names
@@ -112,15 +112,15 @@ class ValuesMixin:
             names = frozenset(name for name in self.names if re.fullmatch(pattern, name))
             return (names, Shape.GETATTR) if names else None
         if isinstance(expr, cst.Subscript):
-            names = self._dict_hook_names(expr.value, scopes, depth)
-            return (names, Shape.DICT_LOOKUP) if names else None
+            in_dict = self._dict_hook_names(expr.value, scopes, depth)
+            return (in_dict, Shape.DICT_LOOKUP) if in_dict else None
         if (
             isinstance(expr, cst.Call)
             and isinstance(expr.func, cst.Attribute)
             and expr.func.attr.value == "get"
         ):
-            names = self._dict_hook_names(expr.func.value, scopes, depth)
-            return (names, Shape.DICT_LOOKUP) if names else None
+            in_dict = self._dict_hook_names(expr.func.value, scopes, depth)
+            return (in_dict, Shape.DICT_LOOKUP) if in_dict else None
         if isinstance(expr, cst.Name):
             scope = self._lookup(expr.value, scopes)
             if scope is None:
@@ -134,9 +134,9 @@ class ValuesMixin:
                         found |= spelled
                         shape = Shape.LOOP
                 elif isinstance(iterable, cst.Name):
-                    names = self._iterable_names(iterable, scopes, depth + 1)
-                    if names:
-                        found |= names
+                    listed = self._iterable_names(iterable, scopes, depth + 1)
+                    if listed:
+                        found |= listed
                         shape = Shape.LOOP
             for assigned in scope.values.get(expr.value, []):
                 resolved = self._hook_names(assigned, scopes, depth + 1)
@@ -197,12 +197,12 @@ class ValuesMixin:
         if isinstance(expr, cst.Dict):
             keys: set = set()
             values: set = set()
-            for element in expr.elements:
-                if isinstance(element, cst.DictElement):
-                    keys |= self._possible(element.key, scopes, depth, env)
-                    values |= self._possible(element.value, scopes, depth, env)
+            for entry in expr.elements:
+                if isinstance(entry, cst.DictElement):
+                    keys |= self._possible(entry.key, scopes, depth, env)
+                    values |= self._possible(entry.value, scopes, depth, env)
                 else:  # ``**other``
-                    for box in self._possible(element.value, scopes, depth, env):
+                    for box in self._possible(entry.value, scopes, depth, env):
                         if isinstance(box, _Box):
                             keys |= box.items
                             values |= box.looked_up

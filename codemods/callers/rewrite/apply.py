@@ -17,6 +17,7 @@ again (the one case with a second discovery).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 import libcst as cst
 
@@ -37,6 +38,20 @@ def _only_call(statement: cst.SimpleStatementLine | cst.SimpleStatementSuite) ->
     expr = statement.body[0]
     assert isinstance(expr, cst.Expr) and isinstance(expr.value, cst.Call)
     return expr.value
+
+
+def _statement(found: FoundCall) -> cst.SimpleStatementLine | cst.SimpleStatementSuite:
+    """The statement holding only ``found``'s call: every call a codemod rewrites has one
+    (:meth:`CallSiteCodemod.applies`)."""
+    if found.statement is None:
+        raise ValueError(f"{found.site.path}:{found.site.line}: the call is not a statement")
+    return found.statement
+
+
+def _transformer(entry: registry.Entry) -> type[CallSiteCodemod]:
+    """The entry's transformer class: a :class:`CallSiteCodemod` (the registry loads it
+    without importing LibCST, so it says only ``type``)."""
+    return cast(type[CallSiteCodemod], entry.load())
 
 
 def _wrappers(node: object, target: cst.CSTNode) -> list[cst.CSTNode] | None:
@@ -77,18 +92,22 @@ def _carry_over(
     """The code of ``after`` (``codemod``'s output for ``before``), ``follow`` described in
     ``after``, and the paths to them there (``reach``: the paths to them in ``before``)."""
     rebuilt = codemod.rebuilt
-    moved = {found: codemod.moved.get(found.statement, found.statement) for found in follow}
+    moved = {found: codemod.moved.get(_statement(found), _statement(found)) for found in follow}
     calls = {found: _only_call(statement) for found, statement in moved.items()}
     code, positions = code_and_positions(after, [*moved.values(), *calls.values()])
-    paths = {rebuilt.get(node, node) for node in reach}
-    paths.add(after)
+    paths: set[cst.CSTNode] = {after}
+    for node in reach:
+        # (a node replaced by several, or removed: the visit enters only nodes)
+        replaced = rebuilt.get(node, node)
+        if isinstance(replaced, cst.CSTNode):
+            paths.add(replaced)
     carried = []
     targets = {id(found) for found in mine}
     for found in follow:
         statement, call = moved[found], calls[found]
         rewritten = statement is not found.statement and id(found) in targets
         if rewritten:
-            paths.update(_wrappers(rebuilt[found.statement], statement) or [statement])
+            paths.update(_wrappers(rebuilt[_statement(found)], statement) or [statement])
         paths.update((statement, statement.body[0], call))
         top = rebuilt.get(before.body[found.module_index])
         candidates: list[object] = [statement]
@@ -136,7 +155,7 @@ def rewrite(
     original_sites = analysis.sites
     analysis = analyse_split(analysis.module, options.hooks, path, analysis)
     encoding = analysis.module.encoding
-    codemods = [(entry, entry.load()) for entry in registry.ENTRIES]
+    codemods = [(entry, _transformer(entry)) for entry in registry.ENTRIES]
     found = analysis.found
     if not any(cls.targets(found) for _, cls in codemods):
         return analysis.module.bytes, ()

@@ -126,7 +126,7 @@ class CallSiteCodemod(cst.CSTTransformer):
     ) -> cst.Module:
         """``module`` with ``found`` (its own nodes, this codemod's targets) rewritten,
         visiting only ``paths``; records where the calls of ``follow`` end up."""
-        self._statements = {item.statement: item for item in found}
+        self._statements = {item.statement: item for item in found if item.statement is not None}
         self._followed = {item.statement for item in follow if item.statement is not None}
         self._paths = paths
         self.prepare(module, found)
@@ -141,7 +141,7 @@ class CallSiteCodemod(cst.CSTTransformer):
             return False  # no call of ours below: keep the subtree as it is
         return super().on_visit(node)
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+    def on_leave(self, original_node, updated_node):
         result = super().on_leave(original_node, updated_node)
         self.rebuilt[original_node] = result
         if original_node in self._followed and original_node not in self.moved:

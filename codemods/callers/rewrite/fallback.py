@@ -75,6 +75,7 @@ with one of them) are left alone.  Composed with the guard, the ``try`` goes ins
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import libcst as cst
@@ -146,7 +147,7 @@ def _logging_state(module: cst.Module) -> _LoggingState:
             if isinstance(small, cst.Import):
                 for alias in small.names:
                     if isinstance(alias.name, cst.Name) and alias.name.value == "logging":
-                        logging_alias = alias.asname.name.value if alias.asname else "logging"
+                        logging_alias = alias.evaluated_alias or "logging"
             elif (
                 isinstance(small, cst.ImportFrom)
                 and isinstance(small.module, cst.Name)
@@ -155,7 +156,7 @@ def _logging_state(module: cst.Module) -> _LoggingState:
             ):
                 for alias in small.names:
                     if alias.name.value == "getLogger":
-                        get_logger_alias = alias.asname.name.value if alias.asname else "getLogger"
+                        get_logger_alias = alias.evaluated_alias or "getLogger"
     logger = None
     for statement in module.body:
         if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
@@ -355,7 +356,7 @@ class FallbackTransformer(TailsMixin, CallSiteCodemod):
         updated_node = super().leave_Module(original_node, updated_node)  # (tails)
         if not self._wrapped or self.policy != "warn" or self._state.logger is not None:
             return updated_node
-        body = list(updated_node.body)
+        body: list[cst.BaseStatement] = list(updated_node.body)
         logging_name = self._state.logging_alias
         insert_logging = logging_name is None
         factory = f"{logging_name or 'logging'}.getLogger"
@@ -381,7 +382,7 @@ class FallbackTransformer(TailsMixin, CallSiteCodemod):
         return updated_node.with_changes(body=body)
 
     @staticmethod
-    def _header_end(body: list[cst.BaseStatement]) -> int:
+    def _header_end(body: Sequence[cst.BaseStatement]) -> int:
         """Index just after the module's imports (or its docstring and future imports)."""
         end = 0
         for index, statement in enumerate(body):

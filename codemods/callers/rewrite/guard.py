@@ -221,7 +221,7 @@ class GuardTransformer(TailsMixin, CallSiteCodemod):
             call_line = fit_call_statement(
                 call_line, column + len(indent), indent, self.line_length
             )
-            test = value
+            test: cst.BaseExpression = value
             if found.name_expr is not None:  # None still reaches EAGLE3 (default layers)
                 test = cst.BooleanOperation(
                     left=_operand_of_not(value),
@@ -253,9 +253,7 @@ class GuardTransformer(TailsMixin, CallSiteCodemod):
             lines = "".join(f"{indent}{literal}\n" for literal in wrapped_literals(message, room))
             text = f"raise ValueError(\n{lines})\n"
         raise_line = cst.parse_statement(text, config=self.module_config)
-        test: cst.BaseExpression = cst.UnaryOperation(
-            operator=cst.Not(), expression=_operand_of_not(value)
-        )
+        test = cst.UnaryOperation(operator=cst.Not(), expression=_operand_of_not(value))
         if found.name_expr is not None:  # None still reaches EAGLE3 (default layers)
             test = cst.BooleanOperation(
                 left=test, operator=cst.And(), right=_lenient_test(found, negated=True)

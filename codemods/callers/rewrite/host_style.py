@@ -25,6 +25,7 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeGuard
 
 import libcst as cst
 
@@ -145,7 +146,7 @@ def file_line_length(path: str | Path) -> int:
 
 
 # --------------------------------------------------------------------- import logging
-def _import_line(statement: cst.CSTNode) -> bool:
+def _import_line(statement: cst.CSTNode) -> TypeGuard[cst.SimpleStatementLine]:
     return isinstance(statement, cst.SimpleStatementLine) and all(
         isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
     )
@@ -192,23 +193,24 @@ def import_logging_index(body: Sequence[cst.BaseStatement], limit: int | None = 
     """Where ``import logging`` goes in ``body`` (among its first ``limit`` statements)."""
     limit = len(body) if limit is None else limit
     start = 1 if body and _docstring(body[0]) else 0
-    block = []
+    block: list[tuple[int, cst.SimpleStatementLine]] = []
     for index in range(start, limit):
-        if not _import_line(body[index]):
+        statement = body[index]
+        if not _import_line(statement):
             break
-        block.append(index)
+        block.append((index, statement))
     after_future = start
-    for index in block:
-        if _section(body[index]) == "future":
+    for index, statement in block:
+        if _section(statement) == "future":
             after_future = index + 1
-    stdlib = [index for index in block if _section(body[index]) == "stdlib"]
-    for index in stdlib:
-        first = body[index].body[0]
-        if isinstance(first, cst.ImportFrom) or _module_name(body[index]).lower() > "logging":
+    stdlib = [(index, statement) for index, statement in block if _section(statement) == "stdlib"]
+    for index, statement in stdlib:
+        first = statement.body[0]
+        if isinstance(first, cst.ImportFrom) or _module_name(statement).lower() > "logging":
             return index
     if stdlib:
-        return stdlib[-1] + 1
-    others = [index for index in block if _section(body[index]) == "other"]
+        return stdlib[-1][0] + 1
+    others = [index for index, statement in block if _section(statement) == "other"]
     return others[0] if others else after_future
 
 
@@ -223,18 +225,12 @@ def with_import_logging(
     assert isinstance(line, cst.SimpleStatementLine)
     following = body[index] if index < len(body) else None
     previous = body[index - 1] if index > 0 else None
-    same_section_after = (
-        following is not None and _import_line(following) and _section(following) == "stdlib"
-    )
-    same_section_before = (
-        previous is not None and _import_line(previous) and _section(previous) == "stdlib"
-    )
-    if same_section_after and following is not None:
+    if following is not None and _import_line(following) and _section(following) == "stdlib":
         # Take the place of the line it goes before, with that line's leading lines.
         body[index] = following.with_changes(leading_lines=())
         body.insert(index, line.with_changes(leading_lines=following.leading_lines))
         return body
-    if same_section_before:
+    if previous is not None and _import_line(previous) and _section(previous) == "stdlib":
         body.insert(index, line)
         return body
     # A section of its own: one blank line before it (unless first in the file), and one
@@ -279,6 +275,7 @@ def module_logger(module: cst.Module) -> str | None:
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
         for small in statement.body:
+            value: cst.BaseExpression | None
             if isinstance(small, cst.Assign):
                 targets = [target.target for target in small.targets]
                 value = small.value

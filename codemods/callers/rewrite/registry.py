@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from codemods.callers.records import Action, Risk, SiteFacts, Verdict
+from codemods.callers.records import Action, Risk, SiteFacts, Verdict, accept_actions
 from codemods.callers.rewrite.metadata import CodemodMetadata, load_builtin
 
 #: The guard codemod (:mod:`codemods.callers.rewrite.guard`).
@@ -93,6 +93,7 @@ ACTIONS: frozenset[Action] = frozenset()
 
 def _entries_changed() -> None:
     global CODEMODS, ACTIONS
+    accept_actions(registered_actions())
     CODEMODS = tuple(entry.metadata for entry in ENTRIES)
     ACTIONS = frozenset(Action(entry.action) for entry in ENTRIES)
 

@@ -31,6 +31,9 @@ import libcst as cst
 class TailsMixin:
     """Mixed into a :class:`~codemods.callers.rewrite.callsite_codemod.CallSiteCodemod`."""
 
+    #: The codemod's record of what replaced each node it visited.
+    rebuilt: dict[cst.CSTNode, object]
+
     def _expect_tail(
         self,
         original: cst.CSTNode,

@@ -1,9 +1,9 @@
 """The names the upstream patch writes into SGLang and the errors it recognises, said once.
 
 The shipped module (its import path in a patched tree), the function the rewritten setters
-call, the attribute of the decoder stack the relay lives on, the ``PPProxyTensors`` entry
-the captures travel in, and the DSPARK errors of the released Kimi files (from the hook
-catalog).
+call, the helpers the rewritten decoder-stack forwards call, the attribute of the decoder
+stack the relay lives on, the ``PPProxyTensors`` entry the captures travel in, and the
+DSPARK errors of the released Kimi files (from the hook catalog).
 """
 
 from __future__ import annotations
@@ -13,8 +13,11 @@ from codemods.catalog.hooks import NONE_ERROR_DSPARK, PP_ERROR_DSPARK
 __all__ = [
     "ATTACH",
     "AUX_ENTRY",
+    "COLLECT",
     "GLUE_MODULE",
+    "HANDOFF",
     "NONE_ERROR",
+    "OUTGOING",
     "PP_ERROR",
     "RELAY_ATTR",
     "RELAY_CLASS",
@@ -24,6 +27,12 @@ __all__ = [
 GLUE_MODULE = "sglang.srt.distributed.pp_aux_capture"
 #: The helper a rewritten setter calls on every rank once the capture ids are stored.
 ATTACH = "set_pp_aux_capture"
+#: The helpers a rewritten decoder-stack forward calls: a non-last stage adds its captures
+#: to the ``PPProxyTensors`` dict it builds (``OUTGOING``) or to the handoff it returns
+#: (``HANDOFF``); the last stage gathers every stage's captures (``COLLECT``).
+OUTGOING = "pp_aux_outgoing"
+HANDOFF = "pp_aux_handoff"
+COLLECT = "pp_aux_collect"
 #: The attribute of the decoder stack the relay lives on, and the relay's class.
 RELAY_ATTR = "pp_aux_relay"
 RELAY_CLASS = "PPAuxRelay"

@@ -33,7 +33,7 @@
             return (hidden_states, pre_hc_head), dspark_aux_hidden_states.finalize()
 
 The capture forward is the delegate: :func:`delegated_forwards` analyses it as the
-family analyses a ``forward`` (``family_shapes.forward_shape``), on a view of it in which
+family analyses a ``forward`` (``registry.analyse_forward``), on a view of it in which
 a write into the next packer slot (``<aux>.slot(x)``) reads as the append it is
 (``<aux>.append(x)``) and the packer made under the capture condition (``<aux> =
 AuxHiddenStatePacker(...) if <gate> else None``) reads as ``if <gate>: <aux> =
@@ -51,7 +51,8 @@ import libcst.matchers as m
 
 from codemods.upstream.edit.parsing import source_text
 from codemods.upstream.edit.walk import findall
-from codemods.upstream.family.forward import ForwardShape, forward_shape
+from codemods.upstream.family import registry
+from codemods.upstream.family.forward import ForwardShape
 from codemods.upstream.family.survey import ModuleShapes
 from codemods.upstream.family.syntax import SELF_IDS
 
@@ -151,7 +152,7 @@ def delegated_forwards(module: cst.Module, shapes: ModuleShapes) -> ModuleShapes
             continue
         class_name = statement.name.value
         view = target.visit(_SlotAsAppend())
-        shape = forward_shape(class_name, view, _line_of(module, class_name, name))
+        shape = registry.analyse_forward(class_name, view, _line_of(module, class_name, name))
         fields = {f.name: getattr(shape, f.name) for f in dataclasses.fields(ForwardShape)}
         added.append(DelegatedForwardShape(**fields, method=name))
     if not added:

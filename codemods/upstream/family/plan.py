@@ -31,12 +31,12 @@ from codemods.catalog.pp_raise import UPSTREAM_REWRITES
 from codemods.upstream.edit.forked import forked_map
 from codemods.upstream.edit.parsing import module_code, parse_text
 from codemods.upstream.edit.walk import findall
+from codemods.upstream.family import registry
 from codemods.upstream.family.delegated import delegated_forwards
 from codemods.upstream.family.forward import ForwardShape
 from codemods.upstream.family.repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
 from codemods.upstream.family.rewrite import rewrite_module
 from codemods.upstream.family.setter import SetterShape
-from codemods.upstream.family.shapes.entry import ENTRY_KIND, is_entry_shape
 from codemods.upstream.family.split_stack import sibling_setters, split_stack_setters
 from codemods.upstream.family.stage_output import NamedStageOutputFix, named_stage_unpack
 from codemods.upstream.family.survey import ModuleShapes, analyse, unpacks_stack_output
@@ -225,7 +225,9 @@ class _Corpus:
 def candidate_files(models_dir: Path) -> list[str]:
     """Model files that define a capture hook (a byte-level filter: only these are parsed;
     files they build on are parsed when a decision needs them)."""
-    return sorted(path.name for path in models_dir.glob("*.py") if _HOOK_DEF.search(path.read_bytes()))
+    return sorted(
+        path.name for path in models_dir.glob("*.py") if _HOOK_DEF.search(path.read_bytes())
+    )
 
 
 #: The reason of a file whose hooks refuse PP themselves (they lose nothing under PP).
@@ -308,7 +310,7 @@ def _decide_setters(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: Fami
                     candidates: list[SetterShape], hooks: tuple[str, ...],
                     early: tuple[str, ...], entry_only: bool = False) -> FileDecision:
     """``entry_only``: patch only when the stack forward is one of the 0.5.21+
-    layer-entry shapes (``family_entry``)."""
+    layer-entry shapes (``Shape.layer_entry``)."""
     keep = partial(_kept, file, hooks, early)
 
     problems = [f"{s.hook}: {s.problem}" for s in candidates if s.problem]
@@ -370,7 +372,7 @@ def _decide_setters(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: Fami
     if len(targets) != 1:
         return keep("hooks of this file reach different decoder stacks")
     (ref_file, class_name), forward = next(iter(targets.items()))
-    if entry_only and not is_entry_shape(forward.capture_kinds):
+    if entry_only and not registry.is_layer_entry(forward.capture_kinds):
         return keep(f"{ref_file}:{class_name}.forward is not a layer-entry forward")
     plan.setter_edits.setdefault(file, []).extend(candidates)
     additions = list(dict.fromkeys(additions))
@@ -433,7 +435,7 @@ def _can_add_stack_setter(
         forward.recognised
         and ref_file == file
         and forward.class_name == stack_class
-        and set(forward.capture_kinds) <= {"loop-append", "after-layer", ENTRY_KIND}
+        and registry.adds_stack_setter(forward.capture_kinds)
         and forward.ids_attr == IDS_ATTR
     )
 

@@ -30,12 +30,9 @@ from dataclasses import dataclass
 import libcst as cst
 
 from codemods.upstream.edit.pyformat import parse_statements
+from codemods.upstream.family.forward import FamilyRewriteError
 from codemods.upstream.family.survey import forward_stack_unpacks
 from codemods.upstream.family.syntax import IDS_ATTR
-
-
-class FamilyRewriteError(ValueError):
-    """A shape that analysis accepted could not be rewritten (a bug, reported per file)."""
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ import libcst.matchers as m
 
 from codemods.upstream.edit.pyformat import parse_statements
 from codemods.upstream.edit.walk import findall
-from codemods.upstream.family.repairs import FamilyRewriteError, StageOutputFix
+from codemods.upstream.family.forward import FamilyRewriteError
+from codemods.upstream.family.repairs import StageOutputFix
 from codemods.upstream.family.syntax import CAPTURE_FLAG, NOT_LAST_RANK, code_of, node_ids
 
 METHOD_INDENT = 8

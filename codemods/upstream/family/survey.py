@@ -14,7 +14,7 @@ Read-only analysis of one parsed model file.  Two shapes matter:
 Each finding carries the reason when a shape is not recognised, so reports can say why
 a file was left alone.  This module walks the classes of a module and records what it finds;
 the hook's shape is :mod:`codemods.upstream.family.setter`'s, the forward's
-:mod:`codemods.upstream.family.forward`'s, and what they share
+:mod:`codemods.upstream.family.registry`'s (one module per shape), and what they share
 :mod:`codemods.upstream.family.syntax`'s.
 """
 
@@ -28,7 +28,8 @@ import libcst.matchers as m
 
 from codemods.catalog.hooks import HOOK_NAME_PATTERN
 from codemods.upstream.edit.walk import findall
-from codemods.upstream.family.forward import ForwardShape, forward_shape
+from codemods.upstream.family import registry
+from codemods.upstream.family.forward import ForwardShape
 from codemods.upstream.family.setter import SetterShape, _setter_shape
 from codemods.upstream.family.syntax import (
     CAPTURE_FLAG,
@@ -152,7 +153,9 @@ def _analyse_class(cls: cst.ClassDef, positions) -> tuple[ClassInfo, list, Forwa
     forward = None
     if "forward" in methods and _mentions_capture(methods["forward"]):
         fn = methods["forward"]
-        forward = forward_shape(cls.name.value, fn, positions.line_of(cls.name.value, "forward"))
+        forward = registry.analyse_forward(
+            cls.name.value, fn, positions.line_of(cls.name.value, "forward")
+        )
     return info, setters, forward
 
 

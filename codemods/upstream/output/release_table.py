@@ -13,35 +13,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from codemods.upstream.family import registry
 from codemods.upstream.family.patch import plan_for_tree
 from codemods.upstream.family.plan import RAISES_PP
-from codemods.upstream.family.report import CAPTURE_KINDS, REFUSES_PP
 from codemods.upstream.kimi import k3 as kimi_k3
 from codemods.upstream.kimi import linear as kimi
+from codemods.upstream.output.family_report import REFUSES_PP
 from codemods.upstream.sizing.graph_sizing import rename_dspark_entry
 from codemods.upstream.tree.sglang_tree import detect_tree
 
-#: Short cell text of each capture kind (the first kind of a file with a cell here names it).
-SHAPE_CELLS = {
-    "entry-callback": "layer-entry callback",
-    "entry-gathered": "gathered collector",
-    "entry-gated": "last-rank-gated layer entry",
-    "loop-append": "layer-loop append",
-    "after-layer": "layer-loop append",
-    "boundaries": "layer boundaries",
-    "layer-kwarg": "list handed to layers",
-    "layer-flag": "list handed to layers",
-}
-
 
 def capture_shape(decision) -> str:
-    """How a patched model file captures, in a few words."""
-    for kind in decision.capture_kinds:
-        if kind in SHAPE_CELLS:
-            return SHAPE_CELLS[kind]
+    """How a patched model file captures, in a few words (the cell of its first capture
+    kind, ``CaptureKind.cell``)."""
     if decision.capture_kinds:
-        kind = decision.capture_kinds[0]
-        return f"models whose capture is {CAPTURE_KINDS.get(kind, kind)}"
+        return registry.cell(decision.capture_kinds[0])
     return "other model files"
 
 KIMI_FILE = "kimi_linear.py"

@@ -42,12 +42,9 @@ from codemods.upstream.family.patch import TEST_MODELS_FILE as FAMILY_MODELS_FIL
 from codemods.upstream.family.plan import FamilyPlan
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.model_families import OTHER, family_of, family_rank
+from codemods.upstream.output.series_messages import FIX, RUNTIME, VALIDATION, fill_message
 from codemods.upstream.sizing.graph_sizing import rename_dspark_entry
 
-RUNTIME = "runtime"
-VALIDATION = "validation"
-#: Key prefix of the patch holding one model file's separate fixes.
-FIX = "fix-"
 KIMI = "kimi"
 #: Model files no family prefix matches.
 OTHER_MODELS = OTHER[0]
@@ -136,8 +133,6 @@ def _family_test_text(result: UpstreamResult, names: set[str]) -> str:
 
 def build_series(result: UpstreamResult) -> list[SeriesPatch]:
     """The ordered series of ``result``'s changes (empty when nothing changes)."""
-    from codemods.upstream.output.series_messages import fill_message
-
     changes = [change for change in result.changes if change.changed]
     if not changes:
         return []

@@ -15,8 +15,8 @@ from __future__ import annotations
 import textwrap
 
 from codemods.upstream.edit import names
+from codemods.upstream.family import registry
 from codemods.upstream.family.patch import TEST_FILE as FAMILY_TEST_FILE
-from codemods.upstream.family.report import CAPTURE_KINDS
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.result_facts import (
     AUX_FLAG,
@@ -24,6 +24,12 @@ from codemods.upstream.output.result_facts import (
     relaxes_aux_flag,
     test_command,
 )
+
+#: Keys of the series' runtime and validation patches, and key prefix of the patch
+#: holding one model file's separate fixes (``series.py`` cuts the series by them).
+RUNTIME = "runtime"
+VALIDATION = "validation"
+FIX = "fix-"
 
 #: What each runtime file gets, by file name.
 RUNTIME_FILES = {
@@ -53,8 +59,6 @@ def _name(path: str) -> str:
 
 def fill_message(patch, result: UpstreamResult) -> None:
     """Fill ``patch.subject`` and ``patch.body`` (a ``series.SeriesPatch``)."""
-    from codemods.upstream.output.series import FIX, RUNTIME, VALIDATION
-
     if patch.key == RUNTIME:
         _runtime(patch, result)
     elif patch.key.startswith(FIX):
@@ -181,7 +185,7 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
             lines.append(_wrap(f"- {name}: {_kimi_line(path, result)}.", "  "))
             continue
         if decision is not None and decision.patched:
-            kinds = "; ".join(CAPTURE_KINDS.get(k, k) for k in decision.capture_kinds)
+            kinds = "; ".join(map(registry.describe, decision.capture_kinds))
             text = (f"- {name}: {_hooks_of(decision)} store the ids on every rank instead "
                     f"of returning off the last one; forward {decision.forward} "
                     f"({kinds}) adds its captures to the PP handoff and the last stage "

@@ -30,7 +30,8 @@ next stage goes through the residual-stream helpers::
 The capture hooks still return early off the last rank, so only the last stage captures.
 This module recognises that forward (:func:`analyse_forward`, a
 :class:`~codemods.upstream.family.forward.ForwardShape` of kind :data:`ENTRY_KIND`, or one
-with the reason it is not recognised) and rewrites it (:func:`rewrite_forward`)::
+with the reason it is not recognised) and rewrites it
+(:func:`~codemods.upstream.family.layer_entry.rewrite.rewrite_forward`)::
 
         if not self.pp_group.is_last_rank:
             return pp_aux_handoff(
@@ -53,7 +54,7 @@ the last stage
 rebuilds the list a single-stage run returns: same count, order, values and container
 (an ``AuxHiddenStateList``).  A missing aux entry or a capture count that does not match
 the stage's layers raises on the stage that sees it, naming the layers.  The hooks are
-rewritten as for the rest of the family (``family_rewrite.rewrite_setter``).
+rewritten as for the rest of the family (``family.rewrite.rewrite_setter``).
 
 Two variants are covered as well: a last stage that also captures its own output (id
 ``num_layers``: ``final_norm(..., capture=aux.capture if self.end_layer in
@@ -62,10 +63,10 @@ self.layers_to_capture else None)``), gathered after that capture and kept last
 hands the list itself to the layers a setter flagged (``captured_last_layer_outputs=aux
 if getattr(layer, "_is_layer_to_capture", False) else None``), the loop possibly inside a
 branch; the layer captures its input at entry all the same.  The loop may also run over
-a range narrowed for two-batch overlap (``family_entry_tbo``), the callback may be a
-function of the loop that prepares the value and captures it once (``family_entry_closure``,
+a range narrowed for two-batch overlap (``layer_entry.tbo``), the callback may be a
+function of the loop that prepares the value and captures it once (``layer_entry.closure``,
 glm5_next), and the non-last-rank branch may return early under a condition of its own:
-every return of it hands the captures on (``family_entry_handoff``).
+every return of it hands the captures on (``layer_entry.handoff``).
 
 The gathering goes right before the first statement after the handoff that reads the
 captures, after the final norm, so that ``hidden_states`` is a plain ``[tokens, hidden]``
@@ -77,28 +78,30 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
+from codemods.upstream.edit.names import COLLECT, HANDOFF
 from codemods.upstream.edit.walk import findall
-from codemods.upstream.family.forward import ForwardShape
-from codemods.upstream.family.repairs import FamilyRewriteError
-from codemods.upstream.family.shapes.entry_closure import capture_closure
-from codemods.upstream.family.shapes.entry_handoff import (
-    HANDOFF,
+from codemods.upstream.family.forward import CaptureKind, ForwardShape, Shape
+from codemods.upstream.family.layer_entry.closure import capture_closure
+from codemods.upstream.family.layer_entry.handoff import (
     HANDOFF_FUNC,
+    PROXY_ARG,
+    PROXY_TEXT,
     handoff_index,
     handoff_returns_problem,
-    wrap_handoff_returns,
 )
-from codemods.upstream.family.shapes.entry_loops import enumerated_loop_problem, is_enumerated_loop
-from codemods.upstream.family.shapes.entry_packer import (
+from codemods.upstream.family.layer_entry.loops import (
+    enumerated_loop_problem,
+    is_enumerated_loop,
+)
+from codemods.upstream.family.layer_entry.packer import (
     ANY_COLLECTOR_CALL,
     SIZE_READ,
     collector_creation,
     is_collector_forward,
     last_rank_output_capture,
 )
-from codemods.upstream.family.shapes.entry_tbo import narrowed_range_problem
-from codemods.upstream.family.shapes.gated import GATED_KIND
+from codemods.upstream.family.layer_entry.rewrite import rewrite_forward
+from codemods.upstream.family.layer_entry.tbo import narrowed_range_problem
 from codemods.upstream.family.syntax import (
     CAPTURE_KWARG,
     IDS_ATTR,
@@ -106,42 +109,29 @@ from codemods.upstream.family.syntax import (
     SELF_IDS,
 )
 
-#: ``ForwardShape.capture_kinds`` entry of a forward this module rewrites.
-ENTRY_KIND = "entry-callback"
-#: How the kind is described in tables.
-ENTRY_DESCRIPTION = "callback at layer entry (`capture_output=aux_hidden_states.capture`)"
+#: The layers get a callback at entry.
+CALLBACK = CaptureKind(
+    "entry-callback",
+    "callback at layer entry (`capture_output=aux_hidden_states.capture`)",
+    "layer-entry callback",
+    adds_stack_setter=True,
+)
 #: The same forwards with the gathered collector: flagged layers get the list itself.
-GATHERED_KIND = "entry-gathered"
-GATHERED_DESCRIPTION = (
+GATHERED = CaptureKind(
+    "entry-gathered",
     "list (or `AuxHiddenStatePacker`) handed to flagged layers at entry "
     "(`captured_last_layer_outputs=`, layer flag `_is_layer_to_capture` or a capture-id "
-    "test)"
+    "test)",
+    "gathered collector",
 )
-#: The same handoff with an explicit snapshot appended at layer entry
-#: (``family_snapshot``, which recognises it; the rewrite is this module's).
-SNAPSHOT_KIND = "entry-snapshot"
-#: Every kind this module rewrites.
-KINDS = (ENTRY_KIND, GATHERED_KIND, SNAPSHOT_KIND, GATED_KIND)
-
-
-def is_entry_shape(capture_kinds: tuple[str, ...]) -> bool:
-    """Whether a forward of these capture kinds is rewritten by this module."""
-    return any(kind in KINDS for kind in capture_kinds)
+#: ``ForwardShape.capture_kinds`` entries of the forwards this module recognises.
+ENTRY_KIND = CALLBACK.name
+GATHERED_KIND = GATHERED.name
 #: The capture list the forward creates, and the keyword the layers take the callback by.
 LIST_CLASS = "AuxHiddenStateList"
 CAPTURE_KEYWORD = "capture_output"
-#: The handoff of these forwards (``return residual_batch.to_pp(...)``), as
-#: ``ForwardShape.proxy_arg`` records it and as reports describe it.
-ENTRY_PROXY_ARG = "to_pp"
-ENTRY_HANDOFF = "residual_batch.to_pp(...)"
-#: Relay helpers (``shipped/pp_aux_capture.py``) the rewritten forward calls
-#: (``HANDOFF``: ``family_entry_handoff``).
-COLLECT = "pp_aux_collect"
 #: The hidden states the layer loop assigns and the last stage returns.
 HIDDEN = "hidden_states"
-
-METHOD_INDENT = 8
-BLOCK_INDENT = 12
 
 _STACK_RANGE = m.Call(
     func=m.Name("range"),
@@ -246,7 +236,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         kind = GATHERED_KIND
         loop_index, loop_statement = holders[0]
         loop = inner[0]
-    # A loop that enumerates the stage's slice of the stack (``family_entry_loops``).
+    # A loop that enumerates the stage's slice of the stack (``layer_entry.loops``).
     enumerated = kind == ENTRY_KIND and is_enumerated_loop(loop)
     if enumerated:
         problem = enumerated_loop_problem(loop, aux_name)
@@ -263,7 +253,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             )
     loop_var = loop.target.elements[0].value.value if enumerated else loop.target.value
     # The callback may be a function of the loop that prepares the value and captures
-    # it (``family_entry_closure``).
+    # it (``layer_entry.closure``).
     closure, closure_problem = capture_closure(loop, aux_name) if kind == ENTRY_KIND else (
         None, None)
     if closure_problem is not None:
@@ -408,7 +398,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         line,
         aux_name=aux_name,
         capture_kinds=(kind,),
-        proxy_arg=ENTRY_PROXY_ARG,
+        proxy_arg=PROXY_ARG,
         proxy_param=proxy_param,
         collect_before=collect_before,
         ids_attr=ids_attrs[0] if ids_attrs else IDS_ATTR,
@@ -490,44 +480,15 @@ def _final_capture(statement: cst.CSTNode, aux_name: str,
     )
 
 
-def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
-    """Hand this stage's captures on with ``to_pp``'s tensors; gather them all on the
-    last stage, right before the captures are first read."""
-    body = list(fn.body.body)
-    index = handoff_index(body)
-    if index is None or shape.aux_name is None or shape.proxy_param is None:
-        raise FamilyRewriteError(f"{shape.class_name}.forward has no PP handoff")
-    handoff = wrap_handoff_returns(body[index], BLOCK_INDENT, shape.aux_name,
-                                   shape.proxy_param)
-    extra = ("final=True",) if shape.final_capture else ()
-    collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, *extra))
-    if shape.collect_in_else is not None:
-        if not isinstance(handoff.orelse, cst.Else):
-            raise FamilyRewriteError(f"{shape.class_name}.forward handoff has no else block")
-        inner = list(handoff.orelse.body.body)
-        _insert_collect(inner, shape.collect_in_else, BLOCK_INDENT, shape.aux_name, collect)
-        orelse = handoff.orelse.with_changes(body=handoff.orelse.body.with_changes(body=inner))
-        body[index] = handoff.with_changes(orelse=orelse)
-    else:
-        body[index] = handoff
-        if shape.collect_before is None or shape.collect_before >= len(body):
-            raise FamilyRewriteError(f"{shape.class_name}.forward never reads the captures")
-        _insert_collect(body, shape.collect_before, METHOD_INDENT, shape.aux_name, collect)
-    return fn.with_changes(body=fn.body.with_changes(body=body))
-
-
-def _insert_collect(block: list, position: int, indent: int, aux_name: str,
-                    collect: Call) -> None:
-    """``aux = pp_aux_collect(...)`` before ``block[position]``; it takes over the blank
-    lines before that statement, whose comments stay with it."""
-    pad = " " * indent
-    (statement,) = parse_statements(
-        lines_to_text(render_call(pad, f"{aux_name} = ", collect)), pad
-    )
-    following = block[position]
-    lines = list(following.leading_lines)
-    split = 0
-    while split < len(lines) and lines[split].comment is None:
-        split += 1
-    block.insert(position, statement.with_changes(leading_lines=lines[:split]))
-    block[position + 1] = following.with_changes(leading_lines=lines[split:])
+SHAPE = Shape(
+    name="entry",
+    description="captures at layer entry through a callback or the gathered collector, "
+    "handed on with `residual_batch.to_pp`",
+    kinds=(CALLBACK, GATHERED),
+    claims=is_entry_forward,
+    analyse=analyse_forward,
+    rewrite=rewrite_forward,
+    glue=(COLLECT, HANDOFF),
+    layer_entry=True,
+    handoffs={PROXY_ARG: PROXY_TEXT},
+)

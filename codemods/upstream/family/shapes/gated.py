@@ -1,7 +1,7 @@
 """Layer-entry forwards that capture only on the last rank (bailing_moe_v3, SGLang 0.5.21+).
 
 Some decoder stacks hand off with ``residual_batch.to_pp`` like the layer-entry forwards
-(``family_entry``) but create their capture list only under a gate that holds on the last
+(:mod:`~codemods.upstream.family.shapes.entry`) but create their capture list only under a gate that holds on the last
 PP rank alone, capture raw layer ids at the entry of the next layer (capture id ``j`` is
 the input of layer ``j + 1``, the last layer's output is captured by the final norm) and
 skip empty batches, before::
@@ -80,11 +80,12 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.edit.names import COLLECT, HANDOFF
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
 from codemods.upstream.edit.walk import findall
-from codemods.upstream.family.forward import ForwardShape, _last_stage_comments
-from codemods.upstream.family.repairs import FamilyRewriteError
-from codemods.upstream.family.shapes.entry_handoff import HANDOFF, handoff_index
+from codemods.upstream.family.forward import CaptureKind, FamilyRewriteError, ForwardShape, Shape
+from codemods.upstream.family.gate import every_stage, last_stage_comments
+from codemods.upstream.family.layer_entry.handoff import handoff_index
 from codemods.upstream.family.syntax import (
     LAST_RANK,
     NOT_LAST_RANK,
@@ -93,17 +94,19 @@ from codemods.upstream.family.syntax import (
     conjuncts_of,
 )
 
-#: ``ForwardShape.capture_kinds`` entry of a forward this module rewrites.
-GATED_KIND = "entry-gated"
-GATED_DESCRIPTION = (
+#: The callback captures at the next layer's entry, under a gate.
+GATED = CaptureKind(
+    "entry-gated",
     "callback at the next layer's entry under a last-rank gate (`i - 1 in "
-    "self.layers_to_capture`, raw layer ids)"
+    "self.layers_to_capture`, raw layer ids)",
+    "last-rank-gated layer entry",
 )
+#: ``ForwardShape.capture_kinds`` entry of a forward this module rewrites.
+GATED_KIND = GATED.name
 #: The stack property ``set_pp_aux_capture`` reads the capture layers from.
 ENTRY_IDS_ATTR = "pp_aux_capture_entries"
 #: Local name of the rewritten handoff.
 HANDOFF_LOCAL = "handoff"
-COLLECT = "pp_aux_collect"
 
 _COLLECTOR = m.Call(func=m.Name("AuxHiddenStateList"), args=[])
 _START = m.Attribute(value=m.Name("self"), attr=m.Name("start_layer"))
@@ -258,7 +261,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         ids_attr=ids_attr,
         gate=gate,
         gate_assignments=(gate_index,),
-        stale_comments=_last_stage_comments(body, [gate_index]),
+        stale_comments=last_stage_comments(body, [gate_index]),
     )
 
 
@@ -282,11 +285,9 @@ class _EveryFirstLayer(cst.CSTTransformer):
 
 def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
     """Capture on every stage, hand the captures on and gather them on the last stage."""
-    from codemods.upstream.family.rewrite import _every_stage  # imports this module
-
     body = list(fn.body.body)
     (gate_index,) = shape.gate_assignments
-    body[gate_index] = _every_stage(body[gate_index])
+    body[gate_index] = every_stage(body[gate_index])
     index = handoff_index(body)
     handoff: cst.If = body[index]
     for k, statement in enumerate(body):
@@ -339,3 +340,22 @@ def entry_ids_property(ids_attr: str) -> cst.FunctionDef:
     text = "".join(pad + line + "\n" for line in text.splitlines())
     (prop,) = parse_statements(text, pad)
     return prop.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+
+
+def rewrite(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FlattenSentinel:
+    """The rewritten forward, followed by the stack property the relay reads."""
+    return cst.FlattenSentinel([rewrite_forward(fn, shape), entry_ids_property(shape.ids_attr)])
+
+
+SHAPE = Shape(
+    name="gated",
+    description="captures at the next layer's entry under a last-rank gate, handed on "
+    "with `residual_batch.to_pp`",
+    kinds=(GATED,),
+    claims=is_gated_forward,
+    analyse=analyse_forward,
+    rewrite=rewrite,
+    glue=(COLLECT, HANDOFF),
+    layer_entry=True,
+    setter_ids_attr=ENTRY_IDS_ATTR,
+)

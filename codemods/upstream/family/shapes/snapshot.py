@@ -28,8 +28,8 @@ it to a plain list; the last stage may also snapshot its own output (capture id
 
 Capture id ``i`` is taken in iteration ``i``, before layer ``i`` runs, on the stage that
 owns layer ``i``: the same agreement as the callback forwards.  :func:`analyse_forward`
-recognises the shape (kind :data:`SNAPSHOT_KIND`) and the rewrite is the one of
-``family_entry.rewrite_forward``: non-last stages add their captures to the
+recognises the shape (kind :data:`SNAPSHOT_KIND`) and the rewrite is the one of the
+callback forwards (:func:`~codemods.upstream.family.layer_entry.rewrite.rewrite_forward`): non-last stages add their captures to the
 ``PPProxyTensors`` that ``to_pp`` builds (``pp_aux_handoff``), and the last stage gathers
 them (``pp_aux_collect``) right before it first reads the list, after its own output
 snapshot, which stays last (``final=True``).  The list comes back as a plain ``list``, as
@@ -41,23 +41,24 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.edit.names import COLLECT, HANDOFF
 from codemods.upstream.edit.walk import findall
-from codemods.upstream.family.forward import ForwardShape
-from codemods.upstream.family.shapes.entry import (
-    COLLECT,
-    ENTRY_PROXY_ARG,
-    HANDOFF,
-    SNAPSHOT_KIND,
-    handoff_index,
-)
-from codemods.upstream.family.shapes.entry_tbo import narrowed_range_problem
+from codemods.upstream.family.forward import CaptureKind, ForwardShape, Shape
+from codemods.upstream.family.layer_entry.handoff import PROXY_ARG, PROXY_TEXT, handoff_index
+from codemods.upstream.family.layer_entry.rewrite import rewrite_forward
+from codemods.upstream.family.layer_entry.tbo import narrowed_range_problem
 from codemods.upstream.family.syntax import IDS_ATTR, SELF_IDS
 
-#: How the kind is described in tables.
-SNAPSHOT_DESCRIPTION = (
+_SNAPSHOT_DESCRIPTION = (
     "snapshot at layer entry appended to a list "
     "(`layers[i].boundary.capture_output(...)`)"
 )
+#: The layer loop appends a snapshot taken before the layer runs.
+SNAPSHOT = CaptureKind(
+    "entry-snapshot", _SNAPSHOT_DESCRIPTION, f"models whose capture is {_SNAPSHOT_DESCRIPTION}"
+)
+#: ``ForwardShape.capture_kinds`` entry of the forwards this module recognises.
+SNAPSHOT_KIND = SNAPSHOT.name
 
 _STACK_RANGE = m.Call(
     func=m.Name("range"),
@@ -230,9 +231,23 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         line,
         aux_name=aux_name,
         capture_kinds=(SNAPSHOT_KIND,),
-        proxy_arg=ENTRY_PROXY_ARG,
+        proxy_arg=PROXY_ARG,
         proxy_param=proxy_param,
         collect_before=handoff + 1 + readers[0],
         ids_attr=ids_attrs[0],
         final_capture=bool(finals),
     )
+
+
+SHAPE = Shape(
+    name="snapshot",
+    description="snapshots at layer entry appended to a list, handed on with "
+    "`residual_batch.to_pp`",
+    kinds=(SNAPSHOT,),
+    claims=is_snapshot_forward,
+    analyse=analyse_forward,
+    rewrite=rewrite_forward,
+    glue=(COLLECT, HANDOFF),
+    layer_entry=True,
+    handoffs={PROXY_ARG: PROXY_TEXT},
+)

@@ -39,15 +39,18 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.edit.names import HANDOFF
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
 from codemods.upstream.edit.walk import findall
-from codemods.upstream.family.shapes.entry_packer import returned_handoff
+from codemods.upstream.family.layer_entry.packer import returned_handoff
 from codemods.upstream.family.syntax import NOT_LAST_RANK, code_of
 
 #: ``return residual_batch.to_pp(...)``: the handoff of these forwards.
 HANDOFF_FUNC = "to_pp"
-#: The relay helper the rewritten returns call.
-HANDOFF = "pp_aux_handoff"
+#: ``ForwardShape.proxy_arg`` of a forward that hands off this way, and how reports
+#: name that handoff.
+PROXY_ARG = "to_pp"
+PROXY_TEXT = "residual_batch.to_pp(...)"
 INDENT = 4
 
 

@@ -11,31 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from codemods.upstream.family import registry
 from codemods.upstream.family.plan import FamilyPlan
-from codemods.upstream.family.shapes.entry import (
-    ENTRY_DESCRIPTION,
-    ENTRY_HANDOFF,
-    ENTRY_KIND,
-    ENTRY_PROXY_ARG,
-    GATHERED_DESCRIPTION,
-    GATHERED_KIND,
-    SNAPSHOT_KIND,
-)
-from codemods.upstream.family.shapes.gated import GATED_DESCRIPTION, GATED_KIND
-from codemods.upstream.family.shapes.snapshot import SNAPSHOT_DESCRIPTION
-
-#: How each capture kind is described in tables.
-CAPTURE_KINDS = {
-    "loop-append": "appended in the layer loop",
-    "after-layer": "appended after the layer call, raw layer ids",
-    "layer-kwarg": "handed to the layer (`captured_last_layer_outputs`)",
-    "layer-flag": "layer flag `_is_layer_to_capture`",
-    "boundaries": "layer boundaries (`start_layer`, then `i + 1` after layer `i`)",
-    ENTRY_KIND: ENTRY_DESCRIPTION,
-    GATHERED_KIND: GATHERED_DESCRIPTION,
-    SNAPSHOT_KIND: SNAPSHOT_DESCRIPTION,
-    GATED_KIND: GATED_DESCRIPTION,
-}
 
 
 def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
@@ -53,7 +30,7 @@ def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
                 "capture_kinds": list(decision.capture_kinds),
                 "other_fixes": list(decision.fixes),
                 "stale_comments": list(decision.stale_comments),
-                "handoff": _handoff(decision.proxy_arg),
+                "handoff": registry.handoff(decision.proxy_arg),
                 "last_stage_captures_output": decision.final_capture,
                 "cases": [
                     {"class": outer, "stack": stack, "hooks": list(hooks)}
@@ -62,16 +39,6 @@ def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
             }
         )
     return records
-
-
-def _handoff(proxy_arg: str | None) -> str | None:
-    """How the forward hands its stage output on: ``PPProxyTensors({...})`` (a dict
-    literal), ``PPProxyTensors(name)`` or ``residual_batch.to_pp(...)``."""
-    if proxy_arg is None:
-        return None
-    if proxy_arg == ENTRY_PROXY_ARG:
-        return ENTRY_HANDOFF
-    return f"PPProxyTensors({'{...}' if proxy_arg == 'dict' else 'name'})"
 
 
 def _hook_names(qualified: tuple[str, ...]) -> str:
@@ -95,7 +62,7 @@ def markdown_table(plan: FamilyPlan, validated: dict[str, str] | None = None,
     for decision in sorted(plan.decisions.values(), key=lambda d: d.file):
         early = _hook_names(decision.early_return) if decision.early_return else "no"
         if decision.patched:
-            kinds = "; ".join(CAPTURE_KINDS.get(k, k) for k in decision.capture_kinds)
+            kinds = "; ".join(map(registry.describe, decision.capture_kinds))
             also = "".join(f"; also {fix}" for fix in decision.fixes)
             patched = f"yes ({kinds}; forward `{decision.forward}`{also})"
         else:

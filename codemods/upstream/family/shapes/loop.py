@@ -1,0 +1,577 @@
+"""The classic decoder-stack forward: it collects ``aux_hidden_states`` at the start of layer
+``i`` (or after it) for ``i in self.layers_to_capture`` (appended in the loop, or handed to
+the layer as ``captured_last_layer_outputs``), possibly under a stage-invariant condition,
+and returns ``PPProxyTensors({...})`` on non-last ranks.  :func:`analyse_forward` says how
+it captures (or why it is not recognised); it is the last shape of the registry, so it
+analyses every forward no other shape claims.
+
+Decoder-stack forward, before::
+
+        if not self.pp_group.is_last_rank:
+            return PPProxyTensors({"hidden_states": hidden_states, "residual": residual})
+        ...
+        if len(aux_hidden_states) == 0:
+
+after (non-last stages add their captures to the handoff; the last stage gathers them
+all, so it returns ``(hidden_states, aux_hidden_states)`` even when it owns none)::
+
+        if not self.pp_group.is_last_rank:
+            return PPProxyTensors(
+                {
+                    "hidden_states": hidden_states,
+                    "residual": residual,
+                    **pp_aux_outgoing(self, aux_hidden_states, pp_proxy_tensors),
+                }
+            )
+        ...
+        aux_hidden_states = pp_aux_collect(self, aux_hidden_states, pp_proxy_tensors)
+        if len(aux_hidden_states) == 0:
+
+A forward that captures only under a condition (DSpark targets capture after layer
+``i``, raw ids), before::
+
+        capture_aux = (
+            self.capture_aux_hidden_states
+            and self.pp_group.is_last_rank
+            and self.layers_to_capture is not None
+        )
+        ...
+            if capture_aux and i in self.layers_to_capture and hidden_states.shape[0] != 0:
+        ...
+        if not self.pp_group.is_last_rank:
+            return PPProxyTensors({"hidden_states": hidden_states, "residual": residual})
+        else:
+            ...
+            if capture_aux and len(aux) > 0:
+
+after (every stage captures; the handoff and the gathering run under the condition,
+which holds on every stage or on none)::
+
+        capture_aux = (
+            self.capture_aux_hidden_states and self.layers_to_capture is not None
+        )
+        ...
+        if not self.pp_group.is_last_rank:
+            aux_outgoing = {}
+            if capture_aux and hidden_states.shape[0] != 0:
+                aux_outgoing = pp_aux_outgoing(self, aux, pp_proxy_tensors)
+            return PPProxyTensors(
+                {
+                    "hidden_states": hidden_states,
+                    "residual": residual,
+                    **aux_outgoing,
+                }
+            )
+        else:
+            ...
+            if capture_aux and hidden_states.shape[0] != 0:
+                aux = pp_aux_collect(self, aux, pp_proxy_tensors)
+            if capture_aux and len(aux) > 0:
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import libcst as cst
+import libcst.matchers as m
+
+from codemods.upstream.edit.names import COLLECT, OUTGOING
+from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
+from codemods.upstream.edit.walk import findall
+from codemods.upstream.family.forward import (
+    CaptureKind,
+    FamilyRewriteError,
+    ForwardShape,
+    Shape,
+)
+from codemods.upstream.family.gate import every_stage, gate_of, last_stage_comments
+from codemods.upstream.family.syntax import (
+    _PP_GROUP,
+    CAPTURE_KWARG,
+    IDS_ATTR,
+    LAYER_FLAG,
+    OUTGOING_LOCAL,
+    SELF_IDS,
+    code_of,
+    conjuncts_of,
+    node_ids,
+    non_last_return_index,
+    proxy_return_of,
+)
+
+LOOP_APPEND = CaptureKind(
+    "loop-append", "appended in the layer loop", "layer-loop append", adds_stack_setter=True
+)
+AFTER_LAYER = CaptureKind(
+    "after-layer",
+    "appended after the layer call, raw layer ids",
+    "layer-loop append",
+    adds_stack_setter=True,
+)
+LAYER_KWARG = CaptureKind(
+    "layer-kwarg",
+    "handed to the layer (`captured_last_layer_outputs`)",
+    "list handed to layers",
+)
+LAYER_FLAG_KIND = CaptureKind(
+    "layer-flag", "layer flag `_is_layer_to_capture`", "list handed to layers"
+)
+BOUNDARIES = CaptureKind(
+    "boundaries",
+    "layer boundaries (`start_layer`, then `i + 1` after layer `i`)",
+    "layer boundaries",
+)
+
+#: Indentation of a method body and of a block directly inside it (black, 4 spaces).
+METHOD_INDENT = 8
+BLOCK_INDENT = 12
+
+
+def _ids_test(loop_var: str) -> m.BaseMatcherNode:
+    return m.Comparison(
+        left=m.Name(loop_var),
+        comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+    )
+
+
+_FLAG_TEST = m.Call(
+    func=m.Name("getattr"),
+    args=[m.Arg(m.Name()), m.Arg(m.SimpleString(f'"{LAYER_FLAG}"')), m.Arg(m.Name("False"))],
+) | m.Attribute(value=m.Name(), attr=m.Name(LAYER_FLAG))
+
+
+def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardShape:
+    """Classify a forward that reads the capture ids; ``problem`` says why it is not ours."""
+
+    def reject(problem: str, **known) -> ForwardShape:
+        return ForwardShape(class_name, line, problem=problem, **known)
+
+    if not isinstance(fn.body, cst.IndentedBlock):
+        return reject("forward has no block body")
+    body = list(fn.body.body)
+    proxy_param = next(
+        (p.name.value for p in fn.params.params if p.name.value == "pp_proxy_tensors"), None
+    )
+    if proxy_param is None:
+        return reject("forward takes no pp_proxy_tensors (model does not run under PP)")
+    handoff = non_last_return_index(body)
+    if handoff is None:
+        return reject("no `return PPProxyTensors(...)` under `if not ...is_last_rank`")
+    proxy_value = proxy_return_of(body[handoff]).value.args
+    if len(proxy_value) != 1:
+        return reject("PPProxyTensors(...) does not take one dict")
+    arg = proxy_value[0].value
+    if isinstance(arg, cst.Dict):
+        proxy_arg = "dict"
+        if any(not isinstance(el, cst.DictElement) for el in arg.elements) or any(
+            "\n" in code_of(el.key) + code_of(el.value) or "#" in code_of(el)
+            for el in arg.elements
+        ):
+            return reject("PPProxyTensors dict has multi-line entries or comments")
+    elif isinstance(arg, cst.Name):
+        proxy_arg = "name"
+    else:
+        return reject("PPProxyTensors(...) argument is neither a dict literal nor a name")
+
+    ids_attrs = sorted({node.attr.value for node in findall(fn, SELF_IDS)})
+    if len(ids_attrs) > 1:
+        return reject(f"reads capture ids from several attributes ({', '.join(ids_attrs)})")
+    ids_attr = ids_attrs[0] if ids_attrs else IDS_ATTR
+
+    kinds: list[str] = []
+    aux_names: set[str] = set()
+    accounted: list[cst.CSTNode] = []
+    gates: set[tuple[str, ...]] = set()
+    gate_assignments: set[int] = set()
+    for loop in findall(fn, m.For()):
+        loop_var = _layer_loop_var(loop)
+        if loop_var is None:
+            continue
+        for branch in findall(loop, m.If()):
+            conjuncts = conjuncts_of(branch.test)
+            by_id = [c for c in conjuncts if m.matches(c, _ids_test(loop_var))]
+            if not by_id:
+                continue
+            appended = findall(
+                branch.body,
+                m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))),
+            )
+            if not appended:
+                return reject(f"`if {loop_var} in self.{ids_attr}` block appends nothing")
+            found = gate_of(body, loop, [c for c in conjuncts if c is not by_id[0]])
+            if isinstance(found, str):
+                return reject(found)
+            gate, assignments = found
+            gates.add(gate)
+            gate_assignments.update(assignments)
+            accounted.extend(body[k] for k in assignments)
+            aux_names.update(call.func.value.value for call in appended)
+            # Either way the capture of id i is taken in iteration i, on the stage
+            # that owns layer i: before the layer runs (ids stored as layer + 1) or
+            # after it (raw layer ids).
+            kinds.append(
+                LOOP_APPEND.name if _before_layer_call(loop, branch) else AFTER_LAYER.name
+            )
+            accounted.append(branch.test)
+        boundary = _boundary_captures(body, loop, loop_var)
+        if boundary is not None:
+            names, tests = boundary
+            aux_names.update(names)
+            kinds.append(BOUNDARIES.name)
+            accounted.extend(tests)
+        for arg_node in findall(loop, m.Arg(keyword=m.Name(CAPTURE_KWARG))):
+            value = arg_node.value
+            if m.matches(
+                value,
+                m.IfExp(
+                    test=_ids_test(loop_var) | _FLAG_TEST,
+                    body=m.Name(),
+                    orelse=m.Name("None"),
+                ),
+            ):
+                aux_names.add(value.body.value)
+                by_id = m.matches(value.test, m.Comparison())
+                kinds.append(LAYER_KWARG.name if by_id else LAYER_FLAG_KIND.name)
+                accounted.append(value.test)
+            elif not m.matches(value, m.Name("None")):
+                return reject(f"unrecognised `{CAPTURE_KWARG}=` value: {code_of(value)}")
+    if not kinds:
+        tests = [
+            code_of(node.test)
+            for node in findall(fn, m.If())
+            if findall(node.test, SELF_IDS)
+        ]
+        where = f"; captures under `{' '.join(tests[0].split())}`" if tests else ""
+        return reject(f"no capture in iteration i of the layer loop (`i in self.{ids_attr}`){where}")
+    if len(aux_names) != 1:
+        return reject(f"captures go to several lists: {', '.join(sorted(aux_names))}")
+    aux_name = aux_names.pop()
+    if len(gates) > 1:
+        return reject("captures are taken under different conditions")
+    gate_parts = gates.pop() if gates else ()
+    gate_names = {part for part in gate_parts if part.isidentifier()}
+    init_index = _list_init_index(body[:handoff], aux_name, gate_names)
+    if init_index is None:
+        return reject(f"`{aux_name}` is not created as `[]` / an accumulator before the loop")
+    collect_in_else = None
+    gated_collect_before = None
+    if gate_parts:
+        if findall(fn, m.Name(OUTGOING_LOCAL)):
+            return reject(f"forward already uses the name `{OUTGOING_LOCAL}`")
+        # The gathering goes where the last stage first reads its captures.
+        placement = _first_reader(body, handoff, aux_name)
+        if placement is None:
+            return reject(f"the last stage never reads `{aux_name}`")
+        gated_collect_before, collect_in_else = placement
+
+    final_capture = False
+    collect_before: int | None = None
+    for reference in findall(fn, _SIZE_READ):
+        accounted.append(reference)  # emptiness / size checks read the same on every rank
+    accounted_ids: set[int] = set().union(*(node_ids(node) for node in accounted))
+    statement_ids = [node_ids(statement) for statement in body]
+    for reference in findall(fn, SELF_IDS):
+        if id(reference) in accounted_ids:
+            continue
+        statement_index = next(
+            (k for k, ids in enumerate(statement_ids) if id(reference) in ids), -1
+        )
+        owner = body[statement_index] if statement_index >= 0 else None
+        if statement_index == init_index:
+            continue  # e.g. AuxHiddenStatePacker(len(self.layers_to_capture))
+        if statement_index > handoff:
+            final_capture = True  # last stage only: captures the stage output
+            continue
+        if statement_index > init_index and m.matches(owner, _LAST_RANK_CAPTURE):
+            # Captures the stage output on the last rank before the handoff: the
+            # gathered captures of all stages must come first.
+            final_capture = True
+            if collect_before is None:
+                collect_before = statement_index
+            continue
+        snippet = code_of(owner).strip().splitlines()[0] if owner is not None else "?"
+        return reject(f"reads capture ids outside the recognised capture point: `{snippet}`")
+    if gate_parts and final_capture:
+        return reject("captures the stage output as well as under a condition")
+    return ForwardShape(
+        class_name,
+        line,
+        aux_name=aux_name,
+        capture_kinds=tuple(dict.fromkeys(kinds)),
+        proxy_arg=proxy_arg,
+        proxy_param=proxy_param,
+        final_capture=final_capture,
+        collect_before=gated_collect_before if gate_parts else collect_before,
+        ids_attr=ids_attr,
+        gate=" and ".join(gate_parts) or None,
+        gate_assignments=tuple(sorted(gate_assignments)),
+        collect_in_else=collect_in_else,
+        stale_comments=last_stage_comments(body, sorted(gate_assignments)),
+    )
+
+
+def _first_reader(body, handoff: int, aux_name: str) -> tuple[int | None, int | None] | None:
+    """Where the last stage first reads ``aux_name`` after the handoff: ``(top-level
+    index, None)``, or ``(None, index in the handoff's else block)``."""
+    reads = m.Name(aux_name)
+    branch = body[handoff]
+    if isinstance(branch.orelse, cst.Else):
+        for k, statement in enumerate(branch.orelse.body.body):
+            if findall(statement, reads):
+                return None, k
+    for k in range(handoff + 1, len(body)):
+        if findall(body[k], reads):
+            return k, None
+    return None
+
+
+_SIZE_READ = m.UnaryOperation(operator=m.Not(), expression=SELF_IDS) | m.Call(
+    func=m.Name("len"), args=[m.Arg(SELF_IDS)]
+)
+
+
+_LAST_RANK_CAPTURE = m.If(
+    test=m.BooleanOperation(
+        left=m.Attribute(value=_PP_GROUP, attr=m.Name("is_last_rank")),
+        operator=m.And(),
+        right=m.Comparison(
+            comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)]
+        ),
+    )
+)
+
+
+def _appended_names(node: cst.CSTNode) -> list[str]:
+    calls = findall(node, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))))
+    return [call.func.value.value for call in calls]
+
+
+def _boundary_captures(body, loop: cst.For, loop_var: str):
+    """Captures at layer boundaries: ``if self.start_layer in ids`` before a top-level
+    loop, and ``if i + 1 in ids`` after the layer call inside it (boundary ``i + 1`` is
+    the output of layer ``i``).  Returns (aux names, the tests) or ``None``."""
+    if loop not in body:
+        return None
+    start_test = m.Comparison(
+        left=m.Attribute(value=m.Name("self"), attr=m.Name("start_layer")),
+        comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+    )
+    after_test = m.Comparison(
+        left=m.BinaryOperation(left=m.Name(loop_var), operator=m.Add(), right=m.Integer("1")),
+        comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+    )
+    before = body[: body.index(loop)]
+    starts = [stmt for stmt in before if m.matches(stmt, m.If(test=start_test))]
+    afters = findall(loop, m.If(test=after_test))
+    if len(starts) != 1 or len(afters) != 1:
+        return None
+    names = _appended_names(starts[0]) + _appended_names(afters[0])
+    if not names or _before_layer_call(loop, afters[0]):
+        return None
+    return names, [starts[0].test, afters[0].test]
+
+
+def _layer_loop_var(loop: cst.For) -> str | None:
+    """The global layer index of a layer loop: ``for i in range(...)``, or
+    ``for i, layer in enumerate(...)`` whose body starts with ``i = i + self.start_layer``."""
+    if m.matches(loop, m.For(target=m.Name(), iter=m.Call(func=m.Name("range")))):
+        return loop.target.value
+    if not m.matches(
+        loop,
+        m.For(
+            target=m.Tuple(elements=[m.Element(m.Name()), m.Element(m.Name())]),
+            iter=m.Call(func=m.Name("enumerate")),
+        ),
+    ):
+        return None
+    name = loop.target.elements[0].value.value
+    offset = m.BinaryOperation(
+        left=m.Name(name),
+        operator=m.Add(),
+        right=m.Attribute(value=m.Name("self"), attr=m.Name("start_layer")),
+    )
+    first = loop.body.body[0] if loop.body.body else None
+    if m.matches(
+        first,
+        m.SimpleStatementLine(
+            body=[m.Assign(targets=[m.AssignTarget(target=m.Name(name))], value=offset)]
+        ),
+    ):
+        return name
+    return None
+
+
+def _list_init_index(
+    body: list[cst.BaseStatement], name: str, gate_names: set[str] = frozenset()
+) -> int | None:
+    """Index of the top-level ``name = []`` (or ``name: T = []``, or an accumulator
+    call), possibly inside ``if <gate name>:``."""
+    value = m.List(elements=[]) | m.Call(func=m.Name())
+    pattern = m.SimpleStatementLine(
+        body=[
+            m.Assign(targets=[m.AssignTarget(target=m.Name(name))], value=value)
+            | m.AnnAssign(target=m.Name(name), value=value)
+        ]
+    )
+    gated = m.If(
+        test=m.Name(value=m.MatchIfTrue(lambda v: v in gate_names)),
+        body=m.IndentedBlock(body=[pattern]),
+        orelse=None,
+    )
+    for index, statement in enumerate(body):
+        if m.matches(statement, pattern) or m.matches(statement, gated):
+            return index
+    return None
+
+
+def _before_layer_call(loop: cst.For, branch: cst.If) -> bool:
+    """``branch`` runs before anything in its block assigns ``hidden_states``."""
+    for block in findall(loop, m.IndentedBlock()):
+        statements = list(block.body)
+        if branch not in statements:
+            continue
+        for statement in statements[: statements.index(branch)]:
+            if findall(statement, m.AssignTarget(target=m.Name("hidden_states"))) or findall(
+                statement,
+                m.AssignTarget(
+                    target=m.Tuple(
+                        elements=[m.Element(m.Name("hidden_states")), m.ZeroOrMore()]
+                    )
+                ),
+            ):
+                return False
+        return True
+    return False
+
+
+def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
+    """Add this stage's captures to the handoff; gather all of them on the last stage."""
+    body = list(fn.body.body)
+    index = non_last_return_index(body)
+    if index is None or shape.aux_name is None or shape.proxy_param is None:
+        raise FamilyRewriteError(f"{shape.class_name}.forward has no PP handoff")
+    for position in shape.gate_assignments:
+        body[position] = every_stage(body[position])
+    extra = ("boundaries=True",) if BOUNDARIES.name in shape.capture_kinds else ()
+    outgoing = Call(OUTGOING, ("self", shape.aux_name, shape.proxy_param, *extra))
+    handoff: cst.If = body[index]
+    handoff_body = list(handoff.body.body)
+    returned = proxy_return_of(handoff)
+    argument = returned.value.args[0].value
+    block_pad = " " * BLOCK_INDENT
+    if shape.gate is not None:
+        if isinstance(argument, cst.Dict):
+            lines = [f"{block_pad}{OUTGOING_LOCAL} = {{}}", f"{block_pad}if {shape.gate}:"]
+            lines += render_call(block_pad + "    ", f"{OUTGOING_LOCAL} = ", outgoing)
+            added = parse_statements(lines_to_text(lines), block_pad)
+            entry = [f"{block_pad}{' ' * 8}**{OUTGOING_LOCAL},"]
+            replaced = parse_statements(_proxy_return_text(argument, entry), block_pad)[0]
+        else:
+            update = Call(f"{code_of(argument)}.update", (outgoing,))
+            lines = [f"{block_pad}if {shape.gate}:"]
+            lines += render_call(block_pad + "    ", "", update)
+            added = parse_statements(lines_to_text(lines), block_pad)
+            replaced = handoff_body[-1]
+        # The new statements take the blank lines before the return; comments stay
+        # with the return they describe.
+        blank, comments = _split_leading(handoff_body[-1].leading_lines)
+        added[0] = added[0].with_changes(leading_lines=blank)
+        handoff_body[-1:] = [*added, replaced.with_changes(leading_lines=comments)]
+    elif isinstance(argument, cst.Dict):
+        entry = render_call(block_pad + " " * 8, "**", outgoing, ",")
+        replaced = parse_statements(_proxy_return_text(argument, entry), block_pad)[0]
+        handoff_body[-1] = replaced.with_changes(leading_lines=handoff_body[-1].leading_lines)
+    else:
+        update = Call(f"{code_of(argument)}.update", (outgoing,))
+        update_text = lines_to_text(render_call(block_pad, "", update))
+        (statement,) = parse_statements(update_text, block_pad)
+        # The new statement takes the blank lines / comments that preceded the return.
+        handoff_body.insert(
+            len(handoff_body) - 1,
+            statement.with_changes(leading_lines=handoff_body[-1].leading_lines),
+        )
+        handoff_body[-1] = handoff_body[-1].with_changes(leading_lines=[])
+    handoff = handoff.with_changes(body=handoff.body.with_changes(body=handoff_body))
+    collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, *extra))
+    if shape.collect_in_else is not None:
+        if not isinstance(handoff.orelse, cst.Else):
+            raise FamilyRewriteError(f"{shape.class_name}.forward handoff has no else block")
+        block = list(handoff.orelse.body.body)
+        _insert_collect(block, shape.collect_in_else, BLOCK_INDENT, shape, collect)
+        orelse = handoff.orelse.with_changes(body=handoff.orelse.body.with_changes(body=block))
+        body[index] = handoff.with_changes(orelse=orelse)
+        return fn.with_changes(body=fn.body.with_changes(body=body))
+    body[index] = handoff
+
+    position = shape.collect_before if shape.collect_before is not None else index + 1
+    if position >= len(body):
+        raise FamilyRewriteError(f"{shape.class_name}.forward ends at the PP handoff")
+    _insert_collect(body, position, METHOD_INDENT, shape, collect)
+    return fn.with_changes(body=fn.body.with_changes(body=body))
+
+
+def _insert_collect(
+    block: list, position: int, indent: int, shape: ForwardShape, collect: Call
+) -> None:
+    """Insert ``aux = pp_aux_collect(...)`` (under the gate, if any) before
+    ``block[position]``, taking over its blank lines."""
+    pad = " " * indent
+    target = f"{shape.aux_name} = "
+    following = block[position]
+    if shape.gate is not None and _tests_exactly(following, shape.gate):
+        # ``if <gate>: ... return ..., aux``: gather first thing inside that block.
+        inner = list(following.body.body)
+        _insert_collect(inner, 0, indent + 4, replace(shape, gate=None), collect)
+        block[position] = following.with_changes(body=following.body.with_changes(body=inner))
+        return
+    if shape.gate is None:
+        lines = render_call(pad, target, collect)
+    else:
+        lines = [f"{pad}if {shape.gate}:", *render_call(pad + "    ", target, collect)]
+    (statement,) = parse_statements(lines_to_text(lines), pad)
+    blank, comments = _split_leading(following.leading_lines)
+    block.insert(position, statement.with_changes(leading_lines=blank))
+    block[position + 1] = following.with_changes(leading_lines=comments)
+
+
+def _tests_exactly(statement: cst.CSTNode, condition: str) -> bool:
+    return (
+        isinstance(statement, cst.If)
+        and isinstance(statement.body, cst.IndentedBlock)
+        and " ".join(code_of(statement.test).split()) == condition
+    )
+
+
+def _proxy_return_text(argument: cst.Dict, entry: list[str]) -> str:
+    """``return PPProxyTensors({...})`` with the outgoing-captures ``entry`` lines spliced
+    in, laid out as black lays out a dict that no longer fits on one line (one entry per
+    line)."""
+    pad = " " * BLOCK_INDENT
+    entry_pad = pad + " " * 8
+    lines = [f"{pad}return PPProxyTensors(", f"{pad}    {{"]
+    for element in argument.elements:
+        lines.append(f"{entry_pad}{code_of(element.key)}: {code_of(element.value)},")
+    lines += entry
+    lines += [f"{pad}    }}", f"{pad})"]
+    return lines_to_text(lines)
+
+
+def _split_leading(lines) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
+    lines = list(lines)
+    split = 0
+    while split < len(lines) and lines[split].comment is None:
+        split += 1
+    return lines[:split], lines[split:]
+
+
+SHAPE = Shape(
+    name="loop",
+    description="captures in the layer loop, handed on in `PPProxyTensors({...})`",
+    kinds=(LOOP_APPEND, AFTER_LAYER, LAYER_KWARG, LAYER_FLAG_KIND, BOUNDARIES),
+    claims=lambda fn: True,
+    analyse=analyse_forward,
+    rewrite=rewrite_forward,
+    glue=(COLLECT, OUTGOING),
+    handoffs={"dict": "PPProxyTensors({...})", "name": "PPProxyTensors(name)"},
+)
