@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from codemods.upstream.edit.parsing import parse_once
 from codemods.upstream.edit.patchfile import FileChange, changed_paths, render_patch
 from codemods.upstream.family.patch import (
     GLUE_MODULE,
@@ -124,7 +125,12 @@ def generate(root: str | Path, models: list[str] | None = None,
     a package tree's patch leaves them out (a note says so).  ``tests_dir``: also write
     them to that folder (created if needed), whatever the tree.
     """
-    tree = detect_tree(root)
+    with parse_once():
+        return _generate(detect_tree(root), models, tests_dir)
+
+
+def _generate(tree: SGLangTree, models: list[str] | None,
+              tests_dir: str | Path | None) -> UpstreamResult:
     wanted = None if models is None else list(dict.fromkeys(models))
     with_kimi = wanted is None or KIMI_NAME in wanted
     with_k3 = wanted is None or K3_NAME in wanted

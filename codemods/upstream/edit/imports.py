@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from codemods.upstream.edit.pyformat import parse_statements, render_from_import
+from codemods.upstream.edit.walk import code_of
 
 
 def _import_from(statement: cst.CSTNode) -> cst.ImportFrom | None:
@@ -33,7 +34,7 @@ def _is_import(statement: cst.CSTNode) -> bool:
 
 
 def module_name(node: cst.ImportFrom) -> str:
-    return cst.Module([]).code_for_node(node.module)  # type: ignore[arg-type]
+    return code_of(node.module)  # type: ignore[arg-type]
 
 
 def imported_names(module: cst.Module, from_module: str) -> set[str]:

@@ -49,6 +49,8 @@ import dataclasses
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.edit.parsing import source_text
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family import registry
 from codemods.upstream.family.forward import ForwardShape
 from codemods.upstream.family.survey import ModuleShapes
@@ -69,7 +71,7 @@ def method_of(shape: ForwardShape) -> str:
 
 def _delegate(forward: cst.FunctionDef) -> str | None:
     """``name`` when every ``return`` of ``forward`` returns ``self.<name>(...)`` (one name)."""
-    returns = m.findall(forward, m.Return())
+    returns = findall(forward, m.Return())
     names = {
         ret.value.func.attr.value
         for ret in returns
@@ -122,7 +124,7 @@ class _SlotAsAppend(cst.CSTTransformer):
 
 def _line_of(module: cst.Module, class_name: str, method: str) -> int:
     in_class = False
-    for number, text in enumerate(module.code.splitlines(), start=1):
+    for number, text in enumerate(source_text(module).splitlines(), start=1):
         if text.startswith("class "):
             in_class = text[6:].startswith((class_name + "(", class_name + ":"))
         elif in_class and text.lstrip().startswith(f"def {method}("):
@@ -146,7 +148,7 @@ def delegated_forwards(module: cst.Module, shapes: ModuleShapes) -> ModuleShapes
         forward = methods.get("forward")
         name = _delegate(forward) if forward is not None else None
         target = methods.get(name) if name else None
-        if target is None or not m.findall(target, SELF_IDS):
+        if target is None or not findall(target, SELF_IDS):
             continue
         class_name = statement.name.value
         view = target.visit(_SlotAsAppend())

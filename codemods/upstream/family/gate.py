@@ -29,6 +29,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.edit.pyformat import LINE_LENGTH, lines_to_text, parse_statements
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.forward import FamilyRewriteError
 from codemods.upstream.family.syntax import LAST_RANK, code_of, conjuncts_of
 
@@ -81,7 +82,7 @@ def gate_of(body, loop: cst.For, conditions) -> tuple[tuple[str, ...], list[int]
 
 
 def _loops_in(statement: cst.CSTNode) -> list[cst.CSTNode]:
-    return [statement, *m.findall(statement, m.For())]
+    return [statement, *findall(statement, m.For())]
 
 
 _LAST_STAGE_WORDS = re.compile(
@@ -113,7 +114,7 @@ def _single_assignment(body, name: str) -> int | None:
     )
     found = [k for k, statement in enumerate(body) if m.matches(statement, pattern)]
     every = sum(
-        len(m.findall(statement, m.AssignTarget(target=target) | m.AnnAssign(target=target)))
+        len(findall(statement, m.AssignTarget(target=target) | m.AnnAssign(target=target)))
         for statement in body
     )
     if len(found) != 1 or every != 1:

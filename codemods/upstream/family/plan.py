@@ -19,6 +19,7 @@ id, as the layer loop appends them), same capture point.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -27,6 +28,9 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.catalog.pp_raise import UPSTREAM_REWRITES
+from codemods.upstream.edit.forked import forked_map
+from codemods.upstream.edit.parsing import module_code, parse_text
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family import registry
 from codemods.upstream.family.delegated import delegated_forwards
 from codemods.upstream.family.forward import ForwardShape
@@ -40,7 +44,9 @@ from codemods.upstream.family.syntax import IDS_ATTR, code_of
 
 MODELS_PACKAGE = "sglang.srt.models"
 #: Text every file with a capture hook or a capture forward contains.
-_PREFILTER = ("_layers_to_capture", "_is_layer_to_capture")
+#: ``def set_<method>_layers_to_capture(``: the capture hooks the plan is about (the same
+#: names as ``HOOK_NAME_PATTERN``).
+_HOOK_DEF = re.compile(rb"\bdef\s+set_[a-z0-9_]+_layers_to_capture\s*\(")
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,8 @@ class FamilyPlan:
     #: file -> causal-LM forwards that unpack the stack output on every rank
     stage_fixes: dict[str, list[StageOutputFix]] = field(default_factory=dict)
     modules: dict[str, cst.Module] = field(default_factory=dict, repr=False)
+    _rewritten: dict[str, str] | None = field(default=None, init=False, repr=False,
+                                              compare=False)
 
     @property
     def patched(self) -> list[str]:
@@ -141,19 +149,28 @@ class FamilyPlan:
         )
 
     def rewritten(self) -> dict[str, str]:
-        """``file -> new text`` for every file the patch touches."""
-        result = {}
-        for file in self.touched_files:
-            module = self.modules[file]
-            updated = rewrite_module(
-                module,
-                self.setter_edits.get(file, []),
-                self.forward_edits.get(file, []),
-                self.stack_setters.get(file, []),
-                self.stage_fixes.get(file, []),
-            )
-            result[file] = updated.code
-        return result
+        """``file -> new text`` for every file the patch touches (computed once)."""
+        if self._rewritten is None:
+            self._rewritten = self._rewrite()
+        return dict(self._rewritten)
+
+    def _rewrite(self) -> dict[str, str]:
+        # The files are independent: the rewrite of some runs in a second process.
+        files = self.touched_files
+        texts = forked_map(self._rewrite_file, files,
+                           weight=lambda file: len(self.modules[file].body))
+        return dict(zip(files, texts, strict=True))
+
+    def _rewrite_file(self, file: str) -> str:
+        module = self.modules[file]
+        updated = rewrite_module(
+            module,
+            self.setter_edits.get(file, []),
+            self.forward_edits.get(file, []),
+            self.stack_setters.get(file, []),
+            self.stage_fixes.get(file, []),
+        )
+        return module_code(module, updated)
 
     def fixes_only(self) -> dict[str, str]:
         """``file -> text`` with only the separate fixes applied (missing stack setters,
@@ -161,14 +178,15 @@ class FamilyPlan:
         them: the state between a fix's own patch and the capture patch of its file."""
         result = {}
         for file in sorted(set(self.stack_setters) | set(self.stage_fixes)):
+            module = self.modules[file]
             updated = rewrite_module(
-                self.modules[file],
+                module,
                 [],
                 [],
                 self.stack_setters.get(file, []),
                 self.stage_fixes.get(file, []),
             )
-            result[file] = updated.code
+            result[file] = module_code(module, updated)
         return result
 
 
@@ -187,22 +205,28 @@ class _Corpus:
             path = self.models_dir / file
             if file in self.errors or not path.is_file():
                 return None
+            data = path.read_bytes()
             try:
-                module = cst.parse_module(path.read_bytes())
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            try:
+                # Shared with the Kimi rewriters within one generate run.
+                module = cst.parse_module(data) if text is None else parse_text(text)
             except cst.ParserSyntaxError as error:
                 self.errors[file] = f"cannot parse: line {error.raw_line}: {error.message}"
                 return None
             self.modules[file] = module
-            self.shapes[file] = delegated_forwards(module, analyse(module))
+            shapes = analyse(module, module.code if text is None else text)
+            self.shapes[file] = delegated_forwards(module, shapes)
         return self.shapes[file]
 
 
 def candidate_files(models_dir: Path) -> list[str]:
-    """Model files that mention capture ids at all (cheap text filter)."""
+    """Model files that define a capture hook (a byte-level filter: only these are parsed;
+    files they build on are parsed when a decision needs them)."""
     return sorted(
-        path.name
-        for path in models_dir.glob("*.py")
-        if any(word in path.read_text(encoding="utf-8", errors="replace") for word in _PREFILTER)
+        path.name for path in models_dir.glob("*.py") if _HOOK_DEF.search(path.read_bytes())
     )
 
 
@@ -311,7 +335,7 @@ def _decide_setters(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: Fami
         outer = _class_node(corpus.modules[file], setter.class_name)
         unpacked = unpacks_stack_output(outer, setter.receiver) if outer else None
         if unpacked is not None:
-            if m.findall(outer, m.Name(STAGE_OUTPUT)):
+            if findall(outer, m.Name(STAGE_OUTPUT)):
                 return keep(
                     f"{setter.class_name}.forward does `{unpacked}` with capture off, "
                     f"which fails on non-last PP ranks (PPProxyTensors)"
@@ -512,7 +536,7 @@ def _asks_hasattr(module: cst.Module, setter: SetterShape, method: str) -> bool:
         args=[m.Arg(), m.Arg(m.SimpleString(f'"{method}"') | m.SimpleString(f"'{method}'"))],
     )
     return bool(hooks) and any(
-        code_of(call.args[0].value) == setter.receiver for call in m.findall(hooks[-1], test)
+        code_of(call.args[0].value) == setter.receiver for call in findall(hooks[-1], test)
     )
 
 

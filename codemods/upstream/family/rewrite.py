@@ -98,6 +98,19 @@ def rewrite_module(
     return add_from_import(updated, GLUE_MODULE, names) if names else updated
 
 
+#: The nodes that can contain statements (and so a class or a method to rewrite).
+_HOLDS_STATEMENTS = (
+    cst.Module,
+    cst.IndentedBlock,
+    cst.BaseCompoundStatement,
+    cst.Else,
+    cst.ExceptHandler,
+    cst.ExceptStarHandler,
+    cst.Finally,
+    cst.MatchCase,
+)
+
+
 class _FamilyTransformer(cst.CSTTransformer):
     def __init__(
         self,
@@ -122,6 +135,13 @@ class _FamilyTransformer(cst.CSTTransformer):
         self._classes: list[str] = []
         self._effective: dict[str, cst.FunctionDef] = {}
         self._depth = 0
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # Only what can hold statements is walked: every other node stays the object it
+        # was, so the unchanged text is kept as it is (``module_code``).
+        if not isinstance(node, _HOLDS_STATEMENTS):
+            return False
+        return super().on_visit(node)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         self._classes.append(node.name.value)

@@ -14,6 +14,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.catalog.hooks import HOOK_NAME_PATTERN
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.syntax import (
     IDS_ATTR,
     _inside_nested_def,
@@ -61,7 +62,7 @@ def pp_raise_of(fn: cst.FunctionDef) -> str | None:
     if not isinstance(fn.body, cst.IndentedBlock):
         return None
     for statement in fn.body.body:
-        if m.findall(statement, m.AssignTarget(target=_IDS_TARGET)):
+        if findall(statement, m.AssignTarget(target=_IDS_TARGET)):
             return None
         if not isinstance(statement, cst.If) or statement.orelse is not None:
             continue
@@ -84,7 +85,7 @@ def _setter_shape(class_name: str, fn: cst.FunctionDef, line: int) -> SetterShap
     receivers = _receivers(fn)
     flags = tuple(
         assign.targets[0].target.attr.value
-        for assign in m.findall(
+        for assign in findall(
             fn,
             m.Assign(
                 targets=[m.AssignTarget(target=m.Attribute(value=m.Name("self")))],
@@ -93,14 +94,14 @@ def _setter_shape(class_name: str, fn: cst.FunctionDef, line: int) -> SetterShap
         )
     )
     problem = None
-    returns = [node for node in m.findall(fn.body, m.Return()) if not _inside_nested_def(fn, node)]
+    returns = [node for node in findall(fn.body, m.Return()) if not _inside_nested_def(fn, node)]
     if len(returns) > 1:
         problem = "hook returns before its end in more than one place"
     elif not receivers:
         problem = "hook does not store the capture ids on a submodule"
     elif len(receivers) > 1:
         problem = f"hook stores capture ids on several submodules ({', '.join(receivers)})"
-    elif m.findall(fn, m.Yield()):
+    elif findall(fn, m.Yield()):
         problem = "hook is a generator"
     receiver = receivers[0] if len(receivers) == 1 else None
     ids_attrs = _ids_attrs(fn)
@@ -109,7 +110,7 @@ def _setter_shape(class_name: str, fn: cst.FunctionDef, line: int) -> SetterShap
     calls = tuple(
         dict.fromkeys(
             call.func.attr.value
-            for call in m.findall(fn, m.Call(func=m.Attribute(attr=m.Name())))
+            for call in findall(fn, m.Call(func=m.Attribute(attr=m.Name())))
             if receiver is not None
             and code_of(call.func.value) == receiver
             and HOOK_NAME_PATTERN.match(call.func.attr.value)
@@ -145,16 +146,16 @@ def _ids_attrs(fn: cst.FunctionDef) -> list[str]:
     return list(
         dict.fromkeys(
             target.target.attr.value
-            for target in m.findall(fn, m.AssignTarget(target=_IDS_TARGET))
+            for target in findall(fn, m.AssignTarget(target=_IDS_TARGET))
         )
     )
 
 
 def _receivers(fn: cst.FunctionDef) -> list[str]:
     found: list[str] = []
-    for target in m.findall(fn, m.AssignTarget(target=_IDS_TARGET)):
+    for target in findall(fn, m.AssignTarget(target=_IDS_TARGET)):
         found.append(code_of(target.target.value))
-    for call in m.findall(
+    for call in findall(
         fn,
         m.Call(
             func=m.Attribute(

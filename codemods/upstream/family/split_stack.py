@@ -24,6 +24,7 @@ import dataclasses
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.setter import SetterShape
 from codemods.upstream.family.setter import _setter_shape as setter_shape
 from codemods.upstream.family.survey import ModuleShapes
@@ -54,7 +55,7 @@ def _runs_under_pp(cls: cst.ClassDef) -> bool:
         return False
     takes_proxy = any(p.name.value == "pp_proxy_tensors" for p in forward.params.params)
     reads_group = bool(
-        m.findall(cls, m.Attribute(value=m.Name("self"), attr=m.Name("pp_group")))
+        findall(cls, m.Attribute(value=m.Name("self"), attr=m.Name("pp_group")))
     )
     return takes_proxy and reads_group
 
@@ -70,7 +71,7 @@ def split_stack_setters(module: cst.Module, shapes: ModuleShapes) -> list[Setter
         hook = _method(cls, setter.hook) if cls is not None else None
         if hook is None or not _runs_under_pp(cls):
             return []
-        if m.findall(hook, m.Return()):
+        if findall(hook, m.Return()):
             return []
         shape = _shape_without_early_return(setter, hook)
         if shape.problem or shape.receiver is None:
@@ -91,7 +92,7 @@ def sibling_setters(module: cst.Module, shapes: ModuleShapes,
             continue
         cls = _class(module, setter.class_name)
         hook = _method(cls, setter.hook) if cls is not None else None
-        if hook is None or m.findall(hook, m.Return()):
+        if hook is None or findall(hook, m.Return()):
             continue
         shape = _shape_without_early_return(setter, hook, groups[setter.class_name])
         if shape.problem is None and shape.receiver is not None:

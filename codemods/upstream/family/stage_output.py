@@ -31,6 +31,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.edit.pyformat import parse_statements
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.forward import FamilyRewriteError
 from codemods.upstream.family.repairs import StageOutputFix
 from codemods.upstream.family.syntax import CAPTURE_FLAG, NOT_LAST_RANK, code_of, node_ids
@@ -66,14 +67,14 @@ def _is_stack_call(value: cst.BaseExpression, receiver: str) -> bool:
 def _binding_names(statement: cst.CSTNode, receiver: str) -> set[str]:
     """Names bound to the stack's output (``name = <receiver>(...)``) in ``statement``."""
     names = set()
-    for assign in m.findall(statement, m.Assign(targets=[m.AssignTarget(m.Name())])):
+    for assign in findall(statement, m.Assign(targets=[m.AssignTarget(m.Name())])):
         if _is_stack_call(assign.value, receiver):
             names.add(assign.targets[0].target.value)
     return names
 
 
 def _unpacks(statement: cst.CSTNode, name: str) -> list[cst.Assign]:
-    return m.findall(
+    return findall(
         statement, m.Assign(targets=[m.AssignTarget(m.Tuple())], value=m.Name(name))
     )
 
@@ -84,7 +85,7 @@ def _guarded(body: list[cst.BaseStatement]) -> set[int]:
     stages)."""
     guarded: set[int] = set()
     for statement in body:
-        for branch in m.findall(statement, m.If()):
+        for branch in findall(statement, m.If()):
             test = code_of(branch.test)
             if CAPTURE_FLAG in test or "is_last_rank" in test:
                 guarded |= node_ids(branch.body)

@@ -27,6 +27,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.catalog.hooks import HOOK_NAME_PATTERN
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family import registry
 from codemods.upstream.family.forward import ForwardShape
 from codemods.upstream.family.setter import SetterShape, _setter_shape
@@ -63,9 +64,10 @@ class ModuleShapes:
     imports: dict[str, tuple[str, str]]
 
 
-def analyse(module: cst.Module) -> ModuleShapes:
-    """Find the capture hooks, capture forwards and class wiring of one module."""
-    positions = _LineFinder(module)
+def analyse(module: cst.Module, source: str | None = None) -> ModuleShapes:
+    """Find the capture hooks, capture forwards and class wiring of one module; ``source``:
+    its text, when at hand (else it is generated from ``module``)."""
+    positions = _LineFinder(module.code if source is None else source)
     setters: list[SetterShape] = []
     forwards: list[ForwardShape] = []
     classes: dict[str, ClassInfo] = {}
@@ -85,8 +87,8 @@ class _LineFinder:
     Cheaper than LibCST position metadata on multi-thousand-line model files.
     """
 
-    def __init__(self, module: cst.Module) -> None:
-        self._lines = module.code.splitlines()
+    def __init__(self, source: str) -> None:
+        self._lines = source.splitlines()
 
     def class_text(self, class_name: str) -> str:
         start = None
@@ -168,7 +170,7 @@ def _submodules(cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> dict[
     factories: dict[str, str] = {}
     for name in _self_calls(init):
         if name in methods and name != "__init__":
-            for ret in m.findall(methods[name], m.Return(value=m.Call(func=m.Name()))):
+            for ret in findall(methods[name], m.Return(value=m.Call(func=m.Name()))):
                 factories[name] = ret.value.func.value
     class_attributes: dict[str, str] = {}
     for statement in cls.body.body:
@@ -189,7 +191,7 @@ def _submodules(cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> dict[
         targets=[m.AssignTarget(target=m.Attribute(value=m.Name("self"), attr=m.Name()))],
         value=m.Call(),
     )
-    for assign in m.findall(init, pattern):
+    for assign in findall(init, pattern):
         attr = assign.targets[0].target.attr.value
         func = assign.value.func
         target = None
@@ -215,7 +217,7 @@ def _pp_assert(init: cst.FunctionDef | None) -> str | None:
     """``assert <one PP stage>`` in a constructor: the model refuses PP outright."""
     if init is None:
         return None
-    for node in m.findall(init, m.Assert()):
+    for node in findall(init, m.Assert()):
         test = " ".join(code_of(node.test).split())
         if _SINGLE_STAGE.search(test):
             return f"assert {test}"
@@ -223,15 +225,15 @@ def _pp_assert(init: cst.FunctionDef | None) -> str | None:
 
 
 def _self_calls(fn: cst.FunctionDef) -> set[str]:
-    calls = m.findall(fn, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name())))
+    calls = findall(fn, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name())))
     return {call.func.attr.value for call in calls}
 
 
 def _mentions_capture(fn: cst.FunctionDef) -> bool:
     return bool(
-        m.findall(fn, SELF_IDS)
-        or m.findall(fn, m.SimpleString(value=f'"{LAYER_FLAG}"'))
-        or m.findall(fn, m.Attribute(attr=m.Name(LAYER_FLAG)))
+        findall(fn, SELF_IDS)
+        or findall(fn, m.SimpleString(value=f'"{LAYER_FLAG}"'))
+        or findall(fn, m.Attribute(attr=m.Name(LAYER_FLAG)))
     )
 
 
@@ -247,7 +249,7 @@ def stack_unpacks(cls: cst.ClassDef, receiver: str) -> list[cst.SimpleStatementL
 def forward_stack_unpacks(forward: cst.FunctionDef, receiver: str) -> list:
     """:func:`stack_unpacks` of one ``forward``."""
     guarded: set[int] = set()
-    for branch in m.findall(forward, m.If()):
+    for branch in findall(forward, m.If()):
         test = code_of(branch.test)
         if CAPTURE_FLAG in test or "is_last_rank" in test:
             guarded |= node_ids(branch.body)
@@ -255,7 +257,7 @@ def forward_stack_unpacks(forward: cst.FunctionDef, receiver: str) -> list:
         body=[m.Assign(targets=[m.AssignTarget(target=m.Tuple())], value=m.Call())]
     )
     found = []
-    for statement in m.findall(forward, pattern):
+    for statement in findall(forward, pattern):
         call = statement.body[0].value
         language_model = any(
             arg.keyword is not None

@@ -10,6 +10,9 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.edit.walk import code_of as code_of  # re-exported: the family reads it here
+from codemods.upstream.edit.walk import findall
+
 CAPTURE_KWARG = "captured_last_layer_outputs"
 
 
@@ -50,10 +53,6 @@ def is_ids_attr(name: str) -> bool:
 SELF_IDS = m.Attribute(value=m.Name("self"), attr=m.Name(value=m.MatchIfTrue(is_ids_attr)))
 
 
-def code_of(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
-
-
 def _methods(cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
     return {
         node.name.value: node for node in cls.body.body if isinstance(node, cst.FunctionDef)
@@ -82,7 +81,7 @@ def early_return_of(fn: cst.FunctionDef) -> cst.If | None:
 
 def _inside_nested_def(fn: cst.FunctionDef, node: cst.CSTNode) -> bool:
     return any(
-        id(node) in node_ids(inner) for inner in m.findall(fn.body, m.FunctionDef() | m.Lambda())
+        id(node) in node_ids(inner) for inner in findall(fn.body, m.FunctionDef() | m.Lambda())
     )
 
 

@@ -63,7 +63,9 @@ import libcst.matchers as m
 
 from codemods.upstream.edit.imports import add_from_import
 from codemods.upstream.edit.names import ATTACH, GLUE_MODULE, PP_ERROR, RELAY_ATTR, RELAY_CLASS
+from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.kimi.relay import insert_relay, relay_code
 
 MODULE = "sglang.srt.models.kimi_linear"
@@ -98,7 +100,7 @@ def code(node: cst.CSTNode) -> str:
 
 def _strings_in(node: cst.CSTNode) -> list[str]:
     out = []
-    for found in m.findall(node, m.SimpleString()):
+    for found in findall(node, m.SimpleString()):
         assert isinstance(found, cst.SimpleString)
         value = found.evaluated_value
         out.append(value if isinstance(value, str) else value.decode("latin-1"))
@@ -106,7 +108,7 @@ def _strings_in(node: cst.CSTNode) -> list[str]:
 
 
 def _mentions_attr(node: cst.CSTNode, attr: str) -> bool:
-    return bool(m.findall(node, m.Attribute(attr=m.Name(attr))))
+    return bool(findall(node, m.Attribute(attr=m.Name(attr))))
 
 
 def _methods(cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
@@ -121,7 +123,7 @@ def _body(func: cst.FunctionDef) -> Sequence[cst.BaseStatement]:
 
 
 def _raises(block: cst.BaseSuite, exc: str) -> bool:
-    return bool(m.findall(block, m.Raise(exc=m.Call(func=m.Name(exc)) | m.Name(exc))))
+    return bool(findall(block, m.Raise(exc=m.Call(func=m.Name(exc)) | m.Name(exc))))
 
 
 def _assign_target_attr(stmt: cst.CSTNode, attr: str) -> cst.Attribute | None:
@@ -142,7 +144,7 @@ def _assign_target_attr(stmt: cst.CSTNode, attr: str) -> cst.Attribute | None:
 
 def _function_locals(func: cst.FunctionDef) -> set[str]:
     names = {p.name.value for p in func.params.params}
-    for found in m.findall(func, m.Name()):
+    for found in findall(func, m.Name()):
         assert isinstance(found, cst.Name)
         names.add(found.value)
     return names
@@ -226,7 +228,7 @@ def _find_setter(module: cst.Module, missing: list[str]) -> SetterShape | None:
             if not isinstance(stmt, cst.If) or stmt.orelse is not None:
                 continue
             test = stmt.test
-            world = m.findall(test, m.Attribute(attr=m.Name("world_size")))
+            world = findall(test, m.Attribute(attr=m.Name("world_size")))
             if world and _raises(stmt.body, "NotImplementedError"):
                 guards.append(stmt)
                 pp = pp or code(world[0].value)  # type: ignore[union-attr]
@@ -370,7 +372,7 @@ def _find_forward(module: cst.Module, missing: list[str]) -> ForwardShape | None
 def attaches_transport(setter: cst.FunctionDef, source: str) -> bool:
     """Whether ``setter`` is already patched: it calls ``set_pp_aux_capture`` (this
     rewrite), or builds the PP aux transport of an earlier form of the patch."""
-    if GLUE_MODULE in source and m.findall(setter, m.Call(func=m.Name(ATTACH))):
+    if GLUE_MODULE in source and findall(setter, m.Call(func=m.Name(ATTACH))):
         return True
     return LEGACY_TRANSPORT_MODULE in source and _mentions_attr(setter, LEGACY_TRANSPORT_ATTR)
 
@@ -380,7 +382,7 @@ def discover(source: str, path: str, unrecognised: type[UnrecognisedShape] = Unr
     ``(module, setter or None, forward or None, what is missing)``; a file LibCST cannot
     parse raises ``unrecognised``."""
     try:
-        module = cst.parse_module(source)
+        module = parse_text(source)
     except cst.ParserSyntaxError as err:
         raise unrecognised(path, [f"Python source LibCST can parse ({err.message})"]) from err
     missing: list[str] = []

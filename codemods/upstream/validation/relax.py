@@ -49,8 +49,9 @@ follow), so their validation is left alone: :func:`validation_changes` returns n
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
+
+import libcst as cst
 
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan
@@ -203,22 +204,31 @@ def relax(source: str, filename: str, dflash: bool = True) -> str:
     return text
 
 
-def _entry_classes(module: ast.Module) -> list[str]:
-    for node in module.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets
-        ):
-            value = node.value
-            items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
-            return [item.id for item in items if isinstance(item, ast.Name)]
+def _entry_classes(module: cst.Module) -> list[str]:
+    """The class names of the module's ``EntryClass = ...`` (a name, a list or a tuple)."""
+    for statement in module.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.Assign) and any(
+                isinstance(t.target, cst.Name) and t.target.value == "EntryClass"
+                for t in small.targets
+            ):
+                value = small.value
+                items = ([element.value for element in value.elements]
+                         if isinstance(value, (cst.List, cst.Tuple)) else [value])
+                return [item.value for item in items if isinstance(item, cst.Name)]
     return []
 
 
-def _local_bases(module: ast.Module) -> dict[str, list[str]]:
+def _local_bases(module: cst.Module) -> dict[str, list[str]]:
     bases: dict[str, list[str]] = {}
-    for node in module.body:
-        if isinstance(node, ast.ClassDef):
-            bases[node.name] = [b.id for b in node.bases if isinstance(b, ast.Name)]
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef):
+            bases[statement.name.value] = [
+                arg.value.value for arg in statement.bases
+                if arg.star == "" and isinstance(arg.value, cst.Name)
+            ]
     return bases
 
 
@@ -236,18 +246,18 @@ def _derives(name: str, roots: set[str], bases: dict[str, list[str]]) -> bool:
     return False
 
 
-def patched_architectures(plan: FamilyPlan, texts: dict[str, str]) -> dict[str, tuple[str, ...]]:
-    """architecture -> conventions, over the patched files of ``plan``.
+def patched_architectures(plan: FamilyPlan) -> dict[str, tuple[str, ...]]:
+    """architecture -> conventions, over the patched files of ``plan`` (read from the
+    trees the plan parsed).
 
-    ``texts`` maps a model file name (``llama.py``) to its source.  An ``EntryClass``
-    member counts when it is, or derives in that file from, a causal-LM class whose hooks
-    the patch rewrote; it gets the conventions of those hooks.
+    An ``EntryClass`` member counts when it is, or derives in that file from, a causal-LM
+    class whose hooks the patch rewrote; it gets the conventions of those hooks.
     """
     result: dict[str, set[str]] = {}
     for decision in plan.decisions.values():
-        if not decision.patched or decision.file not in texts:
+        module = plan.modules.get(decision.file)
+        if not decision.patched or module is None:
             continue
-        module = ast.parse(texts[decision.file])
         bases = _local_bases(module)
         for outer, _stack, hooks in decision.cases:
             methods = {HOOK_METHODS[h] for h in hooks if h in HOOK_METHODS}
@@ -264,14 +274,7 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
     patches none with an EAGLE3/DFLASH/DSPARK hook, or the release has no PP EAGLE path)."""
     if plan is None:
         return ValidationResult(None, {})
-    texts = {}
-    for decision in plan.decisions.values():
-        if decision.patched:
-            path = tree.module_path(f"sglang.srt.models.{decision.name}")
-            text = tree.read_text(path)
-            if text is not None:
-                texts[decision.file] = text
-    architectures = patched_architectures(plan, texts)
+    architectures = patched_architectures(plan)
     if not architectures:
         return ValidationResult(None, {})
     path = tree.module_path(MODULE)

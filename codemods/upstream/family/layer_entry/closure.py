@@ -34,6 +34,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.edit.walk import findall
+
 
 def _capture_call(aux_name: str) -> m.Call:
     return m.Call(func=m.Attribute(value=m.Name(aux_name), attr=m.Name("capture")))
@@ -45,7 +47,7 @@ def capture_closure(loop: cst.For, aux_name: str) -> tuple[str | None, str | Non
     ``return`` or ``yield`` and never rebound; ``(None, None)`` when the loop defines no
     function that captures; ``(None, problem)`` otherwise."""
     capture = _capture_call(aux_name)
-    defs = [fn for fn in m.findall(loop, m.FunctionDef()) if m.findall(fn, capture)]
+    defs = [fn for fn in findall(loop, m.FunctionDef()) if findall(fn, capture)]
     if not defs:
         return None, None
     if len(defs) > 1:
@@ -58,14 +60,14 @@ def capture_closure(loop: cst.For, aux_name: str) -> tuple[str | None, str | Non
         s for s in fn.body.body
         if m.matches(s, m.SimpleStatementLine(body=[m.Expr(value=capture)]))
     ]
-    if len(m.findall(fn, capture)) != 1 or len(top) != 1:
+    if len(findall(fn, capture)) != 1 or len(top) != 1:
         return None, (
             f"`{name}` calls `{aux_name}.capture` other than once, unconditionally, "
             "in its body"
         )
-    if m.findall(fn, m.Return() | m.Yield() | m.FunctionDef(name=m.DoesNotMatch(m.Name(name)))):
+    if findall(fn, m.Return() | m.Yield() | m.FunctionDef(name=m.DoesNotMatch(m.Name(name)))):
         return None, f"`{name}` returns, yields or defines a function"
     rebinds = m.AssignTarget(m.Name(name)) | m.AugAssign(target=m.Name(name))
-    if m.findall(loop, rebinds):
+    if findall(loop, rebinds):
         return None, f"`{name}` is rebound in the layer loop"
     return name, None

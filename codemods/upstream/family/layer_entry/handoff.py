@@ -41,6 +41,7 @@ import libcst.matchers as m
 
 from codemods.upstream.edit.names import HANDOFF
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.layer_entry.packer import returned_handoff
 from codemods.upstream.family.syntax import NOT_LAST_RANK, code_of
 
@@ -122,8 +123,8 @@ def handoff_returns_problem(handoff: cst.If) -> str | None:
     the block's last statement or the last statement of a top-level ``if`` in it."""
     block = list(handoff.body.body)
     reachable = 1 + len(_early_returns(block))
-    found = len(m.findall(handoff.body, m.Return()))
-    if m.findall(handoff.body, m.FunctionDef() | m.Lambda()):
+    found = len(findall(handoff.body, m.Return()))
+    if findall(handoff.body, m.FunctionDef() | m.Lambda()):
         return "the non-last-rank branch defines a function"
     if found != reachable:
         return (

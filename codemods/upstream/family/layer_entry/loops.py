@@ -30,6 +30,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.syntax import SELF_IDS
 
 #: The keyword the layers take the callback by.
@@ -76,7 +77,7 @@ def is_enumerated_loop(loop: cst.For) -> bool:
 def _assigns(node: cst.CSTNode, name: str) -> list[cst.Assign]:
     return [
         assign
-        for assign in m.findall(node, m.Assign())
+        for assign in findall(node, m.Assign())
         if any(m.matches(t.target, m.Name(name)) for t in assign.targets)
     ]
 
@@ -121,7 +122,7 @@ def enumerated_loop_problem(loop: cst.For, aux_name: str) -> str | None:
             ),
         )
     ]
-    if len(picks) != 1 or len(m.findall(loop, choice)) != 1:
+    if len(picks) != 1 or len(findall(loop, choice)) != 1:
         return (
             f"the callback is not picked once as `{aux_name}.capture if {index} in "
             "self.layers_to_capture else None`"
@@ -130,19 +131,19 @@ def enumerated_loop_problem(loop: cst.For, aux_name: str) -> str | None:
     if len(_assigns(loop, callback)) != 1:
         return f"`{callback}` is assigned more than once in the loop"
     keyword = m.Arg(keyword=m.Name(CAPTURE_KEYWORD))
-    handed = m.findall(loop, keyword)
+    handed = findall(loop, keyword)
     if not handed or any(not m.matches(arg.value, m.Name(callback)) for arg in handed):
         return f"the layers do not take `{CAPTURE_KEYWORD}={callback}`"
     # The keywords themselves are names too when the local is called like them.
     keywords = len(handed) if callback == CAPTURE_KEYWORD else 0
-    if len(m.findall(loop, m.Name(callback))) != 1 + len(handed) + keywords:
+    if len(findall(loop, m.Name(callback))) != 1 + len(handed) + keywords:
         return f"`{callback}` is used besides the layer calls"
     if len(handed) > 1 and not _one_per_branch(statements[picks[0] + 1 :], keyword):
         return (
             f"`{CAPTURE_KEYWORD}={callback}` is handed to more than one layer call that "
             "can run in the same iteration"
         )
-    if len(m.findall(loop, m.Attribute(value=m.Name(aux_name)))) != 1:
+    if len(findall(loop, m.Attribute(value=m.Name(aux_name)))) != 1:
         return f"`{aux_name}` is used in the loop besides the callback"
     return None
 
@@ -150,14 +151,14 @@ def enumerated_loop_problem(loop: cst.For, aux_name: str) -> str | None:
 def _one_per_branch(statements: list[cst.BaseStatement], keyword: m.Arg) -> bool:
     """The callback's keyword sits once in the body and once in the ``else`` block of
     one ``if`` (no ``elif``), and nowhere else."""
-    holders = [s for s in statements if m.findall(s, keyword)]
+    holders = [s for s in statements if findall(s, keyword)]
     if len(holders) != 1 or not isinstance(holders[0], cst.If):
         return False
     branch: cst.If = holders[0]
     if not isinstance(branch.orelse, cst.Else):
         return False
     return (
-        len(m.findall(branch.body, keyword)) == 1
-        and len(m.findall(branch.orelse, keyword)) == 1
-        and not m.findall(branch.test, keyword)
+        len(findall(branch.body, keyword)) == 1
+        and len(findall(branch.orelse, keyword)) == 1
+        and not findall(branch.test, keyword)
     )

@@ -43,6 +43,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.syntax import LAST_RANK, SELF_IDS
 
 #: The collectors a layer-entry forward may create, once, at its top level.
@@ -68,7 +69,7 @@ def is_collector_forward(fn: cst.FunctionDef) -> bool:
     statement of its own block (a packer made under a capture condition belongs to the
     forwards that append in their layer loop)."""
     if not isinstance(fn.body, cst.IndentedBlock):
-        return bool(m.findall(fn, COLLECTOR_CALL))
+        return bool(findall(fn, COLLECTOR_CALL))
     return any(collector_creation(statement) for statement in fn.body.body)
 
 
@@ -83,7 +84,7 @@ def collector_creation(statement: cst.CSTNode) -> tuple[str, int] | None:
     ):
         return None
     assign = statement.body[0]
-    return assign.targets[0].target.value, len(m.findall(assign.value, SELF_IDS))
+    return assign.targets[0].target.value, len(findall(assign.value, SELF_IDS))
 
 
 def returned_handoff(block: list[cst.BaseStatement], handoff_func: str) -> bool:
@@ -106,7 +107,7 @@ def returned_handoff(block: list[cst.BaseStatement], handoff_func: str) -> bool:
     if not m.matches(block[0], built):
         return False
     rebinds = m.AssignTarget(m.Name(name)) | m.AugAssign(target=m.Name(name))
-    return not any(m.findall(statement, rebinds) for statement in block[1:])
+    return not any(findall(statement, rebinds) for statement in block[1:])
 
 
 #: ``self.end_layer`` or ``self.config.num_hidden_layers``: the id of the stage output

@@ -27,6 +27,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.edit.walk import findall
+
 #: The batch attribute under which the range may be narrowed.
 OVERLAP_FLAG = "can_run_tbo"
 
@@ -37,11 +39,11 @@ def _self_attr(name: str) -> m.Attribute:
 
 def _assigned_names(node: cst.CSTNode) -> set[str]:
     names: set[str] = set()
-    for assign in m.findall(node, m.Assign()):
+    for assign in findall(node, m.Assign()):
         for target in assign.targets:
             if isinstance(target.target, cst.Name):
                 names.add(target.target.value)
-    for assign in m.findall(node, m.AugAssign() | m.AnnAssign()):
+    for assign in findall(node, m.AugAssign() | m.AnnAssign()):
         if isinstance(assign.target, cst.Name):
             names.add(assign.target.value)
     return names
@@ -71,7 +73,7 @@ def narrowed_range_problem(body: list[cst.BaseStatement], loop_index: int,
                 continue
             if k < starts[0] or not (
                 isinstance(statement, cst.If)
-                and m.findall(statement.test, m.Attribute(attr=m.Name(OVERLAP_FLAG)))
+                and findall(statement.test, m.Attribute(attr=m.Name(OVERLAP_FLAG)))
             ):
                 return (
                     f"`{name}` changes other than under a `{OVERLAP_FLAG}` test after "

@@ -79,6 +79,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.edit.names import COLLECT, HANDOFF
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.forward import CaptureKind, ForwardShape, Shape
 from codemods.upstream.family.layer_entry.closure import capture_closure
 from codemods.upstream.family.layer_entry.handoff import (
@@ -147,13 +148,13 @@ def is_entry_forward(fn: cst.FunctionDef) -> bool:
     0.5.21+ shapes; 0.5.20 stacks append into a packer and build ``PPProxyTensors``)."""
     if not is_collector_forward(fn):
         return False
-    if m.findall(fn, m.Call(func=m.Name(LIST_CLASS), args=[])):
+    if findall(fn, m.Call(func=m.Name(LIST_CLASS), args=[])):
         return True
     return isinstance(fn.body, cst.IndentedBlock) and handoff_index(list(fn.body.body)) is not None
 
 
 def _mentions(node: cst.CSTNode, name: str) -> bool:
-    return bool(m.findall(node, m.Name(name)))
+    return bool(findall(node, m.Name(name)))
 
 
 def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardShape:
@@ -178,7 +179,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         for index, found in enumerate(map(collector_creation, body))
         if found is not None
     ]
-    if len(creations) != 1 or len(m.findall(fn, ANY_COLLECTOR_CALL)) != 1:
+    if len(creations) != 1 or len(findall(fn, ANY_COLLECTOR_CALL)) != 1:
         return reject(
             f"`{LIST_CLASS}()` (or `AuxHiddenStatePacker(len(self.{IDS_ATTR}))`) is not "
             "created once, at the top of the forward"
@@ -194,7 +195,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     loops = [
         (index, statement)
         for index, statement in enumerate(body)
-        if index > list_index and isinstance(statement, cst.For) and m.findall(
+        if index > list_index and isinstance(statement, cst.For) and findall(
             statement, capture_attr
         )
     ]
@@ -208,12 +209,12 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         holders = [
             (index, statement)
             for index, statement in enumerate(body)
-            if index > list_index and m.findall(statement, list_arg)
+            if index > list_index and findall(statement, list_arg)
         ]
         if not holders:
             return reject(f"`{aux_name}.capture` is not handed to a layer in a top-level loop")
         inner = [
-            node for node in m.findall(holders[0][1], m.For()) if m.findall(node, list_arg)
+            node for node in findall(holders[0][1], m.For()) if findall(node, list_arg)
         ]
         flagged = m.Arg(
             keyword=m.Name(CAPTURE_KWARG),
@@ -224,8 +225,8 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         if (
             len(holders) != 1
             or len(inner) != 1
-            or len(m.findall(fn, list_arg)) != 1
-            or len(m.findall(inner[0], flagged)) != 1
+            or len(findall(fn, list_arg)) != 1
+            or len(findall(inner[0], flagged)) != 1
         ):
             return reject(
                 f"the layers get the capture list itself (`{CAPTURE_KWARG}={aux_name}`) "
@@ -270,7 +271,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         ),
     )
     if kind == ENTRY_KIND and not enumerated and (
-        len(m.findall(loop, keyword)) != 1 or len(m.findall(loop, capture_attr)) != 1
+        len(findall(loop, keyword)) != 1 or len(findall(loop, capture_attr)) != 1
     ):
         return reject(
             f"no `{CAPTURE_KEYWORD}={closure or aux_name + '.capture'} if {loop_var} in "
@@ -280,12 +281,12 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     #: (the gathered collector may test the ids instead of the layer flag).
     loop_uses = 1 if kind == ENTRY_KIND else 0
     id_uses = loop_uses
-    if kind == GATHERED_KIND and m.findall(loop, _ID_TEST):
+    if kind == GATHERED_KIND and findall(loop, _ID_TEST):
         by_id = m.IfExp(
             body=m.Name(aux_name),
             test=m.Comparison(left=m.Name(loop_var), comparisons=[m.ComparisonTarget()]),
         )
-        if len(m.findall(loop, _ID_TEST)) != 1 or len(m.findall(loop, by_id)) != 1:
+        if len(findall(loop, _ID_TEST)) != 1 or len(findall(loop, by_id)) != 1:
             return reject(
                 f"the list is handed to the layers under a capture-id test other than "
                 f"`{loop_var} in self.layers_to_capture`"
@@ -296,7 +297,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     assigned = m.Name(HIDDEN) | m.Tuple(
         elements=[m.ZeroOrMore(), m.Element(m.Name(HIDDEN)), m.ZeroOrMore()]
     )
-    if not m.findall(loop, m.Assign(targets=[m.AssignTarget(assigned)], value=m.Call())):
+    if not findall(loop, m.Assign(targets=[m.AssignTarget(assigned)], value=m.Call())):
         return reject(f"the layer loop does not assign `{HIDDEN}`")
 
     # The handoff, after the loop.
@@ -344,16 +345,16 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     finals = [after[k] for k in finals_top] + [else_block[k] for k in finals_else]
     if sum(map(bool, (finals_top, finals_else, early_finals))) > 1:
         return reject("the stage output is captured in more than one place")
-    aux_attrs = m.findall(fn, m.Attribute(value=m.Name(aux_name), attr=m.Name()))
+    aux_attrs = findall(fn, m.Attribute(value=m.Name(aux_name), attr=m.Name()))
     # The packer's ``finalize()`` after the handoff reads the captures, like ``len()``.
     finalized = [
-        a for s in after for a in m.findall(s, m.Attribute(value=m.Name(aux_name)))
+        a for s in after for a in findall(s, m.Attribute(value=m.Name(aux_name)))
         if a.attr.value == "finalize"
     ]
     final_attrs = [
         a
         for s in (*finals, *early_finals)
-        for a in m.findall(s, m.Attribute(value=m.Name(aux_name)))
+        for a in findall(s, m.Attribute(value=m.Name(aux_name)))
     ]
     if len(aux_attrs) != loop_uses + len(final_attrs) + len(finalized) or any(
         a.attr.value not in ("capture", "append") for a in final_attrs
@@ -361,12 +362,12 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         return reject(
             f"`{aux_name}` is filled other than by the layers and the stage-output capture"
         )
-    ids_reads = m.findall(fn, SELF_IDS)
+    ids_reads = findall(fn, SELF_IDS)
     ids_attrs = sorted({node.attr.value for node in ids_reads})
-    end_tests = sum(len(m.findall(s, end_test)) for s in finals) + len(early_finals)
+    end_tests = sum(len(findall(s, end_test)) for s in finals) + len(early_finals)
     # ``not self.<ids>`` / ``len(self.<ids>)`` read the same on every stage (the packer's
     # size is one of them).
-    size_reads = len(m.findall(fn, SIZE_READ))
+    size_reads = len(findall(fn, SIZE_READ))
     if len(ids_attrs) > 1 or len(ids_reads) != id_uses + end_tests + size_reads:
         return reject(
             "reads capture ids outside the layer call and the stage-output capture "
@@ -455,7 +456,7 @@ def _end_test(body: list[cst.BaseStatement], handoff: int) -> m.BaseMatcherNode:
         if names.count(name) == 1
         and sum(
             1
-            for assign in m.findall(cst.IndentedBlock(body=body), m.Assign())
+            for assign in findall(cst.IndentedBlock(body=body), m.Assign())
             for target in assign.targets
             if m.matches(target.target, m.Name(name))
         )
@@ -474,8 +475,8 @@ def _final_capture(statement: cst.CSTNode, aux_name: str,
                    end_test: m.BaseMatcherNode = _END_TEST) -> bool:
     """A statement that fills ``aux_name`` only when ``self.end_layer`` is a capture id."""
     return bool(
-        m.findall(statement, m.Attribute(value=m.Name(aux_name), attr=m.Name()))
-        and m.findall(statement, end_test)
+        findall(statement, m.Attribute(value=m.Name(aux_name), attr=m.Name()))
+        and findall(statement, end_test)
     )
 
 

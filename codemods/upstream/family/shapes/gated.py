@@ -82,6 +82,7 @@ import libcst.matchers as m
 
 from codemods.upstream.edit.names import COLLECT, HANDOFF
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.forward import CaptureKind, FamilyRewriteError, ForwardShape, Shape
 from codemods.upstream.family.gate import every_stage, last_stage_comments
 from codemods.upstream.family.layer_entry.handoff import handoff_index
@@ -150,7 +151,7 @@ def _gate_index(body: list[cst.BaseStatement], name: str) -> int | None:
 def _gated_block(body: list[cst.BaseStatement]) -> cst.If | None:
     gated = [
         statement for statement in body
-        if m.matches(statement, m.If(test=m.Name())) and m.findall(statement, _COLLECTOR)
+        if m.matches(statement, m.If(test=m.Name())) and findall(statement, _COLLECTOR)
     ]
     return gated[0] if len(gated) == 1 else None
 
@@ -207,35 +208,35 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     block = _gated_block(body)
     gate = block.test.value
     gate_index = _gate_index(body, gate)
-    assigns = m.findall(block, m.Assign(targets=[m.AssignTarget(m.Name())], value=_COLLECTOR))
+    assigns = findall(block, m.Assign(targets=[m.AssignTarget(m.Name())], value=_COLLECTOR))
     if len(assigns) != 1:
         return reject(f"`if {gate}:` does not bind one `AuxHiddenStateList()`")
     aux_name = assigns[0].targets[0].target.value
     capture = m.Call(func=m.Attribute(value=m.Name(aux_name), attr=m.Name("capture")))
-    defs = [d for d in m.findall(block, m.FunctionDef()) if m.findall(d, capture)]
-    if len(defs) != 1 or len(m.findall(fn, capture)) != 1:
+    defs = [d for d in findall(block, m.FunctionDef()) if findall(d, capture)]
+    if len(defs) != 1 or len(findall(fn, capture)) != 1:
         return reject(f"`{aux_name}.capture` is not called once, by one local function")
     fn_name = defs[0].name.value
-    skips = m.findall(defs[0], m.If(test=_EMPTY_SKIP))
-    if len(skips) != 1 or not m.findall(skips[0], capture):
+    skips = findall(defs[0], m.If(test=_EMPTY_SKIP))
+    if len(skips) != 1 or not findall(skips[0], capture):
         return reject(f"`{fn_name}` does not capture exactly the non-empty values")
     proxy = [p.name.value for p in fn.params.params if p.name.value == "pp_proxy_tensors"]
     if not proxy:
         return reject("forward takes no pp_proxy_tensors")
     loops = [
-        loop for loop in m.findall(fn, m.For(target=m.Name()))
-        if m.findall(loop, m.Name(fn_name))
+        loop for loop in findall(fn, m.For(target=m.Name()))
+        if findall(loop, m.Name(fn_name))
     ]
     if len(loops) != 1:
         return reject(f"`{fn_name}` is not handed to layers in one loop")
     loop_var = loops[0].target.value
-    uses = m.findall(loops[0], _first_layer_skip(gate, loop_var, fn_name))
-    if len(uses) != 1 or len(m.findall(loops[0], m.IfExp(body=m.Name(fn_name)))) != 1:
+    uses = findall(loops[0], _first_layer_skip(gate, loop_var, fn_name))
+    if len(uses) != 1 or len(findall(loops[0], m.IfExp(body=m.Name(fn_name)))) != 1:
         return reject(
             f"no `{fn_name} if {gate} and {loop_var} > self.start_layer and "
             f"({loop_var} - 1 in self.layers_to_capture) else None` in the layer call"
         )
-    ids_attr = m.findall(uses[0], SELF_IDS)[0].attr.value
+    ids_attr = findall(uses[0], SELF_IDS)[0].attr.value
     index = handoff_index(body)
     handoff: cst.If = body[index]
     if not m.matches(handoff, m.If(test=NOT_LAST_RANK)) or len(handoff.body.body) != 1 or (
@@ -249,7 +250,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             "the last-rank branch does not start with "
             "`hidden_states = residual_batch.complete_output(...)`"
         )
-    if m.findall(fn, m.Name(HANDOFF_LOCAL)):
+    if findall(fn, m.Name(HANDOFF_LOCAL)):
         return reject(f"the forward already uses the name `{HANDOFF_LOCAL}`")
     return ForwardShape(
         class_name,
@@ -290,7 +291,7 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     index = handoff_index(body)
     handoff: cst.If = body[index]
     for k, statement in enumerate(body):
-        if isinstance(statement, cst.For) and m.findall(statement, SELF_IDS):
+        if isinstance(statement, cst.For) and findall(statement, SELF_IDS):
             fixer = _EveryFirstLayer(statement.target.value)
             body[k] = statement.visit(fixer)
             if fixer.count != 1:

@@ -78,6 +78,7 @@ import libcst.matchers as m
 
 from codemods.upstream.edit.names import COLLECT, OUTGOING
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.forward import (
     CaptureKind,
     FamilyRewriteError,
@@ -173,7 +174,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     else:
         return reject("PPProxyTensors(...) argument is neither a dict literal nor a name")
 
-    ids_attrs = sorted({node.attr.value for node in m.findall(fn, SELF_IDS)})
+    ids_attrs = sorted({node.attr.value for node in findall(fn, SELF_IDS)})
     if len(ids_attrs) > 1:
         return reject(f"reads capture ids from several attributes ({', '.join(ids_attrs)})")
     ids_attr = ids_attrs[0] if ids_attrs else IDS_ATTR
@@ -183,16 +184,16 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     accounted: list[cst.CSTNode] = []
     gates: set[tuple[str, ...]] = set()
     gate_assignments: set[int] = set()
-    for loop in m.findall(fn, m.For()):
+    for loop in findall(fn, m.For()):
         loop_var = _layer_loop_var(loop)
         if loop_var is None:
             continue
-        for branch in m.findall(loop, m.If()):
+        for branch in findall(loop, m.If()):
             conjuncts = conjuncts_of(branch.test)
             by_id = [c for c in conjuncts if m.matches(c, _ids_test(loop_var))]
             if not by_id:
                 continue
-            appended = m.findall(
+            appended = findall(
                 branch.body,
                 m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))),
             )
@@ -219,7 +220,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             aux_names.update(names)
             kinds.append(BOUNDARIES.name)
             accounted.extend(tests)
-        for arg_node in m.findall(loop, m.Arg(keyword=m.Name(CAPTURE_KWARG))):
+        for arg_node in findall(loop, m.Arg(keyword=m.Name(CAPTURE_KWARG))):
             value = arg_node.value
             if m.matches(
                 value,
@@ -238,8 +239,8 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     if not kinds:
         tests = [
             code_of(node.test)
-            for node in m.findall(fn, m.If())
-            if m.findall(node.test, SELF_IDS)
+            for node in findall(fn, m.If())
+            if findall(node.test, SELF_IDS)
         ]
         where = f"; captures under `{' '.join(tests[0].split())}`" if tests else ""
         return reject(f"no capture in iteration i of the layer loop (`i in self.{ids_attr}`){where}")
@@ -256,7 +257,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     collect_in_else = None
     gated_collect_before = None
     if gate_parts:
-        if m.findall(fn, m.Name(OUTGOING_LOCAL)):
+        if findall(fn, m.Name(OUTGOING_LOCAL)):
             return reject(f"forward already uses the name `{OUTGOING_LOCAL}`")
         # The gathering goes where the last stage first reads its captures.
         placement = _first_reader(body, handoff, aux_name)
@@ -266,11 +267,11 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
 
     final_capture = False
     collect_before: int | None = None
-    for reference in m.findall(fn, _SIZE_READ):
+    for reference in findall(fn, _SIZE_READ):
         accounted.append(reference)  # emptiness / size checks read the same on every rank
     accounted_ids: set[int] = set().union(*(node_ids(node) for node in accounted))
     statement_ids = [node_ids(statement) for statement in body]
-    for reference in m.findall(fn, SELF_IDS):
+    for reference in findall(fn, SELF_IDS):
         if id(reference) in accounted_ids:
             continue
         statement_index = next(
@@ -317,10 +318,10 @@ def _first_reader(body, handoff: int, aux_name: str) -> tuple[int | None, int | 
     branch = body[handoff]
     if isinstance(branch.orelse, cst.Else):
         for k, statement in enumerate(branch.orelse.body.body):
-            if m.findall(statement, reads):
+            if findall(statement, reads):
                 return None, k
     for k in range(handoff + 1, len(body)):
-        if m.findall(body[k], reads):
+        if findall(body[k], reads):
             return k, None
     return None
 
@@ -342,7 +343,7 @@ _LAST_RANK_CAPTURE = m.If(
 
 
 def _appended_names(node: cst.CSTNode) -> list[str]:
-    calls = m.findall(node, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))))
+    calls = findall(node, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))))
     return [call.func.value.value for call in calls]
 
 
@@ -362,7 +363,7 @@ def _boundary_captures(body, loop: cst.For, loop_var: str):
     )
     before = body[: body.index(loop)]
     starts = [stmt for stmt in before if m.matches(stmt, m.If(test=start_test))]
-    afters = m.findall(loop, m.If(test=after_test))
+    afters = findall(loop, m.If(test=after_test))
     if len(starts) != 1 or len(afters) != 1:
         return None
     names = _appended_names(starts[0]) + _appended_names(afters[0])
@@ -426,12 +427,12 @@ def _list_init_index(
 
 def _before_layer_call(loop: cst.For, branch: cst.If) -> bool:
     """``branch`` runs before anything in its block assigns ``hidden_states``."""
-    for block in m.findall(loop, m.IndentedBlock()):
+    for block in findall(loop, m.IndentedBlock()):
         statements = list(block.body)
         if branch not in statements:
             continue
         for statement in statements[: statements.index(branch)]:
-            if m.findall(statement, m.AssignTarget(target=m.Name("hidden_states"))) or m.findall(
+            if findall(statement, m.AssignTarget(target=m.Name("hidden_states"))) or findall(
                 statement,
                 m.AssignTarget(
                     target=m.Tuple(

@@ -42,6 +42,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.edit.names import COLLECT, HANDOFF
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.forward import CaptureKind, ForwardShape, Shape
 from codemods.upstream.family.layer_entry.handoff import PROXY_ARG, PROXY_TEXT, handoff_index
 from codemods.upstream.family.layer_entry.rewrite import rewrite_forward
@@ -100,7 +101,7 @@ def _capturing_loops(body: list[cst.BaseStatement]) -> list[tuple[int, cst.For, 
             continue
         for name in created:
             append = m.Call(func=m.Attribute(value=m.Name(name), attr=m.Name("append")))
-            if m.findall(statement, append) and m.findall(statement, SELF_IDS):
+            if findall(statement, append) and findall(statement, SELF_IDS):
                 found.append((index, statement, name))
     return found
 
@@ -115,7 +116,7 @@ def is_snapshot_forward(fn: cst.FunctionDef) -> bool:
 
 
 def _mentions(node: cst.CSTNode, name: str) -> bool:
-    return bool(m.findall(node, m.Name(name)))
+    return bool(findall(node, m.Name(name)))
 
 
 def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardShape:
@@ -165,14 +166,14 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             "(a snapshot before the layer runs)"
         )
     branch: cst.If = statements[0]
-    appends = m.findall(
+    appends = findall(
         branch.body, m.Call(func=m.Attribute(value=m.Name(aux_name), attr=m.Name("append")))
     )
     if len(appends) != 1 or len(appends[0].args) != 1:
         return reject(f"the capture block does not append one snapshot to `{aux_name}`")
     if any(_mentions(s, aux_name) for s in statements[1:]):
         return reject(f"`{aux_name}` is used in the loop besides the capture block")
-    if any(m.findall(s, SELF_IDS) for s in statements[1:]):
+    if any(findall(s, SELF_IDS) for s in statements[1:]):
         return reject("the loop reads the capture ids besides the capture block")
 
     # The handoff, after the loop; the list is untouched between them.
@@ -193,12 +194,12 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     # The last stage: an optional snapshot of its output, then the first reader.
     after = body[handoff + 1 :]
     aux_attr = m.Attribute(value=m.Name(aux_name), attr=m.Name())
-    finals = [k for k, s in enumerate(after) if m.findall(s, aux_attr) and m.findall(s, _END_TEST)]
+    finals = [k for k, s in enumerate(after) if findall(s, aux_attr) and findall(s, _END_TEST)]
     if len(finals) > 1:
         return reject("the stage output is snapshotted more than once")
     for k in finals:
         final = after[k]
-        attrs = m.findall(final, aux_attr)
+        attrs = findall(final, aux_attr)
         if not (
             isinstance(final, cst.If)
             and m.matches(final.test, _END_TEST)
@@ -210,7 +211,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
                 "the stage output is captured other than by one append under "
                 "`if self.end_layer in self.<ids>:`"
             )
-    ids_reads = m.findall(fn, SELF_IDS)
+    ids_reads = findall(fn, SELF_IDS)
     ids_attrs = sorted({node.attr.value for node in ids_reads})
     if len(ids_attrs) != 1 or len(ids_reads) != 1 + len(finals):
         return reject("reads capture ids outside the capture block and the output snapshot")
@@ -218,10 +219,10 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     readers = [k for k in range(first, len(after)) if _mentions(after[k], aux_name)]
     if not readers:
         return reject(f"the last stage never reads `{aux_name}`")
-    if any(m.findall(after[k], aux_attr) for k in readers):
+    if any(findall(after[k], aux_attr) for k in readers):
         return reject(f"the last stage fills `{aux_name}` after the output snapshot")
     if not any(
-        m.findall(s, m.Assign(targets=[m.AssignTarget(m.Name("hidden_states"))]))
+        findall(s, m.Assign(targets=[m.AssignTarget(m.Name("hidden_states"))]))
         for s in statements[1:]
     ):
         return reject("the layer loop does not assign `hidden_states`")

@@ -1,0 +1,169 @@
+"""Find nodes in a LibCST tree without LibCST's visitor machinery.
+
+``libcst.matchers.findall`` walks a tree with a visitor, which rebuilds every node it passes
+(``_visit_and_replace_children``); on multi-thousand-line model files, repeated per class and
+per question, that dominates the analysis.  :func:`findall` gives the same nodes in the same
+order (pre-order, the tree itself first, children in the order LibCST visits them) by reading
+the children straight from each node's fields, and tests a node against the matcher only
+when its type is the one the matcher names.
+
+Before::
+
+    calls = m.findall(fn, m.Call(func=m.Name("getattr")))
+
+After::
+
+    calls = findall(fn, m.Call(func=m.Name("getattr")))
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Iterator
+
+import libcst as cst
+import libcst.matchers as m
+
+#: ``visit_required(self, "name", ...)`` and its siblings, in the order a node's
+#: ``_visit_and_replace_children`` visits its fields: the order children are visited in.
+_VISITED_FIELD = re.compile(r'visit_\w+\(\s*self,\s*"(\w+)"')
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(kind: type) -> tuple[str, ...]:
+    fields = _CHILD_FIELDS.get(kind)
+    if fields is None:
+        source = inspect.getsource(kind._visit_and_replace_children)  # type: ignore[attr-defined]
+        fields = tuple(dict.fromkeys(_VISITED_FIELD.findall(source)))
+        _CHILD_FIELDS[kind] = fields
+    return fields
+
+
+def nodes(tree: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Every node of ``tree``, ``tree`` first, in LibCST's visiting order."""
+    stack: list[cst.CSTNode] = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        children: list[cst.CSTNode] = []
+        for name in _CHILD_FIELDS.get(type(node)) or _child_fields(type(node)):
+            value = getattr(node, name)
+            if type(value) is tuple or type(value) is list:
+                children.extend(value)  # LibCST sequences hold nodes only
+            elif isinstance(value, cst.CSTNode):
+                children.append(value)
+        children.reverse()
+        stack.extend(children)
+
+
+class _Index:
+    """One walk of a tree: its nodes in visiting order, where each node's subtree ends, and
+    the positions of each node type.  It answers questions about the tree and about any
+    subtree of it (a method of an indexed class, a loop of an indexed method)."""
+
+    def __init__(self, tree: cst.CSTNode) -> None:
+        self.tree = tree  # keeps the ids below from being reused while cached
+        every: list[cst.CSTNode] = []
+        parents: list[int] = []
+        stack: list[tuple[cst.CSTNode, int]] = [(tree, -1)]
+        while stack:
+            node, parent = stack.pop()
+            here = len(every)
+            every.append(node)
+            parents.append(parent)
+            children: list[cst.CSTNode] = []
+            for name in _CHILD_FIELDS.get(type(node)) or _child_fields(type(node)):
+                value = getattr(node, name)
+                if type(value) is tuple or type(value) is list:
+                    children.extend(value)
+                elif isinstance(value, cst.CSTNode):
+                    children.append(value)
+            stack.extend((child, here) for child in reversed(children))
+        sizes = [1] * len(every)
+        for position in range(len(every) - 1, 0, -1):
+            sizes[parents[position]] += sizes[position]
+        self.every = every
+        self.ends = [position + size for position, size in enumerate(sizes)]
+        self.positions = {id(node): position for position, node in enumerate(every)}
+        self.groups: dict[str, list[int]] = {}
+        for position, node in enumerate(every):
+            self.groups.setdefault(type(node).__name__, []).append(position)
+
+    def find(self, tree: cst.CSTNode, kind: type | None, matcher) -> list[cst.CSTNode] | None:
+        """The matches in ``tree`` (None: ``tree`` is not in this index)."""
+        position = self.positions.get(id(tree))
+        if position is None or self.every[position] is not tree:
+            return None
+        end = self.ends[position]
+        if kind is None:
+            candidates = self.every[position:end]
+        else:
+            group = self.groups.get(kind.__name__, [])
+            low, high = bisect_left(group, position), bisect_left(group, end)
+            candidates = [self.every[k] for k in group[low:high]]
+        return [node for node in candidates if m.matches(node, matcher)]
+
+
+#: The trees asked about most recently (analysis asks many questions of one class and
+#: its methods in a row); bounded, so nothing outlives its use for long.
+_RECENT: OrderedDict[int, _Index] = OrderedDict()
+_RECENT_SIZE = 16
+
+
+def _matched_type(matcher: object) -> type | None:
+    """The node type a matcher like ``m.Call(...)`` requires (matchers compare class names);
+    ``None`` for combinators such as ``m.OneOf`` or ``a | b``."""
+    kind = getattr(cst, type(matcher).__name__, None)
+    if isinstance(kind, type) and issubclass(kind, cst.CSTNode):
+        return kind
+    return None
+
+
+def findall(tree: cst.CSTNode | cst.RemovalSentinel | cst.MaybeSentinel,
+            matcher: m.BaseMatcherNode | m.MatchIfTrue | m.DoNotCareSentinel
+            ) -> list[cst.CSTNode]:
+    """What ``libcst.matchers.findall(tree, matcher)`` returns, in the same order."""
+    if not isinstance(tree, cst.CSTNode):
+        return []
+    if not isinstance(matcher, m.BaseMatcherNode):
+        return list(m.findall(tree, matcher))  # MatchIfTrue and friends: LibCST's own walk
+    kind = _matched_type(matcher)
+    for key in reversed(_RECENT):
+        found = _RECENT[key].find(tree, kind, matcher)
+        if found is not None:
+            _RECENT.move_to_end(key)
+            return found
+    index = _RECENT[id(tree)] = _Index(tree)
+    if len(_RECENT) > _RECENT_SIZE:
+        _RECENT.popitem(last=False)
+    found = index.find(tree, kind, matcher)
+    assert found is not None
+    return found
+
+
+def code_of(node: cst.CSTNode) -> str:
+    """The source text of ``node`` (``Module.code_for_node``), read straight off plain
+    dotted names (``a``, ``a.b.c``) without generating code."""
+    dotted = _dotted(node)
+    return dotted if dotted is not None else cst.Module(body=[]).code_for_node(node)
+
+
+def _dotted(node: cst.CSTNode) -> str | None:
+    """``a.b.c`` for a name or attribute chain without parentheses or whitespace."""
+    if isinstance(node, cst.Name):
+        return None if node.lpar or node.rpar else node.value
+    if isinstance(node, cst.Attribute) and not node.lpar and not node.rpar:
+        dot = node.dot
+        if (
+            isinstance(dot.whitespace_before, cst.SimpleWhitespace)
+            and isinstance(dot.whitespace_after, cst.SimpleWhitespace)
+            and not dot.whitespace_before.value
+            and not dot.whitespace_after.value
+        ):
+            left = _dotted(node.value)
+            right = _dotted(node.attr)
+            return None if left is None or right is None else f"{left}.{right}"
+    return None
