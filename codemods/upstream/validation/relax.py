@@ -50,9 +50,11 @@ follow), so their validation is left alone: :func:`validation_changes` returns n
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import libcst as cst
 
+from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan
 from codemods.upstream.family.proxy_width import SUPPORT_ATTR
@@ -246,6 +248,11 @@ def _derives(name: str, roots: set[str], bases: dict[str, list[str]]) -> bool:
     return False
 
 
+def _parsed(path: Path) -> cst.Module | None:
+    """A model file the plan did not keep a tree of (a plan built by hand)."""
+    return parse_text(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
 def patched_architectures(plan: FamilyPlan) -> dict[str, tuple[str, ...]]:
     """architecture -> conventions, over the patched files of ``plan`` (read from the
     trees the plan parsed).
@@ -255,8 +262,10 @@ def patched_architectures(plan: FamilyPlan) -> dict[str, tuple[str, ...]]:
     """
     result: dict[str, set[str]] = {}
     for decision in plan.decisions.values():
-        module = plan.modules.get(decision.file)
-        if not decision.patched or module is None:
+        if not decision.patched:
+            continue
+        module = plan.modules.get(decision.file) or _parsed(plan.models_dir / decision.file)
+        if module is None:
             continue
         bases = _local_bases(module)
         for outer, _stack, hooks in decision.cases:
