@@ -29,6 +29,7 @@ from codemods.upstream.output.result_facts import (
     kimi_relay_renamed,
     kimi_rewritten,
     kimi_touched,
+    refusals,
     relaxes_aux_flag,
     shipped_test_commands,
     test_command,
@@ -38,7 +39,7 @@ from codemods.upstream.output.result_facts import (
     validation_change,
 )
 from codemods.upstream.sizing.graph_sizing import has_dspark_sizing, rename_dspark_entry
-from codemods.upstream.tree.reachability import EVERY, refusals
+from codemods.upstream.tree.reachability import EVERY
 
 __all__ = ["render", "title_of", "touched_hooks", "touched_models", "kimi_touched",
            "MAX_LINES", "SECTIONS"]

@@ -10,13 +10,19 @@ from __future__ import annotations
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.kimi import k3 as kimi_k3
 from codemods.upstream.kimi import linear as kimi
-from codemods.upstream.tree.reachability import refusal_of, refusals
+from codemods.upstream.tree.reachability import Refusal, refusal_of, tree_refusals
 
 KIMI_STEM = kimi.MODULE.rsplit(".", 1)[1]
 VALIDATION_FILE = "arg_groups/validation_hook.py"
 AUX_FLAG = "--enable-return-aux-hidden-states"
 #: How the release refuses the flag with PP (the message of 0.5.23's check).
 AUX_PP_REFUSAL = f"{AUX_FLAG} only supports pp_size == 1"
+
+
+def refusals(result: UpstreamResult) -> list[Refusal]:
+    """The PP refusals of speculative decoding left once the patch is applied, in
+    ``reachability.FILES`` order."""
+    return tree_refusals(result.tree, {change.path: change.new for change in result.changes})
 
 
 def kimi_touched(result: UpstreamResult) -> bool:

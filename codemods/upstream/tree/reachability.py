@@ -22,11 +22,8 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # generate.py imports validation.py, which imports this module
-    from codemods.upstream.generate import UpstreamResult
-    from codemods.upstream.tree.sglang_tree import SGLangTree
+from codemods.upstream.tree.sglang_tree import SGLangTree
 
 FILES = ("srt/server_args.py", "srt/arg_groups/validation_hook.py",
          "srt/arg_groups/speculative_hook.py")
@@ -102,11 +99,6 @@ def tree_refusals(tree: SGLangTree, new: dict[str, str] | None = None) -> list[R
         if text:
             out += refusals_in(text, path)
     return out
-
-
-def refusals(result: UpstreamResult) -> list[Refusal]:
-    """The refusals left once the patch is applied, in :data:`FILES` order."""
-    return tree_refusals(result.tree, {change.path: change.new for change in result.changes})
 
 
 def refusal_of(found: list[Refusal], algorithm: str) -> Refusal | None:
