@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from codemods.upstream.edit.change_kinds import KIMI, RUNTIME, Role
 from codemods.upstream.edit.patchfile import FileChange, changed_paths, render_patch
 from codemods.upstream.family.patch import (
     GLUE_MODULE,
@@ -108,7 +109,8 @@ class UpstreamResult:
         """The helpers module, unless a change for its path is already in ``changes``."""
         if any(change.path == self.glue_path for change in self.changes):
             return []
-        return [FileChange(self.glue_path, self.tree.read_text(self.glue_path), render_glue())]
+        return [FileChange(self.glue_path, self.tree.read_text(self.glue_path), render_glue(),
+                           RUNTIME, Role.RUNTIME_MODULE)]
 
 
 def generate(root: str | Path, models: list[str] | None = None,
@@ -153,7 +155,7 @@ def generate(root: str | Path, models: list[str] | None = None,
             result.notes.append(f"{model_path} not found; Kimi-Linear not patched")
     result.family = family
     if source is not None and result.status != kimi.SUPPORTED:
-        result.changes = [FileChange(model_path, source, new_source)]
+        result.changes = [FileChange(model_path, source, new_source, KIMI, Role.MODEL)]
         result.changes += result.shipped_changes()
     if with_k3:
         result.changes += _kimi_k3_changes(tree, result, required=wanted is not None)
@@ -203,4 +205,4 @@ def _kimi_k3_changes(tree: SGLangTree, result: UpstreamResult,
     result.notes += list(analysis.notes)
     if analysis.status == kimi.SUPPORTED:
         return []
-    return [FileChange(path, source, new_source), *result.shipped_changes()]
+    return [FileChange(path, source, new_source, KIMI, Role.MODEL), *result.shipped_changes()]

@@ -52,6 +52,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from codemods.upstream.edit.change_kinds import VALIDATION, Role
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan
 from codemods.upstream.family.proxy_width import SUPPORT_ATTR
@@ -284,8 +285,8 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
     refused = dflash_refusal(tree) if any(
         "DFLASH" in methods for methods in architectures.values()) else None
     new = relax(source, str(tree.file(path)), dflash=refused is None)
-    return ValidationResult(FileChange(path, source, new), architectures,
-                            dflash_refused=refused)
+    return ValidationResult(FileChange(path, source, new, VALIDATION, Role.VALIDATION),
+                            architectures, dflash_refused=refused)
 
 
 def dflash_refusal(tree: SGLangTree) -> Refusal | None:
