@@ -341,10 +341,13 @@ def test_series_applies_in_order_and_equals_the_single_patch(
     assert _texts(stack, changes) == wanted
     subjects = git(stack, "log", "--reverse", "--format=%s", f"-{len(files)}").splitlines()
     assert subjects == [p.subject for p in patches]
-    # The PR description of the same run (checked here so the release is generated once).
+    # The PR description and the changes' groups and roles of the same run (checked here
+    # so the release is generated once).
+    from tests.test_upstream_change_kinds import check_release_kinds
     from tests.test_upstream_pr_body import check_release_body
 
     check_release_body(result, version, list(zip(files, patches, strict=True)))
+    check_release_kinds(result, version)
 
 
 @pytest.mark.sglang
