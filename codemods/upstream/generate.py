@@ -14,7 +14,7 @@ last change), and adds new files:
 
 The result's ``patch`` is the git-style patch text (``patchfile.py``), empty when the tree is
 already patched.  A tree whose model file already carries DSPARK captures across PP (SGLang
-0.5.21+) gets status ``supported``; with the family patch, its relay entry, width method and
+0.5.21+) gets Kimi status ``supported``; with the family patch, its relay entry, width method and
 sizing path are renamed for every capture method (``graph_sizing.py``).
 """
 
@@ -52,7 +52,9 @@ class MissingModelFile(FileNotFoundError):
 @dataclass
 class UpstreamResult:
     tree: SGLangTree
-    status: str  # kimi.NEEDS_PATCH | kimi.PATCHED | kimi.SUPPORTED
+    #: Kimi-Linear's status: ``kimi.NEEDS_PATCH`` | ``kimi.PATCHED`` | ``kimi.SUPPORTED``, or
+    #: ``FAMILY_ONLY`` (no Kimi-Linear file, or not asked for).
+    kimi_status: str
     model_path: str
     changes: list[FileChange] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -154,7 +156,7 @@ def generate(root: str | Path, models: list[str] | None = None,
         if with_kimi:
             result.notes.append(f"{model_path} not found; Kimi-Linear not patched")
     result.family = family
-    if source is not None and result.status != kimi.SUPPORTED:
+    if source is not None and result.kimi_status != kimi.SUPPORTED:
         result.changes = [FileChange(model_path, source, new_source, KIMI, Role.MODEL)]
         result.changes += result.shipped_changes()
     if with_k3:

@@ -26,7 +26,7 @@ def kimi_touched(result: UpstreamResult) -> bool:
 def kimi_relay_renamed(result: UpstreamResult) -> bool:
     """Kimi-Linear relays DSPARK captures itself (0.5.21+) and the patch only renames its
     entry and width method for every capture method."""
-    return kimi_touched(result) and result.status == kimi.SUPPORTED
+    return kimi_touched(result) and result.kimi_status == kimi.SUPPORTED
 
 
 def kimi_rewritten(result: UpstreamResult) -> bool:
