@@ -50,7 +50,7 @@ def test_patch_applies_compiles_and_is_idempotent(tmp_path, fixture):
     root, model_path = _tree(tmp_path, fixture)
     original = (root / model_path).read_text()
     result = generate(root)
-    assert result.status == kimi.NEEDS_PATCH
+    assert result.kimi_status == kimi.NEEDS_PATCH
     assert result.changed == [model_path, "sglang/srt/distributed/pp_aux_capture.py"]
     assert git_apply(root, result.patch, check=True).returncode == 0
     assert git_apply(root, result.patch).returncode == 0
@@ -73,7 +73,7 @@ def test_patch_applies_compiles_and_is_idempotent(tmp_path, fixture):
     assert all(any(line == other for other in remaining) for line in kept)
 
     again = generate(root)
-    assert again.status == kimi.PATCHED and again.patch == ""
+    assert again.kimi_status == kimi.PATCHED and again.patch == ""
 
 
 def test_checkout_layout_paths(tmp_path):
@@ -143,7 +143,7 @@ def test_extra_code_fixture_leaves_eagle3_path_alone():
 def test_supported_shape_is_reported_and_nothing_written(tmp_path):
     root, _ = _tree(tmp_path, "kimi_supported.py")
     result = generate(root)
-    assert result.status == kimi.SUPPORTED and result.changes == [] and result.patch == ""
+    assert result.kimi_status == kimi.SUPPORTED and result.changes == [] and result.patch == ""
     out = tmp_path / "out.patch"
     outcome = CliRunner().invoke(cli, ["upstream-patch", str(root), "-o", str(out)])
     assert outcome.exit_code == 0

@@ -11,10 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from codemods.upstream.edit.change_kinds import RUNTIME, Role
 from codemods.upstream.edit.patchfile import FileChange, blob_id, render_patch
 
 GIT = shutil.which("git")
 pytestmark = pytest.mark.skipif(GIT is None, reason="git executable not installed")
+
+
+def _change(path: str, old: str | None, new: str) -> FileChange:
+    return FileChange(path, old, new, RUNTIME, Role.SIZING)
 
 
 def _apply(root: Path, patch: str, check_only: bool = False) -> subprocess.CompletedProcess:
@@ -41,9 +46,9 @@ def test_modified_and_new_files_apply_and_match(tmp_path):
     new = old.replace("line 5\n", "line five\n").replace("line 30\n", "") + "tail\n"
     _write(tmp_path, "pkg/a.py", old)
     patch = render_patch([
-        FileChange("pkg/a.py", old, new),
-        FileChange("pkg/sub/new.py", None, "x = 1\ny = 2\n"),
-        FileChange("pkg/same.py", "same\n", "same\n"),
+        _change("pkg/a.py", old, new),
+        _change("pkg/sub/new.py", None, "x = 1\ny = 2\n"),
+        _change("pkg/same.py", "same\n", "same\n"),
     ])
     assert patch.count("diff --git") == 2
     assert "new file mode 100644\n--- /dev/null" not in patch  # index line sits between
@@ -56,13 +61,13 @@ def test_modified_and_new_files_apply_and_match(tmp_path):
 
 
 def test_nothing_to_do_is_empty():
-    assert render_patch([FileChange("a.py", "x\n", "x\n")]) == ""
+    assert render_patch([_change("a.py", "x\n", "x\n")]) == ""
 
 
 def test_missing_final_newline_round_trips(tmp_path):
     old, new = "a\nb", "a\nc"
     _write(tmp_path, "f.txt", old)
-    patch = render_patch([FileChange("f.txt", old, new)])
+    patch = render_patch([_change("f.txt", old, new)])
     assert "\\ No newline at end of file" in patch
     assert _apply(tmp_path, patch).returncode == 0, patch
     assert (tmp_path / "f.txt").read_bytes() == new.encode()
@@ -71,7 +76,7 @@ def test_missing_final_newline_round_trips(tmp_path):
 def test_patch_against_drifted_file_is_rejected(tmp_path):
     old = "".join(f"v{i}\n" for i in range(10))
     _write(tmp_path, "f.txt", old.replace("v5", "drift"))
-    patch = render_patch([FileChange("f.txt", old, old.replace("v5\n", "v5 changed\n"))])
+    patch = render_patch([_change("f.txt", old, old.replace("v5\n", "v5 changed\n"))])
     assert _apply(tmp_path, patch, check_only=True).returncode != 0
 
 
@@ -86,7 +91,7 @@ def test_any_edit_round_trips_through_git_apply(tmp_path_factory, old, new, tail
     root = tmp_path_factory.mktemp("rt")
     old_text, new_text = "".join(old) + tail, "".join(new) + tail[::-1].strip("\n") + "\n"
     _write(root, "f.txt", old_text)
-    patch = render_patch([FileChange("f.txt", old_text, new_text)])
+    patch = render_patch([_change("f.txt", old_text, new_text)])
     if old_text == new_text:
         assert patch == ""
         return

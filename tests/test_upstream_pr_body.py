@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from codemods.upstream.edit.change_kinds import TESTS, Role
+from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.output import series
 from codemods.upstream.output.pr_body import (
     KIMI_TITLE,
@@ -18,7 +20,15 @@ from codemods.upstream.sizing.graph_sizing import SIZING_MODULES
 from codemods.upstream.tree.reachability import EVERY, refusals_in
 from codemods.upstream.validation.relax import ValidationResult
 from codemods.upstream.validation.run_tests import VALIDATED, Validation
-from tests.test_upstream_series import MODELS, PKG, _change, _decision, _result
+from tests.test_upstream_series import (
+    MODELS,
+    PKG,
+    _decision,
+    _model,
+    _result,
+    _runtime,
+    _validation,
+)
 
 VALIDATION_PATH = f"{PKG}/srt/arg_groups/validation_hook.py"
 FAMILY_TEST = f"{PKG}/test/test_pp_aux_capture_family.py"
@@ -29,12 +39,12 @@ def _family_result(tmp_path, with_kimi: bool, tests: bool = False):
         _decision("llama.py", ("entry-callback",)),
         _decision("qwen3_moe.py", ("entry-gathered",), hook="set_dflash_layers_to_capture"),
     ]
-    changes = [_change(f"{MODELS}/llama.py"), _change(f"{MODELS}/qwen3_moe.py"),
-               _change(f"{PKG}/srt/distributed/pp_aux_capture.py", None)]
+    changes = [_model(f"{MODELS}/llama.py"), _model(f"{MODELS}/qwen3_moe.py"),
+               _runtime(f"{PKG}/srt/distributed/pp_aux_capture.py", Role.RUNTIME_MODULE, None)]
     if with_kimi:
-        changes.append(_change(f"{MODELS}/kimi_linear.py"))
+        changes.append(_model(f"{MODELS}/kimi_linear.py"))
     if tests:
-        changes.append(_change(FAMILY_TEST, None))
+        changes.append(FileChange(FAMILY_TEST, None, "a = 2\n", TESTS, Role.FAMILY_TEST))
     return _result(tmp_path, changes, decisions)
 
 
@@ -128,7 +138,8 @@ def _sizing(tmp_path, sized: list[str], dspark: bool) -> str:
         target = tmp_path / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text("pp_proxy_dspark_hidden_size = 0\n" if dspark else "x = 0\n")
-    result.changes += [_change(path) for path in sized]
+    role = Role.SIZING_RENAME if dspark else Role.SIZING
+    result.changes += [_runtime(path, role) for path in sized]
     return section(render(result), "## Modifications")
 
 
@@ -145,7 +156,7 @@ def test_validation_change_is_motivated_and_listed(tmp_path):
     result = _family_result(tmp_path, with_kimi=False)
     old = ('raise ValueError("--enable-return-aux-hidden-states only supports pp_size == 1")'
            "\n")
-    change = _change(VALIDATION_PATH, old, "relaxed = True\n")
+    change = _validation(VALIDATION_PATH, old, "relaxed = True\n")
     result.changes.append(change)
     result.validation = ValidationResult(change, {"LlamaForCausalLM": ("EAGLE3",),
                                                   "Qwen3MoeForCausalLM": ("DFLASH",)})
@@ -235,8 +246,8 @@ def test_the_body_says_which_configurations_reach_the_change(tmp_path):
             "configuration reaches the change there") in motivation
     assert "Also refused with PP there: DFLASH (`_handle_dflash`" in motivation
     # Once the general refusal is gone (the patch's new text counts), each one left is named.
-    result.changes.append(_change(VALIDATION_PATH, OLD_CHECK, "def check_server_args(cfg):\n"
-                                  "    pass\n"))
+    result.changes.append(_validation(VALIDATION_PATH, OLD_CHECK, "def check_server_args(cfg):\n"
+                                      "    pass\n"))
     motivation = section(render(result), "## Motivation")
     assert "no server configuration" not in motivation
     assert "**Still refused:** DFLASH with PP" in motivation

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from codemods.cli.commands import cli
+from codemods.upstream.edit.change_kinds import RUNTIME, TESTS, VALIDATION, Role, model_group
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan, FileDecision, ForwardRef
 from codemods.upstream.generate import FAMILY_ONLY, UpstreamResult, generate
@@ -48,8 +49,23 @@ def _result(tmp_path: Path, changes: list[FileChange], decisions) -> UpstreamRes
     return result
 
 
-def _change(path: str, old: str | None = "a = 1\n", new: str = "a = 2\n") -> FileChange:
-    return FileChange(path, old, new)
+def _model(path: str, old: str | None = "a = 1\n", new: str = "a = 2\n") -> FileChange:
+    """A rewritten model file, in its family's group as the family patch makes it."""
+    stem = path.rsplit("/", 1)[-1].removesuffix(".py")
+    return FileChange(path, old, new, model_group(stem), Role.MODEL)
+
+
+def _runtime(path: str, role: Role, old: str | None = "a = 1\n",
+             new: str = "a = 2\n") -> FileChange:
+    return FileChange(path, old, new, RUNTIME, role)
+
+
+def _validation(path: str, old: str = "a = 1\n", new: str = "a = 2\n") -> FileChange:
+    return FileChange(path, old, new, VALIDATION, Role.VALIDATION)
+
+
+def _test(path: str, role: Role, new: str) -> FileChange:
+    return FileChange(path, None, new, TESTS, role)
 
 
 def test_series_orders_runtime_then_model_groups_then_validation(tmp_path):
@@ -61,21 +77,21 @@ def test_series_orders_runtime_then_model_groups_then_validation(tmp_path):
         _decision("beam.py", ("after-layer",)),
     ]
     changes = [
-        _change(f"{MODELS}/llama.py"),
-        _change(f"{MODELS}/qwen2.py"),  # touched as qwen3's forward, no decision of its own
-        _change(f"{MODELS}/qwen3.py"),
-        _change(f"{MODELS}/qwen3_moe.py"),
-        _change(f"{MODELS}/gemma.py"),
-        _change(f"{MODELS}/beam.py"),
-        _change(f"{MODELS}/kimi_linear.py"),
-        _change(f"{MODELS}/brand_new_model.py"),
-        _change(f"{PKG}/srt/distributed/pp_aux_capture.py", None),
-        _change(f"{PKG}/srt/model_executor/model_runner.py"),
-        _change(f"{PKG}/srt/model_executor/cuda_graph_runner.py"),
-        _change(f"{PKG}/srt/speculative/spec_info.py"),
-        _change(f"{PKG}/srt/server_args.py"),
-        _change(f"{PKG}/srt/arg_groups/validation_hook.py"),
-        _change(f"{PKG}/test/test_pp_aux_capture.py", None),
+        _model(f"{MODELS}/llama.py"),
+        _model(f"{MODELS}/qwen2.py"),  # touched as qwen3's forward, no decision of its own
+        _model(f"{MODELS}/qwen3.py"),
+        _model(f"{MODELS}/qwen3_moe.py"),
+        _model(f"{MODELS}/gemma.py"),
+        _model(f"{MODELS}/beam.py"),
+        _model(f"{MODELS}/kimi_linear.py"),
+        _model(f"{MODELS}/brand_new_model.py"),
+        _runtime(f"{PKG}/srt/distributed/pp_aux_capture.py", Role.RUNTIME_MODULE, None),
+        _runtime(f"{PKG}/srt/model_executor/model_runner.py", Role.SIZING),
+        _runtime(f"{PKG}/srt/model_executor/cuda_graph_runner.py", Role.SIZING),
+        _runtime(f"{PKG}/srt/speculative/spec_info.py", Role.SIZING),
+        _validation(f"{PKG}/srt/server_args.py"),
+        _validation(f"{PKG}/srt/arg_groups/validation_hook.py"),
+        _test(f"{PKG}/test/test_pp_aux_capture.py", Role.INIT_TEST, "a = 2\n"),
     ]
     patches = series.build_series(_result(tmp_path, changes, decisions))
     keys = [patch.key for patch in patches]
@@ -120,10 +136,10 @@ def test_models_join_the_family_test_with_the_patch_that_completes_them(tmp_path
     result = _result(tmp_path, [], decisions)
     final = series._family_test_text(result, {"llama", "qwen3"})
     result.changes = [
-        _change(f"{MODELS}/llama.py"),
-        _change(f"{MODELS}/qwen3.py"),
-        _change(f"{MODELS}/gemma_stack.py"),
-        FileChange(f"{PKG}/test/test_pp_aux_capture_family.py", None, final),
+        _model(f"{MODELS}/llama.py"),
+        _model(f"{MODELS}/qwen3.py"),
+        _model(f"{MODELS}/gemma_stack.py"),
+        _test(f"{PKG}/test/test_pp_aux_capture_family.py", Role.FAMILY_TEST, final),
     ]
     dense, gemma = series.build_series(result)
     assert (dense.key, gemma.key) == ("llama-qwen-dense", "gemma")
@@ -141,9 +157,9 @@ def test_family_test_grows_with_each_model_group(tmp_path):
     result = _result(tmp_path, [], decisions)
     final = series._family_test_text(result, {"llama", "qwen3_moe"})
     result.changes = [
-        _change(f"{MODELS}/llama.py"),
-        _change(f"{MODELS}/qwen3_moe.py"),
-        FileChange(f"{PKG}/test/test_pp_aux_capture_family.py", None, final),
+        _model(f"{MODELS}/llama.py"),
+        _model(f"{MODELS}/qwen3_moe.py"),
+        _test(f"{PKG}/test/test_pp_aux_capture_family.py", Role.FAMILY_TEST, final),
     ]
     patches = series.build_series(result)
     assert [p.key for p in patches] == ["llama-qwen-dense", "qwen-moe-vl"]
@@ -159,12 +175,12 @@ def test_family_test_models_come_with_the_first_patch_of_the_test(tmp_path):
                  _decision("qwen3_moe.py", ("entry-gathered",))]
     result = _result(tmp_path, [], decisions)
     final = series._family_test_text(result, {"llama", "qwen3_moe"})
-    models = FileChange(f"{PKG}/test/pp_aux_capture_family_models.py", None, "M = 1\n")
+    models = _test(f"{PKG}/test/pp_aux_capture_family_models.py", Role.TEST_MODELS, "M = 1\n")
     result.changes = [
-        _change(f"{MODELS}/llama.py"),
-        _change(f"{MODELS}/qwen3_moe.py"),
+        _model(f"{MODELS}/llama.py"),
+        _model(f"{MODELS}/qwen3_moe.py"),
         models,
-        FileChange(f"{PKG}/test/test_pp_aux_capture_family.py", None, final),
+        _test(f"{PKG}/test/test_pp_aux_capture_family.py", Role.FAMILY_TEST, final),
     ]
     patches = series.build_series(result)
     assert [p.key for p in patches] == ["llama-qwen-dense", "qwen-moe-vl"]
@@ -193,13 +209,13 @@ def test_checkout_tests_spread_over_the_series_and_the_init_test_comes_last(tmp_
     result.family = plan
     final = series._family_test_text(result, {"llama", "qwen3_moe"})
     result.changes = [
-        _change("python/sglang/srt/models/llama.py"),
-        _change("python/sglang/srt/models/qwen3_moe.py"),
-        _change("python/sglang/srt/distributed/pp_aux_capture.py", None),
-        _change("python/sglang/srt/arg_groups/validation_hook.py"),
-        FileChange(f"{tests}/pp_aux_capture_family_models.py", None, "M = 1\n"),
-        FileChange(f"{tests}/test_pp_aux_capture_family.py", None, final),
-        FileChange(f"{tests}/test_pp_aux_capture.py", None, "T = 1\n"),
+        _model("python/sglang/srt/models/llama.py"),
+        _model("python/sglang/srt/models/qwen3_moe.py"),
+        _runtime("python/sglang/srt/distributed/pp_aux_capture.py", Role.RUNTIME_MODULE, None),
+        _validation("python/sglang/srt/arg_groups/validation_hook.py"),
+        _test(f"{tests}/pp_aux_capture_family_models.py", Role.TEST_MODELS, "M = 1\n"),
+        _test(f"{tests}/test_pp_aux_capture_family.py", Role.FAMILY_TEST, final),
+        _test(f"{tests}/test_pp_aux_capture.py", Role.INIT_TEST, "T = 1\n"),
     ]
     patches = series.build_series(result)
     assert [p.key for p in patches] == ["runtime", "llama-qwen-dense", "qwen-moe-vl",
@@ -225,9 +241,11 @@ def test_series_mails_apply_with_git_am_as_a_stack(tmp_path, monkeypatch):
     git(repo, "commit", "-q", "-m", "base", env=IDENTITY)
     decisions = [_decision("llama.py", ("entry-callback",))]
     changes = [
-        FileChange(f"{MODELS}/llama.py", "x = 1\n", "x = 2\n"),
-        FileChange(f"{PKG}/srt/server_args.py", "y = 1\n", "y = 2\n"),
-        FileChange(f"{PKG}/srt/distributed/pp_aux_capture.py", None, "T = 1\n"),
+        _model(f"{MODELS}/llama.py", "x = 1\n", "x = 2\n"),
+        FileChange(f"{PKG}/srt/server_args.py", "y = 1\n", "y = 2\n", VALIDATION,
+                   Role.VALIDATION),
+        _runtime(f"{PKG}/srt/distributed/pp_aux_capture.py", Role.RUNTIME_MODULE, None,
+                 "T = 1\n"),
     ]
     patches = series.build_series(_result(tmp_path / "tree", changes, decisions))
     files = series.render_series(patches, "A U Thor <author@example.com>")
@@ -323,10 +341,13 @@ def test_series_applies_in_order_and_equals_the_single_patch(
     assert _texts(stack, changes) == wanted
     subjects = git(stack, "log", "--reverse", "--format=%s", f"-{len(files)}").splitlines()
     assert subjects == [p.subject for p in patches]
-    # The PR description of the same run (checked here so the release is generated once).
+    # The PR description and the changes' groups and roles of the same run (checked here
+    # so the release is generated once).
+    from tests.test_upstream_change_kinds import check_release_kinds
     from tests.test_upstream_pr_body import check_release_body
 
     check_release_body(result, version, list(zip(files, patches, strict=True)))
+    check_release_kinds(result, version)
 
 
 @pytest.mark.sglang
@@ -423,7 +444,7 @@ def test_a_series_that_does_not_apply_leaves_no_branch(tmp_path, monkeypatch):
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base", env=IDENTITY)
     head = git(repo, "rev-parse", "HEAD")
-    changes = [FileChange(f"{MODELS}/llama.py", "x = 0\n", "x = 2\n")]  # not what is there
+    changes = [_model(f"{MODELS}/llama.py", "x = 0\n", "x = 2\n")]  # not what is there
     patches = series.build_series(
         _result(tmp_path / "tree", changes, [_decision("llama.py", ("entry-callback",))]))
     paths = []
@@ -442,22 +463,23 @@ def test_a_series_that_does_not_apply_leaves_no_branch(tmp_path, monkeypatch):
 def test_runtime_patch_claims_sizing_only_when_it_sizes_buffers(tmp_path):
     """The shipped helpers and the packer accessor alone size nothing."""
     shipped = [
-        _change(f"{PKG}/srt/distributed/pp_aux_capture.py", None),
-        _change(f"{PKG}/srt/layers/aux_hidden_states.py"),
+        _runtime(f"{PKG}/srt/distributed/pp_aux_capture.py", Role.RUNTIME_MODULE, None),
+        _runtime(f"{PKG}/srt/layers/aux_hidden_states.py", Role.PACKER),
     ]
     (runtime,) = series.build_series(_result(tmp_path, shipped, []))
     assert runtime.subject == "[PP] Carry aux hidden states in the PP handoff"
     assert "proxy buffer" not in runtime.body
     assert "- aux_hidden_states.py: AuxHiddenStatePacker.captured()" in runtime.body
-    sized = [*shipped, _change(f"{PKG}/srt/model_executor/runner_utils/buffers.py")]
+    sized = [*shipped, _runtime(f"{PKG}/srt/model_executor/runner_utils/buffers.py", Role.SIZING)]
     (runtime,) = series.build_series(_result(tmp_path, sized, []))
     assert runtime.subject.endswith("and size its proxy buffer")
     assert "- buffers.py: sizes the aux_hidden_states PP proxy buffer" in " ".join(
         runtime.body.split())
-    renamed = [*shipped, FileChange(f"{PKG}/srt/model_executor/runner_utils/buffers.py",
-                                    'k = "dspark_hidden_states"\n', 'k = "aux_hidden_states"\n'),
-               FileChange(f"{MODELS}/kimi_linear.py", 'k = "dspark_hidden_states"\n',
-                          'k = "aux_hidden_states"\n')]
+    old, new = 'k = "dspark_hidden_states"\n', 'k = "aux_hidden_states"\n'
+    renamed = [*shipped,
+               _runtime(f"{PKG}/srt/model_executor/runner_utils/buffers.py", Role.SIZING_RENAME,
+                        old, new),
+               _runtime(f"{MODELS}/kimi_linear.py", Role.RELAY_RENAME, old, new)]
     (runtime,) = series.build_series(_result(tmp_path, renamed, []))
     assert runtime.subject.endswith("; rename DSPARK's entry")
     assert f"{MODELS}/kimi_linear.py" in runtime.paths
@@ -486,7 +508,7 @@ def test_validation_message_names_the_architectures_and_what_stays_refused(tmp_p
     from codemods.upstream.validation.relax import ValidationResult
 
     hook = f"{PKG}/srt/arg_groups/validation_hook.py"
-    result = _result(tmp_path, [_change(f"{MODELS}/llama.py"), _change(hook)],
+    result = _result(tmp_path, [_model(f"{MODELS}/llama.py"), _validation(hook)],
                      [_decision("llama.py", ("entry-callback",))])
     result.validation = ValidationResult(result.changes[1], {"LlamaForCausalLM": ("DFLASH",
                                                                                 "EAGLE3")})

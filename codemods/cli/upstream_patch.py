@@ -66,7 +66,7 @@ def report_kimi_k3(result) -> None:
 def _why_empty(result) -> str:
     """Why a tree gets an empty patch: it carries the patch already, or (with no Kimi-Linear
     file) no model file of the tree needs it."""
-    if result.status == FAMILY_ONLY and result.tree.read_text(result.glue_path) is None:
+    if result.kimi_status == FAMILY_ONLY and result.tree.read_text(result.glue_path) is None:
         return "no model file needs the patch"
     return "already patched"
 
@@ -123,7 +123,7 @@ def run_upstream_patch(root: str, output: str | None, pr_body: str | None,
     where = result.tree.describe()
     report_family(result)
     report_kimi_k3(result)
-    if result.status == kimi.SUPPORTED:
+    if result.kimi_status == kimi.SUPPORTED:
         if result.model_path in result.changed:
             done = "its relay's entry is renamed for every capture method"
         else:
@@ -152,7 +152,7 @@ def run_upstream_patch(root: str, output: str | None, pr_body: str | None,
     else:
         sys.stdout.write(patch)
         sys.stdout.flush()
-    if result.status == kimi.PATCHED:
+    if result.kimi_status == kimi.PATCHED:
         _say(f"{where}: model file already patched; refreshing the other files.")
     files = ", ".join(result.changed)
     _say(f"{where}: patch touches {len(result.changed)} files: {files}"

@@ -20,6 +20,8 @@ from codemods.deliver.git_branch import DeliveryResult, GitDeliveryError
 from codemods.deliver.messages import PatchedFile
 from codemods.deliver.recheck import recheck_python_files
 from codemods.sources import fileio
+from codemods.upstream.edit.change_kinds import Role
+from codemods.upstream.edit.patchfile import FileChange
 
 if TYPE_CHECKING:
     import git
@@ -319,12 +321,23 @@ def upstream_on_branch(
     )
 
 
-#: What each file of the generated SGLang patch does, by its role.
+#: What the Kimi-Linear model file of the generated SGLang patch gets.
+UPSTREAM_KIMI_MODEL = (
+    "capture DSPARK aux hidden states on every PP stage, collect them on the last")
+#: What the other files of the generated SGLang patch get, by the change's role; a role not
+#: listed: "changed".
 UPSTREAM_FILE_ROLES = {
-    "model": "capture DSPARK aux hidden states on every PP stage, collect them on the last",
-    "glue": "helpers the patched hooks and forwards call (aux entry of the PP handoff)",
-    "packer": "AuxHiddenStatePacker.captured() for stages that hand captures on",
+    Role.RUNTIME_MODULE: "helpers the patched hooks and forwards call (aux entry of the PP "
+    "handoff)",
+    Role.PACKER: "AuxHiddenStatePacker.captured() for stages that hand captures on",
 }
+
+
+def upstream_file_summary(change: FileChange, model_path: str) -> str:
+    """What one file change of the generated patch does, for the commit's file list."""
+    if change.path == model_path:
+        return UPSTREAM_KIMI_MODEL
+    return UPSTREAM_FILE_ROLES.get(change.role, "changed")
 
 
 def upstream_generated_on_branch(
@@ -350,15 +363,10 @@ def upstream_generated_on_branch(
         result = generate(sglang_root, models=models)
     except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError) as error:
         raise UnprocessableFiles(str(error)) from error
-    roles = {
-        result.model_path: "model",
-        result.glue_path: "glue",
-        result.packer_path: "packer",
-    }
     patched = [
         PatchedFile(
             change.path,
-            UPSTREAM_FILE_ROLES.get(roles.get(change.path, ""), "changed"),
+            upstream_file_summary(change, result.model_path),
             added=change.is_new_file,
         )
         for change in result.changes

@@ -14,7 +14,7 @@ last change), and adds new files:
 
 The result's ``patch`` is the git-style patch text (``patchfile.py``), empty when the tree is
 already patched.  A tree whose model file already carries DSPARK captures across PP (SGLang
-0.5.21+) gets status ``supported``; with the family patch, its relay entry, width method and
+0.5.21+) gets Kimi status ``supported``; with the family patch, its relay entry, width method and
 sizing path are renamed for every capture method (``graph_sizing.py``).
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from codemods.upstream.edit.change_kinds import KIMI, RUNTIME, Role
 from codemods.upstream.edit.parsing import parse_once
 from codemods.upstream.edit.patchfile import FileChange, changed_paths, render_patch
 from codemods.upstream.family.patch import (
@@ -52,7 +53,9 @@ class MissingModelFile(FileNotFoundError):
 @dataclass
 class UpstreamResult:
     tree: SGLangTree
-    status: str  # kimi.NEEDS_PATCH | kimi.PATCHED | kimi.SUPPORTED
+    #: Kimi-Linear's status: ``kimi.NEEDS_PATCH`` | ``kimi.PATCHED`` | ``kimi.SUPPORTED``, or
+    #: ``FAMILY_ONLY`` (no Kimi-Linear file, or not asked for).
+    kimi_status: str
     model_path: str
     changes: list[FileChange] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -109,7 +112,8 @@ class UpstreamResult:
         """The helpers module, unless a change for its path is already in ``changes``."""
         if any(change.path == self.glue_path for change in self.changes):
             return []
-        return [FileChange(self.glue_path, self.tree.read_text(self.glue_path), render_glue())]
+        return [FileChange(self.glue_path, self.tree.read_text(self.glue_path), render_glue(),
+                           RUNTIME, Role.RUNTIME_MODULE)]
 
 
 def generate(root: str | Path, models: list[str] | None = None,
@@ -158,8 +162,8 @@ def _generate(tree: SGLangTree, models: list[str] | None,
         if with_kimi:
             result.notes.append(f"{model_path} not found; Kimi-Linear not patched")
     result.family = family
-    if source is not None and result.status != kimi.SUPPORTED:
-        result.changes = [FileChange(model_path, source, new_source)]
+    if source is not None and result.kimi_status != kimi.SUPPORTED:
+        result.changes = [FileChange(model_path, source, new_source, KIMI, Role.MODEL)]
         result.changes += result.shipped_changes()
     if with_k3:
         result.changes += _kimi_k3_changes(tree, result, required=wanted is not None)
@@ -209,4 +213,4 @@ def _kimi_k3_changes(tree: SGLangTree, result: UpstreamResult,
     result.notes += list(analysis.notes)
     if analysis.status == kimi.SUPPORTED:
         return []
-    return [FileChange(path, source, new_source), *result.shipped_changes()]
+    return [FileChange(path, source, new_source, KIMI, Role.MODEL), *result.shipped_changes()]

@@ -1,7 +1,9 @@
 """Write file changes as one git-style patch (``git apply`` / ``git am`` compatible).
 
 A :class:`FileChange` says what one file should become: ``old`` is its current text (None for a
-file the patch creates) and ``new`` the wanted text.  :func:`render_patch` turns a list of them
+file the patch creates) and ``new`` the wanted text; its ``group`` and ``role``
+(:mod:`codemods.upstream.edit.change_kinds`) say, from the part that made it, which patch of
+the series it belongs to and what it does.  :func:`render_patch` turns a list of them
 into the text of a patch with ``diff --git a/P b/P`` headers, ``new file mode 100644`` for
 created files, ``index`` lines carrying git blob ids, and unified hunks with three lines of
 context.  Changes whose old and new text are equal are left out, so a patch of nothing-to-do
@@ -18,17 +20,22 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from codemods.upstream.edit.change_kinds import Role
+
 CONTEXT_LINES = 3
 NO_NEWLINE = "\\ No newline at end of file\n"
 
 
 @dataclass(frozen=True)
 class FileChange:
-    """``path`` (relative, POSIX) goes from ``old`` (None: does not exist) to ``new``."""
+    """``path`` (relative, POSIX) goes from ``old`` (None: does not exist) to ``new``;
+    ``group``: the series group, ``role``: what the change does (``change_kinds``)."""
 
     path: str
     old: str | None
     new: str
+    group: str
+    role: Role
 
     @property
     def is_new_file(self) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from codemods.upstream.edit.change_kinds import RUNTIME, TESTS, Role, model_group
 from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan, plan_family
@@ -42,6 +43,8 @@ TEST_MODELS_FILE = "pp_aux_capture_family_models.py"
 INIT_TEST_FILE = "test_pp_aux_capture.py"
 #: Every test file the patch ships, in the order they are added.
 TEST_FILES = (TEST_MODELS_FILE, TEST_FILE, INIT_TEST_FILE)
+TEST_ROLES = {TEST_MODELS_FILE: Role.TEST_MODELS, TEST_FILE: Role.FAMILY_TEST,
+              INIT_TEST_FILE: Role.INIT_TEST}
 CASES_MARKER = "    # @@FAMILY_CASES@@\n"
 PATCHED_MARKER = "    # @@PATCHED_MODELS@@\n"
 
@@ -113,7 +116,7 @@ def render_glue() -> str:
 
 def shipped_file(tree: SGLangTree, module: str, text: str) -> FileChange:
     path = tree.module_path(module)
-    return FileChange(path, tree.read_text(path), text)
+    return FileChange(path, tree.read_text(path), text, RUNTIME, Role.RUNTIME_MODULE)
 
 
 def family_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
@@ -123,8 +126,10 @@ def family_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
         return []
     changes = []
     for file, text in sorted(rewritten.items()):
-        path = tree.module_path(f"sglang.srt.models.{file.removesuffix('.py')}")
-        changes.append(FileChange(path, tree.read_text(path), text))
+        stem = file.removesuffix(".py")
+        path = tree.module_path(f"sglang.srt.models.{stem}")
+        changes.append(FileChange(path, tree.read_text(path), text, model_group(stem),
+                                  Role.MODEL))
     changes.append(shipped_file(tree, GLUE_MODULE, render_glue()))
     changes += packer_access_changes(tree, rewritten.values())
     # CUDA graph buffers for the aux entry: along SGLang's DSPARK sizing path (0.5.21+),
@@ -134,5 +139,6 @@ def family_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
     if tree.tests is not None:  # a package tree has no test folder: left out
         for name, text in shipped_tests(plan).items():
             path = tree.test_path(name)
-            changes.append(FileChange(path, tree.read_text(path), text))
+            changes.append(FileChange(path, tree.read_text(path), text, TESTS,
+                                      TEST_ROLES[name]))
     return [change for change in changes if change.changed]

@@ -47,3 +47,9 @@ def family_rank(key: str) -> int:
     """Position of a family in the series (:data:`OTHER` after every named one)."""
     keys = [key_ for _, key_, _ in FAMILIES]
     return keys.index(key) if key in keys else len(keys)
+
+
+def family_title(key: str) -> str:
+    """The title of the family with ``key`` (:data:`OTHER`'s for a key no family has)."""
+    titles = {key_: title for _, key_, title in FAMILIES}
+    return titles.get(key, OTHER[1])

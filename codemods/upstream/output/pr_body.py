@@ -16,9 +16,11 @@ description keeps a one-line summary.
 from __future__ import annotations
 
 from codemods.upstream.edit import names
+from codemods.upstream.edit.change_kinds import KIMI, RENAME_ROLES, Role
+from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.patch import TEST_FILE as FAMILY_TEST_FILE
 from codemods.upstream.generate import UpstreamResult
-from codemods.upstream.output.model_families import family_of, family_rank
+from codemods.upstream.output.model_families import family_rank, family_title
 from codemods.upstream.output.result_facts import (
     AUX_FLAG,
     KIMI_STEM,
@@ -38,7 +40,6 @@ from codemods.upstream.output.result_facts import (
     touched_models,
     validation_change,
 )
-from codemods.upstream.sizing.graph_sizing import has_dspark_sizing, rename_dspark_entry
 from codemods.upstream.tree.reachability import EVERY
 
 __all__ = ["render", "title_of", "touched_hooks", "touched_models", "kimi_touched",
@@ -48,8 +49,6 @@ __all__ = ["render", "title_of", "touched_hooks", "touched_models", "kimi_touche
 SECTIONS = ("## Motivation", "## Modifications", "## Benchmark & Profiling", "## Checklist")
 #: The longest description this renders (lines).
 MAX_LINES = 150
-
-SIZING_FILE = "model_executor/runner_utils/buffers.py"
 
 #: Short names of the capture hooks, as the title lists them.
 HOOK_NAMES = {
@@ -78,6 +77,11 @@ def title_of(result: UpstreamResult) -> str:
 
 def _code(path: str) -> str:
     return f"`{path}`"
+
+
+def _changed(result: UpstreamResult, *roles: Role) -> list[FileChange]:
+    """The patch's changes with one of ``roles``, in patch order."""
+    return [change for change in result.changes if change.changed and change.role in roles]
 
 
 def _reach(result: UpstreamResult) -> list[str]:
@@ -159,16 +163,13 @@ def _family_lines(result: UpstreamResult) -> list[str]:
     plan = result.family
     decisions = plan.decisions if plan is not None else {}
     groups: dict[str, tuple[str, list[str]]] = {}
-    renamed = {change.path for change in result.changes if change.changed
-               and change.new == rename_dspark_entry(change.old or "", change.path)}
-    for path in result.changed:
-        if "srt/models/" not in path or path in renamed:
-            continue  # a renamed relay is listed with the sizing path
-        name = path.rsplit("/", 1)[-1]
-        key, title = family_of(name.removesuffix(".py"))
+    # Model rewrites only: a renamed relay is listed with the sizing path.
+    for change in _changed(result, Role.MODEL):
+        name = change.path.rsplit("/", 1)[-1]
+        key, title = change.group, family_title(change.group)
         entry = _code(name)
         own = decisions.get(name)
-        if key != "kimi" and (own is None or not own.patched):
+        if key != KIMI and (own is None or not own.patched):
             users = sorted(d.name for d in decisions.values()
                            if d.patched and d.forward is not None and d.forward.file == name)
             entry += f" (capture forward of {', '.join(users) or 'another model'})"
@@ -190,14 +191,13 @@ def _kimi_lines(result: UpstreamResult) -> list[str]:
 
 
 def _sizing_line(result: UpstreamResult) -> str:
-    sizing = [path for path in result.changed
-              if "/model_executor/" in path or path.endswith("misc_utils.py")]
-    if not any(path.endswith(SIZING_FILE) for path in result.changed):
+    sizing = [c.path for c in _changed(result, Role.SIZING, Role.SIZING_RENAME)]
+    if not sizing:
         return ("- CUDA graphs: this tree's proxy buffers are not sized for the aux entry; "
                 "run PP with CUDA graphs disabled on non-first stages (the last stage raises "
                 "`RuntimeError` naming missing layers otherwise).")
-    if kimi_relay_renamed(result) or has_dspark_sizing(result.tree):
-        relays = [p for p in result.changed if p.rsplit("/", 1)[-1].startswith("kimi")]
+    if _changed(result, *RENAME_ROLES):
+        relays = [c.path for c in _changed(result, Role.RELAY_RENAME)]
         return ("- SGLang's DSPARK entry and CUDA-graph sizing now serve every capture "
                 "method: `dspark_hidden_states` -> `aux_hidden_states`, "
                 "`*pp_proxy_dspark_hidden_size` -> `*pp_proxy_aux_hidden_size` in "
@@ -246,7 +246,8 @@ def _fixes(result: UpstreamResult, series) -> str:
 
 
 def _modifications(result: UpstreamResult, series) -> str:
-    runtime = [p for p in (result.glue_path, result.packer_path) if p in result.changed]
+    runtime = [c.path for role in (Role.RUNTIME_MODULE, Role.PACKER)
+               for c in _changed(result, role)]
     lines = []
     if runtime:
         lines.append(
@@ -277,8 +278,7 @@ def _modifications(result: UpstreamResult, series) -> str:
 
 
 def _benchmark(result: UpstreamResult, validation) -> str:
-    tests = added_tests(result)
-    family_test = next((p for p in tests if p.endswith(FAMILY_TEST_FILE)), None)
+    family_test = next((c.path for c in _changed(result, Role.FAMILY_TEST)), None)
     ran = (f"`{test_command(result, family_test)}`" if family_test is not None
            else f"`{FAMILY_TEST_FILE}` (written into the copy)")
     lines = []

@@ -7,13 +7,13 @@ ask these functions, so their names and counts come from one source (the
 
 from __future__ import annotations
 
+from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.kimi import k3 as kimi_k3
 from codemods.upstream.kimi import linear as kimi
 from codemods.upstream.tree.reachability import Refusal, refusal_of, tree_refusals
 
 KIMI_STEM = kimi.MODULE.rsplit(".", 1)[1]
-VALIDATION_FILE = "arg_groups/validation_hook.py"
 AUX_FLAG = "--enable-return-aux-hidden-states"
 #: How the release refuses the flag with PP (the message of 0.5.23's check).
 AUX_PP_REFUSAL = f"{AUX_FLAG} only supports pp_size == 1"
@@ -32,7 +32,7 @@ def kimi_touched(result: UpstreamResult) -> bool:
 def kimi_relay_renamed(result: UpstreamResult) -> bool:
     """Kimi-Linear relays DSPARK captures itself (0.5.21+) and the patch only renames its
     entry and width method for every capture method."""
-    return kimi_touched(result) and result.status == kimi.SUPPORTED
+    return kimi_touched(result) and result.kimi_status == kimi.SUPPORTED
 
 
 def kimi_rewritten(result: UpstreamResult) -> bool:
@@ -77,7 +77,7 @@ def touched_hooks(result: UpstreamResult) -> list[str]:
 def validation_change(result: UpstreamResult):
     """The patch's change to SGLang's server-arg validation (None: it has none)."""
     return next((change for change in result.changes
-                 if change.path.endswith(VALIDATION_FILE) and change.changed), None)
+                 if change.role is Role.VALIDATION and change.changed), None)
 
 
 def relaxes_aux_flag(result: UpstreamResult) -> bool:
@@ -89,8 +89,8 @@ def relaxes_aux_flag(result: UpstreamResult) -> bool:
 
 def added_tests(result: UpstreamResult) -> list[str]:
     """Paths of the test files (``test_*.py``) the patch adds or changes."""
-    return [path for path in result.changed
-            if path.rsplit("/", 1)[-1].startswith("test_") and "srt/models/" not in path]
+    return [change.path for change in result.changes if change.changed
+            and change.role in (Role.FAMILY_TEST, Role.INIT_TEST)]
 
 
 def shipped_test_commands(result: UpstreamResult) -> list[str]:

@@ -15,6 +15,9 @@ reviewer can take one at a time, in this order:
    patched model through its real ``__init__`` (``test_pp_aux_capture.py``) comes with the
    last patch of the series, when everything it checks is in place.
 
+Each file change carries its group and role from the part of the generator that made it
+(:mod:`codemods.upstream.edit.change_kinds`); the series reads them.
+
 A fix the patch makes in a model file that is not about capture under PP (a stack setter
 the hook calls but the stack lacks, a forward that unpacks non-last stages' output) is a
 patch of its own, right after the runtime, and the file's family patch starts from it.
@@ -35,21 +38,26 @@ import email.utils
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from codemods.upstream.edit.change_kinds import (
+    FIX,
+    KIMI,
+    RUNTIME,
+    VALIDATION,
+    Role,
+    fix_group,
+    is_model_group,
+)
 from codemods.upstream.edit.patchfile import FileChange, changed_paths, render_patch
-from codemods.upstream.family.patch import INIT_TEST_FILE, render_test
-from codemods.upstream.family.patch import TEST_FILE as FAMILY_TEST_FILE
-from codemods.upstream.family.patch import TEST_MODELS_FILE as FAMILY_MODELS_FILE
-from codemods.upstream.family.plan import FamilyPlan
+from codemods.upstream.family.patch import render_test
 from codemods.upstream.generate import UpstreamResult
-from codemods.upstream.output.model_families import OTHER, family_of, family_rank
-from codemods.upstream.output.series_messages import FIX, RUNTIME, VALIDATION, fill_message
-from codemods.upstream.sizing.graph_sizing import rename_dspark_entry
+from codemods.upstream.output.model_families import OTHER, family_rank, family_title
+from codemods.upstream.output.series_messages import fill_message
 
-KIMI = "kimi"
+__all__ = ["FIX", "KIMI", "RUNTIME", "VALIDATION", "OTHER_MODELS", "SeriesPatch", "classify",
+           "build_series", "render_series"]
+
 #: Model files no family prefix matches.
 OTHER_MODELS = OTHER[0]
-
-_VALIDATION_PARTS = ("server_args", "validation", "/arg_groups/")
 
 
 @dataclass
@@ -102,15 +110,15 @@ def _stem(path: str) -> str:
     return path.rsplit("/", 1)[-1].removesuffix(".py")
 
 
-def classify(path: str, plan: FamilyPlan | None = None) -> tuple[str, str, str]:
+def classify(change: FileChange) -> tuple[str, str, str]:
     """(group key, file-name slug, title) of one changed file of the patch."""
-    if "srt/models/" in path:
-        key, title = family_of(_stem(path))
-        return key, key, title
-    if any(part in path for part in _VALIDATION_PARTS):
+    if change.group == VALIDATION:
         return VALIDATION, "validation", "validation"
-    # Any other file outside the models is something the models build on: it goes first.
-    return RUNTIME, "runtime", "runtime: aux hidden states in the PP handoff"
+    if change.group == RUNTIME:
+        return RUNTIME, "runtime", "runtime: aux hidden states in the PP handoff"
+    if change.group.startswith(FIX):
+        return change.group, change.group, ""
+    return change.group, change.group, family_title(change.group)
 
 
 def _group_rank(key: str) -> tuple[int, int, str]:
@@ -142,33 +150,33 @@ def build_series(result: UpstreamResult) -> list[SeriesPatch]:
     groups: dict[str, SeriesPatch] = {}
     family_test: FileChange | None = None
     family_models: FileChange | None = None
-    for change in list(changes):
+    for index, change in enumerate(changes):
         name = change.path.rsplit("/", 1)[-1]
-        if "srt/models/" in change.path and name in fixed and change.old is not None:
+        if change.role is Role.MODEL and name in fixed and change.old is not None:
             # The fix on its own first; the family patch starts from the fixed file.
-            key = f"{FIX}{_stem(change.path)}"
-            groups[key] = SeriesPatch(key, key, "", "", [
-                FileChange(change.path, change.old, fixed[name])], [_stem(change.path)])
-            changes[changes.index(change)] = FileChange(change.path, fixed[name], change.new)
+            stem = _stem(change.path)
+            key = fix_group(stem)
+            groups[key] = SeriesPatch(key, key, "", "", [FileChange(
+                change.path, change.old, fixed[name], key, Role.FIX)], [stem])
+            changes[index] = dataclasses.replace(change, old=fixed[name])
     init_test: FileChange | None = None
+    model_files: dict[str, str] = {}
     for change in changes:
-        if change.path.endswith(INIT_TEST_FILE):
+        if change.role is Role.INIT_TEST:
             init_test = change
             continue
-        if change.path.endswith(FAMILY_TEST_FILE):
+        if change.role is Role.FAMILY_TEST:
             family_test = change
             continue
-        if change.path.endswith(FAMILY_MODELS_FILE):
+        if change.role is Role.TEST_MODELS:
             family_models = change
             continue
-        key, slug, title = classify(change.path)
-        if key == KIMI and change.new == rename_dspark_entry(change.old or "", change.path):
-            # Only renamed along with the sizing path it implements: one change.
-            key, slug, title = classify(RUNTIME)
+        key, slug, title = classify(change)
         patch = groups.setdefault(key, SeriesPatch(key, slug, title, ""))
         patch.changes.append(change)
-        if key not in (RUNTIME, VALIDATION) and not key.startswith(FIX):
+        if change.role is Role.MODEL:
             stem = _stem(change.path)
+            model_files[f"{stem}.py"] = key
             decision = decisions.get(f"{stem}.py")
             if key == KIMI or (decision is not None and decision.patched):
                 patch.models.append(stem)
@@ -176,7 +184,7 @@ def build_series(result: UpstreamResult) -> list[SeriesPatch]:
     for decision in decisions.values():
         if not decision.patched or decision.forward is None:
             continue
-        key = classify(f"srt/models/{decision.forward.file}")[0]
+        key = model_files.get(decision.forward.file, "")
         listed = any(decision.name in patch.models for patch in groups.values())
         if key in groups and not listed:
             groups[key].models.append(decision.name)
@@ -217,8 +225,7 @@ def _spread_family_test(result: UpstreamResult, change: FileChange,
     """Each family's patch adds the models it completes to the family test; the last model
     patch leaves the file exactly as the single patch does.  The test's stand-in models
     (``models``) come with the first patch that changes the test."""
-    model_patches = [p for p in ordered
-                     if p.key not in (RUNTIME, VALIDATION) and not p.key.startswith(FIX)]
+    model_patches = [p for p in ordered if is_model_group(p.key)]
     if not model_patches:
         ordered[0].changes += [c for c in (models, change) if c is not None]
         return
@@ -234,7 +241,7 @@ def _spread_family_test(result: UpstreamResult, change: FileChange,
             if models is not None:
                 patch.changes.append(models)
                 models = None
-            patch.changes.append(FileChange(change.path, current, text))
+            patch.changes.append(dataclasses.replace(change, old=current, new=text))
             current = text
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import textwrap
 
 from codemods.upstream.edit import names
+from codemods.upstream.edit.change_kinds import FIX, KIMI, RENAME_ROLES, RUNTIME, VALIDATION, Role
 from codemods.upstream.family import registry
-from codemods.upstream.family.patch import TEST_FILE as FAMILY_TEST_FILE
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.result_facts import (
     AUX_FLAG,
@@ -25,18 +25,12 @@ from codemods.upstream.output.result_facts import (
     test_command,
 )
 
-#: Keys of the series' runtime and validation patches, and key prefix of the patch
-#: holding one model file's separate fixes (``series.py`` cuts the series by them).
-RUNTIME = "runtime"
-VALIDATION = "validation"
-FIX = "fix-"
-
-#: What each runtime file gets, by file name.
+#: What each runtime file gets, by its role.
 RUNTIME_FILES = {
-    "pp_aux_capture.py": "new: the helpers the capture hooks and decoder stacks call "
+    Role.RUNTIME_MODULE: "new: the helpers the capture hooks and decoder stacks call "
     "(set_pp_aux_capture, pp_aux_outgoing / pp_aux_handoff, pp_aux_collect, "
     "pp_aux_proxy_hidden_size)",
-    "aux_hidden_states.py": "AuxHiddenStatePacker.captured(): the captures taken so "
+    Role.PACKER: "AuxHiddenStatePacker.captured(): the captures taken so "
     "far, for a stage that hands them on before its packer is full",
 }
 #: A file renamed from SGLang's DSPARK entry / width method / sizing path.
@@ -70,21 +64,21 @@ def fill_message(patch, result: UpstreamResult) -> None:
 
 
 def _runtime(patch, result: UpstreamResult) -> None:
-    renamed = [c.path for c in patch.changes if _name(c.path) not in RUNTIME_FILES
-               and c.old is not None and "dspark_hidden_s" in c.old]
-    sized = [p for p in patch.paths if "/model_executor/" in p and p not in renamed]
+    changes = [c for c in patch.changes if c.changed]
+    renamed = any(c.role in RENAME_ROLES for c in changes)
+    sized = any(c.role is Role.SIZING for c in changes)
     patch.subject = "[PP] Carry aux hidden states in the PP handoff" + (
         "; rename DSPARK's entry" if renamed else
         " and size its proxy buffer" if sized else "")
 
-    def what(path: str) -> str:
-        if path in renamed:
+    def what(role: Role) -> str:
+        if role in RENAME_ROLES:
             return RENAMED_WORDS
-        if path in sized:
+        if role is Role.SIZING:
             return SIZING_WORDS
-        return RUNTIME_FILES.get(_name(path), "changed")
+        return RUNTIME_FILES.get(role, "changed")
 
-    lines = [_wrap(f"- {_name(p)}: {what(p)}.", "  ") for p in patch.paths]
+    lines = [_wrap(f"- {_name(c.path)}: {what(c.role)}.", "  ") for c in changes]
     own = ("SGLang's DSPARK relay entry and its CUDA-graph sizing are renamed so that\n"
            "every capture method uses them.  " if renamed else "")
     patch.body = (
@@ -176,12 +170,13 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
     if len(patch.subject) > 72:
         patch.subject = f"[PP] {title}: aux hidden states across stages"
     lines = []
-    for path in patch.paths:
-        if "srt/models/" not in path:
+    for change in patch.changes:
+        if not change.changed or change.role is not Role.MODEL:
             continue
+        path = change.path
         name = _name(path)
         decision = decisions.get(name)
-        if name.startswith("kimi") and (decision is None or not decision.patched):
+        if change.group == KIMI and (decision is None or not decision.patched):
             lines.append(_wrap(f"- {name}: {_kimi_line(path, result)}.", "  "))
             continue
         if decision is not None and decision.patched:
@@ -199,7 +194,7 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
                 else "changed for the models of this patch")
         lines.append(_wrap(f"- {name}: {what}.", "  "))
     test = ""
-    tests = [c for c in patch.changes if c.path.endswith(FAMILY_TEST_FILE)]
+    tests = [c for c in patch.changes if c.role is Role.FAMILY_TEST]
     if tests:
         old, new = tests[0].old or "", tests[0].new or ""
         added = sorted(d.name for d in decisions.values()

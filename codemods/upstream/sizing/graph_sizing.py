@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 
+from codemods.upstream.edit.change_kinds import RUNTIME, Role
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
@@ -161,5 +162,6 @@ def sizing_changes(tree: SGLangTree) -> list[FileChange]:
         path = tree.module_path(module)
         text = tree.read_text(path)
         if text is not None:
-            changes.append(FileChange(path, text, rename_dspark_entry(text, path)))
+            role = Role.RELAY_RENAME if module in RELAY_MODULES else Role.SIZING_RENAME
+            changes.append(FileChange(path, text, rename_dspark_entry(text, path), RUNTIME, role))
     return [change for change in changes if change.changed]

@@ -42,6 +42,7 @@ import re
 
 import libcst as cst
 
+from codemods.upstream.edit.change_kinds import RUNTIME, Role
 from codemods.upstream.edit.imports import add_from_import
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.sizing.graph_sizing import (
@@ -290,5 +291,5 @@ def legacy_sizing_changes(tree: SGLangTree) -> list[FileChange]:
         if text is None:
             continue
         new = text if DONE in text else rewrite(text, path)
-        changes.append(FileChange(path, text, new))
+        changes.append(FileChange(path, text, new, RUNTIME, Role.SIZING))
     return [change for change in changes if change.changed]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from codemods.upstream.edit.change_kinds import RUNTIME, Role
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
@@ -48,4 +49,5 @@ def packer_access_changes(tree: SGLangTree, model_texts: Iterable[str]) -> list[
         return []
     if source.count(ANCHOR) != 1:
         raise ValueError(f"{tree.file(path)}: AuxHiddenStatePacker.__len__ not recognised")
-    return [FileChange(path, source, source.replace(ANCHOR, ANCHOR + METHOD))]
+    return [FileChange(path, source, source.replace(ANCHOR, ANCHOR + METHOD), RUNTIME,
+                       Role.PACKER)]

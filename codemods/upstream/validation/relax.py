@@ -54,6 +54,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from codemods.upstream.edit.change_kinds import VALIDATION, Role
 from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan
@@ -296,8 +297,8 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
     refused = dflash_refusal(tree) if any(
         "DFLASH" in methods for methods in architectures.values()) else None
     new = relax(source, str(tree.file(path)), dflash=refused is None)
-    return ValidationResult(FileChange(path, source, new), architectures,
-                            dflash_refused=refused)
+    return ValidationResult(FileChange(path, source, new, VALIDATION, Role.VALIDATION),
+                            architectures, dflash_refused=refused)
 
 
 def dflash_refusal(tree: SGLangTree) -> Refusal | None:
