@@ -432,8 +432,8 @@ def test_validate_claims_only_what_it_ran(sglang_release, tmp_path, monkeypatch)
 
 
 def test_a_series_that_does_not_apply_leaves_no_branch(tmp_path, monkeypatch):
-    from codemods.cli.upstream_series import commit_stack
     from codemods.deliver.git_basics import GitDeliveryError
+    from codemods.deliver.git_series import commit_stack
     from codemods.deliver.on_branch import BranchRequest
 
     isolate_git(monkeypatch, tmp_path)
@@ -488,7 +488,7 @@ def test_runtime_patch_claims_sizing_only_when_it_sizes_buffers(tmp_path):
 
 
 def test_the_author_is_gits_identity_unless_given(tmp_path, monkeypatch):
-    from codemods.cli.upstream_series import DEFAULT_AUTHOR, author_of
+    from codemods.deliver.git_series import DEFAULT_AUTHOR, author_of
 
     isolate_git(monkeypatch, tmp_path)
     repo = tmp_path / "repo"

@@ -9,49 +9,22 @@ does not apply, the branch is removed and the work tree is left on its original 
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import click
 
 from codemods.cli.upstream_patch import generate_or_say, validation_verdict
 from codemods.deliver.git_basics import GitDeliveryError
+from codemods.deliver.git_series import author_of, commit_stack
 from codemods.sources.fileio import write_output_atomic
 from codemods.upstream.output.series import build_series, render_series
 
-DEFAULT_AUTHOR = "auxcap <auxcap@users.noreply.github.com>"
 _SERIES_NAME = re.compile(r"^\d{4}-.*\.patch$")
 
 
 def _say(message: str) -> None:
     click.echo(f"auxcap: {message}", err=True)
-
-
-def _git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True,
-        env={**os.environ, **(env or {})},
-    )
-    if done.returncode != 0:
-        raise GitDeliveryError(f"git {' '.join(args)}: {(done.stderr or done.stdout).strip()}")
-    return done.stdout.strip()
-
-
-def author_of(root: Path, author: str | None) -> str:
-    """``--author``, else git's author identity as seen from ``root`` (``git var
-    GIT_AUTHOR_IDENT``: the repository's ``user.name``/``user.email``, the user's global
-    ones, or ``GIT_AUTHOR_NAME``/``GIT_AUTHOR_EMAIL``), else a neutral default."""
-    if author:
-        return author
-    cwd = root if root.is_dir() else root.parent
-    try:
-        ident = _git(cwd, "var", "GIT_AUTHOR_IDENT")
-    except (GitDeliveryError, OSError):
-        return DEFAULT_AUTHOR
-    match = re.match(r"^(.*?<[^>]*>)", ident)
-    return match.group(1) if match else DEFAULT_AUTHOR
 
 
 def write_series(directory: Path, files: dict[str, str]) -> list[Path]:
@@ -76,38 +49,6 @@ def write_series(directory: Path, files: dict[str, str]) -> list[Path]:
         write_output_atomic(str(path), text.encode("utf-8"))
         written.append(path)
     return written
-
-
-def commit_stack(tree_root: Path, paths: list[Path], request, repo) -> str:
-    """``git am -k`` the series on a new branch ``request.branch`` of ``repo`` (as
-    ``request.preflight`` returned it); the new head commit."""
-    repo_root = Path(repo.working_tree_dir).resolve()
-    relative = tree_root.resolve().relative_to(repo_root).as_posix()
-    directory = [] if relative == "." else [f"--directory={relative}"]
-    env = {}
-    if request.author:
-        name, _, email = request.author.partition("<")
-        env = {"GIT_COMMITTER_NAME": name.strip(), "GIT_COMMITTER_EMAIL": email.rstrip(">")}
-        if _git_ok(repo_root, "config", "user.name"):
-            env = {}
-    original = _git(repo_root, "rev-parse", "--abbrev-ref", "HEAD")
-    if original == "HEAD":
-        original = _git(repo_root, "rev-parse", "HEAD")
-    base = _git(repo_root, "rev-parse", "--verify", f"{request.base or 'HEAD'}^{{commit}}")
-    _git(repo_root, "checkout", "-q", "--no-track", "-b", request.branch, base)
-    try:
-        _git(repo_root, "am", "--keep-cr", "--keep", "--whitespace=nowarn", *directory,
-             *[str(path.resolve()) for path in paths], env=env)
-    except GitDeliveryError as error:
-        subprocess.run(["git", "am", "--abort"], cwd=repo_root, capture_output=True)
-        _git(repo_root, "checkout", "-q", original)
-        _git(repo_root, "branch", "-D", request.branch)
-        raise GitDeliveryError(f"the series does not apply on {base[:12]}: {error}") from None
-    return _git(repo_root, "rev-parse", "HEAD")
-
-
-def _git_ok(cwd: Path, *args: str) -> bool:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True).returncode == 0
 
 
 def run_series(root: str, series_dir: str, pr_body: str | None,

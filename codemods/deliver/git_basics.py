@@ -87,19 +87,24 @@ def work_tree(repo: git.Repo) -> Path:
     return Path(repo.working_tree_dir)
 
 
-def _git(repo: git.Repo, *args: str, env: dict[str, str] | None = None, **kwargs) -> str:
+def _git(where: git.Repo | Path, *args: str, env: dict[str, str] | None = None,
+         **kwargs) -> str:
+    """Run ``git *args`` in a repository (or a folder, which need not be in one): the one
+    way auxcap runs git.  ``env`` adds to the environment; a failure raises
+    :class:`GitDeliveryError` naming the command and git's message."""
+    runner = where.git if isinstance(where, git.Repo) else git.Git(str(where))
     try:
-        return repo.git.execute(["git", *args], env=env, **kwargs)
+        return runner.execute(["git", *args], env=env, **kwargs)
     except git.GitCommandError as error:
         detail = (error.stderr or error.stdout or "").strip()
         detail = detail.removeprefix("stderr: ").strip().strip("'").strip()
         raise GitDeliveryError(f"`git {' '.join(args[:3])}` failed: {detail}") from error
 
 
-def _git_ok(repo: git.Repo, *args: str) -> bool:
+def _git_ok(where: git.Repo | Path, *args: str) -> bool:
     try:
-        repo.git.execute(["git", *args])
-    except git.GitCommandError:
+        _git(where, *args)
+    except GitDeliveryError:
         return False
     return True
 
