@@ -18,10 +18,10 @@ import base64
 import csv
 import hashlib
 import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from codemods.deliver.git_basics import GitDeliveryError, _git, _git_ok
 from codemods.installed.journal import JOURNAL_NAME
 from codemods.installed.locate import WHEEL, Installation
 from codemods.sources.fileio import TEMP_PATTERN
@@ -91,26 +91,23 @@ def _wheel_baseline(installation: Installation, dist_info: Path) -> Baseline:
     return baseline
 
 
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                          timeout=120)
-
-
 def _git_baseline(installation: Installation) -> Baseline:
     tree = installation.tree
-    top = _git(tree.root, "rev-parse", "--show-toplevel")
-    if top.returncode != 0:
+    try:
+        top = _git(tree.root, "rev-parse", "--show-toplevel", kill_after_timeout=120)
+    except GitDeliveryError:
         return Baseline(False, f"{tree.root} is not a git repository and carries no RECORD")
-    tracked = _git(tree.root, "ls-files", "--error-unmatch", f"{tree.package}/__init__.py")
-    if tracked.returncode != 0:
+    if not _git_ok(tree.root, "ls-files", "--error-unmatch", f"{tree.package}/__init__.py"):
         return Baseline(False, f"{tree.package}/__init__.py is not tracked by the git "
-                               f"repository at {top.stdout.strip()}, and there is no RECORD")
-    status = _git(tree.root, "status", "--porcelain=v1", "-z", "--untracked-files=all",
-                  "--", tree.package, *([tree.tests] if tree.tests else []))
-    if status.returncode != 0:
-        return Baseline(False, f"git status failed in {tree.root}: {status.stderr.strip()}")
-    baseline = Baseline(True, f"git status of {top.stdout.strip()}")
-    entries = status.stdout.split("\0")
+                               f"repository at {top}, and there is no RECORD")
+    try:
+        status = _git(tree.root, "status", "--porcelain=v1", "-z", "--untracked-files=all",
+                      "--", tree.package, *([tree.tests] if tree.tests else []),
+                      kill_after_timeout=120)
+    except GitDeliveryError as error:
+        return Baseline(False, f"git status failed in {tree.root}: {error}")
+    baseline = Baseline(True, f"git status of {top}")
+    entries = status.split("\0")
     index = 0
     while index < len(entries):
         entry = entries[index]
@@ -120,7 +117,7 @@ def _git_baseline(installation: Installation) -> Baseline:
         code, name = entry[:2], entry[3:]
         if code[0] in "RC":
             index += 1  # the rename's source follows
-        full = Path(top.stdout.strip(), name)
+        full = Path(top, name)
         path = Path(os.path.relpath(full, tree.root)).as_posix()
         if _ignored(path):
             continue
