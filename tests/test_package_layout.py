@@ -4,6 +4,7 @@ byte for byte (``upstream/shipped``) are SGLang's, not the package's modules."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "codemods"
@@ -31,3 +32,18 @@ def test_no_module_is_longer_than_600_lines():
         if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def test_click_is_imported_in_cli_only():
+    """The library raises and returns; only ``codemods/cli`` talks to the terminal."""
+    outside = []
+    for path in _package_modules():
+        if ROOT / "cli" in path.parents:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(name == "click" or name.startswith("click.") for name in names):
+                outside.append(str(path.relative_to(ROOT)))
+    assert _package_modules() and outside == []

@@ -24,11 +24,10 @@ from codemods.callers.records import FileResult, Status
 from codemods.callers.rewrite import registry
 from codemods.callers.rewrite.metadata import HOOK_OPTION_HELP
 from codemods.catalog.hooks import custom_hook
-from codemods.cli import terminal
+from codemods.cli import sinks, terminal
 from codemods.cli.codemod_options import CodemodCommand
 from codemods.cli.commandline import command_line
 from codemods.cli.sglang_commands import sglang
-from codemods.deliver import sinks
 from codemods.output import report
 from codemods.sources.collect import FileCollectionError
 
