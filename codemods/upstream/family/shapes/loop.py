@@ -97,7 +97,7 @@ from codemods.upstream.family.syntax import (
     conjuncts_of,
     node_ids,
     non_last_return_index,
-    proxy_return_of,
+    proxy_call_of,
 )
 
 LOOP_APPEND = CaptureKind(
@@ -158,7 +158,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     handoff = non_last_return_index(body)
     if handoff is None:
         return reject("no `return PPProxyTensors(...)` under `if not ...is_last_rank`")
-    proxy_value = proxy_return_of(body[handoff]).value.args
+    proxy_value = proxy_call_of(body[handoff]).args
     if len(proxy_value) != 1:
         return reject("PPProxyTensors(...) does not take one dict")
     arg = proxy_value[0].value
@@ -457,8 +457,8 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     outgoing = Call(OUTGOING, ("self", shape.aux_name, shape.proxy_param, *extra))
     handoff: cst.If = body[index]
     handoff_body = list(handoff.body.body)
-    returned = proxy_return_of(handoff)
-    argument = returned.value.args[0].value
+    returned = proxy_call_of(handoff)
+    argument = returned.args[0].value
     block_pad = " " * BLOCK_INDENT
     if shape.gate is not None:
         if isinstance(argument, cst.Dict):
