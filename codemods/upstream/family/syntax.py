@@ -103,7 +103,7 @@ def node_ids(container: cst.CSTNode) -> set[int]:
     return collector.ids
 
 
-def non_last_return_index(body: Sequence[cst.BaseStatement]) -> int | None:
+def non_last_return_index(body: Sequence[cst.CSTNode]) -> int | None:
     """Index of the top-level ``if not <pp>.is_last_rank: ... return PPProxyTensors(..)``."""
     for index, statement in enumerate(body):
         if not isinstance(statement, cst.If) or not m.matches(statement, m.If(test=NOT_LAST_RANK)):
@@ -116,9 +116,10 @@ def non_last_return_index(body: Sequence[cst.BaseStatement]) -> int | None:
     return None
 
 
-def proxy_call_of(statement: cst.If) -> cst.Call:
+def proxy_call_of(statement: cst.CSTNode) -> cst.Call:
     """The ``PPProxyTensors(...)`` call returned at the end of a branch
     :func:`non_last_return_index` found."""
+    assert isinstance(statement, cst.If)
     last = statement.body.body[-1]
     assert isinstance(last, cst.SimpleStatementLine)
     returned = last.body[0]
