@@ -189,6 +189,10 @@ def findall(tree: _Tree, matcher: m.Return) -> list[cst.Return]: ...
 
 
 @overload
+def findall(tree: _Tree, matcher: m.SimpleStatementLine) -> list[cst.SimpleStatementLine]: ...
+
+
+@overload
 def findall(tree: _Tree, matcher: m.SimpleString) -> list[cst.SimpleString]: ...
 
 

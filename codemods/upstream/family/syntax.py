@@ -157,3 +157,9 @@ def name_value(node: cst.CSTNode) -> str:
     """The identifier of a node the caller has matched as an ``m.Name()``."""
     assert isinstance(node, cst.Name)
     return node.value
+
+
+def attribute_of(node: cst.CSTNode) -> cst.Attribute:
+    """A node the caller has matched as an ``m.Attribute()``."""
+    assert isinstance(node, cst.Attribute)
+    return node
