@@ -8,6 +8,7 @@ source text, a body's docstring, the early return of a capture hook, node identi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import libcst as cst
 import libcst.matchers as m
@@ -61,7 +62,10 @@ def _methods(cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
     }
 
 
-def split_docstring(body: list[cst.BaseStatement]) -> tuple[list, list]:
+_Node = TypeVar("_Node", bound=cst.CSTNode)
+
+
+def split_docstring(body: list[_Node]) -> tuple[list[_Node], list[_Node]]:
     if body and m.matches(body[0], m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])):
         return body[:1], body[1:]
     return [], body
@@ -76,7 +80,9 @@ def early_return_of(fn: cst.FunctionDef) -> cst.If | None:
         return None
     first = rest[0]
     bare_return = m.IndentedBlock(body=[m.SimpleStatementLine(body=[m.Return(value=None)])])
-    if m.matches(first, m.If(test=NOT_LAST_RANK, body=bare_return, orelse=None)):
+    if isinstance(first, cst.If) and m.matches(
+        first, m.If(test=NOT_LAST_RANK, body=bare_return, orelse=None)
+    ):
         return first
     return None
 
