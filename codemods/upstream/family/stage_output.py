@@ -105,8 +105,10 @@ def _first_unpack(body: Sequence[cst.CSTNode], receiver: str) -> tuple[int, str]
     guarded = _guarded(body)
     bound: set[str] = set()
     for index, statement in enumerate(body):
-        if isinstance(statement, cst.If) and m.matches(statement, m.If(test=NOT_LAST_RANK)) and m.matches(
-            statement.body.body[-1], m.SimpleStatementLine(body=[m.Return()])
+        if (
+            isinstance(statement, cst.If)
+            and m.matches(statement, m.If(test=NOT_LAST_RANK))
+            and m.matches(statement.body.body[-1], m.SimpleStatementLine(body=[m.Return()]))
         ):
             return None  # non-last stages leave before any later statement
         for name in sorted(bound):

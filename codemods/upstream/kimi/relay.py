@@ -41,13 +41,18 @@ def relay_code(transport: str, captures: str, incoming: str, proxy_dict: str, pr
     return init_lines, capture_line, boundary_nodes, collect_node
 
 
-def insert_relay(func: cst.FunctionDef,
-                 new_func: cst.FunctionDef | cst.RemovalSentinel | cst.FlattenSentinel[cst.FunctionDef],
-                 shape, init_nodes: list, collect_node: cst.If) -> cst.FunctionDef:
+def insert_relay(
+    func: cst.FunctionDef,
+    new_func: cst.FunctionDef | cst.RemovalSentinel | cst.FlattenSentinel[cst.FunctionDef],
+    shape,
+    init_nodes: list,
+    collect_node: cst.If,
+) -> cst.FunctionDef:
     """``new_func`` with the relay's init after the aux list's creation and its collect
     after the non-last-rank branch (statements matched to ``func``'s, one to one)."""
     assert isinstance(new_func, cst.FunctionDef)
-    assert isinstance(func.body, cst.IndentedBlock) and isinstance(new_func.body, cst.IndentedBlock)
+    assert isinstance(func.body, cst.IndentedBlock)
+    assert isinstance(new_func.body, cst.IndentedBlock)
     body: list[cst.BaseStatement] = []
     originals = list(func.body.body)
     for index, (original, stmt) in enumerate(zip(originals, new_func.body.body, strict=True)):

@@ -251,8 +251,11 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     index = handoff_index(body)
     assert index is not None  # is_gated_forward(fn)
     handoff = body[index]
-    if not isinstance(handoff, cst.If) or not m.matches(handoff, m.If(test=NOT_LAST_RANK)) or len(handoff.body.body) != 1 or (
-        not m.matches(handoff.body.body[0], _TO_PP_RETURN)
+    if (
+        not isinstance(handoff, cst.If)
+        or not m.matches(handoff, m.If(test=NOT_LAST_RANK))
+        or len(handoff.body.body) != 1
+        or not m.matches(handoff.body.body[0], _TO_PP_RETURN)
     ):
         return reject("the non-last-rank branch is not a lone `return residual_batch.to_pp(...)`")
     if not isinstance(handoff.orelse, cst.Else) or not m.matches(
