@@ -21,7 +21,8 @@ def _option_words(option: click.Option, value: object) -> list[str]:
         return [max(option.secondary_opts, key=len)] if option.secondary_opts else []
     if option.is_flag:  # one of several options sharing a name, each with its own value
         return [flag] if value == option.flag_value else []
-    values = value if option.multiple else [value]
+    # click gives a multiple option's values as a tuple
+    values = value if option.multiple and isinstance(value, tuple) else [value]
     words: list[str] = []
     for item in values:
         words += [flag, str(item)]

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -292,8 +292,8 @@ def scan(
     """List every capture-hook call site under PATHS with its shape and risk."""
     options = TransformOptions(extra_hooks=extra_hooks, include_tests=include_tests)
     execution = dataclasses.replace(execution, progress=output_format != "json")
-    paths, missing = _existing(paths)
-    results = list(engine.scan(paths, options, selection, execution)) if paths else []
+    existing, missing = _existing(paths)
+    results = list(engine.scan(existing, options, selection, execution)) if existing else []
     if output_format == "json":
         click.echo(report.scan_json(results), nl=False)
     else:
@@ -354,7 +354,9 @@ def migrate(
     if show_diff + check + write > 1:
         raise click.UsageError("--diff, --check and --write are mutually exclusive")
     mode = "write" if write else "check" if check else "diff"
-    options = TransformOptions(**policies, extra_hooks=extra_hooks, include_tests=include_tests)
+    # Only policy options are here; TransformOptions takes them as ``**named_policies``.
+    named: dict[str, Any] = dict(policies)
+    options = TransformOptions(**named, extra_hooks=extra_hooks, include_tests=include_tests)
     if request is not None:
         if check or show_diff:
             flag = "--check" if check else "--diff"
@@ -374,7 +376,7 @@ def migrate(
             )
         )
     execution = dataclasses.replace(execution, progress=True)
-    paths, missing = _existing(paths)
+    existing, missing = _existing(paths)
     results = []
     outputs = sinks.for_mode(mode, output_format, _colour())
     if output_format == "json":
@@ -389,7 +391,9 @@ def migrate(
             )
 
         outputs.append(sinks.JsonSink(codetf.ReportBuilder(options, str(Path.cwd())), run_info))
-    stream = engine.run(paths, options, mode == "write", selection, execution) if paths else ()
+    stream = (
+        engine.run(existing, options, mode == "write", selection, execution) if existing else ()
+    )
     for result in stream:
         for sink in outputs:
             sink.add(result)

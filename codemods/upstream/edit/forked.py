@@ -61,7 +61,7 @@ def forked_map(func: Callable[[T], R], items: Sequence[T],
         status = 0
         try:
             try:
-                payload = ("ok", [func(items[k]) for k in theirs])
+                payload: tuple[str, list[R] | str] = ("ok", [func(items[k]) for k in theirs])
             except BaseException:  # reported to the parent
                 payload = ("error", traceback.format_exc())
                 status = 1

@@ -89,7 +89,7 @@ def parse_statements(text: str, indent: str, config: cst.PartialParserConfig | N
     body: Sequence[cst.BaseStatement] = module.body
     for _ in range(depth):
         (block,) = body
-        assert isinstance(block, cst.If)
+        assert isinstance(block, cst.If) and isinstance(block.body, cst.IndentedBlock)
         body = block.body.body
     return list(body)
 

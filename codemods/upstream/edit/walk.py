@@ -23,6 +23,7 @@ import re
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import Any, overload
 
 import libcst as cst
 import libcst.matchers as m
@@ -122,9 +123,88 @@ def _matched_type(matcher: object) -> type | None:
     return None
 
 
-def findall(tree: cst.CSTNode | cst.RemovalSentinel | cst.MaybeSentinel,
-            matcher: m.BaseMatcherNode | m.MatchIfTrue | m.DoNotCareSentinel
-            ) -> list[cst.CSTNode]:
+_Tree = cst.CSTNode | cst.RemovalSentinel | cst.MaybeSentinel
+_Matcher = m.BaseMatcherNode | m.MatchIfTrue[cst.CSTNode]
+
+
+# A matcher of one node type (``m.Call(...)``) only ever matches nodes of that type.
+@overload
+def findall(tree: _Tree, matcher: m.Arg) -> list[cst.Arg]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.Assert) -> list[cst.Assert]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.Assign) -> list[cst.Assign]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.AssignTarget) -> list[cst.AssignTarget]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.Attribute) -> list[cst.Attribute]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.AugAssign) -> list[cst.AugAssign]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.Call) -> list[cst.Call]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.For) -> list[cst.For]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.FunctionDef) -> list[cst.FunctionDef]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.If) -> list[cst.If]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.IfExp) -> list[cst.IfExp]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.IndentedBlock) -> list[cst.IndentedBlock]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.Name) -> list[cst.Name]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.Raise) -> list[cst.Raise]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.Return) -> list[cst.Return]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.SimpleStatementLine) -> list[cst.SimpleStatementLine]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.SimpleString) -> list[cst.SimpleString]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: m.Yield) -> list[cst.Yield]: ...
+
+
+@overload
+def findall(tree: _Tree, matcher: _Matcher) -> list[cst.CSTNode]: ...
+
+
+def findall(tree: _Tree, matcher: _Matcher) -> list[Any]:
     """What ``libcst.matchers.findall(tree, matcher)`` returns, in the same order."""
     if not isinstance(tree, cst.CSTNode):
         return []

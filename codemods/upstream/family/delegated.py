@@ -75,14 +75,16 @@ def _delegate(forward: cst.FunctionDef) -> str | None:
     names = {
         ret.value.func.attr.value
         for ret in returns
-        if m.matches(ret.value, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name())))
+        if isinstance(ret.value, cst.Call)
+        and isinstance(ret.value.func, cst.Attribute)
+        and m.matches(ret.value, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name())))
     }
     if not returns or len(names) != 1 or any(ret.value is None for ret in returns):
         return None
-    if len(returns) != sum(
-        1
+    if any(
+        ret.value is None
+        or not m.matches(ret.value, m.Call(func=m.Attribute(value=m.Name("self"))))
         for ret in returns
-        if m.matches(ret.value, m.Call(func=m.Attribute(value=m.Name("self"))))
     ):
         return None
     return names.pop()
@@ -148,10 +150,11 @@ def delegated_forwards(module: cst.Module, shapes: ModuleShapes) -> ModuleShapes
         forward = methods.get("forward")
         name = _delegate(forward) if forward is not None else None
         target = methods.get(name) if name else None
-        if target is None or not findall(target, SELF_IDS):
+        if not name or target is None or not findall(target, SELF_IDS):
             continue
         class_name = statement.name.value
         view = target.visit(_SlotAsAppend())
+        assert isinstance(view, cst.FunctionDef)  # the view rewrites calls and lines in it
         shape = registry.analyse_forward(class_name, view, _line_of(module, class_name, name))
         fields = {f.name: getattr(shape, f.name) for f in dataclasses.fields(ForwardShape)}
         added.append(DelegatedForwardShape(**fields, method=name))

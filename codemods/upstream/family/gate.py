@@ -122,14 +122,18 @@ def _single_assignment(body, name: str) -> int | None:
     return found[0]
 
 
-def every_stage(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+def every_stage(statement: cst.BaseStatement) -> cst.BaseStatement:
     """``gate = a and <pp>.is_last_rank and b`` -> ``gate = a and b``: with the
     relay set up every stage captures its own layers."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        raise FamilyRewriteError("capture condition is not a top-level assignment")
     assign = statement.body[0]
+    if not isinstance(assign, (cst.Assign, cst.AnnAssign)):
+        raise FamilyRewriteError("capture condition is not a top-level assignment")
     value = assign.value
-    operands = conjuncts_of(value)
     if not isinstance(value, cst.BooleanOperation):
         return statement
+    operands = conjuncts_of(value)
     operators = and_operators(value)
     kept = [k for k, operand in enumerate(operands) if not m.matches(operand, LAST_RANK)]
     if not kept:

@@ -325,6 +325,9 @@ def _decide_setters(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: Fami
         if isinstance(found, str):
             return keep(f"{setter.hook}: {found}")
         stack_class, ref_file, forward = found
+        # _resolve_forward found the receiver; a hook read with one has its PP group
+        receiver, pp_group = setter.receiver, setter.pp_group
+        assert receiver is not None and pp_group is not None
         refusal = _refuses_pp(shapes, setter.class_name, stack_class)
         if refusal is not None:
             return keep(
@@ -333,19 +336,18 @@ def _decide_setters(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: Fami
             )
         stacks[setter.class_name] = stack_class
         outer = _class_node(corpus.modules[file], setter.class_name)
-        unpacked = unpacks_stack_output(outer, setter.receiver) if outer else None
-        if unpacked is not None:
+        unpacked = unpacks_stack_output(outer, receiver) if outer else None
+        if outer is not None and unpacked is not None:
             if findall(outer, m.Name(STAGE_OUTPUT)):
                 return keep(
                     f"{setter.class_name}.forward does `{unpacked}` with capture off, "
                     f"which fails on non-last PP ranks (PPProxyTensors)"
                 )
-            stage_fixes.append(StageOutputFix(setter.class_name, setter.receiver,
-                                              setter.pp_group, unpacked))
-        named = named_stage_unpack(outer, setter.receiver) if outer and not unpacked else None
+            stage_fixes.append(StageOutputFix(setter.class_name, receiver, pp_group, unpacked))
+        named = named_stage_unpack(outer, receiver) if outer and not unpacked else None
         if named is not None:
-            stage_fixes.append(NamedStageOutputFix(setter.class_name, setter.receiver,
-                                                   setter.pp_group, named[1], named[0]))
+            stage_fixes.append(NamedStageOutputFix(setter.class_name, receiver, pp_group,
+                                                   named[1], named[0]))
         for method in setter.receiver_calls:
             if _defines(file, stack_class, method, corpus, depth=0):
                 continue

@@ -75,6 +75,8 @@ def add_proxy_width_method(cls: cst.ClassDef, receiver: str) -> cst.ClassDef:
     body.insert(position, method.with_changes(leading_lines=[blank]))
     if position + 1 < len(body):
         following = body[position + 1]
+        # a statement of the class block: a simple line or a compound statement
+        assert isinstance(following, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
         comments = [line for line in following.leading_lines if line.comment is not None]
         body[position + 1] = following.with_changes(leading_lines=[blank, *comments])
     return cls.with_changes(body=cls.body.with_changes(body=body))
@@ -112,6 +114,8 @@ def add_support_attribute(cls: cst.ClassDef) -> cst.ClassDef:
     body.insert(position, attribute.with_changes(leading_lines=[blank] if position else []))
     if position + 1 < len(body):
         following = body[position + 1]
+        # a statement of the class block: a simple line or a compound statement
+        assert isinstance(following, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
         comments = [line for line in following.leading_lines if line.comment is not None]
         body[position + 1] = following.with_changes(leading_lines=[blank, *comments])
     return cls.with_changes(body=cls.body.with_changes(body=body))

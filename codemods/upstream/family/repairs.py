@@ -100,8 +100,11 @@ def add_stack_setters(cls: cst.ClassDef, additions: list[StackSetter]) -> cst.Cl
         body.insert(position, method.with_changes(leading_lines=[blank]))
         position += 1
     if position < len(body):
-        comments = [line for line in body[position].leading_lines if line.comment is not None]
-        body[position] = body[position].with_changes(leading_lines=[blank, *comments])
+        following = body[position]
+        # a statement of the class block: a simple line or a compound statement
+        assert isinstance(following, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+        comments = [line for line in following.leading_lines if line.comment is not None]
+        body[position] = following.with_changes(leading_lines=[blank, *comments])
     return cls.with_changes(body=cls.body.with_changes(body=body))
 
 
@@ -138,4 +141,6 @@ def fix_stage_unpacks(fn: cst.FunctionDef, fix: StageOutputFix) -> cst.FunctionD
                 body += [keep, check, unpack]
             return updated.with_changes(body=body)
 
-    return fn.visit(_Split())
+    split = fn.visit(_Split())
+    assert isinstance(split, cst.FunctionDef)  # _Split rewrites blocks inside it only
+    return split

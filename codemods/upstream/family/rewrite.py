@@ -28,6 +28,7 @@ else in the file changes; inserted code is black (88) formatted and the import g
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import libcst as cst
@@ -73,14 +74,15 @@ def rewrite_module(
     module: cst.Module,
     setters: list[SetterShape],
     forwards: list[ForwardShape],
-    stack_setters: list[StackSetter] = (),
-    stage_fixes: list[StageOutputFix] = (),
+    stack_setters: Sequence[StackSetter] = (),
+    stage_fixes: Sequence[StageOutputFix] = (),
 ) -> cst.Module:
     """Rewrite the given hooks and forwards of ``module``, add the missing stack
     setters and fix the causal-LM forwards that unpack non-last stages' output;
     everything else is kept."""
-    ids_attrs = [registry.setter_ids_attr(f) for f in forwards]
-    ids_attrs = [attr for attr in ids_attrs if attr is not None]
+    ids_attrs = [
+        attr for attr in (registry.setter_ids_attr(f) for f in forwards) if attr is not None
+    ]
     if ids_attrs:
         # The relay reads the capture layers from the attribute the forward's shape names.
         setters = [replace(s, ids_attr=ids_attrs[0]) for s in setters]
@@ -116,8 +118,8 @@ class _FamilyTransformer(cst.CSTTransformer):
         self,
         setters: list[SetterShape],
         forwards: list[ForwardShape],
-        stack_setters: list[StackSetter] = (),
-        stage_fixes: list[StageOutputFix] = (),
+        stack_setters: Sequence[StackSetter] = (),
+        stage_fixes: Sequence[StageOutputFix] = (),
     ) -> None:
         self.setters = {(s.class_name, s.hook): s for s in setters}
         self.stage_fixes = {f.class_name: f for f in stage_fixes}
@@ -161,6 +163,8 @@ class _FamilyTransformer(cst.CSTTransformer):
             receivers = [s.receiver for (c, _), s in self.setters.items()
                          if c == original.name.value]
             if receivers:
+                if receivers[0] is None:  # rewrite_setter has refused such a hook
+                    raise FamilyRewriteError(f"{original.name.value} hook has no receiver")
                 updated = add_proxy_width_method(updated, receivers[0])
                 updated = add_support_attribute(updated)
         additions = self.additions.get(original.name.value) if not self._classes else None
@@ -206,6 +210,8 @@ def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
         shape.pp_group is None
     ):
         raise FamilyRewriteError(f"{shape.class_name}.{shape.hook} has no early return")
+    if not isinstance(fn.body, cst.IndentedBlock):
+        raise FamilyRewriteError(f"{shape.class_name}.{shape.hook} has no block body")
     docstring, rest = split_docstring(list(fn.body.body))
     if early is not None:
         rest = rest[1:]
@@ -214,10 +220,13 @@ def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
                 f"{shape.class_name}.{shape.hook} has nothing after the return"
             )
         # Comments above the removed return describe the hook: keep them.
-        leading = list(early.leading_lines) + _comments_only(rest[0].leading_lines)
-        rest[0] = rest[0].with_changes(leading_lines=leading)
+        first = rest[0]
+        # a statement of the hook's block: a simple line or a compound statement
+        assert isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+        leading = list(early.leading_lines) + _comments_only(first.leading_lines)
+        rest[0] = first.with_changes(leading_lines=leading)
     pad = " " * METHOD_INDENT
-    args = (shape.receiver, shape.pp_group)
+    args: tuple[str, ...] = (shape.receiver, shape.pp_group)
     if shape.ids_attr != IDS_ATTR:
         args += (f'ids_attr="{shape.ids_attr}"',)
     if CAPTURE_FLAG in shape.flags:

@@ -18,6 +18,7 @@ from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.syntax import (
     IDS_ATTR,
     _inside_nested_def,
+    attribute_of,
     code_of,
     early_return_of,
     is_ids_attr,
@@ -71,7 +72,11 @@ def pp_raise_of(fn: cst.FunctionDef) -> str | None:
         if _MULTI_STAGE.search(test) and len(body) == 1 and m.matches(
             body[0], m.SimpleStatementLine(body=[m.Raise(exc=m.Call())])
         ):
-            return f"if {test}: raise {code_of(body[0].body[0].exc)}"
+            line = body[0]
+            assert isinstance(line, cst.SimpleStatementLine)
+            raised = line.body[0]
+            assert isinstance(raised, cst.Raise) and raised.exc is not None
+            return f"if {test}: raise {code_of(raised.exc)}"
     return None
 
 
@@ -81,10 +86,12 @@ def _setter_shape(class_name: str, fn: cst.FunctionDef, line: int) -> SetterShap
     if early is None:
         return SetterShape(class_name, hook, line, early_return=False,
                            pp_raise=pp_raise_of(fn))
-    pp_group = code_of(early.test.expression.value)
+    test = early.test
+    assert isinstance(test, cst.UnaryOperation)  # early_return_of: ``if not <pp>.is_last_rank``
+    pp_group = code_of(attribute_of(test.expression).value)
     receivers = _receivers(fn)
     flags = tuple(
-        assign.targets[0].target.attr.value
+        attribute_of(assign.targets[0].target).attr.value
         for assign in findall(
             fn,
             m.Assign(
@@ -109,11 +116,11 @@ def _setter_shape(class_name: str, fn: cst.FunctionDef, line: int) -> SetterShap
         problem = f"hook stores capture ids under several names ({', '.join(ids_attrs)})"
     calls = tuple(
         dict.fromkeys(
-            call.func.attr.value
+            attribute_of(call.func).attr.value
             for call in findall(fn, m.Call(func=m.Attribute(attr=m.Name())))
             if receiver is not None
-            and code_of(call.func.value) == receiver
-            and HOOK_NAME_PATTERN.match(call.func.attr.value)
+            and code_of(attribute_of(call.func).value) == receiver
+            and HOOK_NAME_PATTERN.match(attribute_of(call.func).attr.value)
         )
     )
     return SetterShape(
@@ -145,7 +152,7 @@ def _ids_attrs(fn: cst.FunctionDef) -> list[str]:
     """Names of the ids attributes a hook assigns (``self.model.<name> = ...``)."""
     return list(
         dict.fromkeys(
-            target.target.attr.value
+            attribute_of(target.target).attr.value
             for target in findall(fn, m.AssignTarget(target=_IDS_TARGET))
         )
     )
@@ -154,7 +161,7 @@ def _ids_attrs(fn: cst.FunctionDef) -> list[str]:
 def _receivers(fn: cst.FunctionDef) -> list[str]:
     found: list[str] = []
     for target in findall(fn, m.AssignTarget(target=_IDS_TARGET)):
-        found.append(code_of(target.target.value))
+        found.append(code_of(attribute_of(target.target).value))
     for call in findall(
         fn,
         m.Call(
@@ -163,5 +170,5 @@ def _receivers(fn: cst.FunctionDef) -> list[str]:
             )
         ),
     ):
-        found.append(code_of(call.func.value))
+        found.append(code_of(attribute_of(call.func).value))
     return [receiver for receiver in dict.fromkeys(found) if receiver != "self"]

@@ -69,7 +69,7 @@ def split_stack_setters(module: cst.Module, shapes: ModuleShapes) -> list[Setter
             return []
         cls = _class(module, setter.class_name)
         hook = _method(cls, setter.hook) if cls is not None else None
-        if hook is None or not _runs_under_pp(cls):
+        if cls is None or hook is None or not _runs_under_pp(cls):
             return []
         if findall(hook, m.Return()):
             return []

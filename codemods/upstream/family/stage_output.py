@@ -25,6 +25,7 @@ return hidden_states`` meant to::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -34,7 +35,13 @@ from codemods.upstream.edit.pyformat import parse_statements
 from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.forward import FamilyRewriteError
 from codemods.upstream.family.repairs import StageOutputFix
-from codemods.upstream.family.syntax import CAPTURE_FLAG, NOT_LAST_RANK, code_of, node_ids
+from codemods.upstream.family.syntax import (
+    CAPTURE_FLAG,
+    NOT_LAST_RANK,
+    code_of,
+    name_value,
+    node_ids,
+)
 
 METHOD_INDENT = 8
 
@@ -69,7 +76,7 @@ def _binding_names(statement: cst.CSTNode, receiver: str) -> set[str]:
     names = set()
     for assign in findall(statement, m.Assign(targets=[m.AssignTarget(m.Name())])):
         if _is_stack_call(assign.value, receiver):
-            names.add(assign.targets[0].target.value)
+            names.add(name_value(assign.targets[0].target))
     return names
 
 
@@ -79,7 +86,7 @@ def _unpacks(statement: cst.CSTNode, name: str) -> list[cst.Assign]:
     )
 
 
-def _guarded(body: list[cst.BaseStatement]) -> set[int]:
+def _guarded(body: Sequence[cst.CSTNode]) -> set[int]:
     """Node ids under ``if`` tests of the capture flag or the rank: unpacking there runs
     only where the stack returned a tuple (the hooks turn capture off on non-last
     stages)."""
@@ -92,14 +99,16 @@ def _guarded(body: list[cst.BaseStatement]) -> set[int]:
     return guarded
 
 
-def _first_unpack(body: list[cst.BaseStatement], receiver: str) -> tuple[int, str] | None:
+def _first_unpack(body: Sequence[cst.CSTNode], receiver: str) -> tuple[int, str] | None:
     """(index of the top-level statement that first unpacks the named stack output on
     every rank, the name); ``None`` when there is none."""
     guarded = _guarded(body)
     bound: set[str] = set()
     for index, statement in enumerate(body):
-        if m.matches(statement, m.If(test=NOT_LAST_RANK)) and m.matches(
-            statement.body.body[-1], m.SimpleStatementLine(body=[m.Return()])
+        if (
+            isinstance(statement, cst.If)
+            and m.matches(statement, m.If(test=NOT_LAST_RANK))
+            and m.matches(statement.body.body[-1], m.SimpleStatementLine(body=[m.Return()]))
         ):
             return None  # non-last stages leave before any later statement
         for name in sorted(bound):
@@ -125,6 +134,8 @@ def named_stage_unpack(cls: cst.ClassDef, receiver: str) -> tuple[str, str] | No
 
 def fix_named_stage_output(fn: cst.FunctionDef, fix: NamedStageOutputFix) -> cst.FunctionDef:
     """See the module docstring."""
+    if not isinstance(fn.body, cst.IndentedBlock):
+        raise FamilyRewriteError(f"{fix.class_name}.forward has no block body")
     body = list(fn.body.body)
     found = _first_unpack(body, fix.receiver)
     if found is None or found[1] != fix.name:
@@ -135,6 +146,8 @@ def fix_named_stage_output(fn: cst.FunctionDef, fix: NamedStageOutputFix) -> cst
         f"{pad}if not {fix.pp_group}.is_last_rank:\n{pad}    return {fix.name}\n", pad
     )
     following = body[index]
+    # a statement of the forward's block: a simple line or a compound statement
+    assert isinstance(following, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
     body.insert(index, check.with_changes(leading_lines=following.leading_lines))
     body[index + 1] = following.with_changes(leading_lines=[])
     return fn.with_changes(body=fn.body.with_changes(body=body))

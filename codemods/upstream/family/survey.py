@@ -37,8 +37,11 @@ from codemods.upstream.family.syntax import (
     LAYER_FLAG,
     SELF_IDS,
     _methods,
+    attribute_of,
     code_of,
+    name_value,
     node_ids,
+    only_assign,
 )
 
 
@@ -118,9 +121,12 @@ class _LineFinder:
 def _model_imports(module: cst.Module) -> dict[str, tuple[str, str]]:
     imports: dict[str, tuple[str, str]] = {}
     for statement in module.body:
-        if not m.matches(statement, m.SimpleStatementLine(body=[m.ImportFrom()])):
+        if not isinstance(statement, cst.SimpleStatementLine) or not m.matches(
+            statement, m.SimpleStatementLine(body=[m.ImportFrom()])
+        ):
             continue
         node = statement.body[0]
+        assert isinstance(node, cst.ImportFrom)
         if node.module is None or isinstance(node.names, cst.ImportStar):
             continue
         source = code_of(node.module)
@@ -171,7 +177,8 @@ def _submodules(cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> dict[
     for name in _self_calls(init):
         if name in methods and name != "__init__":
             for ret in findall(methods[name], m.Return(value=m.Call(func=m.Name()))):
-                factories[name] = ret.value.func.value
+                assert isinstance(ret.value, cst.Call)
+                factories[name] = name_value(ret.value.func)
     class_attributes: dict[str, str] = {}
     for statement in cls.body.body:
         if m.matches(
@@ -180,8 +187,8 @@ def _submodules(cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> dict[
                 body=[m.Assign(targets=[m.AssignTarget(m.Name())], value=m.Name() | m.Attribute())]
             ),
         ):
-            assign = statement.body[0]
-            class_attributes[assign.targets[0].target.value] = code_of(assign.value)
+            assign = only_assign(statement)
+            class_attributes[name_value(assign.targets[0].target)] = code_of(assign.value)
     defaults = {
         param.name.value: code_of(param.default)
         for param in (*init.params.params, *init.params.kwonly_params)
@@ -192,12 +199,13 @@ def _submodules(cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> dict[
         value=m.Call(),
     )
     for assign in findall(init, pattern):
-        attr = assign.targets[0].target.attr.value
+        attr = attribute_of(assign.targets[0].target).attr.value
+        assert isinstance(assign.value, cst.Call)
         func = assign.value.func
         target = None
         if isinstance(func, cst.Name):
             target = defaults.get(func.value, func.value)
-        elif m.matches(func, m.Attribute(value=m.Name("self"))):
+        elif isinstance(func, cst.Attribute) and m.matches(func, m.Attribute(value=m.Name("self"))):
             name = func.attr.value
             target = factories.get(name) or class_attributes.get(name)
         elif m.matches(func, m.Attribute(value=m.Name(), attr=m.Name())):
@@ -226,7 +234,7 @@ def _pp_assert(init: cst.FunctionDef | None) -> str | None:
 
 def _self_calls(fn: cst.FunctionDef) -> set[str]:
     calls = findall(fn, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name())))
-    return {call.func.attr.value for call in calls}
+    return {attribute_of(call.func).attr.value for call in calls}
 
 
 def _mentions_capture(fn: cst.FunctionDef) -> bool:
@@ -258,7 +266,8 @@ def forward_stack_unpacks(forward: cst.FunctionDef, receiver: str) -> list:
     )
     found = []
     for statement in findall(forward, pattern):
-        call = statement.body[0].value
+        call = only_assign(statement).value
+        assert isinstance(call, cst.Call)
         language_model = any(
             arg.keyword is not None
             and arg.keyword.value == "language_model"
@@ -275,5 +284,6 @@ def unpacks_stack_output(cls: cst.ClassDef, receiver: str) -> str | None:
     found = stack_unpacks(cls, receiver)
     if not found:
         return None
-    assign = found[0].body[0]
+    assign = only_assign(found[0])
+    assert isinstance(assign.value, cst.Call)
     return f"{code_of(assign.targets[0].target)} = {code_of(assign.value.func)}(...)"

@@ -7,6 +7,9 @@ source text, a body's docstring, the early return of a capture hook, node identi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TypeVar
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -59,7 +62,10 @@ def _methods(cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
     }
 
 
-def split_docstring(body: list[cst.BaseStatement]) -> tuple[list, list]:
+_Node = TypeVar("_Node", bound=cst.CSTNode)
+
+
+def split_docstring(body: list[_Node]) -> tuple[list[_Node], list[_Node]]:
     if body and m.matches(body[0], m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])):
         return body[:1], body[1:]
     return [], body
@@ -74,7 +80,9 @@ def early_return_of(fn: cst.FunctionDef) -> cst.If | None:
         return None
     first = rest[0]
     bare_return = m.IndentedBlock(body=[m.SimpleStatementLine(body=[m.Return(value=None)])])
-    if m.matches(first, m.If(test=NOT_LAST_RANK, body=bare_return, orelse=None)):
+    if isinstance(first, cst.If) and m.matches(
+        first, m.If(test=NOT_LAST_RANK, body=bare_return, orelse=None)
+    ):
         return first
     return None
 
@@ -101,22 +109,28 @@ def node_ids(container: cst.CSTNode) -> set[int]:
     return collector.ids
 
 
-def non_last_return_index(body: list[cst.BaseStatement]) -> int | None:
+def non_last_return_index(body: Sequence[cst.CSTNode]) -> int | None:
     """Index of the top-level ``if not <pp>.is_last_rank: ... return PPProxyTensors(..)``."""
     for index, statement in enumerate(body):
-        if not m.matches(statement, m.If(test=NOT_LAST_RANK)):
+        if not isinstance(statement, cst.If) or not m.matches(statement, m.If(test=NOT_LAST_RANK)):
             continue
-        last = statement.body.body[-1] if statement.body.body else None
-        if m.matches(
-            last,
+        if statement.body.body and m.matches(
+            statement.body.body[-1],
             m.SimpleStatementLine(body=[m.Return(value=m.Call(func=m.Name("PPProxyTensors")))]),
         ):
             return index
     return None
 
 
-def proxy_return_of(statement: cst.If) -> cst.Return:
-    return statement.body.body[-1].body[0]
+def proxy_call_of(statement: cst.CSTNode) -> cst.Call:
+    """The ``PPProxyTensors(...)`` call returned at the end of a branch
+    :func:`non_last_return_index` found."""
+    assert isinstance(statement, cst.If)
+    last = statement.body.body[-1]
+    assert isinstance(last, cst.SimpleStatementLine)
+    returned = last.body[0]
+    assert isinstance(returned, cst.Return) and isinstance(returned.value, cst.Call)
+    return returned.value
 
 
 def conjuncts_of(test: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -127,3 +141,31 @@ def conjuncts_of(test: cst.BaseExpression) -> list[cst.BaseExpression]:
 
 
 LAST_RANK = m.Attribute(value=_PP_GROUP, attr=m.Name("is_last_rank"))
+
+
+def returned_value(statement: cst.CSTNode) -> cst.BaseExpression:
+    """``x`` of a ``return x`` line that the caller has matched as one."""
+    assert isinstance(statement, cst.SimpleStatementLine)
+    returned = statement.body[0]
+    assert isinstance(returned, cst.Return) and returned.value is not None
+    return returned.value
+
+
+def only_assign(statement: cst.CSTNode) -> cst.Assign:
+    """The ``Assign`` of a one-assignment line that the caller has matched as one."""
+    assert isinstance(statement, cst.SimpleStatementLine)
+    assign = statement.body[0]
+    assert isinstance(assign, cst.Assign)
+    return assign
+
+
+def name_value(node: cst.CSTNode) -> str:
+    """The identifier of a node the caller has matched as an ``m.Name()``."""
+    assert isinstance(node, cst.Name)
+    return node.value
+
+
+def attribute_of(node: cst.CSTNode) -> cst.Attribute:
+    """A node the caller has matched as an ``m.Attribute()``."""
+    assert isinstance(node, cst.Attribute)
+    return node

@@ -290,8 +290,11 @@ def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
     analysis = analyse(source, path)
     if analysis.status != NEEDS_PATCH:
         return source, analysis
-    setter, forward, stream = analysis.setter, analysis.forward, analysis.stream
-    assert setter is not None and forward is not None and stream is not None
+    assert analysis.setter is not None and analysis.forward is not None
+    assert analysis.stream is not None
+    setter: kimi.SetterShape = analysis.setter
+    forward: kimi.ForwardShape = analysis.forward
+    stream: StreamShape = analysis.stream
 
     class _Classes(cst.CSTTransformer):
         def leave_FunctionDef(self, original: cst.FunctionDef,

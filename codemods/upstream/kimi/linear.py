@@ -231,7 +231,7 @@ def _find_setter(module: cst.Module, missing: list[str]) -> SetterShape | None:
             world = findall(test, m.Attribute(attr=m.Name("world_size")))
             if world and _raises(stmt.body, "NotImplementedError"):
                 guards.append(stmt)
-                pp = pp or code(world[0].value)  # type: ignore[union-attr]
+                pp = pp or code(world[0].value)
                 continue
             if m.matches(
                 test, m.UnaryOperation(operator=m.Not(), expression=m.Attribute(
@@ -261,7 +261,7 @@ def _find_setter(module: cst.Module, missing: list[str]) -> SetterShape | None:
                         targets=[m.AssignTarget(target=m.Attribute(value=m.Name("self")))],
                         value=m.Call(func=m.Name("get_pp_group")))])):
                     pp = code(stmt.body[0].targets[0].target)  # type: ignore[attr-defined]
-        assert isinstance(store, cst.SimpleStatementLine)
+        assert isinstance(store, cst.SimpleStatementLine) and inner is not None  # set together
         return SetterShape(cls, func, param, store, inner, pp, guards, none_check, has_config)
     missing.append(f"a class defining {SETTER}(self, layer_ids)")
     return None
@@ -311,7 +311,12 @@ def _find_forward(module: cst.Module, missing: list[str]) -> ForwardShape | None
             missing.append(f"{cls.name.value}.__init__")
             return None
         init_store = next(
-            (s for s in _body(init) if _assign_target_attr(s, CAPTURE_ATTR) is not None), None
+            (
+                s for s in _body(init)
+                if isinstance(s, cst.SimpleStatementLine)
+                and _assign_target_attr(s, CAPTURE_ATTR) is not None
+            ),
+            None,
         )
         proxy_param = None
         for param in func.params.params:
@@ -325,10 +330,11 @@ def _find_forward(module: cst.Module, missing: list[str]) -> ForwardShape | None
             missing.append(f"{where}: layer loop with a plain loop variable")
             return None
         aux_init = next(
-            (s for s in body if m.matches(s, m.SimpleStatementLine(body=[m.Assign(
+            (s for s in body if isinstance(s, cst.SimpleStatementLine) and (
+             m.matches(s, m.SimpleStatementLine(body=[m.Assign(
                 targets=[m.AssignTarget(target=m.Name(aux_name))], value=m.List(elements=[]))]))
              or m.matches(s, m.SimpleStatementLine(body=[m.AnnAssign(
-                 target=m.Name(aux_name), value=m.List(elements=[]))]))),
+                 target=m.Name(aux_name), value=m.List(elements=[]))])))),
             None,
         )
         if aux_init is None or body.index(aux_init) > body.index(loop):
@@ -347,7 +353,8 @@ def _find_forward(module: cst.Module, missing: list[str]) -> ForwardShape | None
             last = boundary.body.body[-1]
             ret = m.SimpleStatementLine(body=[m.Return(value=m.Call(
                 func=m.Name("PPProxyTensors"), args=[m.Arg(value=m.Dict())]))])
-            if m.matches(last, ret) and len(boundary.body.body) == 1:
+            if isinstance(last, cst.SimpleStatementLine) and m.matches(last, ret) and len(
+                    boundary.body.body) == 1:
                 boundary_return = last
                 handoff = last.body[0].value.args[0].value  # type: ignore[attr-defined]
                 for element in handoff.elements:
@@ -536,8 +543,9 @@ def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
     analysis = analyse(source, path)
     if analysis.status != NEEDS_PATCH:
         return source, analysis
-    setter, forward = analysis.setter, analysis.forward
-    assert setter is not None and forward is not None
+    assert analysis.setter is not None and analysis.forward is not None
+    setter: SetterShape = analysis.setter
+    forward: ForwardShape = analysis.forward
 
     class _Classes(cst.CSTTransformer):
         def leave_FunctionDef(self, original: cst.FunctionDef,

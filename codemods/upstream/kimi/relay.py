@@ -12,7 +12,7 @@ from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statement
 
 
 def relay_code(transport: str, captures: str, incoming: str, proxy_dict: str, proxy: str,
-               loop_var: str, aux_name: str, handoff_entries, hidden: str):
+               loop_var: str, aux_name: str, handoff_entries, hidden: str | None):
     """A rewritten forward's relay: init lines (text), capture record, non-last-rank
     branch body, last-stage collect."""
     d2, d3, d4 = "    " * 2, "    " * 3, "    " * 4
@@ -41,11 +41,18 @@ def relay_code(transport: str, captures: str, incoming: str, proxy_dict: str, pr
     return init_lines, capture_line, boundary_nodes, collect_node
 
 
-def insert_relay(func: cst.FunctionDef, new_func: cst.FunctionDef, shape,
-                 init_nodes: list, collect_node: cst.If) -> cst.FunctionDef:
+def insert_relay(
+    func: cst.FunctionDef,
+    new_func: cst.FunctionDef | cst.RemovalSentinel | cst.FlattenSentinel[cst.FunctionDef],
+    shape,
+    init_nodes: list,
+    collect_node: cst.If,
+) -> cst.FunctionDef:
     """``new_func`` with the relay's init after the aux list's creation and its collect
     after the non-last-rank branch (statements matched to ``func``'s, one to one)."""
     assert isinstance(new_func, cst.FunctionDef)
+    assert isinstance(func.body, cst.IndentedBlock)
+    assert isinstance(new_func.body, cst.IndentedBlock)
     body: list[cst.BaseStatement] = []
     originals = list(func.body.body)
     for index, (original, stmt) in enumerate(zip(originals, new_func.body.body, strict=True)):
@@ -55,8 +62,9 @@ def insert_relay(func: cst.FunctionDef, new_func: cst.FunctionDef, shape,
         if original is shape.boundary:
             # Separate the new block the way the file separates the next statement.
             following = originals[index + 1] if index + 1 < len(originals) else None
-            if following is not None and not following.leading_lines:
+            if isinstance(following, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) and (
+                not following.leading_lines
+            ):
                 collect_node = collect_node.with_changes(leading_lines=[])
             body.append(collect_node)
-    assert isinstance(new_func.body, cst.IndentedBlock)
     return new_func.with_changes(body=new_func.body.with_changes(body=body))

@@ -36,6 +36,8 @@ an ``else``), ``None`` when they can.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -43,7 +45,7 @@ from codemods.upstream.edit.names import HANDOFF
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
 from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.layer_entry.packer import returned_handoff
-from codemods.upstream.family.syntax import NOT_LAST_RANK, code_of
+from codemods.upstream.family.syntax import NOT_LAST_RANK, code_of, name_value, returned_value
 
 #: ``return residual_batch.to_pp(...)``: the handoff of these forwards.
 HANDOFF_FUNC = "to_pp"
@@ -60,11 +62,11 @@ def _handoff_return() -> m.BaseMatcherNode:
     )
 
 
-def handoff_index(body: list[cst.BaseStatement]) -> int | None:
+def handoff_index(body: Sequence[cst.CSTNode]) -> int | None:
     """Index of the top-level ``if not <pp>.is_last_rank: ... return X.to_pp(...)`` (or
     ``proxy = X.to_pp(...)`` ... ``return proxy``)."""
     for index, statement in enumerate(body):
-        if not m.matches(statement, m.If(test=NOT_LAST_RANK)):
+        if not isinstance(statement, cst.If) or not m.matches(statement, m.If(test=NOT_LAST_RANK)):
             continue
         block = list(statement.body.body)
         if block and (
@@ -76,7 +78,7 @@ def handoff_index(body: list[cst.BaseStatement]) -> int | None:
     return None
 
 
-def _built_handoff(block: list[cst.BaseStatement]) -> bool:
+def _built_handoff(block: Sequence[cst.CSTNode]) -> bool:
     """``name = residual_batch.to_pp(...).tensors`` once in the block, which then
     adds entries and ends with ``return PPProxyTensors(name)`` (gemma4_causal)."""
     last = block[-1]
@@ -87,7 +89,9 @@ def _built_handoff(block: list[cst.BaseStatement]) -> bool:
         ),
     ):
         return False
-    name = last.body[0].value.args[0].value.value
+    returned = returned_value(last)
+    assert isinstance(returned, cst.Call)
+    name = name_value(returned.args[0].value)
     built = m.SimpleStatementLine(
         body=[
             m.Assign(
@@ -105,7 +109,7 @@ def _built_handoff(block: list[cst.BaseStatement]) -> bool:
 _RETURN_LINE = m.SimpleStatementLine(body=[m.Return(value=m.DoNotCare())])
 
 
-def _early_returns(block: list[cst.BaseStatement]) -> list[int]:
+def _early_returns(block: Sequence[cst.CSTNode]) -> list[int]:
     """Indexes of the block's top-level ``if`` statements (no ``else``) that end in a
     ``return <value>``."""
     return [
@@ -134,10 +138,10 @@ def handoff_returns_problem(handoff: cst.If) -> str | None:
     return None
 
 
-def _wrapped(statement: cst.SimpleStatementLine, pad: str, aux_name: str,
+def _wrapped(statement: cst.CSTNode, pad: str, aux_name: str,
              proxy_param: str) -> cst.BaseStatement:
-    returned = statement.body[0]
-    call = Call(HANDOFF, ("self", code_of(returned.value), aux_name, proxy_param))
+    assert isinstance(statement, cst.SimpleStatementLine)
+    call = Call(HANDOFF, ("self", code_of(returned_value(statement)), aux_name, proxy_param))
     (new,) = parse_statements(lines_to_text(render_call(pad, "return ", call)), pad)
     return new.with_changes(leading_lines=statement.leading_lines)
 
@@ -149,7 +153,8 @@ def wrap_handoff_returns(handoff: cst.If, indent: int, aux_name: str,
     block = list(handoff.body.body)
     pad = " " * indent
     for index in _early_returns(block):
-        inner_if: cst.If = block[index]
+        inner_if = block[index]
+        assert isinstance(inner_if, cst.If)
         inner = list(inner_if.body.body)
         inner[-1] = _wrapped(inner[-1], pad + " " * INDENT, aux_name, proxy_param)
         block[index] = inner_if.with_changes(body=inner_if.body.with_changes(body=inner))

@@ -27,11 +27,13 @@ of this kind and, when it is not, why.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.edit.walk import findall
-from codemods.upstream.family.syntax import SELF_IDS
+from codemods.upstream.family.syntax import SELF_IDS, name_value, only_assign
 
 #: The keyword the layers take the callback by.
 CAPTURE_KEYWORD = "capture_output"
@@ -87,7 +89,9 @@ def enumerated_loop_problem(loop: cst.For, aux_name: str) -> str | None:
     into ``aux_name`` through one callback local; otherwise what is not so."""
     if not is_enumerated_loop(loop):
         return "the loop does not enumerate `self.layers[self.start_layer : self.end_layer]`"
-    index = loop.target.elements[0].value.value
+    target = loop.target
+    assert isinstance(target, cst.Tuple)
+    index = name_value(target.elements[0].value)
     statements = list(loop.body.body)
     offset = m.SimpleStatementLine(
         body=[
@@ -127,7 +131,7 @@ def enumerated_loop_problem(loop: cst.For, aux_name: str) -> str | None:
             f"the callback is not picked once as `{aux_name}.capture if {index} in "
             "self.layers_to_capture else None`"
         )
-    callback = statements[picks[0]].body[0].targets[0].target.value
+    callback = name_value(only_assign(statements[picks[0]]).targets[0].target)
     if len(_assigns(loop, callback)) != 1:
         return f"`{callback}` is assigned more than once in the loop"
     keyword = m.Arg(keyword=m.Name(CAPTURE_KEYWORD))
@@ -148,7 +152,7 @@ def enumerated_loop_problem(loop: cst.For, aux_name: str) -> str | None:
     return None
 
 
-def _one_per_branch(statements: list[cst.BaseStatement], keyword: m.Arg) -> bool:
+def _one_per_branch(statements: Sequence[cst.CSTNode], keyword: m.Arg) -> bool:
     """The callback's keyword sits once in the body and once in the ``else`` block of
     one ``if`` (no ``elif``), and nowhere else."""
     holders = [s for s in statements if findall(s, keyword)]

@@ -40,11 +40,19 @@ single-stage run returns.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.edit.walk import findall
-from codemods.upstream.family.syntax import LAST_RANK, SELF_IDS
+from codemods.upstream.family.syntax import (
+    LAST_RANK,
+    SELF_IDS,
+    name_value,
+    only_assign,
+    returned_value,
+)
 
 #: The collectors a layer-entry forward may create, once, at its top level.
 LIST_CLASS = "AuxHiddenStateList"
@@ -83,11 +91,11 @@ def collector_creation(statement: cst.CSTNode) -> tuple[str, int] | None:
         ),
     ):
         return None
-    assign = statement.body[0]
-    return assign.targets[0].target.value, len(findall(assign.value, SELF_IDS))
+    assign = only_assign(statement)
+    return name_value(assign.targets[0].target), len(findall(assign.value, SELF_IDS))
 
 
-def returned_handoff(block: list[cst.BaseStatement], handoff_func: str) -> bool:
+def returned_handoff(block: Sequence[cst.CSTNode], handoff_func: str) -> bool:
     """``block`` ends in ``return <name>`` where its first statement is
     ``<name> = <x>.<handoff_func>(...)`` and nothing else in it rebinds ``<name>``."""
     if len(block) < 2:
@@ -95,7 +103,7 @@ def returned_handoff(block: list[cst.BaseStatement], handoff_func: str) -> bool:
     last = block[-1]
     if not m.matches(last, m.SimpleStatementLine(body=[m.Return(value=m.Name())])):
         return False
-    name = last.body[0].value.value
+    name = name_value(returned_value(last))
     built = m.SimpleStatementLine(
         body=[
             m.Assign(
@@ -124,7 +132,7 @@ _OUTPUT_TEST = m.Comparison(
 def last_rank_output_capture(statement: cst.CSTNode, aux_name: str) -> bool:
     """``if <pp>.is_last_rank and <output id> in self.<ids>: <aux>.append(...)`` (or
     ``.capture``), before the handoff: the last stage captures its output."""
-    if not m.matches(
+    if not isinstance(statement, cst.If) or not m.matches(
         statement,
         m.If(
             test=m.BooleanOperation(left=LAST_RANK, operator=m.And(), right=_OUTPUT_TEST),

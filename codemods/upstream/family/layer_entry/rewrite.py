@@ -54,12 +54,15 @@ BLOCK_INDENT = 12
 def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
     """Hand this stage's captures on with ``to_pp``'s tensors; gather them all on the
     last stage, right before the captures are first read."""
+    if not isinstance(fn.body, cst.IndentedBlock):
+        raise FamilyRewriteError(f"{shape.class_name}.forward has no block body")
     body = list(fn.body.body)
     index = handoff_index(body)
     if index is None or shape.aux_name is None or shape.proxy_param is None:
         raise FamilyRewriteError(f"{shape.class_name}.forward has no PP handoff")
-    handoff = wrap_handoff_returns(body[index], BLOCK_INDENT, shape.aux_name,
-                                   shape.proxy_param)
+    found = body[index]
+    assert isinstance(found, cst.If)
+    handoff = wrap_handoff_returns(found, BLOCK_INDENT, shape.aux_name, shape.proxy_param)
     extra = ("final=True",) if shape.final_capture else ()
     collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, *extra))
     if shape.collect_in_else is not None:

@@ -28,6 +28,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.edit.walk import findall
+from codemods.upstream.family.syntax import name_value
 
 #: The batch attribute under which the range may be narrowed.
 OVERLAP_FLAG = "can_run_tbo"
@@ -43,9 +44,10 @@ def _assigned_names(node: cst.CSTNode) -> set[str]:
         for target in assign.targets:
             if isinstance(target.target, cst.Name):
                 names.add(target.target.value)
-    for assign in findall(node, m.AugAssign() | m.AnnAssign()):
-        if isinstance(assign.target, cst.Name):
-            names.add(assign.target.value)
+    for other in findall(node, m.AugAssign() | m.AnnAssign()):
+        assert isinstance(other, (cst.AugAssign, cst.AnnAssign))
+        if isinstance(other.target, cst.Name):
+            names.add(other.target.value)
     return names
 
 
@@ -55,9 +57,11 @@ def narrowed_range_problem(body: list[cst.BaseStatement], loop_index: int,
     ``b = self.end_layer`` set once at the top of the forward before it and changed only
     under a ``can_run_tbo`` test; otherwise what is not so."""
     call = loop.iter
-    if not m.matches(call, m.Call(func=m.Name("range"), args=[m.Arg(m.Name()), m.Arg(m.Name())])):
+    if not isinstance(call, cst.Call) or not m.matches(
+        call, m.Call(func=m.Name("range"), args=[m.Arg(m.Name()), m.Arg(m.Name())])
+    ):
         return "the loop does not run over `range(<start>, <end>)`"
-    names = [arg.value.value for arg in call.args]
+    names = [name_value(arg.value) for arg in call.args]
     if names[0] == names[1]:
         return "the loop's start and end are the same name"
     before = body[:loop_index]

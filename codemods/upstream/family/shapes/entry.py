@@ -107,6 +107,8 @@ from codemods.upstream.family.syntax import (
     IDS_ATTR,
     LAYER_FLAG,
     SELF_IDS,
+    name_value,
+    only_assign,
 )
 
 #: The layers get a callback at entry.
@@ -202,7 +204,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     if loops:
         kind = ENTRY_KIND
         loop_index, loop = loops[0]
-        loop_statement = loop
+        loop_statement: cst.BaseStatement = loop
     else:
         # The gathered collector: flagged layers get the list itself and capture into it
         # at entry (``prepare(capture_gathered=...)``); the loop may sit in a branch.
@@ -251,7 +253,11 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
                 "the capturing loop is not `for i in range(self.start_layer, "
                 f"self.end_layer)` nor a range narrowed for two-batch overlap ({narrowed})"
             )
-    loop_var = loop.target.elements[0].value.value if enumerated else loop.target.value
+    if enumerated:
+        assert isinstance(loop.target, cst.Tuple)  # is_enumerated_loop(loop)
+        loop_var = name_value(loop.target.elements[0].value)
+    else:
+        loop_var = name_value(loop.target)
     # The callback may be a function of the loop that prepares the value and captures
     # it (``layer_entry.closure``).
     closure, closure_problem = capture_closure(loop, aux_name) if kind == ENTRY_KIND else (
@@ -321,7 +327,8 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             and _mentions(statement, aux_name)
         ):
             return reject(f"`{aux_name}` is used between the layer loop and the PP handoff")
-    handoff_if: cst.If = body[handoff]
+    handoff_if = body[handoff]
+    assert isinstance(handoff_if, cst.If)  # handoff_index(body)
     if _mentions(handoff_if.body, aux_name) or _mentions(handoff_if.test, aux_name):
         return reject(f"the non-last-rank branch already uses `{aux_name}`")
     returns_problem = handoff_returns_problem(handoff_if)
@@ -446,7 +453,7 @@ def _end_test(body: list[cst.BaseStatement], handoff: int) -> m.BaseMatcherNode:
     or ``n in self.<ids>`` for a local ``n`` set once, before the handoff, to the
     number of layers and never changed."""
     names = [
-        statement.body[0].targets[0].target.value
+        name_value(only_assign(statement).targets[0].target)
         for statement in body[:handoff]
         if m.matches(statement, _TOTAL_LAYERS)
     ]

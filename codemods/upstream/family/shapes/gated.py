@@ -77,6 +77,8 @@ on and the last gathers none, so it returns ``hidden_states`` alone, as one stag
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -92,6 +94,9 @@ from codemods.upstream.family.syntax import (
     SELF_IDS,
     code_of,
     conjuncts_of,
+    name_value,
+    only_assign,
+    returned_value,
 )
 
 #: The callback captures at the next layer's entry, under a gate.
@@ -137,21 +142,23 @@ _COMPLETE = m.SimpleStatementLine(
 )
 
 
-def _gate_index(body: list[cst.BaseStatement], name: str) -> int | None:
+def _gate_index(body: Sequence[cst.CSTNode], name: str) -> int | None:
     """Index of the top-level ``name = ... and <pp>.is_last_rank and ...``, if any."""
     for k, statement in enumerate(body):
         if m.matches(
             statement,
             m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name(name))])]),
-        ) and any(m.matches(c, LAST_RANK) for c in conjuncts_of(statement.body[0].value)):
+        ) and any(m.matches(c, LAST_RANK) for c in conjuncts_of(only_assign(statement).value)):
             return k
     return None
 
 
-def _gated_block(body: list[cst.BaseStatement]) -> cst.If | None:
+def _gated_block(body: Sequence[cst.CSTNode]) -> cst.If | None:
     gated = [
         statement for statement in body
-        if m.matches(statement, m.If(test=m.Name())) and findall(statement, _COLLECTOR)
+        if isinstance(statement, cst.If)
+        and m.matches(statement, m.If(test=m.Name()))
+        and findall(statement, _COLLECTOR)
     ]
     return gated[0] if len(gated) == 1 else None
 
@@ -166,7 +173,7 @@ def is_gated_forward(fn: cst.FunctionDef) -> bool:
     return (
         handoff_index(body) is not None
         and block is not None
-        and _gate_index(body, block.test.value) is not None
+        and _gate_index(body, name_value(block.test)) is not None
     )
 
 
@@ -204,14 +211,18 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     def reject(problem: str) -> ForwardShape:
         return ForwardShape(class_name, line, capture_kinds=(GATED_KIND,), problem=problem)
 
+    if not isinstance(fn.body, cst.IndentedBlock):
+        return reject("forward has no block body")
     body = list(fn.body.body)
     block = _gated_block(body)
-    gate = block.test.value
+    assert block is not None  # is_gated_forward(fn)
+    gate = name_value(block.test)
     gate_index = _gate_index(body, gate)
+    assert gate_index is not None  # is_gated_forward(fn)
     assigns = findall(block, m.Assign(targets=[m.AssignTarget(m.Name())], value=_COLLECTOR))
     if len(assigns) != 1:
         return reject(f"`if {gate}:` does not bind one `AuxHiddenStateList()`")
-    aux_name = assigns[0].targets[0].target.value
+    aux_name = name_value(assigns[0].targets[0].target)
     capture = m.Call(func=m.Attribute(value=m.Name(aux_name), attr=m.Name("capture")))
     defs = [d for d in findall(block, m.FunctionDef()) if findall(d, capture)]
     if len(defs) != 1 or len(findall(fn, capture)) != 1:
@@ -229,7 +240,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     ]
     if len(loops) != 1:
         return reject(f"`{fn_name}` is not handed to layers in one loop")
-    loop_var = loops[0].target.value
+    loop_var = name_value(loops[0].target)
     uses = findall(loops[0], _first_layer_skip(gate, loop_var, fn_name))
     if len(uses) != 1 or len(findall(loops[0], m.IfExp(body=m.Name(fn_name)))) != 1:
         return reject(
@@ -238,9 +249,13 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         )
     ids_attr = findall(uses[0], SELF_IDS)[0].attr.value
     index = handoff_index(body)
-    handoff: cst.If = body[index]
-    if not m.matches(handoff, m.If(test=NOT_LAST_RANK)) or len(handoff.body.body) != 1 or (
-        not m.matches(handoff.body.body[0], _TO_PP_RETURN)
+    assert index is not None  # is_gated_forward(fn)
+    handoff = body[index]
+    if (
+        not isinstance(handoff, cst.If)
+        or not m.matches(handoff, m.If(test=NOT_LAST_RANK))
+        or len(handoff.body.body) != 1
+        or not m.matches(handoff.body.body[0], _TO_PP_RETURN)
     ):
         return reject("the non-last-rank branch is not a lone `return residual_batch.to_pp(...)`")
     if not isinstance(handoff.orelse, cst.Else) or not m.matches(
@@ -285,19 +300,29 @@ class _EveryFirstLayer(cst.CSTTransformer):
 
 def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
     """Capture on every stage, hand the captures on and gather them on the last stage."""
+    if not isinstance(fn.body, cst.IndentedBlock):
+        raise FamilyRewriteError(f"{shape.class_name}.forward has no block body")
+    if shape.aux_name is None or shape.proxy_param is None:
+        raise FamilyRewriteError(f"{shape.class_name}.forward has no PP handoff")
     body = list(fn.body.body)
     (gate_index,) = shape.gate_assignments
     body[gate_index] = every_stage(body[gate_index])
     index = handoff_index(body)
-    handoff: cst.If = body[index]
+    handoff = body[index] if index is not None else None
+    if index is None or not isinstance(handoff, cst.If):
+        raise FamilyRewriteError(f"{shape.class_name}.forward has no PP handoff")
+    if not isinstance(handoff.orelse, cst.Else):
+        raise FamilyRewriteError(f"{shape.class_name}.forward handoff has no else block")
     for k, statement in enumerate(body):
         if isinstance(statement, cst.For) and findall(statement, SELF_IDS):
-            fixer = _EveryFirstLayer(statement.target.value)
-            body[k] = statement.visit(fixer)
+            fixer = _EveryFirstLayer(name_value(statement.target))
+            fixed = statement.visit(fixer)
+            assert isinstance(fixed, cst.For)  # the fixer replaces comparisons only
+            body[k] = fixed
             if fixer.count != 1:
                 raise FamilyRewriteError(f"{shape.class_name}.forward: no first-layer skip")
     pad = " " * 12
-    returned = code_of(handoff.body.body[0].body[0].value)
+    returned = code_of(returned_value(handoff.body.body[0]))
     lines = [f"{pad}{HANDOFF_LOCAL} = {returned}"]
     lines.append(
         f'{pad}if {shape.gate} and {HANDOFF_LOCAL}["hidden_states"].shape[0] != 0:'
@@ -310,7 +335,7 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     lines.append(f"{pad}return {HANDOFF_LOCAL}")
     new_handoff = parse_statements(lines_to_text(lines), pad)
     last = list(handoff.orelse.body.body)
-    like = last[0].body[0].targets[0].target.value
+    like = name_value(only_assign(last[0]).targets[0].target)
     collect = [f"{pad}if {shape.gate} and {like}.shape[0] != 0:"]
     collect += render_call(
         pad + "    ",

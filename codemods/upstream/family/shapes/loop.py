@@ -71,6 +71,7 @@ which holds on every stage or on none)::
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 
 import libcst as cst
@@ -95,9 +96,10 @@ from codemods.upstream.family.syntax import (
     SELF_IDS,
     code_of,
     conjuncts_of,
+    name_value,
     node_ids,
     non_last_return_index,
-    proxy_return_of,
+    proxy_call_of,
 )
 
 LOOP_APPEND = CaptureKind(
@@ -128,7 +130,7 @@ METHOD_INDENT = 8
 BLOCK_INDENT = 12
 
 
-def _ids_test(loop_var: str) -> m.BaseMatcherNode:
+def _ids_test(loop_var: str) -> m.Comparison:
     return m.Comparison(
         left=m.Name(loop_var),
         comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
@@ -158,14 +160,16 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     handoff = non_last_return_index(body)
     if handoff is None:
         return reject("no `return PPProxyTensors(...)` under `if not ...is_last_rank`")
-    proxy_value = proxy_return_of(body[handoff]).value.args
+    proxy_value = proxy_call_of(body[handoff]).args
     if len(proxy_value) != 1:
         return reject("PPProxyTensors(...) does not take one dict")
     arg = proxy_value[0].value
     if isinstance(arg, cst.Dict):
         proxy_arg = "dict"
-        if any(not isinstance(el, cst.DictElement) for el in arg.elements) or any(
-            "\n" in code_of(el.key) + code_of(el.value) or "#" in code_of(el)
+        if any(
+            not isinstance(el, cst.DictElement)
+            or "\n" in code_of(el.key) + code_of(el.value)
+            or "#" in code_of(el)
             for el in arg.elements
         ):
             return reject("PPProxyTensors dict has multi-line entries or comments")
@@ -206,7 +210,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             gates.add(gate)
             gate_assignments.update(assignments)
             accounted.extend(body[k] for k in assignments)
-            aux_names.update(call.func.value.value for call in appended)
+            aux_names.update(_appended_name(call) for call in appended)
             # Either way the capture of id i is taken in iteration i, on the stage
             # that owns layer i: before the layer runs (ids stored as layer + 1) or
             # after it (raw layer ids).
@@ -222,17 +226,17 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             accounted.extend(tests)
         for arg_node in findall(loop, m.Arg(keyword=m.Name(CAPTURE_KWARG))):
             value = arg_node.value
-            if m.matches(
+            if isinstance(value, cst.IfExp) and m.matches(
                 value,
                 m.IfExp(
-                    test=_ids_test(loop_var) | _FLAG_TEST,
+                    test=m.OneOf(_ids_test(loop_var), *_FLAG_TEST.options),
                     body=m.Name(),
                     orelse=m.Name("None"),
                 ),
             ):
-                aux_names.add(value.body.value)
-                by_id = m.matches(value.test, m.Comparison())
-                kinds.append(LAYER_KWARG.name if by_id else LAYER_FLAG_KIND.name)
+                aux_names.add(name_value(value.body))
+                compared = m.matches(value.test, m.Comparison())
+                kinds.append(LAYER_KWARG.name if compared else LAYER_FLAG_KIND.name)
                 accounted.append(value.test)
             elif not m.matches(value, m.Name("None")):
                 return reject(f"unrecognised `{CAPTURE_KWARG}=` value: {code_of(value)}")
@@ -283,7 +287,11 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         if statement_index > handoff:
             final_capture = True  # last stage only: captures the stage output
             continue
-        if statement_index > init_index and m.matches(owner, _LAST_RANK_CAPTURE):
+        if (
+            statement_index > init_index
+            and owner is not None
+            and m.matches(owner, _LAST_RANK_CAPTURE)
+        ):
             # Captures the stage output on the last rank before the handoff: the
             # gathered captures of all stages must come first.
             final_capture = True
@@ -342,9 +350,15 @@ _LAST_RANK_CAPTURE = m.If(
 )
 
 
+def _appended_name(call: cst.Call) -> str:
+    """``aux`` of an ``aux.append(...)`` call matched as one."""
+    assert isinstance(call.func, cst.Attribute)
+    return name_value(call.func.value)
+
+
 def _appended_names(node: cst.CSTNode) -> list[str]:
     calls = findall(node, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))))
-    return [call.func.value.value for call in calls]
+    return [_appended_name(call) for call in calls]
 
 
 def _boundary_captures(body, loop: cst.For, loop_var: str):
@@ -376,7 +390,7 @@ def _layer_loop_var(loop: cst.For) -> str | None:
     """The global layer index of a layer loop: ``for i in range(...)``, or
     ``for i, layer in enumerate(...)`` whose body starts with ``i = i + self.start_layer``."""
     if m.matches(loop, m.For(target=m.Name(), iter=m.Call(func=m.Name("range")))):
-        return loop.target.value
+        return name_value(loop.target)
     if not m.matches(
         loop,
         m.For(
@@ -385,15 +399,15 @@ def _layer_loop_var(loop: cst.For) -> str | None:
         ),
     ):
         return None
-    name = loop.target.elements[0].value.value
+    assert isinstance(loop.target, cst.Tuple)
+    name = name_value(loop.target.elements[0].value)
     offset = m.BinaryOperation(
         left=m.Name(name),
         operator=m.Add(),
         right=m.Attribute(value=m.Name("self"), attr=m.Name("start_layer")),
     )
-    first = loop.body.body[0] if loop.body.body else None
-    if m.matches(
-        first,
+    if loop.body.body and m.matches(
+        loop.body.body[0],
         m.SimpleStatementLine(
             body=[m.Assign(targets=[m.AssignTarget(target=m.Name(name))], value=offset)]
         ),
@@ -403,7 +417,7 @@ def _layer_loop_var(loop: cst.For) -> str | None:
 
 
 def _list_init_index(
-    body: list[cst.BaseStatement], name: str, gate_names: set[str] = frozenset()
+    body: list[cst.BaseStatement], name: str, gate_names: Collection[str] = frozenset()
 ) -> int | None:
     """Index of the top-level ``name = []`` (or ``name: T = []``, or an accumulator
     call), possibly inside ``if <gate name>:``."""
@@ -447,6 +461,8 @@ def _before_layer_call(loop: cst.For, branch: cst.If) -> bool:
 
 def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
     """Add this stage's captures to the handoff; gather all of them on the last stage."""
+    if not isinstance(fn.body, cst.IndentedBlock):
+        raise FamilyRewriteError(f"{shape.class_name}.forward has no block body")
     body = list(fn.body.body)
     index = non_last_return_index(body)
     if index is None or shape.aux_name is None or shape.proxy_param is None:
@@ -455,10 +471,14 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
         body[position] = every_stage(body[position])
     extra = ("boundaries=True",) if BOUNDARIES.name in shape.capture_kinds else ()
     outgoing = Call(OUTGOING, ("self", shape.aux_name, shape.proxy_param, *extra))
-    handoff: cst.If = body[index]
+    handoff = body[index]
+    # non_last_return_index: an ``if`` block that ends in a ``return`` line
+    assert isinstance(handoff, cst.If) and isinstance(handoff.body, cst.IndentedBlock)
     handoff_body = list(handoff.body.body)
-    returned = proxy_return_of(handoff)
-    argument = returned.value.args[0].value
+    return_line = handoff_body[-1]
+    assert isinstance(return_line, cst.SimpleStatementLine)
+    returned = proxy_call_of(handoff)
+    argument = returned.args[0].value
     block_pad = " " * BLOCK_INDENT
     if shape.gate is not None:
         if isinstance(argument, cst.Dict):
@@ -475,13 +495,13 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
             replaced = handoff_body[-1]
         # The new statements take the blank lines before the return; comments stay
         # with the return they describe.
-        blank, comments = _split_leading(handoff_body[-1].leading_lines)
+        blank, comments = _split_leading(return_line.leading_lines)
         added[0] = added[0].with_changes(leading_lines=blank)
         handoff_body[-1:] = [*added, replaced.with_changes(leading_lines=comments)]
     elif isinstance(argument, cst.Dict):
         entry = render_call(block_pad + " " * 8, "**", outgoing, ",")
         replaced = parse_statements(_proxy_return_text(argument, entry), block_pad)[0]
-        handoff_body[-1] = replaced.with_changes(leading_lines=handoff_body[-1].leading_lines)
+        handoff_body[-1] = replaced.with_changes(leading_lines=return_line.leading_lines)
     else:
         update = Call(f"{code_of(argument)}.update", (outgoing,))
         update_text = lines_to_text(render_call(block_pad, "", update))
@@ -489,7 +509,7 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
         # The new statement takes the blank lines / comments that preceded the return.
         handoff_body.insert(
             len(handoff_body) - 1,
-            statement.with_changes(leading_lines=handoff_body[-1].leading_lines),
+            statement.with_changes(leading_lines=return_line.leading_lines),
         )
         handoff_body[-1] = handoff_body[-1].with_changes(leading_lines=[])
     handoff = handoff.with_changes(body=handoff.body.with_changes(body=handoff_body))
@@ -551,6 +571,7 @@ def _proxy_return_text(argument: cst.Dict, entry: list[str]) -> str:
     entry_pad = pad + " " * 8
     lines = [f"{pad}return PPProxyTensors(", f"{pad}    {{"]
     for element in argument.elements:
+        assert isinstance(element, cst.DictElement)  # analyse_forward rejects others
         lines.append(f"{entry_pad}{code_of(element.key)}: {code_of(element.value)},")
     lines += entry
     lines += [f"{pad}    }}", f"{pad})"]

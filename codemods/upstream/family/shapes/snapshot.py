@@ -47,7 +47,7 @@ from codemods.upstream.family.forward import CaptureKind, ForwardShape, Shape
 from codemods.upstream.family.layer_entry.handoff import PROXY_ARG, PROXY_TEXT, handoff_index
 from codemods.upstream.family.layer_entry.rewrite import rewrite_forward
 from codemods.upstream.family.layer_entry.tbo import narrowed_range_problem
-from codemods.upstream.family.syntax import IDS_ATTR, SELF_IDS
+from codemods.upstream.family.syntax import IDS_ATTR, SELF_IDS, name_value, only_assign
 
 _SNAPSHOT_DESCRIPTION = (
     "snapshot at layer entry appended to a list "
@@ -83,7 +83,7 @@ def _empty_list_name(statement: cst.CSTNode) -> str | None:
             body=[m.Assign(targets=[m.AssignTarget(m.Name())], value=m.List(elements=[]))]
         ),
     ):
-        return statement.body[0].targets[0].target.value
+        return name_value(only_assign(statement).targets[0].target)
     return None
 
 
@@ -130,6 +130,8 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     )
     if proxy_param is None:
         return reject("forward takes no pp_proxy_tensors (model does not run under PP)")
+    if not isinstance(fn.body, cst.IndentedBlock):
+        return reject("forward has no block body")
     body = list(fn.body.body)
     loops = _capturing_loops(body)
     if len(loops) != 1:
@@ -148,7 +150,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
                 "the capturing loop is not `for i in range(self.start_layer, "
                 f"self.end_layer)` ({narrowed})"
             )
-    loop_var = loop.target.value
+    loop_var = name_value(loop.target)
 
     # The capture: the first statement of the loop body is ``if i in self.<ids>:``,
     # which appends one snapshot, before the layer runs.
@@ -160,12 +162,14 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         ),
         orelse=None,
     )
-    if not statements or not m.matches(statements[0], by_id):
+    if not statements or not isinstance(statements[0], cst.If) or not m.matches(
+        statements[0], by_id
+    ):
         return reject(
             f"the loop does not start with `if {loop_var} in self.{IDS_ATTR}:` "
             "(a snapshot before the layer runs)"
         )
-    branch: cst.If = statements[0]
+    branch = statements[0]
     appends = findall(
         branch.body, m.Call(func=m.Attribute(value=m.Name(aux_name), attr=m.Name("append")))
     )
@@ -183,7 +187,8 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     for statement in body[list_index + 1 : handoff]:
         if statement is not loop and _mentions(statement, aux_name):
             return reject(f"`{aux_name}` is used between the layer loop and the PP handoff")
-    handoff_if: cst.If = body[handoff]
+    handoff_if = body[handoff]
+    assert isinstance(handoff_if, cst.If)  # handoff_index(body)
     if handoff_if.orelse is not None:
         return reject("the PP handoff has an `else` or `elif` block")
     if _mentions(handoff_if, aux_name):
