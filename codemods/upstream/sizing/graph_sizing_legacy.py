@@ -254,8 +254,9 @@ def add_pre_planned_refresh(text: str, path: str) -> str:
 def has_legacy_shape(tree: SGLangTree) -> bool:
     """Whether the tree has the residual-bank units the aux sizing follows and no
     DSPARK sizing path (SGLang 0.5.18-0.5.20)."""
-    texts = [tree.read_text(tree.module_path(module)) for module in SIZING_MODULES[:4]]
-    if any(text is None or MARKER.search(text) for text in texts):
+    found = [tree.read_text(tree.module_path(module)) for module in SIZING_MODULES[:4]]
+    texts = [text for text in found if text is not None]
+    if len(texts) != len(found) or any(MARKER.search(text) for text in texts):
         return False
     misc, runner, buffers, decode = texts
     return (
