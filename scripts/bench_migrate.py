@@ -57,8 +57,16 @@ def wheel() -> Path:
         return found[0]
     wheels.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", f"sglang=={VERSION}",
-         "-d", str(wheels)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            f"sglang=={VERSION}",
+            "-d",
+            str(wheels),
+        ],
         check=True,
     )
     return sorted(wheels.glob(f"sglang-{VERSION}-*.whl"))[0]
@@ -157,7 +165,7 @@ for path in collect_files([sys.argv[1]]):
         libcst.parse_module(handle.read())
 """
 
-MINIMAL_GUARD = '''
+MINIMAL_GUARD = """
 import libcst as cst
 from libcst.codemod import VisitorBasedCodemodCommand
 
@@ -181,7 +189,7 @@ class GuardCommand(VisitorBasedCodemodCommand):
             return cst.If(test=call.args[0].value,
                           body=cst.IndentedBlock(body=[updated_node]))
         return updated_node
-'''
+"""
 
 
 def libcst_cli(source_tree: Path) -> Run:
@@ -194,8 +202,16 @@ def libcst_cli(source_tree: Path) -> Run:
         )
         copy = work_path / "sglang"
         shutil.copytree(source_tree, copy)
-        command = [sys.executable, "-m", "libcst.tool", "codemod", "--no-format",
-                   "--hide-progress", "minimal_guard.GuardCommand", "sglang"]
+        command = [
+            sys.executable,
+            "-m",
+            "libcst.tool",
+            "codemod",
+            "--no-format",
+            "--hide-progress",
+            "minimal_guard.GuardCommand",
+            "sglang",
+        ]
         return measure(command, cwd=work_path)
 
 
@@ -249,9 +265,13 @@ def large_file(repeat: int) -> None:
     """The "files that need parsing" case, side by side in one run."""
     size = LARGE_FILE.stat().st_size
     lines = LARGE_FILE.read_bytes().count(b"\n")
-    print(f"\nlarge file: {LARGE_FILE.relative_to(ROOT)} ({lines} lines, {size // 1024} KB), "
-          f"median of {repeat}")
-    check = [measure(auxcap("migrate", "--check", "-j", "1", str(LARGE_FILE))) for _ in range(repeat)]
+    print(
+        f"\nlarge file: {LARGE_FILE.relative_to(ROOT)} ({lines} lines, {size // 1024} KB), "
+        f"median of {repeat}"
+    )
+    check = [
+        measure(auxcap("migrate", "--check", "-j", "1", str(LARGE_FILE))) for _ in range(repeat)
+    ]
     parse_process = [
         measure([sys.executable, "-c", PARSE_ONE, str(LARGE_FILE)]) for _ in range(repeat)
     ]
@@ -267,47 +287,63 @@ def large_file(repeat: int) -> None:
     print("in one process, LibCST warmed up:")
     print(f"{'one libcst.parse_module':46} {parse:7.2f}s CPU   1.0x")
     print(f"{'parse + discovery (in process)':46} {analysis:7.2f}s CPU {analysis / parse:5.1f}x")
-    print(f"{'  discovery alone':46} {analysis - parse:7.2f}s CPU "
-          f"{(analysis - parse) / parse:5.1f}x")
-    print(f"{'parse + discovery + rewrite + verify':46} {transform:7.2f}s CPU "
-          f"{transform / parse:5.1f}x")
+    print(
+        f"{'  discovery alone':46} {analysis - parse:7.2f}s CPU {(analysis - parse) / parse:5.1f}x"
+    )
+    print(
+        f"{'parse + discovery + rewrite + verify':46} {transform:7.2f}s CPU "
+        f"{transform / parse:5.1f}x"
+    )
     print("whole processes (interpreter start, imports, a cold LibCST):")
     print(f"{'python: import libcst, parse the file once':46} {parse_cpu:7.2f}s CPU   1.0x")
-    print(f"{'auxcap migrate --check -j 1':46} {check_cpu:7.2f}s CPU "
-          f"{check_cpu / parse_cpu:5.1f}x")
+    print(f"{'auxcap migrate --check -j 1':46} {check_cpu:7.2f}s CPU {check_cpu / parse_cpu:5.1f}x")
     print(f"exit codes of --check: {sorted({run.returncode for run in check})} (1: changes needed)")
-    print(f"targets: discovery <= 1.5x one parse: {(analysis - parse) / parse <= 1.5}; "
-          f"migrate --check <= 1.5x a parsing process: {check_cpu / parse_cpu <= 1.5}")
+    print(
+        f"targets: discovery <= 1.5x one parse: {(analysis - parse) / parse <= 1.5}; "
+        f"migrate --check <= 1.5x a parsing process: {check_cpu / parse_cpu <= 1.5}"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs of the fast case")
     parser.add_argument("--baseline", action="store_true", help="also parse every file")
-    parser.add_argument("--baseline-libcst-cli", action="store_true",
-                        help="also run LibCST's codemod CLI (minutes)")
-    parser.add_argument("--skip-no-prefilter", action="store_true",
-                        help="skip the every-file auxcap run (several minutes)")
-    parser.add_argument("--crossover", action="store_true",
-                        help="also measure where worker processes start to pay")
+    parser.add_argument(
+        "--baseline-libcst-cli", action="store_true", help="also run LibCST's codemod CLI (minutes)"
+    )
+    parser.add_argument(
+        "--skip-no-prefilter",
+        action="store_true",
+        help="skip the every-file auxcap run (several minutes)",
+    )
+    parser.add_argument(
+        "--crossover", action="store_true", help="also measure where worker processes start to pay"
+    )
     parser.add_argument("--tree", type=Path, help="an unpacked tree instead of the wheel's")
-    parser.add_argument("--skip-large-file", action="store_true",
-                        help="skip the one-large-file case")
+    parser.add_argument(
+        "--skip-large-file", action="store_true", help="skip the one-large-file case"
+    )
     args = parser.parse_args()
 
     source_tree = args.tree or tree()
     count = sum(1 for _ in source_tree.rglob("*.py"))
-    print(f"tree: {source_tree} ({count} .py files); {os.cpu_count()} CPUs; "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"tree: {source_tree} ({count} .py files); {os.cpu_count()} CPUs; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     print(f"python: {sys.version.split()[0]}")
 
     fast_runs = [measure(auxcap("migrate", "--diff", str(source_tree))) for _ in range(args.repeat)]
-    fast = min(fast_runs, key=lambda run: abs(run.seconds - statistics.median(
-        r.seconds for r in fast_runs)))
+    fast = min(
+        fast_runs,
+        key=lambda run: abs(run.seconds - statistics.median(r.seconds for r in fast_runs)),
+    )
     fast_seconds = statistics.median(run.seconds for run in fast_runs)
     rows = [("auxcap migrate --diff", fast_seconds, fast)]
-    print("auxcap migrate --diff runs (wall/CPU): "
-          + ", ".join(f"{r.seconds:.2f}s/{r.cpu_seconds:.2f}s" for r in fast_runs))
+    print(
+        "auxcap migrate --diff runs (wall/CPU): "
+        + ", ".join(f"{r.seconds:.2f}s/{r.cpu_seconds:.2f}s" for r in fast_runs)
+    )
     cpu_median = statistics.median(run.cpu_seconds for run in fast_runs)
 
     ok = all(run.returncode in (0, 1) for run in fast_runs)
@@ -327,11 +363,15 @@ def main() -> int:
 
     print(f"\n{'':40} {'wall':>9} {'CPU':>9} {'max process':>12} {'process tree':>13}")
     for label, seconds, run in rows:
-        print(f"{label:40} {seconds:8.2f}s {run.cpu_seconds:8.2f}s "
-              f"{run.max_process_kb / 1024:10.1f}MB {run.tree_peak_kb / 1024:11.1f}MB")
+        print(
+            f"{label:40} {seconds:8.2f}s {run.cpu_seconds:8.2f}s "
+            f"{run.max_process_kb / 1024:10.1f}MB {run.tree_peak_kb / 1024:11.1f}MB"
+        )
     if cli_run is None:
-        print(f"{'LibCST codemod CLI (measured separately)':40} {LIBCST_CLI_SECONDS:8.2f}s "
-              f"{LIBCST_CLI_CPU_SECONDS:8.2f}s")
+        print(
+            f"{'LibCST codemod CLI (measured separately)':40} {LIBCST_CLI_SECONDS:8.2f}s "
+            f"{LIBCST_CLI_CPU_SECONDS:8.2f}s"
+        )
 
     print(f"\nprefilter on : {summary_line(fast)}")
     if slow is not None:
@@ -341,15 +381,21 @@ def main() -> int:
         ok &= same and slow.returncode == fast.returncode
         print(f"speed-up from the prefilter: {slow.seconds / fast_seconds:.0f}x")
     if parse_all is not None:
-        print(f"faster than parsing every file: {parse_all.seconds / fast_seconds:.0f}x wall, "
-              f"{parse_all.cpu_seconds / cpu_median:.0f}x CPU (target >= 40x)")
+        print(
+            f"faster than parsing every file: {parse_all.seconds / fast_seconds:.0f}x wall, "
+            f"{parse_all.cpu_seconds / cpu_median:.0f}x CPU (target >= 40x)"
+        )
     cli_seconds = cli_run.seconds if cli_run is not None else LIBCST_CLI_SECONDS
     cli_cpu = cli_run.cpu_seconds if cli_run is not None else LIBCST_CLI_CPU_SECONDS
-    print(f"faster than the LibCST codemod CLI: {cli_seconds / fast_seconds:.0f}x wall, "
-          f"{cli_cpu / cpu_median:.0f}x CPU (target >= 200x)")
-    print(f"targets: wall <= 2 s: {fast_seconds <= 2.0}; CPU <= 0.8 s: {cpu_median <= 0.8} "
-          f"(median {cpu_median:.2f}s); "
-          f"peak RSS <= 150 MB: {max(fast.max_process_kb, fast.tree_peak_kb) <= 150 * 1024}")
+    print(
+        f"faster than the LibCST codemod CLI: {cli_seconds / fast_seconds:.0f}x wall, "
+        f"{cli_cpu / cpu_median:.0f}x CPU (target >= 200x)"
+    )
+    print(
+        f"targets: wall <= 2 s: {fast_seconds <= 2.0}; CPU <= 0.8 s: {cpu_median <= 0.8} "
+        f"(median {cpu_median:.2f}s); "
+        f"peak RSS <= 150 MB: {max(fast.max_process_kb, fast.tree_peak_kb) <= 150 * 1024}"
+    )
     if not args.skip_large_file:
         large_file(args.repeat)
     if args.crossover:

@@ -30,9 +30,11 @@ import libcst as cst  # noqa: E402
 from codemods.upstream.generate import generate  # noqa: E402
 
 HOOK = re.compile(rb"def set_\w+_layers_to_capture\(")
-DEFAULT_ROOT = Path(
-    os.environ.get("AUXCAP_CACHE", Path.home() / ".cache" / "auxcap")
-) / "unpacked" / "sglang-0.5.23"
+DEFAULT_ROOT = (
+    Path(os.environ.get("AUXCAP_CACHE", Path.home() / ".cache" / "auxcap"))
+    / "unpacked"
+    / "sglang-0.5.23"
+)
 
 
 def cpu_seconds() -> float:
@@ -42,8 +44,11 @@ def cpu_seconds() -> float:
 
 
 def hook_files(root: Path) -> list[Path]:
-    models = next(p for p in (root / "sglang" / "srt" / "models",
-                              root / "python" / "sglang" / "srt" / "models") if p.is_dir())
+    models = next(
+        p
+        for p in (root / "sglang" / "srt" / "models", root / "python" / "sglang" / "srt" / "models")
+        if p.is_dir()
+    )
     return sorted(p for p in models.glob("*.py") if HOOK.search(p.read_bytes()))
 
 

@@ -62,8 +62,11 @@ def validate(release: Path, saved: list[Path]) -> dict[str, str]:
             for pp_size in (2, 3):
                 started = time.monotonic()
                 runs.append(run_family_test(copy, result, pp_size))
-                print(f"family test, {pp_size} stages: {len(runs[-1])} cases in "
-                      f"{time.monotonic() - started:.0f} s", file=sys.stderr)
+                print(
+                    f"family test, {pp_size} stages: {len(runs[-1])} cases in "
+                    f"{time.monotonic() - started:.0f} s",
+                    file=sys.stderr,
+                )
     sizes = set()
     for records in runs:
         sizes.update(record["pp"] for record in records)
@@ -79,8 +82,9 @@ def validate(release: Path, saved: list[Path]) -> dict[str, str]:
     }
 
 
-def section(release: Path, version: str, run: bool, json_out: Path | None,
-            saved: list[Path]) -> str:
+def section(
+    release: Path, version: str, run: bool, json_out: Path | None, saved: list[Path]
+) -> str:
     tree = detect_tree(release)
     plan = plan_family(models_dir(tree))
     if json_out is not None:
@@ -112,12 +116,14 @@ def release_section(roots: dict[str, Path]) -> str:
     )
 
 
-def replace_section(readme: str, new_section: str, start: str = START, end: str = END,
-                    heading: str = HEADING) -> str:
+def replace_section(
+    readme: str, new_section: str, start: str = START, end: str = END, heading: str = HEADING
+) -> str:
     if start in readme and end in readme:
-        head = readme[: readme.index(heading)] if heading in readme else readme[
-            : readme.index(start)]
-        tail = readme[readme.index(end) + len(end):].lstrip("\n")
+        head = (
+            readme[: readme.index(heading)] if heading in readme else readme[: readme.index(start)]
+        )
+        tail = readme[readme.index(end) + len(end) :].lstrip("\n")
         return head + new_section + ("\n" + tail if tail else "")
     return readme.rstrip("\n") + "\n\n" + new_section
 
@@ -125,16 +131,27 @@ def replace_section(readme: str, new_section: str, start: str = START, end: str 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", default="0.5.20")
-    parser.add_argument("--sglang", type=Path, default=None,
-                        help="SGLang tree (default: the cached release wheel of --version)")
+    parser.add_argument(
+        "--sglang",
+        type=Path,
+        default=None,
+        help="SGLang tree (default: the cached release wheel of --version)",
+    )
     parser.add_argument("--no-run", action="store_true", help="skip the validation run")
     parser.add_argument("--print", action="store_true", help="print instead of editing README")
     parser.add_argument("--json", type=Path, default=None, help="write the survey here")
-    parser.add_argument("--results", type=Path, nargs="*", default=[],
-                        help="saved --json outputs of the family test (2 and 3 stages) "
-                             "instead of running it")
-    parser.add_argument("--releases", action="store_true",
-                        help="write the per-release table (every release line) instead")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="saved --json outputs of the family test (2 and 3 stages) instead of running it",
+    )
+    parser.add_argument(
+        "--releases",
+        action="store_true",
+        help="write the per-release table (every release line) instead",
+    )
     args = parser.parse_args()
     if args.releases:
         from sglang_support.env import sglang_tree
@@ -144,8 +161,13 @@ def main() -> None:
             sys.stdout.write(text)
             return
         README.write_text(
-            replace_section(README.read_text(encoding="utf-8"), text, RELEASES_START,
-                            RELEASES_END, RELEASES_HEADING),
+            replace_section(
+                README.read_text(encoding="utf-8"),
+                text,
+                RELEASES_START,
+                RELEASES_END,
+                RELEASES_HEADING,
+            ),
             encoding="utf-8",
         )
         print(f"updated {README.relative_to(ROOT)}", file=sys.stderr)
@@ -159,8 +181,7 @@ def main() -> None:
     if args.print:
         sys.stdout.write(text)
         return
-    README.write_text(replace_section(README.read_text(encoding="utf-8"), text),
-                      encoding="utf-8")
+    README.write_text(replace_section(README.read_text(encoding="utf-8"), text), encoding="utf-8")
     print(f"updated {README.relative_to(ROOT)}", file=sys.stderr)
 
 

@@ -303,9 +303,7 @@ def _here(task: _Task, items: Sequence[_Item]) -> Iterator[FileResult]:
 
 def uses_workers(candidate_files: int, candidate_bytes: int, jobs: int) -> bool:
     """Whether this much parsing is worth starting ``jobs`` worker processes."""
-    return (
-        jobs > 1 and candidate_files >= POOL_MIN_FILES and candidate_bytes >= POOL_MIN_BYTES
-    )
+    return jobs > 1 and candidate_files >= POOL_MIN_FILES and candidate_bytes >= POOL_MIN_BYTES
 
 
 def _pipeline(

@@ -303,8 +303,7 @@ def skip_expected_errors(
         )
         imports = _imports(module, statements) if with_blocks else None
         inside = [
-            imports is not None and _in_raises_block(item.call, parents, imports)
-            for item in found
+            imports is not None and _in_raises_block(item.call, parents, imports) for item in found
         ]
     return [
         dataclasses.replace(item, site=mark_skipped(item.site, EXPECTED_ERROR_REASON))

@@ -127,13 +127,20 @@ class HookFacts:
                     for release in rels:
                         if release not in per_release:
                             raise HookFactsError(f"{where}: release {release!r} not listed")
-                        per_release[release].append(SetterFacts(
-                            hook=hook, release=release, setter=setter, models=models,
-                            pp=pp, pp_raise=_raised(variant.get("pp_raise"), where),
-                            none=none, none_raise=_raised(variant.get("none_raise"), where),
-                            via=tuple(variant.get("via", ())),
-                            unresolved=tuple(variant.get("unresolved", ())),
-                        ))
+                        per_release[release].append(
+                            SetterFacts(
+                                hook=hook,
+                                release=release,
+                                setter=setter,
+                                models=models,
+                                pp=pp,
+                                pp_raise=_raised(variant.get("pp_raise"), where),
+                                none=none,
+                                none_raise=_raised(variant.get("none_raise"), where),
+                                via=tuple(variant.get("via", ())),
+                                unresolved=tuple(variant.get("unresolved", ())),
+                            )
+                        )
             self._facts[hook] = per_release
 
     @classmethod
@@ -196,9 +203,10 @@ class HookFacts:
         self, hook: str, releases: str | Iterable[str] | None = None, exc_type: str | None = None
     ) -> tuple[SetterFacts, ...]:
         return tuple(
-            f for f in self.setters(hook, releases)
-            if f.pp == PP_RAISES and (exc_type is None or (f.pp_raise and
-                                                          f.pp_raise.type == exc_type))
+            f
+            for f in self.setters(hook, releases)
+            if f.pp == PP_RAISES
+            and (exc_type is None or (f.pp_raise and f.pp_raise.type == exc_type))
         )
 
     def may_raise_not_implemented(
@@ -222,10 +230,15 @@ class HookFacts:
         self, hook: str, releases: str | Iterable[str] | None = None
     ) -> tuple[str, ...]:
         """The distinct messages ``hook`` raises on ``None``."""
-        return tuple(sorted({
-            f.none_raise.message for f in self.setters(hook, releases)
-            if f.none == NONE_REJECTED and f.none_raise and f.none_raise.message
-        }))
+        return tuple(
+            sorted(
+                {
+                    f.none_raise.message
+                    for f in self.setters(hook, releases)
+                    if f.none == NONE_REJECTED and f.none_raise and f.none_raise.message
+                }
+            )
+        )
 
     def none_meaning(self, hook: str, releases: str | Iterable[str] | None = None) -> str:
         """What ``None`` does, over the registered setters the analysis resolved:
@@ -262,8 +275,9 @@ def is_known(hook: str) -> bool:
     return load().is_known(hook)
 
 
-def setters(hook: str, releases: str | Iterable[str] | None = None, *,
-            registered_only: bool = True) -> tuple[SetterFacts, ...]:
+def setters(
+    hook: str, releases: str | Iterable[str] | None = None, *, registered_only: bool = True
+) -> tuple[SetterFacts, ...]:
     return load().setters(hook, releases, registered_only=registered_only)
 
 
@@ -271,8 +285,9 @@ def models(hook: str, release: str) -> tuple[str, ...]:
     return load().models(hook, release)
 
 
-def pp_raises(hook: str, releases: str | Iterable[str] | None = None,
-              exc_type: str | None = None) -> tuple[SetterFacts, ...]:
+def pp_raises(
+    hook: str, releases: str | Iterable[str] | None = None, exc_type: str | None = None
+) -> tuple[SetterFacts, ...]:
     return load().pp_raises(hook, releases, exc_type)
 
 

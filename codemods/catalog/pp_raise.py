@@ -40,9 +40,7 @@ PP_SIZE_HINT = "run with --pp-size 1"
 UPSTREAM_HINT = "run with --pp-size 1, or apply the upstream patch (auxcap upstream-patch)"
 
 
-def can_raise_not_implemented(
-    hook: Hook, releases: str | Iterable[str] | None = None
-) -> bool:
+def can_raise_not_implemented(hook: Hook, releases: str | Iterable[str] | None = None) -> bool:
     """Whether a call of ``hook`` can raise ``NotImplementedError`` under PP."""
     if hook.pp_error is None:
         return False

@@ -46,9 +46,7 @@ def _validate_hooks(ctx: click.Context, param: click.Parameter, value: tuple[str
     return value
 
 
-_paths = click.argument(
-    "paths", nargs=-1, required=True, type=click.Path(path_type=str)
-)
+_paths = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 _hook_option = click.option(
     "--hook",
     "extra_hooks",
@@ -253,8 +251,9 @@ def _existing(paths: tuple[str, ...]) -> tuple[list[str], int]:
             kept.append(path)
             continue
         label = terminal.error_label("auxcap: error:", _colour(err=True))
-        click.echo(f"{label} {path}: cannot read: no such file or directory", err=True,
-                   color=_colour(True))
+        click.echo(
+            f"{label} {path}: cannot read: no such file or directory", err=True, color=_colour(True)
+        )
     return kept, len(paths) - len(kept)
 
 
@@ -276,8 +275,13 @@ def cli() -> None:
 
 @cli.command()
 @_paths
-@_shown("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
-        help="Listing format.")
+@_shown(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    help="Listing format.",
+)
 @_hook_option
 @_include_tests_option
 @_file_options
@@ -318,8 +322,13 @@ def scan(
     "--check", is_flag=True, help="Change nothing; exit 1 when changes are needed, 0 when none."
 )
 @click.option("--write", is_flag=True, help="Rewrite the files in place.")
-@_shown("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
-        help="text: diffs and messages; json: a CodeTF-shaped report on stdout (docs/report.md).")
+@_shown(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    help="text: diffs and messages; json: a CodeTF-shaped report on stdout (docs/report.md).",
+)
 @click.option(
     "--exit-zero",
     is_flag=True,
@@ -490,8 +499,16 @@ def upstream_patch(
         if request is not None:
             request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
         raise SystemExit(
-            run_series(sglang_root, series_dir, pr_body, chosen, output, request, validate,
-                       tests_dir=tests_dir)
+            run_series(
+                sglang_root,
+                series_dir,
+                pr_body,
+                chosen,
+                output,
+                request,
+                validate,
+                tests_dir=tests_dir,
+            )
         )
     if request is not None:
         request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
@@ -512,14 +529,30 @@ def upstream_patch(
 
 
 @cli.command("validate-pp")
-@_shown("--world-size", type=click.IntRange(2, 16), default=4,
-        help="Largest pipeline size; the matrix runs every size from 2 to N.")
-@_shown("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo",
-        help="gloo on CPU, or NCCL with one GPU per rank.")
-@_shown("--mode", type=click.Choice(["relay", "direct", "both"]), default="both",
-        help="Transport mode(s) to validate.")
-@_shown("--timeout", type=click.FloatRange(min=1), default=60.0,
-        help="Seconds without progress after which a scenario counts as hung.")
+@_shown(
+    "--world-size",
+    type=click.IntRange(2, 16),
+    default=4,
+    help="Largest pipeline size; the matrix runs every size from 2 to N.",
+)
+@_shown(
+    "--backend",
+    type=click.Choice(["gloo", "nccl"]),
+    default="gloo",
+    help="gloo on CPU, or NCCL with one GPU per rank.",
+)
+@_shown(
+    "--mode",
+    type=click.Choice(["relay", "direct", "both"]),
+    default="both",
+    help="Transport mode(s) to validate.",
+)
+@_shown(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    help="Seconds without progress after which a scenario counts as hung.",
+)
 @click.option(
     "--select",
     metavar="TEXT",

@@ -82,8 +82,9 @@ def apply(python: str | None, models: str | None) -> None:
 
 @sglang.command()
 @_python_option
-@click.option("--force", is_flag=True,
-              help="Restore files that changed since the change was applied, too.")
+@click.option(
+    "--force", is_flag=True, help="Restore files that changed since the change was applied, too."
+)
 def revert(python: str | None, force: bool) -> None:
     """Restore every file auxcap's change touched, byte for byte, and delete the files it
     added."""

@@ -40,8 +40,7 @@ def report_family(result) -> None:
         return
     decisions = sorted(plan.decisions.values(), key=lambda d: d.file)
     patched = [d for d in decisions if d.patched]
-    _say(f"capture-hook family: {len(patched)} of {len(decisions)} model files with a "
-         f"hook patched")
+    _say(f"capture-hook family: {len(patched)} of {len(decisions)} model files with a hook patched")
     for decision in decisions:
         if decision.patched:
             hooks = ", ".join(hook for _, _, hs in decision.cases for hook in hs)
@@ -98,15 +97,15 @@ def validation_verdict(validation) -> int:
     return validation.exit_code
 
 
-def generate_or_say(root: str, models: list[str] | None,
-                    tests_dir: str | None = None) -> UpstreamResult | None:
+def generate_or_say(
+    root: str, models: list[str] | None, tests_dir: str | None = None
+) -> UpstreamResult | None:
     """The upstream patch of the SGLang tree at ``root``; None, once the reason is said,
     where it cannot be made (not a tree, a model file missing, a shape not understood).
     Where the shipped tests went, when not only into the patch, is said too."""
     try:
         result = generate(root, models=models, tests_dir=tests_dir)
-    except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError,
-            OSError) as err:
+    except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError, OSError) as err:
         _say(f"error: {err}")
         return None
     if result.tests_note:
@@ -114,9 +113,14 @@ def generate_or_say(root: str, models: list[str] | None,
     return result
 
 
-def run_upstream_patch(root: str, output: str | None, pr_body: str | None,
-                       models: list[str] | None = None, validate: bool = False,
-                       tests_dir: str | None = None) -> int:
+def run_upstream_patch(
+    root: str,
+    output: str | None,
+    pr_body: str | None,
+    models: list[str] | None = None,
+    validate: bool = False,
+    tests_dir: str | None = None,
+) -> int:
     result = generate_or_say(root, models, tests_dir)
     if result is None:
         return 2
@@ -128,8 +132,7 @@ def run_upstream_patch(root: str, output: str | None, pr_body: str | None,
             done = "its relay's entry is renamed for every capture method"
         else:
             done = "no patch written" if not result.changes else "it is left out of the patch"
-        _say(f"{where}: {result.model_path} already supports DSPARK aux capture under PP; "
-             f"{done}.")
+        _say(f"{where}: {result.model_path} already supports DSPARK aux capture under PP; {done}.")
         for note in result.notes:
             _say(f"  {note}")
         if not result.changes:
@@ -155,8 +158,10 @@ def run_upstream_patch(root: str, output: str | None, pr_body: str | None,
     if result.kimi_status == kimi.PATCHED:
         _say(f"{where}: model file already patched; refreshing the other files.")
     files = ", ".join(result.changed)
-    _say(f"{where}: patch touches {len(result.changed)} files: {files}"
-         + (f"; written to {output}" if output else ""))
+    _say(
+        f"{where}: patch touches {len(result.changed)} files: {files}"
+        + (f"; written to {output}" if output else "")
+    )
     if pr_body:
         _say(f"PR description written to {pr_body}")
     return validation_verdict(validation)

@@ -34,7 +34,8 @@ def write_series(directory: Path, files: dict[str, str]) -> list[Path]:
         raise click.ClickException(f"{directory}: not a directory")
     if directory.is_dir():
         stale = sorted(
-            entry.name for entry in directory.iterdir()
+            entry.name
+            for entry in directory.iterdir()
             if _SERIES_NAME.match(entry.name) and entry.name not in files
         )
         if stale:
@@ -51,10 +52,16 @@ def write_series(directory: Path, files: dict[str, str]) -> list[Path]:
     return written
 
 
-def run_series(root: str, series_dir: str, pr_body: str | None,
-               models: list[str] | None, output: str | None = None,
-               request=None, validate: bool = False,
-               tests_dir: str | None = None) -> int:
+def run_series(
+    root: str,
+    series_dir: str,
+    pr_body: str | None,
+    models: list[str] | None,
+    output: str | None = None,
+    request=None,
+    validate: bool = False,
+    tests_dir: str | None = None,
+) -> int:
     result = generate_or_say(root, models, tests_dir)
     if result is None:
         return 2
@@ -87,8 +94,7 @@ def run_series(root: str, series_dir: str, pr_body: str | None,
     if pr_body:
         from codemods.upstream.output.pr_body import render
 
-        body = render(result, series=list(zip(files, patches, strict=True)),
-                      validation=validation)
+        body = render(result, series=list(zip(files, patches, strict=True)), validation=validation)
         write_output_atomic(pr_body, body.encode("utf-8"))
     _say(f"{where}: series of {len(patches)} patches written to {series_dir}:")
     for path, patch in zip(written, patches, strict=True):
@@ -106,4 +112,3 @@ def run_series(root: str, series_dir: str, pr_body: str | None,
             return 2
         _say(f"committed {len(patches)} commits on branch {request.branch} (head {head[:12]})")
     return verdict
-

@@ -22,7 +22,6 @@ _IN_PROGRESS = {
 }
 
 
-
 # --------------------------------------------------------------------------- errors
 
 
@@ -87,8 +86,7 @@ def work_tree(repo: git.Repo) -> Path:
     return Path(repo.working_tree_dir)
 
 
-def _git(where: git.Repo | Path, *args: str, env: dict[str, str] | None = None,
-         **kwargs) -> str:
+def _git(where: git.Repo | Path, *args: str, env: dict[str, str] | None = None, **kwargs) -> str:
     """Run ``git *args`` in a repository (or a folder, which need not be in one): the one
     way auxcap runs git.  ``env`` adds to the environment; a failure raises
     :class:`GitDeliveryError` naming the command and git's message."""
@@ -197,5 +195,3 @@ def _inside(root: Path, path: Path) -> str:
     if candidate.is_dir() and not candidate.is_symlink():
         raise GitDeliveryError(f"{path} is a directory; the change must report the files it wrote")
     return relative.as_posix()
-
-

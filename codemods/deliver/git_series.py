@@ -46,8 +46,16 @@ def commit_stack(tree_root: Path, paths: list[Path], request, repo) -> str:
     base = _git(repo, "rev-parse", "--verify", f"{request.base or 'HEAD'}^{{commit}}")
     _git(repo, "checkout", "-q", "--no-track", "-b", request.branch, base)
     try:
-        _git(repo, "am", "--keep-cr", "--keep", "--whitespace=nowarn", *directory,
-             *[str(path.resolve()) for path in paths], env=env)
+        _git(
+            repo,
+            "am",
+            "--keep-cr",
+            "--keep",
+            "--whitespace=nowarn",
+            *directory,
+            *[str(path.resolve()) for path in paths],
+            env=env,
+        )
     except GitDeliveryError as error:
         _git_ok(repo, "am", "--abort")
         _git(repo, "checkout", "-q", original)

@@ -145,5 +145,3 @@ def _remove_with_empty_parents(root: Path, path: Path) -> None:
     while parent != root and parent.is_dir() and not any(parent.iterdir()):
         parent.rmdir()
         parent = parent.parent
-
-

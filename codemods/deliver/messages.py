@@ -202,9 +202,7 @@ def recheck_command(
 
 
 def _site_changes(site: CallSite, policies: Mapping[str, str], code=str) -> str:
-    return "; ".join(
-        item.text for item in site_changes.changes(site, _policy_of(policies), code)
-    )
+    return "; ".join(item.text for item in site_changes.changes(site, _policy_of(policies), code))
 
 
 # --------------------------------------------------------------------------- migrate
@@ -243,8 +241,12 @@ def migrate_commit_message(
 def _wrapped(text: str, indent: str) -> list[str]:
     """``text`` as commit-body lines of at most 72 columns (words never split)."""
     return textwrap.wrap(
-        text, 72, initial_indent=indent, subsequent_indent=indent + "  ",
-        break_long_words=False, break_on_hyphens=False,
+        text,
+        72,
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
     )
 
 
@@ -348,8 +350,7 @@ def migrate_pr_body(
     out += [
         "",
         f"Re-check from the repository root: `{recheck_command(results, policies, root)}` "
-        "(exit 0: nothing left to change)." + (f" Policies: {policy_line}." if policy_line
-                                               else ""),
+        "(exit 0: nothing left to change)." + (f" Policies: {policy_line}." if policy_line else ""),
         "",
     ]
     out += _verification_section(verification, "auxcap migrate --check")

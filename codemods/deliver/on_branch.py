@@ -153,7 +153,10 @@ def files_git_sees(
     selection = selection or Selection()
     unreadable: dict[str, str] = {}
     files = collect_files(
-        paths, selection.include, selection.exclude, selection.force_exclude,
+        paths,
+        selection.include,
+        selection.exclude,
+        selection.force_exclude,
         unreadable=unreadable,
     )
     if unreadable:  # a branch never holds a migration of part of the tree
@@ -322,8 +325,7 @@ def upstream_on_branch(
 
 
 #: What the Kimi-Linear model file of the generated SGLang patch gets.
-UPSTREAM_KIMI_MODEL = (
-    "capture DSPARK aux hidden states on every PP stage, collect them on the last")
+UPSTREAM_KIMI_MODEL = "capture DSPARK aux hidden states on every PP stage, collect them on the last"
 #: What the other files of the generated SGLang patch get, by the change's role; a role not
 #: listed: "changed".
 UPSTREAM_FILE_ROLES = {

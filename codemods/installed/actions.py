@@ -33,7 +33,8 @@ Say = Callable[[str], None]
 #: validation helper, the aux sizing twins, the checked DSPARK relay): a file holding one
 #: carries the change already, e.g. from ``git apply`` of ``upstream-patch``.
 CHANGE_MARKER = re.compile(
-    r"pp_aux_capture|pp_aux_transport|pp_proxy_aux_hidden_size|_relayed_dspark_hidden_states")
+    r"pp_aux_capture|pp_aux_transport|pp_proxy_aux_hidden_size|_relayed_dspark_hidden_states"
+)
 
 
 def carries_change(installation: Installation, path: str) -> bool:
@@ -56,9 +57,11 @@ def _recover(installation: Installation, say: Say) -> None:
     if repaired is None:
         return
     journal, done = repaired
-    say(f"found an interrupted {journal.state} (journal of {journal.started}): rolled back "
+    say(
+        f"found an interrupted {journal.state} (journal of {journal.started}): rolled back "
         f"({_files(len(done.restored), 'file')} restored, "
-        f"{_files(len(done.deleted), 'added file')} deleted)")
+        f"{_files(len(done.deleted), 'added file')} deleted)"
+    )
     for path in done.left:
         say(f"  left as found (changed by someone else since): {path}")
 
@@ -99,9 +102,11 @@ def _status(installation: Installation, say: Say) -> Outcome:
         state = "applied" if not changed and not restored else "applied, files changed since"
         if journal.release != installation.release:
             state = f"journal of release {journal.release}, not this package's"
-        say(f"auxcap's change: {state} (release {journal.release}, "
+        say(
+            f"auxcap's change: {state} (release {journal.release}, "
             f"{_selection(journal.models)}, auxcap {journal.tool_version}, "
-            f"{journal.started}), {len(journal.entries)} files:")
+            f"{journal.started}), {len(journal.entries)} files:"
+        )
         for entry in journal.entries:
             if entry.path in changed:
                 what = "changed since auxcap applied it"
@@ -117,16 +122,21 @@ def _status(installation: Installation, say: Say) -> Outcome:
     if not base.known:
         say(f"other differences from the release: cannot tell ({base.how})")
         return Outcome(installation, False, [])
-    others = {path: kind for path, kind in base.differs.items()
-              if path not in ours or _foreign_before(journal, path)}
+    others = {
+        path: kind
+        for path, kind in base.differs.items()
+        if path not in ours or _foreign_before(journal, path)
+    }
     if not others:
         say(f"other differences from the release: none ({base.how})")
     else:
         say(f"other differences from the release ({base.how}): {len(others)} files")
         for path, kind in sorted(others.items()):
             carried = path not in ours and carries_change(installation, path)
-            say(f"  {kind}: {path}" + (" (carries auxcap's change, applied without a "
-                                       "journal)" if carried else ""))
+            say(
+                f"  {kind}: {path}"
+                + (" (carries auxcap's change, applied without a journal)" if carried else "")
+            )
     return Outcome(installation, False, [])
 
 
@@ -166,8 +176,7 @@ def _targets(installation: Installation, result: UpstreamResult) -> dict[str, st
     files their forwards live in), Kimi's, the CUDA-graph sizing and validation modules."""
     tree = installation.tree
     targets: dict[str, str] = {}
-    for module in (kimi.MODULE, kimi_k3.MODULE, validation.MODULE,
-                   *graph_sizing.SIZING_MODULES):
+    for module in (kimi.MODULE, kimi_k3.MODULE, validation.MODULE, *graph_sizing.SIZING_MODULES):
         targets[tree.module_path(module)] = "a file auxcap's rewriters change"
     if result.family is not None:
         models = tree.module_path("sglang.srt.models.x").rsplit("/", 1)[0]
@@ -179,8 +188,9 @@ def _targets(installation: Installation, result: UpstreamResult) -> dict[str, st
     return targets
 
 
-def foreign_conflicts(installation: Installation, result: UpstreamResult,
-                      base: pristine.Baseline) -> list[str]:
+def foreign_conflicts(
+    installation: Installation, result: UpstreamResult, base: pristine.Baseline
+) -> list[str]:
     """Files that differ from the release where auxcap's rewriters would change them but
     now do not, and that do not carry auxcap's change already: ``path: reason`` each."""
     changed = set(result.changed)
@@ -194,8 +204,9 @@ def foreign_conflicts(installation: Installation, result: UpstreamResult,
         reason = targets[path]
         if reason == "patched" or reason.startswith("a file auxcap"):
             reason = "its code is no longer the shape auxcap's rewriters recognise"
-        conflicts.append(f"{path}: {kind} since release {installation.release} and not "
-                         f"patched ({reason})")
+        conflicts.append(
+            f"{path}: {kind} since release {installation.release} and not patched ({reason})"
+        )
     return conflicts
 
 
@@ -207,26 +218,32 @@ def _same_release(installation: Installation, journal: Journal) -> None:
             f"{jr.journal_path(installation.package)}: a journal of sglang "
             f"{journal.release}, but the package is {installation.release} (reinstalled "
             f"since?); its bytes belong to the other release, so nothing is restored or "
-            f"applied; delete the journal if the package was reinstalled")
+            f"applied; delete the journal if the package was reinstalled"
+        )
 
 
 def _selection(models: list[str] | None) -> str:
     return "every model" if models is None else "--models " + ",".join(models)
 
 
-def _already(installation: Installation, journal: Journal, models: list[str] | None,
-             say: Say) -> Outcome:
+def _already(
+    installation: Installation, journal: Journal, models: list[str] | None, say: Say
+) -> Outcome:
     _same_release(installation, journal)
     if journal.models != models:
-        raise Refused(f"auxcap's change is applied for {_selection(journal.models)}, not "
-                      f"{_selection(models)}; revert it first to apply another selection")
+        raise Refused(
+            f"auxcap's change is applied for {_selection(journal.models)}, not "
+            f"{_selection(models)}; revert it first to apply another selection"
+        )
     changed = transaction.changed_since(installation.tree, journal)
     restored = _at_before(installation, journal)
     if changed or restored:
         raise Refused(
             "auxcap's change is applied but files changed since: "
-            + ", ".join(changed + restored) + "; revert it first (revert --force restores "
-            "them)")
+            + ", ".join(changed + restored)
+            + "; revert it first (revert --force restores "
+            "them)"
+        )
     say(f"nothing to do: auxcap's change is already applied ({len(journal.entries)} files)")
     return Outcome(installation, False, journal.paths)
 
@@ -247,8 +264,10 @@ def _apply(installation: Installation, models: list[str] | None, say: Say) -> Ou
         say(f"differences from the release: cannot tell ({base.how})")
     conflicts = foreign_conflicts(installation, result, base) if base.known else []
     if conflicts:
-        raise Refused("the tree differs from its release where auxcap would patch it; "
-                      "nothing was written:\n  " + "\n  ".join(conflicts))
+        raise Refused(
+            "the tree differs from its release where auxcap would patch it; "
+            "nothing was written:\n  " + "\n  ".join(conflicts)
+        )
     if not changes:
         say("nothing to do: the tree already carries the change")
         return Outcome(installation, False, [])
@@ -259,21 +278,31 @@ def _apply(installation: Installation, models: list[str] | None, say: Say) -> Ou
             raise InstalledError(f"{change.path}: changed twice by the generator")
         before = transaction.current_bytes(tree, change.path)
         if (before is None) != (change.old is None) or (
-                before is not None and before.decode("utf-8") != change.old):
-            raise Refused(f"{tree.file(change.path)}: changed while the change was being "
-                          f"generated; nothing was written")
+            before is not None and before.decode("utf-8") != change.old
+        ):
+            raise Refused(
+                f"{tree.file(change.path)}: changed while the change was being "
+                f"generated; nothing was written"
+            )
         after = change.new.encode("utf-8")
         pristine_before = _pristine(base, change.path, before)
         entries.append(Entry.of(change.path, before, after, pristine_before))
         new_bytes[change.path] = after
-    journal = Journal(state=jr.APPLYING, release=installation.release,
-                      tree_root=str(tree.root), package=str(installation.package),
-                      models=models, entries=entries)
+    journal = Journal(
+        state=jr.APPLYING,
+        release=installation.release,
+        tree_root=str(tree.root),
+        package=str(installation.package),
+        models=models,
+        entries=entries,
+    )
     transaction.write_all(tree, installation.package, journal, new_bytes, installation.python)
     around = [e.path for e in entries if e.before_pristine is False]
-    say(f"applied: {_files(len(entries), 'file')} changed, compiled with "
+    say(
+        f"applied: {_files(len(entries), 'file')} changed, compiled with "
         f"{installation.python}; "
-        f"journal {jr.journal_path(installation.package)}")
+        f"journal {jr.journal_path(installation.package)}"
+    )
     for entry in entries:
         what = "added" if entry.before_sha256 is None else "patched"
         note = " (around another change, kept)" if entry.path in around else ""
@@ -306,11 +335,15 @@ def _revert(installation: Installation, force: bool, say: Say) -> Outcome:
     _same_release(installation, journal)
     changed = transaction.changed_since(installation.tree, journal)
     if changed and not force:
-        raise Refused("files changed since auxcap applied its change; nothing was restored "
-                      "(--force restores them anyway):\n  " + "\n  ".join(changed))
+        raise Refused(
+            "files changed since auxcap applied its change; nothing was restored "
+            "(--force restores them anyway):\n  " + "\n  ".join(changed)
+        )
     done = transaction.restore(installation.tree, installation.package, journal, force=force)
-    say(f"reverted: {_files(len(done.restored), 'file')} restored, "
-        f"{_files(len(done.deleted), 'added file')} deleted; journal removed")
+    say(
+        f"reverted: {_files(len(done.restored), 'file')} restored, "
+        f"{_files(len(done.deleted), 'added file')} deleted; journal removed"
+    )
     for path in done.restored:
         say(f"  restored: {path}")
     for path in done.deleted:

@@ -51,10 +51,14 @@ class Entry:
         return None if self.before_b64 is None else base64.b64decode(self.before_b64)
 
     @classmethod
-    def of(cls, path: str, before: bytes | None, after: bytes,
-           pristine: bool | None) -> Entry:
-        return cls(path, None if before is None else sha256(before), sha256(after), pristine,
-                   None if before is None else base64.b64encode(before).decode("ascii"))
+    def of(cls, path: str, before: bytes | None, after: bytes, pristine: bool | None) -> Entry:
+        return cls(
+            path,
+            None if before is None else sha256(before),
+            sha256(after),
+            pristine,
+            None if before is None else base64.b64encode(before).decode("ascii"),
+        )
 
 
 @dataclass
@@ -69,7 +73,8 @@ class Journal:
     tool_version: str = __version__
     format: int = FORMAT
     started: str = field(
-        default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds")
+    )
 
     @property
     def paths(self) -> list[str]:
@@ -100,8 +105,9 @@ def load(package: Path) -> Journal | None:
     except (TypeError, KeyError) as err:
         raise InstalledError(f"{path}: not a journal auxcap wrote: {err}") from err
     if journal.format != FORMAT or journal.state not in (APPLYING, APPLIED, REVERTING):
-        raise InstalledError(f"{path}: journal format {journal.format}, state "
-                             f"{journal.state!r} not understood")
+        raise InstalledError(
+            f"{path}: journal format {journal.format}, state {journal.state!r} not understood"
+        )
     return journal
 
 

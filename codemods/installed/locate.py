@@ -83,13 +83,14 @@ def default_python() -> str:
 def probe(python: str) -> dict:
     """What ``python`` says about sglang (see ``PROBE``)."""
     try:
-        proc = subprocess.run([python, "-c", PROBE], capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise InstalledError(f"{python}: cannot run this interpreter: {err}") from err
     if proc.returncode != 0:
-        raise InstalledError(f"{python}: the interpreter failed (exit {proc.returncode}): "
-                             f"{proc.stderr.strip()[-500:]}")
+        raise InstalledError(
+            f"{python}: the interpreter failed (exit {proc.returncode}): "
+            f"{proc.stderr.strip()[-500:]}"
+        )
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError) as err:
@@ -126,8 +127,10 @@ def locate(python: str) -> Installation:
     SGLang tree auxcap can read."""
     facts = probe(python)
     if facts["origin"] is None:
-        raise InstalledError(f"{facts['executable']}: sglang is not installed for this "
-                             f"interpreter (importlib.util.find_spec('sglang') is None)")
+        raise InstalledError(
+            f"{facts['executable']}: sglang is not installed for this "
+            f"interpreter (importlib.util.find_spec('sglang') is None)"
+        )
     if not facts["origin"] or not facts["origin"].endswith("__init__.py"):
         where = facts["origin"] or ", ".join(facts["locations"] or [])
         raise InstalledError(f"{where}: sglang is not a regular package here")
@@ -139,21 +142,33 @@ def locate(python: str) -> Installation:
     dist_info = Path(facts["dist_info"]) if facts["dist_info"] else None
     base = Path(facts["dist_base"]).resolve() if facts["dist_base"] else None
     editable = '"editable": true' in (facts["direct_url"] or "").replace("\n", " ")
-    is_wheel = (base is not None and base / "sglang" == package and not editable
-                and dist_info is not None and (dist_info / "RECORD").is_file())
+    is_wheel = (
+        base is not None
+        and base / "sglang" == package
+        and not editable
+        and dist_info is not None
+        and (dist_info / "RECORD").is_file()
+    )
     if is_wheel:
         release, kind = facts["dist_version"], WHEEL
     else:
         release = release_from_source(package) or "unknown"
         kind = CHECKOUT if tree.kind == "checkout" else UNPACKED
         dist_info = None
-    return Installation(python=facts["executable"], python_version=facts["python"],
-                        package=package, tree=tree, release=release, kind=kind,
-                        dist_info=dist_info)
+    return Installation(
+        python=facts["executable"],
+        python_version=facts["python"],
+        package=package,
+        tree=tree,
+        release=release,
+        kind=kind,
+        dist_info=dist_info,
+    )
 
 
 def require_supported(installation: Installation) -> None:
     if not installation.supported:
         raise InstalledError(
             f"{installation.package}: sglang {installation.release} is a release auxcap does "
-            f"not know (supported: {', '.join(SUPPORTED_RELEASES)})")
+            f"not know (supported: {', '.join(SUPPORTED_RELEASES)})"
+        )

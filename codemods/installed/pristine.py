@@ -44,8 +44,12 @@ class Baseline:
 def _ignored(path: str) -> bool:
     """Compiled files, auxcap's journal and the atomic writer's temporary files."""
     parts = path.split("/")
-    return ("__pycache__" in parts or parts[-1] == JOURNAL_NAME or path.endswith(".pyc")
-            or TEMP_PATTERN.match(parts[-1]) is not None)
+    return (
+        "__pycache__" in parts
+        or parts[-1] == JOURNAL_NAME
+        or path.endswith(".pyc")
+        or TEMP_PATTERN.match(parts[-1]) is not None
+    )
 
 
 def record_hashes(record: str, prefix: str) -> dict[str, str]:
@@ -73,8 +77,11 @@ def sha256_file(path: Path) -> str | None:
 def _wheel_baseline(installation: Installation, dist_info: Path) -> Baseline:
     tree = installation.tree
     record = (dist_info / "RECORD").read_text(encoding="utf-8")
-    hashes = {path: digest for path, digest in record_hashes(record, tree.package + "/").items()
-              if not _ignored(path)}
+    hashes = {
+        path: digest
+        for path, digest in record_hashes(record, tree.package + "/").items()
+        if not _ignored(path)
+    }
     baseline = Baseline(True, f"{dist_info.name}/RECORD", hashes=hashes)
     for path, digest in hashes.items():
         current = sha256_file(tree.file(path))
@@ -98,12 +105,23 @@ def _git_baseline(installation: Installation) -> Baseline:
     except GitDeliveryError:
         return Baseline(False, f"{tree.root} is not a git repository and carries no RECORD")
     if not _git_ok(tree.root, "ls-files", "--error-unmatch", f"{tree.package}/__init__.py"):
-        return Baseline(False, f"{tree.package}/__init__.py is not tracked by the git "
-                               f"repository at {top}, and there is no RECORD")
+        return Baseline(
+            False,
+            f"{tree.package}/__init__.py is not tracked by the git "
+            f"repository at {top}, and there is no RECORD",
+        )
     try:
-        status = _git(tree.root, "status", "--porcelain=v1", "-z", "--untracked-files=all",
-                      "--", tree.package, *([tree.tests] if tree.tests else []),
-                      kill_after_timeout=120)
+        status = _git(
+            tree.root,
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=all",
+            "--",
+            tree.package,
+            *([tree.tests] if tree.tests else []),
+            kill_after_timeout=120,
+        )
     except GitDeliveryError as error:
         return Baseline(False, f"git status failed in {tree.root}: {error}")
     baseline = Baseline(True, f"git status of {top}")

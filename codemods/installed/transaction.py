@@ -68,8 +68,9 @@ def locked(package: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise Refused(f"{package}: another auxcap command is working on this package; "
-                          f"nothing was done") from None
+            raise Refused(
+                f"{package}: another auxcap command is working on this package; nothing was done"
+            ) from None
         yield
     finally:
         os.close(fd)
@@ -92,7 +93,8 @@ def _writable(path: Path) -> bool:
     """A write bit set (root included: no bit, no write) and writable for this user."""
     info = path.stat()
     return bool(info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) and os.access(
-        path, os.W_OK)
+        path, os.W_OK
+    )
 
 
 def check_writable(tree: SGLangTree, paths: list[str], package: Path) -> None:
@@ -121,7 +123,9 @@ def _dirs_to_create(tree: SGLangTree, paths: list[str]) -> list[str]:
         while not directory.exists() and directory not in missing:
             missing.append(directory)
             directory = directory.parent
-    return [p.relative_to(tree.root).as_posix() for p in sorted(missing, key=lambda p: len(p.parts))]
+    return [
+        p.relative_to(tree.root).as_posix() for p in sorted(missing, key=lambda p: len(p.parts))
+    ]
 
 
 def _write(tree: SGLangTree, path: str, data: bytes) -> None:
@@ -136,16 +140,21 @@ def _write(tree: SGLangTree, path: str, data: bytes) -> None:
 def compile_files(python: str, files: list[Path]) -> str | None:
     """Compile ``files`` with ``python`` (nothing is written: no ``.pyc``); the failure, naming
     the file, or None."""
-    proc = subprocess.run([python, "-c", COMPILE, *map(str, files)], capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [python, "-c", COMPILE, *map(str, files)], capture_output=True, text=True, timeout=600
+    )
     if proc.returncode == 0:
         return None
-    return (proc.stdout.strip() or proc.stderr.strip()[-1000:]
-            or f"{python} exited {proc.returncode} compiling the files")
+    return (
+        proc.stdout.strip()
+        or proc.stderr.strip()[-1000:]
+        or f"{python} exited {proc.returncode} compiling the files"
+    )
 
 
-def write_all(tree: SGLangTree, package: Path, journal: Journal,
-              new_bytes: dict[str, bytes], python: str) -> None:
+def write_all(
+    tree: SGLangTree, package: Path, journal: Journal, new_bytes: dict[str, bytes], python: str
+) -> None:
     """Apply ``new_bytes`` (tree path -> bytes) under ``journal`` (its entries hold the
     bytes before); ``InstalledError`` when a directory is read-only (nothing written),
     ``Refused`` when a file does not compile or cannot be written (everything rolled back)."""

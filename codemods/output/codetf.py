@@ -37,6 +37,7 @@ from codemods.output.report import Summary
 VENDOR = "auxcap"
 TOOL = "auxcap"
 
+
 @dataclass(frozen=True)
 class RunInfo:
     """How the run was started: the command line that re-creates it, where, how long."""
@@ -194,4 +195,3 @@ class ReportBuilder:
 
 def dumps(report: dict) -> str:
     return json.dumps(report, indent=2) + "\n"
-

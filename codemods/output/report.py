@@ -57,9 +57,7 @@ def _needs_change(result: FileResult) -> bool:
     if result.status is Status.CHANGED:
         return True
     return result.status is Status.UNCHANGED and any(
-        action in registry.ACTIONS
-        for site in result.call_sites
-        for action in site.actions
+        action in registry.ACTIONS for site in result.call_sites for action in site.actions
     )
 
 
@@ -119,9 +117,7 @@ PP_SILENT_HINT = (
 
 def pp_silent_hint(results: Iterable[FileResult]) -> str | None:
     """The scan's line about calls that lose captures silently under PP, or None."""
-    count = sum(
-        Risk.PP_SILENT in site.risks for result in results for site in result.call_sites
-    )
+    count = sum(Risk.PP_SILENT in site.risks for result in results for site in result.call_sites)
     return PP_SILENT_HINT.format(count=_plural(count, "call site")) if count else None
 
 

@@ -43,6 +43,8 @@ def validate_pp(
     results = run_scenarios(scenarios, backend=backend, timeout=timeout, on_result=progress)
     sys.stderr.write("\n")
     echo(format_table(results))
-    echo(f"{summarize(results)} in {time.monotonic() - started:.1f}s "
-         f"(world sizes 2..{world_size}, backend {backend}, mode {mode})")
+    echo(
+        f"{summarize(results)} in {time.monotonic() - started:.1f}s "
+        f"(world sizes 2..{world_size}, backend {backend}, mode {mode})"
+    )
     return 0 if all(r.passed for r in results) else 1

@@ -29,9 +29,7 @@ PP_LAYER_PARTITION_ENV = "SGLANG_PP_LAYER_PARTITION"
 MODES = ("relay", "direct")
 
 
-def validate_layer_ids(
-    layer_ids: Any, num_layers: int, *, feature: str = "DSPARK"
-) -> list[int]:
+def validate_layer_ids(layer_ids: Any, num_layers: int, *, feature: str = "DSPARK") -> list[int]:
     """Check the capture ids and return them as a new list, requested order kept.
 
     Raises ``ValueError`` for None, a value that is not a list or tuple, an element
@@ -39,13 +37,10 @@ def validate_layer_ids(
     or an empty list. Pure: gives the same answer on every rank.
     """
     if layer_ids is None:
-        raise ValueError(
-            f"{feature} requires explicit layer_ids for aux hidden capture."
-        )
+        raise ValueError(f"{feature} requires explicit layer_ids for aux hidden capture.")
     if not isinstance(layer_ids, (list, tuple)):
         raise ValueError(
-            f"{feature} layer_ids must be a list or tuple of ints, "
-            f"got {type(layer_ids).__name__}."
+            f"{feature} layer_ids must be a list or tuple of ints, got {type(layer_ids).__name__}."
         )
     if _is_bool(num_layers) or not isinstance(num_layers, numbers.Integral):
         raise ValueError(f"num_layers must be an int, got {num_layers!r}.")
@@ -57,14 +52,11 @@ def validate_layer_ids(
     seen = set()
     for position, layer_id in enumerate(layer_ids):
         if _is_bool(layer_id) or not isinstance(layer_id, numbers.Integral):
-            raise ValueError(
-                f"{feature} layer_ids[{position}] must be an int, got {layer_id!r}."
-            )
+            raise ValueError(f"{feature} layer_ids[{position}] must be an int, got {layer_id!r}.")
         layer_id = int(layer_id)
         if not 0 <= layer_id < num_layers:
             raise ValueError(
-                f"{feature} layer_ids[{position}] = {layer_id} is out of range "
-                f"[0, {num_layers})."
+                f"{feature} layer_ids[{position}] = {layer_id} is out of range [0, {num_layers})."
             )
         if layer_id in seen:
             raise ValueError(f"{feature} layer_ids has duplicate layer id {layer_id}.")
@@ -103,13 +95,9 @@ def partition_from_string(
         except ValueError as err:
             raise ValueError(f"Invalid partition string: {partition}") from err
         if len(counts) != pp_size:
-            raise ValueError(
-                f"len(partitions)={len(counts)} does not match {pp_size=}."
-            )
+            raise ValueError(f"len(partitions)={len(counts)} does not match {pp_size=}.")
         if sum(counts) != num_layers:
-            raise ValueError(
-                f"sum(partitions)={sum(counts)} does not match {num_layers=}."
-            )
+            raise ValueError(f"sum(partitions)={sum(counts)} does not match {num_layers=}.")
         if any(count < 0 for count in counts):
             raise ValueError(f"Invalid partition string: {partition}")
     else:
@@ -125,9 +113,7 @@ def partition_from_string(
 
 def layer_partition(num_layers: int, pp_size: int) -> list[tuple[int, int]]:
     """(start, end) of every stage, honouring ``SGLANG_PP_LAYER_PARTITION``."""
-    return partition_from_string(
-        os.environ.get(PP_LAYER_PARTITION_ENV), num_layers, pp_size
-    )
+    return partition_from_string(os.environ.get(PP_LAYER_PARTITION_ENV), num_layers, pp_size)
 
 
 def pp_layer_range(num_layers: int, pp_rank: int, pp_size: int) -> tuple[int, int]:

@@ -152,8 +152,7 @@ def _describe_disagreement(gathered: Sequence[Mapping[str, Any]]) -> str:
                 continue
             if entry.get(key) != reference.get(key):
                 problems.append(
-                    f"{key}: rank 0 has {reference.get(key)!r}, "
-                    f"rank {index} has {entry.get(key)!r}"
+                    f"{key}: rank 0 has {reference.get(key)!r}, rank {index} has {entry.get(key)!r}"
                 )
     if not problems:
         return ""
@@ -177,8 +176,7 @@ class PPAuxTransport:
         self._ranks = list(ranks) if ranks is not None else None
         if self._ranks is not None and len(self._ranks) != plan.pp_size:
             raise ValueError(
-                f"ranks has {len(self._ranks)} entries, "
-                f"expected pp_size={plan.pp_size}."
+                f"ranks has {len(self._ranks)} entries, expected pp_size={plan.pp_size}."
             )
         self.needs_direct = any(plan.sends_direct(s) for s in range(plan.pp_size))
         if self.needs_direct and direct_group is None:
@@ -241,13 +239,9 @@ class PPAuxTransport:
         return transport
 
     @staticmethod
-    def _payload(
-        plan: AuxCapturePlan, hidden_size: int, dtype: torch.dtype
-    ) -> dict[str, Any]:
+    def _payload(plan: AuxCapturePlan, hidden_size: int, dtype: torch.dtype) -> dict[str, Any]:
         payload = plan.fingerprint()
-        payload.update(
-            pp_rank=plan.pp_rank, hidden_size=int(hidden_size), dtype=str(dtype)
-        )
+        payload.update(pp_rank=plan.pp_rank, hidden_size=int(hidden_size), dtype=str(dtype))
         return payload
 
     def handshake(self, hidden_size: int, dtype: torch.dtype) -> None:
@@ -312,8 +306,7 @@ class PPAuxTransport:
     def _check_wire_tensor(self, tensor: torch.Tensor) -> None:
         if self.dtype is not None and tensor.dtype != self.dtype:
             raise RuntimeError(
-                f"direct aux capture has dtype {tensor.dtype}, "
-                f"handshake said {self.dtype}."
+                f"direct aux capture has dtype {tensor.dtype}, handshake said {self.dtype}."
             )
         if (
             self.hidden_size is not None

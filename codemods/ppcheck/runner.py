@@ -83,9 +83,7 @@ def judge(scenario: Scenario, reports: dict[int, dict[str, Any]]) -> tuple[bool,
     ahead = min(scenario.max_inflight, len(scenario.tokens))
     if first["max_inflight"] != ahead:
         return False, f"stage 0 had {first['max_inflight']} in flight, expected {ahead}"
-    return True, (
-        f"aux {measured_aux}B handoff + {sent_direct}B direct, {ahead} in flight"
-    )
+    return True, (f"aux {measured_aux}B handoff + {sent_direct}B direct, {ahead} in flight")
 
 
 # ---------------------------------------------------------------------- launches
@@ -104,8 +102,10 @@ def _kill(processes) -> None:
     for process in processes:
         if process.pid is None:
             continue
-        for target in (lambda pid=process.pid: os.killpg(pid, signal.SIGKILL),
-                       lambda pid=process.pid: os.kill(pid, signal.SIGKILL)):
+        for target in (
+            lambda pid=process.pid: os.killpg(pid, signal.SIGKILL),
+            lambda pid=process.pid: os.kill(pid, signal.SIGKILL),
+        ):
             try:
                 target()
             except (ProcessLookupError, PermissionError, OSError):
@@ -133,8 +133,7 @@ def _launch(
     processes = [
         ctx.Process(
             target=spawn_worker,
-            args=(rank, world, backend, init_method, timeout, scenarios, factory,
-                  results_queue),
+            args=(rank, world, backend, init_method, timeout, scenarios, factory, results_queue),
             daemon=True,
         )
         for rank in range(world)
@@ -153,8 +152,16 @@ def _launch(
         if len(ready) < world:  # the launch itself failed: nothing ran
             raise LaunchFailed(detail)
         scenario = scenarios[index]
-        on_result(ScenarioResult(scenario, False, status, detail,
-                                 time.monotonic() - scenario_started, reports.get(index, {})))
+        on_result(
+            ScenarioResult(
+                scenario,
+                False,
+                status,
+                detail,
+                time.monotonic() - scenario_started,
+                reports.get(index, {}),
+            )
+        )
         done += 1
 
     try:
@@ -185,9 +192,16 @@ def _launch(
             while index < len(scenarios) and len(reports.get(index, {})) == world:
                 scenario = scenarios[index]
                 passed, detail = judge(scenario, reports[index])
-                on_result(ScenarioResult(scenario, passed, "PASS" if passed else "FAIL",
-                                         detail, time.monotonic() - scenario_started,
-                                         reports[index]))
+                on_result(
+                    ScenarioResult(
+                        scenario,
+                        passed,
+                        "PASS" if passed else "FAIL",
+                        detail,
+                        time.monotonic() - scenario_started,
+                        reports[index],
+                    )
+                )
                 done += 1
                 can_go_on = all(_can_go_on(scenario, rep) for rep in reports[index].values())
                 index += 1
@@ -198,8 +212,11 @@ def _launch(
             for rank, rep in sorted(reports.get(index, {}).items()):
                 if not _can_go_on(scenarios[index], rep):
                     # its peers may be blocked on it: judge now and end the launch
-                    finish("FAIL", f"rank {rank} {rep.get('status')}: "
-                                   f"{rep.get('type', '')} {rep.get('message', '')}".strip())
+                    finish(
+                        "FAIL",
+                        f"rank {rank} {rep.get('status')}: "
+                        f"{rep.get('type', '')} {rep.get('message', '')}".strip(),
+                    )
                     return done
         for process in processes:
             process.join(timeout=30)
@@ -239,9 +256,12 @@ def run_scenarios(
             try:
                 count = _launch(world, batch, backend, timeout, stage_factory, collect)
             except LaunchFailed as err:
-                for p in todo[len(got):]:
-                    collect(ScenarioResult(scenarios[p], False, "ERROR",
-                                           f"not run, launch failed: {err}", 0.0))
+                for p in todo[len(got) :]:
+                    collect(
+                        ScenarioResult(
+                            scenarios[p], False, "ERROR", f"not run, launch failed: {err}", 0.0
+                        )
+                    )
                 break
             todo = todo[count:]
     return [results[p] for p in range(len(scenarios))]
@@ -254,8 +274,9 @@ def run_scenario(
     timeout: float = 60.0,
 ) -> ScenarioResult:
     """Run one scenario in its own launch."""
-    return run_scenarios([scenario], backend=backend, timeout=timeout,
-                         stage_factory=stage_factory)[0]
+    return run_scenarios([scenario], backend=backend, timeout=timeout, stage_factory=stage_factory)[
+        0
+    ]
 
 
 # ------------------------------------------------------------------------ report
@@ -265,8 +286,19 @@ def format_table(results: Iterable[ScenarioResult]) -> str:
         s = r.scenario
         layers = f"{s.num_layers}" + ("" if s.layer_ids is None else f" ids {list(s.layer_ids)}")
         tokens = ",".join(str(t) for t in sorted(set(s.tokens)))
-        rows.append((str(s.world_size), s.mode, s.name, layers, tokens, s.dtype, r.status,
-                     f"{r.seconds * 1000:.0f}", r.detail))
+        rows.append(
+            (
+                str(s.world_size),
+                s.mode,
+                s.name,
+                layers,
+                tokens,
+                s.dtype,
+                r.status,
+                f"{r.seconds * 1000:.0f}",
+                r.detail,
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     lines = []
     for row in rows:

@@ -245,8 +245,7 @@ def scenarios_for(world: int, mode: str) -> list[Scenario]:
                 hidden=hidden,
                 dtype=dtype,
             )
-        add(f"in-place layers {dtype}", even_layers, _boundaries(even), dtype=dtype,
-            in_place=True)
+        add(f"in-place layers {dtype}", even_layers, _boundaries(even), dtype=dtype, in_place=True)
         add(f"capture off {dtype}", even_layers, None, dtype=dtype)
     add("ids past 9 in numeric order", 24, [11, 2, 10, 9, 23, 12])
     add("lockstep (1 in flight)", even_layers, _one_per_stage(even), inflight=1)

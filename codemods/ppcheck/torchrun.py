@@ -43,21 +43,30 @@ def main(argv=None) -> int:
         t0 = time.monotonic()
         report, go_on = run_scenario_on_rank(scenario, rank, channels, toy_stage_factory)
         if not go_on:
-            print(f"rank {rank}: {scenario.label()}: {report.get('status')}\n"
-                  f"{report.get('trace', report)}", file=sys.stderr, flush=True)
+            print(
+                f"rank {rank}: {scenario.label()}: {report.get('status')}\n"
+                f"{report.get('trace', report)}",
+                file=sys.stderr,
+                flush=True,
+            )
             os._exit(1)
         gathered = all_gather_objects(report, channels.meta)
         if rank == 0:
             passed, detail = judge(scenario, dict(enumerate(gathered)))
-            results.append(ScenarioResult(scenario, passed, "PASS" if passed else "FAIL",
-                                          detail, time.monotonic() - t0))
+            results.append(
+                ScenarioResult(
+                    scenario, passed, "PASS" if passed else "FAIL", detail, time.monotonic() - t0
+                )
+            )
     dist.barrier(group=channels.meta)
     dist.destroy_process_group()
     if rank != 0:
         return 0
     print(format_table(results))
-    print(f"{summarize(results)} in {time.monotonic() - started:.1f}s "
-          f"(world size {world}, backend {args.backend}, mode {args.mode})")
+    print(
+        f"{summarize(results)} in {time.monotonic() - started:.1f}s "
+        f"(world size {world}, backend {args.backend}, mode {args.mode})"
+    )
     return 0 if results and all(r.passed for r in results) else 1
 
 

@@ -36,8 +36,9 @@ from codemods.ppcheck.wire import Channels, Pending, WireLog, recv_dict, send_di
 Report = dict[str, Any]
 
 
-def init_channels(rank: int, world: int, backend: str, init_method: str | None,
-                  timeout: float) -> Channels:
+def init_channels(
+    rank: int, world: int, backend: str, init_method: str | None, timeout: float
+) -> Channels:
     """Initialise torch.distributed and create the groups (collective, same order on
     every rank: the direct group first, then the metadata group on NCCL)."""
     if backend == "nccl":
@@ -47,8 +48,13 @@ def init_channels(rank: int, world: int, backend: str, init_method: str | None,
     else:
         device = torch.device("cpu")
     if init_method is not None:
-        dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout),
-                                init_method=init_method, rank=rank, world_size=world)
+        dist.init_process_group(
+            backend=backend,
+            timeout=timedelta(seconds=timeout),
+            init_method=init_method,
+            rank=rank,
+            world_size=world,
+        )
     else:
         dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout))
     ranks = list(range(world))
@@ -148,8 +154,9 @@ def compare_with_single_stage(scenario: Scenario, factory, results, device) -> t
     return True, ""
 
 
-def run_scenario_on_rank(scenario: Scenario, rank: int, channels: Channels,
-                         factory: Callable) -> tuple[Report, bool]:
+def run_scenario_on_rank(
+    scenario: Scenario, rank: int, channels: Channels, factory: Callable
+) -> tuple[Report, bool]:
     """Run one scenario; returns the report and whether this rank can go on."""
     started = time.monotonic()
     _set_partition_env(scenario.partition)
@@ -164,8 +171,13 @@ def run_scenario_on_rank(scenario: Scenario, rank: int, channels: Channels,
     try:
         stage = factory(scenario.spec(), rank, scenario.world_size, kwargs)
     except Exception as err:  # reported, judged by the parent
-        report: Report = {"status": "setup-error", "type": type(err).__name__, "message": str(err),
-                  "elapsed": time.monotonic() - started, "trace": traceback.format_exc()}
+        report: Report = {
+            "status": "setup-error",
+            "type": type(err).__name__,
+            "message": str(err),
+            "elapsed": time.monotonic() - started,
+            "trace": traceback.format_exc(),
+        }
         # every rank raised after a completed collective: the groups stay usable
         return report, isinstance(err, ValueError) and scenario.expect == "error"
     if scenario.expect == "error":
@@ -176,18 +188,30 @@ def run_scenario_on_rank(scenario: Scenario, rank: int, channels: Channels,
             results = report.pop("results")
             report["features"] = [len(aux) for _, aux in results]
             if scenario.verify:
-                equal, why = compare_with_single_stage(scenario, factory, results,
-                                                       channels.device)
+                equal, why = compare_with_single_stage(scenario, factory, results, channels.device)
                 report.update(equal=equal, why=why)
     except Exception as err:
-        return {"status": "run-error", "type": type(err).__name__, "message": str(err),
-                "elapsed": time.monotonic() - started, "trace": traceback.format_exc()}, False
+        return {
+            "status": "run-error",
+            "type": type(err).__name__,
+            "message": str(err),
+            "elapsed": time.monotonic() - started,
+            "trace": traceback.format_exc(),
+        }, False
     report.update(status="ok", elapsed=time.monotonic() - started)
     return report, True
 
 
-def spawn_worker(rank: int, world: int, backend: str, init_method: str, timeout: float,
-                 scenarios: list[Scenario], factory: Callable | None, queue) -> None:
+def spawn_worker(
+    rank: int,
+    world: int,
+    backend: str,
+    init_method: str,
+    timeout: float,
+    scenarios: list[Scenario],
+    factory: Callable | None,
+    queue,
+) -> None:
     """Entry point of a spawned rank: reports ``(rank, index, report)`` on ``queue``
     (index -1 = ready) and stops at the first report after which it cannot go on."""
     try:

@@ -96,9 +96,7 @@ _DEF_PREFIX = re.compile(rb"[ \t]*(?:async[ \t]+)?def[ \t]+\Z")
 _OPEN_PAREN = re.compile(rb"[ \t]*\(")
 _CLOSING_PAREN = re.compile(rb"[ \t\r\n]*\)")
 #: ``hasattr(<expression without brackets, strings or comments>,`` just before a literal.
-_HASATTR_OPENING = re.compile(
-    rb"(?<![A-Za-z0-9_.])hasattr[ \t]*\([^()\[\]{}\"'#=\\]*,[ \t\r\n]*\Z"
-)
+_HASATTR_OPENING = re.compile(rb"(?<![A-Za-z0-9_.])hasattr[ \t]*\([^()\[\]{}\"'#=\\]*,[ \t\r\n]*\Z")
 #: A line that opens a scope, and the ``def NAME(`` form of one.
 _SCOPE_KEYWORD = re.compile(rb"[ \t]*(?:async[ \t]+)?(?:def|class)\b")
 _SCOPE_HEADER = re.compile(rb"[ \t]*(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*\(")
@@ -117,9 +115,7 @@ class Prefilter:
 
     def __post_init__(self) -> None:
         names = tuple(
-            dict.fromkeys(
-                name for name in self.extra_names if not _HOOK_FORM_TEXT.fullmatch(name)
-            )
+            dict.fromkeys(name for name in self.extra_names if not _HOOK_FORM_TEXT.fullmatch(name))
         )
         object.__setattr__(self, "extra_names", names)
         object.__setattr__(self, "_extra_needles", tuple(name.encode() for name in names))
@@ -279,9 +275,7 @@ def _is_delegation(data: bytes, start: int, end: int) -> bool:
         if _SCOPE_KEYWORD.match(line):
             header = _SCOPE_HEADER.match(line)
             return (
-                header is not None
-                and header.group(1) == name
-                and _plain(data, previous_start, end)
+                header is not None and header.group(1) == name and _plain(data, previous_start, end)
             )
     return False
 

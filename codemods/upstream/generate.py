@@ -83,11 +83,16 @@ class UpstreamResult:
             return None
         names = ", ".join(sorted(self.tests))
         if self.tests_left_out:
-            where = (f"written to {self.tests_dir} instead" if self.tests_dir
-                     else "pass --tests-dir DIR to write them to a folder")
-            return (f"tests left out of the patch: {self.tree.describe()} has no test "
-                    f"folder and tests are not written into the package ({names}); "
-                    f"{where}")
+            where = (
+                f"written to {self.tests_dir} instead"
+                if self.tests_dir
+                else "pass --tests-dir DIR to write them to a folder"
+            )
+            return (
+                f"tests left out of the patch: {self.tree.describe()} has no test "
+                f"folder and tests are not written into the package ({names}); "
+                f"{where}"
+            )
         if self.tests_dir:
             return f"tests also written to {self.tests_dir} ({names})"
         return None
@@ -112,12 +117,20 @@ class UpstreamResult:
         """The helpers module, unless a change for its path is already in ``changes``."""
         if any(change.path == self.glue_path for change in self.changes):
             return []
-        return [FileChange(self.glue_path, self.tree.read_text(self.glue_path), render_glue(),
-                           RUNTIME, Role.RUNTIME_MODULE)]
+        return [
+            FileChange(
+                self.glue_path,
+                self.tree.read_text(self.glue_path),
+                render_glue(),
+                RUNTIME,
+                Role.RUNTIME_MODULE,
+            )
+        ]
 
 
-def generate(root: str | Path, models: list[str] | None = None,
-             tests_dir: str | Path | None = None) -> UpstreamResult:
+def generate(
+    root: str | Path, models: list[str] | None = None, tests_dir: str | Path | None = None
+) -> UpstreamResult:
     """Raises ``TreeError``, ``MissingModelFile``, ``kimi.UnrecognisedShape`` or
     ``ValueError`` (a name in ``models`` that has no capture hook in the tree).
 
@@ -133,13 +146,13 @@ def generate(root: str | Path, models: list[str] | None = None,
         return _generate(detect_tree(root), models, tests_dir)
 
 
-def _generate(tree: SGLangTree, models: list[str] | None,
-              tests_dir: str | Path | None) -> UpstreamResult:
+def _generate(
+    tree: SGLangTree, models: list[str] | None, tests_dir: str | Path | None
+) -> UpstreamResult:
     wanted = None if models is None else list(dict.fromkeys(models))
     with_kimi = wanted is None or KIMI_NAME in wanted
     with_k3 = wanted is None or K3_NAME in wanted
-    family_names = None if wanted is None else [
-        n for n in wanted if n not in (KIMI_NAME, K3_NAME)]
+    family_names = None if wanted is None else [n for n in wanted if n not in (KIMI_NAME, K3_NAME)]
     model_path = tree.module_path(kimi.MODULE)
     source = tree.read_text(model_path) if with_kimi else None
 
@@ -155,8 +168,7 @@ def _generate(tree: SGLangTree, models: list[str] | None,
         raise MissingModelFile(f"{tree.file(model_path)}: Kimi-Linear model file not found")
     if source is not None:
         new_source, analysis = kimi.rewrite(source, str(tree.file(model_path)))
-        result = UpstreamResult(tree, analysis.status, model_path,
-                                notes=list(analysis.notes))
+        result = UpstreamResult(tree, analysis.status, model_path, notes=list(analysis.notes))
     else:
         result = UpstreamResult(tree, FAMILY_ONLY, model_path)
         if with_kimi:
@@ -192,8 +204,7 @@ def write_tests(tests: dict[str, str], folder: str | Path) -> Path:
     return path
 
 
-def _kimi_k3_changes(tree: SGLangTree, result: UpstreamResult,
-                     required: bool) -> list[FileChange]:
+def _kimi_k3_changes(tree: SGLangTree, result: UpstreamResult, required: bool) -> list[FileChange]:
     """The Kimi-K3 model file (``kimi_k3.py``) and, if nothing added it yet, the helpers
     module; ``required``: the file was asked for by name, so its absence is an error."""
     path = tree.module_path(kimi_k3.MODULE)

@@ -58,8 +58,22 @@ class Claims:
 #: capture; and any name spelling "captur".
 _FLAG_WORDS = frozenset(
     {
-        "aux", "hidden", "hook", "enabled", "enable", "active", "available", "ready", "on",
-        "ok", "success", "succeeded", "done", "set", "installed", "attached",
+        "aux",
+        "hidden",
+        "hook",
+        "enabled",
+        "enable",
+        "active",
+        "available",
+        "ready",
+        "on",
+        "ok",
+        "success",
+        "succeeded",
+        "done",
+        "set",
+        "installed",
+        "attached",
     }
 )
 

@@ -68,9 +68,9 @@ class ContextsMixin(AnalyzerBase):
             return True
         if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
             if name_key is not None:
-                return self._asserts_present(
-                    test.left, key, name_key
-                ) and self._asserts_present(test.right, key, name_key)
+                return self._asserts_present(test.left, key, name_key) and self._asserts_present(
+                    test.right, key, name_key
+                )
         if isinstance(test, cst.NamedExpr):
             return _key(test.target) == key or self._asserts_present(test.value, key, name_key)
         if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
@@ -202,4 +202,3 @@ class ContextsMixin(AnalyzerBase):
             return any(ContextsMixin._handler_catches(element.value) for element in kind.elements)
         chain = _dotted(kind)
         return chain is not None and chain[-1] in _HANDLES_NOT_IMPLEMENTED
-

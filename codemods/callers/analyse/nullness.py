@@ -177,4 +177,3 @@ class NullnessMixin(AnalyzerBase):
             self.maybe_none(value, [scope, module_scope], depth + 1)
             for value, scope in owner.attributes.get(name, [])
         )
-

@@ -275,7 +275,6 @@ class RequiredMixin(EvidenceMixin):
         return None
 
 
-
 # ---------------------------------------------------------------------- binding names
 def _suggested_name(expr: cst.BaseExpression) -> str | None:
     """``cfg.get("layers")`` / ``getattr(args, "layers", None)`` / ``cfg["layers"]`` ->

@@ -297,4 +297,3 @@ class AnalyzerBase:
             if scope.knows(name):
                 return scope
         return None
-

@@ -407,4 +407,3 @@ def mentions_hooks(text: str | bytes, hooks: HookSet = DEFAULT_HOOKS) -> bool:
     if isinstance(text, bytes):
         return any(name.encode() in text for name in hooks.names)
     return any(name in text for name in hooks.names)
-

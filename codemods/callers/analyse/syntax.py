@@ -170,5 +170,3 @@ def _is_repeatable(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, cst.IfExp):
         return all(_is_repeatable(part) for part in (expr.test, expr.body, expr.orelse))
     return False
-
-

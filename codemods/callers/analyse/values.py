@@ -299,7 +299,9 @@ class ValuesMixin(AnalyzerBase):
         while clause is not None:
             if not isinstance(clause.target, cst.Name):
                 return frozenset()
-            inner[clause.target.value] = _iterated(self._possible(clause.iter, scopes, depth, inner))
+            inner[clause.target.value] = _iterated(
+                self._possible(clause.iter, scopes, depth, inner)
+            )
             clause = clause.inner_for_in
         if isinstance(expr, cst.DictComp):
             keys = self._possible(expr.key, scopes, depth, inner)
@@ -318,10 +320,15 @@ class ValuesMixin(AnalyzerBase):
         owner, attribute = chain
         class_scope = None
         method = scopes[0] if scopes else None
-        if method is not None and method.parent is not None and owner in {
-            method.self_name,
-            "cls",
-        }:
+        if (
+            method is not None
+            and method.parent is not None
+            and owner
+            in {
+                method.self_name,
+                "cls",
+            }
+        ):
             class_scope = method.parent
         else:
             for node, scope in self.scopes.items():
@@ -419,11 +426,8 @@ class ValuesMixin(AnalyzerBase):
             for value, scope in method.parent.attributes.get(chain[1], [])
         ]
 
-
     # ------------------------------------------------------ name at the call
-    def _name_expr(
-        self, call: cst.Call, scopes: Sequence[_Scope]
-    ) -> cst.BaseExpression | None:
+    def _name_expr(self, call: cst.Call, scopes: Sequence[_Scope]) -> cst.BaseExpression | None:
         """The expression holding, at ``call``, the name of the hook it calls: the name
         argument of ``getattr(obj, name)(ids)``, or of ``setter = getattr(obj, name)`` when
         ``setter`` and ``name`` are each bound once in the call's own scope.  None when no

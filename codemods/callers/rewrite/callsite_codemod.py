@@ -64,9 +64,7 @@ class CallSiteCodemod(cst.CSTTransformer):
             line_length if line_length is not None else host_style.file_line_length(filename)
         )
         if policy not in self.POLICIES:
-            raise ValueError(
-                f"unknown {self.POLICY_LABEL} {policy!r}; use one of {self.POLICIES}"
-            )
+            raise ValueError(f"unknown {self.POLICY_LABEL} {policy!r}; use one of {self.POLICIES}")
         self.policy = policy
         self.hooks = HookSet.with_extra(tuple(extra_hooks or ()))
         self._paths: set[cst.CSTNode] | None = None

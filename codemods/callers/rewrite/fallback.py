@@ -110,7 +110,6 @@ def _is_import_line(statement: cst.CSTNode) -> bool:
     )
 
 
-
 def _is_docstring(statement: cst.CSTNode) -> bool:
     return (
         isinstance(statement, cst.SimpleStatementLine)
@@ -393,5 +392,6 @@ class FallbackTransformer(TailsMixin, CallSiteCodemod):
             elif _is_import_line(statement) or _imports_inside(statement):
                 end = index + 1
         return end
+
 
 __getattr__ = lazy_command(__name__, "FallbackCommand", FallbackTransformer, METADATA)

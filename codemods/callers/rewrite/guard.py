@@ -275,8 +275,9 @@ class GuardTransformer(TailsMixin, CallSiteCodemod):
             return updated_node
         statements = self._wrap(found, updated_node)
         self.moved[original_node] = _call_line(statements)
-        skipped = isinstance(statements[-1], cst.If) and statements[-1].body.body[0] is (
-            self.moved[original_node]
+        skipped = (
+            isinstance(statements[-1], cst.If)
+            and statements[-1].body.body[0] is (self.moved[original_node])
         )
         claims = found.claims
         if skipped and claims is not None and claims.tail:

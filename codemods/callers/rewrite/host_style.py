@@ -239,7 +239,7 @@ def with_import_logging(
     if following is not None and isinstance(
         following, (cst.SimpleStatementLine, cst.BaseCompoundStatement)
     ):
-        kept = list(following.leading_lines)[_blank_prefix(following.leading_lines):]
+        kept = list(following.leading_lines)[_blank_prefix(following.leading_lines) :]
         if _import_line(following):
             body[index] = following.with_changes(leading_lines=[cst.EmptyLine(), *kept])
         elif not following.leading_lines:

@@ -86,6 +86,8 @@ class TailsMixin:
         return updated_node.with_changes(body=self._pull_tails(updated_node.body))
 
 
-def off_statements(lines: Sequence[str], config: cst.PartialParserConfig) -> list[cst.BaseStatement]:
+def off_statements(
+    lines: Sequence[str], config: cst.PartialParserConfig
+) -> list[cst.BaseStatement]:
     """The failure path's statements (``flag = False``, ``return False``), parsed."""
     return [cst.parse_statement(f"{line}\n", config=config) for line in lines]

@@ -29,11 +29,17 @@ def main(argv: list[str] | None = None, cached_trees: CachedTrees | None = None)
     """Exit status 0 (written, or up to date), 1 (``--check``: out of date) or 2 (a tree
     that cannot be analysed)."""
     parser = argparse.ArgumentParser(description=DESCRIPTION)
-    parser.add_argument("--tree", action="append", default=[], metavar="VERSION=ROOT",
-                        help="an unpacked release (the directory holding sglang/)")
+    parser.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="VERSION=ROOT",
+        help="an unpacked release (the directory holding sglang/)",
+    )
     parser.add_argument("--output", type=Path, default=DATA_FILE)
-    parser.add_argument("--check", action="store_true",
-                        help="compare with the data file instead of writing it")
+    parser.add_argument(
+        "--check", action="store_true", help="compare with the data file instead of writing it"
+    )
     args = parser.parse_args(argv)
     trees: dict[str, Path] = {}
     for item in args.tree:
@@ -53,8 +59,9 @@ def main(argv: list[str] | None = None, cached_trees: CachedTrees | None = None)
     if args.check:
         current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
         if current != text:
-            print(f"{args.output} is out of date; run scripts/derive_hook_facts.py",
-                  file=sys.stderr)
+            print(
+                f"{args.output} is out of date; run scripts/derive_hook_facts.py", file=sys.stderr
+            )
             return 1
         return 0
     _write_atomic(args.output, text)

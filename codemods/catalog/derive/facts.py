@@ -53,8 +53,12 @@ class Analyser:
         for target in targets:
             if self.index.method(target, func.attr) is None:
                 continue
-            results.append({**self.setter_facts(target, func.attr),
-                            "_id": _setter_id(self.index, target, func.attr)})
+            results.append(
+                {
+                    **self.setter_facts(target, func.attr),
+                    "_id": _setter_id(self.index, target, func.attr),
+                }
+            )
         return results or None
 
     def _analyse(self, cls: ClassKey, func: ast.FunctionDef, hook: str) -> dict:
@@ -161,11 +165,15 @@ def derive(index: ModelIndex) -> dict[str, dict[str, dict]]:
                 continue
             for hook, setters in result.items():
                 found = index.method(key, hook)
-                owners = [found[0]] if found is not None else [
-                    target[0] for target in (
-                        index.method(c, hook) for c in index.forwarded_classes(key))
-                    if target is not None
-                ]
+                owners = (
+                    [found[0]]
+                    if found is not None
+                    else [
+                        target[0]
+                        for target in (index.method(c, hook) for c in index.forwarded_classes(key))
+                        if target is not None
+                    ]
+                )
                 for owner_key in owners:
                     owner = f"{owner_key[0]}::{owner_key[1]}"
                     if owner in setters and entry not in setters[owner]["models"]:

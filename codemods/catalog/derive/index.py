@@ -171,49 +171,66 @@ class ModelIndex:
                         classes.append(cls)
         return classes
 
-    def _instances(self, key: ClassKey, rel: str, expr: ast.expr,
-                   func: ast.FunctionDef | None, depth: int) -> list[ClassKey]:
+    def _instances(
+        self, key: ClassKey, rel: str, expr: ast.expr, func: ast.FunctionDef | None, depth: int
+    ) -> list[ClassKey]:
         """Classes whose instance ``expr`` (in ``func`` of module ``rel``) can be."""
         if depth > 12:
             return []
         if isinstance(expr, ast.IfExp):
-            return (self._instances(key, rel, expr.body, func, depth + 1)
-                    + self._instances(key, rel, expr.orelse, func, depth + 1))
+            return self._instances(key, rel, expr.body, func, depth + 1) + self._instances(
+                key, rel, expr.orelse, func, depth + 1
+            )
         if isinstance(expr, ast.Call):
             return self._classes(key, rel, expr.func, func, depth + 1)
         if isinstance(expr, ast.Name) and func is not None:
-            return [c for value in _local_values(func, expr.id)
-                    for c in self._instances(key, rel, value, func, depth + 1)]
+            return [
+                c
+                for value in _local_values(func, expr.id)
+                for c in self._instances(key, rel, value, func, depth + 1)
+            ]
         return []
 
-    def _classes(self, key: ClassKey, rel: str, expr: ast.expr,
-                 func: ast.FunctionDef | None, depth: int) -> list[ClassKey]:
+    def _classes(
+        self, key: ClassKey, rel: str, expr: ast.expr, func: ast.FunctionDef | None, depth: int
+    ) -> list[ClassKey]:
         """Classes whose instance calling ``expr`` gives."""
         if depth > 12:
             return []
         if isinstance(expr, ast.IfExp):
-            return (self._classes(key, rel, expr.body, func, depth + 1)
-                    + self._classes(key, rel, expr.orelse, func, depth + 1))
+            return self._classes(key, rel, expr.body, func, depth + 1) + self._classes(
+                key, rel, expr.orelse, func, depth + 1
+            )
         if isinstance(expr, ast.Name):
             resolved = self.resolve(rel, expr.id)
             if resolved is not None:
                 return [resolved]
             if func is None:
                 return []
-            return [c for value in _local_values(func, expr.id)
-                    for c in self._classes(key, rel, value, func, depth + 1)]
+            return [
+                c
+                for value in _local_values(func, expr.id)
+                for c in self._classes(key, rel, value, func, depth + 1)
+            ]
         # A class picked from a module-level table: TABLE.get(k) or TABLE[k].
         table = None
-        if (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
-                and expr.func.attr == "get" and isinstance(expr.func.value, ast.Name)):
+        if (
+            isinstance(expr, ast.Call)
+            and isinstance(expr.func, ast.Attribute)
+            and expr.func.attr == "get"
+            and isinstance(expr.func.value, ast.Name)
+        ):
             table = expr.func.value.id
         elif isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name):
             table = expr.value.id
         if table is not None:
             value = self.modules[rel].globals.get(table) if rel in self.modules else None
             if isinstance(value, ast.Dict):
-                return [c for item in value.values
-                        for c in self._classes(key, rel, item, None, depth + 1)]
+                return [
+                    c
+                    for item in value.values
+                    for c in self._classes(key, rel, item, None, depth + 1)
+                ]
             return []
         if (
             isinstance(expr, ast.Attribute)
@@ -224,17 +241,29 @@ class ModelIndex:
             if found is None:
                 return []
             owner, method = found
-            return [c for node in ast.walk(method)
-                    if isinstance(node, ast.Return) and node.value is not None
-                    for c in self._instances(key, owner[0], node.value, method, depth + 1)]
+            return [
+                c
+                for node in ast.walk(method)
+                if isinstance(node, ast.Return) and node.value is not None
+                for c in self._instances(key, owner[0], node.value, method, depth + 1)
+            ]
         return []
 
 
 def _assignments(cls: ast.ClassDef) -> list[tuple[ast.FunctionDef, ast.Assign]]:
-    return [(method, node) for method in cls.body if isinstance(method, ast.FunctionDef)
-            for node in ast.walk(method) if isinstance(node, ast.Assign)]
+    return [
+        (method, node)
+        for method in cls.body
+        if isinstance(method, ast.FunctionDef)
+        for node in ast.walk(method)
+        if isinstance(node, ast.Assign)
+    ]
 
 
 def _local_values(func: ast.FunctionDef, name: str) -> list[ast.expr]:
-    return [node.value for node in ast.walk(func) if isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)]
+    return [
+        node.value
+        for node in ast.walk(func)
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+    ]

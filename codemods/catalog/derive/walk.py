@@ -91,10 +91,10 @@ class _Walker:
         if isinstance(test, ast.BoolOp):
             values = [self.evaluate(v, scen) for v in test.values]
             if isinstance(test.op, ast.Or):
-                return True if True in values else (False if all(v is False for v in values)
-                                                    else None)
-            return False if False in values else (True if all(v is True for v in values)
-                                                  else None)
+                return (
+                    True if True in values else (False if all(v is False for v in values) else None)
+                )
+            return False if False in values else (True if all(v is True for v in values) else None)
         if self._is_param(test):
             return not scen.ids_none
         if isinstance(test, ast.Attribute) and test.attr == "is_last_rank":
@@ -108,13 +108,20 @@ class _Walker:
                     return scen.ids_none
                 if isinstance(op, (ast.IsNot, ast.NotEq)):
                     return not scen.ids_none
-            if self._is_pp_size(left) and isinstance(right, ast.Constant) and isinstance(
-                right.value, int
+            if (
+                self._is_pp_size(left)
+                and isinstance(right, ast.Constant)
+                and isinstance(right.value, int)
             ):
                 size, bound = (2 if scen.pp else 1), right.value
-                compare = {ast.Gt: size > bound, ast.GtE: size >= bound, ast.Lt: size < bound,
-                           ast.LtE: size <= bound, ast.Eq: size == bound,
-                           ast.NotEq: size != bound}
+                compare = {
+                    ast.Gt: size > bound,
+                    ast.GtE: size >= bound,
+                    ast.Lt: size < bound,
+                    ast.LtE: size <= bound,
+                    ast.Eq: size == bound,
+                    ast.NotEq: size != bound,
+                }
                 return compare.get(type(op))
         if (
             isinstance(test, ast.Call)
@@ -152,8 +159,12 @@ class _Walker:
                 skipped = stmt.orelse if value is True else stmt.body
                 if value is not None and skipped and _mentions_pp(stmt.test) and scen.pp:
                     state["pp_skipped"] = True
-                none_branch = (scen.ids_none and value is not None and bool(branch)
-                               and self._tests_ids(stmt.test))
+                none_branch = (
+                    scen.ids_none
+                    and value is not None
+                    and bool(branch)
+                    and self._tests_ids(stmt.test)
+                )
                 event = self.run(branch, scen, state)
                 if event is not None:
                     return event
@@ -162,9 +173,13 @@ class _Walker:
             elif isinstance(stmt, ast.Assert):
                 if self.evaluate(stmt.test, scen) is False:
                     msg = stmt.msg
-                    text = (msg.value if isinstance(msg, ast.Constant)
-                            and isinstance(msg.value, str)
-                            else ast.unparse(msg) if msg is not None else None)
+                    text = (
+                        msg.value
+                        if isinstance(msg, ast.Constant) and isinstance(msg.value, str)
+                        else ast.unparse(msg)
+                        if msg is not None
+                        else None
+                    )
                     return _Event("raise", exc="AssertionError", message=text)
             elif isinstance(stmt, ast.Raise):
                 exc, message = _message(stmt.exc)

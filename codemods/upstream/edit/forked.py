@@ -39,8 +39,9 @@ def _serial() -> bool:
     )
 
 
-def forked_map(func: Callable[[T], R], items: Sequence[T],
-               weight: Callable[[T], float] | None = None) -> list[R]:
+def forked_map(
+    func: Callable[[T], R], items: Sequence[T], weight: Callable[[T], float] | None = None
+) -> list[R]:
     """``[func(item) for item in items]``, about half of the work (by ``weight``, else by
     count) in a forked child process.  An exception in the child is raised again in the
     parent (as ``RuntimeError`` carrying its traceback)."""

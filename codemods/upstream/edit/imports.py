@@ -68,7 +68,8 @@ def add_from_import(module: cst.Module, from_module: str, names: Sequence[str]) 
         return module
     body = list(module.body)
     existing = [
-        index for index, statement in enumerate(body)
+        index
+        for index, statement in enumerate(body)
         if (node := _import_from(statement)) is not None and module_name(node) == from_module
     ]
     if existing:
@@ -87,9 +88,9 @@ def add_from_import(module: cst.Module, from_module: str, names: Sequence[str]) 
     )[0]
     package = from_module.split(".")[0]
     same_package = [
-        index for index, stmt in enumerate(body)
-        if (node := _import_from(stmt)) is not None
-        and module_name(node).split(".")[0] == package
+        index
+        for index, stmt in enumerate(body)
+        if (node := _import_from(stmt)) is not None and module_name(node).split(".")[0] == package
     ]
     if same_package:
         key = from_module.lower()

@@ -101,9 +101,15 @@ def _same(old, new) -> bool:
     return len(old) == len(new) and all(a is b for a, b in zip(old, new, strict=True))
 
 
-def _collect(original: cst.Module, updated: cst.Module, old, new,
-             old_block: cst.IndentedBlock | None, new_block: cst.IndentedBlock | None,
-             edits: list[tuple[str, str, str]]) -> None:
+def _collect(
+    original: cst.Module,
+    updated: cst.Module,
+    old,
+    new,
+    old_block: cst.IndentedBlock | None,
+    new_block: cst.IndentedBlock | None,
+    edits: list[tuple[str, str, str]],
+) -> None:
     """Edits turning the statements ``old`` into ``new`` (module level, or the body of a
     top-level class: ``old_block`` / ``new_block``)."""
     matcher = difflib.SequenceMatcher(
@@ -113,7 +119,8 @@ def _collect(original: cst.Module, updated: cst.Module, old, new,
         if tag == "equal":
             continue
         if (
-            old_block is None and i2 - i1 == j2 - j1
+            old_block is None
+            and i2 - i1 == j2 - j1
             and all(_same_class(a, b) for a, b in zip(old[i1:i2], new[j1:j2], strict=True))
         ):
             for a, b in zip(old[i1:i2], new[j1:j2], strict=True):
@@ -134,18 +141,24 @@ def _collect(original: cst.Module, updated: cst.Module, old, new,
 def _same_class(old: cst.CSTNode, new: cst.CSTNode) -> bool:
     """The same top-level class with (possibly) other statements in its body."""
     return (
-        isinstance(old, cst.ClassDef) and isinstance(new, cst.ClassDef)
-        and isinstance(old.body, cst.IndentedBlock) and isinstance(new.body, cst.IndentedBlock)
-        and old.name is new.name and _same(old.bases, new.bases)
-        and _same(old.keywords, new.keywords) and _same(old.decorators, new.decorators)
+        isinstance(old, cst.ClassDef)
+        and isinstance(new, cst.ClassDef)
+        and isinstance(old.body, cst.IndentedBlock)
+        and isinstance(new.body, cst.IndentedBlock)
+        and old.name is new.name
+        and _same(old.bases, new.bases)
+        and _same(old.keywords, new.keywords)
+        and _same(old.decorators, new.decorators)
         and _same(old.leading_lines, new.leading_lines)
         and _same(old.lines_after_decorators, new.lines_after_decorators)
-        and old.body.header is new.body.header and _same(old.body.footer, new.body.footer)
+        and old.body.header is new.body.header
+        and _same(old.body.footer, new.body.footer)
         and old.body.indent == new.body.indent
         and old.whitespace_before_colon is new.whitespace_before_colon
         and old.whitespace_after_class is new.whitespace_after_class
         and old.whitespace_after_name is new.whitespace_after_name
-        and old.lpar is new.lpar and old.rpar is new.rpar
+        and old.lpar is new.lpar
+        and old.rpar is new.rpar
         and old.type_parameters is new.type_parameters
         and old.whitespace_after_type_parameters is new.whitespace_after_type_parameters
     )
@@ -157,16 +170,22 @@ def _code(module: cst.Module, node: cst.CSTNode, block: cst.IndentedBlock | None
     if block is None:
         return module.code_for_node(node)
     wrapper = cst.Module(
-        body=[cst.ClassDef(name=cst.Name("_"), body=block.with_changes(
-            body=[node], header=cst.TrailingWhitespace(), footer=()))],
-        header=(), footer=(), default_indent=module.default_indent,
+        body=[
+            cst.ClassDef(
+                name=cst.Name("_"),
+                body=block.with_changes(body=[node], header=cst.TrailingWhitespace(), footer=()),
+            )
+        ],
+        header=(),
+        footer=(),
+        default_indent=module.default_indent,
         default_newline=module.default_newline,
     )
     head = "class _:" + module.default_newline
     text = wrapper.code
     if not text.startswith(head):
         raise _Unsure
-    return text[len(head):]
+    return text[len(head) :]
 
 
 def _apply(source: str, edits: list[tuple[str, str, str]]) -> str:

@@ -96,9 +96,7 @@ class _SlotAsAppend(cst.CSTTransformer):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if m.matches(updated, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("slot")))):
-            return updated.with_changes(
-                func=updated.func.with_changes(attr=cst.Name("append"))
-            )
+            return updated.with_changes(func=updated.func.with_changes(attr=cst.Name("append")))
         return updated
 
     def leave_SimpleStatementLine(self, original, updated):
@@ -106,8 +104,7 @@ class _SlotAsAppend(cst.CSTTransformer):
             body=[
                 m.Assign(
                     targets=[m.AssignTarget(m.Name())],
-                    value=m.IfExp(body=m.Call(func=m.Name()), test=m.Name(),
-                                  orelse=m.Name("None")),
+                    value=m.IfExp(body=m.Call(func=m.Name()), test=m.Name(), orelse=m.Name("None")),
                 )
             ]
         )
@@ -115,8 +112,7 @@ class _SlotAsAppend(cst.CSTTransformer):
             return updated
         assign = updated.body[0]
         value = assign.value
-        inner = updated.with_changes(body=[assign.with_changes(value=value.body)],
-                                     leading_lines=[])
+        inner = updated.with_changes(body=[assign.with_changes(value=value.body)], leading_lines=[])
         return cst.If(
             test=value.test,
             body=cst.IndentedBlock(body=[inner]),

@@ -73,9 +73,7 @@ def gate_of(body, loop: cst.For, conditions) -> tuple[tuple[str, ...], list[int]
             return f"captures under `{text}`, which may differ between PP stages"
         index = _single_assignment(body, condition.value)
         if index is None or index >= top:
-            return (
-                f"capture condition `{text}` is not assigned once before the layer loop"
-            )
+            return f"capture condition `{text}` is not assigned once before the layer loop"
         parts.append(text)
         assignments.append(index)
     return tuple(parts), assignments

@@ -43,8 +43,11 @@ TEST_MODELS_FILE = "pp_aux_capture_family_models.py"
 INIT_TEST_FILE = "test_pp_aux_capture.py"
 #: Every test file the patch ships, in the order they are added.
 TEST_FILES = (TEST_MODELS_FILE, TEST_FILE, INIT_TEST_FILE)
-TEST_ROLES = {TEST_MODELS_FILE: Role.TEST_MODELS, TEST_FILE: Role.FAMILY_TEST,
-              INIT_TEST_FILE: Role.INIT_TEST}
+TEST_ROLES = {
+    TEST_MODELS_FILE: Role.TEST_MODELS,
+    TEST_FILE: Role.FAMILY_TEST,
+    INIT_TEST_FILE: Role.INIT_TEST,
+}
 CASES_MARKER = "    # @@FAMILY_CASES@@\n"
 PATCHED_MARKER = "    # @@PATCHED_MODELS@@\n"
 
@@ -91,8 +94,7 @@ def render_init_test(plan: FamilyPlan) -> str:
     """``test_pp_aux_capture.py`` with the model files the plan patches."""
     template = INIT_TEST_TEMPLATE.read_text(encoding="utf-8")
     if PATCHED_MARKER not in template:
-        raise RuntimeError(
-            f"{INIT_TEST_TEMPLATE}: marker {PATCHED_MARKER.strip()!r} missing")
+        raise RuntimeError(f"{INIT_TEST_TEMPLATE}: marker {PATCHED_MARKER.strip()!r} missing")
     names = sorted(d.name for d in plan.decisions.values() if d.patched)
     return template.replace(PATCHED_MARKER, "".join(f'    "{n}",\n' for n in names))
 
@@ -128,8 +130,7 @@ def family_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
     for file, text in sorted(rewritten.items()):
         stem = file.removesuffix(".py")
         path = tree.module_path(f"sglang.srt.models.{stem}")
-        changes.append(FileChange(path, tree.read_text(path), text, model_group(stem),
-                                  Role.MODEL))
+        changes.append(FileChange(path, tree.read_text(path), text, model_group(stem), Role.MODEL))
     changes.append(shipped_file(tree, GLUE_MODULE, render_glue()))
     changes += packer_access_changes(tree, rewritten.values())
     # CUDA graph buffers for the aux entry: along SGLang's DSPARK sizing path (0.5.21+),
@@ -139,6 +140,5 @@ def family_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
     if tree.tests is not None:  # a package tree has no test folder: left out
         for name, text in shipped_tests(plan).items():
             path = tree.test_path(name)
-            changes.append(FileChange(path, tree.read_text(path), text, TESTS,
-                                      TEST_ROLES[name]))
+            changes.append(FileChange(path, tree.read_text(path), text, TESTS, TEST_ROLES[name]))
     return [change for change in changes if change.changed]

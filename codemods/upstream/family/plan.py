@@ -97,8 +97,7 @@ class FamilyPlan:
     #: file -> causal-LM forwards that unpack the stack output on every rank
     stage_fixes: dict[str, list[StageOutputFix]] = field(default_factory=dict)
     modules: dict[str, cst.Module] = field(default_factory=dict, repr=False)
-    _rewritten: dict[str, str] | None = field(default=None, init=False, repr=False,
-                                              compare=False)
+    _rewritten: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def patched(self) -> list[str]:
@@ -124,6 +123,7 @@ class FamilyPlan:
             raise ValueError(
                 f"no model file with a capture hook named: {', '.join(sorted(unknown))}"
             )
+
         def chosen(edits: dict[str, list]) -> dict[str, list]:
             return {f: e for f, e in edits.items() if f.removesuffix(".py") in wanted}
 
@@ -157,8 +157,9 @@ class FamilyPlan:
     def _rewrite(self) -> dict[str, str]:
         # The files are independent: the rewrite of some runs in a second process.
         files = self.touched_files
-        texts = forked_map(self._rewrite_file, files,
-                           weight=lambda file: len(self.modules[file].body))
+        texts = forked_map(
+            self._rewrite_file, files, weight=lambda file: len(self.modules[file].body)
+        )
         return dict(zip(files, texts, strict=True))
 
     def _rewrite_file(self, file: str) -> str:
@@ -269,13 +270,28 @@ def plan_family(models_dir: Path | str, only: list[str] | None = None) -> Family
     return plan
 
 
-def _kept(file: str, hooks: tuple[str, ...], early: tuple[str, ...], reason: str,
-          forward: ForwardRef | None = None, shape: ForwardShape | None = None) -> FileDecision:
+def _kept(
+    file: str,
+    hooks: tuple[str, ...],
+    early: tuple[str, ...],
+    reason: str,
+    forward: ForwardRef | None = None,
+    shape: ForwardShape | None = None,
+) -> FileDecision:
     """The decision to leave ``file`` as it is, for ``reason``."""
     if shape is None:
         return FileDecision(file, hooks, early, False, reason, forward)
-    return FileDecision(file, hooks, early, False, reason, forward, shape.capture_kinds,
-                        proxy_arg=shape.proxy_arg, final_capture=shape.final_capture)
+    return FileDecision(
+        file,
+        hooks,
+        early,
+        False,
+        reason,
+        forward,
+        shape.capture_kinds,
+        proxy_arg=shape.proxy_arg,
+        final_capture=shape.final_capture,
+    )
 
 
 def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) -> FileDecision:
@@ -289,26 +305,39 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
         # the whole file can be; otherwise reported as before.
         split = split_stack_setters(corpus.modules[file], shapes)
         if split:
-            decision = _decide_setters(file, shapes, corpus, plan, split, hooks, early,
-                                       entry_only=True)
+            decision = _decide_setters(
+                file, shapes, corpus, plan, split, hooks, early, entry_only=True
+            )
             if decision.patched:
                 return decision
         raising = [s for s in shapes.setters if s.pp_raise]
         if raising:
             named = "; ".join(f"`{s.hook}` (`{s.pp_raise}`)" for s in raising)
-            others = "" if len(raising) == len(shapes.setters) else (
-                "; the other hooks do not return early")
-            return keep(f"{RAISES_PP}: {named}: it fails loudly under PP, so no capture "
-                        f"is lost silently{others}")
+            others = (
+                ""
+                if len(raising) == len(shapes.setters)
+                else ("; the other hooks do not return early")
+            )
+            return keep(
+                f"{RAISES_PP}: {named}: it fails loudly under PP, so no capture "
+                f"is lost silently{others}"
+            )
         return keep("no hook returns early on non-last PP ranks")
     candidates = [s for s in shapes.setters if s.early_return]
     candidates += sibling_setters(corpus.modules[file], shapes, candidates)
     return _decide_setters(file, shapes, corpus, plan, candidates, hooks, early)
 
 
-def _decide_setters(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan,
-                    candidates: list[SetterShape], hooks: tuple[str, ...],
-                    early: tuple[str, ...], entry_only: bool = False) -> FileDecision:
+def _decide_setters(
+    file: str,
+    shapes: ModuleShapes,
+    corpus: _Corpus,
+    plan: FamilyPlan,
+    candidates: list[SetterShape],
+    hooks: tuple[str, ...],
+    early: tuple[str, ...],
+    entry_only: bool = False,
+) -> FileDecision:
     """``entry_only``: patch only when the stack forward is one of the 0.5.21+
     layer-entry shapes (``Shape.layer_entry``)."""
     keep = partial(_kept, file, hooks, early)
@@ -346,8 +375,9 @@ def _decide_setters(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: Fami
             stage_fixes.append(StageOutputFix(setter.class_name, receiver, pp_group, unpacked))
         named = named_stage_unpack(outer, receiver) if outer and not unpacked else None
         if named is not None:
-            stage_fixes.append(NamedStageOutputFix(setter.class_name, receiver, pp_group,
-                                                   named[1], named[0]))
+            stage_fixes.append(
+                NamedStageOutputFix(setter.class_name, receiver, pp_group, named[1], named[0])
+            )
         for method in setter.receiver_calls:
             if _defines(file, stack_class, method, corpus, depth=0):
                 continue
@@ -530,8 +560,7 @@ def _asks_hasattr(module: cst.Module, setter: SetterShape, method: str) -> bool:
     if outer is None:
         return False
     hooks = [
-        s for s in outer.body.body
-        if isinstance(s, cst.FunctionDef) and s.name.value == setter.hook
+        s for s in outer.body.body if isinstance(s, cst.FunctionDef) and s.name.value == setter.hook
     ]
     test = m.Call(
         func=m.Name("hasattr"),

@@ -47,10 +47,7 @@ HOOK_SUFFIX = "_layers_to_capture"
 
 def proxy_width_source(receiver: str) -> str:
     """The method, written at class-body indentation."""
-    return (
-        f"    def {METHOD}(self) -> int:\n"
-        f"        return {WIDTH}({receiver})\n"
-    )
+    return f"    def {METHOD}(self) -> int:\n        return {WIDTH}({receiver})\n"
 
 
 def _is_hook(statement: cst.CSTNode) -> bool:
@@ -86,8 +83,11 @@ def _assigns(statement: cst.CSTNode, name: str) -> bool:
     if not isinstance(statement, cst.SimpleStatementLine):
         return False
     for small in statement.body:
-        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else (
-            [small.target] if isinstance(small, cst.AnnAssign) else [])
+        targets = (
+            [t.target for t in small.targets]
+            if isinstance(small, cst.Assign)
+            else ([small.target] if isinstance(small, cst.AnnAssign) else [])
+        )
         if any(isinstance(t, cst.Name) and t.value == name for t in targets):
             return True
     return False

@@ -113,9 +113,7 @@ def fix_stage_unpacks(fn: cst.FunctionDef, fix: StageOutputFix) -> cst.FunctionD
     targets = {id(statement) for statement in forward_stack_unpacks(fn, fix.receiver)}
     if not targets:
         raise FamilyRewriteError(f"{fix.class_name}.forward unpacks no stack output")
-    check = cst.parse_statement(
-        f"if not {fix.pp_group}.is_last_rank:\n    return {STAGE_OUTPUT}\n"
-    )
+    check = cst.parse_statement(f"if not {fix.pp_group}.is_last_rank:\n    return {STAGE_OUTPUT}\n")
 
     class _Split(cst.CSTTransformer):
         def leave_IndentedBlock(self, original, updated):

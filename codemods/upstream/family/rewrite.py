@@ -160,8 +160,9 @@ class _FamilyTransformer(cst.CSTTransformer):
         if not self._classes:
             # One width method per rewritten causal-LM class, for the CUDA graph buffers,
             # and the attribute that tells server-arg validation it relays its captures.
-            receivers = [s.receiver for (c, _), s in self.setters.items()
-                         if c == original.name.value]
+            receivers = [
+                s.receiver for (c, _), s in self.setters.items() if c == original.name.value
+            ]
             if receivers:
                 if receivers[0] is None:  # rewrite_setter has refused such a hook
                     raise FamilyRewriteError(f"{original.name.value} hook has no receiver")
@@ -206,9 +207,7 @@ class _FamilyTransformer(cst.CSTTransformer):
 def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
     """Drop the non-last-rank early return; call ``set_pp_aux_capture`` at the end."""
     early = early_return_of(fn)
-    if (early is None and shape.early_return) or shape.receiver is None or (
-        shape.pp_group is None
-    ):
+    if (early is None and shape.early_return) or shape.receiver is None or (shape.pp_group is None):
         raise FamilyRewriteError(f"{shape.class_name}.{shape.hook} has no early return")
     if not isinstance(fn.body, cst.IndentedBlock):
         raise FamilyRewriteError(f"{shape.class_name}.{shape.hook} has no block body")

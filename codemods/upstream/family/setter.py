@@ -69,8 +69,10 @@ def pp_raise_of(fn: cst.FunctionDef) -> str | None:
             continue
         test = " ".join(code_of(statement.test).split())
         body = statement.body.body
-        if _MULTI_STAGE.search(test) and len(body) == 1 and m.matches(
-            body[0], m.SimpleStatementLine(body=[m.Raise(exc=m.Call())])
+        if (
+            _MULTI_STAGE.search(test)
+            and len(body) == 1
+            and m.matches(body[0], m.SimpleStatementLine(body=[m.Raise(exc=m.Call())]))
         ):
             line = body[0]
             assert isinstance(line, cst.SimpleStatementLine)
@@ -84,8 +86,7 @@ def _setter_shape(class_name: str, fn: cst.FunctionDef, line: int) -> SetterShap
     hook = fn.name.value
     early = early_return_of(fn)
     if early is None:
-        return SetterShape(class_name, hook, line, early_return=False,
-                           pp_raise=pp_raise_of(fn))
+        return SetterShape(class_name, hook, line, early_return=False, pp_raise=pp_raise_of(fn))
     test = early.test
     assert isinstance(test, cst.UnaryOperation)  # early_return_of: ``if not <pp>.is_last_rank``
     pp_group = code_of(attribute_of(test.expression).value)

@@ -54,9 +54,7 @@ def _runs_under_pp(cls: cst.ClassDef) -> bool:
     if forward is None:
         return False
     takes_proxy = any(p.name.value == "pp_proxy_tensors" for p in forward.params.params)
-    reads_group = bool(
-        findall(cls, m.Attribute(value=m.Name("self"), attr=m.Name("pp_group")))
-    )
+    reads_group = bool(findall(cls, m.Attribute(value=m.Name("self"), attr=m.Name("pp_group"))))
     return takes_proxy and reads_group
 
 
@@ -80,8 +78,9 @@ def split_stack_setters(module: cst.Module, shapes: ModuleShapes) -> list[Setter
     return picked
 
 
-def sibling_setters(module: cst.Module, shapes: ModuleShapes,
-                    early: list[SetterShape]) -> list[SetterShape]:
+def sibling_setters(
+    module: cst.Module, shapes: ModuleShapes, early: list[SetterShape]
+) -> list[SetterShape]:
     """Hooks that store their ids on every rank in a class whose other hooks return early
     (qwen3_vl's EAGLE3 hook on 0.5.18-0.5.20): without the relay they lose the earlier
     stages' captures the same way, so they get it too, with that class's PP group."""
@@ -100,8 +99,9 @@ def sibling_setters(module: cst.Module, shapes: ModuleShapes,
     return found
 
 
-def _shape_without_early_return(setter: SetterShape, hook: cst.FunctionDef,
-                                pp_group: str = PP_GROUP) -> SetterShape:
+def _shape_without_early_return(
+    setter: SetterShape, hook: cst.FunctionDef, pp_group: str = PP_GROUP
+) -> SetterShape:
     """The hook's shape as the family reads early-return hooks (receiver, flags, calls,
     ids attribute), read from the hook with the usual early return put in front."""
     guard = cst.parse_statement(f"if not {pp_group}.is_last_rank:\n    return\n")

@@ -81,9 +81,7 @@ def _binding_names(statement: cst.CSTNode, receiver: str) -> set[str]:
 
 
 def _unpacks(statement: cst.CSTNode, name: str) -> list[cst.Assign]:
-    return findall(
-        statement, m.Assign(targets=[m.AssignTarget(m.Tuple())], value=m.Name(name))
-    )
+    return findall(statement, m.Assign(targets=[m.AssignTarget(m.Tuple())], value=m.Name(name)))
 
 
 def _guarded(body: Sequence[cst.CSTNode]) -> set[int]:

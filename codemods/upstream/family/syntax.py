@@ -57,9 +57,7 @@ SELF_IDS = m.Attribute(value=m.Name("self"), attr=m.Name(value=m.MatchIfTrue(is_
 
 
 def _methods(cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
-    return {
-        node.name.value: node for node in cls.body.body if isinstance(node, cst.FunctionDef)
-    }
+    return {node.name.value: node for node in cls.body.body if isinstance(node, cst.FunctionDef)}
 
 
 _Node = TypeVar("_Node", bound=cst.CSTNode)

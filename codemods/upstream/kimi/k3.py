@@ -59,6 +59,7 @@ from codemods.upstream.edit import names
 from codemods.upstream.edit.imports import add_from_import
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
 from codemods.upstream.kimi import linear as kimi
+from codemods.upstream.kimi import syntax as kimi_syntax
 from codemods.upstream.kimi.relay import insert_relay, relay_code
 
 MODULE = "sglang.srt.models.kimi_k3"
@@ -102,14 +103,18 @@ class Analysis(kimi.Analysis):
 def _handoff(boundary: cst.If) -> tuple[cst.SimpleStatementLine, list[tuple[str, str]]] | None:
     assert isinstance(boundary.body, cst.IndentedBlock)
     last = boundary.body.body[-1]
-    ret = m.SimpleStatementLine(body=[m.Return(value=m.Call(
-        func=m.Name("PPProxyTensors"), args=[m.Arg(value=m.Dict())]))])
+    ret = m.SimpleStatementLine(
+        body=[m.Return(value=m.Call(func=m.Name("PPProxyTensors"), args=[m.Arg(value=m.Dict())]))]
+    )
     if not m.matches(last, ret):
         return None
     assert isinstance(last, cst.SimpleStatementLine)
     handoff = last.body[0].value.args[0].value  # type: ignore[attr-defined]
-    entries = [(kimi.code(e.key), kimi.code(e.value)) for e in handoff.elements
-               if isinstance(e, cst.DictElement)]
+    entries = [
+        (kimi_syntax.code(e.key), kimi_syntax.code(e.value))
+        for e in handoff.elements
+        if isinstance(e, cst.DictElement)
+    ]
     return last, entries
 
 
@@ -118,43 +123,60 @@ def _stream(forward: kimi.ForwardShape, missing: list[str]) -> StreamShape | Non
     assert isinstance(forward.capture_if.body, cst.IndentedBlock)
     line = forward.capture_if.body.body[0]
     call = line.body[0].value.args[0].value  # type: ignore[attr-defined]
-    if not (m.matches(call, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name())))
-            and len(call.args) == 4 and m.matches(call.args[0].value,
-                                                  m.Name(forward.loop_var))
-            and m.matches(call.args[3].value, m.Name())):
-        missing.append(f"{where}: captures appended as `self.<method>({forward.loop_var}, "
-                       f"hidden_states, residual, attn_res)`")
+    if not (
+        m.matches(call, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name())))
+        and len(call.args) == 4
+        and m.matches(call.args[0].value, m.Name(forward.loop_var))
+        and m.matches(call.args[3].value, m.Name())
+    ):
+        missing.append(
+            f"{where}: captures appended as `self.<method>({forward.loop_var}, "
+            f"hidden_states, residual, attn_res)`"
+        )
         return None
     name = call.func.attr.value
     attn = call.args[3].value.value
-    method = kimi._methods(forward.cls).get(name)
+    method = kimi_syntax.methods_of(forward.cls).get(name)
     params = [p.name.value for p in method.params.params] if method else []
     if method is None or len(params) != 5:
-        missing.append(f"{forward.cls.name.value}.{name}(self, layer_idx, hidden_states, "
-                       f"residual, attn_res)")
+        missing.append(
+            f"{forward.cls.name.value}.{name}(self, layer_idx, hidden_states, residual, attn_res)"
+        )
         return None
-    split = next((s for s in kimi._body(method) if isinstance(s, cst.If)
-                  and kimi._mentions_attr(s.test, "end_layer") and s.orelse is not None), None)
+    split = next(
+        (
+            s
+            for s in kimi_syntax.statements_of(method)
+            if isinstance(s, cst.If)
+            and kimi_syntax.mentions_attr(s.test, "end_layer")
+            and s.orelse is not None
+        ),
+        None,
+    )
     if split is None:
-        missing.append(f"{forward.cls.name.value}.{name}: `if {params[1]} + 1 < "
-                       f"self.end_layer: ... else: ...` choosing the mixing weights")
+        missing.append(
+            f"{forward.cls.name.value}.{name}: `if {params[1]} + 1 < "
+            f"self.end_layer: ... else: ...` choosing the mixing weights"
+        )
         return None
     if forward.boundary is None:
         missing.append(f"{where}: `if not <pp>.is_last_rank:` after the layer loop")
         return None
     handoff = _handoff(forward.boundary)
     if handoff is None:
-        missing.append(f"{where}: the non-last-rank branch ending in "
-                       f"`return PPProxyTensors({{...}})`")
+        missing.append(
+            f"{where}: the non-last-rank branch ending in `return PPProxyTensors({{...}})`"
+        )
         return None
     boundary_return, entries = handoff
     hidden = next((v for k, v in entries if k.strip("'\"") == "hidden_states"), None)
     if hidden is None:
-        missing.append(f"{where}: a \"hidden_states\" entry in the stage handoff")
+        missing.append(f'{where}: a "hidden_states" entry in the stage handoff')
         return None
-    pp = kimi.code(forward.boundary.test.expression.value)  # type: ignore[attr-defined]
-    return StreamShape(method, name, params[1], params[2], split, attn, pp,
-                       boundary_return, entries, hidden)
+    pp = kimi_syntax.code(forward.boundary.test.expression.value)  # type: ignore[attr-defined]
+    return StreamShape(
+        method, name, params[1], params[2], split, attn, pp, boundary_return, entries, hidden
+    )
 
 
 def _relays_itself(module: cst.Module, source: str, path: str) -> Analysis | None:
@@ -163,9 +185,17 @@ def _relays_itself(module: cst.Module, source: str, path: str) -> Analysis | Non
     setter = kimi._find_setter(module, [])
     if setter is None or setter.pp_guards or RELAY_KEY not in source:
         return None
-    return Analysis(path, SUPPORTED, module, setter, None,
-                    [f"{path} already carries DSPARK captures across PP stages (setter has "
-                     f"no PP=1 guard; the stage handoff carries {RELAY_KEY!r})"])
+    return Analysis(
+        path,
+        SUPPORTED,
+        module,
+        setter,
+        None,
+        [
+            f"{path} already carries DSPARK captures across PP stages (setter has "
+            f"no PP=1 guard; the stage handoff carries {RELAY_KEY!r})"
+        ],
+    )
 
 
 def analyse(source: str, path: str = MODULE) -> Analysis:
@@ -181,18 +211,33 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
             return relayed
         raise UnrecognisedShape(path, missing)
     if kimi.attaches_transport(setter.func, source):
-        return Analysis(path, PATCHED, module, setter, forward,
-                        [f"{path} already carries DSPARK captures across PP with "
-                         f"{names.GLUE_MODULE}"])
+        return Analysis(
+            path,
+            PATCHED,
+            module,
+            setter,
+            forward,
+            [f"{path} already carries DSPARK captures across PP with {names.GLUE_MODULE}"],
+        )
     if not setter.pp_guards and forward.relays:
         assert forward.boundary is not None
-        keys = sorted(set(kimi._strings_in(forward.boundary)) - {"hidden_states", "residual"})
-        return Analysis(path, SUPPORTED, module, setter, forward,
-                        [f"{path} already carries DSPARK captures across PP stages (setter "
-                         f"has no PP=1 guard; the stage handoff carries aux entries: {keys})"])
+        keys = sorted(set(kimi_syntax.strings_in(forward.boundary)) - {"hidden_states", "residual"})
+        return Analysis(
+            path,
+            SUPPORTED,
+            module,
+            setter,
+            forward,
+            [
+                f"{path} already carries DSPARK captures across PP stages (setter "
+                f"has no PP=1 guard; the stage handoff carries aux entries: {keys})"
+            ],
+        )
     if setter.pp is None:
-        missing.append(f"{setter.cls.name.value}: the PP group (self.<pp> = get_pp_group() "
-                       f"or a world_size/is_last_rank guard in {kimi.SETTER})")
+        missing.append(
+            f"{setter.cls.name.value}: the PP group (self.<pp> = get_pp_group() "
+            f"or a world_size/is_last_rank guard in {kimi.SETTER})"
+        )
     if not setter.has_config:
         missing.append(f"{setter.cls.name.value}.__init__ assigning self.config")
     stream = _stream(forward, missing)
@@ -200,10 +245,14 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
         raise UnrecognisedShape(path, missing)
     notes = []
     if setter.pp_guards:
-        notes.append(f"{setter.cls.name.value}.{kimi.SETTER}: removes the PP=1 guard "
-                     f"({names.PP_ERROR!r}) and the non-last-rank early return")
-    notes.append(f"{forward.cls.name.value}: a stage's last captured layer is mixed on the "
-                 f"next stage (it holds the next layer's weights)")
+        notes.append(
+            f"{setter.cls.name.value}.{kimi.SETTER}: removes the PP=1 guard "
+            f"({names.PP_ERROR!r}) and the non-last-rank early return"
+        )
+    notes.append(
+        f"{forward.cls.name.value}: a stage's last captured layer is mixed on the "
+        f"next stage (it holds the next layer's weights)"
+    )
     return Analysis(path, NEEDS_PATCH, module, setter, forward, notes, stream=stream)
 
 
@@ -222,7 +271,7 @@ def _rewrite_stream(func: cst.FunctionDef, stream: StreamShape) -> cst.FunctionD
     ]
     (early,) = parse_statements(lines_to_text(lines), _D2)
     body: list[cst.BaseStatement] = []
-    for stmt in kimi._body(func):
+    for stmt in kimi_syntax.statements_of(func):
         if stmt.deep_equals(stream.split):
             body.append(early)
         body.append(stmt)
@@ -230,21 +279,30 @@ def _rewrite_stream(func: cst.FunctionDef, stream: StreamShape) -> cst.FunctionD
     return func.with_changes(body=func.body.with_changes(body=body))
 
 
-def _rewrite_forward(func: cst.FunctionDef, shape: kimi.ForwardShape,
-                     stream: StreamShape) -> cst.FunctionDef:
-    taken = kimi._function_locals(func)
-    captures = kimi._fresh("dspark_captures", taken)
-    incoming = kimi._fresh("dspark_incoming", taken)
-    head = kimi._fresh("dspark_head", taken)
-    entry = kimi._fresh("dspark_entry", taken)
-    width = kimi._fresh("dspark_width", taken)
-    proxy_dict = kimi._fresh("proxy_tensors", taken)
+def _rewrite_forward(
+    func: cst.FunctionDef, shape: kimi.ForwardShape, stream: StreamShape
+) -> cst.FunctionDef:
+    taken = kimi_syntax.function_locals(func)
+    captures = kimi_syntax.fresh("dspark_captures", taken)
+    incoming = kimi_syntax.fresh("dspark_incoming", taken)
+    head = kimi_syntax.fresh("dspark_head", taken)
+    entry = kimi_syntax.fresh("dspark_entry", taken)
+    width = kimi_syntax.fresh("dspark_width", taken)
+    proxy_dict = kimi_syntax.fresh("proxy_tensors", taken)
     transport = f"self.{names.RELAY_ATTR}"
     proxy = shape.proxy_param
 
     init_lines, capture_line, boundary_nodes, collect_node = relay_code(
-        f"self.{names.RELAY_ATTR}", captures, incoming, proxy_dict, proxy, shape.loop_var, shape.aux_name,
-        stream.handoff_entries, stream.hidden)
+        f"self.{names.RELAY_ATTR}",
+        captures,
+        incoming,
+        proxy_dict,
+        proxy,
+        shape.loop_var,
+        shape.aux_name,
+        stream.handoff_entries,
+        stream.hidden,
+    )
     init_lines += [
         f"{_D2}if (",
         f"{_D3}{transport} is not None",
@@ -257,36 +315,44 @@ def _rewrite_forward(func: cst.FunctionDef, shape: kimi.ForwardShape,
         f"{_D3}{incoming} = dict({incoming})",
         f"{_D3}{entry} = {incoming}[AUX_ENTRY]",
         f'{_D3}{width} = {incoming}["hidden_states"].shape[-1]',
-        *render_call(_D3, f"{head} = ", Call(
-            f"self.{stream.name}",
-            ("self.start_layer - 1", f"{entry}[:, -{width}:]", "None", stream.attn))),
-        *render_call(_D3, f"{incoming}[AUX_ENTRY] = ", Call(
-            "torch.cat", (f"[{entry}[:, :-{width}], {head}]", "dim=-1"))),
+        *render_call(
+            _D3,
+            f"{head} = ",
+            Call(
+                f"self.{stream.name}",
+                ("self.start_layer - 1", f"{entry}[:, -{width}:]", "None", stream.attn),
+            ),
+        ),
+        *render_call(
+            _D3,
+            f"{incoming}[AUX_ENTRY] = ",
+            Call("torch.cat", (f"[{entry}[:, :-{width}], {head}]", "dim=-1")),
+        ),
     ]
     init_nodes = parse_statements(lines_to_text(init_lines), _D2)
-
 
     class _Forward(cst.CSTTransformer):
         def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
             assert isinstance(updated.body, cst.IndentedBlock)
             if original is shape.capture_if:
-                return updated.with_changes(body=updated.body.with_changes(
-                    body=[*updated.body.body, *capture_line]))
+                return updated.with_changes(
+                    body=updated.body.with_changes(body=[*updated.body.body, *capture_line])
+                )
             if original is shape.boundary:
                 *kept, _ = updated.body.body
                 first = boundary_nodes[0].with_changes(
-                    leading_lines=stream.boundary_return.leading_lines)
-                return updated.with_changes(body=updated.body.with_changes(
-                    body=[*kept, first, *boundary_nodes[1:]]))
+                    leading_lines=stream.boundary_return.leading_lines
+                )
+                return updated.with_changes(
+                    body=updated.body.with_changes(body=[*kept, first, *boundary_nodes[1:]])
+                )
             return updated
 
     return insert_relay(func, func.visit(_Forward()), shape, init_nodes, collect_node)
 
 
 def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
-    """The patched text of a Kimi-K3 model file (``source`` itself when nothing to do).
-
-    """
+    """The patched text of a Kimi-K3 model file (``source`` itself when nothing to do)."""
     analysis = analyse(source, path)
     if analysis.status != NEEDS_PATCH:
         return source, analysis
@@ -297,8 +363,9 @@ def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
     stream: StreamShape = analysis.stream
 
     class _Classes(cst.CSTTransformer):
-        def leave_FunctionDef(self, original: cst.FunctionDef,
-                              updated: cst.FunctionDef) -> cst.FunctionDef:
+        def leave_FunctionDef(
+            self, original: cst.FunctionDef, updated: cst.FunctionDef
+        ) -> cst.FunctionDef:
             if original is setter.func:
                 return kimi._rewrite_setter(updated, setter)
             if original is forward.func:

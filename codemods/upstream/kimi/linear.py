@@ -66,6 +66,7 @@ from codemods.upstream.edit.names import ATTACH, GLUE_MODULE, PP_ERROR, RELAY_AT
 from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
 from codemods.upstream.edit.walk import findall
+from codemods.upstream.kimi import syntax
 from codemods.upstream.kimi.relay import insert_relay, relay_code
 
 MODULE = "sglang.srt.models.kimi_linear"
@@ -89,73 +90,6 @@ class UnrecognisedShape(ValueError):
         self.missing = list(missing)
         detail = "; ".join(self.missing)
         super().__init__(f"{path}: unrecognised Kimi-Linear model file: {detail}")
-
-
-_EMPTY = cst.Module([])
-
-
-def code(node: cst.CSTNode) -> str:
-    return _EMPTY.code_for_node(node)
-
-
-def _strings_in(node: cst.CSTNode) -> list[str]:
-    out = []
-    for found in findall(node, m.SimpleString()):
-        assert isinstance(found, cst.SimpleString)
-        value = found.evaluated_value
-        out.append(value if isinstance(value, str) else value.decode("latin-1"))
-    return out
-
-
-def _mentions_attr(node: cst.CSTNode, attr: str) -> bool:
-    return bool(findall(node, m.Attribute(attr=m.Name(attr))))
-
-
-def _methods(cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
-    return {
-        stmt.name.value: stmt for stmt in cls.body.body if isinstance(stmt, cst.FunctionDef)
-    }
-
-
-def _body(func: cst.FunctionDef) -> Sequence[cst.BaseStatement]:
-    assert isinstance(func.body, cst.IndentedBlock)
-    return func.body.body
-
-
-def _raises(block: cst.BaseSuite, exc: str) -> bool:
-    return bool(findall(block, m.Raise(exc=m.Call(func=m.Name(exc)) | m.Name(exc))))
-
-
-def _assign_target_attr(stmt: cst.CSTNode, attr: str) -> cst.Attribute | None:
-    """``X.attr`` when ``stmt`` is ``X.attr = ...`` or ``X.attr: T = ...``."""
-    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
-        return None
-    small = stmt.body[0]
-    targets: list[cst.BaseExpression] = []
-    if isinstance(small, cst.Assign):
-        targets = [t.target for t in small.targets]
-    elif isinstance(small, cst.AnnAssign):
-        targets = [small.target]
-    for target in targets:
-        if isinstance(target, cst.Attribute) and target.attr.value == attr:
-            return target
-    return None
-
-
-def _function_locals(func: cst.FunctionDef) -> set[str]:
-    names = {p.name.value for p in func.params.params}
-    for found in findall(func, m.Name()):
-        assert isinstance(found, cst.Name)
-        names.add(found.value)
-    return names
-
-
-def _fresh(name: str, taken: set[str]) -> str:
-    candidate, n = name, 2
-    while candidate in taken:
-        candidate, n = f"{name}_{n}", n + 1
-    taken.add(candidate)
-    return candidate
 
 
 # --------------------------------------------------------------------------- discovery
@@ -207,7 +141,7 @@ def _find_setter(module: cst.Module, missing: list[str]) -> SetterShape | None:
     for cls in module.body:
         if not isinstance(cls, cst.ClassDef):
             continue
-        func = _methods(cls).get(SETTER)
+        func = syntax.methods_of(cls).get(SETTER)
         if func is None:
             continue
         params = [p.name.value for p in func.params.params]
@@ -220,86 +154,86 @@ def _find_setter(module: cst.Module, missing: list[str]) -> SetterShape | None:
         pp = None
         guards: list[cst.BaseStatement] = []
         none_check = None
-        for stmt in _body(func):
-            target = _assign_target_attr(stmt, CAPTURE_ATTR)
+        for stmt in syntax.statements_of(func):
+            target = syntax.assign_target_attr(stmt, CAPTURE_ATTR)
             if target is not None:
-                store, inner = stmt, code(target.value)
+                store, inner = stmt, syntax.code(target.value)
                 continue
             if not isinstance(stmt, cst.If) or stmt.orelse is not None:
                 continue
             test = stmt.test
             world = findall(test, m.Attribute(attr=m.Name("world_size")))
-            if world and _raises(stmt.body, "NotImplementedError"):
+            if world and syntax.raises(stmt.body, "NotImplementedError"):
                 guards.append(stmt)
-                pp = pp or code(world[0].value)
+                pp = pp or syntax.code(world[0].value)
                 continue
             if m.matches(
-                test, m.UnaryOperation(operator=m.Not(), expression=m.Attribute(
-                    attr=m.Name("is_last_rank")))
-            ) and m.matches(stmt.body, m.SimpleStatementSuite(body=[m.Return(value=None)])
-                            | m.IndentedBlock(body=[m.SimpleStatementLine(
-                                body=[m.Return(value=None)])])):
+                test,
+                m.UnaryOperation(
+                    operator=m.Not(), expression=m.Attribute(attr=m.Name("is_last_rank"))
+                ),
+            ) and m.matches(
+                stmt.body,
+                m.SimpleStatementSuite(body=[m.Return(value=None)])
+                | m.IndentedBlock(body=[m.SimpleStatementLine(body=[m.Return(value=None)])]),
+            ):
                 guards.append(stmt)
-                pp = pp or code(test.expression.value)  # type: ignore[attr-defined]
+                pp = pp or syntax.code(test.expression.value)  # type: ignore[attr-defined]
                 continue
-            if m.matches(test, m.Comparison(left=m.Name(param), comparisons=[
-                    m.ComparisonTarget(operator=m.Is(), comparator=m.Name("None"))])):
+            if m.matches(
+                test,
+                m.Comparison(
+                    left=m.Name(param),
+                    comparisons=[m.ComparisonTarget(operator=m.Is(), comparator=m.Name("None"))],
+                ),
+            ):
                 none_check = stmt
         if store is None:
             missing.append(
                 f"{cls.name.value}.{SETTER} storing the ids on self.<model>.{CAPTURE_ATTR}"
             )
             return None
-        init = _methods(cls).get("__init__")
+        init = syntax.methods_of(cls).get("__init__")
         has_config = init is not None and any(
-            (t := _assign_target_attr(s, "config")) is not None and code(t.value) == "self"
-            for s in _body(init)
+            (t := syntax.assign_target_attr(s, "config")) is not None
+            and syntax.code(t.value) == "self"
+            for s in syntax.statements_of(init)
         )
         if pp is None and init is not None:
-            for stmt in _body(init):
-                if m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(
-                        targets=[m.AssignTarget(target=m.Attribute(value=m.Name("self")))],
-                        value=m.Call(func=m.Name("get_pp_group")))])):
-                    pp = code(stmt.body[0].targets[0].target)  # type: ignore[attr-defined]
+            for stmt in syntax.statements_of(init):
+                if m.matches(
+                    stmt,
+                    m.SimpleStatementLine(
+                        body=[
+                            m.Assign(
+                                targets=[m.AssignTarget(target=m.Attribute(value=m.Name("self")))],
+                                value=m.Call(func=m.Name("get_pp_group")),
+                            )
+                        ]
+                    ),
+                ):
+                    pp = syntax.code(stmt.body[0].targets[0].target)  # type: ignore[attr-defined]
         assert isinstance(store, cst.SimpleStatementLine) and inner is not None  # set together
         return SetterShape(cls, func, param, store, inner, pp, guards, none_check, has_config)
     missing.append(f"a class defining {SETTER}(self, layer_ids)")
     return None
 
 
-def _capture_if(loop: cst.For) -> tuple[cst.If, str] | None:
-    assert isinstance(loop.body, cst.IndentedBlock)
-    for stmt in loop.body.body:
-        if not isinstance(stmt, cst.If) or not _mentions_attr(stmt.test, CAPTURE_ATTR):
-            continue
-        body = stmt.body
-        if not isinstance(body, cst.IndentedBlock):
-            continue
-        line = body.body[0]
-        appended = m.SimpleStatementLine(body=[m.Expr(value=m.Call(
-            func=m.Attribute(value=m.Name(), attr=m.Name("append")), args=[m.Arg()]))])
-        if m.matches(line, appended):
-            return stmt, line.body[0].value.func.value.value  # type: ignore[attr-defined]
-    return None
-
-
-def _is_not_last(test: cst.BaseExpression) -> bool:
-    return m.matches(test, m.UnaryOperation(
-        operator=m.Not(), expression=m.Attribute(attr=m.Name("is_last_rank"))))
-
-
 def _find_forward(module: cst.Module, missing: list[str]) -> ForwardShape | None:
     for cls in module.body:
         if not isinstance(cls, cst.ClassDef):
             continue
-        methods = _methods(cls)
+        methods = syntax.methods_of(cls)
         func = methods.get("forward")
         if func is None:
             continue
-        body = _body(func)
+        body = syntax.statements_of(func)
         loop = capture = None
         for stmt in body:
-            if isinstance(stmt, cst.For) and (found := _capture_if(stmt)) is not None:
+            if (
+                isinstance(stmt, cst.For)
+                and (found := syntax.capture_if(stmt, CAPTURE_ATTR)) is not None
+            ):
                 loop, capture = stmt, found
                 break
         if loop is None or capture is None:
@@ -312,15 +246,16 @@ def _find_forward(module: cst.Module, missing: list[str]) -> ForwardShape | None
             return None
         init_store = next(
             (
-                s for s in _body(init)
+                s
+                for s in syntax.statements_of(init)
                 if isinstance(s, cst.SimpleStatementLine)
-                and _assign_target_attr(s, CAPTURE_ATTR) is not None
+                and syntax.assign_target_attr(s, CAPTURE_ATTR) is not None
             ),
             None,
         )
         proxy_param = None
         for param in func.params.params:
-            annotation = code(param.annotation.annotation) if param.annotation else ""
+            annotation = syntax.code(param.annotation.annotation) if param.annotation else ""
             if param.name.value == "pp_proxy_tensors" or "PPProxyTensors" in annotation:
                 proxy_param = param.name.value
         if proxy_param is None:
@@ -330,11 +265,30 @@ def _find_forward(module: cst.Module, missing: list[str]) -> ForwardShape | None
             missing.append(f"{where}: layer loop with a plain loop variable")
             return None
         aux_init = next(
-            (s for s in body if isinstance(s, cst.SimpleStatementLine) and (
-             m.matches(s, m.SimpleStatementLine(body=[m.Assign(
-                targets=[m.AssignTarget(target=m.Name(aux_name))], value=m.List(elements=[]))]))
-             or m.matches(s, m.SimpleStatementLine(body=[m.AnnAssign(
-                 target=m.Name(aux_name), value=m.List(elements=[]))])))),
+            (
+                s
+                for s in body
+                if isinstance(s, cst.SimpleStatementLine)
+                and (
+                    m.matches(
+                        s,
+                        m.SimpleStatementLine(
+                            body=[
+                                m.Assign(
+                                    targets=[m.AssignTarget(target=m.Name(aux_name))],
+                                    value=m.List(elements=[]),
+                                )
+                            ]
+                        ),
+                    )
+                    or m.matches(
+                        s,
+                        m.SimpleStatementLine(
+                            body=[m.AnnAssign(target=m.Name(aux_name), value=m.List(elements=[]))]
+                        ),
+                    )
+                )
+            ),
             None,
         )
         if aux_init is None or body.index(aux_init) > body.index(loop):
@@ -345,30 +299,54 @@ def _find_forward(module: cst.Module, missing: list[str]) -> ForwardShape | None
         entries: list[tuple[str, str]] = []
         relays = False
         for stmt in body[body.index(loop) + 1 :]:
-            if isinstance(stmt, cst.If) and _is_not_last(stmt.test):
+            if isinstance(stmt, cst.If) and syntax.is_not_last(stmt.test):
                 boundary = stmt
                 break
         if boundary is not None:
             assert isinstance(boundary.body, cst.IndentedBlock)
             last = boundary.body.body[-1]
-            ret = m.SimpleStatementLine(body=[m.Return(value=m.Call(
-                func=m.Name("PPProxyTensors"), args=[m.Arg(value=m.Dict())]))])
-            if isinstance(last, cst.SimpleStatementLine) and m.matches(last, ret) and len(
-                    boundary.body.body) == 1:
+            ret = m.SimpleStatementLine(
+                body=[
+                    m.Return(
+                        value=m.Call(func=m.Name("PPProxyTensors"), args=[m.Arg(value=m.Dict())])
+                    )
+                ]
+            )
+            if (
+                isinstance(last, cst.SimpleStatementLine)
+                and m.matches(last, ret)
+                and len(boundary.body.body) == 1
+            ):
                 boundary_return = last
                 handoff = last.body[0].value.args[0].value  # type: ignore[attr-defined]
                 for element in handoff.elements:
                     if not isinstance(element, cst.DictElement):
                         continue
-                    entries.append((code(element.key), code(element.value)))
-            keys = set(_strings_in(boundary))
+                    entries.append((syntax.code(element.key), syntax.code(element.value)))
+            keys = set(syntax.strings_in(boundary))
             relays = any(k not in ("hidden_states", "residual") for k in keys) or any(
-                _mentions_attr(boundary, attr) for attr in (RELAY_ATTR, LEGACY_TRANSPORT_ATTR))
-        hidden = next((value for key, value in entries if key.strip("'\"") == "hidden_states"),
-                      None)
-        return ForwardShape(cls, init, init_store, func, proxy_param, aux_name,
-                            aux_init, loop, loop.target.value, capture_if, boundary,
-                            boundary_return, entries, hidden, relays)
+                syntax.mentions_attr(boundary, attr) for attr in (RELAY_ATTR, LEGACY_TRANSPORT_ATTR)
+            )
+        hidden = next(
+            (value for key, value in entries if key.strip("'\"") == "hidden_states"), None
+        )
+        return ForwardShape(
+            cls,
+            init,
+            init_store,
+            func,
+            proxy_param,
+            aux_name,
+            aux_init,
+            loop,
+            loop.target.value,
+            capture_if,
+            boundary,
+            boundary_return,
+            entries,
+            hidden,
+            relays,
+        )
     missing.append(
         f"a model class whose forward loops over its layers and appends to an aux list "
         f"where `self.{CAPTURE_ATTR}` lists the layer"
@@ -381,7 +359,7 @@ def attaches_transport(setter: cst.FunctionDef, source: str) -> bool:
     rewrite), or builds the PP aux transport of an earlier form of the patch."""
     if GLUE_MODULE in source and findall(setter, m.Call(func=m.Name(ATTACH))):
         return True
-    return LEGACY_TRANSPORT_MODULE in source and _mentions_attr(setter, LEGACY_TRANSPORT_ATTR)
+    return LEGACY_TRANSPORT_MODULE in source and syntax.mentions_attr(setter, LEGACY_TRANSPORT_ATTR)
 
 
 def discover(source: str, path: str, unrecognised: type[UnrecognisedShape] = UnrecognisedShape):
@@ -404,37 +382,66 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
     if setter is None or forward is None:
         raise UnrecognisedShape(path, missing)
     if attaches_transport(setter.func, source):
-        return Analysis(path, PATCHED, module, setter, forward,
-                        [f"{path} already carries DSPARK captures across PP with "
-                         f"{GLUE_MODULE}"])
+        return Analysis(
+            path,
+            PATCHED,
+            module,
+            setter,
+            forward,
+            [f"{path} already carries DSPARK captures across PP with {GLUE_MODULE}"],
+        )
     if not setter.pp_guards and forward.relays:
         assert forward.boundary is not None
-        extra_keys = sorted(set(_strings_in(forward.boundary)) - {"hidden_states", "residual"})
-        return Analysis(path, SUPPORTED, module, setter, forward,
-                        [f"{path} already carries DSPARK captures across PP stages "
-                         f"(setter has no PP=1 guard; the stage handoff carries aux "
-                         f"entries: {extra_keys})"])
+        extra_keys = sorted(
+            set(syntax.strings_in(forward.boundary)) - {"hidden_states", "residual"}
+        )
+        return Analysis(
+            path,
+            SUPPORTED,
+            module,
+            setter,
+            forward,
+            [
+                f"{path} already carries DSPARK captures across PP stages "
+                f"(setter has no PP=1 guard; the stage handoff carries aux "
+                f"entries: {extra_keys})"
+            ],
+        )
     problems = []
     # The first missing piece of the forward's stage boundary, in the order they nest.
-    missing = next((what for found, what in (
-        (forward.boundary, "`if not <pp>.is_last_rank:` after the layer loop"),
-        (forward.boundary_return, "`return PPProxyTensors({...})` as the only statement of "
-                                  "the non-last-rank branch"),
-        (forward.hidden, 'a "hidden_states" entry in the stage handoff'),
-    ) if found is None), None)
+    missing = next(
+        (
+            what
+            for found, what in (
+                (forward.boundary, "`if not <pp>.is_last_rank:` after the layer loop"),
+                (
+                    forward.boundary_return,
+                    "`return PPProxyTensors({...})` as the only statement of "
+                    "the non-last-rank branch",
+                ),
+                (forward.hidden, 'a "hidden_states" entry in the stage handoff'),
+            )
+            if found is None
+        ),
+        None,
+    )
     if missing is not None:
         problems.append(f"{forward.cls.name.value}.forward: {missing}")
     if setter.pp is None:
-        problems.append(f"{setter.cls.name.value}: the PP group (self.<pp> = get_pp_group() "
-                        f"or a world_size/is_last_rank guard in {SETTER})")
+        problems.append(
+            f"{setter.cls.name.value}: the PP group (self.<pp> = get_pp_group() "
+            f"or a world_size/is_last_rank guard in {SETTER})"
+        )
     if not setter.has_config:
         problems.append(f"{setter.cls.name.value}.__init__ assigning self.config")
     if problems:
         raise UnrecognisedShape(path, problems)
     notes = []
     if setter.pp_guards:
-        notes.append(f"{setter.cls.name.value}.{SETTER}: removes the PP=1 guard "
-                     f"({PP_ERROR!r}) and the non-last-rank early return")
+        notes.append(
+            f"{setter.cls.name.value}.{SETTER}: removes the PP=1 guard "
+            f"({PP_ERROR!r}) and the non-last-rank early return"
+        )
     return Analysis(path, NEEDS_PATCH, module, setter, forward, notes)
 
 
@@ -458,7 +465,9 @@ def _rewrite_setter(func: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDe
     after_none, after_store = _setter_statements(shape)
     body: list[cst.BaseStatement] = []
     inserted = False
-    statements = [s for s in _body(func) if not any(s.deep_equals(g) for g in shape.pp_guards)]
+    statements = [
+        s for s in syntax.statements_of(func) if not any(s.deep_equals(g) for g in shape.pp_guards)
+    ]
     if shape.none_check is None:
         body.extend(after_none)
         inserted = True
@@ -482,15 +491,14 @@ def _init_statement(shape: ForwardShape) -> list[cst.BaseStatement]:
     indent = _indent_of(2)
     annotation = ""
     if shape.init_store is not None and isinstance(shape.init_store.body[0], cst.AnnAssign):
-        existing = code(shape.init_store.body[0].annotation.annotation)
-        annotation = (f": {RELAY_CLASS} | None" if "|" in existing
-                      else f": Optional[{RELAY_CLASS}]")
+        existing = syntax.code(shape.init_store.body[0].annotation.annotation)
+        annotation = f": {RELAY_CLASS} | None" if "|" in existing else f": Optional[{RELAY_CLASS}]"
     return parse_statements(f"{indent}self.{RELAY_ATTR}{annotation} = None\n", indent)
 
 
 def _rewrite_init(func: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
     new = _init_statement(shape)
-    body = list(_body(func))
+    body = list(syntax.statements_of(func))
     if shape.init_store is not None:
         index = next(i for i, s in enumerate(body) if s.deep_equals(shape.init_store))
         body[index + 1 : index + 1] = new
@@ -501,30 +509,40 @@ def _rewrite_init(func: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
 
 
 def _rewrite_forward(func: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
-    taken = _function_locals(func)
-    captures = _fresh("dspark_captures", taken)
-    incoming = _fresh("dspark_incoming", taken)
-    proxy_dict = _fresh("proxy_tensors", taken)
+    taken = syntax.function_locals(func)
+    captures = syntax.fresh("dspark_captures", taken)
+    incoming = syntax.fresh("dspark_incoming", taken)
+    proxy_dict = syntax.fresh("proxy_tensors", taken)
     proxy = shape.proxy_param
     d2 = _indent_of(2)
 
     init_lines, capture_line, boundary_nodes, collect_node = relay_code(
-        f"self.{RELAY_ATTR}", captures, incoming, proxy_dict, proxy, shape.loop_var, shape.aux_name,
-        shape.handoff_entries, shape.hidden)
+        f"self.{RELAY_ATTR}",
+        captures,
+        incoming,
+        proxy_dict,
+        proxy,
+        shape.loop_var,
+        shape.aux_name,
+        shape.handoff_entries,
+        shape.hidden,
+    )
     init_nodes = parse_statements(lines_to_text(init_lines), d2)
 
     class _Forward(cst.CSTTransformer):
         def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
             if original is shape.capture_if:
                 assert isinstance(updated.body, cst.IndentedBlock)
-                return updated.with_changes(body=updated.body.with_changes(
-                    body=[*updated.body.body, *capture_line]))
+                return updated.with_changes(
+                    body=updated.body.with_changes(body=[*updated.body.body, *capture_line])
+                )
             if original is shape.boundary:
                 assert isinstance(updated.body, cst.IndentedBlock)
                 leading = shape.boundary_return.leading_lines  # type: ignore[union-attr]
                 first = boundary_nodes[0].with_changes(leading_lines=leading)
-                return updated.with_changes(body=updated.body.with_changes(
-                    body=[first, *boundary_nodes[1:]]))
+                return updated.with_changes(
+                    body=updated.body.with_changes(body=[first, *boundary_nodes[1:]])
+                )
             return updated
 
     return insert_relay(func, func.visit(_Forward()), shape, init_nodes, collect_node)
@@ -533,7 +551,7 @@ def _rewrite_forward(func: cst.FunctionDef, shape: ForwardShape) -> cst.Function
 def transport_imports(module: cst.Module, forward: ForwardShape) -> cst.Module:
     """``module`` importing what the rewritten setter and ``__init__`` use."""
     names = [ATTACH]
-    if RELAY_CLASS in code(_init_statement(forward)[0]):
+    if RELAY_CLASS in syntax.code(_init_statement(forward)[0]):
         names.append(RELAY_CLASS)
     return add_from_import(module, GLUE_MODULE, tuple(sorted(names)))
 
@@ -548,8 +566,9 @@ def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
     forward: ForwardShape = analysis.forward
 
     class _Classes(cst.CSTTransformer):
-        def leave_FunctionDef(self, original: cst.FunctionDef,
-                              updated: cst.FunctionDef) -> cst.FunctionDef:
+        def leave_FunctionDef(
+            self, original: cst.FunctionDef, updated: cst.FunctionDef
+        ) -> cst.FunctionDef:
             if original is setter.func:
                 return _rewrite_setter(updated, setter)
             if original is forward.func:

@@ -11,8 +11,17 @@ import libcst as cst
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
 
 
-def relay_code(transport: str, captures: str, incoming: str, proxy_dict: str, proxy: str,
-               loop_var: str, aux_name: str, handoff_entries, hidden: str | None):
+def relay_code(
+    transport: str,
+    captures: str,
+    incoming: str,
+    proxy_dict: str,
+    proxy: str,
+    loop_var: str,
+    aux_name: str,
+    handoff_entries,
+    hidden: str | None,
+):
     """A rewritten forward's relay: init lines (text), capture record, non-last-rank
     branch body, last-stage collect."""
     d2, d3, d4 = "    " * 2, "    " * 3, "    " * 4
@@ -28,14 +37,16 @@ def relay_code(transport: str, captures: str, incoming: str, proxy_dict: str, pr
     boundary_lines = [f"{d3}{proxy_dict} = {{"]
     boundary_lines += [f"{d4}{key}: {value}," for key, value in handoff_entries]
     boundary_lines += [f"{d3}}}", f"{d3}if {transport} is not None:"]
-    boundary_lines += render_call(d4, "", Call(f"{proxy_dict}.update", (
-        Call(f"{transport}.outgoing", (captures, incoming)),)))
+    boundary_lines += render_call(
+        d4, "", Call(f"{proxy_dict}.update", (Call(f"{transport}.outgoing", (captures, incoming)),))
+    )
     boundary_lines += [f"{d3}return PPProxyTensors({proxy_dict})"]
     boundary_nodes = parse_statements(lines_to_text(boundary_lines), d3)
 
     collect_lines = [f"{d2}if {transport} is not None:"]
-    collect_lines += render_call(d3, f"{aux_name} = ", Call(
-        f"{transport}.collect", (captures, incoming)))
+    collect_lines += render_call(
+        d3, f"{aux_name} = ", Call(f"{transport}.collect", (captures, incoming))
+    )
     collect_node = parse_statements(lines_to_text(collect_lines), d2)[0]
     collect_node = collect_node.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
     return init_lines, capture_line, boundary_nodes, collect_node

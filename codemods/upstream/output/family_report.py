@@ -43,12 +43,14 @@ def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
 
 def _hook_names(qualified: tuple[str, ...]) -> str:
     names = dict.fromkeys(name.split(".", 1)[1] for name in qualified)
-    return ", ".join(f"`{name.removeprefix('set_').removesuffix('_layers_to_capture')}`"
-                     for name in names)
+    return ", ".join(
+        f"`{name.removeprefix('set_').removesuffix('_layers_to_capture')}`" for name in names
+    )
 
 
-def markdown_table(plan: FamilyPlan, validated: dict[str, str] | None = None,
-                   not_validated: str = "no") -> str:
+def markdown_table(
+    plan: FamilyPlan, validated: dict[str, str] | None = None, not_validated: str = "no"
+) -> str:
     """Markdown table: file, hooks, early return, patched (or why not), validated.
 
     ``validated`` maps file stems to a short description of the validation that passed

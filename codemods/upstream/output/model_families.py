@@ -13,10 +13,16 @@ from __future__ import annotations
 #: (file-name prefixes, family key, title), in the order the series reviews them.
 FAMILIES: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("kimi",), "kimi", "Kimi"),
-    (("llama", "qwen2", "qwen3", "apertus", "nanbeige", "mllama"), "llama-qwen-dense",
-     "Llama / Qwen dense"),
-    (("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_vl", "qwen2_5_vl", "qwen3_5"),
-     "qwen-moe-vl", "Qwen MoE / VL / hybrid"),
+    (
+        ("llama", "qwen2", "qwen3", "apertus", "nanbeige", "mllama"),
+        "llama-qwen-dense",
+        "Llama / Qwen dense",
+    ),
+    (
+        ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_vl", "qwen2_5_vl", "qwen3_5"),
+        "qwen-moe-vl",
+        "Qwen MoE / VL / hybrid",
+    ),
     (("deepseek",), "deepseek", "DeepSeek"),
     (("glm",), "glm", "GLM"),
     (("minimax",), "minimax", "MiniMax"),
@@ -35,8 +41,12 @@ OTHER = ("other-models", "other models")
 
 def family_of(stem: str) -> tuple[str, str]:
     """``(key, title)`` of the family of model file ``<stem>.py``."""
-    matches = [(len(prefix), key, title) for prefixes, key, title in FAMILIES
-               for prefix in prefixes if stem.startswith(prefix)]
+    matches = [
+        (len(prefix), key, title)
+        for prefixes, key, title in FAMILIES
+        for prefix in prefixes
+        if stem.startswith(prefix)
+    ]
     if not matches:
         return OTHER
     _, key, title = max(matches, key=lambda match: match[0])

@@ -42,8 +42,15 @@ from codemods.upstream.output.result_facts import (
 )
 from codemods.upstream.tree.reachability import EVERY
 
-__all__ = ["render", "title_of", "touched_hooks", "touched_models", "kimi_touched",
-           "MAX_LINES", "SECTIONS"]
+__all__ = [
+    "render",
+    "title_of",
+    "touched_hooks",
+    "touched_models",
+    "kimi_touched",
+    "MAX_LINES",
+    "SECTIONS",
+]
 
 #: SGLang's pull-request template sections, in order.
 SECTIONS = ("## Motivation", "## Modifications", "## Benchmark & Profiling", "## Checklist")
@@ -96,25 +103,36 @@ def _reach(result: UpstreamResult) -> list[str]:
             f"`--pp-size > 1`{npu} (`{every.path}`, `{every.function}`: "
             f"`assert ... speculative_algorithm is None` under `{every.condition}`), so no "
             "server configuration reaches the change there; it takes effect only where code "
-            "drives the patched model classes directly (as the added tests do).")
+            "drives the patched model classes directly (as the added tests do)."
+        )
     others = [r for r in found if r.algorithm != EVERY]
     if every is not None and others:
-        lines.append("Also refused with PP there: " + "; ".join(
-            f"{r.algorithm} (`{r.function}`: `{r.condition}`)" for r in others) + ".")
+        lines.append(
+            "Also refused with PP there: "
+            + "; ".join(f"{r.algorithm} (`{r.function}`: `{r.condition}`)" for r in others)
+            + "."
+        )
         return lines
     for refusal in others:
-        check = (f"`{refusal.path}`, `{refusal.function}`: `{refusal.condition}` -> "
-                 f"\"{refusal.message}\"")
+        check = (
+            f'`{refusal.path}`, `{refusal.function}`: `{refusal.condition}` -> "{refusal.message}"'
+        )
         if refusal.conditional:
-            lines.append(f"**Still checked:** {refusal.algorithm} with PP is accepted only "
-                         f"where this check lets it through ({check}).")
+            lines.append(
+                f"**Still checked:** {refusal.algorithm} with PP is accepted only "
+                f"where this check lets it through ({check})."
+            )
         else:
-            where = ("only outside the server" if not _aux_flag_reaches(result, refusal.algorithm)
-                     else f"by the server only through `{AUX_FLAG}` (a capture without a "
-                          "draft)")
-            lines.append(f"**Still refused:** {refusal.algorithm} with PP ({check}); the "
-                         f"{refusal.algorithm} capture change is reached {where} on this "
-                         "release.")
+            where = (
+                "only outside the server"
+                if not _aux_flag_reaches(result, refusal.algorithm)
+                else f"by the server only through `{AUX_FLAG}` (a capture without a draft)"
+            )
+            lines.append(
+                f"**Still refused:** {refusal.algorithm} with PP ({check}); the "
+                f"{refusal.algorithm} capture change is reached {where} on this "
+                "release."
+            )
     return lines
 
 
@@ -126,33 +144,52 @@ def _aux_flag_reaches(result: UpstreamResult, algorithm: str) -> bool:
 
 
 def _motivation(result: UpstreamResult) -> str:
-    lines = ["Speculative decoding (EAGLE3, DFlash, DSPARK) reads aux hidden states captured "
-             "after a few target layers; under pipeline parallelism those layers live on "
-             "different stages, and today:", ""]
+    lines = [
+        "Speculative decoding (EAGLE3, DFlash, DSPARK) reads aux hidden states captured "
+        "after a few target layers; under pipeline parallelism those layers live on "
+        "different stages, and today:",
+        "",
+    ]
     family = family_models(result)
     if family:
         lines.append(
             f"1. the capture hooks of {len(family)} model files return early off the last "
             "PP rank (`if not self.pp_group.is_last_rank: return`), so only the last stage "
             "captures: the drafter silently gets fewer aux states, or the last stage fails "
-            "unpacking its output when it owns none of the capture layers;")
+            "unpacking its output when it owns none of the capture layers;"
+        )
     if kimi_rewritten(result) or k3_rewritten(result):
-        models = [name for touched, name in ((kimi_rewritten(result), "Kimi-Linear"),
-                                             (k3_rewritten(result), "Kimi-K3")) if touched]
+        models = [
+            name
+            for touched, name in (
+                (kimi_rewritten(result), "Kimi-Linear"),
+                (k3_rewritten(result), "Kimi-K3"),
+            )
+            if touched
+        ]
         verb = "refuse" if len(models) > 1 else "refuses"
-        lines.append(f"1. {' and '.join(models)} {verb} PP outright: "
-                     f"`NotImplementedError(\"{names.PP_ERROR}\")`;")
+        lines.append(
+            f"1. {' and '.join(models)} {verb} PP outright: "
+            f'`NotImplementedError("{names.PP_ERROR}")`;'
+        )
     if kimi_relay_renamed(result) and family:
-        lines.append("1. `kimi_linear.py` and `kimi_k3.py` already relay DSPARK captures in "
-                     "the handoff (`dspark_hidden_states`, sized for CUDA graphs through "
-                     "`get_pp_proxy_dspark_hidden_size`), but no other model or capture "
-                     "method uses that path;")
+        lines.append(
+            "1. `kimi_linear.py` and `kimi_k3.py` already relay DSPARK captures in "
+            "the handoff (`dspark_hidden_states`, sized for CUDA graphs through "
+            "`get_pp_proxy_dspark_hidden_size`), but no other model or capture "
+            "method uses that path;"
+        )
     change = validation_change(result)
     if change is not None:
-        flag = (f", and `handle_aux_hidden_state_capture` rejects `{AUX_FLAG}` with PP"
-                if relaxes_aux_flag(result) else "")
-        lines.append(f"1. `check_pipeline_parallel_compat` (`{change.path}`) rejects EAGLE3 "
-                     f"and DFLASH speculative decoding with PP{flag}.")
+        flag = (
+            f", and `handle_aux_hidden_state_capture` rejects `{AUX_FLAG}` with PP"
+            if relaxes_aux_flag(result)
+            else ""
+        )
+        lines.append(
+            f"1. `check_pipeline_parallel_compat` (`{change.path}`) rejects EAGLE3 "
+            f"and DFLASH speculative decoding with PP{flag}."
+        )
     reach = _reach(result)
     return "\n".join(lines) + "\n" + "".join(f"\n{line}\n" for line in reach)
 
@@ -170,41 +207,56 @@ def _family_lines(result: UpstreamResult) -> list[str]:
         entry = _code(name)
         own = decisions.get(name)
         if key != KIMI and (own is None or not own.patched):
-            users = sorted(d.name for d in decisions.values()
-                           if d.patched and d.forward is not None and d.forward.file == name)
+            users = sorted(
+                d.name
+                for d in decisions.values()
+                if d.patched and d.forward is not None and d.forward.file == name
+            )
             entry += f" (capture forward of {', '.join(users) or 'another model'})"
         groups.setdefault(key, (title, []))[1].append(entry)
-    return [f"  - {groups[key][0]}: {', '.join(groups[key][1])}"
-            for key in sorted(groups, key=family_rank)]
+    return [
+        f"  - {groups[key][0]}: {', '.join(groups[key][1])}"
+        for key in sorted(groups, key=family_rank)
+    ]
 
 
 def _kimi_lines(result: UpstreamResult) -> list[str]:
     lines = []
     if kimi_rewritten(result):
-        lines.append("- `kimi_linear.py`: `set_dspark_layers_to_capture` stores the ids on "
-                     "every rank and calls `set_pp_aux_capture`; each stage records its "
-                     "captures, the last collects them in layer order.")
+        lines.append(
+            "- `kimi_linear.py`: `set_dspark_layers_to_capture` stores the ids on "
+            "every rank and calls `set_pp_aux_capture`; each stage records its "
+            "captures, the last collects them in layer order."
+        )
     if k3_rewritten(result):
-        lines.append("- `kimi_k3.py`: the same setter and relay; a stage's last-layer "
-                     "capture is finished on the next stage (attention residuals).")
+        lines.append(
+            "- `kimi_k3.py`: the same setter and relay; a stage's last-layer "
+            "capture is finished on the next stage (attention residuals)."
+        )
     return lines
 
 
 def _sizing_line(result: UpstreamResult) -> str:
     sizing = [c.path for c in _changed(result, Role.SIZING, Role.SIZING_RENAME)]
     if not sizing:
-        return ("- CUDA graphs: this tree's proxy buffers are not sized for the aux entry; "
-                "run PP with CUDA graphs disabled on non-first stages (the last stage raises "
-                "`RuntimeError` naming missing layers otherwise).")
+        return (
+            "- CUDA graphs: this tree's proxy buffers are not sized for the aux entry; "
+            "run PP with CUDA graphs disabled on non-first stages (the last stage raises "
+            "`RuntimeError` naming missing layers otherwise)."
+        )
     if _changed(result, *RENAME_ROLES):
         relays = [c.path for c in _changed(result, Role.RELAY_RENAME)]
-        return ("- SGLang's DSPARK entry and CUDA-graph sizing now serve every capture "
-                "method: `dspark_hidden_states` -> `aux_hidden_states`, "
-                "`*pp_proxy_dspark_hidden_size` -> `*pp_proxy_aux_hidden_size` in "
-                f"{', '.join(_code(p) for p in sizing + relays)}; every patched causal LM "
-                "defines `get_pp_proxy_aux_hidden_size`.")
-    return ("- CUDA-graph sizing of the `aux_hidden_states` proxy entry along a new path "
-            f"(`get_pp_proxy_aux_hidden_size`): {', '.join(_code(p) for p in sizing)}.")
+        return (
+            "- SGLang's DSPARK entry and CUDA-graph sizing now serve every capture "
+            "method: `dspark_hidden_states` -> `aux_hidden_states`, "
+            "`*pp_proxy_dspark_hidden_size` -> `*pp_proxy_aux_hidden_size` in "
+            f"{', '.join(_code(p) for p in sizing + relays)}; every patched causal LM "
+            "defines `get_pp_proxy_aux_hidden_size`."
+        )
+    return (
+        "- CUDA-graph sizing of the `aux_hidden_states` proxy entry along a new path "
+        f"(`get_pp_proxy_aux_hidden_size`): {', '.join(_code(p) for p in sizing)}."
+    )
 
 
 def _validation_line(result: UpstreamResult) -> str:
@@ -215,15 +267,19 @@ def _validation_line(result: UpstreamResult) -> str:
     accepted, kept = accepted_algorithms(result)
     flag = f", and `{AUX_FLAG}` with PP," if relaxes_aux_flag(result) else ""
     what = "/".join(accepted) + flag if accepted else f"`{AUX_FLAG}`" if flag else "nothing"
-    line = (f"- Validation (`{change.path}`): {what} accepted with PP where the served "
-            "model class (`ModelRegistry.resolve_model_cls`) declares "
-            "`supports_pp_aux_capture` and has the method's capture hook: the patched "
-            f"causal-LM classes ({len(found)} architectures in the patched files) and their "
-            "subclasses; every other refusal kept.")
+    line = (
+        f"- Validation (`{change.path}`): {what} accepted with PP where the served "
+        "model class (`ModelRegistry.resolve_model_cls`) declares "
+        "`supports_pp_aux_capture` and has the method's capture hook: the patched "
+        f"causal-LM classes ({len(found)} architectures in the patched files) and their "
+        "subclasses; every other refusal kept."
+    )
     for refusal in kept:
-        line += (f" {refusal.algorithm} with PP stays refused: `{refusal.function}` "
-                 f"(`{refusal.condition}`, named above) refuses it before its worker starts, "
-                 "so accepting it in `check_pipeline_parallel_compat` could not run.")
+        line += (
+            f" {refusal.algorithm} with PP stays refused: `{refusal.function}` "
+            f"(`{refusal.condition}`, named above) refuses it before its worker starts, "
+            "so accepting it in `check_pipeline_parallel_compat` could not run."
+        )
     return line + "\n"
 
 
@@ -237,17 +293,19 @@ def _fixes(result: UpstreamResult, series) -> str:
     out = ""
     if fixes:
         where = "each is its own patch of the series" if series else "also in these files"
-        out += (f"- Separate fixes (not about aux capture; {where}):\n"
-                + "\n".join(fixes) + "\n")
+        out += f"- Separate fixes (not about aux capture; {where}):\n" + "\n".join(fixes) + "\n"
     if stale:
-        out += (f"- Comments that still tie capture to the last stage (reword in review): "
-                f"{', '.join(_code(f) for f in stale)}.\n")
+        out += (
+            f"- Comments that still tie capture to the last stage (reword in review): "
+            f"{', '.join(_code(f) for f in stale)}.\n"
+        )
     return out
 
 
 def _modifications(result: UpstreamResult, series) -> str:
-    runtime = [c.path for role in (Role.RUNTIME_MODULE, Role.PACKER)
-               for c in _changed(result, role)]
+    runtime = [
+        c.path for role in (Role.RUNTIME_MODULE, Role.PACKER) for c in _changed(result, role)
+    ]
     lines = []
     if runtime:
         lines.append(
@@ -255,7 +313,8 @@ def _modifications(result: UpstreamResult, series) -> str:
             "its ids on every rank and calls `set_pp_aux_capture`; a non-last stage adds "
             "what it received and its own captures to the `aux_hidden_states` entry of its "
             "`PPProxyTensors` handoff; the last stage puts them before its own (PP=1 order) "
-            "and raises naming the layers when the entry is missing or of another width.")
+            "and raises naming the layers when the entry is missing or of another width."
+        )
     lines += _kimi_lines(result)
     family = _family_lines(result)
     if family:
@@ -272,24 +331,30 @@ def _modifications(result: UpstreamResult, series) -> str:
         text += f"- Tests: {tests_left_out_line(result)}\n"
     if series:
         text += f"\nSeries: {len(series)} patches, one commit each, in review order:\n\n"
-        text += "".join(f"{n}. `{name}`: {patch.subject}\n"
-                        for n, (name, patch) in enumerate(series, start=1))
+        text += "".join(
+            f"{n}. `{name}`: {patch.subject}\n" for n, (name, patch) in enumerate(series, start=1)
+        )
     return text
 
 
 def _benchmark(result: UpstreamResult, validation) -> str:
     family_test = next((c.path for c in _changed(result, Role.FAMILY_TEST)), None)
-    ran = (f"`{test_command(result, family_test)}`" if family_test is not None
-           else f"`{FAMILY_TEST_FILE}` (written into the copy)")
+    ran = (
+        f"`{test_command(result, family_test)}`"
+        if family_test is not None
+        else f"`{FAMILY_TEST_FILE}` (written into the copy)"
+    )
     lines = []
     if validation is not None and validation.problem:
         lines.append(f"`--validate` ran nothing: {validation.problem}.")
     elif validation is not None and (family_test is not None or result.tests):
         passed = sorted(m for m, v in validation.verdicts.items() if v.startswith("yes"))
         failed = sorted(m for m in validation.verdicts if m not in passed)
-        lines.append(f"`auxcap upstream-patch --validate` ran {ran} "
-                     "on a patched copy of this tree (CPU, gloo, 2 and 3 stages, "
-                     "`torch.equal` with PP=1).")
+        lines.append(
+            f"`auxcap upstream-patch --validate` ran {ran} "
+            "on a patched copy of this tree (CPU, gloo, 2 and 3 stages, "
+            "`torch.equal` with PP=1)."
+        )
         lines.append(f"- passed ({len(passed)}): {', '.join(passed) or '-'}")
         if failed:
             lines.append(f"- failed ({len(failed)}): {', '.join(failed)}")
@@ -301,8 +366,9 @@ def _benchmark(result: UpstreamResult, validation) -> str:
         if not left_out:
             lines.append("Not run by the generator; this patch adds no test to run.")
     elif not lines or validation is None or validation.problem:
-        lines.append("Not run by the generator. To check (CPU, gloo, 2 and 3 stages, "
-                     "compared with PP=1):")
+        lines.append(
+            "Not run by the generator. To check (CPU, gloo, 2 and 3 stages, compared with PP=1):"
+        )
     if commands:
         lines += ["", "```bash", *commands, "```"]
     return "\n".join(lines) + "\n"
@@ -313,13 +379,16 @@ def _checklist(result: UpstreamResult) -> str:
     boxes = []
     for item in CHECKLIST:
         ticked = item == "Add unit tests" and has_tests
-        boxes.append(f"- [{'x' if ticked else ' '}] {item}"
-                     + (" (the CPU tests listed above)" if ticked else ""))
+        boxes.append(
+            f"- [{'x' if ticked else ' '}] {item}"
+            + (" (the CPU tests listed above)" if ticked else "")
+        )
     return "\n".join(boxes) + "\n"
 
 
-def render(result: UpstreamResult, patch_name: str | None = None, series=None,
-           validation=None) -> str:
+def render(
+    result: UpstreamResult, patch_name: str | None = None, series=None, validation=None
+) -> str:
     """``series``: ``[(file name, SeriesPatch)]`` of ``--series``; ``validation``: what
     ``--validate`` ran (``validate_run.Validation``), None when it was not asked for."""
     return (

@@ -30,6 +30,7 @@ def capture_shape(decision) -> str:
         return registry.cell(decision.capture_kinds[0])
     return "other model files"
 
+
 KIMI_FILE = "kimi_linear.py"
 K3_FILE = "kimi_k3.py"
 #: Kimi on a release that relays DSPARK captures itself (0.5.21+): its entry and width
@@ -99,16 +100,23 @@ def matrix(columns: Sequence[Column]) -> str:
     reasons: list[str] = []
     head = "| model file | " + " | ".join(c.version for c in columns) + " |"
     rows = [head, "|---|" + "---|" * len(columns)]
-    short = ("no: no early return", "no: refuses PP", "no: raises under PP",
-             KIMI_CELLS[kimi.SUPPORTED])
+    short = (
+        "no: no early return",
+        "no: refuses PP",
+        "no: raises under PP",
+        KIMI_CELLS[kimi.SUPPORTED],
+    )
     for file in files:
         cells = []
         for column in columns:
             cell = column.cells.get(file)
             if cell is None:
                 cells.append("-")
-            elif (cell.startswith("patched") or cell in short
-                  or cell in ("already patched", RELAY_RENAME_CELL)):
+            elif (
+                cell.startswith("patched")
+                or cell in short
+                or cell in ("already patched", RELAY_RENAME_CELL)
+            ):
                 cells.append(cell)
             else:
                 if cell not in reasons:

@@ -76,8 +76,10 @@ def touched_hooks(result: UpstreamResult) -> list[str]:
 
 def validation_change(result: UpstreamResult):
     """The patch's change to SGLang's server-arg validation (None: it has none)."""
-    return next((change for change in result.changes
-                 if change.role is Role.VALIDATION and change.changed), None)
+    return next(
+        (change for change in result.changes if change.role is Role.VALIDATION and change.changed),
+        None,
+    )
 
 
 def relaxes_aux_flag(result: UpstreamResult) -> bool:
@@ -89,8 +91,11 @@ def relaxes_aux_flag(result: UpstreamResult) -> bool:
 
 def added_tests(result: UpstreamResult) -> list[str]:
     """Paths of the test files (``test_*.py``) the patch adds or changes."""
-    return [change.path for change in result.changes if change.changed
-            and change.role in (Role.FAMILY_TEST, Role.INIT_TEST)]
+    return [
+        change.path
+        for change in result.changes
+        if change.changed and change.role in (Role.FAMILY_TEST, Role.INIT_TEST)
+    ]
 
 
 def shipped_test_commands(result: UpstreamResult) -> list[str]:
@@ -101,8 +106,11 @@ def shipped_test_commands(result: UpstreamResult) -> list[str]:
         return [test_command(result, path) for path in in_patch]
     if result.tests_dir is None:
         return []
-    return [f"cd {result.tests_dir} && python3 -m unittest {name.removesuffix('.py')}"
-            for name in sorted(result.tests) if name.startswith("test_")]
+    return [
+        f"cd {result.tests_dir} && python3 -m unittest {name.removesuffix('.py')}"
+        for name in sorted(result.tests)
+        if name.startswith("test_")
+    ]
 
 
 def tests_left_out_line(result: UpstreamResult) -> str | None:
@@ -111,10 +119,12 @@ def tests_left_out_line(result: UpstreamResult) -> str | None:
     if not result.tests_left_out:
         return None
     names = ", ".join(f"`{n}`" for n in sorted(result.tests) if n.startswith("test_"))
-    text = (f"The CPU tests ({names}) are left out of this patch: it was generated on "
-            "an installed or unpacked package, which has no test folder, and tests are "
-            "not written into the package. In a checkout they go to "
-            "`test/registered/unit/models/`.")
+    text = (
+        f"The CPU tests ({names}) are left out of this patch: it was generated on "
+        "an installed or unpacked package, which has no test folder, and tests are "
+        "not written into the package. In a checkout they go to "
+        "`test/registered/unit/models/`."
+    )
     if result.tests_dir is not None:
         text += f" They were written to `{result.tests_dir}`."
     else:
@@ -136,9 +146,12 @@ def accepted_algorithms(result: UpstreamResult) -> tuple[list[str], list]:
     elsewhere that keep the others of EAGLE3/DFLASH refused), from the patched architectures
     and the checks left after the patch (``reachability.py``)."""
     found = result.validation.architectures if result.validation is not None else {}
-    kinds = [kind for kind in ("EAGLE3", "DFLASH")
-             if any(kind in methods for methods in found.values())]
+    kinds = [
+        kind for kind in ("EAGLE3", "DFLASH") if any(kind in methods for methods in found.values())
+    ]
     left = refusals(result)
     kept = [(kind, refusal_of(left, kind)) for kind in kinds]
-    return ([kind for kind, refusal in kept if refusal is None],
-            [refusal for _kind, refusal in kept if refusal is not None])
+    return (
+        [kind for kind, refusal in kept if refusal is None],
+        [refusal for _kind, refusal in kept if refusal is not None],
+    )

@@ -53,8 +53,17 @@ from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.model_families import OTHER, family_rank, family_title
 from codemods.upstream.output.series_messages import fill_message
 
-__all__ = ["FIX", "KIMI", "RUNTIME", "VALIDATION", "OTHER_MODELS", "SeriesPatch", "classify",
-           "build_series", "render_series"]
+__all__ = [
+    "FIX",
+    "KIMI",
+    "RUNTIME",
+    "VALIDATION",
+    "OTHER_MODELS",
+    "SeriesPatch",
+    "classify",
+    "build_series",
+    "render_series",
+]
 
 #: Model files no family prefix matches.
 OTHER_MODELS = OTHER[0]
@@ -156,8 +165,14 @@ def build_series(result: UpstreamResult) -> list[SeriesPatch]:
             # The fix on its own first; the family patch starts from the fixed file.
             stem = _stem(change.path)
             key = fix_group(stem)
-            groups[key] = SeriesPatch(key, key, "", "", [FileChange(
-                change.path, change.old, fixed[name], key, Role.FIX)], [stem])
+            groups[key] = SeriesPatch(
+                key,
+                key,
+                "",
+                "",
+                [FileChange(change.path, change.old, fixed[name], key, Role.FIX)],
+                [stem],
+            )
             changes[index] = dataclasses.replace(change, old=fixed[name])
     init_test: FileChange | None = None
     model_files: dict[str, str] = {}
@@ -208,8 +223,12 @@ def _ready(result: UpstreamResult, patches: list[SeriesPatch]) -> dict[str, int]
     ready: dict[str, int] = {}
     if plan is None:
         return ready
-    where = {path.rsplit("/", 1)[-1]: index for index, patch in enumerate(patches)
-             for path in patch.paths if "srt/models/" in path}
+    where = {
+        path.rsplit("/", 1)[-1]: index
+        for index, patch in enumerate(patches)
+        for path in patch.paths
+        if "srt/models/" in path
+    }
     for decision in plan.decisions.values():
         if not decision.patched:
             continue
@@ -219,9 +238,12 @@ def _ready(result: UpstreamResult, patches: list[SeriesPatch]) -> dict[str, int]
     return ready
 
 
-def _spread_family_test(result: UpstreamResult, change: FileChange,
-                        ordered: list[SeriesPatch],
-                        models: FileChange | None = None) -> None:
+def _spread_family_test(
+    result: UpstreamResult,
+    change: FileChange,
+    ordered: list[SeriesPatch],
+    models: FileChange | None = None,
+) -> None:
     """Each family's patch adds the models it completes to the family test; the last model
     patch leaves the file exactly as the single patch does.  The test's stand-in models
     (``models``) come with the first patch that changes the test."""
@@ -245,8 +267,9 @@ def _spread_family_test(result: UpstreamResult, change: FileChange,
             current = text
 
 
-def render_series(patches: Sequence[SeriesPatch], author: str,
-                  date: str | None = None) -> dict[str, str]:
+def render_series(
+    patches: Sequence[SeriesPatch], author: str, date: str | None = None
+) -> dict[str, str]:
     """``file name -> text`` of every patch, in order."""
     date = date or email.utils.formatdate(localtime=False)
     total = len(patches)

@@ -43,8 +43,12 @@ SIZING_WORDS = "sizes the aux_hidden_states PP proxy buffer of non-first stages"
 
 
 def _wrap(text: str, indent: str = "") -> str:
-    return textwrap.fill(text, width=72, break_on_hyphens=False, break_long_words=False,
-                         subsequent_indent=indent) + "\n"
+    return (
+        textwrap.fill(
+            text, width=72, break_on_hyphens=False, break_long_words=False, subsequent_indent=indent
+        )
+        + "\n"
+    )
 
 
 def _name(path: str) -> str:
@@ -68,8 +72,8 @@ def _runtime(patch, result: UpstreamResult) -> None:
     renamed = any(c.role in RENAME_ROLES for c in changes)
     sized = any(c.role is Role.SIZING for c in changes)
     patch.subject = "[PP] Carry aux hidden states in the PP handoff" + (
-        "; rename DSPARK's entry" if renamed else
-        " and size its proxy buffer" if sized else "")
+        "; rename DSPARK's entry" if renamed else " and size its proxy buffer" if sized else ""
+    )
 
     def what(role: Role) -> str:
         if role in RENAME_ROLES:
@@ -79,13 +83,18 @@ def _runtime(patch, result: UpstreamResult) -> None:
         return RUNTIME_FILES.get(role, "changed")
 
     lines = [_wrap(f"- {_name(c.path)}: {what(c.role)}.", "  ") for c in changes]
-    own = ("SGLang's DSPARK relay entry and its CUDA-graph sizing are renamed so that\n"
-           "every capture method uses them.  " if renamed else "")
+    own = (
+        "SGLang's DSPARK relay entry and its CUDA-graph sizing are renamed so that\n"
+        "every capture method uses them.  "
+        if renamed
+        else ""
+    )
     patch.body = (
         "A stage that is not the last hands the captures of every stage up to\n"
         "itself to the next one in one aux_hidden_states entry of its\n"
-        "PPProxyTensors; the last stage puts them before its own.  " + own +
-        "No model calls the new helpers yet; the model patches that follow do.\n\n"
+        "PPProxyTensors; the last stage puts them before its own.  "
+        + own
+        + "No model calls the new helpers yet; the model patches that follow do.\n\n"
         + "".join(lines)
     )
 
@@ -106,18 +115,25 @@ def _fix(patch, result: UpstreamResult) -> None:
     patch.subject = f"[Fix] {file.removesuffix('.py')}: {'; '.join(what)}"
     if len(patch.subject) > 72:
         patch.subject = f"[Fix] {file.removesuffix('.py')}: " + (
-            "add a missing stack setter" if added else "hand non-last PP stages' output on")
+            "add a missing stack setter" if added else "hand non-last PP stages' output on"
+        )
     decision = plan.decisions.get(file)
     lines = [_wrap(f"- {fix}.", "  ") for fix in (decision.fixes if decision else ())]
-    patch.body = (_wrap(f"{file} fails without this, with or without aux hidden-state "
-                        "capture; the capture patch of this file builds on it.")
-                  + "\n" + "".join(lines))
+    patch.body = (
+        _wrap(
+            f"{file} fails without this, with or without aux hidden-state "
+            "capture; the capture patch of this file builds on it."
+        )
+        + "\n"
+        + "".join(lines)
+    )
 
 
 def _validation(patch, result: UpstreamResult) -> None:
     found = result.validation.architectures if result.validation is not None else {}
-    refused = [kind for kind in ("EAGLE3", "DFLASH")
-               if any(kind in kinds for kinds in found.values())] or ["EAGLE3", "DFLASH"]
+    refused = [
+        kind for kind in ("EAGLE3", "DFLASH") if any(kind in kinds for kinds in found.values())
+    ] or ["EAGLE3", "DFLASH"]
     accepted, left = accepted_algorithms(result)
     if accepted:
         patch.subject = f"[PP] Accept {'/'.join(accepted)} with PP for the patched architectures"
@@ -126,26 +142,36 @@ def _validation(patch, result: UpstreamResult) -> None:
     else:
         patch.subject = "[PP] Name the patched architectures in the PP validation"
     listed = "; ".join(f"{arch} ({', '.join(ks)})" for arch, ks in sorted(found.items()))
-    draftless = (" (a capture without a draft, so for every convention listed)" if left
-                 else "")
-    flag = (f" {AUX_FLAG} with PP is accepted for them too{draftless}."
-            if relaxes_aux_flag(result) else "")
+    draftless = " (a capture without a draft, so for every convention listed)" if left else ""
+    flag = (
+        f" {AUX_FLAG} with PP is accepted for them too{draftless}."
+        if relaxes_aux_flag(result)
+        else ""
+    )
     files = ", ".join(_name(p) for p in patch.paths)
     still = "".join(
-        "\n" + _wrap(f"Still refused after this series: {r.algorithm} with PP "
-                      f"({_name(r.path)}, {r.function}: {r.condition}), so "
-                      f"check_pipeline_parallel_compat keeps refusing {r.algorithm} too: "
-                      "accepting it there could not run.") for r in left)
-    accepts = (f"It now accepts {' and '.join(accepted)} for" if accepted
-               else "It now names")
-    patch.body = _wrap(
-        f"check_pipeline_parallel_compat ({files}) refused {' and '.join(refused)} "
-        f"speculative decoding with PP.  {accepts} a model class that declares "
-        "supports_pp_aux_capture and has the convention's capture hook: the causal-LM "
-        "classes the model patches of this series rewrote and their subclasses; in the "
-        f"patched files, {len(found)} architecture{'s' if len(found) != 1 else ''} "
-        f"(capture conventions in brackets): {listed}.{flag}  Every other refusal is "
-        "kept, and a model class without the attribute is refused as before.") + still
+        "\n"
+        + _wrap(
+            f"Still refused after this series: {r.algorithm} with PP "
+            f"({_name(r.path)}, {r.function}: {r.condition}), so "
+            f"check_pipeline_parallel_compat keeps refusing {r.algorithm} too: "
+            "accepting it there could not run."
+        )
+        for r in left
+    )
+    accepts = f"It now accepts {' and '.join(accepted)} for" if accepted else "It now names"
+    patch.body = (
+        _wrap(
+            f"check_pipeline_parallel_compat ({files}) refused {' and '.join(refused)} "
+            f"speculative decoding with PP.  {accepts} a model class that declares "
+            "supports_pp_aux_capture and has the convention's capture hook: the causal-LM "
+            "classes the model patches of this series rewrote and their subclasses; in the "
+            f"patched files, {len(found)} architecture{'s' if len(found) != 1 else ''} "
+            f"(capture conventions in brackets): {listed}.{flag}  Every other refusal is "
+            "kept, and a model class without the attribute is refused as before."
+        )
+        + still
+    )
 
 
 def _hooks_of(decision) -> str:
@@ -155,12 +181,17 @@ def _hooks_of(decision) -> str:
 
 def _kimi_line(path: str, result: UpstreamResult) -> str:
     name = _name(path)
-    k3 = ("; the next stage finishes a stage's last-layer capture (attention "
-          "residuals)" if name == "kimi_k3.py" else "")
-    return (f"set_dspark_layers_to_capture no longer raises \"{names.PP_ERROR}\" under "
-            "PP: it stores the ids on every rank and calls set_pp_aux_capture; the "
-            "forward hands each stage's captures on and the last stage collects them in "
-            f"layer order{k3}")
+    k3 = (
+        "; the next stage finishes a stage's last-layer capture (attention residuals)"
+        if name == "kimi_k3.py"
+        else ""
+    )
+    return (
+        f'set_dspark_layers_to_capture no longer raises "{names.PP_ERROR}" under '
+        "PP: it stores the ids on every rank and calls set_pp_aux_capture; the "
+        "forward hands each stage's captures on and the last stage collects them in "
+        f"layer order{k3}"
+    )
 
 
 def _family(patch, result: UpstreamResult, title: str) -> None:
@@ -181,25 +212,42 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
             continue
         if decision is not None and decision.patched:
             kinds = "; ".join(map(registry.describe, decision.capture_kinds))
-            text = (f"- {name}: {_hooks_of(decision)} store the ids on every rank instead "
-                    f"of returning off the last one; forward {decision.forward} "
-                    f"({kinds}) adds its captures to the PP handoff and the last stage "
-                    "gathers them in PP=1 order.")
+            text = (
+                f"- {name}: {_hooks_of(decision)} store the ids on every rank instead "
+                f"of returning off the last one; forward {decision.forward} "
+                f"({kinds}) adds its captures to the PP handoff and the last stage "
+                "gathers them in PP=1 order."
+            )
             text += "".join(f"  Separate fix in this file: {fix}." for fix in decision.fixes)
             lines.append(_wrap(text, "  "))
             continue
-        users = sorted(d.name for d in decisions.values()
-                       if d.patched and d.forward is not None and d.forward.file == name)
-        what = (f"capture forward of {', '.join(users)}" if users
-                else "changed for the models of this patch")
+        users = sorted(
+            d.name
+            for d in decisions.values()
+            if d.patched and d.forward is not None and d.forward.file == name
+        )
+        what = (
+            f"capture forward of {', '.join(users)}"
+            if users
+            else "changed for the models of this patch"
+        )
         lines.append(_wrap(f"- {name}: {what}.", "  "))
     test = ""
     tests = [c for c in patch.changes if c.role is Role.FAMILY_TEST]
     if tests:
         old, new = tests[0].old or "", tests[0].new or ""
-        added = sorted(d.name for d in decisions.values()
-                       if f'"{d.name}"' in new and f'"{d.name}"' not in old)
-        test = (f"\nTest: {test_command(result, tests[0].path)} (this patch adds "
-                f"{', '.join(added) or 'no model'} to it).\n")
-    patch.body = (_wrap(f"Models: {', '.join(sorted(dict.fromkeys(patch.models)))}.  "
-                        "With PP=1 nothing changes.") + "\n" + "".join(lines) + test)
+        added = sorted(
+            d.name for d in decisions.values() if f'"{d.name}"' in new and f'"{d.name}"' not in old
+        )
+        test = (
+            f"\nTest: {test_command(result, tests[0].path)} (this patch adds "
+            f"{', '.join(added) or 'no model'} to it).\n"
+        )
+    patch.body = (
+        _wrap(
+            f"Models: {', '.join(sorted(dict.fromkeys(patch.models)))}.  With PP=1 nothing changes."
+        )
+        + "\n"
+        + "".join(lines)
+        + test
+    )

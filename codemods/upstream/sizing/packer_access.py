@@ -49,5 +49,4 @@ def packer_access_changes(tree: SGLangTree, model_texts: Iterable[str]) -> list[
         return []
     if source.count(ANCHOR) != 1:
         raise ValueError(f"{tree.file(path)}: AuxHiddenStatePacker.__len__ not recognised")
-    return [FileChange(path, source, source.replace(ANCHOR, ANCHOR + METHOD), RUNTIME,
-                       Role.PACKER)]
+    return [FileChange(path, source, source.replace(ANCHOR, ANCHOR + METHOD), RUNTIME, Role.PACKER)]

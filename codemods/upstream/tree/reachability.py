@@ -25,8 +25,11 @@ from dataclasses import dataclass
 
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
-FILES = ("srt/server_args.py", "srt/arg_groups/validation_hook.py",
-         "srt/arg_groups/speculative_hook.py")
+FILES = (
+    "srt/server_args.py",
+    "srt/arg_groups/validation_hook.py",
+    "srt/arg_groups/speculative_hook.py",
+)
 EVERY = "every speculative algorithm"
 #: The algorithms whose drafters read captured aux hidden states.
 CAPTURE_ALGORITHMS = ("EAGLE3", "DFLASH", "DSPARK")
@@ -62,14 +65,38 @@ def _scan(body, path, function, condition, npu_else, nested, out) -> None:
             _scan(stmt.body, path, function, condition, npu_else, True, out)
             _scan(stmt.orelse, path, function, condition, npu_else or npu, True, out)
         elif isinstance(stmt, ast.Assert) and "speculative_algorithm is None" in ast.unparse(
-                stmt.test):
-            out.append(Refusal(path, stmt.lineno, function, condition, EVERY,
-                               _message(stmt.msg), npu_else, False))
-        elif (isinstance(stmt, ast.Raise) and path.endswith("speculative_hook.py")
-              and function.removeprefix("_handle_").upper() in CAPTURE_ALGORITHMS):
+            stmt.test
+        ):
+            out.append(
+                Refusal(
+                    path,
+                    stmt.lineno,
+                    function,
+                    condition,
+                    EVERY,
+                    _message(stmt.msg),
+                    npu_else,
+                    False,
+                )
+            )
+        elif (
+            isinstance(stmt, ast.Raise)
+            and path.endswith("speculative_hook.py")
+            and function.removeprefix("_handle_").upper() in CAPTURE_ALGORITHMS
+        ):
             algorithm = function.removeprefix("_handle_").upper()
-            out.append(Refusal(path, stmt.lineno, function, condition, algorithm,
-                               _message(stmt.exc), npu_else, nested))
+            out.append(
+                Refusal(
+                    path,
+                    stmt.lineno,
+                    function,
+                    condition,
+                    algorithm,
+                    _message(stmt.exc),
+                    npu_else,
+                    nested,
+                )
+            )
 
 
 def refusals_in(source: str, path: str) -> list[Refusal]:
@@ -105,9 +132,14 @@ def refusal_of(found: list[Refusal], algorithm: str) -> Refusal | None:
     """The first refusal in ``found`` that refuses ``algorithm`` with PP outright (its own,
     not guarded by a further test, or the refusal of every algorithm); None when the
     server lets ``algorithm`` through with PP."""
-    return next((r for r in found
-                 if r.algorithm == EVERY or (r.algorithm == algorithm and not r.conditional)),
-                None)
+    return next(
+        (
+            r
+            for r in found
+            if r.algorithm == EVERY or (r.algorithm == algorithm and not r.conditional)
+        ),
+        None,
+    )
 
 
 def refuses_every_algorithm(found: list[Refusal]) -> Refusal | None:

@@ -84,14 +84,11 @@ def detect_tree(root: str | Path) -> SGLangTree:
     if not path.is_dir():
         raise TreeError(f"{root}: not a directory")
     if _is_package_dir(path / "python" / "sglang"):
-        return SGLangTree(root=path, package="python/sglang", kind="checkout",
-                          tests=CHECKOUT_TESTS)
+        return SGLangTree(root=path, package="python/sglang", kind="checkout", tests=CHECKOUT_TESTS)
     if _is_package_dir(path / "sglang"):
         return SGLangTree(root=path, package="sglang", kind="package", tests=None)
     if path.name == "sglang" and _is_package_dir(path):
-        return SGLangTree(
-            root=path.parent, package="sglang", kind="package", tests=None
-        )
+        return SGLangTree(root=path.parent, package="sglang", kind="package", tests=None)
     raise TreeError(
         f"{root}: not an SGLang tree (looked for python/sglang/srt/ of a checkout, "
         f"sglang/srt/ of an installed or unpacked package, or srt/ inside the sglang package)"

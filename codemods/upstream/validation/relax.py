@@ -88,15 +88,15 @@ class ValidationResult:
     dflash_refused: Refusal | None = None
 
 
-_EAGLE_CHECK = '''\
+_EAGLE_CHECK = """\
     elif cfg.speculative_algorithm is not None:
         assert (
             cfg.speculative_algorithm.upper() == "EAGLE"
             and not cfg.enable_multi_layer_eagle
         ), (
-'''
+"""
 
-_DFLASH_BRANCH = '''\
+_DFLASH_BRANCH = """\
     elif (
         cfg.speculative_algorithm is not None
         and cfg.speculative_algorithm.upper() == "DFLASH"
@@ -110,9 +110,9 @@ _DFLASH_BRANCH = '''\
         assert not envs.SGLANG_ENABLE_PP_SPEC.get(), (
             "SGLANG_ENABLE_PP_SPEC does not support DFLASH PD prefill"
         )
-'''
+"""
 
-_EAGLE_CHECK_NEW = '''\
+_EAGLE_CHECK_NEW = """\
     elif cfg.speculative_algorithm is not None:
         # EAGLE3 runs on the EAGLE worker; it needs the aux hidden states of every
         # stage, which the target model relays to the last stage.
@@ -121,25 +121,25 @@ _EAGLE_CHECK_NEW = '''\
             algorithm == "EAGLE3" and {helper}(cfg, "EAGLE3")
         )
         assert eagle_worker and not cfg.enable_multi_layer_eagle, (
-'''
+"""
 
-_EAGLE_MESSAGE = '''\
+_EAGLE_MESSAGE = """\
             "Pipeline parallelism currently only supports EAGLE "
             "(non-multi-layer) speculative decoding"
-'''
+"""
 
-_EAGLE_MESSAGE_NEW = '''\
+_EAGLE_MESSAGE_NEW = """\
             "Pipeline parallelism currently only supports EAGLE "
             "(non-multi-layer) speculative decoding, and EAGLE3 or DFLASH for "
             "models that relay aux hidden states across pipeline stages"
-'''
+"""
 
 #: The message where DFLASH stays refused with PP.
-_EAGLE_MESSAGE_EAGLE3 = '''\
+_EAGLE_MESSAGE_EAGLE3 = """\
             "Pipeline parallelism currently only supports EAGLE "
             "(non-multi-layer) speculative decoding, and EAGLE3 for models that "
             "relay aux hidden states across pipeline stages"
-'''
+"""
 
 _AUX_FLAG_CHECK = """\
     if cfg.pp_size != 1:
@@ -190,9 +190,11 @@ def relax(source: str, filename: str, dflash: bool = True) -> str:
     """
     if f"def {HELPER_NAME}(" in source:
         return source
-    for needle, what in ((_ANCHOR, "check_pipeline_parallel_compat"),
-                         (_EAGLE_CHECK, "its EAGLE-only speculative check"),
-                         (_EAGLE_MESSAGE, "its EAGLE-only message")):
+    for needle, what in (
+        (_ANCHOR, "check_pipeline_parallel_compat"),
+        (_EAGLE_CHECK, "its EAGLE-only speculative check"),
+        (_EAGLE_MESSAGE, "its EAGLE-only message"),
+    ):
         if source.count(needle) != 1:
             raise ValidationShapeError(
                 f"{filename}: cannot relax PP validation: {what} not found once"
@@ -218,8 +220,11 @@ def _entry_classes(module: cst.Module) -> list[str]:
                 for t in small.targets
             ):
                 value = small.value
-                items = ([element.value for element in value.elements]
-                         if isinstance(value, (cst.List, cst.Tuple)) else [value])
+                items = (
+                    [element.value for element in value.elements]
+                    if isinstance(value, (cst.List, cst.Tuple))
+                    else [value]
+                )
                 return [item.value for item in items if isinstance(item, cst.Name)]
     return []
 
@@ -229,7 +234,8 @@ def _local_bases(module: cst.Module) -> dict[str, list[str]]:
     for statement in module.body:
         if isinstance(statement, cst.ClassDef):
             bases[statement.name.value] = [
-                arg.value.value for arg in statement.bases
+                arg.value.value
+                for arg in statement.bases
                 if arg.star == "" and isinstance(arg.value, cst.Name)
             ]
     return bases
@@ -290,15 +296,25 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
     path = tree.module_path(MODULE)
     source = tree.read_text(path)
     if source is None or _ANCHOR not in source:
-        return ValidationResult(None, architectures, (
-            f"{path}: no check_pipeline_parallel_compat; server-arg validation left as is "
-            "(this release refuses speculative decoding with PP on GPU)",
-        ))
-    refused = dflash_refusal(tree) if any(
-        "DFLASH" in methods for methods in architectures.values()) else None
+        return ValidationResult(
+            None,
+            architectures,
+            (
+                f"{path}: no check_pipeline_parallel_compat; server-arg validation left as is "
+                "(this release refuses speculative decoding with PP on GPU)",
+            ),
+        )
+    refused = (
+        dflash_refusal(tree)
+        if any("DFLASH" in methods for methods in architectures.values())
+        else None
+    )
     new = relax(source, str(tree.file(path)), dflash=refused is None)
-    return ValidationResult(FileChange(path, source, new, VALIDATION, Role.VALIDATION),
-                            architectures, dflash_refused=refused)
+    return ValidationResult(
+        FileChange(path, source, new, VALIDATION, Role.VALIDATION),
+        architectures,
+        dflash_refused=refused,
+    )
 
 
 def dflash_refusal(tree: SGLangTree) -> Refusal | None:

@@ -101,23 +101,31 @@ def run_family(result: UpstreamResult, timeout: float = 1800.0) -> Validation:
             try:
                 proc = subprocess.run(
                     [sys.executable, str(test), "--json", str(pp_size)],
-                    env=env, cwd=scratch, capture_output=True, text=True, timeout=timeout,
+                    env=env,
+                    cwd=scratch,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
                 )
             except subprocess.TimeoutExpired:
-                return Validation(problem=f"the family test ran past {timeout:.0f} s "
-                                          f"on {pp_size} stages")
+                return Validation(
+                    problem=f"the family test ran past {timeout:.0f} s on {pp_size} stages"
+                )
             except OSError as error:  # the interpreter could not be started
                 return Validation(problem=f"the family test could not be started: {error}")
             lines = proc.stdout.strip().splitlines()
             if proc.returncode != 0 or not lines:
                 tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-                return Validation(problem=f"the family test did not run on {pp_size} "
-                                          f"stages (exit {proc.returncode}): {tail}")
+                return Validation(
+                    problem=f"the family test did not run on {pp_size} "
+                    f"stages (exit {proc.returncode}): {tail}"
+                )
             try:
                 records = json.loads(lines[-1])
             except ValueError:
-                return Validation(problem=f"the family test gave no result on {pp_size} "
-                                          f"stages: {lines[-1][:200]}")
+                return Validation(
+                    problem=f"the family test gave no result on {pp_size} stages: {lines[-1][:200]}"
+                )
             for record in records:
                 ok = record.get("error") is None and bool(record.get("equal"))
                 passed.setdefault(record["model"], []).append(ok)

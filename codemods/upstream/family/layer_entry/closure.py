@@ -57,13 +57,11 @@ def capture_closure(loop: cst.For, aux_name: str) -> tuple[str | None, str | Non
     if not isinstance(fn.body, cst.IndentedBlock):
         return None, f"`{name}` has no block body"
     top = [
-        s for s in fn.body.body
-        if m.matches(s, m.SimpleStatementLine(body=[m.Expr(value=capture)]))
+        s for s in fn.body.body if m.matches(s, m.SimpleStatementLine(body=[m.Expr(value=capture)]))
     ]
     if len(findall(fn, capture)) != 1 or len(top) != 1:
         return None, (
-            f"`{name}` calls `{aux_name}.capture` other than once, unconditionally, "
-            "in its body"
+            f"`{name}` calls `{aux_name}.capture` other than once, unconditionally, in its body"
         )
     if findall(fn, m.Return() | m.Yield() | m.FunctionDef(name=m.DoesNotMatch(m.Name(name)))):
         return None, f"`{name}` returns, yields or defines a function"

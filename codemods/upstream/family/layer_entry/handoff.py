@@ -138,16 +138,16 @@ def handoff_returns_problem(handoff: cst.If) -> str | None:
     return None
 
 
-def _wrapped(statement: cst.CSTNode, pad: str, aux_name: str,
-             proxy_param: str) -> cst.BaseStatement:
+def _wrapped(
+    statement: cst.CSTNode, pad: str, aux_name: str, proxy_param: str
+) -> cst.BaseStatement:
     assert isinstance(statement, cst.SimpleStatementLine)
     call = Call(HANDOFF, ("self", code_of(returned_value(statement)), aux_name, proxy_param))
     (new,) = parse_statements(lines_to_text(render_call(pad, "return ", call)), pad)
     return new.with_changes(leading_lines=statement.leading_lines)
 
 
-def wrap_handoff_returns(handoff: cst.If, indent: int, aux_name: str,
-                         proxy_param: str) -> cst.If:
+def wrap_handoff_returns(handoff: cst.If, indent: int, aux_name: str, proxy_param: str) -> cst.If:
     """``handoff`` with each of its returns wrapped in ``pp_aux_handoff``; ``indent`` is
     the column of the block's statements."""
     block = list(handoff.body.body)

@@ -80,14 +80,11 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     return fn.with_changes(body=fn.body.with_changes(body=body))
 
 
-def _insert_collect(block: list, position: int, indent: int, aux_name: str,
-                    collect: Call) -> None:
+def _insert_collect(block: list, position: int, indent: int, aux_name: str, collect: Call) -> None:
     """``aux = pp_aux_collect(...)`` before ``block[position]``; it takes over the blank
     lines before that statement, whose comments stay with it."""
     pad = " " * indent
-    (statement,) = parse_statements(
-        lines_to_text(render_call(pad, f"{aux_name} = ", collect)), pad
-    )
+    (statement,) = parse_statements(lines_to_text(render_call(pad, f"{aux_name} = ", collect)), pad)
     following = block[position]
     lines = list(following.leading_lines)
     split = 0

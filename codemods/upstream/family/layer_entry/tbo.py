@@ -51,8 +51,9 @@ def _assigned_names(node: cst.CSTNode) -> set[str]:
     return names
 
 
-def narrowed_range_problem(body: list[cst.BaseStatement], loop_index: int,
-                           loop: cst.For) -> str | None:
+def narrowed_range_problem(
+    body: list[cst.BaseStatement], loop_index: int, loop: cst.For
+) -> str | None:
     """``None`` when ``loop`` covers ``range(a, b)`` with ``a = self.start_layer`` and
     ``b = self.end_layer`` set once at the top of the forward before it and changed only
     under a ``can_run_tbo`` test; otherwise what is not so."""

@@ -197,9 +197,9 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     loops = [
         (index, statement)
         for index, statement in enumerate(body)
-        if index > list_index and isinstance(statement, cst.For) and findall(
-            statement, capture_attr
-        )
+        if index > list_index
+        and isinstance(statement, cst.For)
+        and findall(statement, capture_attr)
     ]
     if loops:
         kind = ENTRY_KIND
@@ -215,14 +215,10 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         ]
         if not holders:
             return reject(f"`{aux_name}.capture` is not handed to a layer in a top-level loop")
-        inner = [
-            node for node in findall(holders[0][1], m.For()) if findall(node, list_arg)
-        ]
+        inner = [node for node in findall(holders[0][1], m.For()) if findall(node, list_arg)]
         flagged = m.Arg(
             keyword=m.Name(CAPTURE_KWARG),
-            value=m.IfExp(
-                body=m.Name(aux_name), test=_FLAG_TEST | _ID_TEST, orelse=m.Name("None")
-            ),
+            value=m.IfExp(body=m.Name(aux_name), test=_FLAG_TEST | _ID_TEST, orelse=m.Name("None")),
         )
         if (
             len(holders) != 1
@@ -260,8 +256,9 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         loop_var = name_value(loop.target)
     # The callback may be a function of the loop that prepares the value and captures
     # it (``layer_entry.closure``).
-    closure, closure_problem = capture_closure(loop, aux_name) if kind == ENTRY_KIND else (
-        None, None)
+    closure, closure_problem = (
+        capture_closure(loop, aux_name) if kind == ENTRY_KIND else (None, None)
+    )
     if closure_problem is not None:
         return reject(closure_problem)
     callback = m.Name(closure) if closure is not None else capture_attr
@@ -276,8 +273,10 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             orelse=m.Name("None"),
         ),
     )
-    if kind == ENTRY_KIND and not enumerated and (
-        len(findall(loop, keyword)) != 1 or len(findall(loop, capture_attr)) != 1
+    if (
+        kind == ENTRY_KIND
+        and not enumerated
+        and (len(findall(loop, keyword)) != 1 or len(findall(loop, capture_attr)) != 1)
     ):
         return reject(
             f"no `{CAPTURE_KEYWORD}={closure or aux_name + '.capture'} if {loop_var} in "
@@ -346,22 +345,20 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     # in statements that test ``self.end_layer in self.<ids>``.
     end_test = _end_test(body, handoff)
     finals_top = [k for k, s in enumerate(after) if _final_capture(s, aux_name, end_test)]
-    finals_else = [
-        k for k, s in enumerate(else_block) if _final_capture(s, aux_name, end_test)
-    ]
+    finals_else = [k for k, s in enumerate(else_block) if _final_capture(s, aux_name, end_test)]
     finals = [after[k] for k in finals_top] + [else_block[k] for k in finals_else]
     if sum(map(bool, (finals_top, finals_else, early_finals))) > 1:
         return reject("the stage output is captured in more than one place")
     aux_attrs = findall(fn, m.Attribute(value=m.Name(aux_name), attr=m.Name()))
     # The packer's ``finalize()`` after the handoff reads the captures, like ``len()``.
     finalized = [
-        a for s in after for a in findall(s, m.Attribute(value=m.Name(aux_name)))
+        a
+        for s in after
+        for a in findall(s, m.Attribute(value=m.Name(aux_name)))
         if a.attr.value == "finalize"
     ]
     final_attrs = [
-        a
-        for s in (*finals, *early_finals)
-        for a in findall(s, m.Attribute(value=m.Name(aux_name)))
+        a for s in (*finals, *early_finals) for a in findall(s, m.Attribute(value=m.Name(aux_name)))
     ]
     if len(aux_attrs) != loop_uses + len(final_attrs) + len(finalized) or any(
         a.attr.value not in ("capture", "append") for a in final_attrs
@@ -472,14 +469,14 @@ def _end_test(body: list[cst.BaseStatement], handoff: int) -> m.BaseMatcherNode:
     if not totals:
         return _END_TEST
     return _END_TEST | m.Comparison(
-        left=m.OneOf(*(m.Name(name) for name in totals)) if len(totals) > 1
-        else m.Name(totals[0]),
+        left=m.OneOf(*(m.Name(name) for name in totals)) if len(totals) > 1 else m.Name(totals[0]),
         comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
     )
 
 
-def _final_capture(statement: cst.CSTNode, aux_name: str,
-                   end_test: m.BaseMatcherNode = _END_TEST) -> bool:
+def _final_capture(
+    statement: cst.CSTNode, aux_name: str, end_test: m.BaseMatcherNode = _END_TEST
+) -> bool:
     """A statement that fills ``aux_name`` only when ``self.end_layer`` is a capture id."""
     return bool(
         findall(statement, m.Attribute(value=m.Name(aux_name), attr=m.Name()))

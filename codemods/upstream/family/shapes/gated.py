@@ -122,9 +122,7 @@ _EMPTY_SKIP = m.Comparison(
 _TO_PP_RETURN = m.SimpleStatementLine(
     body=[
         m.Return(
-            value=m.Call(
-                func=m.Attribute(value=m.Name("residual_batch"), attr=m.Name("to_pp"))
-            )
+            value=m.Call(func=m.Attribute(value=m.Name("residual_batch"), attr=m.Name("to_pp")))
         )
     ]
 )
@@ -133,9 +131,7 @@ _COMPLETE = m.SimpleStatementLine(
         m.Assign(
             targets=[m.AssignTarget(m.Name())],
             value=m.Call(
-                func=m.Attribute(
-                    value=m.Name("residual_batch"), attr=m.Name("complete_output")
-                )
+                func=m.Attribute(value=m.Name("residual_batch"), attr=m.Name("complete_output"))
             ),
         )
     ]
@@ -155,7 +151,8 @@ def _gate_index(body: Sequence[cst.CSTNode], name: str) -> int | None:
 
 def _gated_block(body: Sequence[cst.CSTNode]) -> cst.If | None:
     gated = [
-        statement for statement in body
+        statement
+        for statement in body
         if isinstance(statement, cst.If)
         and m.matches(statement, m.If(test=m.Name()))
         and findall(statement, _COLLECTOR)
@@ -188,9 +185,7 @@ def _first_layer_skip(gate: str, loop_var: str, fn_name: str) -> m.IfExp:
                 operator=m.And(),
                 right=m.Comparison(
                     left=m.Name(loop_var),
-                    comparisons=[
-                        m.ComparisonTarget(operator=m.GreaterThan(), comparator=_START)
-                    ],
+                    comparisons=[m.ComparisonTarget(operator=m.GreaterThan(), comparator=_START)],
                 ),
             ),
             operator=m.And(),
@@ -234,10 +229,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     proxy = [p.name.value for p in fn.params.params if p.name.value == "pp_proxy_tensors"]
     if not proxy:
         return reject("forward takes no pp_proxy_tensors")
-    loops = [
-        loop for loop in findall(fn, m.For(target=m.Name()))
-        if findall(loop, m.Name(fn_name))
-    ]
+    loops = [loop for loop in findall(fn, m.For(target=m.Name())) if findall(loop, m.Name(fn_name))]
     if len(loops) != 1:
         return reject(f"`{fn_name}` is not handed to layers in one loop")
     loop_var = name_value(loops[0].target)
@@ -289,8 +281,10 @@ class _EveryFirstLayer(cst.CSTTransformer):
         self.count = 0
 
     def leave_Comparison(self, original, updated):
-        if m.matches(updated.left, m.Name(self.loop_var)) and len(updated.comparisons) == 1 and (
-            m.matches(updated.comparisons[0], self.pattern)
+        if (
+            m.matches(updated.left, m.Name(self.loop_var))
+            and len(updated.comparisons) == 1
+            and (m.matches(updated.comparisons[0], self.pattern))
         ):
             self.count += 1
             target = updated.comparisons[0].with_changes(comparator=cst.Integer("0"))
@@ -324,9 +318,7 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     pad = " " * 12
     returned = code_of(returned_value(handoff.body.body[0]))
     lines = [f"{pad}{HANDOFF_LOCAL} = {returned}"]
-    lines.append(
-        f'{pad}if {shape.gate} and {HANDOFF_LOCAL}["hidden_states"].shape[0] != 0:'
-    )
+    lines.append(f'{pad}if {shape.gate} and {HANDOFF_LOCAL}["hidden_states"].shape[0] != 0:')
     lines += render_call(
         pad + "    ",
         f"{HANDOFF_LOCAL} = ",

@@ -214,9 +214,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             # Either way the capture of id i is taken in iteration i, on the stage
             # that owns layer i: before the layer runs (ids stored as layer + 1) or
             # after it (raw layer ids).
-            kinds.append(
-                LOOP_APPEND.name if _before_layer_call(loop, branch) else AFTER_LAYER.name
-            )
+            kinds.append(LOOP_APPEND.name if _before_layer_call(loop, branch) else AFTER_LAYER.name)
             accounted.append(branch.test)
         boundary = _boundary_captures(body, loop, loop_var)
         if boundary is not None:
@@ -241,13 +239,11 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             elif not m.matches(value, m.Name("None")):
                 return reject(f"unrecognised `{CAPTURE_KWARG}=` value: {code_of(value)}")
     if not kinds:
-        tests = [
-            code_of(node.test)
-            for node in findall(fn, m.If())
-            if findall(node.test, SELF_IDS)
-        ]
+        tests = [code_of(node.test) for node in findall(fn, m.If()) if findall(node.test, SELF_IDS)]
         where = f"; captures under `{' '.join(tests[0].split())}`" if tests else ""
-        return reject(f"no capture in iteration i of the layer loop (`i in self.{ids_attr}`){where}")
+        return reject(
+            f"no capture in iteration i of the layer loop (`i in self.{ids_attr}`){where}"
+        )
     if len(aux_names) != 1:
         return reject(f"captures go to several lists: {', '.join(sorted(aux_names))}")
     aux_name = aux_names.pop()
@@ -343,9 +339,7 @@ _LAST_RANK_CAPTURE = m.If(
     test=m.BooleanOperation(
         left=m.Attribute(value=_PP_GROUP, attr=m.Name("is_last_rank")),
         operator=m.And(),
-        right=m.Comparison(
-            comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)]
-        ),
+        right=m.Comparison(comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)]),
     )
 )
 
@@ -449,9 +443,7 @@ def _before_layer_call(loop: cst.For, branch: cst.If) -> bool:
             if findall(statement, m.AssignTarget(target=m.Name("hidden_states"))) or findall(
                 statement,
                 m.AssignTarget(
-                    target=m.Tuple(
-                        elements=[m.Element(m.Name("hidden_states")), m.ZeroOrMore()]
-                    )
+                    target=m.Tuple(elements=[m.Element(m.Name("hidden_states")), m.ZeroOrMore()])
                 ),
             ):
                 return False

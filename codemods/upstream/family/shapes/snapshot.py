@@ -50,8 +50,7 @@ from codemods.upstream.family.layer_entry.tbo import narrowed_range_problem
 from codemods.upstream.family.syntax import IDS_ATTR, SELF_IDS, name_value, only_assign
 
 _SNAPSHOT_DESCRIPTION = (
-    "snapshot at layer entry appended to a list "
-    "(`layers[i].boundary.capture_output(...)`)"
+    "snapshot at layer entry appended to a list (`layers[i].boundary.capture_output(...)`)"
 )
 #: The layer loop appends a snapshot taken before the layer runs.
 SNAPSHOT = CaptureKind(
@@ -162,8 +161,10 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         ),
         orelse=None,
     )
-    if not statements or not isinstance(statements[0], cst.If) or not m.matches(
-        statements[0], by_id
+    if (
+        not statements
+        or not isinstance(statements[0], cst.If)
+        or not m.matches(statements[0], by_id)
     ):
         return reject(
             f"the loop does not start with `if {loop_var} in self.{IDS_ATTR}:` "
