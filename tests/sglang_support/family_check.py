@@ -10,6 +10,9 @@ them out) and returns ``(result, copy)``.
 ``test_pp_aux_capture_family.py`` of the copy in ``--json`` mode (one set of worker
 processes for all models at that PP size) and returns its per-case records.
 
+``run_family_tests(copy, result, pp_sizes, models)`` gives the same records for several PP
+sizes from one process (forked stages, one SGLang import per tree).
+
 ``unpatched_copy(release, dest, result)`` is the release with only the patch's new files
 added (transport, glue, family test) and every model file as released: the same drive
 then shows what the unpatched models do under PP.
@@ -103,6 +106,27 @@ def run_family_test(tree_root: Path, result: UpstreamResult, pp_size: int,
             f"{proc.stderr[-4000:]}"
         )
     return json.loads(lines[-1])
+
+
+def run_family_tests(tree_root: Path, result: UpstreamResult, pp_sizes=(2, 3),
+                     models: list[str] | None = None, timeout: float = 1500.0
+                     ) -> dict[int, list[dict[str, Any]]]:
+    """``pp_size -> records`` as :func:`run_family_test` gives them, from one process
+    that imports the tree once and forks the stages of every PP size
+    (``sglang_support.family_runner``)."""
+    test = family_test_path(tree_root, result)
+    sizes = ",".join(str(size) for size in pp_sizes)
+    args = ["-m", "sglang_support.family_runner", str(test), sizes, *(models or [])]
+    proc = subprocess.run([sys.executable, *args], env=shipped_test_env(tree_root),
+                          cwd=str(tree_root), capture_output=True, text=True,
+                          timeout=timeout)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"family test, PP sizes {sizes}, failed (exit {proc.returncode}): "
+            f"{proc.stderr[-4000:]}"
+        )
+    return {int(size): records for size, records in json.loads(lines[-1]).items()}
 
 
 def validated_models(records: list[dict[str, Any]]) -> dict[str, bool]:
