@@ -18,6 +18,7 @@ import json
 import pytest
 from click.testing import CliRunner
 from sglang_support.env import git_apply, linked_copy, run_python
+from sglang_support.generated import release_result
 
 from codemods.cli.commands import cli
 from codemods.upstream import kimi
@@ -127,9 +128,10 @@ def test_cli_patch_applies_on_release_and_compiles(sglang_release, tmp_path, ver
              if line.startswith("+") and not line.startswith("+++")]
     too_long = [line for line in added if len(line) > 88]
     assert not too_long, too_long
-    copy = linked_copy(release, tmp_path / "tree", generate(release).changed)
+    changed = release_result(release).changed
+    copy = linked_copy(release, tmp_path / "tree", changed)
     assert git_apply(copy, patch).returncode == 0
-    for rel in generate(release).changed:
+    for rel in changed:
         compile((copy / rel).read_text(), rel, "exec")
     text = body.read_text()
     assert text.startswith("# ")

@@ -1,6 +1,7 @@
 """Build a patched copy of an SGLang release and run the family test the patch adds.
 
-``patched_copy(release, dest, models)`` generates the upstream patch (``generate``), checks
+``patched_copy(release, dest, models)`` generates the upstream patch (``generate``; the
+whole patch of a release once per session, ``generated.release_result``), checks
 it with ``git apply --check`` on the release, applies it to a hard-linked copy (the files
 it touches are private copies, so the cached release never changes), writes the tests the
 patch ships into ``copy/SHIPPED_TESTS`` (a release is a package tree: its patch leaves
@@ -31,6 +32,7 @@ from typing import Any
 from codemods.upstream.family_patch import TEST_FILE
 from codemods.upstream.generate import UpstreamResult, generate, write_tests
 from sglang_support.env import STUBS_DIR, git_apply, linked_copy, sglang_env
+from sglang_support.generated import release_result
 
 
 class PatchFailed(RuntimeError):
@@ -43,7 +45,7 @@ SHIPPED_TESTS = "shipped_tests"
 
 def patched_copy(release: Path, dest: Path, models: list[str] | None = None
                  ) -> tuple[UpstreamResult, Path]:
-    result = generate(release, models=models)
+    result = release_result(release) if models is None else generate(release, models=models)
     check = git_apply(release, result.patch, check=True)
     if check.returncode != 0:
         raise PatchFailed(f"git apply --check on {release}: {check.stderr}")
