@@ -14,12 +14,20 @@ import os
 
 import pytest
 from sglang_support import generated
-from sglang_support.env import sglang_tree
+from sglang_support.env import cache_root, sglang_tree
 
 
 @pytest.fixture(scope="session")
 def sglang_release():
-    return sglang_tree
+    # The session's cache, also for a test that has pointed HOME elsewhere (``isolate_git``).
+    root = str(cache_root())
+
+    def release(version: str):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("AUXCAP_CACHE", root)
+            return sglang_tree(version)
+
+    return release
 
 
 @pytest.fixture(scope="session", autouse=True)

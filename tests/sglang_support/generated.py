@@ -1,7 +1,8 @@
 """The whole upstream patch of a cached release tree, generated once per test session.
 
 ``release_result(root)`` is ``generate(root)`` (every model, no ``--models``) for a tree
-under ``env.cache_root() / "unpacked"`` (the unpacked release wheels, which never change).
+under ``env.cache_root() / "unpacked"`` (the unpacked release wheels, which never change;
+the cache root as it was when the folder below was named).
 Once ``use_cache_dir(folder)`` has named a folder (``tests/conftest.py`` names one under
 the session's temporary root, which every xdist worker of the session shares), the first
 caller generates the result and stores it there, keyed by the release and a digest of the
@@ -24,25 +25,30 @@ import pickle
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sglang_support.env import PROJECT_ROOT, cache_root
+from sglang_support.env import cache_root
 
 if TYPE_CHECKING:
     from codemods.upstream.generate import UpstreamResult
 
 _CACHE_DIR: Path | None = None
+_RELEASES: Path | None = None
 _DIGEST: str | None = None
 
 
 def use_cache_dir(folder: Path | None) -> None:
-    global _CACHE_DIR
+    global _CACHE_DIR, _RELEASES
     _CACHE_DIR = None if folder is None else Path(folder)
+    _RELEASES = (cache_root() / "unpacked").resolve()
 
 
 def codemods_digest() -> str:
-    """sha256 over the path and bytes of every file of the ``codemods`` package."""
+    """sha256 over the path and bytes of every file of the ``codemods`` package this
+    process imports."""
     global _DIGEST
     if _DIGEST is None:
-        package = PROJECT_ROOT / "codemods"
+        import codemods
+
+        package = Path(codemods.__file__).resolve().parent
         digest = hashlib.sha256()
         for path in sorted(package.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
@@ -53,8 +59,7 @@ def codemods_digest() -> str:
 
 
 def _is_release(root: Path) -> bool:
-    unpacked = (cache_root() / "unpacked").resolve()
-    return root.resolve().parent == unpacked
+    return root.resolve().parent == _RELEASES
 
 
 def _slim(result: UpstreamResult) -> UpstreamResult:
