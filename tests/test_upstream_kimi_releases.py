@@ -68,16 +68,18 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
     # The cached release itself is untouched (hard-linked copy, patched files private).
     assert "PPAuxRelay" not in (release / result.model_path).read_text()
 
-    patched = _check(copy, [{"pp": 2}, {"pp": 3}])
+    # The drive, then (in the same process) the same module through the PP validation
+    # harness (spawned ranks, scheduler-like loop with microbatches in flight, PP=1
+    # comparison, wire bytes vs analytic).
+    patched = _check(copy, [{"pp": 2}, {"pp": 3}], harness_runs=[{"pp": 3}],
+                     harness_timeout=400)
     assert patched["module"].startswith(str(copy))
     for run in patched["runs"]:
         assert run.get("error") is None, run.get("error")
         assert run["ok"], run
         assert run["aux_counts"] == run["expected_counts"] == [4, 4, 4]
 
-    # The same module through the PP validation harness (spawned ranks, scheduler-like
-    # loop with microbatches in flight, PP=1 comparison, wire bytes vs analytic).
-    harness = _check(copy, [{"pp": 3}], harness=True, timeout=400)
+    harness = patched["harness"]
     assert harness["harness"] == "codemods.ppcheck"
     (run,) = harness["runs"]
     assert run["ok"] and run["status"] == "PASS", run
