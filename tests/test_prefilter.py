@@ -4,7 +4,8 @@ Discovery with the prefilter off (every file parsed) is the reference; each stag
 prefilter must keep every file the reference finds a call site in, and runs with the prefilter
 on and off must report identical findings: over every fixture, a generated corpus of all call
 shapes and of spellings meant to fool a text search, and the real SGLang tree when it is
-cached.
+cached (there: the prefilter on over the whole tree, discovery without it over the model
+folder, every file whose text names the hook suffix and every twentieth other file).
 """
 
 from __future__ import annotations
