@@ -4,13 +4,15 @@ Discovery with the prefilter off (every file parsed) is the reference; each stag
 prefilter must keep every file the reference finds a call site in, and runs with the prefilter
 on and off must report identical findings: over every fixture, a generated corpus of all call
 shapes and of spellings meant to fool a text search, and the real SGLang tree when it is
-cached.
+cached (there: the prefilter on over the whole tree, discovery without it over the model
+folder, every file whose text names the hook suffix and every twentieth other file).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -332,17 +334,39 @@ def test_engine_findings_identical_with_prefilter_on_and_off(tmp_path):
     assert sum(map(len, _sites_by_file(on).values())) >= 40
 
 
+def _mentions_the_hook_suffix(path: Path) -> bool:
+    """Whether the file's text (decoded as Python decodes it) holds ``layers_to_capture``,
+    which every catalog hook name holds."""
+    with tokenize.open(path) as handle:
+        return "layers_to_capture" in handle.read()
+
+
 @pytest.mark.slow
 @pytest.mark.sglang
 @pytest.mark.timeout(3600)
 def test_real_sglang_tree_identical_findings(sglang_release):
+    """The prefilter on over the whole tree; discovery with it off over every file whose
+    text names the hook suffix, the model folder and every twentieth other file: the findings
+    agree on all of those, and no other file has a finding."""
     tree = sglang_release("0.5.20") / "sglang"
     options = TransformOptions()
-    on, off = _on_and_off(tree, options, jobs=os.cpu_count() or 1)
-    assert len(on) == len(off) > 3000
-    assert _sites_by_file(on) == _sites_by_file(off)
+    files = sorted(tree.rglob("*.py"))
+    mentions = [path for path in files if _mentions_the_hook_suffix(path)]
+    sample = sorted(set(files[::20]) | set(mentions) | set((tree / "srt" / "models").glob("*.py")))
+    assert len(files) > 3000 and len(sample) >= 400 and len(mentions) >= 20
+    jobs = os.cpu_count() or 1
+    on = list(engine.scan([tree], options, execution=engine.Execution(jobs=jobs)))
+    off = list(engine.scan(sample, options,
+                           execution=engine.Execution(jobs=jobs, prefilter=False)))
+    assert len(on) == len(files) and len(off) == len(sample)
+    on_sites, off_sites = _sites_by_file(on), _sites_by_file(off)
+    assert {path: on_sites[path] for path in off_sites} == off_sites
+    # Files outside the sample: none names a hook, so discovery has nothing to find there.
+    named = {str(path) for path in mentions}
+    assert {r.path for r in on if r.call_sites} <= named
     with_sites = [r.path for r in off if r.call_sites]
     assert with_sites  # SGLang's own model runner calls the hooks
+    assert with_sites == [r.path for r in on if r.call_sites]
     for path in with_sites:
         source = Path(path).read_bytes()
         assert Prefilter(sharp=False).needs_parse(source), path

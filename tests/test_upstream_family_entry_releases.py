@@ -21,7 +21,7 @@ import pytest
 from sglang_support.env import run_python
 from sglang_support.family_check import (
     patched_copy,
-    run_family_test,
+    run_family_tests,
     unpatched_copy,
     validated_models,
 )
@@ -179,8 +179,10 @@ def test_unpatched_stages_lose_captures(patched, tmp_path):
 def test_generated_family_test_passes_for_the_layer_entry_models(patched):
     version, _, result, copy = patched
     models = list(RELEASES[version])
-    for pp_size in (2, 3):
-        records = run_family_test(copy, result, pp_size, models, timeout=600)
+    runs = run_family_tests(copy, result, (2, 3), models, timeout=600)
+    assert sorted(runs) == [2, 3]
+    for pp_size, records in runs.items():
+        assert {record["pp"] for record in records} == {pp_size}
         assert {record["model"] for record in records} == set(models)
         assert validated_models(records) == dict.fromkeys(models, True), records
         assert all(record["reference"] for record in records), records
@@ -224,6 +226,8 @@ def test_whole_patch_on_0_5_23_applies_and_its_family_test_passes(sglang_release
     assert '"aux_hidden_states"' in kimi_change.new
     assert "dspark_hidden_states" not in kimi_change.new
     assert "set_pp_aux_capture" not in kimi_change.new
-    for pp_size in (2, 3):
-        records = run_family_test(copy, result, pp_size, list(VALIDATED_ON_CPU), timeout=900)
+    runs = run_family_tests(copy, result, (2, 3), list(VALIDATED_ON_CPU), timeout=900)
+    assert sorted(runs) == [2, 3]
+    for pp_size, records in runs.items():
+        assert {record["pp"] for record in records} == {pp_size}
         assert validated_models(records) == dict.fromkeys(VALIDATED_ON_CPU, True), records

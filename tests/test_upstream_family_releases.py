@@ -19,7 +19,7 @@ import pytest
 from sglang_support.family_check import (
     family_test_path,
     patched_copy,
-    run_family_test,
+    run_family_tests,
     shipped_test_env,
     unpatched_copy,
 )
@@ -93,8 +93,10 @@ def test_unpatched_models_lose_captures_under_pp(patched, tmp_path):
     release, result, _ = patched
     baseline = unpatched_copy(release, tmp_path / "unpatched", result)
     shown = [*REQUIRED, *OTHER_SHAPES]
-    for pp_size in (2, 3):
-        records = run_family_test(baseline, result, pp_size, shown, timeout=1700)
+    runs = run_family_tests(baseline, result, (2, 3), shown, timeout=1700)
+    assert sorted(runs) == [2, 3]
+    for pp_size, records in runs.items():
+        assert {record["pp"] for record in records} == {pp_size}
         seen = {record["model"] for record in records}
         assert seen == set(shown)
         for record in records:

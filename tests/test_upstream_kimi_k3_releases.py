@@ -19,6 +19,7 @@ import json
 import pytest
 from click.testing import CliRunner
 from sglang_support.env import git_apply, linked_copy, run_python
+from sglang_support.generated import release_result
 
 from codemods.cli.commands import cli
 from codemods.upstream.generate import generate
@@ -104,7 +105,7 @@ def test_kimi_k3_with_own_relay_is_reported_as_supported(sglang_release, tmp_pat
 @pytest.mark.timeout(600)
 def test_full_patch_on_0_5_20_includes_kimi_k3_and_applies(sglang_release):
     release = sglang_release("0.5.20")
-    result = generate(release)
+    result = release_result(release)
     assert result.k3_status == kimi.NEEDS_PATCH
     assert K3_FILE in result.changed
     assert result.changed.count("sglang/srt/distributed/pp_aux_capture.py") == 1

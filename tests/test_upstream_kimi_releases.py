@@ -18,6 +18,7 @@ import json
 import pytest
 from click.testing import CliRunner
 from sglang_support.env import git_apply, linked_copy, run_python
+from sglang_support.generated import release_result
 
 from codemods.cli.commands import cli
 from codemods.upstream.generate import generate
@@ -67,16 +68,18 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
     # The cached release itself is untouched (hard-linked copy, patched files private).
     assert "PPAuxRelay" not in (release / result.model_path).read_text()
 
-    patched = _check(copy, [{"pp": 2}, {"pp": 3}])
+    # The drive, then (in the same process) the same module through the PP validation
+    # harness (spawned ranks, scheduler-like loop with microbatches in flight, PP=1
+    # comparison, wire bytes vs analytic).
+    patched = _check(copy, [{"pp": 2}, {"pp": 3}], harness_runs=[{"pp": 3}],
+                     harness_timeout=400)
     assert patched["module"].startswith(str(copy))
     for run in patched["runs"]:
         assert run.get("error") is None, run.get("error")
         assert run["ok"], run
         assert run["aux_counts"] == run["expected_counts"] == [4, 4, 4]
 
-    # The same module through the PP validation harness (spawned ranks, scheduler-like
-    # loop with microbatches in flight, PP=1 comparison, wire bytes vs analytic).
-    harness = _check(copy, [{"pp": 3}], harness=True, timeout=400)
+    harness = patched["harness"]
     assert harness["harness"] == "codemods.ppcheck"
     (run,) = harness["runs"]
     assert run["ok"] and run["status"] == "PASS", run
@@ -127,9 +130,10 @@ def test_cli_patch_applies_on_release_and_compiles(sglang_release, tmp_path, ver
              if line.startswith("+") and not line.startswith("+++")]
     too_long = [line for line in added if len(line) > 88]
     assert not too_long, too_long
-    copy = linked_copy(release, tmp_path / "tree", generate(release).changed)
+    changed = release_result(release).changed
+    copy = linked_copy(release, tmp_path / "tree", changed)
     assert git_apply(copy, patch).returncode == 0
-    for rel in generate(release).changed:
+    for rel in changed:
         compile((copy / rel).read_text(), rel, "exec")
     text = body.read_text()
     assert text.startswith("# ")

@@ -8,8 +8,8 @@ patch rewrites ``_forward_impl``.  The patch passes ``git apply --check`` on the
 applies to a copy and is empty there.  On each of the three releases the family test the
 patch adds to SGLang drives the real ``DeepseekV4ForCausalLM`` / ``DeepseekV4Model`` of the
 patched copy, imported on CPU, as 2 and 3 pipeline stages in separate processes (gloo;
-captures on every stage, and all on stage 0; microbatches
-of 3, 0 and 2 tokens) and compares the last stage's aux states with a PP=1 run
+the stages of both sizes forked from one process per tree; captures on every stage, and
+all on stage 0; microbatches of 3, 0 and 2 tokens) and compares the last stage's aux states with a PP=1 run
 (``torch.equal``); the release's own file loses them.
 
 0.5.21 and 0.5.22 import ``sglang.kernels.ops.attention.dsv4.fp4_indexer``, which adds two
@@ -26,7 +26,7 @@ import subprocess
 import pytest
 from sglang_support.family_check import (
     patched_copy,
-    run_family_test,
+    run_family_tests,
     unpatched_copy,
     validated_models,
 )
@@ -75,27 +75,29 @@ BATCHES = (3, 0, 2)
 
 
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("version", RELEASES)
-def test_patched_stages_match_pp1_and_unpatched_lose_captures(sglang_release, tmp_path,
-                                                               monkeypatch, version):
-    # Inherited by the family test's subprocess and its spawned stage workers.
+def test_patched_stages_match_pp1_and_unpatched_lose_captures(patched, tmp_path,
+                                                               monkeypatch):
+    # Inherited by the family test's subprocess and its stage workers.
     monkeypatch.setenv("SGLANG_TEST_PP_AUX_LAYER_IDS",
                        ";".join(",".join(map(str, ids)) for ids in LAYER_ID_SETS))
     monkeypatch.setenv("SGLANG_TEST_PP_AUX_BATCHES", ",".join(map(str, BATCHES)))
-    release = sglang_release(version)
-    result, copy = patched_copy(release, tmp_path / "patched", MODELS)
+    _, release, result, copy = patched
     baseline = unpatched_copy(release, tmp_path / "unpatched", result)
+    runs = run_family_tests(copy, result, (2, 3), MODELS, timeout=900)
+    losses = run_family_tests(baseline, result, (2, 3), MODELS, timeout=900)
+    assert sorted(runs) == sorted(losses) == [2, 3]
     for pp_size in (2, 3):
-        records = run_family_test(copy, result, pp_size, MODELS, timeout=900)
+        records = runs[pp_size]
         assert validated_models(records) == {"deepseek_v4": True}, records
         assert sorted(tuple(r["layer_ids"]) for r in records) == sorted(
             tuple(ids) for ids in LAYER_ID_SETS), records
         for record in records:
+            assert record["pp"] == pp_size, record
             # One comparison per microbatch, the empty one included.
             assert len(record["reference"]) == len(BATCHES), record
             assert record["reference"] == record["pipelined"], record
             assert any(record["reference"]), record
-        lost = run_family_test(baseline, result, pp_size, MODELS, timeout=900)
+        lost = losses[pp_size]
         assert len(lost) == len(records), lost
         for record in lost:
             assert record["error"] is not None or any(

@@ -30,8 +30,8 @@ RELAYED = {"complete": [4, 4], "complete_two_earlier": [8, 4], "empty_batch": [4
 OLD_NAMES = re.compile(r"dspark_hidden_states|pp_proxy_dspark_hidden_size|SupportsDSparkPPProxy")
 
 
-def _relay(root, entry: str) -> dict:
-    proc = run_python(["-m", "sglang_support.relay_check", entry], root, timeout=600)
+def _relay(root, *entries: str) -> dict:
+    proc = run_python(["-m", "sglang_support.relay_check", *entries], root, timeout=600)
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     return json.loads(lines[-1])
@@ -50,11 +50,12 @@ def test_one_entry_for_every_capture_method(version, tmp_path):
     assert left == []
     renamed = {str(p.relative_to(release)) for p in before}
     assert renamed <= set(result.changed)
-    patched = _relay(copy, "aux_hidden_states")
+    relayed = _relay(copy, "aux_hidden_states", "dspark_hidden_states")
+    patched = relayed["aux_hidden_states"]
     for case, widths in RELAYED.items():
         assert patched[case].get("aux_widths") == widths, (version, case, patched[case])
     # Captures under the old key are no longer read: the stage keeps only its own.
-    stale = _relay(copy, "dspark_hidden_states")
+    stale = relayed["dspark_hidden_states"]
     assert stale["complete"].get("aux_widths") == [4]
 
 

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from sglang_support.generated import release_result
 
 from codemods.cli.commands import cli
 from codemods.upstream.edit.change_kinds import RUNTIME, TESTS, VALIDATION, Role, model_group
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan, FileDecision, ForwardRef
-from codemods.upstream.generate import FAMILY_ONLY, UpstreamResult, generate
+from codemods.upstream.generate import FAMILY_ONLY, UpstreamResult
 from codemods.upstream.output import series
 from codemods.upstream.tree.sglang_tree import detect_tree
 from tests.gitrepo import IDENTITY, git, isolate_git
@@ -309,7 +310,7 @@ def test_series_applies_in_order_and_equals_the_single_patch(
     version, sglang_release, tmp_path, monkeypatch
 ):
     isolate_git(monkeypatch, tmp_path)
-    result = generate(sglang_release(version))
+    result = release_result(sglang_release(version))
     changes = [c for c in result.changes if c.changed]
     assert changes, version
     patches = series.build_series(result)

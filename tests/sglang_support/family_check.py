@@ -1,6 +1,7 @@
 """Build a patched copy of an SGLang release and run the family test the patch adds.
 
-``patched_copy(release, dest, models)`` generates the upstream patch (``generate``), checks
+``patched_copy(release, dest, models)`` generates the upstream patch (``generate``; the
+whole patch of a release once per session, ``generated.release_result``), checks
 it with ``git apply --check`` on the release, applies it to a hard-linked copy (the files
 it touches are private copies, so the cached release never changes), writes the tests the
 patch ships into ``copy/SHIPPED_TESTS`` (a release is a package tree: its patch leaves
@@ -9,6 +10,9 @@ them out) and returns ``(result, copy)``.
 ``run_family_test(copy, result, pp_size, models)`` runs the generated
 ``test_pp_aux_capture_family.py`` of the copy in ``--json`` mode (one set of worker
 processes for all models at that PP size) and returns its per-case records.
+
+``run_family_tests(copy, result, pp_sizes, models)`` gives the same records for several PP
+sizes from one process (forked stages, one SGLang import per tree).
 
 ``unpatched_copy(release, dest, result)`` is the release with only the patch's new files
 added (transport, glue, family test) and every model file as released: the same drive
@@ -28,6 +32,7 @@ from typing import Any
 from codemods.upstream.family.patch import TEST_FILE
 from codemods.upstream.generate import UpstreamResult, generate, write_tests
 from sglang_support.env import STUBS_DIR, git_apply, linked_copy, sglang_env
+from sglang_support.generated import release_result
 
 
 class PatchFailed(RuntimeError):
@@ -40,7 +45,7 @@ SHIPPED_TESTS = "shipped_tests"
 
 def patched_copy(release: Path, dest: Path, models: list[str] | None = None
                  ) -> tuple[UpstreamResult, Path]:
-    result = generate(release, models=models)
+    result = release_result(release) if models is None else generate(release, models=models)
     check = git_apply(release, result.patch, check=True)
     if check.returncode != 0:
         raise PatchFailed(f"git apply --check on {release}: {check.stderr}")
@@ -103,6 +108,27 @@ def run_family_test(tree_root: Path, result: UpstreamResult, pp_size: int,
             f"{proc.stderr[-4000:]}"
         )
     return json.loads(lines[-1])
+
+
+def run_family_tests(tree_root: Path, result: UpstreamResult, pp_sizes=(2, 3),
+                     models: list[str] | None = None, timeout: float = 1500.0
+                     ) -> dict[int, list[dict[str, Any]]]:
+    """``pp_size -> records`` as :func:`run_family_test` gives them, from one process
+    that imports the tree once and forks the stages of every PP size
+    (``sglang_support.family_runner``)."""
+    test = family_test_path(tree_root, result)
+    sizes = ",".join(str(size) for size in pp_sizes)
+    args = ["-m", "sglang_support.family_runner", str(test), sizes, *(models or [])]
+    proc = subprocess.run([sys.executable, *args], env=shipped_test_env(tree_root),
+                          cwd=str(tree_root), capture_output=True, text=True,
+                          timeout=timeout)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"family test, PP sizes {sizes}, failed (exit {proc.returncode}): "
+            f"{proc.stderr[-4000:]}"
+        )
+    return {int(size): records for size, records in json.loads(lines[-1]).items()}
 
 
 def validated_models(records: list[dict[str, Any]]) -> dict[str, bool]:

@@ -8,6 +8,8 @@ size compares with the PP=1 run of the same module.
 
 With ``"harness": true`` the runs go through ``codemods.ppcheck.run_scenarios`` instead of
 the forked drive (relay mode: its wire-byte accounting checks what the handoff carries).
+``"harness_runs"`` (with ``"harness_timeout"``) adds such harness runs after the forked
+drive, in the same process, under ``"harness"`` in the report.
 ``bypass_setter`` stores the ids on the inner model of every stage instead of calling the
 setter (what the forward does once the PP guard is out of the way).
 Per run: ``ok`` (aux states and final hidden states equal with torch.equal),
@@ -91,6 +93,10 @@ def main(argv: list[str]) -> int:
         else:
             entry.update(ok=False, error=result.errors(), aux_counts=None)
         report["runs"].append(entry)
+    if config.get("harness_runs"):
+        report["harness"] = run_with_harness(dict(
+            config, runs=config["harness_runs"],
+            timeout=config.get("harness_timeout", config.get("timeout", 300))))
     print(json.dumps(report))
     return 0
 

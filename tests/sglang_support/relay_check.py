@@ -1,10 +1,10 @@
 """Call the real ``KimiLinearModel.forward`` (SGLang 0.5.21+) as the last pipeline stage.
 
-Usage: ``python -m sglang_support.relay_check [ENTRY]`` under ``env.sglang_env(tree)``;
+Usage: ``python -m sglang_support.relay_check [ENTRY ...]`` under ``env.sglang_env(tree)``;
 ``ENTRY`` is the ``PPProxyTensors`` key the earlier stages' captures arrive in (default
 ``dspark_hidden_states``, the release's).  Prints one JSON object: case name ->
 ``{"aux_widths": [...]}`` (what the stage hands on) or ``{"error": "<message>"}`` (what it
-raised).
+raised); with several entries, one such object per entry (``{ENTRY: {case: ...}}``).
 
 The model instance is built without its ``__init__`` (``stages.bare``): 6 layers, this stage
 owns layers 3-5, hidden size 4, stand-in decoder layers that add 1 (returning the residual
@@ -117,8 +117,12 @@ def main() -> None:
     )
     if USES_RESIDUAL_BATCH:
         kimi_linear.residual_batch = StandInResidualBatch()
-    entry = sys.argv[1] if len(sys.argv) > 1 else "dspark_hidden_states"
-    print(json.dumps({name: run(*case, entry=entry) for name, case in CASES.items()}))
+    entries = sys.argv[1:] or ["dspark_hidden_states"]
+    results = {
+        entry: {name: run(*case, entry=entry) for name, case in CASES.items()}
+        for entry in entries
+    }
+    print(json.dumps(results[entries[0]] if len(entries) == 1 else results))
 
 
 if __name__ == "__main__":
