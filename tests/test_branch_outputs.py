@@ -65,8 +65,7 @@ def test_upstream_patch_file_and_pr_body_inside_the_tree(tmp_path, monkeypatch):
     isolate_git(monkeypatch, tmp_path)
     root = family_checkout(tmp_path / "sglang")
     monkeypatch.chdir(root)
-    args = ("upstream-patch", ".", "--branch", "pp/capture", "-o", "pp.patch",
-            "--pr-body", "PR.md")
+    args = ("upstream-patch", ".", "--branch", "pp/capture", "-o", "pp.patch", "--pr-body", "PR.md")
     first = auxcap(*args)
     assert first.exit_code == 0, first.output
     assert (root / "pp.patch").read_text().startswith("diff --git ")

@@ -120,21 +120,39 @@ CALL = "model.set_dspark_layers_to_capture(ids)"
 @pytest.mark.parametrize(
     "source, reason",
     [
-        (f"def f(model, ids):\n    for n in (1, 2):\n        {CALL}\n        return\n"
-         "    raise RuntimeError('none')\n", "raises when no hook was called"),
-        (f"def f(model, ids):\n    done = None\n    for n in (1, 2):\n        {CALL}\n"
-         "        done = n\n        break\n    if done is None:\n        raise RuntimeError()\n",
-         "raises when no hook was called"),
-        (f"def f(model, ids):\n    for n in (1, 2):\n        {CALL}\n        break\n"
-         "    else:\n        raise RuntimeError('none')\n", "raises when no hook was called"),
-        (f"def f(model, ids):\n    assert ids, 'unresolved'\n    {CALL}\n", "asserts on the layer ids"),
-        (f"def f(model, ids):\n    {CALL}\n\n\ndef g(model):\n    return model.layers_to_capture\n",
-         "read back"),
-        (f"class A:\n    def f(self, model, ids):\n        {CALL}\n\n"
-         "    def g(self, out):\n        return out.hidden_states\n", "read back"),
+        (
+            f"def f(model, ids):\n    for n in (1, 2):\n        {CALL}\n        return\n"
+            "    raise RuntimeError('none')\n",
+            "raises when no hook was called",
+        ),
+        (
+            f"def f(model, ids):\n    done = None\n    for n in (1, 2):\n        {CALL}\n"
+            "        done = n\n        break\n    if done is None:\n        raise RuntimeError()\n",
+            "raises when no hook was called",
+        ),
+        (
+            f"def f(model, ids):\n    for n in (1, 2):\n        {CALL}\n        break\n"
+            "    else:\n        raise RuntimeError('none')\n",
+            "raises when no hook was called",
+        ),
+        (
+            f"def f(model, ids):\n    assert ids, 'unresolved'\n    {CALL}\n",
+            "asserts on the layer ids",
+        ),
+        (
+            f"def f(model, ids):\n    {CALL}\n\n\ndef g(model):\n    return model.layers_to_capture\n",
+            "read back",
+        ),
+        (
+            f"class A:\n    def f(self, model, ids):\n        {CALL}\n\n"
+            "    def g(self, out):\n        return out.hidden_states\n",
+            "read back",
+        ),
         (f"def f(model, ids):\n    {CALL}\n", "extraction code (the module)"),
-        (f"class FeatureExtractor:\n    def f(self, model, ids):\n        {CALL}\n",
-         "extraction code (class FeatureExtractor)"),
+        (
+            f"class FeatureExtractor:\n    def f(self, model, ids):\n        {CALL}\n",
+            "extraction code (class FeatureExtractor)",
+        ),
     ],
 )
 def test_each_evidence_marks_the_call_required(source, reason):
@@ -164,14 +182,19 @@ def test_no_evidence_keeps_the_fallback(source):
 @pytest.mark.parametrize(
     "optional, sign",
     [
-        (f"if hasattr(model, 'set_dspark_layers_to_capture'):\n        {CALL}\n", "hasattr/callable"),
+        (
+            f"if hasattr(model, 'set_dspark_layers_to_capture'):\n        {CALL}\n",
+            "hasattr/callable",
+        ),
         (f"try:\n        {CALL}\n    except AttributeError:\n        pass\n", "handler"),
         (f"{CALL}\n    return True\n\n\ndef g():\n    return False\n", None),
         (f"{CALL}\n    if not ids:\n        return False\n", "reports capture off"),
     ],
 )
 def test_optional_evidence_with_required_evidence_is_a_conflict(optional, sign):
-    source = f"def f(model, ids):\n    {optional}\n\ndef g(out):\n    return out.aux_hidden_states\n"
+    source = (
+        f"def f(model, ids):\n    {optional}\n\ndef g(out):\n    return out.aux_hidden_states\n"
+    )
     site = _site(source)
     if sign is None:  # a return False in another function reports nothing about this call
         assert is_skipped(site)

@@ -20,7 +20,10 @@ from codemods.callers.records import Action, Status, is_skipped
 from codemods.callers.transform import scan_source, transform_source
 
 CALLERS = Path(__file__).resolve().parent.parent / "fixtures" / "callers"
-POLICIES = {"default": TransformOptions(), "raise": TransformOptions(guard_policy="raise", fallback_policy="raise")}
+POLICIES = {
+    "default": TransformOptions(),
+    "raise": TransformOptions(guard_policy="raise", fallback_policy="raise"),
+}
 
 
 class FakeModel:
@@ -78,7 +81,12 @@ def _versions(case: str) -> list[types.ModuleType]:
 # ------------------------------------------------------------------------ the fixtures
 @pytest.mark.parametrize(
     "case",
-    ["capture_required_flag", "capture_required_assert", "capture_required_runner", "hasattr_raise"],
+    [
+        "capture_required_flag",
+        "capture_required_assert",
+        "capture_required_runner",
+        "hasattr_raise",
+    ],
 )
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_no_skip_and_no_fallback_where_capture_is_required(case, policy):
@@ -185,14 +193,24 @@ OPTIONAL = "def f(model, ids=None):\n    {body}\n"
             "model.set_dflash_layers_to_capture(ids)\n    return model(1).aux_hidden_states",
             "read after the call",
         ),
-        ("if self.eagle_use_aux_hidden_state:\n        model.set_dflash_layers_to_capture(ids)",
-         "feature flag"),
-        ("if not cfg.dflash_use_aux_hidden_state:\n        return\n"
-         "    model.set_dflash_layers_to_capture(ids)", "feature flag"),
-        ("if args.spec_algorithm.is_dspark():\n        model.set_dspark_layers_to_capture(ids)",
-         "feature flag"),
-        ("if not hasattr(model, 'set_dspark_layers_to_capture'):\n        raise TypeError('x')\n"
-         "    model.set_dspark_layers_to_capture(ids)", "no hook"),
+        (
+            "if self.eagle_use_aux_hidden_state:\n        model.set_dflash_layers_to_capture(ids)",
+            "feature flag",
+        ),
+        (
+            "if not cfg.dflash_use_aux_hidden_state:\n        return\n"
+            "    model.set_dflash_layers_to_capture(ids)",
+            "feature flag",
+        ),
+        (
+            "if args.spec_algorithm.is_dspark():\n        model.set_dspark_layers_to_capture(ids)",
+            "feature flag",
+        ),
+        (
+            "if not hasattr(model, 'set_dspark_layers_to_capture'):\n        raise TypeError('x')\n"
+            "    model.set_dspark_layers_to_capture(ids)",
+            "no hook",
+        ),
     ],
 )
 def test_each_rule_marks_the_call_required(body, reason):
@@ -224,11 +242,15 @@ def test_serving_code_by_path_and_class():
     assert is_serving_path("sglang/srt/model_executor/model_runner_components/x.py")
     assert is_serving_path("fork/model_runner_kv.py")
     assert not is_serving_path("specforge/modeling/target/capture.py")
-    ((actions, note),) = _actions(OPTIONAL.format(body="model.set_dflash_layers_to_capture(ids)"),
-                                  "python/sglang/srt/model_executor/model_runner.py")
+    ((actions, note),) = _actions(
+        OPTIONAL.format(body="model.set_dflash_layers_to_capture(ids)"),
+        "python/sglang/srt/model_executor/model_runner.py",
+    )
     assert actions == (Action.GUARD,) and "serving code" in note
-    source = "class HybridModelRunner:\n    def f(self, ids=None):\n" \
-             "        self.model.set_dspark_layers_to_capture(ids)\n"
+    source = (
+        "class HybridModelRunner:\n    def f(self, ids=None):\n"
+        "        self.model.set_dspark_layers_to_capture(ids)\n"
+    )
     ((actions, note),) = _actions(source)
     assert actions == (Action.GUARD,) and "class HybridModelRunner" in note
     source = "class Runner:\n    def f(self, ids):\n        self.model.set_dspark_layers_to_capture(ids)\n"

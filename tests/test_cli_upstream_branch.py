@@ -84,12 +84,12 @@ def test_upstream_patch_branch_commits_the_patched_model_files(checkout, tmp_pat
 
 
 def test_upstream_patch_branch_commits_the_tests_under_test_registered_unit_models(
-        tmp_path, monkeypatch, sglang_release):
+    tmp_path, monkeypatch, sglang_release
+):
     isolate_git(monkeypatch, tmp_path)
     files = (*RELEASE_FILES, "srt/models/llama.py")
     checkout = make_checkout(sglang_release("0.5.23"), tmp_path / "sglang", files)
-    result = auxcap("upstream-patch", str(checkout), "--models", "llama",
-                    "--branch", BRANCH)
+    result = auxcap("upstream-patch", str(checkout), "--models", "llama", "--branch", BRANCH)
     assert result.exit_code == 0, result.output
     committed = git(checkout, "diff", "--name-only", "main", "HEAD").split()
     # A checkout's patch carries the tests, where SGLang keeps the unit tests of
@@ -119,8 +119,7 @@ def test_already_supported_release_creates_no_branch(tmp_path, monkeypatch, sgla
     isolate_git(monkeypatch, tmp_path)
     checkout = make_checkout(sglang_release("0.5.21"), tmp_path / "sglang")
     # 0.5.21 relays DSPARK captures itself: Kimi-Linear alone needs nothing.
-    result = auxcap("upstream-patch", str(checkout), "--models", "kimi_linear",
-                    "--branch", BRANCH)
+    result = auxcap("upstream-patch", str(checkout), "--models", "kimi_linear", "--branch", BRANCH)
     assert result.exit_code == 0, result.output
     assert "Nothing to change" in result.output
     assert git(checkout, "branch", "--list", BRANCH) == ""

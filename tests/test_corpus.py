@@ -94,9 +94,11 @@ class Layout:
             ):
                 for inner in ast.walk(node):
                     value = getattr(inner, "value", None)
-                    if isinstance(inner, (ast.Return, ast.Assign)) and isinstance(
-                        value, ast.Constant
-                    ) and isinstance(value.value, bool):
+                    if (
+                        isinstance(inner, (ast.Return, ast.Assign))
+                        and isinstance(value, ast.Constant)
+                        and isinstance(value.value, bool)
+                    ):
                         self.hook |= _span(inner)
         for node in tree.body:
             text = ast.unparse(node)
@@ -167,8 +169,22 @@ def test_corpus_is_large_and_varied():
     files = sorted(CORPUS.glob("*.py"))
     assert len(files) >= 40
     text = "\n".join(path.read_text(encoding="utf-8") for path in files)
-    for feature in ("async def", "match ", ":=", "@dataclass", "argparse", "lambda", "| None",
-                    "class ", "yield", "global ", "nonlocal ", "f\"", "\t", "@property"):
+    for feature in (
+        "async def",
+        "match ",
+        ":=",
+        "@dataclass",
+        "argparse",
+        "lambda",
+        "| None",
+        "class ",
+        "yield",
+        "global ",
+        "nonlocal ",
+        'f"',
+        "\t",
+        "@property",
+    ):
         assert feature in text, feature
 
 

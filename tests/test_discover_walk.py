@@ -82,9 +82,7 @@ SCOPE_CASES = {
         "        pass\n"
     ),
     "engine.py": (
-        "def f(model, ids):\n"
-        "    import vllm\n"
-        "    model.set_dspark_layers_to_capture(ids)\n"
+        "def f(model, ids):\n    import vllm\n    model.set_dspark_layers_to_capture(ids)\n"
     ),
     "keywords.py": "def f(model, ids):\n    model.set_dspark_layers_to_capture(ids, stage=1)\n",
 }
@@ -95,7 +93,9 @@ def _cases():
     yield from ((name, text.encode()) for name, text in SCOPE_CASES.items())
 
 
-@pytest.mark.parametrize("name,source", list(_cases()), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize(
+    "name,source", list(_cases()), ids=lambda v: v if isinstance(v, str) else ""
+)
 def test_scope_verdicts_from_the_analysis_equal_those_of_a_module_walk(name, source):
     """``module_skip_reason`` and ``skip_expected_errors`` read discovery's imports, calls and
     parents instead of walking the module; they must decide exactly as a walk does."""

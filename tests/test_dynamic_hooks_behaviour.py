@@ -68,7 +68,10 @@ def test_fixtures_are_what_the_transform_writes(case):
     folder = CALLERS / case
     for options, expected in (
         (TransformOptions(), folder / "after.py"),
-        (TransformOptions(guard_policy="raise", fallback_policy="raise"), folder / "after_raise.py"),
+        (
+            TransformOptions(guard_policy="raise", fallback_policy="raise"),
+            folder / "after_raise.py",
+        ),
     ):
         result = transform_source((folder / "before.py").read_bytes(), "x.py", options)
         assert result.status is Status.CHANGED, result.error
@@ -122,17 +125,19 @@ def test_under_pp_only_the_raising_hook_is_handled(case, caplog):
         _run((CALLERS / case / "after_raise.py").read_bytes(), case, FakeModel(kinds, 2), [1])
 
 
-EAGLE3_ONLY_TABLE = b'''\
+EAGLE3_ONLY_TABLE = b"""\
 NAMES = ("set_eagle3_layers_to_capture",)
 
 
 def configure(model, layer_ids=None):
     for name in NAMES:
         getattr(model, name)(layer_ids)
-'''
+"""
 
 
-@pytest.mark.parametrize("options", [TransformOptions(), TransformOptions(guard_policy="raise", fallback_policy="raise")])
+@pytest.mark.parametrize(
+    "options", [TransformOptions(), TransformOptions(guard_policy="raise", fallback_policy="raise")]
+)
 def test_a_table_of_eagle3_only_is_left_alone(options):
     result = transform_source(EAGLE3_ONLY_TABLE, "x.py", options)
     assert result.status is Status.UNCHANGED, result.error
@@ -145,12 +150,12 @@ def test_a_table_of_eagle3_only_is_left_alone(options):
 
 def test_a_name_test_of_another_hook_is_no_guard():
     """``if name == "set_dspark..."`` does not let None through to EAGLE3 only: still guarded."""
-    code = b'''\
+    code = b"""\
 def configure(model, layer_ids=None):
     for name in ("set_eagle3_layers_to_capture", "set_dspark_layers_to_capture"):
         if layer_ids or name == "set_dspark_layers_to_capture":
             getattr(model, name)(layer_ids)
-'''
+"""
     (site,) = scan_source(code, "x.py").call_sites
     assert Action.GUARD in site.actions
     guarded = code.replace(b'"set_dspark_layers_to_capture":', b'"set_eagle3_layers_to_capture":')
@@ -159,10 +164,10 @@ def configure(model, layer_ids=None):
 
 
 def test_hook_name_not_held_by_a_name_is_left_for_review():
-    code = b'''\
+    code = b"""\
 def configure(model, method, layer_ids=None):
     getattr(model, f"set_{method}_layers_to_capture")(layer_ids)
-'''
+"""
     result = transform_source(code, "x.py", TransformOptions())
     assert result.status is Status.UNCHANGED
     (site,) = result.call_sites
@@ -284,13 +289,13 @@ def test_hook_names_resolved_as_values(code, hooks):
 
 
 def test_strings_that_are_no_hook_names_find_nothing():
-    code = '''
+    code = """
 TABLE = {"dspark": ("set_up", "tear_down")}
 
 def enable(model, method, ids):
     for name in TABLE.get(method, ()):
         getattr(model, name)(ids)
-'''
+"""
     assert _hooks_at(code) == []
 
 
@@ -306,7 +311,7 @@ def enable(model, ids, name="{D}"):
 '''
     assert _hooks_at(code) == []  # name is a parameter: its bindings are not all known...
     # ...while a cycle through assignments ends and keeps what it found.
-    assert _hooks_at(code.replace('a = b = None', f'a = b = "{D}"')) == [D]
+    assert _hooks_at(code.replace("a = b = None", f'a = b = "{D}"')) == [D]
 
 
 # ------------------------------------------------------------------ SpecForge-style table
@@ -351,8 +356,9 @@ def test_specforge_table_unset_ids_for_dflash(fake_torch):
     _backend((SPECFORGE / "after.py").read_bytes(), model, "dspark").enable(None)
     assert model.calls == []  # skipped: the ids are declared optional
     with pytest.raises(ValueError, match="needs layer ids: layer_ids is unset"):
-        _backend((SPECFORGE / "after_raise.py").read_bytes(), FakeModel(("dflash",)), "dspark")\
-            .enable(None)
+        _backend(
+            (SPECFORGE / "after_raise.py").read_bytes(), FakeModel(("dflash",)), "dspark"
+        ).enable(None)
 
 
 def test_specforge_table_under_pp(fake_torch, caplog):
@@ -360,21 +366,23 @@ def test_specforge_table_under_pp(fake_torch, caplog):
     with pytest.raises(NotImplementedError):
         _backend(before, FakeModel(("dspark",), pp_size=2), "dspark").enable([1])
     with caplog.at_level(logging.WARNING):
-        _backend((SPECFORGE / "after.py").read_bytes(), FakeModel(("dspark",), 2), "dspark")\
-            .enable([1])
+        _backend((SPECFORGE / "after.py").read_bytes(), FakeModel(("dspark",), 2), "dspark").enable(
+            [1]
+        )
     assert "unavailable, running without aux hidden capture" in caplog.text
     # The table reaches DFLASH too, whose error the upstream patch does not remove
     # (qwen3_5_text): the hint is the one fix that holds for both.
     with pytest.raises(NotImplementedError, match="run with --pp-size 1$"):
-        _backend((SPECFORGE / "after_raise.py").read_bytes(), FakeModel(("dspark",), 2), "dspark")\
-            .enable([1])
+        _backend(
+            (SPECFORGE / "after_raise.py").read_bytes(), FakeModel(("dspark",), 2), "dspark"
+        ).enable([1])
     model = FakeModel(("eagle3",), pp_size=2)
     _backend((SPECFORGE / "after.py").read_bytes(), model, "eagle3").enable([1])
     assert model.calls == [("eagle3", [1])]
 
 
 def test_setter_fetched_through_a_table_lookup_is_tested_by_that_lookup():
-    code = b'''\
+    code = b"""\
 HOOKS = {"eagle3": "set_eagle3_layers_to_capture", "dspark": "set_dspark_layers_to_capture"}
 
 
@@ -382,7 +390,7 @@ def enable(model, method, layer_ids=None):
     setter = getattr(model, HOOKS[method], None)
     if setter is not None:
         setter(layer_ids)
-'''
+"""
     result = transform_source(code, "x.py", TransformOptions())
     assert result.status is Status.CHANGED, result.error
     text = result.rewritten.decode()

@@ -178,8 +178,14 @@ def test_other_switches_after_the_call_are_no_claims():
 
 @pytest.mark.parametrize(
     "flag, claim",
-    [("ok", True), ("self.aux_ready", True), ("capturing", True), ("model.training", False),
-     ("torch.backends.cudnn.benchmark", False), ("self.token_ok_count", True)],
+    [
+        ("ok", True),
+        ("self.aux_ready", True),
+        ("capturing", True),
+        ("model.training", False),
+        ("torch.backends.cudnn.benchmark", False),
+        ("self.token_ok_count", True),
+    ],
 )
 def test_which_flags_claim_capture(flag, claim):
     source = (

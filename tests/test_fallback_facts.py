@@ -35,7 +35,9 @@ class PipelineParallelModel:
         raise NotImplementedError("DFLASH/DSPARK aux hidden capture requires PP=1.")
 
 
-@pytest.mark.parametrize("options", [TransformOptions(), TransformOptions(guard_policy="raise", fallback_policy="raise")])
+@pytest.mark.parametrize(
+    "options", [TransformOptions(), TransformOptions(guard_policy="raise", fallback_policy="raise")]
+)
 def test_eagle3_only_module_is_left_byte_identical(options):
     source = (EAGLE3_ONLY / "before.py").read_bytes()
     result = transform_source(source, "eagle3_only.py", options)

@@ -161,7 +161,7 @@ def test_write_goes_through_os_replace(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fileio.os, "replace", spy)
     write_atomic(read_source(path), b"x = 9\n")
-    (src, dst), = calls
+    ((src, dst),) = calls
     assert dst == str(path)
     assert os.path.dirname(src) == str(tmp_path)
     assert not src.endswith(".py") and fileio.TEMP_PATTERN.match(os.path.basename(src))

@@ -48,9 +48,21 @@ def make_venv(where: Path, requirement: str) -> Path:
     """``python -m venv WHERE`` then ``pip install REQUIREMENT`` from this checkout."""
     subprocess.run([python_for_venvs(), "-m", "venv", str(where)], check=True, timeout=120)
     done = subprocess.run(
-        [str(where / "bin" / "python"), "-m", "pip", "install", "-q", "-c", str(CONSTRAINTS),
-         requirement],
-        cwd=PROJECT_ROOT, env=clean_env(), capture_output=True, text=True, timeout=600,
+        [
+            str(where / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "-c",
+            str(CONSTRAINTS),
+            requirement,
+        ],
+        cwd=PROJECT_ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return where
@@ -67,8 +79,14 @@ def pp_venv(tmp_path_factory) -> Path:
 
 
 def run(venv: Path, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([str(venv / "bin" / args[0]), *args[1:]], cwd=cwd, env=clean_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(venv / "bin" / args[0]), *args[1:]],
+        cwd=cwd,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def importable(venv: Path, module: str, cwd: Path) -> bool:
@@ -86,17 +104,36 @@ def test_base_install_upstream_patch_pr_body_and_branch(base_venv, tmp_path, mon
     isolate_git(monkeypatch, tmp_path)
     root = family_checkout(tmp_path / "sglang")
     body = tmp_path / "PR.md"
-    done = run(base_venv, "auxcap", "upstream-patch", ".", "-o", str(tmp_path / "pp.patch"),
-               "--pr-body", str(body), cwd=root)
+    done = run(
+        base_venv,
+        "auxcap",
+        "upstream-patch",
+        ".",
+        "-o",
+        str(tmp_path / "pp.patch"),
+        "--pr-body",
+        str(body),
+        cwd=root,
+    )
     assert done.returncode == 0, done.stderr
     assert "## Benchmark & Profiling" in body.read_text()
 
-    done = run(base_venv, "auxcap", "upstream-patch", ".", "--branch", "pp/capture",
-               "--pr-body", str(tmp_path / "branch.md"), cwd=root)
+    done = run(
+        base_venv,
+        "auxcap",
+        "upstream-patch",
+        ".",
+        "--branch",
+        "pp/capture",
+        "--pr-body",
+        str(tmp_path / "branch.md"),
+        cwd=root,
+    )
     assert done.returncode == 0, done.stderr
     assert "Idempotent: running" in (tmp_path / "branch.md").read_text()
     assert "sglang/srt/distributed/pp_aux_capture.py" in git(
-        root, "show", "--name-only", "--format=", "pp/capture")
+        root, "show", "--name-only", "--format=", "pp/capture"
+    )
 
 
 def test_base_install_migrate_branch(base_venv, tmp_path, monkeypatch):
@@ -106,18 +143,41 @@ def test_base_install_migrate_branch(base_venv, tmp_path, monkeypatch):
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "App", env=IDENTITY)
-    done = run(base_venv, "auxcap", "migrate", ".", "--branch", "auxcap/guard-capture",
-               "--pr-body", "PR.md", cwd=repo)
+    done = run(
+        base_venv,
+        "auxcap",
+        "migrate",
+        ".",
+        "--branch",
+        "auxcap/guard-capture",
+        "--pr-body",
+        "PR.md",
+        cwd=repo,
+    )
     assert done.returncode == 0, done.stderr
     assert git(repo, "show", "--name-only", "--format=", "auxcap/guard-capture").split() == [
-        "serving/capture_runner.py", "train_distill.py", "utils/capture.py"]
+        "serving/capture_runner.py",
+        "train_distill.py",
+        "utils/capture.py",
+    ]
 
 
 def test_pp_install_validate_pp_without_numpy(pp_venv, tmp_path):
     assert importable(pp_venv, "torch", tmp_path)
     assert not importable(pp_venv, "numpy", tmp_path)
-    done = run(pp_venv, "auxcap", "validate-pp", "--world-size", "2", "--select",
-               "one-per-stage [even]", "--timeout", "60", cwd=tmp_path, timeout=400)
+    done = run(
+        pp_venv,
+        "auxcap",
+        "validate-pp",
+        "--world-size",
+        "2",
+        "--select",
+        "one-per-stage [even]",
+        "--timeout",
+        "60",
+        cwd=tmp_path,
+        timeout=400,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     summary = re.search(r"(\d+)/(\d+) scenarios passed", done.stdout)
     assert summary and summary.group(1) == summary.group(2) != "0", done.stdout

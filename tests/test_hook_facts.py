@@ -43,8 +43,11 @@ def test_only_kimi_dspark_and_qwen3_5_text_dflash_raise_not_implemented_under_pp
         for f in hf.setters(hook, registered_only=False)
         if f.pp == hf.PP_RAISES and f.pp_raise.type == "NotImplementedError"
     }
-    assert raising == {(DSPARK, "kimi_linear.py"), (DSPARK, "kimi_k3.py"),
-                       (DFLASH, "qwen3_5_text.py")}
+    assert raising == {
+        (DSPARK, "kimi_linear.py"),
+        (DSPARK, "kimi_k3.py"),
+        (DFLASH, "qwen3_5_text.py"),
+    }
     for f in hf.pp_raises(DSPARK, exc_type="NotImplementedError"):
         assert f.pp_raise.message == "DSPARK aux hidden capture requires PP=1."
     for f in hf.pp_raises(DFLASH, exc_type="NotImplementedError"):
@@ -72,12 +75,10 @@ def test_qwen3_5_text_dflash_raises_from_0_5_19_on():
 def test_no_eagle3_setter_ever_raises_under_pp_and_many_lose_captures():
     assert not hf.may_raise_not_implemented(EAGLE3)
     assert hf.pp_raises(EAGLE3) == ()
-    assert not any(f.pp == hf.PP_RAISES
-                   for f in hf.setters(EAGLE3, registered_only=False))
+    assert not any(f.pp == hf.PP_RAISES for f in hf.setters(EAGLE3, registered_only=False))
     for release in RELEASES:
         assert hf.loses_captures_silently(EAGLE3, release)
-        silent = {m for f in hf.setters(EAGLE3, release) if f.pp == hf.PP_SKIPS
-                  for m in f.models}
+        silent = {m for f in hf.setters(EAGLE3, release) if f.pp == hf.PP_SKIPS for m in f.models}
         assert {"LlamaForCausalLM", "Qwen3ForCausalLM"} <= silent
 
 
@@ -100,10 +101,8 @@ def test_dspark_and_dflash_reject_none():
     for hook in (DSPARK, DFLASH):
         assert hf.rejects_none(hook)
         assert hf.none_meaning(hook) == hf.NONE_REJECTED
-    assert "DFLASH requires explicit layer_ids for aux hidden capture." in hf.none_messages(
-        DFLASH)
-    assert "DSPARK requires explicit layer_ids for aux hidden capture." in hf.none_messages(
-        DSPARK)
+    assert "DFLASH requires explicit layer_ids for aux hidden capture." in hf.none_messages(DFLASH)
+    assert "DSPARK requires explicit layer_ids for aux hidden capture." in hf.none_messages(DSPARK)
 
 
 def test_dspark_silent_loss_and_registered_only_filter():
@@ -126,15 +125,27 @@ def test_unknown_hook_and_release_are_clear_errors():
 def _minimal(**variant) -> dict:
     facts = {"releases": ["1.0"], "models": ["M"], "pp": "runs", "none": "unchecked"}
     facts.update(variant)
-    return {"format": 1, "releases": ["1.0"], "hooks": {"set_x_layers_to_capture": {
-        "m.py::M": [facts]}}}
+    return {
+        "format": 1,
+        "releases": ["1.0"],
+        "hooks": {"set_x_layers_to_capture": {"m.py::M": [facts]}},
+    }
 
 
 def test_none_meaning_rules_on_small_data():
     def meaning(*nones):
-        data = {"format": 1, "releases": ["1.0"], "hooks": {"set_x_layers_to_capture": {
-            f"m.py::M{i}": [{"releases": ["1.0"], "models": [f"M{i}"], "pp": "runs",
-                              "none": n}] for i, n in enumerate(nones)}}}
+        data = {
+            "format": 1,
+            "releases": ["1.0"],
+            "hooks": {
+                "set_x_layers_to_capture": {
+                    f"m.py::M{i}": [
+                        {"releases": ["1.0"], "models": [f"M{i}"], "pp": "runs", "none": n}
+                    ]
+                    for i, n in enumerate(nones)
+                }
+            },
+        }
         return hf.HookFacts(data).none_meaning("set_x_layers_to_capture")
 
     assert meaning("default_layers", "unresolved") == "default_layers"
@@ -166,8 +177,11 @@ def test_data_file_is_canonical_and_shipped():
     data = json.loads(text)
     for release in RELEASES:  # every setter has at most one variant per release
         view = release_view(data, release)
-        count = sum(len([v for v in vs if release in v["releases"]])
-                    for setters in data["hooks"].values() for vs in setters.values())
+        count = sum(
+            len([v for v in vs if release in v["releases"]])
+            for setters in data["hooks"].values()
+            for vs in setters.values()
+        )
         assert count == sum(len(s) for s in view.values())
     pyproject = (PROJECT_ROOT / "pyproject.toml").read_text()
     line = re.search(r'^"codemods.catalog" = \[(.*)\]$', pyproject, re.MULTILINE)
@@ -175,10 +189,13 @@ def test_data_file_is_canonical_and_shipped():
 
 
 def test_loader_is_torch_free():
-    code = ("import sys, codemods.catalog.hook_facts as h; h.load(); "
-            "assert 'torch' not in sys.modules and 'libcst' not in sys.modules")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys, codemods.catalog.hook_facts as h; h.load(); "
+        "assert 'torch' not in sys.modules and 'libcst' not in sys.modules"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
 
 

@@ -30,8 +30,10 @@ def facts() -> dict:
 def test_raise_under_pp_wins_over_a_later_early_return(facts):
     setter = facts[DSPARK]["pp_raise.py::RaisingForCausalLM"]
     assert setter["pp"] == "raises"
-    assert setter["pp_raise"] == {"type": "NotImplementedError",
-                                  "message": "synthetic DSPARK capture requires PP=1."}
+    assert setter["pp_raise"] == {
+        "type": "NotImplementedError",
+        "message": "synthetic DSPARK capture requires PP=1.",
+    }
     assert setter["models"] == ["RaisingForCausalLM"]
 
 
@@ -61,8 +63,10 @@ def test_setter_without_pp_test_runs_on_every_rank(facts):
 def test_none_rejected_with_type_and_message(facts):
     setter = facts[DFLASH]["early_return.py::EarlyForCausalLM"]
     assert setter["none"] == "rejected"
-    assert setter["none_raise"] == {"type": "ValueError",
-                                    "message": "synthetic DFLASH requires explicit layer_ids."}
+    assert setter["none_raise"] == {
+        "type": "ValueError",
+        "message": "synthetic DFLASH requires explicit layer_ids.",
+    }
 
 
 def test_none_rejected_by_a_falsy_test_keeps_the_f_string_source(facts):
@@ -89,8 +93,10 @@ def test_none_ignored_and_none_used_as_a_list(facts):
 def test_failing_asserts_raise_assertion_error(facts):
     setter = facts[DFLASH]["none_rules.py::AssertingForCausalLM"]
     assert setter["pp"] == "raises"
-    assert setter["pp_raise"] == {"type": "AssertionError",
-                                  "message": "synthetic DFLASH asserts PP=1"}
+    assert setter["pp_raise"] == {
+        "type": "AssertionError",
+        "message": "synthetic DFLASH asserts PP=1",
+    }
     assert setter["none"] == "rejected"
     assert setter["none_raise"] == {"type": "AssertionError", "message": None}
     assert setter["models"] == ["AssertingForCausalLM"]
@@ -108,7 +114,8 @@ def test_delegation_to_an_inner_model_imported_from_another_file(facts):
 def test_delegation_to_another_hook_of_the_same_class(facts):
     setter = facts[DFLASH]["wrappers.py::OuterForConditionalGeneration"]
     assert setter["via"] == [
-        "wrappers.py::OuterForConditionalGeneration.set_dspark_layers_to_capture"]
+        "wrappers.py::OuterForConditionalGeneration.set_dspark_layers_to_capture"
+    ]
     assert setter["pp"] == "raises"
 
 
@@ -126,18 +133,26 @@ def test_delegation_to_a_model_built_by_a_factory_method(facts):
     assert setter["via"] == ["pp_raise.py::RaisingForCausalLM.set_dspark_layers_to_capture"]
     assert setter["pp"] == "raises"
     assert setter["models"] == [
-        "DispatchingForConditionalGeneration", "FactoryForConditionalGeneration"]
+        "DispatchingForConditionalGeneration",
+        "FactoryForConditionalGeneration",
+    ]
 
 
 def test_models_include_an_architecture_forwarding_attribute_access(facts):
     # DispatchingForConditionalGeneration has no setter; __getattr__ forwards to an instance
     # of a class picked from a module-level table.
-    assert "DispatchingForConditionalGeneration" in (
-        facts[DSPARK]["wrappers.py::FactoryForConditionalGeneration"]["models"])
-    assert "DispatchingForConditionalGeneration" in (
-        facts[EAGLE3]["wrappers.py::OpaqueForCausalLM"]["models"])
-    assert "DispatchingForConditionalGeneration" not in (
-        facts[DSPARK]["pp_raise.py::RaisingForCausalLM"]["models"])
+    assert (
+        "DispatchingForConditionalGeneration"
+        in (facts[DSPARK]["wrappers.py::FactoryForConditionalGeneration"]["models"])
+    )
+    assert (
+        "DispatchingForConditionalGeneration"
+        in (facts[EAGLE3]["wrappers.py::OpaqueForCausalLM"]["models"])
+    )
+    assert (
+        "DispatchingForConditionalGeneration"
+        not in (facts[DSPARK]["pp_raise.py::RaisingForCausalLM"]["models"])
+    )
 
 
 def test_unresolvable_delegate_is_reported_not_guessed(facts):
@@ -148,10 +163,15 @@ def test_unresolvable_delegate_is_reported_not_guessed(facts):
 
 def test_models_follow_inheritance_and_entry_classes(facts):
     assert facts[EAGLE3]["early_return.py::EarlyForCausalLM"]["models"] == [
-        "EarlyForCausalLM", "InheritingForCausalLM"]
+        "EarlyForCausalLM",
+        "InheritingForCausalLM",
+    ]
     # Not registered anywhere: kept, with no models.
     assert facts["set_medusa_layers_to_capture"]["sub/other_hook.py::InnerOnlyModel"] == {
-        "models": [], "none": "unchecked", "pp": "runs"}
+        "models": [],
+        "none": "unchecked",
+        "pp": "runs",
+    }
 
 
 def test_only_capture_hooks_are_collected(facts):
@@ -194,7 +214,9 @@ def test_merge_lists_each_distinct_variant_once_with_its_releases(facts):
     assert data["releases"] == ["1.0.0", "1.0.1", "1.0.2"]
     variants = data["hooks"][DSPARK]["pp_raise.py::RaisingForCausalLM"]
     assert [(v["releases"], v["pp"]) for v in variants] == [
-        (["1.0.0", "1.0.2"], "raises"), (["1.0.1"], "runs")]
+        (["1.0.0", "1.0.2"], "raises"),
+        (["1.0.1"], "runs"),
+    ]
     for release in data["releases"]:
         expected = changed if release == "1.0.1" else facts
         assert release_view(data, release) == expected
@@ -219,8 +241,18 @@ def test_script_writes_then_checks_deterministically(tmp_path):
 
 def test_script_reports_a_bad_tree_with_exit_2(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--tree", f"1.0={tmp_path}", "--output",
-         str(tmp_path / "x.json")], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--tree",
+            f"1.0={tmp_path}",
+            "--output",
+            str(tmp_path / "x.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert str(tmp_path) in proc.stderr
     assert not (tmp_path / "x.json").exists()
@@ -228,7 +260,8 @@ def test_script_reports_a_bad_tree_with_exit_2(tmp_path):
 
 def test_file_with_byte_order_mark_is_read():
     assert Path(FIXTURE_TREE, "sglang", "srt", "models", "bom.py").read_bytes()[:3] == (
-        b"\xef\xbb\xbf")
+        b"\xef\xbb\xbf"
+    )
     index = derive.ModelIndex.from_tree(FIXTURE_TREE)
     assert index.modules["bom.py"].entry == []
     assert "sub/other_hook.py" in index.modules

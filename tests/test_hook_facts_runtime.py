@@ -62,8 +62,12 @@ class Stand:
 
 def _stand_self(world_size: int, last_rank: bool) -> tuple[Stand, list, SimpleNamespace]:
     log: list = []
-    group = SimpleNamespace(world_size=world_size, is_last_rank=last_rank,
-                            is_first_rank=not last_rank, rank_in_group=0 if not last_rank else 1)
+    group = SimpleNamespace(
+        world_size=world_size,
+        is_last_rank=last_rank,
+        is_first_rank=not last_rank,
+        rank_in_group=0 if not last_rank else 1,
+    )
     me = Stand(log, "self")
     for holder in (me, me.model, me.model.model, me.language_model):
         object.__setattr__(holder, "pp_group", group)
@@ -86,8 +90,10 @@ def _compile(func: ast.FunctionDef, filename: str):
 
 def _run(code, name: str, world_size: int, last_rank: bool, ids):
     me, log, group = _stand_self(world_size, last_rank)
-    namespace = {"get_pp_group": lambda: group, "get_parallel": lambda: SimpleNamespace(
-        pp_group=group)}
+    namespace = {
+        "get_pp_group": lambda: group,
+        "get_parallel": lambda: SimpleNamespace(pp_group=group),
+    }
     exec(code, namespace)  # a setter of the release, compiled alone
     del log[:]
     try:
@@ -122,16 +128,21 @@ def test_setters_behave_as_the_derived_facts_say(release, sglang_release):
             ran += 1
             if facts.pp == hf.PP_RAISES:
                 raised = [r for r in (non_last, last) if r[0] == "raised"]
-                ok = bool(raised) and raised[0][1:] == (facts.pp_raise.type,
-                                                         facts.pp_raise.message)
+                ok = bool(raised) and raised[0][1:] == (facts.pp_raise.type, facts.pp_raise.message)
             elif facts.pp == hf.PP_SKIPS:
                 ok = non_last[0] == "quiet" and last[0] != "quiet"
             else:
                 ok = non_last[0] == "worked"
             if facts.none == hf.NONE_REJECTED:
-                ok = ok and with_none[:2] == ("raised", facts.none_raise.type) and (
-                    facts.none_raise.message is None or facts.none_raise.message.startswith("f")
-                    or with_none[2] == facts.none_raise.message)
+                ok = (
+                    ok
+                    and with_none[:2] == ("raised", facts.none_raise.type)
+                    and (
+                        facts.none_raise.message is None
+                        or facts.none_raise.message.startswith("f")
+                        or with_none[2] == facts.none_raise.message
+                    )
+                )
             elif facts.none == hf.NONE_DEFAULT:
                 ok = ok and with_none[0] == "worked"
             elif facts.none == hf.NONE_IGNORED:
@@ -139,7 +150,8 @@ def test_setters_behave_as_the_derived_facts_say(release, sglang_release):
             elif facts.none == hf.NONE_UNCHECKED:
                 ok = ok and (with_none[0] != "raised" or with_none[1] == "TypeError")
             if not ok:
-                mismatches.append((hook, facts.setter, facts.pp, facts.none,
-                                   non_last, last, with_none))
+                mismatches.append(
+                    (hook, facts.setter, facts.pp, facts.none, non_last, last, with_none)
+                )
     assert not mismatches, "\n".join(map(str, mismatches))
     assert ran >= 4 * skipped and ran >= 20, (ran, skipped)

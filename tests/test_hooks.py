@@ -23,8 +23,13 @@ def test_eagle3_accepts_none_and_dspark_does_not():
 
 
 def test_user_added_hooks_are_strict_and_deduplicated():
-    hooks = HookSet.with_extra(["set_medusa_layers_to_capture", "set_medusa_layers_to_capture",
-                                "set_dspark_layers_to_capture"])
+    hooks = HookSet.with_extra(
+        [
+            "set_medusa_layers_to_capture",
+            "set_medusa_layers_to_capture",
+            "set_dspark_layers_to_capture",
+        ]
+    )
     assert len(hooks.hooks) == len(CATALOG) + 1
     medusa = hooks.get("set_medusa_layers_to_capture")
     assert medusa.family == "medusa" and medusa.accepts_none is False

@@ -41,7 +41,11 @@ def test_ruff_then_black_then_flake8(tmp_path):
     assert line_length(source) == 120
     write(tmp_path, "pyproject.toml", "[tool.black]\nline-length = 100\n")
     assert line_length(source) == 100
-    write(tmp_path, "pyproject.toml", "[tool.black]\nline-length = 100\n[tool.ruff]\nline-length = 79\n")
+    write(
+        tmp_path,
+        "pyproject.toml",
+        "[tool.black]\nline-length = 100\n[tool.ruff]\nline-length = 79\n",
+    )
     assert line_length(source) == 79
     write(tmp_path, "ruff.toml", "line-length = 110\n")
     assert line_length(source) == 110
@@ -105,9 +109,11 @@ def added(source: str) -> str:
     # As the fallback codemod does: the logger right after the imports, then the import.
     end = 0
     for index, statement in enumerate(body):
-        if isinstance(statement, cst.SimpleStatementLine) and isinstance(
-            statement.body[0], (cst.Import, cst.ImportFrom, cst.Expr)
-        ) and (index == 0 or not isinstance(statement.body[0], cst.Expr)):
+        if (
+            isinstance(statement, cst.SimpleStatementLine)
+            and isinstance(statement.body[0], (cst.Import, cst.ImportFrom, cst.Expr))
+            and (index == 0 or not isinstance(statement.body[0], cst.Expr))
+        ):
             end = index + 1
     logger = cst.parse_statement(LOGGER).with_changes(leading_lines=[cst.EmptyLine()])
     body.insert(end, logger)

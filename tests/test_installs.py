@@ -62,9 +62,15 @@ def test_validate_pp_needs_torch_only_not_numpy(tmp_path):
     hidden = hide_modules(tmp_path / "hidden", "numpy")
     done = auxcap_without(
         hidden,
-        "validate-pp", "--world-size", "3", "--mode", "both", "--select",
+        "validate-pp",
+        "--world-size",
+        "3",
+        "--mode",
+        "both",
+        "--select",
         "one-per-stage [even]",
-        "--timeout", "60",
+        "--timeout",
+        "60",
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -79,14 +85,23 @@ def test_upstream_pr_body_and_branch_need_no_torch(tmp_path, monkeypatch):
     hidden = hide_modules(tmp_path / "hidden", "torch")
     root = family_checkout(tmp_path / "sglang")
     patch, body = tmp_path / "pp.patch", tmp_path / "PR.md"
-    done = auxcap_without(hidden, "upstream-patch", ".", "-o", str(patch), "--pr-body",
-                          str(body), cwd=root)
+    done = auxcap_without(
+        hidden, "upstream-patch", ".", "-o", str(patch), "--pr-body", str(body), cwd=root
+    )
     assert done.returncode == 0, done.stderr
     assert "## Benchmark & Profiling" in body.read_text()
     assert "diff --git a/sglang/srt/distributed/pp_aux_capture.py" in patch.read_text()
 
-    done = auxcap_without(hidden, "upstream-patch", ".", "--branch", "pp/capture",
-                          "--pr-body", str(tmp_path / "branch.md"), cwd=root)
+    done = auxcap_without(
+        hidden,
+        "upstream-patch",
+        ".",
+        "--branch",
+        "pp/capture",
+        "--pr-body",
+        str(tmp_path / "branch.md"),
+        cwd=root,
+    )
     assert done.returncode == 0, done.stderr
     assert "git push -u origin pp/capture" in done.stdout + done.stderr
     assert "Idempotent" in (tmp_path / "branch.md").read_text()
@@ -101,8 +116,16 @@ def test_migrate_branch_needs_no_torch(tmp_path, monkeypatch):
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "App", env=IDENTITY)
-    done = auxcap_without(hidden, "migrate", ".", "--branch", "auxcap/guard",
-                          "--pr-body", str(tmp_path / "PR.md"), cwd=repo)
+    done = auxcap_without(
+        hidden,
+        "migrate",
+        ".",
+        "--branch",
+        "auxcap/guard",
+        "--pr-body",
+        str(tmp_path / "PR.md"),
+        cwd=repo,
+    )
     assert done.returncode == 0, done.stderr
     rewritten = ["serving/capture_runner.py", "train_distill.py", "utils/capture.py"]
     assert git(repo, "show", "--name-only", "--format=", "auxcap/guard").split() == rewritten

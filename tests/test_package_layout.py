@@ -42,8 +42,13 @@ def test_click_is_imported_in_cli_only():
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             if any(name == "click" or name.startswith("click.") for name in names):
                 outside.append(str(path.relative_to(ROOT)))
     assert _package_modules() and outside == []

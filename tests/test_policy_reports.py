@@ -83,8 +83,13 @@ def test_codetf_unfixed_lists_sites_left_alone_with_the_reason(project):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     unfixed = {entry["codemod"].rsplit("/", 1)[-1]: entry["unfixed"] for entry in report["results"]}
-    guard = {(item["path"], item["lineNumber"]): item["reason"] for item in unfixed["guard-capture-ids"]}
-    fallback = {(item["path"], item["lineNumber"]): item["reason"] for item in unfixed["fallback-pp-capture"]}
+    guard = {
+        (item["path"], item["lineNumber"]): item["reason"] for item in unfixed["guard-capture-ids"]
+    }
+    fallback = {
+        (item["path"], item["lineNumber"]): item["reason"]
+        for item in unfixed["fallback-pp-capture"]
+    }
     assert "test module" in guard["tests/test_capture.py", 2]
     assert "capture required" in fallback["app/runner.py", 4]
     assert ("app/capture.py", 7) not in fallback  # rewritten: not unfixed

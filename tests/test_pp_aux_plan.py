@@ -95,7 +95,12 @@ def test_all_gather_objects_gathers_payloads_of_different_sizes_without_numpy(tm
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hidden), str(PROJECT_ROOT)])}
-    done = subprocess.run([sys.executable, str(script), str(port), str(tmp_path)], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(script), str(port), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert [(tmp_path / f"rank{r}").read_text() for r in range(3)] == ["ok"] * 3

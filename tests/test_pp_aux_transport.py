@@ -94,8 +94,13 @@ def test_partition_table(monkeypatch, num_layers, pp_size, env, expected):
 
 
 @pytest.mark.parametrize(
-    "env, needle", [("1,2", "does not match pp_size"), ("2,2,2,2", "does not match"),
-                    ("a,b,c,d", "Invalid partition"), ("1,-1,5,5", "Invalid partition")]
+    "env, needle",
+    [
+        ("1,2", "does not match pp_size"),
+        ("2,2,2,2", "does not match"),
+        ("a,b,c,d", "Invalid partition"),
+        ("1,-1,5,5", "Invalid partition"),
+    ],
 )
 def test_bad_partition_override(monkeypatch, env, needle):
     monkeypatch.setenv(t.PP_LAYER_PARTITION_ENV, env)
@@ -209,9 +214,9 @@ def test_outgoing_rejects_missing_unexpected_or_misshapen_entries():
     with pytest.raises(RuntimeError, match=r"none of the requested layers \[3, 5\] reaches"):
         t.PPAuxTransport(local).outgoing({3: _tensor(3)}, {t.AUX_ENTRY: _tensor(1)})
     with pytest.raises(RuntimeError, match=r"width 1 x 4 .*layers \[1\]"):
-        t.PPAuxTransport(
-            t.AuxCapturePlan.build([1, 3], 8, pp_rank=1, pp_size=4)
-        ).outgoing({3: _tensor(3)}, {t.AUX_ENTRY: _packed([1, 1])})
+        t.PPAuxTransport(t.AuxCapturePlan.build([1, 3], 8, pp_rank=1, pp_size=4)).outgoing(
+            {3: _tensor(3)}, {t.AUX_ENTRY: _packed([1, 1])}
+        )
 
 
 def _last_stage(layer_ids, num_layers=8, pp_size=2):
@@ -267,9 +272,7 @@ def test_direct_stage_next_to_last_rides_the_handoff():
     plan = t.AuxCapturePlan.build([0, 5], 8, pp_rank=2, pp_size=4, mode="direct")
     transport = t.PPAuxTransport(plan, direct_group=object())
     capture = _tensor(5)
-    assert transport.outgoing({5: capture}, {"hidden_states": _tensor(0)}) == {
-        t.AUX_ENTRY: capture
-    }
+    assert transport.outgoing({5: capture}, {"hidden_states": _tensor(0)}) == {t.AUX_ENTRY: capture}
     with pytest.raises(RuntimeError, match="none of the requested layers"):
         transport.outgoing({5: capture}, {t.AUX_ENTRY: _tensor(0)})
 
@@ -287,9 +290,7 @@ def test_handshake_without_a_process_group_checks_itself():
     transport.handshake(4, torch.float32)
     assert (transport.hidden_size, transport.dtype) == (4, torch.float32)
     with pytest.raises(ValueError, match="out of range"):
-        t.PPAuxTransport.create(
-            [9], 8, pp_rank=0, pp_size=1, hidden_size=4, dtype=torch.float32
-        )
+        t.PPAuxTransport.create([9], 8, pp_rank=0, pp_size=1, hidden_size=4, dtype=torch.float32)
 
 
 def test_disagreement_messages():

@@ -38,8 +38,13 @@ def test_the_hint_follows_the_facts(monkeypatch):
 
 @pytest.mark.parametrize(
     ("hooks", "upstream"),
-    [([DSPARK], True), ([DFLASH], False), ([DSPARK, DFLASH], False), (["set_my_capture"], False),
-     ([], False)],
+    [
+        ([DSPARK], True),
+        ([DFLASH], False),
+        ([DSPARK, DFLASH], False),
+        (["set_my_capture"], False),
+        ([], False),
+    ],
 )
 def test_pp_hint(hooks, upstream):
     hint = pp_raise.pp_hint(hooks)

@@ -154,9 +154,19 @@ def test_matrix_covers_the_required_cases():
         assert all(len(s.tokens) >= world + 1 for s in of_world)
     assert {t for s in matrix for t in s.tokens} >= {0, 1, 5, 4096}
     assert {s.dtype for s in matrix} == {"float32", "bfloat16"}
-    for needle in ("all-first-stage", "all-middle-stage", "all-last-stage", "one-per-stage",
-                   "stage-boundaries", "final-layer", "stage-1-without-capture",
-                   "in-place", "capture off", "ids differ", "uneven"):
+    for needle in (
+        "all-first-stage",
+        "all-middle-stage",
+        "all-last-stage",
+        "one-per-stage",
+        "stage-boundaries",
+        "final-layer",
+        "stage-1-without-capture",
+        "in-place",
+        "capture off",
+        "ids differ",
+        "uneven",
+    ):
         assert any(needle in name for name in names), needle
 
 
@@ -177,7 +187,10 @@ def test_full_matrix_world_size_4_both_modes():
     """CI's proof: the whole matrix, as a user runs it."""
     proc = subprocess.run(
         [sys.executable, "-m", "codemods", "validate-pp", "--world-size", "4", "--mode", "both"],
-        cwd=ROOT, capture_output=True, text=True, timeout=1100,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1100,
     )
     expected = len(build_matrix(4))
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]

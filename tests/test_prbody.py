@@ -88,8 +88,7 @@ def test_migrate_commit_message_says_what_was_done_at_each_site(tmp_path):
     )
     assert (
         "src/model_a.py:9 set_eagle3_layers_to_capture is wrapped in try/except "
-        "NotImplementedError that logs a warning and continues without aux hidden capture"
-        in text
+        "NotImplementedError that logs a warning and continues without aux hidden capture" in text
     )
     assert "set_dflash" not in text  # not rewritten, not listed as a change
     assert "src/model_b.py:5 set_dspark_layers_to_capture|set_msd_layers_to_capture" in text

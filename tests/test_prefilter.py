@@ -73,7 +73,7 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
     ),
     "fstring_any_attribute": (b"def f(obj, attr, x):\n    getattr(obj, f'{attr}')(x)\n", False),
     "fstring_family_tail": (
-        b"def f(m, kind, ids=None):\n    getattr(m, f\"{kind}_layers_to_capture\")(ids)\n",
+        b'def f(m, kind, ids=None):\n    getattr(m, f"{kind}_layers_to_capture")(ids)\n',
         True,
     ),
     "fstring_tail_with_format_spec": (
@@ -86,10 +86,12 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
         True,
     ),
     "fstring_getattr_multiline_with_strings": (
-        b"def f(m, k, x):\n    getattr(\n        m.get('a,b'),\n        f'{k}',\n    )(x)\n", False
+        b"def f(m, k, x):\n    getattr(\n        m.get('a,b'),\n        f'{k}',\n    )(x)\n",
+        False,
     ),
     "fstring_parenthesised": (
-        b"def f(m, k, x):\n    getattr(m, (f'set_{k}_layers_to_capture'))(x)\n", True
+        b"def f(m, k, x):\n    getattr(m, (f'set_{k}_layers_to_capture'))(x)\n",
+        True,
     ),
     "fstring_annotated_name_then_getattr": (
         b"def f(m, k, x):\n    name: str = f'set_{k}_layers_to_capture'\n"
@@ -102,7 +104,8 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
         False,
     ),
     "fstring_elsewhere": (
-        b"def f(m, n):\n    print(f'{n}')\n    return getattr(m, f'{n}_proj')\n", False
+        b"def f(m, n):\n    print(f'{n}')\n    return getattr(m, f'{n}_proj')\n",
+        False,
     ),
     # Hook names resolved as values: dicts of tuples, .get, loops, class constants,
     # comprehensions.
@@ -132,8 +135,10 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
         False,
     ),
     # Inert mentions only: stage two drops these.
-    "definition_only": (b"class M:\n    def set_dspark_layers_to_capture(self, ids):\n"
-                        b"        self.ids = ids\n", False),
+    "definition_only": (
+        b"class M:\n    def set_dspark_layers_to_capture(self, ids):\n        self.ids = ids\n",
+        False,
+    ),
     "comment_only": (b"x = 1  # calls set_dspark_layers_to_capture later\n", False),
     "self_delegation": (
         b"class W:\n    def set_dspark_layers_to_capture(\n        self, ids\n    ) -> None:\n"
@@ -152,9 +157,7 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
         b"        self.m.set_dflash_layers_to_capture(ids)\n",
         False,
     ),
-    "docstring_mention": (
-        b'def f():\n    """See set_dspark_layers_to_capture."""\n', False
-    ),
+    "docstring_mention": (b'def f():\n    """See set_dspark_layers_to_capture."""\n', False),
     "mock_assertion": (
         b"def test(m):\n    m.set_dspark_layers_to_capture.assert_called_once_with([1])\n",
         False,
@@ -215,10 +218,12 @@ CORPUS: dict[str, tuple[bytes, bool]] = {
         True,
     ),
     "hash_in_string_before_call": (
-        b"def f(m, ids=None):\n    tag = '#'; m.set_dspark_layers_to_capture(ids)\n", True
+        b"def f(m, ids=None):\n    tag = '#'; m.set_dspark_layers_to_capture(ids)\n",
+        True,
     ),
     "comment_then_string_closing": (
-        b'def f(m, ids=None):\n    x = """\n#"""; m.set_dspark_layers_to_capture(ids)\n', True
+        b'def f(m, ids=None):\n    x = """\n#"""; m.set_dspark_layers_to_capture(ids)\n',
+        True,
     ),
     "old_mac_line_breaks": (
         b"class W:\r    def set_dspark_layers_to_capture(self, ids):\r        pass\r"
@@ -315,9 +320,7 @@ def _sites_by_file(results) -> dict[str, list]:
 
 def _on_and_off(tree: Path, options: TransformOptions, jobs: int = 1):
     on = list(engine.scan([tree], options, execution=engine.Execution(jobs=jobs)))
-    off = list(
-        engine.scan([tree], options, execution=engine.Execution(jobs=jobs, prefilter=False))
-    )
+    off = list(engine.scan([tree], options, execution=engine.Execution(jobs=jobs, prefilter=False)))
     return on, off
 
 
@@ -356,8 +359,7 @@ def test_real_sglang_tree_identical_findings(sglang_release):
     assert len(files) > 3000 and len(sample) >= 400 and len(mentions) >= 20
     jobs = os.cpu_count() or 1
     on = list(engine.scan([tree], options, execution=engine.Execution(jobs=jobs)))
-    off = list(engine.scan(sample, options,
-                           execution=engine.Execution(jobs=jobs, prefilter=False)))
+    off = list(engine.scan(sample, options, execution=engine.Execution(jobs=jobs, prefilter=False)))
     assert len(on) == len(files) and len(off) == len(sample)
     on_sites, off_sites = _sites_by_file(on), _sites_by_file(off)
     assert {path: on_sites[path] for path in off_sites} == off_sites

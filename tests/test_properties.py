@@ -91,9 +91,7 @@ def usable(spec: ProgramSpec, passed) -> bool:
 
 def expected_calls(spec: ProgramSpec, before_calls: list) -> list:
     """What the migrated program passes to the hook, given what the original one passed."""
-    return [
-        (name, normalised(passed)) for name, passed in before_calls if usable(spec, passed)
-    ]
+    return [(name, normalised(passed)) for name, passed in before_calls if usable(spec, passed)]
 
 
 def reference_run(spec: ProgramSpec, code, value, pp: bool):
@@ -120,8 +118,11 @@ def check_default_policies(spec: ProgramSpec, source: str, after: str) -> None:
             assert got == expected_calls(spec, reference.calls), context
             if not ids_kept_as_written(spec):
                 assert all(isinstance(ids, list) for _, ids in outcome.calls), context
-            if pp and PP_RAISES[spec.hook] and outcome.calls and (
-                spec.context != "handles-not-implemented"
+            if (
+                pp
+                and PP_RAISES[spec.hook]
+                and outcome.calls
+                and (spec.context != "handles-not-implemented")
             ):
                 assert any("requires PP=1" in message for message in outcome.warnings), context
 
@@ -141,7 +142,7 @@ def check_raise_policies(spec: ProgramSpec, source: str, raising: str) -> None:
                 message = str(outcome.error)
                 assert spec.hook in message and "is unset" in message, context
                 assert argument_source(spec) in message, context
-                assert not outcome.calls[len(reference.calls) - len(unset):], context
+                assert not outcome.calls[len(reference.calls) - len(unset) :], context
             elif (
                 pp
                 and PP_RAISES[spec.hook]
@@ -209,7 +210,7 @@ def test_the_oracle_catches_a_dropped_statement():
     )
     source = render(spec)
     after, _ = migrate(source, DEFAULT)
-    broken = after.replace("trace.append(\"after\")", "pass")
+    broken = after.replace('trace.append("after")', "pass")
     assert broken != after
     with pytest.raises(AssertionError):
         check_default_policies(spec, source, broken)

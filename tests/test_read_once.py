@@ -12,10 +12,7 @@ from click.testing import CliRunner
 from codemods.cli.commands import cli
 from codemods.sources import fileio
 
-HOOKED = (
-    "def enable(model, args):\n"
-    "    model.set_dspark_layers_to_capture(args.capture_layers)\n"
-)
+HOOKED = "def enable(model, args):\n    model.set_dspark_layers_to_capture(args.capture_layers)\n"
 PLAIN = "def unrelated():\n    return 1\n"
 
 

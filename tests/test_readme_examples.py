@@ -33,8 +33,9 @@ def run_line(line: str, cwd: Path) -> subprocess.CompletedProcess:
     python = shlex.quote(sys.executable)
     script = f'auxcap() {{ {python} -m codemods "$@"; }}\n{line}'
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "NO_COLOR": "1"}
-    return subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        ["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_caller_codemod_examples_run_as_written(tmp_path, monkeypatch):
@@ -42,8 +43,12 @@ def test_caller_codemod_examples_run_as_written(tmp_path, monkeypatch):
     root = demo_root(tmp_path)
     lines = commands("Caller codemods")
     assert [line.split()[:2] for line in lines] == [
-        ["auxcap", "scan"], ["auxcap", "scan"], ["auxcap", "migrate"], ["auxcap", "migrate"],
-        ["auxcap", "migrate"], ["git", "checkout"],
+        ["auxcap", "scan"],
+        ["auxcap", "scan"],
+        ["auxcap", "migrate"],
+        ["auxcap", "migrate"],
+        ["auxcap", "migrate"],
+        ["git", "checkout"],
     ]
     codes = []
     for line in lines:
@@ -66,5 +71,5 @@ def test_choosing_files_example_runs_as_written(tmp_path, monkeypatch):
     line = commands("Choosing files")[0]
     done = run_line(line, root)
     assert done.returncode == 0, done.stderr
-    changed = [row[len("+++ b/"):] for row in done.stdout.splitlines() if row.startswith("+++ ")]
+    changed = [row[len("+++ b/") :] for row in done.stdout.splitlines() if row.startswith("+++ ")]
     assert changed == ["fixtures/demo_repo/serving/capture_runner.py"]

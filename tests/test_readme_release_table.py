@@ -24,11 +24,18 @@ def _script():
 
 def test_matrix_lists_reasons_once_and_counts_patched_files():
     columns = [
-        Column("0.5.20", {"llama.py": "patched: layer-loop append",
-                          "beam.py": "no: forward not recognised"}),
-        Column("0.5.23", {"llama.py": "patched: layer-entry callback",
-                          "beam.py": "no: forward not recognised",
-                          "gemma.py": "no: refuses PP"}),
+        Column(
+            "0.5.20",
+            {"llama.py": "patched: layer-loop append", "beam.py": "no: forward not recognised"},
+        ),
+        Column(
+            "0.5.23",
+            {
+                "llama.py": "patched: layer-entry callback",
+                "beam.py": "no: forward not recognised",
+                "gemma.py": "no: refuses PP",
+            },
+        ),
     ]
     text = matrix(columns)
     assert "| `beam.py` | no [1] | no [1] |" in text

@@ -50,8 +50,9 @@ def test_migrate_write_applies_it_after_the_built_in_codemods(entry, project):
 
 
 def test_its_policy_option_reaches_the_transformer(entry, project):
-    result = CliRunner().invoke(cli, ["migrate", "--write", "--pp-note-policy", "todo",
-                                      str(project)])
+    result = CliRunner().invoke(
+        cli, ["migrate", "--write", "--pp-note-policy", "todo", str(project)]
+    )
     assert result.exit_code == 0, result.output
     text = project.read_text()
     assert text.count("# TODO: captures are lost") == 3

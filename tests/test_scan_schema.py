@@ -31,8 +31,18 @@ def test_enums_match_the_records():
 def test_call_site_fields_match_the_record():
     from codemods.callers.records import CallSite
 
-    site = CallSite("p.py", 1, 1, "set_x_layers_to_capture", Shape.DIRECT, None, (Risk.SAFE,),
-                    False, False, (Action.NONE,))
+    site = CallSite(
+        "p.py",
+        1,
+        1,
+        "set_x_layers_to_capture",
+        Shape.DIRECT,
+        None,
+        (Risk.SAFE,),
+        False,
+        False,
+        (Action.NONE,),
+    )
     assert sorted(SITE["required"]) == sorted(site.to_dict())
 
 

@@ -58,9 +58,7 @@ def test_scan_json_carries_the_reason(project):
     result = invoke("scan", "--format", "json", str(project))
     assert result.exit_code == 0, result.output
     notes = [
-        site["note"]
-        for entry in json.loads(result.stdout)["files"]
-        for site in entry["call_sites"]
+        site["note"] for entry in json.loads(result.stdout)["files"] for site in entry["call_sites"]
     ]
     assert sum(note.startswith(SKIP_PREFIX) for note in notes) == 4
 

@@ -100,14 +100,13 @@ def test_apply_status_apply_again_drive_and_revert(installed, upstream):
     journal = json.loads((package / JOURNAL_NAME).read_text())
     assert journal["state"] == "applied" and journal["release"] == RELEASE
     assert sorted(journal_path["path"] for journal_path in journal["entries"]) == sorted(
-        upstream.changed)
+        upstream.changed
+    )
     for change in upstream.changes:
         assert (site / change.path).read_bytes() == change.new.encode("utf-8"), change.path
     after = tree_hashes(package)
-    changed = {path for path in set(after) | set(pristine) if after.get(path) !=
-               pristine.get(path)}
-    assert changed == {path.removeprefix("sglang/") for path in upstream.changed} | {
-        JOURNAL_NAME}
+    changed = {path for path in set(after) | set(pristine) if after.get(path) != pristine.get(path)}
+    assert changed == {path.removeprefix("sglang/") for path in upstream.changed} | {JOURNAL_NAME}
 
     status = sglang("status", *_args(python))
     assert status.exit_code == 0, status.output
@@ -180,8 +179,9 @@ def test_a_tree_patched_without_auxcap_sglang_needs_nothing(installed, upstream)
     assert tree_hashes(site / "sglang") == before
     status = sglang("status", *_args(python))
     assert "auxcap's change: not applied (no journal in the package)" in status.output
-    assert (f"modified: {LLAMA} (carries auxcap's change, applied without a journal)"
-            in status.output)
+    assert (
+        f"modified: {LLAMA} (carries auxcap's change, applied without a journal)" in status.output
+    )
 
 
 def test_crash_between_two_writes_is_rolled_back_by_the_next_command(installed, monkeypatch):
@@ -227,8 +227,13 @@ def test_a_process_killed_between_writes_is_repaired_by_the_next_apply(installed
     python, site, pristine = installed
     package = site / "sglang"
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    killed = subprocess.run([sys.executable, "-c", KILLED_APPLY, str(python)], env=env,
-                            capture_output=True, text=True, timeout=300)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_APPLY, str(python)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert killed.returncode == -9, killed.stderr
     assert json.loads((package / JOURNAL_NAME).read_text())["state"] == "applying"
     done = sglang("apply", *_args(python, "--models", MODELS))
@@ -275,15 +280,26 @@ def test_readme_commands_run_as_written_with_python_from_path(installed, tmp_pat
     python, site, pristine = installed
     lines = commands("Use it today on the SGLang you run")
     assert [line.split("#")[0].split() for line in lines] == [
-        ["auxcap", "sglang", "status"], ["auxcap", "sglang", "apply"],
-        ["auxcap", "sglang", "revert"]]
+        ["auxcap", "sglang", "status"],
+        ["auxcap", "sglang", "apply"],
+        ["auxcap", "sglang", "revert"],
+    ]
     auxcap = f'auxcap() {{ {shlex.quote(sys.executable)} -m codemods "$@"; }}\n'
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT),
-           "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(PROJECT_ROOT),
+        "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}",
+    }
     outputs = []
     for line in lines:
-        done = subprocess.run(["bash", "-c", auxcap + line], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            ["bash", "-c", auxcap + line],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, (line, done.stdout, done.stderr)
         assert f"using `python` from PATH: {python.parent / 'python'}" in done.stdout
         outputs.append(done.stdout)

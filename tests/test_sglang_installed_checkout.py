@@ -44,8 +44,11 @@ def checkout(tmp_path_factory):
 
 
 def _state(root):
-    return tree_hashes(root / "python"), git(root, "status", "--porcelain"), sorted(
-        p.name for p in root.iterdir())
+    return (
+        tree_hashes(root / "python"),
+        git(root, "status", "--porcelain"),
+        sorted(p.name for p in root.iterdir()),
+    )
 
 
 def test_apply_status_drive_and_revert_on_a_checkout(checkout):
@@ -56,7 +59,8 @@ def test_apply_status_drive_and_revert_on_a_checkout(checkout):
     status = sglang("status", "--python", str(python))
     assert status.exit_code == 0, status.output
     assert f"sglang {RELEASE} (editable checkout) at {root / 'python' / 'sglang'}" in (
-        status.output)
+        status.output
+    )
     assert "other differences from the release: none (git status of" in status.output
 
     done = sglang("apply", "--python", str(python), "--models", MODELS)

@@ -80,8 +80,10 @@ def test_an_unknown_release_is_refused_and_nothing_runs_or_changes(fake):
     before = {p: p.read_bytes() for p in package.rglob("*") if p.is_file()}
     done = sglang("apply", "--python", str(python))
     assert done.exit_code == 2, done.output
-    assert (f"{package}: sglang 0.4.9 is a release auxcap does not know (supported: "
-            f"{', '.join(SUPPORTED_RELEASES)})") in done.output
+    assert (
+        f"{package}: sglang 0.4.9 is a release auxcap does not know (supported: "
+        f"{', '.join(SUPPORTED_RELEASES)})"
+    ) in done.output
     status = sglang("status", "--python", str(python))
     assert status.exit_code == 0, status.output
     assert "sglang 0.4.9 (package tree)" in status.output
@@ -101,12 +103,16 @@ def test_an_unreadable_journal_is_an_error_naming_it(fake):
 def test_record_hashes_read_csv_and_decode_urlsafe_base64_without_padding():
     data = b"print('x')\n"
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    record = (f"sglang/a.py,sha256={digest},{len(data)}\n"
-              f'"sglang/E=1,N=2.json",sha256={digest},{len(data)}\n'
-              "sglang/__pycache__/a.cpython-311.pyc,,\nother/b.py,sha256=AAAA,1\n")
+    record = (
+        f"sglang/a.py,sha256={digest},{len(data)}\n"
+        f'"sglang/E=1,N=2.json",sha256={digest},{len(data)}\n'
+        "sglang/__pycache__/a.cpython-311.pyc,,\nother/b.py,sha256=AAAA,1\n"
+    )
     expected = hashlib.sha256(data).hexdigest()
-    assert record_hashes(record, "sglang/") == {"sglang/a.py": expected,
-                                                 "sglang/E=1,N=2.json": expected}
+    assert record_hashes(record, "sglang/") == {
+        "sglang/a.py": expected,
+        "sglang/E=1,N=2.json": expected,
+    }
 
 
 def test_a_file_that_does_not_compile_rolls_every_file_back(fake, tmp_path):
@@ -114,13 +120,22 @@ def test_a_file_that_does_not_compile_rolls_every_file_back(fake, tmp_path):
     tree = detect_tree(package.parent)
     good, bad = "sglang/srt/good.py", "sglang/srt/new/bad.py"
     (package / "srt" / "good.py").write_bytes(b"x = 1\n")
-    entries = [jr.Entry.of(good, b"x = 1\n", b"x = 2\n", None),
-               jr.Entry.of(bad, None, b"def (:\n", None)]
-    journal = jr.Journal(state=jr.APPLYING, release="0.4.9", tree_root=str(tree.root),
-                         package=str(package), models=None, entries=entries)
+    entries = [
+        jr.Entry.of(good, b"x = 1\n", b"x = 2\n", None),
+        jr.Entry.of(bad, None, b"def (:\n", None),
+    ]
+    journal = jr.Journal(
+        state=jr.APPLYING,
+        release="0.4.9",
+        tree_root=str(tree.root),
+        package=str(package),
+        models=None,
+        entries=entries,
+    )
     with pytest.raises(Refused) as refused:
-        transaction.write_all(tree, package, journal, {good: b"x = 2\n", bad: b"def (:\n"},
-                              str(python))
+        transaction.write_all(
+            tree, package, journal, {good: b"x = 2\n", bad: b"def (:\n"}, str(python)
+        )
     assert f"{package / 'srt' / 'new' / 'bad.py'}: SyntaxError" in str(refused.value)
     assert "rolled back 2 files" in str(refused.value)
     assert (package / "srt" / "good.py").read_bytes() == b"x = 1\n"
@@ -133,10 +148,17 @@ def test_recover_rolls_back_an_interrupted_apply_and_keeps_foreign_bytes(fake):
     tree = detect_tree(package.parent)
     for name in ("a.py", "b.py", "c.py"):
         (package / "srt" / name).write_bytes(b"old\n")
-    entries = [jr.Entry.of(f"sglang/srt/{n}", b"old\n", b"new\n", None)
-               for n in ("a.py", "b.py", "c.py")]
-    journal = jr.Journal(state=jr.APPLYING, release="0.4.9", tree_root=str(tree.root),
-                         package=str(package), models=None, entries=entries)
+    entries = [
+        jr.Entry.of(f"sglang/srt/{n}", b"old\n", b"new\n", None) for n in ("a.py", "b.py", "c.py")
+    ]
+    journal = jr.Journal(
+        state=jr.APPLYING,
+        release="0.4.9",
+        tree_root=str(tree.root),
+        package=str(package),
+        models=None,
+        entries=entries,
+    )
     jr.save(package, journal)
     (package / "srt" / "a.py").write_bytes(b"new\n")  # written before the crash
     (package / "srt" / "c.py").write_bytes(b"someone else\n")
@@ -153,9 +175,14 @@ def test_a_journal_of_another_release_is_never_restored(fake):
     python, package = fake
     tree = detect_tree(package.parent)
     (package / "srt" / "a.py").write_bytes(b"reinstalled\n")
-    journal = jr.Journal(state=jr.APPLIED, release="0.5.20", tree_root=str(tree.root),
-                         package=str(package), models=None,
-                         entries=[jr.Entry.of("sglang/srt/a.py", b"old\n", b"new\n", None)])
+    journal = jr.Journal(
+        state=jr.APPLIED,
+        release="0.5.20",
+        tree_root=str(tree.root),
+        package=str(package),
+        models=None,
+        entries=[jr.Entry.of("sglang/srt/a.py", b"old\n", b"new\n", None)],
+    )
     jr.save(package, journal)
     for args in (["revert"], ["revert", "--force"]):
         done = sglang(*args, "--python", str(python))
@@ -192,9 +219,14 @@ def test_apply_status_revert_on_a_package_tree_in_git_without_torch(tmp_path, mo
     pristine = tree_hashes(root / "sglang")
 
     def auxcap(*args):
-        return subprocess.run([sys.executable, "-m", "codemods", "sglang", *args, "--python",
-                               str(python)], env=env, capture_output=True, text=True,
-                              timeout=240, cwd=tmp_path)
+        return subprocess.run(
+            [sys.executable, "-m", "codemods", "sglang", *args, "--python", str(python)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=tmp_path,
+        )
 
     model = root / "sglang" / "srt" / "models" / "family_llama_like.py"
     model.chmod(0o444)
@@ -214,8 +246,10 @@ def test_apply_status_revert_on_a_package_tree_in_git_without_torch(tmp_path, mo
     assert "nothing to do" in auxcap("apply").stdout
     other = auxcap("apply", "--models", "family_llama_like")
     assert other.returncode == 1
-    assert ("auxcap's change is applied for every model, not --models family_llama_like; "
-            "revert it first") in other.stderr
+    assert (
+        "auxcap's change is applied for every model, not --models family_llama_like; "
+        "revert it first"
+    ) in other.stderr
     done = auxcap("revert")
     assert done.returncode == 0, done.stdout + done.stderr
     assert tree_hashes(root / "sglang") == pristine

@@ -26,8 +26,14 @@ from codemods.deliver.messages import Verification, migrate_commit_message, migr
 from tests.gitrepo import IDENTITY, git, isolate_git
 
 #: Words that belong to changes a guard-raise-only site did not get.
-NOT_A_RAISE = ("skipped", "without aux hidden capture", "try/except", "NotImplementedError",
-               "warning", "when unset it is")
+NOT_A_RAISE = (
+    "skipped",
+    "without aux hidden capture",
+    "try/except",
+    "NotImplementedError",
+    "warning",
+    "when unset it is",
+)
 REQUIRED = """def prepare_target(model, aux_layer_ids=None):
     model.set_dspark_layers_to_capture(aux_layer_ids)
     assert model.capture_aux_hidden_states
@@ -40,16 +46,23 @@ HANDLED = """def prepare(model, args):
 """
 
 
-def site(hook="set_dspark_layers_to_capture", actions=(Action.GUARD,), note="",
-         risks=(Risk.MAYBE_NONE,), ids="args.capture_layers") -> CallSite:
-    return CallSite("/r/train.py", 42, 5, hook, Shape.DIRECT, ids, risks, False, False,
-                    tuple(actions), note)
+def site(
+    hook="set_dspark_layers_to_capture",
+    actions=(Action.GUARD,),
+    note="",
+    risks=(Risk.MAYBE_NONE,),
+    ids="args.capture_layers",
+) -> CallSite:
+    return CallSite(
+        "/r/train.py", 42, 5, hook, Shape.DIRECT, ids, risks, False, False, tuple(actions), note
+    )
 
 
 def texts(one: CallSite, policies: dict[str, str]) -> tuple[str, str]:
     results = [FileResult(one.path, Status.CHANGED, (one,))]
-    delivery = DeliveryResult(Path("/r"), "auxcap/fix", "b" * 40, "a" * 40, ("train.py",),
-                              "main", "b" * 40)
+    delivery = DeliveryResult(
+        Path("/r"), "auxcap/fix", "b" * 40, "a" * 40, ("train.py",), "main", "b" * 40
+    )
     message = migrate_commit_message(results, policies, Path("/r"))
     body = migrate_pr_body(results, delivery, policies, Verification(("train.py",), (), True))
     return message, body
@@ -57,8 +70,10 @@ def texts(one: CallSite, policies: dict[str, str]) -> tuple[str, str]:
 
 def test_one_guard_raise_site_says_only_that():
     message, body = texts(site(), {"guard policy": "raise", "fallback policy": "warn"})
-    done = ("a ValueError naming `args.capture_layers` is raised before "
-            "`set_dspark_layers_to_capture` when the ids are unset")
+    done = (
+        "a ValueError naming `args.capture_layers` is raised before "
+        "`set_dspark_layers_to_capture` when the ids are unset"
+    )
     assert f"- `train.py:42`: {done}. Why:" in body
     assert "train.py:42 a ValueError naming args.capture_layers is raised before" in message
     for words in NOT_A_RAISE:
@@ -72,8 +87,10 @@ def test_one_guard_raise_site_says_only_that():
 
 
 def test_where_the_code_needs_the_capture_the_guard_raises_whatever_the_policy():
-    required = site(note=REQUIRED_PREFIX + "the capture is read after the call; unset ids "
-                    "raise ValueError early, PP errors are not caught")
+    required = site(
+        note=REQUIRED_PREFIX + "the capture is read after the call; unset ids "
+        "raise ValueError early, PP errors are not caught"
+    )
     message, body = texts(required, {"guard policy": "skip", "fallback policy": "warn"})
     assert "is raised before `set_dspark_layers_to_capture` when the ids are unset" in body
     assert "skipped" not in body and "skipped" not in message

@@ -152,4 +152,7 @@ def test_a_rewrite_does_not_load_libcst_codemod_or_matchers():
         text=True,
         check=True,
     )
-    assert command.stdout.split() == ["codemods.callers.rewrite.guard", "VisitorBasedCodemodCommand"]
+    assert command.stdout.split() == [
+        "codemods.callers.rewrite.guard",
+        "VisitorBasedCodemodCommand",
+    ]

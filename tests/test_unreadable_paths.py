@@ -52,9 +52,15 @@ def invoke(*args):
 
 @pytest.mark.parametrize(
     "command",
-    [["scan"], ["scan", "--format", "json"], ["migrate"], ["migrate", "--check"],
-     ["migrate", "--check", "--exit-zero"], ["migrate", "--write"],
-     ["migrate", "--format", "json"]],
+    [
+        ["scan"],
+        ["scan", "--format", "json"],
+        ["migrate"],
+        ["migrate", "--check"],
+        ["migrate", "--check", "--exit-zero"],
+        ["migrate", "--write"],
+        ["migrate", "--format", "json"],
+    ],
 )
 def test_unlistable_folder_is_named_and_exits_2(tree, locked, command):
     result = invoke(*command, tree)
@@ -114,8 +120,11 @@ def _git_cannot_open(monkeypatch, folder: str) -> None:
         done = real(command, *args, **kwargs)
         if command[:2] == ["git", "ls-files"]:
             warning = f"warning: could not open directory '{folder}/': Permission denied\n"
-            kept = [name for name in done.stdout.split(b"\0") if not name.startswith(
-                folder.encode() + b"/")]
+            kept = [
+                name
+                for name in done.stdout.split(b"\0")
+                if not name.startswith(folder.encode() + b"/")
+            ]
             return subprocess.CompletedProcess(
                 done.args, done.returncode, b"\0".join(kept), warning.encode()
             )

@@ -85,8 +85,14 @@ def test_fixture_checkout_changes_say_their_group_and_role(tmp_path):
 def test_series_patches_hold_the_changes_of_their_group(tmp_path):
     result = generate(_checkout(tmp_path))
     patches = series.build_series(result)
-    assert [p.key for p in patches] == [RUNTIME, fix_group("family_missing_setter"), KIMI,
-                                        "llama-qwen-dense", "deepseek", OTHER[0]]
+    assert [p.key for p in patches] == [
+        RUNTIME,
+        fix_group("family_missing_setter"),
+        KIMI,
+        "llama-qwen-dense",
+        "deepseek",
+        OTHER[0],
+    ]
     for patch in patches:
         own = [c for c in patch.changes if c.role not in TEST_ROLES]
         assert own and all(c.group == patch.key for c in own), patch.key
@@ -103,8 +109,11 @@ def test_series_patches_hold_the_changes_of_their_group(tmp_path):
 
 def test_branch_file_list_reads_the_roles(tmp_path):
     result = generate(_checkout(tmp_path))
-    summaries = {_name(c.path): upstream_file_summary(c, result.model_path)
-                 for c in result.changes if c.changed}
+    summaries = {
+        _name(c.path): upstream_file_summary(c, result.model_path)
+        for c in result.changes
+        if c.changed
+    }
     assert summaries["kimi_linear.py"] == UPSTREAM_KIMI_MODEL
     assert summaries["pp_aux_capture.py"].startswith("helpers the patched hooks")
     assert summaries["aux_hidden_states.py"].startswith("AuxHiddenStatePacker.captured()")

@@ -103,8 +103,7 @@ def test_module_code_splices_only_what_changed():
         finally:
             cst.Module.code_for_node = original_code_for_node
     assert result == updated.code
-    assert not any(isinstance(node, cst.ClassDef) and node.name.value == "A"
-                   for node in generated)
+    assert not any(isinstance(node, cst.ClassDef) and node.name.value == "A" for node in generated)
 
 
 def _square_or_fail(item: int) -> int:

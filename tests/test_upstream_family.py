@@ -103,16 +103,14 @@ def test_ids_under_a_drafter_specific_name_are_followed(plan):
     text = plan.rewritten()["family_named_ids.py"]
     assert 'ids_attr="dspark_layers_to_capture"' in text
     # The gathering goes inside the `if capture_dspark:` block that returns the list.
-    assert (
-        "        if capture_dspark:\n            dspark_aux = pp_aux_collect(" in text
-    )
+    assert "        if capture_dspark:\n            dspark_aux = pp_aux_collect(" in text
 
 
 def test_stage_dependent_capture_condition_is_refused(plan):
     reason = plan.decisions["family_unsupported.py"].reason
     assert "AfterLayerModel.forward" in reason  # the first unsupported shape in the file
     source = (FIXTURES / "family_unsupported.py").read_text(encoding="utf-8")
-    rank_dependent = source[source.index("class RankDependentStack"):]
+    rank_dependent = source[source.index("class RankDependentStack") :]
     module = cst.parse_module("from x import PPProxyTensors\n\n" + rank_dependent)
     (forward,) = analyse(module).forwards
     assert not forward.recognised
@@ -229,9 +227,7 @@ def test_untouched_lines_are_kept_byte_for_byte(plan, models_dir):
             )
             # A stack call whose result a forward unpacked on every rank now goes
             # through `stage_output` (the call itself is kept line for line).
-            staged = "= " in stripped and (
-                "stage_output = " + stripped.split("= ", 1)[1] in text
-            )
+            staged = "= " in stripped and ("stage_output = " + stripped.split("= ", 1)[1] in text)
             assert dropped or relaid or staged, (name, line)
 
 
@@ -312,8 +308,19 @@ def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
     tests_dir = tmp_path / "shipped-tests"
     models = "family_llama_like,family_qwen_derived,family_unsupported"
     outcome = CliRunner().invoke(
-        cli, ["upstream-patch", str(root), "-o", str(out), "--models", models,
-              "--pr-body", str(body), "--tests-dir", str(tests_dir)],
+        cli,
+        [
+            "upstream-patch",
+            str(root),
+            "-o",
+            str(out),
+            "--models",
+            models,
+            "--pr-body",
+            str(body),
+            "--tests-dir",
+            str(tests_dir),
+        ],
     )
     assert outcome.exit_code == 0, outcome.output
     assert "2 of 3 model files with a hook patched" in outcome.output
@@ -326,8 +333,7 @@ def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
     assert "tests left out of the patch" in outcome.output
     assert f"written to {tests_dir.resolve()} instead" in outcome.output
     patch = out.read_text()
-    touched = [line.split(" b/")[1] for line in patch.splitlines()
-               if line.startswith("diff --git")]
+    touched = [line.split(" b/")[1] for line in patch.splitlines() if line.startswith("diff --git")]
     assert not [path for path in touched if "/test/" in path or "test_" in path]
     assert "sglang/srt/models/family_llama_like.py" in touched
     assert "sglang/srt/distributed/pp_aux_capture.py" in touched
@@ -335,8 +341,10 @@ def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
     assert git_apply(root, patch).returncode == 0
     assert not (root / "sglang/test").exists()
     assert sorted(p.name for p in tests_dir.iterdir()) == [
-        "pp_aux_capture_family_models.py", "test_pp_aux_capture.py",
-        "test_pp_aux_capture_family.py"]
+        "pp_aux_capture_family_models.py",
+        "test_pp_aux_capture.py",
+        "test_pp_aux_capture_family.py",
+    ]
     test_file = (tests_dir / "test_pp_aux_capture_family.py").read_text()
     assert '"family_llama_like",\n        "TinyForCausalLM",\n        "TinyModel",' in test_file
     assert "family_unsupported" not in test_file
@@ -364,13 +372,21 @@ def test_cli_without_tests_dir_says_how_to_get_the_tests(tmp_path):
     root = _mini_tree(tmp_path)
     body = tmp_path / "pr.md"
     outcome = CliRunner().invoke(
-        cli, ["upstream-patch", str(root), "-o", str(tmp_path / "p.patch"),
-              "--models", "family_llama_like", "--pr-body", str(body)],
+        cli,
+        [
+            "upstream-patch",
+            str(root),
+            "-o",
+            str(tmp_path / "p.patch"),
+            "--models",
+            "family_llama_like",
+            "--pr-body",
+            str(body),
+        ],
     )
     assert outcome.exit_code == 0, outcome.output
     assert "pass --tests-dir DIR to write them to a folder" in outcome.output
-    assert "`auxcap upstream-patch --tests-dir DIR` writes them to a folder." in (
-        body.read_text())
+    assert "`auxcap upstream-patch --tests-dir DIR` writes them to a folder." in (body.read_text())
     assert "unittest" not in body.read_text()
 
 
@@ -444,8 +460,11 @@ def test_separate_fixes_are_patches_of_their_own_that_the_capture_patch_builds_o
         (patch,) = [p for p in patches if p.key == key]
         (change,) = patch.changes
         assert patch.subject.startswith(f"[Fix] {key.removeprefix(series.FIX)}: ")
-        added = [line for line in render_patch([change]).splitlines()
-                 if line.startswith("+") and not line.startswith("+++")]
+        added = [
+            line
+            for line in render_patch([change]).splitlines()
+            if line.startswith("+") and not line.startswith("+++")
+        ]
         # Nothing about capture under PP: no helper call, no import of the helpers.
         assert added and not any("pp_aux" in line for line in added), added
     setter_fix = next(p for p in patches if p.key == fixes[0])

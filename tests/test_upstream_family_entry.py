@@ -31,8 +31,12 @@ def plan(tmp_path_factory):
 
 def test_fixtures_are_there():
     assert NAMES == [
-        "entry_decoder.py", "entry_final.py", "entry_gated.py", "entry_gathered.py",
-        "entry_gathered_ids.py", "entry_overlap.py",
+        "entry_decoder.py",
+        "entry_final.py",
+        "entry_gated.py",
+        "entry_gathered.py",
+        "entry_gathered_ids.py",
+        "entry_overlap.py",
     ]
 
 
@@ -151,8 +155,7 @@ REFUSED = {
         "captured_last_layer_outputs=aux_hidden_states\n"
         "                if i + 1 in self.layers_to_capture\n"
         "                else None,",
-        "the layers get the capture list itself "
-        "(`captured_last_layer_outputs=aux_hidden_states`)",
+        "the layers get the capture list itself (`captured_last_layer_outputs=aux_hidden_states`)",
     ),
     "other loop range": (
         "for i in range(self.start_layer, self.end_layer):",

@@ -149,10 +149,8 @@ def test_enumerated_callback_handed_twice_in_one_iteration_is_not_patched(tmp_pa
     decision, _ = _variant(
         tmp_path,
         "enumerated_stack.py",
-        "            else:\n"
-        "                hidden_states = layer(\n",
-        "            if True:\n"
-        "                hidden_states = layer(\n",
+        "            else:\n                hidden_states = layer(\n",
+        "            if True:\n                hidden_states = layer(\n",
     )
     assert not decision.patched
     assert "more than one layer call that can run in the same iteration" in decision.reason
@@ -198,8 +196,7 @@ def test_output_capture_against_a_reassigned_count_is_not_patched(tmp_path):
         tmp_path,
         "split_stack.py",
         "        if num_layers in self.layers_to_capture:\n",
-        "        num_layers = num_layers - 1\n"
-        "        if num_layers in self.layers_to_capture:\n",
+        "        num_layers = num_layers - 1\n        if num_layers in self.layers_to_capture:\n",
     )
     assert not decision.patched
     assert decision.reason == NO_EARLY
@@ -216,8 +213,9 @@ def test_stack_setter_is_added_only_where_the_hook_would_fail(tmp_path):
     )
     decision, plan = _variant(tmp_path, "enumerated_stack.py", store, guarded)
     assert decision.patched and decision.fixes == (), decision
-    assert "def set_eagle3_layers_to_capture(self, layers_to_capture" not in (
-        plan.rewritten()["enumerated_stack.py"]
+    assert (
+        "def set_eagle3_layers_to_capture(self, layers_to_capture"
+        not in (plan.rewritten()["enumerated_stack.py"])
     )
     unguarded = "        self.model.set_eagle3_layers_to_capture([val + 1 for val in layer_ids])\n"
     decision, plan = _variant(tmp_path / "b", "enumerated_stack.py", store, unguarded)

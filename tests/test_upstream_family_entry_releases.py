@@ -36,12 +36,40 @@ pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 #: overlap.
 RELEASES = {
     # exaone_moe still appends in its layer loop on 0.5.21 (patched, not this shape).
-    "0.5.21": ("qwen3", "laguna", "gpt_oss", "qwen3_moe", "minimax_m2", "glm4_moe",
-               "glm4_moe_lite", "glm5_next"),
-    "0.5.22": ("llama", "qwen3", "laguna", "gpt_oss", "qwen3_moe", "exaone_moe",
-               "minimax_m2", "glm4_moe", "glm4_moe_lite", "glm5_next"),
-    "0.5.23": ("llama", "qwen3", "laguna", "gpt_oss", "qwen3_moe", "exaone_moe",
-               "minimax_m2", "glm4_moe", "glm4_moe_lite", "glm5_next"),
+    "0.5.21": (
+        "qwen3",
+        "laguna",
+        "gpt_oss",
+        "qwen3_moe",
+        "minimax_m2",
+        "glm4_moe",
+        "glm4_moe_lite",
+        "glm5_next",
+    ),
+    "0.5.22": (
+        "llama",
+        "qwen3",
+        "laguna",
+        "gpt_oss",
+        "qwen3_moe",
+        "exaone_moe",
+        "minimax_m2",
+        "glm4_moe",
+        "glm4_moe_lite",
+        "glm5_next",
+    ),
+    "0.5.23": (
+        "llama",
+        "qwen3",
+        "laguna",
+        "gpt_oss",
+        "qwen3_moe",
+        "exaone_moe",
+        "minimax_m2",
+        "glm4_moe",
+        "glm4_moe_lite",
+        "glm5_next",
+    ),
 }
 #: glm5_next hands the layer a local function that prepares the capture and hands it
 #: to the list (``family_entry_closure``), in a loop narrowed for two-batch overlap; on
@@ -49,8 +77,7 @@ RELEASES = {
 #: ``PPProxyTensors`` from the non-last-rank branch before ``to_pp``: driven too.
 CLOSURE = {"glm5_next"}
 EXTRA_RUNS = {
-    "glm5_next": [{"hook": "eagle3", "layer_ids": [7, 0, 4], "pp": 3,
-                   "config": {"mhc": True}}],
+    "glm5_next": [{"hook": "eagle3", "layer_ids": [7, 0, 4], "pp": 3, "config": {"mhc": True}}],
 }
 #: Models with the gathered collector (flagged layers, or layers whose id is a capture
 #: id, get the list itself: minimax_m2 tests the ids).  exaone_moe and minimax_m2 return
@@ -97,10 +124,14 @@ def _runs(models):
 
 
 def _check(root, runs):
-    config = {"num_layers": NUM_LAYERS, "hidden_size": 4, "tokens": TOKENS,
-              "runs": runs, "timeout": 120}
-    proc = run_python(["-m", "sglang_support.entry_check", json.dumps(config)], root,
-                      timeout=900)
+    config = {
+        "num_layers": NUM_LAYERS,
+        "hidden_size": 4,
+        "tokens": TOKENS,
+        "runs": runs,
+        "timeout": 120,
+    }
+    proc = run_python(["-m", "sglang_support.entry_check", json.dumps(config)], root, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])["runs"]
 
@@ -136,7 +167,7 @@ def test_patch_applies_and_rewrites_the_layer_entry_forwards(patched):
     if version == "0.5.21":
         text = (copy / "sglang/srt/models/glm5_next.py").read_text()
         assert text.count("return pp_aux_handoff(") == 2
-        assert "PPProxyTensors({\"hidden_states\": hidden_states}),\n" in text
+        assert 'PPProxyTensors({"hidden_states": hidden_states}),\n' in text
     # Applied once: the patched copy needs nothing more.
     assert generate(copy, models=list(models)).patch == ""
 
@@ -146,8 +177,13 @@ def test_patched_stages_match_pp1_and_missing_entries_raise(patched):
     version, _, _, copy = patched
     models = RELEASES[version]
     runs = _runs(models)
-    dropped = {"model": models[0], "hook": "eagle3", "layer_ids": EVERY_STAGE, "pp": 2,
-               "drop_aux": True}
+    dropped = {
+        "model": models[0],
+        "hook": "eagle3",
+        "layer_ids": EVERY_STAGE,
+        "pp": 2,
+        "drop_aux": True,
+    }
     results = _check(copy, [*runs, dropped])
     assert len(results) == len(runs) + 1
     for record in results[:-1]:
@@ -196,10 +232,32 @@ def test_generated_family_test_passes_for_the_layer_entry_models(patched):
 #: their captures: ``test_upstream_packer_releases.py``), and deepseek_v4's literal
 #: ``PPProxyTensors`` (``test_upstream_literal_proxy_releases``).
 PATCHED_0_5_23 = (
-    "apertus", "bailing_moe", "bailing_moe_v3", "deepseek_v2", "deepseek_v4", "exaone_moe",
-    "gemma4_causal", "gemma4_mm", "glm4_moe", "glm4_moe_lite", "glm5_next", "gpt_oss",
-    "laguna", "llama", "mimo_v2", "minimax_m2", "minimax_m3", "minimax_m3_vl", "nemotron_h",
-    "qwen2", "qwen2_5_vl", "qwen2_moe", "qwen3", "qwen3_5_text", "qwen3_moe", "qwen3_vl",
+    "apertus",
+    "bailing_moe",
+    "bailing_moe_v3",
+    "deepseek_v2",
+    "deepseek_v4",
+    "exaone_moe",
+    "gemma4_causal",
+    "gemma4_mm",
+    "glm4_moe",
+    "glm4_moe_lite",
+    "glm5_next",
+    "gpt_oss",
+    "laguna",
+    "llama",
+    "mimo_v2",
+    "minimax_m2",
+    "minimax_m3",
+    "minimax_m3_vl",
+    "nemotron_h",
+    "qwen2",
+    "qwen2_5_vl",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_5_text",
+    "qwen3_moe",
+    "qwen3_vl",
 )
 #: Not in the layer-entry shape.
 LITERAL_PROXY = ("deepseek_v4",)
@@ -209,8 +267,7 @@ VALIDATED_ON_CPU = tuple(name for name in PATCHED_0_5_23 if name != "qwen3_5_tex
 
 
 @pytest.mark.timeout(1200)
-def test_whole_patch_on_0_5_23_applies_and_its_family_test_passes(sglang_release,
-                                                                    tmp_path):
+def test_whole_patch_on_0_5_23_applies_and_its_family_test_passes(sglang_release, tmp_path):
     release = sglang_release("0.5.23")
     result, copy = patched_copy(release, tmp_path / "whole")
     decisions = result.family.decisions

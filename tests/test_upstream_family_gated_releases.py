@@ -44,8 +44,7 @@ RUNS = [
     {"model": MODEL, "hook": "dspark", "layer_ids": ON_STAGE_0, "pp": 3},
     {"model": MODEL, "hook": "dspark", "layer_ids": EVERY_STAGE_3, "pp": 3},
 ]
-DROPPED = {"model": MODEL, "hook": "dspark", "layer_ids": EVERY_STAGE_2, "pp": 2,
-           "drop_aux": True}
+DROPPED = {"model": MODEL, "hook": "dspark", "layer_ids": EVERY_STAGE_2, "pp": 2, "drop_aux": True}
 
 
 @pytest.mark.timeout(600)
@@ -71,10 +70,14 @@ def test_patched_bailing_moe_v3_matches_pp1(sglang_release, tmp_path, version):
     assert "pp_aux_handoff" not in (release / rel).read_text()
     assert generate(copy, models=[MODEL]).patch == ""
 
-    config = {"num_layers": 9, "hidden_size": 4, "tokens": [3, 0, 2],
-              "runs": [*RUNS, DROPPED], "timeout": 120}
-    proc = run_python(["-m", "sglang_support.entry_check", json.dumps(config)], copy,
-                      timeout=540)
+    config = {
+        "num_layers": 9,
+        "hidden_size": 4,
+        "tokens": [3, 0, 2],
+        "runs": [*RUNS, DROPPED],
+        "timeout": 120,
+    }
+    proc = run_python(["-m", "sglang_support.entry_check", json.dumps(config)], copy, timeout=540)
     assert proc.returncode == 0, proc.stderr[-4000:]
     records = json.loads(proc.stdout.strip().splitlines()[-1])["runs"]
     assert len(records) == len(RUNS) + 1
@@ -84,7 +87,11 @@ def test_patched_bailing_moe_v3_matches_pp1(sglang_release, tmp_path, version):
         assert record["types"] == ["AuxHiddenStateList", "list", "AuxHiddenStateList"]
     # PP=1 takes every id but -1 and nothing for the empty microbatch.
     assert [r["expected_counts"] for r in records[:-1]] == [
-        [4, 0, 4], [2, 0, 2], [4, 0, 4], [2, 0, 2], [4, 0, 4]
+        [4, 0, 4],
+        [2, 0, 2],
+        [4, 0, 4],
+        [2, 0, 2],
+        [4, 0, 4],
     ]
     missing = records[-1]
     assert not missing["ok"]

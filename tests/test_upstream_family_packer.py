@@ -60,11 +60,11 @@ def test_rewritten_text_hands_on_and_gathers(plan):
         named.index("hidden_states, before_norm, aux_hidden_states = model_out")
     )
     delegated = plan.rewritten()["packer_delegated.py"]
-    impl = delegated[delegated.index("def _forward_impl("):]
+    impl = delegated[delegated.index("def _forward_impl(") :]
     assert "pp_aux_outgoing(self, slots, pp_proxy_tensors)" in impl
     assert "slots = pp_aux_collect(" in impl
     # The delegating forward itself is left as it is.
-    forward = delegated[delegated.index("    def forward("):delegated.index("def _forward_impl(")]
+    forward = delegated[delegated.index("    def forward(") : delegated.index("def _forward_impl(")]
     assert "pp_aux" not in forward
 
 
@@ -72,16 +72,23 @@ def test_rewritten_text_hands_on_and_gathers(plan):
     ("old", "new", "reason"),
     [
         # The packed captures are read between the layer loop and the handoff.
-        ("        if (\n            self.pp_group.is_last_rank\n",
-         "        self.inspect(packed)\n        if (\n            self.pp_group.is_last_rank\n",
-         "is used between the layer loop and the PP handoff"),
+        (
+            "        if (\n            self.pp_group.is_last_rank\n",
+            "        self.inspect(packed)\n        if (\n            self.pp_group.is_last_rank\n",
+            "is used between the layer loop and the PP handoff",
+        ),
         # The packer is not sized by the capture ids.
-        ("AuxHiddenStatePacker(len(self.layers_to_capture))", "AuxHiddenStatePacker(3)",
-         "no `return PPProxyTensors(...)`"),
+        (
+            "AuxHiddenStatePacker(len(self.layers_to_capture))",
+            "AuxHiddenStatePacker(3)",
+            "no `return PPProxyTensors(...)`",
+        ),
         # The named handoff is rebound before it is returned.
-        ('            proxy.tensors["extra"] = extra\n',
-         '            proxy = self.wrap(proxy)\n',
-         "no `return PPProxyTensors(...)`"),
+        (
+            '            proxy.tensors["extra"] = extra\n',
+            "            proxy = self.wrap(proxy)\n",
+            "no `return PPProxyTensors(...)`",
+        ),
     ],
 )
 def test_unrecognised_variants_are_left_alone(tmp_path, old, new, reason):

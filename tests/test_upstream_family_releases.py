@@ -81,8 +81,14 @@ def test_generated_family_test_passes_in_the_patched_tree(patched):
     source = test.read_text()
     for name in REQUIRED:
         assert f'        "{name}",\n' in source, name
-    proc = subprocess.run([sys.executable, str(test), "-v"], cwd=copy, text=True,
-                          env=shipped_test_env(copy), capture_output=True, timeout=2300)
+    proc = subprocess.run(
+        [sys.executable, str(test), "-v"],
+        cwd=copy,
+        text=True,
+        env=shipped_test_env(copy),
+        capture_output=True,
+        timeout=2300,
+    )
     assert proc.returncode == 0, proc.stderr[-6000:]
     assert "Ran 2 tests" in proc.stderr and "OK" in proc.stderr.splitlines()[-1]
     assert "skipped" not in proc.stderr
@@ -100,16 +106,21 @@ def test_unpatched_models_lose_captures_under_pp(patched, tmp_path):
         seen = {record["model"] for record in records}
         assert seen == set(shown)
         for record in records:
-            lost = (
-                record["error"] is not None
-                or any(got < want for got, want in zip(record["pipelined"],
-                                                       record["reference"], strict=False))
+            lost = record["error"] is not None or any(
+                got < want
+                for got, want in zip(record["pipelined"], record["reference"], strict=False)
             )
             assert lost and not record["equal"], record
 
 
 def test_patch_check_passes_on_the_release_tree(patched):
     release, result, _ = patched
-    proc = subprocess.run(["git", "apply", "--check"], cwd=release, input=result.patch,
-                          text=True, capture_output=True, timeout=120)
+    proc = subprocess.run(
+        ["git", "apply", "--check"],
+        cwd=release,
+        input=result.patch,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr

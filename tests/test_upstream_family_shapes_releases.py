@@ -66,10 +66,14 @@ RUNS = [
 
 
 def _check(root, runs):
-    config = {"num_layers": NUM_LAYERS, "hidden_size": 4, "tokens": TOKENS,
-              "runs": runs, "timeout": 120}
-    proc = run_python(["-m", "sglang_support.entry_check", json.dumps(config)], root,
-                      timeout=900)
+    config = {
+        "num_layers": NUM_LAYERS,
+        "hidden_size": 4,
+        "tokens": TOKENS,
+        "runs": runs,
+        "timeout": 120,
+    }
+    proc = run_python(["-m", "sglang_support.entry_check", json.dumps(config)], root, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])["runs"]
 
@@ -79,8 +83,7 @@ def patched(request, sglang_release, tmp_path_factory):
     version = request.param
     release = sglang_release(version)
     models = [MODEL, GEMMA] if version in GEMMA_RELEASES else [MODEL]
-    result, copy = patched_copy(release, tmp_path_factory.mktemp("snapshot") / version,
-                                models)
+    result, copy = patched_copy(release, tmp_path_factory.mktemp("snapshot") / version, models)
     return version, release, result, copy
 
 
@@ -111,16 +114,20 @@ def test_patch_applies_and_rewrites_the_snapshot_forward(patched):
 @pytest.fixture(scope="module")
 def driven(sglang_release, tmp_path_factory):
     release = sglang_release(DRIVEN)
-    result, copy = patched_copy(release, tmp_path_factory.mktemp("snapshot_drive"),
-                                [MODEL, GEMMA])
+    result, copy = patched_copy(release, tmp_path_factory.mktemp("snapshot_drive"), [MODEL, GEMMA])
     return release, result, copy
 
 
 @pytest.mark.timeout(900)
 def test_patched_stages_match_pp1_and_missing_entries_raise(driven):
     _, _, copy = driven
-    dropped = {"model": MODEL, "hook": "dflash", "layer_ids": EVERY_STAGE, "pp": 2,
-               "drop_aux": True}
+    dropped = {
+        "model": MODEL,
+        "hook": "dflash",
+        "layer_ids": EVERY_STAGE,
+        "pp": 2,
+        "drop_aux": True,
+    }
     results = _check(copy, [*RUNS, dropped])
     assert len(results) == len(RUNS) + 1
     for record in results[:-1]:
@@ -132,7 +139,10 @@ def test_patched_stages_match_pp1_and_missing_entries_raise(driven):
     assert results[2]["expected_counts"] == [3, 3, 3]
     missing = results[-1]
     assert not missing["ok"]
-    assert "no 'aux_hidden_states' entry, so the aux captures of layers [1] are missing" in missing["error"]
+    assert (
+        "no 'aux_hidden_states' entry, so the aux captures of layers [1] are missing"
+        in missing["error"]
+    )
 
 
 @pytest.mark.timeout(900)

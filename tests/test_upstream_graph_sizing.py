@@ -11,7 +11,7 @@ from codemods.upstream.sizing.graph_sizing import SizingError, rename_dspark_ent
 
 #: A small module in the shape of a sizing path: protocol, resolver, allocation with an
 #: ``if`` block, a keyword argument spread over lines, and a method.
-SIZING = '''\
+SIZING = """\
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -53,7 +53,7 @@ class Runner:
                 self.get_pp_proxy_dspark_hidden_size()
             ),
         )
-'''
+"""
 
 
 class _Model:
@@ -80,11 +80,14 @@ def test_the_path_is_renamed_for_every_capture_method():
     _, first = _run(renamed, rank=0)
     assert "aux_hidden_states" not in first.buffers()
     # Lines the shorter names let fit are joined as black joins them; the rest stays.
-    assert "        return resolve_pp_proxy_aux_hidden_size(model=self.model, " \
+    assert (
+        "        return resolve_pp_proxy_aux_hidden_size(model=self.model, "
         "pp_rank=self.rank)\n" in renamed
-    assert ("            pp_proxy_aux_hidden_size=self.get_pp_proxy_aux_hidden_size(),\n"
-            in renamed)
-    joined = '        tensors["aux_hidden_states"] = torch.zeros((rows, pp_proxy_aux_hidden_size))\n'
+    )
+    assert "            pp_proxy_aux_hidden_size=self.get_pp_proxy_aux_hidden_size(),\n" in renamed
+    joined = (
+        '        tensors["aux_hidden_states"] = torch.zeros((rows, pp_proxy_aux_hidden_size))\n'
+    )
     assert joined in renamed
     assert len(renamed.splitlines()) == len(SIZING.splitlines()) - 4
 
@@ -92,8 +95,10 @@ def test_the_path_is_renamed_for_every_capture_method():
 def test_renaming_is_idempotent_and_a_line_that_would_not_fit_stays_split():
     once = rename_dspark_entry(SIZING, "sizing.py")
     assert rename_dspark_entry(once, "sizing.py") == once
-    wide = ("def f():\n    return g(\n        pp_proxy_dspark_hidden_size_with_a_very_long_"
-            "name_that_does_not_fit_on_one_line_at_all\n    )\n")
+    wide = (
+        "def f():\n    return g(\n        pp_proxy_dspark_hidden_size_with_a_very_long_"
+        "name_that_does_not_fit_on_one_line_at_all\n    )\n"
+    )
     assert rename_dspark_entry(wide, "wide.py").count("\n") == 4
     # A magic trailing comma keeps the call split, as black keeps it.
     trailing = "x = f(\n    pp_proxy_dspark_hidden_size=1,\n)\n"
@@ -102,7 +107,7 @@ def test_renaming_is_idempotent_and_a_line_that_would_not_fit_stays_split():
         rename_dspark_entry("def f(:\n    pp_proxy_dspark_hidden_size\n", "bad.py")
 
 
-CLASS = '''\
+CLASS = """\
 class TinyForCausalLM:
     def set_eagle3_layers_to_capture(self, layer_ids=None):
         pass
@@ -113,7 +118,7 @@ class TinyForCausalLM:
     # Loads weights.
     def load_weights(self, weights):
         pass
-'''
+"""
 
 
 def test_the_width_method_follows_the_last_capture_hook_once():

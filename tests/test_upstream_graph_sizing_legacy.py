@@ -18,7 +18,7 @@ from codemods.upstream.sizing.graph_sizing_legacy import (
     add_runner_method,
 )
 
-MISC = '''\
+MISC = """\
 from typing import Any, Optional
 
 
@@ -28,9 +28,9 @@ def resolve_pp_proxy_residual_num_blocks(
     if pp_size <= 1 or pp_rank == 0:
         return None
     return start_layer
-'''
+"""
 
-RUNNER = '''\
+RUNNER = """\
 class ModelRunner:
     def get_pp_proxy_residual_num_blocks(self):
         return misc_utils.resolve_pp_proxy_residual_num_blocks(
@@ -42,10 +42,10 @@ class ModelRunner:
 
     def other(self):
         return 1
-'''
+"""
 
 #: One builder allocating inline (0.5.18), one passing the size on to a shared one.
-BUFFERS = '''\
+BUFFERS = """\
 from typing import Optional
 
 import torch
@@ -76,9 +76,9 @@ def create(
         max_num_tokens=rows,
         pp_proxy_residual_num_blocks=pp_proxy_residual_num_blocks,
     )
-'''
+"""
 
-DECODE = '''\
+DECODE = """\
 class DecodeRunner:
     def build(self):
         return create(
@@ -95,7 +95,7 @@ class DecodeRunner:
             self.buffers.positions[: self.raw_num_token].copy_(forward_batch.positions)
             return "pre-planned"
         return "full"
-'''
+"""
 
 
 def _exec(text: str) -> dict:
@@ -160,8 +160,12 @@ def test_runner_argument_and_pre_planned_refresh():
     runner.build()
     assert passed["pp_proxy_aux_hidden_size"] == 12
     runner.buffers = types.SimpleNamespace(
-        input_ids=torch.zeros(8), positions=torch.zeros(8),
-        pp_proxy_tensors={"hidden_states": torch.zeros(8, 4), "aux_hidden_states": torch.zeros(8, 12)},
+        input_ids=torch.zeros(8),
+        positions=torch.zeros(8),
+        pp_proxy_tensors={
+            "hidden_states": torch.zeros(8, 4),
+            "aux_hidden_states": torch.zeros(8, 12),
+        },
     )
     runner.raw_num_token = 3
     batch = types.SimpleNamespace(
@@ -193,13 +197,23 @@ def test_a_prefill_runner_without_the_argument_and_a_sized_file_are_left_alone()
     [
         (add_resolver, "x = 1\n", r"^misc\.py: expected one residual resolver, found 0"),
         (add_runner_method, "x = 1\n", r"^misc\.py: expected one get_pp_proxy_residual"),
-        (add_buffer_sizing, BUFFERS.replace("        pp_proxy_residual_num_blocks="
-                                            "pp_proxy_residual_num_blocks,\n", ""),
-         r"^misc\.py: 2 pp_proxy_residual_num_blocks parameters, 0 passed on, 1 topk"),
-        (lambda text, path: add_runner_argument(text, path, True), "x = 1\n",
-         r"^misc\.py: no pp_proxy_residual_num_blocks= argument"),
-        (add_pre_planned_refresh, DECODE.replace("self.buffers.positions", "self.positions"),
-         r"^misc\.py:\d+: pre-planned branch without positions copy"),
+        (
+            add_buffer_sizing,
+            BUFFERS.replace(
+                "        pp_proxy_residual_num_blocks=pp_proxy_residual_num_blocks,\n", ""
+            ),
+            r"^misc\.py: 2 pp_proxy_residual_num_blocks parameters, 0 passed on, 1 topk",
+        ),
+        (
+            lambda text, path: add_runner_argument(text, path, True),
+            "x = 1\n",
+            r"^misc\.py: no pp_proxy_residual_num_blocks= argument",
+        ),
+        (
+            add_pre_planned_refresh,
+            DECODE.replace("self.buffers.positions", "self.positions"),
+            r"^misc\.py:\d+: pre-planned branch without positions copy",
+        ),
     ],
 )
 def test_a_file_of_another_shape_is_an_error_naming_it(rewrite, text, message):

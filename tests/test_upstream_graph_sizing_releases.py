@@ -67,9 +67,11 @@ def test_the_patch_sizes_the_aux_entry_along_the_sizing_path(patched):
     body = render(result)
     # 0.5.21+ size DSPARK's entry already: it is renamed; older releases get the path.
     renamed = "dspark" in (release / _path(SIZING_MODULES[2])).read_text()
-    assert (("- SGLang's DSPARK entry and CUDA-graph sizing now serve every capture method"
-             if renamed else "- CUDA-graph sizing of the `aux_hidden_states` proxy entry "
-             "along a new path") in body)
+    assert (
+        "- SGLang's DSPARK entry and CUDA-graph sizing now serve every capture method"
+        if renamed
+        else "- CUDA-graph sizing of the `aux_hidden_states` proxy entry along a new path"
+    ) in body
     assert "CUDA graphs disabled" not in body
 
 
@@ -80,8 +82,10 @@ def test_buffers_are_sized_and_loaded_with_what_the_previous_stage_sends(patched
     assert report["errors"] == []
     # 2 + 3 stages, 3 capture sets, 3 batches; stages past the first receive captures.
     assert len(report["checks"]) == (2 + 3) * 3 * 3
-    widths = {(label.split(" stage=")[0], label.endswith("stage=0"), width)
-              for label, width, _, _ in report["checks"]}
+    widths = {
+        (label.split(" stage=")[0], label.endswith("stage=0"), width)
+        for label, width, _, _ in report["checks"]
+    }
     assert any(width > 0 for _, _, width in widths)
     assert all(width == 0 for _, first, width in widths if first)
     assert report["aux_buffers"] > 0
@@ -108,7 +112,7 @@ def test_without_the_pre_planned_refresh_the_entry_is_stale(patched, tmp_path):
     text = runner.read_text()
     start = text.index("            if (\n                pp_proxy_tensors is not None")
     last = "buf[: src.shape[0]].copy_(src)\n"
-    runner.write_text(text[:start] + text[text.index(last, start) + len(last):])
+    runner.write_text(text[:start] + text[text.index(last, start) + len(last) :])
     report = _sizing_report(mutant)
     assert report["errors"]
     assert all("pre-planned load did not copy" in error for error in report["errors"])

@@ -50,8 +50,10 @@ def test_new_section_without_sglang_imports():
 def test_existing_statement_is_extended_and_second_run_is_a_no_op():
     source = f"from {MOD} import PPAuxTransport\n"
     once = _add(source)
-    assert once == (f"from {MOD} import (\n    AuxCapturePlan,\n    PPAuxTransport,\n"
-                    "    validate_layer_ids,\n)\n")
+    assert once == (
+        f"from {MOD} import (\n    AuxCapturePlan,\n    PPAuxTransport,\n"
+        "    validate_layer_ids,\n)\n"
+    )
     assert _add(once) == once
 
 

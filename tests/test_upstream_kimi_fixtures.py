@@ -60,9 +60,20 @@ def test_patch_applies_compiles_and_is_idempotent(tmp_path, fixture):
 
     removed, added = _removed_and_added(result.patch, model_path)
     # Only the PP guards and the bare handoff return go; everything else stays byte-equal.
-    allowed = ("world_size > 1", "NotImplementedError", "is_last_rank", "return",
-               "return PPProxyTensors(", "{", "}", ")", '"hidden_states"', "'hidden_states'",
-               '"residual"', "'residual'")
+    allowed = (
+        "world_size > 1",
+        "NotImplementedError",
+        "is_last_rank",
+        "return",
+        "return PPProxyTensors(",
+        "{",
+        "}",
+        ")",
+        '"hidden_states"',
+        "'hidden_states'",
+        '"residual"',
+        "'residual'",
+    )
     for line in removed:
         assert any(token in line for token in allowed), line
     assert "NotImplementedError" not in new
@@ -80,9 +91,10 @@ def test_checkout_layout_paths(tmp_path):
     root, model_path = _tree(tmp_path, "kimi_renamed.py", layout="checkout")
     result = generate(root)
     assert result.changed == [model_path, "python/sglang/srt/distributed/pp_aux_capture.py"]
-    assert ("diff --git a/python/sglang/srt/distributed/pp_aux_capture.py "
-            "b/python/sglang/srt/distributed/pp_aux_capture.py\nnew file mode 100644\n"
-            ) in result.patch
+    assert (
+        "diff --git a/python/sglang/srt/distributed/pp_aux_capture.py "
+        "b/python/sglang/srt/distributed/pp_aux_capture.py\nnew file mode 100644\n"
+    ) in result.patch
     assert git_apply(root, result.patch).returncode == 0
 
 
@@ -95,9 +107,11 @@ def test_rewriter_keeps_local_names_and_capture_expression():
     assert "captured.append(hs + res)" in new
     assert "captured = self.pp_aux_relay.collect(dspark_captures, dspark_incoming)" in new
     assert "None if intermediate is None else intermediate.tensors" in new
-    assert ("set_pp_aux_capture(\n"
-            "            self.backbone, self.pipeline, ids_attr=\"dspark_layers_to_capture\"\n"
-            "        )") in new
+    assert (
+        "set_pp_aux_capture(\n"
+        '            self.backbone, self.pipeline, ids_attr="dspark_layers_to_capture"\n'
+        "        )"
+    ) in new
     assert "self.pp_aux_relay: PPAuxRelay | None = None" in new
 
 
@@ -105,8 +119,14 @@ def test_generated_model_code_names_no_transport_mode():
     source = (FIXTURES / "kimi_extra_code.py").read_text()
     new, _ = kimi.rewrite(source, "x.py")
     cst.parse_module(new)
-    for literal in ('"relay"', '"direct"', "mode=", "device_group", "AuxCapturePlan",
-                    "SGLANG_PP_AUX_TRANSPORT"):
+    for literal in (
+        '"relay"',
+        '"direct"',
+        "mode=",
+        "device_group",
+        "AuxCapturePlan",
+        "SGLANG_PP_AUX_TRANSPORT",
+    ):
         assert literal not in new, literal
     assert "from sglang.srt.distributed.pp_aux_capture import" in new
     assert "set_pp_aux_capture" in new
@@ -116,11 +136,16 @@ def test_a_tree_patched_by_the_earlier_form_is_reported_patched():
     """Earlier versions wrote the transport onto ``dspark_aux_transport`` themselves."""
     source = (FIXTURES / "kimi_extra_code.py").read_text()
     new, _ = kimi.rewrite(source, "x.py")
-    legacy = re.sub(r"set_pp_aux_capture\(\n.*?\n        \)",
-                    "self.model.dspark_aux_transport = aux_transport", new, flags=re.S)
+    legacy = re.sub(
+        r"set_pp_aux_capture\(\n.*?\n        \)",
+        "self.model.dspark_aux_transport = aux_transport",
+        new,
+        flags=re.S,
+    )
     legacy = legacy.replace("self.pp_aux_relay", "self.dspark_aux_transport").replace(
         "from sglang.srt.distributed.pp_aux_capture import PPAuxRelay, set_pp_aux_capture\n",
-        "from sglang.srt.distributed.pp_aux_transport import PPAuxTransport\n")
+        "from sglang.srt.distributed.pp_aux_transport import PPAuxTransport\n",
+    )
     assert "set_pp_aux_capture" not in legacy and "pp_aux_capture" not in legacy
     assert kimi.analyse(legacy, "x.py").status == kimi.PATCHED
     # Without the transport in the setter it is not patched.
@@ -131,13 +156,18 @@ def test_a_tree_patched_by_the_earlier_form_is_reported_patched():
 def test_extra_code_fixture_leaves_eagle3_path_alone():
     source = (FIXTURES / "kimi_extra_code.py").read_text()
     new, _ = kimi.rewrite(source, "x.py")
-    eagle = source[source.index("    def set_eagle3_layers_to_capture"):
-                   source.index("    def set_dspark_layers_to_capture")]
+    eagle = source[
+        source.index("    def set_eagle3_layers_to_capture") : source.index(
+            "    def set_dspark_layers_to_capture"
+        )
+    ]
     assert eagle in new
     assert "eagle_aux.append(hidden_states + (residual if residual is not None else 0))" in new
     # The comment above the old handoff return is kept above the new handoff.
-    assert "# Only the residual stream crosses the stage boundary.\n" \
-           "            proxy_tensors = {" in new
+    assert (
+        "# Only the residual stream crosses the stage boundary.\n"
+        "            proxy_tensors = {" in new
+    )
 
 
 def test_supported_shape_is_reported_and_nothing_written(tmp_path):
@@ -156,8 +186,9 @@ def test_unrecognised_shape_exits_2_naming_file_and_what_was_looked_for(tmp_path
     root, model_path = _tree(tmp_path, "kimi_unrecognised.py")
     before = (root / model_path).read_bytes()
     out, body = tmp_path / "out.patch", tmp_path / "pr.md"
-    outcome = CliRunner().invoke(cli, ["upstream-patch", str(root), "-o", str(out),
-                                       "--pr-body", str(body)])
+    outcome = CliRunner().invoke(
+        cli, ["upstream-patch", str(root), "-o", str(out), "--pr-body", str(body)]
+    )
     assert outcome.exit_code == 2
     assert str(root / model_path) in outcome.output
     assert "appends to an aux list" in outcome.output
@@ -191,15 +222,20 @@ def test_cli_stdout_then_empty_patch_after_apply(tmp_path):
 def test_pr_body_cites_the_error_in_sglangs_template(tmp_path):
     root, _ = _tree(tmp_path, "kimi_renamed.py")
     body = tmp_path / "pr.md"
-    outcome = CliRunner().invoke(cli, ["upstream-patch", str(root), "-o",
-                                       str(tmp_path / "p.patch"), "--pr-body", str(body)])
+    outcome = CliRunner().invoke(
+        cli, ["upstream-patch", str(root), "-o", str(tmp_path / "p.patch"), "--pr-body", str(body)]
+    )
     assert outcome.exit_code == 0, outcome.output
     text = body.read_text()
     assert text.splitlines()[0].startswith("# ")
-    for needle in ("## Motivation", "## Modifications", "## Benchmark & Profiling",
-                   "## Checklist",
-                   'NotImplementedError("DSPARK aux hidden capture requires PP=1.")',
-                   "sglang/srt/distributed/pp_aux_capture.py"):
+    for needle in (
+        "## Motivation",
+        "## Modifications",
+        "## Benchmark & Profiling",
+        "## Checklist",
+        'NotImplementedError("DSPARK aux hidden capture requires PP=1.")',
+        "sglang/srt/distributed/pp_aux_capture.py",
+    ):
         assert needle in text, needle
     for stale in ("direct", "SGLANG_PP_AUX_TRANSPORT", "pp_aux_transport"):
         assert stale not in text, stale
@@ -220,9 +256,15 @@ def test_patched_fixture_matches_pp1_across_processes(tmp_path, fixture):
 
 
 def _drive(root: Path, runs: list[dict]) -> dict:
-    config = {"num_layers": 7, "hidden_size": 4, "layer_ids": [6, 0, 3, 2],
-              "tokens": [3, 0, 2], "construct": True, "runs": runs, "timeout": 90}
-    proc = run_python(["-m", "sglang_support.kimi_check", json.dumps(config)], root,
-                      timeout=300)
+    config = {
+        "num_layers": 7,
+        "hidden_size": 4,
+        "layer_ids": [6, 0, 3, 2],
+        "tokens": [3, 0, 2],
+        "construct": True,
+        "runs": runs,
+        "timeout": 90,
+    }
+    proc = run_python(["-m", "sglang_support.kimi_check", json.dumps(config)], root, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

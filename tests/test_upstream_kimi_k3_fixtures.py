@@ -50,7 +50,10 @@ def test_rewrite_changes_setter_forward_and_capture_method():
     early = method.index("if idx + 1 == self.end_layer and not self.pp_group.is_last_rank:")
     assert early < method.index("if idx + 1 < self.end_layer:")
     setter = new.split("def set_dspark_layers_to_capture", 1)[1]
-    assert 'set_pp_aux_capture(\n            self.model, self.pp_group, ids_attr="dspark_layers_to_capture"' in setter
+    assert (
+        'set_pp_aux_capture(\n            self.model, self.pp_group, ids_attr="dspark_layers_to_capture"'
+        in setter
+    )
     assert "mode=" not in new and '"direct"' not in new and "relay_only" not in new
     again, second = kimi_k3.rewrite(new, "k3.py")
     assert second.status == kimi.PATCHED and again == new
@@ -58,30 +61,43 @@ def test_rewrite_changes_setter_forward_and_capture_method():
 
 def test_sglang_own_relay_is_supported():
     relayed = SOURCE.replace(
-        '''        if self.pp_group.world_size > 1:
+        """        if self.pp_group.world_size > 1:
             raise NotImplementedError("DSPARK aux hidden capture requires PP=1.")
         if not self.pp_group.is_last_rank:
             return
-''', "").replace(
+""",
+        "",
+    ).replace(
         'return PPProxyTensors({"hidden_states": h, "residual": r})',
         'return PPProxyTensors({"hidden_states": h, "residual": r, '
-        '"dspark_hidden_states": torch.cat(aux_states, dim=-1)})')
+        '"dspark_hidden_states": torch.cat(aux_states, dim=-1)})',
+    )
     new, analysis = kimi_k3.rewrite(relayed, "k3.py")
     assert analysis.status == kimi.SUPPORTED and new == relayed
 
 
-@pytest.mark.parametrize("old, new, looked_for", [
-    ("aux_states.append(self._capture_after(layer_id, h, r, bank))",
-     "aux_states.append(h + r)", "self.<method>(layer_id, hidden_states, residual"),
-    ('            return PPProxyTensors({"hidden_states": h, "residual": r})\n',
-     '            h = PPProxyTensors({"hidden_states": h, "residual": r})\n',
-     "ending in `return PPProxyTensors({...})`"),
-    ("        if idx + 1 < self.end_layer:\n            scale = self.layers[idx + 1].scale\n"
-     "        else:\n            scale = self.out_scale\n",
-     "        scale = self.out_scale\n", "choosing the mixing weights"),
-])
-def test_unrecognised_shapes_name_the_file_and_leave_it_untouched(tmp_path, old, new,
-                                                                  looked_for):
+@pytest.mark.parametrize(
+    "old, new, looked_for",
+    [
+        (
+            "aux_states.append(self._capture_after(layer_id, h, r, bank))",
+            "aux_states.append(h + r)",
+            "self.<method>(layer_id, hidden_states, residual",
+        ),
+        (
+            '            return PPProxyTensors({"hidden_states": h, "residual": r})\n',
+            '            h = PPProxyTensors({"hidden_states": h, "residual": r})\n',
+            "ending in `return PPProxyTensors({...})`",
+        ),
+        (
+            "        if idx + 1 < self.end_layer:\n            scale = self.layers[idx + 1].scale\n"
+            "        else:\n            scale = self.out_scale\n",
+            "        scale = self.out_scale\n",
+            "choosing the mixing weights",
+        ),
+    ],
+)
+def test_unrecognised_shapes_name_the_file_and_leave_it_untouched(tmp_path, old, new, looked_for):
     text = SOURCE.replace(old, new)
     assert text != SOURCE
     with pytest.raises(kimi.UnrecognisedShape) as err:
@@ -171,13 +187,11 @@ def rewritten(monkeypatch):
 
 def _stage(module, rank, size, block_size, layer_ids, num_layers=6):
     module.current_group = _Group(rank, size)
-    config = SimpleNamespace(num_hidden_layers=num_layers, hidden_size=3,
-                             block_size=block_size)
+    config = SimpleNamespace(num_hidden_layers=num_layers, hidden_size=3, block_size=block_size)
     lm = module.K3ForCausalLM(config)
     model = lm.model
     # The stages own the layers SGLang's partition assigns them.
-    model.start_layer, model.end_layer = pp_aux_transport.layer_partition(num_layers,
-                                                                          size)[rank]
+    model.start_layer, model.end_layer = pp_aux_transport.layer_partition(num_layers, size)[rank]
     model.layers = torch.nn.ModuleList(_Layer(i) for i in range(num_layers))
     if rank == size - 1:
         model.out_scale = 3.0

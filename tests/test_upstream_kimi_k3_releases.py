@@ -32,14 +32,20 @@ PATCHED_RELEASES = ("0.5.18", "0.5.19", "0.5.20")
 # 7 layers: PP=2 owns [0,3) [3,7), PP=3 owns [0,2) [2,4) [4,7).  Layers 1, 2 and 3 end a
 # stage in one of them (mixed on the next stage), 6 is the model's last layer (output-side
 # weights), 0 the first; attention-residual blocks of 2 layers.
-SCENARIO = {"num_layers": 7, "hidden_size": 4, "layer_ids": [6, 0, 2, 3, 1],
-            "tokens": [3, 0, 2], "timeout": 200}
+SCENARIO = {
+    "num_layers": 7,
+    "hidden_size": 4,
+    "layer_ids": [6, 0, 2, 3, 1],
+    "tokens": [3, 0, 2],
+    "timeout": 200,
+}
 K3_FILE = "sglang/srt/models/kimi_k3.py"
 
 
 def _check(root, runs):
-    proc = run_python(["-m", "sglang_support.k3_check", json.dumps(dict(SCENARIO, runs=runs))],
-                      root, timeout=900)
+    proc = run_python(
+        ["-m", "sglang_support.k3_check", json.dumps(dict(SCENARIO, runs=runs))], root, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -63,9 +69,15 @@ def test_patched_kimi_k3_matches_pp1(sglang_release, tmp_path, version):
     assert again.k3_status == kimi.PATCHED and again.patch == ""
     assert "PPAuxRelay" not in (release / K3_FILE).read_text()
 
-    report = _check(copy, [{"pp": 2, "attn_res_block_size": 2},
-                           {"pp": 3, "attn_res_block_size": 2},
-                           {"pp": 2}, {"pp": 3}])
+    report = _check(
+        copy,
+        [
+            {"pp": 2, "attn_res_block_size": 2},
+            {"pp": 3, "attn_res_block_size": 2},
+            {"pp": 2},
+            {"pp": 3},
+        ],
+    )
     assert report["module"].startswith(str(copy))
     for run in report["runs"]:
         assert run.get("error") is None, run.get("error")
@@ -76,8 +88,14 @@ def test_patched_kimi_k3_matches_pp1(sglang_release, tmp_path, version):
 @pytest.mark.timeout(900)
 def test_unpatched_kimi_k3_raises_or_loses_captures(sglang_release):
     release = sglang_release("0.5.20")
-    report = _check(release, [{"pp": 2}, {"pp": 3, "bypass_setter": True},
-                              {"pp": 2, "attn_res_block_size": 2, "bypass_setter": True}])
+    report = _check(
+        release,
+        [
+            {"pp": 2},
+            {"pp": 3, "bypass_setter": True},
+            {"pp": 2, "attn_res_block_size": 2, "bypass_setter": True},
+        ],
+    )
     raised, lost, broken = report["runs"]
     assert not raised["ok"]
     assert "NotImplementedError: DSPARK aux hidden capture requires PP=1." in raised["error"]
@@ -93,11 +111,13 @@ def test_unpatched_kimi_k3_raises_or_loses_captures(sglang_release):
 def test_kimi_k3_with_own_relay_is_reported_as_supported(sglang_release, tmp_path, version):
     release = sglang_release(version)
     out = tmp_path / "p.patch"
-    outcome = CliRunner().invoke(cli, ["upstream-patch", str(release), "-o", str(out),
-                                       "--models", "kimi_k3"])
+    outcome = CliRunner().invoke(
+        cli, ["upstream-patch", str(release), "-o", str(out), "--models", "kimi_k3"]
+    )
     assert outcome.exit_code == 0, outcome.output
-    assert ("Kimi-K3 (kimi_k3.py): already supports DSPARK aux capture under PP; "
-            "not patched") in outcome.output
+    assert (
+        "Kimi-K3 (kimi_k3.py): already supports DSPARK aux capture under PP; not patched"
+    ) in outcome.output
     assert out.read_text() == ""
     assert generate(release, models=["kimi_k3"]).k3_status == kimi.SUPPORTED
 

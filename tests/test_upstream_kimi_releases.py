@@ -28,14 +28,18 @@ pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 PATCHED_RELEASES = ("0.5.18", "0.5.19", "0.5.20")
 # 7 layers: PP=2 owns [0,3) [3,7), PP=3 owns [0,2) [2,4) [4,7); every stage captures.
-SCENARIO = {"num_layers": 7, "hidden_size": 4, "layer_ids": [6, 0, 3, 2],
-            "tokens": [3, 0, 2], "timeout": 120}
+SCENARIO = {
+    "num_layers": 7,
+    "hidden_size": 4,
+    "layer_ids": [6, 0, 3, 2],
+    "tokens": [3, 0, 2],
+    "timeout": 120,
+}
 
 
 def _check(root, runs, **options):
     config = dict(SCENARIO, runs=runs, **options)
-    proc = run_python(["-m", "sglang_support.kimi_check", json.dumps(config)], root,
-                      timeout=1200)
+    proc = run_python(["-m", "sglang_support.kimi_check", json.dumps(config)], root, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -54,7 +58,8 @@ def _patched_copy(release, tmp_path):
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("version", PATCHED_RELEASES)
 def test_patched_release_matches_pp1_and_unpatched_loses_captures(
-        sglang_release, tmp_path, version):
+    sglang_release, tmp_path, version
+):
     release = sglang_release(version)
     result, copy = _patched_copy(release, tmp_path)
     assert result.changed == [
@@ -71,8 +76,7 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
     # The drive, then (in the same process) the same module through the PP validation
     # harness (spawned ranks, scheduler-like loop with microbatches in flight, PP=1
     # comparison, wire bytes vs analytic).
-    patched = _check(copy, [{"pp": 2}, {"pp": 3}], harness_runs=[{"pp": 3}],
-                     harness_timeout=400)
+    patched = _check(copy, [{"pp": 2}, {"pp": 3}], harness_runs=[{"pp": 3}], harness_timeout=400)
     assert patched["module"].startswith(str(copy))
     for run in patched["runs"]:
         assert run.get("error") is None, run.get("error")
@@ -90,8 +94,10 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
     assert "NotImplementedError: DSPARK aux hidden capture requires PP=1." in raised["error"]
     assert not bypassed["ok"]
     assert bypassed["aux_counts"] is not None
-    assert all(got < want for got, want in zip(bypassed["aux_counts"],
-                                               bypassed["expected_counts"], strict=False))
+    assert all(
+        got < want
+        for got, want in zip(bypassed["aux_counts"], bypassed["expected_counts"], strict=False)
+    )
 
 
 @pytest.mark.timeout(300)
@@ -99,8 +105,19 @@ def test_release_0_5_21_is_reported_as_supported(sglang_release, tmp_path):
     release = sglang_release("0.5.21")
     out = tmp_path / "p.patch"
     body = tmp_path / "pr.md"
-    outcome = CliRunner().invoke(cli, ["upstream-patch", str(release), "-o", str(out),
-                                       "--pr-body", str(body), "--models", "kimi_linear"])
+    outcome = CliRunner().invoke(
+        cli,
+        [
+            "upstream-patch",
+            str(release),
+            "-o",
+            str(out),
+            "--pr-body",
+            str(body),
+            "--models",
+            "kimi_linear",
+        ],
+    )
     assert outcome.exit_code == 0, outcome.output
     assert "already supports DSPARK aux capture under PP" in outcome.output
     assert "dspark_hidden_states" in outcome.output
@@ -119,15 +136,19 @@ def test_release_0_5_21_is_reported_as_supported(sglang_release, tmp_path):
 def test_cli_patch_applies_on_release_and_compiles(sglang_release, tmp_path, version):
     release = sglang_release(version)
     out, body = tmp_path / "kimi.patch", tmp_path / "pr.md"
-    outcome = CliRunner().invoke(cli, ["upstream-patch", str(release), "-o", str(out),
-                                       "--pr-body", str(body)])
+    outcome = CliRunner().invoke(
+        cli, ["upstream-patch", str(release), "-o", str(out), "--pr-body", str(body)]
+    )
     assert outcome.exit_code == 0, outcome.output
     patch = out.read_text()
     assert git_apply(release, patch, check=True).returncode == 0
     assert "diff --git a/sglang/srt/distributed/pp_aux_capture.py" in patch
     assert "new file mode 100644" in patch
-    added = [line[1:] for line in patch.splitlines()
-             if line.startswith("+") and not line.startswith("+++")]
+    added = [
+        line[1:]
+        for line in patch.splitlines()
+        if line.startswith("+") and not line.startswith("+++")
+    ]
     too_long = [line for line in added if len(line) > 88]
     assert not too_long, too_long
     changed = release_result(release).changed
@@ -141,6 +162,7 @@ def test_cli_patch_applies_on_release_and_compiles(sglang_release, tmp_path, ver
     # SGLang's template, short; the caller-side ValueError is not this patch's to claim.
     sections = ["## Motivation", "## Modifications", "## Benchmark & Profiling", "## Checklist"]
     assert [text.index(section) for section in sections] == sorted(
-        text.index(section) for section in sections)
+        text.index(section) for section in sections
+    )
     assert len(text.splitlines()) <= 150
     assert "DSPARK requires explicit layer_ids for aux hidden capture." not in text

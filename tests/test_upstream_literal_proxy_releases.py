@@ -43,8 +43,7 @@ MODELS = ["deepseek_v4"]
 def patched(request, sglang_release, tmp_path_factory):
     version = request.param
     release = sglang_release(version)
-    result, copy = patched_copy(release, tmp_path_factory.mktemp("literal") / version,
-                                MODELS)
+    result, copy = patched_copy(release, tmp_path_factory.mktemp("literal") / version, MODELS)
     return version, release, result, copy
 
 
@@ -57,11 +56,17 @@ def test_patch_applies_and_hands_captures_on_in_the_literal_proxy(patched):
     assert "**aux_outgoing," in text and "pp_aux_collect(" in text
     if version == "0.5.23":
         # The capture method is the one ``forward`` delegates to.
-        impl = text[text.index("    def _forward_impl("):]
+        impl = text[text.index("    def _forward_impl(") :]
         assert "pp_aux_outgoing(" in impl and "pp_aux_collect(" in impl
         assert "dspark_aux_hidden_states.finalize()" in impl
-    proc = subprocess.run(["git", "apply", "--check"], cwd=release, input=result.patch,
-                          text=True, capture_output=True, timeout=120)
+    proc = subprocess.run(
+        ["git", "apply", "--check"],
+        cwd=release,
+        input=result.patch,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert generate(copy, models=MODELS).patch == ""
 
@@ -75,11 +80,11 @@ BATCHES = (3, 0, 2)
 
 
 @pytest.mark.timeout(1800)
-def test_patched_stages_match_pp1_and_unpatched_lose_captures(patched, tmp_path,
-                                                               monkeypatch):
+def test_patched_stages_match_pp1_and_unpatched_lose_captures(patched, tmp_path, monkeypatch):
     # Inherited by the family test's subprocess and its stage workers.
-    monkeypatch.setenv("SGLANG_TEST_PP_AUX_LAYER_IDS",
-                       ";".join(",".join(map(str, ids)) for ids in LAYER_ID_SETS))
+    monkeypatch.setenv(
+        "SGLANG_TEST_PP_AUX_LAYER_IDS", ";".join(",".join(map(str, ids)) for ids in LAYER_ID_SETS)
+    )
     monkeypatch.setenv("SGLANG_TEST_PP_AUX_BATCHES", ",".join(map(str, BATCHES)))
     _, release, result, copy = patched
     baseline = unpatched_copy(release, tmp_path / "unpatched", result)
@@ -90,7 +95,8 @@ def test_patched_stages_match_pp1_and_unpatched_lose_captures(patched, tmp_path,
         records = runs[pp_size]
         assert validated_models(records) == {"deepseek_v4": True}, records
         assert sorted(tuple(r["layer_ids"]) for r in records) == sorted(
-            tuple(ids) for ids in LAYER_ID_SETS), records
+            tuple(ids) for ids in LAYER_ID_SETS
+        ), records
         for record in records:
             assert record["pp"] == pp_size, record
             # One comparison per microbatch, the empty one included.

@@ -70,10 +70,14 @@ def _runs(model: str) -> list[dict]:
 
 
 def _check(root, runs):
-    config = {"num_layers": NUM_LAYERS, "hidden_size": 4, "tokens": TOKENS,
-              "runs": runs, "timeout": 120}
-    proc = run_python(["-m", "sglang_support.packer_check", json.dumps(config)], root,
-                      timeout=600)
+    config = {
+        "num_layers": NUM_LAYERS,
+        "hidden_size": 4,
+        "tokens": TOKENS,
+        "runs": runs,
+        "timeout": 120,
+    }
+    proc = run_python(["-m", "sglang_support.packer_check", json.dumps(config)], root, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])["runs"]
 
@@ -82,8 +86,7 @@ def _check(root, runs):
 def patched(request, sglang_release, tmp_path_factory):
     version = request.param
     release = sglang_release(version)
-    result, copy = patched_copy(release, tmp_path_factory.mktemp("packer") / version,
-                                list(MODELS))
+    result, copy = patched_copy(release, tmp_path_factory.mktemp("packer") / version, list(MODELS))
     return version, release, result, copy
 
 
@@ -104,8 +107,14 @@ def test_patch_applies_and_rewrites_the_packing_forward(patched):
     assert "return pp_aux_handoff(\n                self, proxy_tensors," in deepseek
     # mimo_v2's causal-LM forward no longer unpacks a non-last stage's PPProxyTensors.
     assert result.family.decisions["mimo_v2.py"].fixes
-    proc = subprocess.run(["git", "apply", "--check"], cwd=release, input=result.patch,
-                          text=True, capture_output=True, timeout=120)
+    proc = subprocess.run(
+        ["git", "apply", "--check"],
+        cwd=release,
+        input=result.patch,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     # Applied once: the patched copy needs nothing more.
     assert generate(copy, models=list(MODELS)).patch == ""
@@ -115,8 +124,13 @@ def test_patch_applies_and_rewrites_the_packing_forward(patched):
 def test_patched_stages_rebuild_the_packed_tensor_of_pp1(patched):
     _, _, _, copy = patched
     runs = [run for model in MODELS for run in _runs(model)]
-    dropped = {"model": MODELS[0], "hook": "eagle3", "layer_ids": EVERY_STAGE, "pp": 2,
-               "drop_aux": True}
+    dropped = {
+        "model": MODELS[0],
+        "hook": "eagle3",
+        "layer_ids": EVERY_STAGE,
+        "pp": 2,
+        "drop_aux": True,
+    }
     results = _check(copy, [*runs, dropped])
     assert len(results) == len(runs) + 1
     for record in results[:-1]:

@@ -36,8 +36,9 @@ def _write(root: Path, rel: str, text: str) -> None:
 def test_blob_id_matches_git_hash_object(tmp_path):
     text = "print('x')\n"
     _write(tmp_path, "f.py", text)
-    out = subprocess.run(["git", "hash-object", "f.py"], cwd=tmp_path, capture_output=True,
-                         text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        ["git", "hash-object", "f.py"], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert blob_id(text) == out
 
 
@@ -45,11 +46,13 @@ def test_modified_and_new_files_apply_and_match(tmp_path):
     old = "".join(f"line {i}\n" for i in range(40))
     new = old.replace("line 5\n", "line five\n").replace("line 30\n", "") + "tail\n"
     _write(tmp_path, "pkg/a.py", old)
-    patch = render_patch([
-        _change("pkg/a.py", old, new),
-        _change("pkg/sub/new.py", None, "x = 1\ny = 2\n"),
-        _change("pkg/same.py", "same\n", "same\n"),
-    ])
+    patch = render_patch(
+        [
+            _change("pkg/a.py", old, new),
+            _change("pkg/sub/new.py", None, "x = 1\ny = 2\n"),
+            _change("pkg/same.py", "same\n", "same\n"),
+        ]
+    )
     assert patch.count("diff --git") == 2
     assert "new file mode 100644\n--- /dev/null" not in patch  # index line sits between
     assert "diff --git a/pkg/sub/new.py b/pkg/sub/new.py\nnew file mode 100644\nindex " in patch
@@ -80,12 +83,12 @@ def test_patch_against_drifted_file_is_rejected(tmp_path):
     assert _apply(tmp_path, patch, check_only=True).returncode != 0
 
 
-_lines = st.lists(st.sampled_from(["a\n", "b\n", "c\n", "\n", "d\r\n", "    x = 1\n"]),
-                  max_size=30)
+_lines = st.lists(st.sampled_from(["a\n", "b\n", "c\n", "\n", "d\r\n", "    x = 1\n"]), max_size=30)
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(old=_lines, new=_lines, tail=st.sampled_from(["", "end", "end\n"]))
 def test_any_edit_round_trips_through_git_apply(tmp_path_factory, old, new, tail):
     root = tmp_path_factory.mktemp("rt")

@@ -30,21 +30,27 @@ def set_dflash_layers_to_capture(self, layer_ids):
 
 
 def test_hook_that_raises_with_more_than_one_stage_is_named():
-    for test in ("self.model.pp_group.world_size != 1", "get_pp_group().world_size > 1",
-                 "self.pp_size != 1"):
+    for test in (
+        "self.model.pp_group.world_size != 1",
+        "get_pp_group().world_size > 1",
+        "self.pp_size != 1",
+    ):
         assert pp_raise_of(_function(HOOK.format(test=test))) == (
             f'if {test}: raise ValueError("needs one stage")'
         )
 
 
 def test_other_raises_are_not_a_refusal_of_pp():
-    for test in ("self.model.pp_group.world_size == 1", "layer_ids is None",
-                 "self.pp_size != 2"):
+    for test in ("self.model.pp_group.world_size == 1", "layer_ids is None", "self.pp_size != 2"):
         assert pp_raise_of(_function(HOOK.format(test=test))) is None
     # A raise after the ids are stored does not keep the hook from storing them.
-    late = HOOK.format(test="self.pp_size != 1").replace(
-        "    self.model.layers_to_capture = layer_ids\n", ""
-    ).replace('    """Doc."""\n', '    """Doc."""\n    self.model.layers_to_capture = layer_ids\n')
+    late = (
+        HOOK.format(test="self.pp_size != 1")
+        .replace("    self.model.layers_to_capture = layer_ids\n", "")
+        .replace(
+            '    """Doc."""\n', '    """Doc."""\n    self.model.layers_to_capture = layer_ids\n'
+        )
+    )
     assert pp_raise_of(_function(late)) is None
 
 

@@ -44,8 +44,9 @@ BAILING_RUNS = [
 @pytest.mark.parametrize("version", RELEASES)
 def test_report_names_what_each_model_does(sglang_release, version):
     release = sglang_release(version)
-    plan = plan_family(release / "sglang" / "srt" / "models",
-                       only=["glm5_next", "bailing_moe_v3", "beam"])
+    plan = plan_family(
+        release / "sglang" / "srt" / "models", only=["glm5_next", "bailing_moe_v3", "beam"]
+    )
     decisions = plan.decisions
     assert decisions["glm5_next.py"].patched
     assert decisions["glm5_next.py"].capture_kinds == ("entry-callback",)
@@ -62,28 +63,44 @@ def test_report_names_what_each_model_does(sglang_release, version):
 
 @pytest.mark.timeout(600)
 def test_beam_hook_raises_under_pp_and_stores_nothing(sglang_release):
-    spec = {"model": "beam", "class": "BeamForCausalLM",
-            "hook": "set_dflash_layers_to_capture", "layer_ids": [1, 4], "pp": [1, 2, 3]}
-    proc = run_python(["-m", "sglang_support.refusal_check", json.dumps(spec)],
-                      sglang_release("0.5.23"), timeout=600)
+    spec = {
+        "model": "beam",
+        "class": "BeamForCausalLM",
+        "hook": "set_dflash_layers_to_capture",
+        "layer_ids": [1, 4],
+        "pp": [1, 2, 3],
+    }
+    proc = run_python(
+        ["-m", "sglang_support.refusal_check", json.dumps(spec)],
+        sglang_release("0.5.23"),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["1"] == {"error": None, "ids": [1, 4]}
     for size in ("2", "3"):
         assert report[size] == {
-            "error": "ValueError: Beam DFlash capture currently requires PP=1", "ids": None
+            "error": "ValueError: Beam DFlash capture currently requires PP=1",
+            "ids": None,
         }
 
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("version", RELEASES)
 def test_bailing_moe_v3_as_released_loses_captures_under_pp(sglang_release, version):
-    reference = {"model": "bailing_moe_v3", "hook": "dspark", "layer_ids": [1, 5, 7],
-                 "pp": 1}
-    config = {"num_layers": 9, "hidden_size": 4, "tokens": [3, 0, 2],
-              "runs": [reference, *BAILING_RUNS], "timeout": 120}
-    proc = run_python(["-m", "sglang_support.entry_check", json.dumps(config)],
-                      sglang_release(version), timeout=900)
+    reference = {"model": "bailing_moe_v3", "hook": "dspark", "layer_ids": [1, 5, 7], "pp": 1}
+    config = {
+        "num_layers": 9,
+        "hidden_size": 4,
+        "tokens": [3, 0, 2],
+        "runs": [reference, *BAILING_RUNS],
+        "timeout": 120,
+    }
+    proc = run_python(
+        ["-m", "sglang_support.entry_check", json.dumps(config)],
+        sglang_release(version),
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     single, two, three = json.loads(proc.stdout.strip().splitlines()[-1])["runs"]
     # The drive itself: one stage hands the drafter every capture (none for the empty

@@ -39,8 +39,11 @@ def _family_result(tmp_path, with_kimi: bool, tests: bool = False):
         _decision("llama.py", ("entry-callback",)),
         _decision("qwen3_moe.py", ("entry-gathered",), hook="set_dflash_layers_to_capture"),
     ]
-    changes = [_model(f"{MODELS}/llama.py"), _model(f"{MODELS}/qwen3_moe.py"),
-               _runtime(f"{PKG}/srt/distributed/pp_aux_capture.py", Role.RUNTIME_MODULE, None)]
+    changes = [
+        _model(f"{MODELS}/llama.py"),
+        _model(f"{MODELS}/qwen3_moe.py"),
+        _runtime(f"{PKG}/srt/distributed/pp_aux_capture.py", Role.RUNTIME_MODULE, None),
+    ]
     if with_kimi:
         changes.append(_model(f"{MODELS}/kimi_linear.py"))
     if tests:
@@ -65,8 +68,9 @@ def assert_template(text: str) -> None:
 def test_title_motivation_and_modifications_cover_only_what_the_patch_touches(tmp_path):
     text = render(_family_result(tmp_path, with_kimi=False))
     assert_template(text)
-    assert text.splitlines()[0] == ("# [PP] Carry aux hidden states across pipeline stages "
-                                    "(DFlash/EAGLE3)")
+    assert text.splitlines()[0] == (
+        "# [PP] Carry aux hidden states across pipeline stages (DFlash/EAGLE3)"
+    )
     assert "Kimi" not in text
     assert "the capture hooks of 2 model files return early" in section(text, "## Motivation")
     mods = section(text, "## Modifications")
@@ -122,13 +126,16 @@ def test_series_is_listed_one_line_per_patch(tmp_path):
     text = render(result, series=list(zip(files, patches, strict=True)))
     assert_template(text)
     lines = re.findall(r"^(\d+)\. `(.*?)`: (.*)$", text, flags=re.M)
-    assert lines == [(str(n), name, p.subject)
-                     for n, (name, p) in enumerate(zip(files, patches, strict=True),
-                                                   start=1)]
+    assert lines == [
+        (str(n), name, p.subject)
+        for n, (name, p) in enumerate(zip(files, patches, strict=True), start=1)
+    ]
 
 
-SIZING_PATHS = [f"{PKG}/srt/{module.removeprefix('sglang.srt.').replace('.', '/')}.py"
-                for module in SIZING_MODULES]
+SIZING_PATHS = [
+    f"{PKG}/srt/{module.removeprefix('sglang.srt.').replace('.', '/')}.py"
+    for module in SIZING_MODULES
+]
 BUFFERS_PATH = SIZING_PATHS[2]
 
 
@@ -146,30 +153,33 @@ def _sizing(tmp_path, sized: list[str], dspark: bool) -> str:
 def test_the_sizing_line_says_how_the_aux_entry_is_sized(tmp_path):
     assert "CUDA graphs disabled on non-first stages" in _sizing(tmp_path / "a", [], False)
     renamed = _sizing(tmp_path / "b", [BUFFERS_PATH], dspark=True)
-    assert "SGLang's DSPARK entry and CUDA-graph sizing now serve every capture method" \
-        in renamed and "disabled" not in renamed
+    assert (
+        "SGLang's DSPARK entry and CUDA-graph sizing now serve every capture method" in renamed
+        and "disabled" not in renamed
+    )
     assert f"`{BUFFERS_PATH}`" in renamed
     assert "along a new path" in _sizing(tmp_path / "c", [BUFFERS_PATH], dspark=False)
 
 
 def test_validation_change_is_motivated_and_listed(tmp_path):
     result = _family_result(tmp_path, with_kimi=False)
-    old = ('raise ValueError("--enable-return-aux-hidden-states only supports pp_size == 1")'
-           "\n")
+    old = 'raise ValueError("--enable-return-aux-hidden-states only supports pp_size == 1")\n'
     change = _validation(VALIDATION_PATH, old, "relaxed = True\n")
     result.changes.append(change)
-    result.validation = ValidationResult(change, {"LlamaForCausalLM": ("EAGLE3",),
-                                                  "Qwen3MoeForCausalLM": ("DFLASH",)})
+    result.validation = ValidationResult(
+        change, {"LlamaForCausalLM": ("EAGLE3",), "Qwen3MoeForCausalLM": ("DFLASH",)}
+    )
     text = render(result)
     motivation, mods = section(text, "## Motivation"), section(text, "## Modifications")
     assert f"`check_pipeline_parallel_compat` (`{VALIDATION_PATH}`) rejects EAGLE3" in motivation
     assert "`--enable-return-aux-hidden-states` with PP" in motivation
-    assert (f"- Validation (`{VALIDATION_PATH}`): EAGLE3/DFLASH, and "
-            "`--enable-return-aux-hidden-states` with PP, accepted with PP where the served "
-            "model class (`ModelRegistry.resolve_model_cls`) declares "
-            "`supports_pp_aux_capture` and has the method's capture hook: the patched "
-            "causal-LM classes (2 architectures in the patched files) and their subclasses"
-            in mods)
+    assert (
+        f"- Validation (`{VALIDATION_PATH}`): EAGLE3/DFLASH, and "
+        "`--enable-return-aux-hidden-states` with PP, accepted with PP where the served "
+        "model class (`ModelRegistry.resolve_model_cls`) declares "
+        "`supports_pp_aux_capture` and has the method's capture hook: the patched "
+        "causal-LM classes (2 architectures in the patched files) and their subclasses" in mods
+    )
     assert "stays refused" not in mods
     # Where the speculative hook refuses DFLASH with PP, only EAGLE3 is claimed, and the
     # body says why DFLASH stays refused.
@@ -178,14 +188,19 @@ def test_validation_change_is_motivated_and_listed(tmp_path):
     (hooks / "speculative_hook.py").write_text(SPEC_HOOK)
     text = render(result)
     motivation, mods = section(text, "## Motivation"), section(text, "## Modifications")
-    assert (f"- Validation (`{VALIDATION_PATH}`): EAGLE3, and "
-            "`--enable-return-aux-hidden-states` with PP, accepted with PP where the served "
-            "model class" in mods)
-    assert ("DFLASH with PP stays refused: `_handle_dflash` (`cfg.pp_size != 1`, named "
-            "above)" in mods)
+    assert (
+        f"- Validation (`{VALIDATION_PATH}`): EAGLE3, and "
+        "`--enable-return-aux-hidden-states` with PP, accepted with PP where the served "
+        "model class" in mods
+    )
+    assert (
+        "DFLASH with PP stays refused: `_handle_dflash` (`cfg.pp_size != 1`, named above)" in mods
+    )
     assert "EAGLE3/DFLASH" not in text
-    assert (f"**Still refused:** DFLASH with PP (`{PKG}/srt/arg_groups/speculative_hook.py`, "
-            "`_handle_dflash`: `cfg.pp_size != 1`" in motivation)
+    assert (
+        f"**Still refused:** DFLASH with PP (`{PKG}/srt/arg_groups/speculative_hook.py`, "
+        "`_handle_dflash`: `cfg.pp_size != 1`" in motivation
+    )
     assert "reached by the server only through `--enable-return-aux-hidden-states`" in motivation
     # Without the validation change none of it is claimed.
     text = render(_family_result(tmp_path / "b", False))
@@ -223,7 +238,10 @@ def _handle_uno(cfg):
 def test_the_detector_finds_the_refusals_left_in_a_release():
     (every,) = refusals_in(OLD_CHECK, "sglang/srt/arg_groups/validation_hook.py")
     assert (every.algorithm, every.function, every.condition) == (
-        EVERY, "check_server_args", "cfg.pp_size > 1")
+        EVERY,
+        "check_server_args",
+        "cfg.pp_size > 1",
+    )
     assert every.except_npu and every.line == 6
     path = "sglang/srt/arg_groups/speculative_hook.py"
     dflash, dspark = refusals_in(SPEC_HOOK, path)  # UNO reads no captures
@@ -240,14 +258,17 @@ def test_the_body_says_which_configurations_reach_the_change(tmp_path):
     (hooks / "validation_hook.py").write_text(OLD_CHECK)
     (hooks / "speculative_hook.py").write_text(SPEC_HOOK)
     motivation = section(render(result), "## Motivation")
-    assert ("the server refuses speculative decoding with `--pp-size > 1` on non-NPU "
-            f"platforms (`{VALIDATION_PATH}`, `check_server_args`: `assert ... "
-            "speculative_algorithm is None` under `cfg.pp_size > 1`), so no server "
-            "configuration reaches the change there") in motivation
+    assert (
+        "the server refuses speculative decoding with `--pp-size > 1` on non-NPU "
+        f"platforms (`{VALIDATION_PATH}`, `check_server_args`: `assert ... "
+        "speculative_algorithm is None` under `cfg.pp_size > 1`), so no server "
+        "configuration reaches the change there"
+    ) in motivation
     assert "Also refused with PP there: DFLASH (`_handle_dflash`" in motivation
     # Once the general refusal is gone (the patch's new text counts), each one left is named.
-    result.changes.append(_validation(VALIDATION_PATH, OLD_CHECK, "def check_server_args(cfg):\n"
-                                      "    pass\n"))
+    result.changes.append(
+        _validation(VALIDATION_PATH, OLD_CHECK, "def check_server_args(cfg):\n    pass\n")
+    )
     motivation = section(render(result), "## Motivation")
     assert "no server configuration" not in motivation
     assert "**Still refused:** DFLASH with PP" in motivation
@@ -280,10 +301,13 @@ def check_release_body(result, version: str, patch_series) -> None:
     # One count, one source: the family files of the motivation are those listed (Kimi's
     # own lines and files changed only as another model's forward aside).
     count = int(re.search(r"the capture hooks of (\d+) model files", text).group(1))
-    family = [name for line in mods.splitlines()
-              if line.startswith("  - ") and not line.startswith(("  - Kimi:", "  - `"))
-              for name, forward in re.findall(r"`([^`]+\.py)`( \(capture forward of)?", line)
-              if not forward]
+    family = [
+        name
+        for line in mods.splitlines()
+        if line.startswith("  - ") and not line.startswith(("  - Kimi:", "  - `"))
+        for name, forward in re.findall(r"`([^`]+\.py)`( \(capture forward of)?", line)
+        if not forward
+    ]
     assert count == len(family) == len(result.family.patched), (version, count, family)
     motivation = section(text, "## Motivation")
     old_release = version in ("0.5.18", "0.5.19", "0.5.20")

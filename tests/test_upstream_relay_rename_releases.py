@@ -25,8 +25,12 @@ pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 RELEASES = ("0.5.21", "0.5.22", "0.5.23")
 #: case -> aux widths the last stage returns when the entry carries the earlier captures.
-RELAYED = {"complete": [4, 4], "complete_two_earlier": [8, 4], "empty_batch": [4, 4],
-           "nothing_earlier": [4, 4]}
+RELAYED = {
+    "complete": [4, 4],
+    "complete_two_earlier": [8, 4],
+    "empty_batch": [4, 4],
+    "nothing_earlier": [4, 4],
+}
 OLD_NAMES = re.compile(r"dspark_hidden_states|pp_proxy_dspark_hidden_size|SupportsDSparkPPProxy")
 
 
@@ -40,13 +44,19 @@ def _relay(root, *entries: str) -> dict:
 @pytest.mark.parametrize("version", RELEASES)
 def test_one_entry_for_every_capture_method(version, tmp_path):
     release = sglang_tree(version)
-    before = [p for p in (release / "sglang" / "srt").rglob("*.py")
-              if OLD_NAMES.search(p.read_text(encoding="utf-8"))]
+    before = [
+        p
+        for p in (release / "sglang" / "srt").rglob("*.py")
+        if OLD_NAMES.search(p.read_text(encoding="utf-8"))
+    ]
     assert before, "the release has no DSPARK relay to rename"
     result, copy = patched_copy(release, tmp_path / "patched")
     assert result.kimi_status == kimi.SUPPORTED
-    left = [str(p.relative_to(copy)) for p in (copy / "sglang").rglob("*.py")
-            if OLD_NAMES.search(p.read_text(encoding="utf-8"))]
+    left = [
+        str(p.relative_to(copy))
+        for p in (copy / "sglang").rglob("*.py")
+        if OLD_NAMES.search(p.read_text(encoding="utf-8"))
+    ]
     assert left == []
     renamed = {str(p.relative_to(release)) for p in before}
     assert renamed <= set(result.changed)

@@ -42,8 +42,16 @@ def test_branch_with_models_is_idempotent_for_those_models(checkout, tmp_path):
     """The re-generation check after the commit asks for the same models; asking for all
     of them would find the others unpatched and call the result not idempotent."""
     body = tmp_path / "PR.md"
-    done = auxcap("upstream-patch", str(checkout), "--models", "family_llama_like",
-                  "--branch", "pp/llama", "--pr-body", str(body))
+    done = auxcap(
+        "upstream-patch",
+        str(checkout),
+        "--models",
+        "family_llama_like",
+        "--branch",
+        "pp/llama",
+        "--pr-body",
+        str(body),
+    )
     assert done.exit_code == 0, done.output
     committed = git(checkout, "show", "--name-only", "--format=", "pp/llama").split()
     assert "sglang/srt/models/family_llama_like.py" in committed
@@ -55,8 +63,9 @@ def test_branch_with_models_is_idempotent_for_those_models(checkout, tmp_path):
 
 @pytest.mark.parametrize("models", [(), ("--models", "family_llama_like")])
 def test_patched_tree_without_kimi_linear_is_nothing_to_do(checkout, tmp_path, models):
-    done = auxcap("upstream-patch", str(checkout), "--branch", "pp/all",
-                  "--pr-body", str(tmp_path / "PR.md"))
+    done = auxcap(
+        "upstream-patch", str(checkout), "--branch", "pp/all", "--pr-body", str(tmp_path / "PR.md")
+    )
     assert done.exit_code == 0, done.output
     assert "Idempotent: running" in (tmp_path / "PR.md").read_text()
 

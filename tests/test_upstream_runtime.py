@@ -92,9 +92,7 @@ def _run(glue, bounds, ids, collector=list):
             return stack, glue.pp_aux_collect(stack, aux, incoming), incoming
 
 
-@pytest.mark.parametrize(
-    "bounds", [[(0, 2), (2, 4)], [(0, 1), (1, 3), (3, 4)], [(0, 3), (3, 4)]]
-)
+@pytest.mark.parametrize("bounds", [[(0, 2), (2, 4)], [(0, 1), (1, 3), (3, 4)], [(0, 3), (3, 4)]])
 @pytest.mark.parametrize("ids", [[1, 3], [0, 1, 2], [3], [0, 2, 3]])
 def test_the_last_stage_returns_every_capture_in_layer_order(glue, bounds, ids):
     stack, collected, incoming = _run(glue, bounds, ids)
@@ -148,18 +146,27 @@ def test_the_collector_kind_is_kept(glue):
 
 def test_a_missing_or_narrow_entry_raises_naming_the_captures(glue):
     first, last = _stages(glue, [(0, 2), (2, 4)], [1, 3])
-    with pytest.raises(RuntimeError, match=r"no 'aux_hidden_states' entry, so the aux "
-                       r"captures of layers \[1\] are missing"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"no 'aux_hidden_states' entry, so the aux "
+        r"captures of layers \[1\] are missing",
+    ):
         glue.pp_aux_collect(last, [_capture(3)], {"hidden_states": torch.zeros(1)})
     narrow = {"aux_hidden_states": torch.zeros(TOKENS, HIDDEN // 2)}
-    with pytest.raises(RuntimeError, match=f"entry is {HIDDEN // 2} wide, but earlier "
-                       f"stages capture layers \\[1\\] \\({HIDDEN} wide\\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=f"entry is {HIDDEN // 2} wide, but earlier "
+        f"stages capture layers \\[1\\] \\({HIDDEN} wide\\)",
+    ):
         glue.pp_aux_collect(last, [_capture(3)], narrow)
     # An entry where no earlier stage captures: the stages disagree on the capture ids.
     lonely = Stack(2, 4, config=_config(), ids=[3])
     glue.set_pp_aux_capture(lonely, _group(1, 2))
-    with pytest.raises(RuntimeError, match="entry is 8 wide, but earlier stages capture "
-                       r"layers \[\] \(0 wide\)"):
+    with pytest.raises(
+        RuntimeError,
+        match="entry is 8 wide, but earlier stages capture "
+        r"layers \[\] \(0 wide\)",
+    ):
         glue.pp_aux_collect(lonely, [_capture(3)], {"aux_hidden_states": _capture(1)})
     with pytest.raises(RuntimeError, match=r"took 0 aux hidden states but owns .*\[1\]"):
         glue.pp_aux_outgoing(first, [], None)

@@ -28,12 +28,21 @@ PKG = "sglang"
 MODELS = f"{PKG}/srt/models"
 
 
-def _decision(file: str, kinds: tuple[str, ...], forward_file: str | None = None,
-              hook: str = "set_eagle3_layers_to_capture") -> FileDecision:
+def _decision(
+    file: str,
+    kinds: tuple[str, ...],
+    forward_file: str | None = None,
+    hook: str = "set_eagle3_layers_to_capture",
+) -> FileDecision:
     outer = file.removesuffix(".py").title() + "ForCausalLM"
     return FileDecision(
-        file, (f"{outer}.{hook}",), (f"{outer}.{hook}",), True, "patched",
-        ForwardRef(forward_file or file, "Model"), kinds,
+        file,
+        (f"{outer}.{hook}",),
+        (f"{outer}.{hook}",),
+        True,
+        "patched",
+        ForwardRef(forward_file or file, "Model"),
+        kinds,
         ((outer, "Model", (hook,)),),
     )
 
@@ -56,8 +65,9 @@ def _model(path: str, old: str | None = "a = 1\n", new: str = "a = 2\n") -> File
     return FileChange(path, old, new, model_group(stem), Role.MODEL)
 
 
-def _runtime(path: str, role: Role, old: str | None = "a = 1\n",
-             new: str = "a = 2\n") -> FileChange:
+def _runtime(
+    path: str, role: Role, old: str | None = "a = 1\n", new: str = "a = 2\n"
+) -> FileChange:
     return FileChange(path, old, new, RUNTIME, role)
 
 
@@ -96,8 +106,15 @@ def test_series_orders_runtime_then_model_groups_then_validation(tmp_path):
     ]
     patches = series.build_series(_result(tmp_path, changes, decisions))
     keys = [patch.key for patch in patches]
-    assert keys == ["runtime", "kimi", "llama-qwen-dense", "qwen-moe-vl", "gemma",
-                    "other-models", "validation"]
+    assert keys == [
+        "runtime",
+        "kimi",
+        "llama-qwen-dense",
+        "qwen-moe-vl",
+        "gemma",
+        "other-models",
+        "validation",
+    ]
     by_key = {patch.key: patch for patch in patches}
     assert by_key["runtime"].paths == [
         f"{PKG}/srt/distributed/pp_aux_capture.py",
@@ -110,19 +127,21 @@ def test_series_orders_runtime_then_model_groups_then_validation(tmp_path):
     assert dense.paths == [f"{MODELS}/{f}" for f in ("llama.py", "qwen2.py", "qwen3.py")]
     assert sorted(dense.models) == ["llama", "qwen3"]
     assert dense.subject == "[PP] Llama / Qwen dense: carry aux hidden states across stages"
-    assert by_key["other-models"].paths == [f"{MODELS}/beam.py",
-                                            f"{MODELS}/brand_new_model.py"]
+    assert by_key["other-models"].paths == [f"{MODELS}/beam.py", f"{MODELS}/brand_new_model.py"]
     # The test that checks everything together comes with the last patch.
-    assert by_key["validation"].paths == [f"{PKG}/srt/server_args.py",
-                                          f"{PKG}/srt/arg_groups/validation_hook.py",
-                                          f"{PKG}/test/test_pp_aux_capture.py"]
+    assert by_key["validation"].paths == [
+        f"{PKG}/srt/server_args.py",
+        f"{PKG}/srt/arg_groups/validation_hook.py",
+        f"{PKG}/test/test_pp_aux_capture.py",
+    ]
     # Each body speaks of its own files: the hooks of its models, the forward-only file.
     flat = " ".join(dense.body.split())
     assert "- llama.py: LlamaForCausalLM.set_eagle3_layers_to_capture store the ids" in flat
     assert "- qwen2.py: capture forward of qwen3." in flat
     for patch in patches:
-        named = [line.split(":", 1)[0][2:] for line in patch.body.splitlines()
-                 if line.startswith("- ")]
+        named = [
+            line.split(":", 1)[0][2:] for line in patch.body.splitlines() if line.startswith("- ")
+        ]
         assert set(named) <= {p.rsplit("/", 1)[-1] for p in patch.paths}, patch.key
     assert len({patch.body for patch in patches}) == len(patches)
     # every changed file is in exactly one patch
@@ -132,8 +151,10 @@ def test_series_orders_runtime_then_model_groups_then_validation(tmp_path):
 
 def test_models_join_the_family_test_with_the_patch_that_completes_them(tmp_path):
     """llama's capture forward lives in a Gemma file: llama joins the test with that patch."""
-    decisions = [_decision("llama.py", ("entry-callback",), forward_file="gemma_stack.py"),
-                 _decision("qwen3.py", ("entry-callback",))]
+    decisions = [
+        _decision("llama.py", ("entry-callback",), forward_file="gemma_stack.py"),
+        _decision("qwen3.py", ("entry-callback",)),
+    ]
     result = _result(tmp_path, [], decisions)
     final = series._family_test_text(result, {"llama", "qwen3"})
     result.changes = [
@@ -153,8 +174,10 @@ def test_models_join_the_family_test_with_the_patch_that_completes_them(tmp_path
 
 
 def test_family_test_grows_with_each_model_group(tmp_path):
-    decisions = [_decision("llama.py", ("entry-callback",)),
-                 _decision("qwen3_moe.py", ("entry-gathered",))]
+    decisions = [
+        _decision("llama.py", ("entry-callback",)),
+        _decision("qwen3_moe.py", ("entry-gathered",)),
+    ]
     result = _result(tmp_path, [], decisions)
     final = series._family_test_text(result, {"llama", "qwen3_moe"})
     result.changes = [
@@ -172,8 +195,10 @@ def test_family_test_grows_with_each_model_group(tmp_path):
 
 
 def test_family_test_models_come_with_the_first_patch_of_the_test(tmp_path):
-    decisions = [_decision("llama.py", ("entry-callback",)),
-                 _decision("qwen3_moe.py", ("entry-gathered",))]
+    decisions = [
+        _decision("llama.py", ("entry-callback",)),
+        _decision("qwen3_moe.py", ("entry-gathered",)),
+    ]
     result = _result(tmp_path, [], decisions)
     final = series._family_test_text(result, {"llama", "qwen3_moe"})
     models = _test(f"{PKG}/test/pp_aux_capture_family_models.py", Role.TEST_MODELS, "M = 1\n")
@@ -185,11 +210,15 @@ def test_family_test_models_come_with_the_first_patch_of_the_test(tmp_path):
     ]
     patches = series.build_series(result)
     assert [p.key for p in patches] == ["llama-qwen-dense", "qwen-moe-vl"]
-    assert patches[0].paths == [f"{MODELS}/llama.py",
-                                f"{PKG}/test/pp_aux_capture_family_models.py",
-                                f"{PKG}/test/test_pp_aux_capture_family.py"]
-    assert patches[1].paths == [f"{MODELS}/qwen3_moe.py",
-                                f"{PKG}/test/test_pp_aux_capture_family.py"]
+    assert patches[0].paths == [
+        f"{MODELS}/llama.py",
+        f"{PKG}/test/pp_aux_capture_family_models.py",
+        f"{PKG}/test/test_pp_aux_capture_family.py",
+    ]
+    assert patches[1].paths == [
+        f"{MODELS}/qwen3_moe.py",
+        f"{PKG}/test/test_pp_aux_capture_family.py",
+    ]
 
 
 def test_checkout_tests_spread_over_the_series_and_the_init_test_comes_last(tmp_path):
@@ -203,8 +232,10 @@ def test_checkout_tests_spread_over_the_series_and_the_init_test_comes_last(tmp_
         (root / part / "__init__.py").write_text("")
     tree = detect_tree(root)
     assert tree.tests == tests
-    decisions = [_decision("llama.py", ("entry-callback",)),
-                 _decision("qwen3_moe.py", ("entry-gathered",))]
+    decisions = [
+        _decision("llama.py", ("entry-callback",)),
+        _decision("qwen3_moe.py", ("entry-gathered",)),
+    ]
     plan = FamilyPlan(root / "python/sglang/srt/models", {d.file: d for d in decisions})
     result = UpstreamResult(tree, FAMILY_ONLY, "python/sglang/srt/models/kimi_linear.py")
     result.family = plan
@@ -219,15 +250,20 @@ def test_checkout_tests_spread_over_the_series_and_the_init_test_comes_last(tmp_
         _test(f"{tests}/test_pp_aux_capture.py", Role.INIT_TEST, "T = 1\n"),
     ]
     patches = series.build_series(result)
-    assert [p.key for p in patches] == ["runtime", "llama-qwen-dense", "qwen-moe-vl",
-                                        "validation"]
-    assert patches[1].paths == ["python/sglang/srt/models/llama.py",
-                                f"{tests}/pp_aux_capture_family_models.py",
-                                f"{tests}/test_pp_aux_capture_family.py"]
-    assert patches[2].paths == ["python/sglang/srt/models/qwen3_moe.py",
-                                f"{tests}/test_pp_aux_capture_family.py"]
-    assert patches[3].paths == ["python/sglang/srt/arg_groups/validation_hook.py",
-                                f"{tests}/test_pp_aux_capture.py"]
+    assert [p.key for p in patches] == ["runtime", "llama-qwen-dense", "qwen-moe-vl", "validation"]
+    assert patches[1].paths == [
+        "python/sglang/srt/models/llama.py",
+        f"{tests}/pp_aux_capture_family_models.py",
+        f"{tests}/test_pp_aux_capture_family.py",
+    ]
+    assert patches[2].paths == [
+        "python/sglang/srt/models/qwen3_moe.py",
+        f"{tests}/test_pp_aux_capture_family.py",
+    ]
+    assert patches[3].paths == [
+        "python/sglang/srt/arg_groups/validation_hook.py",
+        f"{tests}/test_pp_aux_capture.py",
+    ]
     assert "cd test/registered/unit/models && python3 -m unittest" in patches[1].body
 
 
@@ -243,17 +279,19 @@ def test_series_mails_apply_with_git_am_as_a_stack(tmp_path, monkeypatch):
     decisions = [_decision("llama.py", ("entry-callback",))]
     changes = [
         _model(f"{MODELS}/llama.py", "x = 1\n", "x = 2\n"),
-        FileChange(f"{PKG}/srt/server_args.py", "y = 1\n", "y = 2\n", VALIDATION,
-                   Role.VALIDATION),
-        _runtime(f"{PKG}/srt/distributed/pp_aux_capture.py", Role.RUNTIME_MODULE, None,
-                 "T = 1\n"),
+        FileChange(f"{PKG}/srt/server_args.py", "y = 1\n", "y = 2\n", VALIDATION, Role.VALIDATION),
+        _runtime(f"{PKG}/srt/distributed/pp_aux_capture.py", Role.RUNTIME_MODULE, None, "T = 1\n"),
     ]
     patches = series.build_series(_result(tmp_path / "tree", changes, decisions))
     files = series.render_series(patches, "A U Thor <author@example.com>")
-    assert list(files) == ["0001-runtime.patch", "0002-llama-qwen-dense.patch",
-                           "0003-validation.patch"]
+    assert list(files) == [
+        "0001-runtime.patch",
+        "0002-llama-qwen-dense.patch",
+        "0003-validation.patch",
+    ]
     assert files["0002-llama-qwen-dense.patch"].splitlines()[3] == (
-        "Subject: [PP] Llama / Qwen dense: carry aux hidden states across stages")
+        "Subject: [PP] Llama / Qwen dense: carry aux hidden states across stages"
+    )
     paths = []
     for name, text in files.items():
         (tmp_path / name).write_text(text)
@@ -304,8 +342,7 @@ def _texts(root: Path, changes: list[FileChange]) -> dict[str, str]:
 @pytest.mark.slow
 @pytest.mark.sglang
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("version", ["0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22",
-                                     "0.5.23"])
+@pytest.mark.parametrize("version", ["0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"])
 def test_series_applies_in_order_and_equals_the_single_patch(
     version, sglang_release, tmp_path, monkeypatch
 ):
@@ -366,20 +403,32 @@ def test_cli_series_with_branch_commits_a_stack(sglang_release, tmp_path, monkey
     git(checkout, "add", "-A")
     git(checkout, "commit", "-q", "-m", "release files", env=IDENTITY)
     body = tmp_path / "PR.md"
-    outcome = CliRunner().invoke(cli, [
-        "upstream-patch", str(checkout), "--models", "llama,qwen3_moe",
-        "--series", str(tmp_path / "series"), "--branch", "pp-series",
-        "--pr-body", str(body),
-    ], catch_exceptions=False)
+    outcome = CliRunner().invoke(
+        cli,
+        [
+            "upstream-patch",
+            str(checkout),
+            "--models",
+            "llama,qwen3_moe",
+            "--series",
+            str(tmp_path / "series"),
+            "--branch",
+            "pp-series",
+            "--pr-body",
+            str(body),
+        ],
+        catch_exceptions=False,
+    )
     assert outcome.exit_code == 0, outcome.output
     names = sorted(p.name for p in (tmp_path / "series").iterdir())
-    assert names == ["0001-runtime.patch", "0002-llama-qwen-dense.patch",
-                     "0003-qwen-moe-vl.patch"]
+    assert names == ["0001-runtime.patch", "0002-llama-qwen-dense.patch", "0003-qwen-moe-vl.patch"]
     assert git(checkout, "rev-parse", "--abbrev-ref", "HEAD").strip() == "pp-series"
     subjects = git(checkout, "log", "--reverse", "--format=%s", "main..pp-series").splitlines()
-    assert subjects == ["[PP] Carry aux hidden states in the PP handoff",
-                        "[PP] Llama / Qwen dense: carry aux hidden states across stages",
-                        "[PP] Qwen MoE / VL / hybrid: carry aux hidden states across stages"]
+    assert subjects == [
+        "[PP] Carry aux hidden states in the PP handoff",
+        "[PP] Llama / Qwen dense: carry aux hidden states across stages",
+        "[PP] Qwen MoE / VL / hybrid: carry aux hidden states across stages",
+    ]
     # The commits carry git's identity of the checkout (isolate_git's global one).
     authors = git(checkout, "log", "--format=%an <%ae>", "main..pp-series").splitlines()
     assert authors == ["Test User <test@example.com>"] * 3
@@ -387,10 +436,18 @@ def test_cli_series_with_branch_commits_a_stack(sglang_release, tmp_path, monkey
     text = body.read_text()
     for number, (name, subject) in enumerate(zip(names, subjects, strict=True), start=1):
         assert f"{number}. `{name}`: {subject}\n" in text
-    again = CliRunner().invoke(cli, [
-        "upstream-patch", str(checkout), "--models", "llama,qwen3_moe",
-        "--series", str(tmp_path / "series2"),
-    ], catch_exceptions=False)
+    again = CliRunner().invoke(
+        cli,
+        [
+            "upstream-patch",
+            str(checkout),
+            "--models",
+            "llama,qwen3_moe",
+            "--series",
+            str(tmp_path / "series2"),
+        ],
+        catch_exceptions=False,
+    )
     assert again.exit_code == 0 and "series is empty" in again.output
 
 
@@ -404,10 +461,21 @@ def test_validate_claims_only_what_it_ran(sglang_release, tmp_path, monkeypatch)
     # Without SGLang's CPU stand-ins this Python cannot import the tree: nothing is claimed.
     monkeypatch.delenv("PYTHONPATH", raising=False)
     body = tmp_path / "none.md"
-    outcome = CliRunner().invoke(cli, [
-        "upstream-patch", str(release), "--models", "llama", "-o", str(tmp_path / "p.patch"),
-        "--pr-body", str(body), "--validate",
-    ], catch_exceptions=False)
+    outcome = CliRunner().invoke(
+        cli,
+        [
+            "upstream-patch",
+            str(release),
+            "--models",
+            "llama",
+            "-o",
+            str(tmp_path / "p.patch"),
+            "--pr-body",
+            str(body),
+            "--validate",
+        ],
+        catch_exceptions=False,
+    )
     assert outcome.exit_code == 2, outcome.output  # the validation could not run
     assert "not validated: the family test did not run on 2 stages" in outcome.output
     text = body.read_text()
@@ -418,15 +486,28 @@ def test_validate_claims_only_what_it_ran(sglang_release, tmp_path, monkeypatch)
 
     monkeypatch.setenv("PYTHONPATH", str(STUBS_DIR))
     body = tmp_path / "ran.md"
-    outcome = CliRunner().invoke(cli, [
-        "upstream-patch", str(release), "--models", "llama", "--series", str(tmp_path / "s"),
-        "--pr-body", str(body), "--validate",
-    ], catch_exceptions=False)
+    outcome = CliRunner().invoke(
+        cli,
+        [
+            "upstream-patch",
+            str(release),
+            "--models",
+            "llama",
+            "--series",
+            str(tmp_path / "s"),
+            "--pr-body",
+            str(body),
+            "--validate",
+        ],
+        catch_exceptions=False,
+    )
     assert outcome.exit_code == 0, outcome.output
     text = body.read_text()
     # The tests are not in the patch, yet --validate writes them into its copy.
-    assert ("`auxcap upstream-patch --validate` ran `test_pp_aux_capture_family.py` "
-            "(written into the copy)") in text
+    assert (
+        "`auxcap upstream-patch --validate` ran `test_pp_aux_capture_family.py` "
+        "(written into the copy)"
+    ) in text
     assert "- passed (1): llama\n" in text and "failed" not in text
     # the tree itself is untouched
     assert "set_pp_aux_capture" not in (release / MODELS / "llama.py").read_text()
@@ -447,7 +528,8 @@ def test_a_series_that_does_not_apply_leaves_no_branch(tmp_path, monkeypatch):
     head = git(repo, "rev-parse", "HEAD")
     changes = [_model(f"{MODELS}/llama.py", "x = 0\n", "x = 2\n")]  # not what is there
     patches = series.build_series(
-        _result(tmp_path / "tree", changes, [_decision("llama.py", ("entry-callback",))]))
+        _result(tmp_path / "tree", changes, [_decision("llama.py", ("entry-callback",))])
+    )
     paths = []
     for name, text in series.render_series(patches, "A U Thor <author@example.com>").items():
         (tmp_path / name).write_text(text)
@@ -475,17 +557,20 @@ def test_runtime_patch_claims_sizing_only_when_it_sizes_buffers(tmp_path):
     (runtime,) = series.build_series(_result(tmp_path, sized, []))
     assert runtime.subject.endswith("and size its proxy buffer")
     assert "- buffers.py: sizes the aux_hidden_states PP proxy buffer" in " ".join(
-        runtime.body.split())
+        runtime.body.split()
+    )
     old, new = 'k = "dspark_hidden_states"\n', 'k = "aux_hidden_states"\n'
-    renamed = [*shipped,
-               _runtime(f"{PKG}/srt/model_executor/runner_utils/buffers.py", Role.SIZING_RENAME,
-                        old, new),
-               _runtime(f"{MODELS}/kimi_linear.py", Role.RELAY_RENAME, old, new)]
+    renamed = [
+        *shipped,
+        _runtime(f"{PKG}/srt/model_executor/runner_utils/buffers.py", Role.SIZING_RENAME, old, new),
+        _runtime(f"{MODELS}/kimi_linear.py", Role.RELAY_RENAME, old, new),
+    ]
     (runtime,) = series.build_series(_result(tmp_path, renamed, []))
     assert runtime.subject.endswith("; rename DSPARK's entry")
     assert f"{MODELS}/kimi_linear.py" in runtime.paths
     assert "- kimi_linear.py: dspark_hidden_states -> aux_hidden_states" in " ".join(
-        runtime.body.split())
+        runtime.body.split()
+    )
 
 
 def test_the_author_is_gits_identity_unless_given(tmp_path, monkeypatch):
@@ -509,29 +594,38 @@ def test_validation_message_names_the_architectures_and_what_stays_refused(tmp_p
     from codemods.upstream.validation.relax import ValidationResult
 
     hook = f"{PKG}/srt/arg_groups/validation_hook.py"
-    result = _result(tmp_path, [_model(f"{MODELS}/llama.py"), _validation(hook)],
-                     [_decision("llama.py", ("entry-callback",))])
-    result.validation = ValidationResult(result.changes[1], {"LlamaForCausalLM": ("DFLASH",
-                                                                                "EAGLE3")})
+    result = _result(
+        tmp_path,
+        [_model(f"{MODELS}/llama.py"), _validation(hook)],
+        [_decision("llama.py", ("entry-callback",))],
+    )
+    result.validation = ValidationResult(
+        result.changes[1], {"LlamaForCausalLM": ("DFLASH", "EAGLE3")}
+    )
     (tmp_path / PKG / "srt" / "arg_groups").mkdir(parents=True)
     spec_hook = tmp_path / PKG / "srt" / "arg_groups" / "speculative_hook.py"
     # Without a refusal of DFLASH left in the tree, both are accepted.
     validation = series.build_series(result)[-1]
     assert validation.subject == "[PP] Accept EAGLE3/DFLASH with PP for the patched architectures"
     flat = " ".join(validation.body.split())
-    assert ("It now accepts EAGLE3 and DFLASH for a model class that declares "
-            "supports_pp_aux_capture and has the convention's capture hook" in flat)
+    assert (
+        "It now accepts EAGLE3 and DFLASH for a model class that declares "
+        "supports_pp_aux_capture and has the convention's capture hook" in flat
+    )
     assert "in the patched files, 1 architecture (capture conventions" in flat
     assert "Still refused" not in flat
     # The release's speculative hook refuses DFLASH with PP: DFLASH stays refused, and why.
     spec_hook.write_text(
-        "def _handle_dflash(cfg):\n    if cfg.pp_size != 1:\n        raise ValueError('no')\n")
+        "def _handle_dflash(cfg):\n    if cfg.pp_size != 1:\n        raise ValueError('no')\n"
+    )
     validation = series.build_series(result)[-1]
     assert validation.subject == "[PP] Accept EAGLE3 with PP for the patched architectures"
     flat = " ".join(validation.body.split())
     assert "It now accepts EAGLE3 for a model class that declares" in flat
     assert "LlamaForCausalLM (DFLASH, EAGLE3)" in flat
-    assert ("Still refused after this series: DFLASH with PP (speculative_hook.py, "
-            "_handle_dflash: cfg.pp_size != 1), so check_pipeline_parallel_compat keeps "
-            "refusing DFLASH too") in flat
+    assert (
+        "Still refused after this series: DFLASH with PP (speculative_hook.py, "
+        "_handle_dflash: cfg.pp_size != 1), so check_pipeline_parallel_compat keeps "
+        "refusing DFLASH too"
+    ) in flat
     assert "EAGLE3 with PP (" not in flat and "accepts EAGLE3 and DFLASH" not in flat

@@ -69,8 +69,9 @@ def _patched(release: Path, tmp_path: Path, models: list[str] | None = None):
     assert result.tests_left_out and result.tests_dir == tests_dir.resolve()
     # Nothing of the tests is written into the package.
     assert not [path for path in result.changed if "/test/" in path]
-    root = linked_copy(release, tmp_path / "tree",
-                       writable=[c.path for c in result.changes if c.old is not None])
+    root = linked_copy(
+        release, tmp_path / "tree", writable=[c.path for c in result.changes if c.old is not None]
+    )
     done = git_apply(root, result.patch)
     assert done.returncode == 0, done.stderr
     return root, tests_dir
@@ -86,21 +87,32 @@ def _cpu_stubs(tmp_path: Path) -> Path:
     return folder
 
 
-def _run_without_gpu_packages(root: Path, tmp_path: Path, cwd: Path, *args: str
-                              ) -> subprocess.CompletedProcess:
+def _run_without_gpu_packages(
+    root: Path, tmp_path: Path, cwd: Path, *args: str
+) -> subprocess.CompletedProcess:
     """``python ARGS`` with ``root`` on the path and no GPU-only package importable."""
     site = tmp_path / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(NO_GPU_PACKAGES)
-    stubs = _cpu_stubs(tmp_path) if not (tmp_path / "cpu-stubs").exists() \
-        else tmp_path / "cpu-stubs"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-           "PYTHONPATH": os.pathsep.join([str(site), str(root), str(stubs)]),
-           "OMP_NUM_THREADS": "1", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    stubs = (
+        _cpu_stubs(tmp_path) if not (tmp_path / "cpu-stubs").exists() else tmp_path / "cpu-stubs"
+    )
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": os.pathsep.join([str(site), str(root), str(stubs)]),
+        "OMP_NUM_THREADS": "1",
+        "HOME": str(tmp_path),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     return subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env,
-        capture_output=True, text=True, timeout=900,
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
 
 
@@ -111,16 +123,28 @@ def _module_level_problems(path: Path) -> list[str]:
     problems = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in (
-                "SkipTest", "skip", "skipIf", "skipUnless", "skipTest", "getsource"):
+            "SkipTest",
+            "skip",
+            "skipIf",
+            "skipUnless",
+            "skipTest",
+            "getsource",
+        ):
             problems.append(f"{node.attr} at line {node.lineno}")
-        if isinstance(node, ast.ExceptHandler) and isinstance(node.type, ast.Name) \
-                and node.type.id in ("ImportError", "ModuleNotFoundError"):
+        if (
+            isinstance(node, ast.ExceptHandler)
+            and isinstance(node.type, ast.Name)
+            and node.type.id in ("ImportError", "ModuleNotFoundError")
+        ):
             problems.append(f"except {node.type.id} at line {node.lineno}")
     for node in tree.body:  # module level
-        for sub in ast.walk(node) if not isinstance(
-                node, (ast.FunctionDef, ast.ClassDef)) else ():
-            if isinstance(sub, ast.Attribute) and sub.attr == "modules" and \
-                    isinstance(sub.value, ast.Name) and sub.value.id == "sys":
+        for sub in ast.walk(node) if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) else ():
+            if (
+                isinstance(sub, ast.Attribute)
+                and sub.attr == "modules"
+                and isinstance(sub.value, ast.Name)
+                and sub.value.id == "sys"
+            ):
                 problems.append(f"sys.modules at module level, line {sub.lineno}")
     return problems
 
@@ -136,7 +160,8 @@ def patched(sglang_release, tmp_path_factory):
 def test_shipped_tests_register_for_cpu_ci_and_keep_to_sglang_conventions(patched):
     release, _, tests_dir, _ = patched
     assert sorted(p.name for p in tests_dir.iterdir()) == sorted(
-        [TEST_MODELS_FILE, TEST_FILE, INIT_TEST_FILE])
+        [TEST_MODELS_FILE, TEST_FILE, INIT_TEST_FILE]
+    )
     ci = _ci_register(release)
     for name in (TEST_FILE, INIT_TEST_FILE):
         path = tests_dir / name
@@ -150,8 +175,7 @@ def test_shipped_tests_register_for_cpu_ci_and_keep_to_sglang_conventions(patche
         assert registries[0].est_time > 0, name
         assert registries[0].suite == "base-a-test-cpu", name
         # The finder goes in before the first SGLang import.
-        assert source.index("stub_gpu_only_packages()\n") < source.index(
-            "from sglang."), name
+        assert source.index("stub_gpu_only_packages()\n") < source.index("from sglang."), name
     for name in (TEST_MODELS_FILE, TEST_FILE, INIT_TEST_FILE):
         assert _module_level_problems(tests_dir / name) == [], name
 
@@ -161,19 +185,21 @@ def test_shipped_tests_register_for_cpu_ci_and_keep_to_sglang_conventions(patche
 def test_the_shipped_test_passes_on_the_real_models_without_gpu_packages(patched):
     _, root, tests_dir, tmp_path = patched
     # The package itself does not import without the GPU-only packages ...
-    probe = _run_without_gpu_packages(root, tmp_path, tmp_path, "-c", "import sglang.srt.models.llama")
+    probe = _run_without_gpu_packages(
+        root, tmp_path, tmp_path, "-c", "import sglang.srt.models.llama"
+    )
     assert "No module named 'triton'" in probe.stderr, probe.stderr[-2000:]
     # ... yet the shipped test, run as SGLang's CI runs a test file, imports and passes,
     # every test run, none skipped.
-    run = _run_without_gpu_packages(root, tmp_path, tests_dir,
-                                    "-m", "unittest", "-v", INIT_TEST_FILE[:-3])
+    run = _run_without_gpu_packages(
+        root, tmp_path, tests_dir, "-m", "unittest", "-v", INIT_TEST_FILE[:-3]
+    )
     assert run.returncode == 0, run.stderr[-6000:]
     assert "Ran 4 tests" in run.stderr, run.stderr[-3000:]
     assert run.stderr.rstrip().endswith("OK"), run.stderr[-3000:]
     assert "skipped" not in run.stderr
     # The family test imports the same way (its --json mode, one model on 2 stages).
-    family = _run_without_gpu_packages(root, tmp_path, tests_dir,
-                                       TEST_FILE, "--json", "2", "llama")
+    family = _run_without_gpu_packages(root, tmp_path, tests_dir, TEST_FILE, "--json", "2", "llama")
     assert family.returncode == 0, family.stderr[-4000:]
     records = json.loads(family.stdout.strip().splitlines()[-1])
     assert records and all(r["error"] is None and r["equal"] for r in records), records

@@ -17,7 +17,8 @@ def test_checkout_layout(tmp_path):
     tree = detect_tree(tmp_path)
     assert (tree.kind, tree.package) == ("checkout", "python/sglang")
     assert tree.module_path("sglang.srt.models.kimi_linear") == (
-        "python/sglang/srt/models/kimi_linear.py")
+        "python/sglang/srt/models/kimi_linear.py"
+    )
     # CPU unit tests mirror srt/: those of srt/models/ go to test/registered/unit/models/.
     assert tree.tests == "test/registered/unit/models"
     assert tree.test_path("test_x.py") == "test/registered/unit/models/test_x.py"

@@ -35,8 +35,11 @@ class LlamaDerived(LlamaForCausalLM):
 EntryClass = [LlamaForCausalLM, LlamaDerived]
 """
 VALIDATION_HOOK = (
-    "from typing import Any\n\n\n" + _ANCHOR
-    + "    if cfg.pp_size == 1:\n        return\n" + _EAGLE_CHECK + _EAGLE_MESSAGE
+    "from typing import Any\n\n\n"
+    + _ANCHOR
+    + "    if cfg.pp_size == 1:\n        return\n"
+    + _EAGLE_CHECK
+    + _EAGLE_MESSAGE
     + "        )\n"
 )
 REFUSING = """\
@@ -69,9 +72,13 @@ def _tree(tmp_path: Path, speculative_hook: str | None):
     if speculative_hook is not None:
         (hooks / "speculative_hook.py").write_text(speculative_hook)
     decision = FileDecision(
-        "llama.py", tuple(f"LlamaForCausalLM.{h}" for h in HOOKS),
-        tuple(f"LlamaForCausalLM.{h}" for h in HOOKS), True, "patched",
-        ForwardRef("llama.py", "LlamaModel"), ("entry-callback",),
+        "llama.py",
+        tuple(f"LlamaForCausalLM.{h}" for h in HOOKS),
+        tuple(f"LlamaForCausalLM.{h}" for h in HOOKS),
+        True,
+        "patched",
+        ForwardRef("llama.py", "LlamaModel"),
+        ("entry-callback",),
         (("LlamaForCausalLM", "LlamaModel", HOOKS),),
     )
     return detect_tree(tmp_path), FamilyPlan(models, {"llama.py": decision})
@@ -82,7 +89,10 @@ def test_a_speculative_hook_refusing_dflash_keeps_dflash_refused(tmp_path):
     refusal = dflash_refusal(tree)
     assert refusal is not None
     assert (refusal.path, refusal.function, refusal.condition) == (
-        f"{PKG}/srt/arg_groups/speculative_hook.py", "_handle_dflash", "cfg.pp_size != 1")
+        f"{PKG}/srt/arg_groups/speculative_hook.py",
+        "_handle_dflash",
+        "cfg.pp_size != 1",
+    )
     result = validation_changes(tree, plan)
     assert result.dflash_refused == refusal
     new = result.change.new
@@ -92,8 +102,10 @@ def test_a_speculative_hook_refusing_dflash_keeps_dflash_refused(tmp_path):
     assert "EAGLE3 or DFLASH" not in new and "and EAGLE3 for models" in new
     # The report still lists DFLASH as a relayed capture convention (the aux flag's check);
     # the hook asks the model class, with no table of architectures.
-    assert result.architectures == {"LlamaDerived": ("DFLASH", "EAGLE3"),
-                                    "LlamaForCausalLM": ("DFLASH", "EAGLE3")}
+    assert result.architectures == {
+        "LlamaDerived": ("DFLASH", "EAGLE3"),
+        "LlamaForCausalLM": ("DFLASH", "EAGLE3"),
+    }
     assert 'getattr(model_cls, "supports_pp_aux_capture", False)' in new
     assert "LlamaForCausalLM" not in new and "LlamaDerived" not in new
     compile(new, "validation_hook.py", "exec")
@@ -116,7 +128,9 @@ def test_a_conditional_dflash_check_does_not_keep_dflash_refused(tmp_path):
     guarded = REFUSING.replace(
         '    if cfg.pp_size != 1:\n        raise ValueError("Currently DFLASH',
         '    if cfg.pp_size != 1:\n        if cfg.disaggregation_mode != "prefill":\n'
-        '            raise ValueError("Currently DFLASH', 1)
+        '            raise ValueError("Currently DFLASH',
+        1,
+    )
     assert guarded != REFUSING
     tree, plan = _tree(tmp_path, guarded)
     assert dflash_refusal(tree) is None

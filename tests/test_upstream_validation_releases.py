@@ -31,13 +31,24 @@ from codemods.upstream.validation.relax import MODULE
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 RELEASES = ("0.5.21", "0.5.22", "0.5.23")
-ACCEPTED = {"eagle_pp_spec", "eagle_prefill", "eagle3_pp_spec", "eagle3_prefill",
-            "eagle3_subclass_pp_spec", "eagle3_subclass_prefill"}
+ACCEPTED = {
+    "eagle_pp_spec",
+    "eagle_prefill",
+    "eagle3_pp_spec",
+    "eagle3_prefill",
+    "eagle3_subclass_pp_spec",
+    "eagle3_subclass_prefill",
+}
 #: Accepted for MistralForCausalLM, which only inherits the patched class's support.
 SUBCLASS_ACCEPTED = {"eagle3_subclass_pp_spec", "eagle3_subclass_prefill"}
 #: DFLASH with PP, refused on every path by the patched check as by the release's.
-DFLASH_REFUSED = ("dflash_prefill", "dflash_other_model", "dflash_aggregate", "dflash_pp_spec",
-                  "dflash_pp_spec_prefill")
+DFLASH_REFUSED = (
+    "dflash_prefill",
+    "dflash_other_model",
+    "dflash_aggregate",
+    "dflash_pp_spec",
+    "dflash_pp_spec_prefill",
+)
 #: case -> the refusal that must remain (a part of its message).
 STILL_REFUSED = {
     "eagle3_other_model": "only supports EAGLE",
@@ -92,12 +103,17 @@ def test_patched_validation_accepts_eagle3_and_keeps_refusing_dflash_with_pp(pat
     assert "DFLASH" in result.validation.architectures["LlamaForCausalLM"]
     refusal = result.validation.dflash_refused
     assert refusal is not None and (refusal.function, refusal.condition) == (
-        "_handle_dflash", "cfg.pp_size != 1"), (version, refusal)
+        "_handle_dflash",
+        "cfg.pp_size != 1",
+    ), (version, refusal)
     for case in ACCEPTED:
         assert outcomes[case] == "accepted", (version, case, outcomes[case])
     for case, message in STILL_REFUSED.items():
         assert outcomes[case].startswith("refused:") and message in outcomes[case], (
-            version, case, outcomes[case])
+            version,
+            case,
+            outcomes[case],
+        )
     for case in DFLASH_REFUSED:
         assert "DFLASH" not in outcomes[case], (version, case, outcomes[case])
     if version >= "0.5.23":
@@ -105,7 +121,10 @@ def test_patched_validation_accepts_eagle3_and_keeps_refusing_dflash_with_pp(pat
             assert outcomes[case] == "accepted", (version, case, outcomes[case])
         for case, message in AUX_STILL_REFUSED.items():
             assert outcomes[case].startswith("refused:") and message in outcomes[case], (
-                version, case, outcomes[case])
+                version,
+                case,
+                outcomes[case],
+            )
     else:
         assert not AUX_ACCEPTED & set(outcomes)
 
@@ -126,7 +145,8 @@ def test_a_subclass_in_an_untouched_file_is_accepted_by_its_class(patched):
     assert not any(c.path.endswith("/models/mistral.py") for c in result.changes)
     llama = next(c for c in result.changes if c.path.endswith("/models/llama.py"))
     assert "class LlamaForCausalLM(nn.Module):\n    supports_pp_aux_capture = True\n\n" in (
-        llama.new)
+        llama.new
+    )
 
 
 def test_release_validation_refuses_eagle3_and_dflash_with_pp(release):

@@ -37,9 +37,7 @@ def copy(sglang_release, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def report(copy):
-    proc = run_python(
-        ["-m", "sglang_support.width_check", "--timeout", "240"], copy, timeout=300
-    )
+    proc = run_python(["-m", "sglang_support.width_check", "--timeout", "240"], copy, timeout=300)
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0 and lines, proc.stderr[-4000:]
     return json.loads(lines[-1])
@@ -54,8 +52,7 @@ def _sized_classes(tree) -> set[tuple[str, str]]:
             continue
         for node in ast.parse(text).body:
             if isinstance(node, ast.ClassDef) and any(
-                isinstance(item, ast.FunctionDef)
-                and item.name == "get_pp_proxy_aux_hidden_size"
+                isinstance(item, ast.FunctionDef) and item.name == "get_pp_proxy_aux_hidden_size"
                 for item in node.body
             ):
                 found.add((path.stem, node.name))
@@ -67,8 +64,7 @@ def test_the_check_builds_every_class_the_patch_sizes(copy):
     built = {(module, cls) for module, cls, _, _ in MODELS.values()}
     # Kimi-Linear and Kimi-K3 (renamed from SGLang's DSPARK width method) are built by
     # their own checks (sglang_support/kimi_check.py, k3_check.py).
-    sized = {(module, cls) for module, cls in _sized_classes(copy)
-             if not module.startswith("kimi")}
+    sized = {(module, cls) for module, cls in _sized_classes(copy) if not module.startswith("kimi")}
     assert built == sized
 
 
@@ -78,9 +74,7 @@ def test_every_model_reports_the_width_its_previous_stage_sends(report):
     by_stage = {(r["model"], r["rank"]): r for r in report["records"]}
     assert set(by_stage) == {(name, rank) for name in MODELS for rank in (0, 1)}
     failures = {
-        key: record["error"][-1500:]
-        for key, record in by_stage.items()
-        if record.get("error")
+        key: record["error"][-1500:] for key, record in by_stage.items() if record.get("error")
     }
     assert failures == {}
     widths = {}

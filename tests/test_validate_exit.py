@@ -23,14 +23,23 @@ def checkout(tmp_path, monkeypatch) -> Path:
 
 
 def upstream(checkout: Path, tmp_path: Path, *extra: str):
-    return CliRunner().invoke(cli, [
-        "upstream-patch", str(checkout), "-o", str(tmp_path / "p.patch"),
-        "--pr-body", str(tmp_path / "PR.md"), "--validate", *extra,
-    ], catch_exceptions=False)
+    return CliRunner().invoke(
+        cli,
+        [
+            "upstream-patch",
+            str(checkout),
+            "-o",
+            str(tmp_path / "p.patch"),
+            "--pr-body",
+            str(tmp_path / "PR.md"),
+            "--validate",
+            *extra,
+        ],
+        catch_exceptions=False,
+    )
 
 
-def test_without_torch_the_validation_cannot_run_and_the_exit_is_2(checkout, tmp_path,
-                                                                   monkeypatch):
+def test_without_torch_the_validation_cannot_run_and_the_exit_is_2(checkout, tmp_path, monkeypatch):
     """A real run of the family test, in a Python where ``import torch`` fails."""
     stubs = tmp_path / "no_torch"
     (stubs / "torch").mkdir(parents=True)
@@ -76,15 +85,26 @@ def test_exit_code_of_each_outcome(checkout, tmp_path, monkeypatch, validation, 
 def test_series_with_branch_commits_nothing_when_the_validation_could_not_run(
     checkout, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(validate_run, "run_family",
-                        lambda result: Validation(problem="No module named 'torch'"))
+    monkeypatch.setattr(
+        validate_run, "run_family", lambda result: Validation(problem="No module named 'torch'")
+    )
     monkeypatch.chdir(checkout)
-    result = CliRunner().invoke(cli, [
-        "upstream-patch", ".", "--series", str(tmp_path / "series"), "--validate",
-        "--branch", "pp/capture",
-    ], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "upstream-patch",
+            ".",
+            "--series",
+            str(tmp_path / "series"),
+            "--validate",
+            "--branch",
+            "pp/capture",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 2, result.output
     assert "nothing committed on branch pp/capture" in result.output
-    branches = subprocess.run(["git", "branch", "--list", "pp/capture"], cwd=checkout,
-                              capture_output=True, text=True).stdout
+    branches = subprocess.run(
+        ["git", "branch", "--list", "pp/capture"], cwd=checkout, capture_output=True, text=True
+    ).stdout
     assert branches.strip() == ""

@@ -118,15 +118,18 @@ def _stage_process(factory, spec, rank, pp_size, port, token_counts, hidden_size
             dist.destroy_process_group()
 
 
-def drive(factory: Callable, spec: dict, pp_size: int, token_counts: list[int],
-          timeout: float = 120.0) -> DriveResult:
+def drive(
+    factory: Callable, spec: dict, pp_size: int, token_counts: list[int], timeout: float = 120.0
+) -> DriveResult:
     ctx = mp.get_context("fork")
     results = ctx.Queue()
     port = free_port()
     hidden_size = int(spec.get("hidden_size", 8))
     procs = [
-        ctx.Process(target=_stage_process, args=(factory, spec, rank, pp_size, port,
-                                                  token_counts, hidden_size, results))
+        ctx.Process(
+            target=_stage_process,
+            args=(factory, spec, rank, pp_size, port, token_counts, hidden_size, results),
+        )
         for rank in range(pp_size)
     ]
     for proc in procs:

@@ -48,12 +48,12 @@ def main(argv: list[str]) -> int:
             "hidden_size": config["hidden_size"],
             "config": run.get("config", {}),
         }
-        reference = run_chain([entry_stage_factory(spec, 0, 1, {})], tokens,
-                              spec["hidden_size"])
+        reference = run_chain([entry_stage_factory(spec, 0, 1, {})], tokens, spec["hidden_size"])
         factory = dropping_aux(entry_stage_factory) if run.get("drop_aux") else entry_stage_factory
         t0 = time.time()
-        result = drive(factory, spec, int(run["pp"]), tokens,
-                       timeout=float(config.get("timeout", 120)))
+        result = drive(
+            factory, spec, int(run["pp"]), tokens, timeout=float(config.get("timeout", 120))
+        )
         entry = dict(run)
         entry.update(
             seconds=round(time.time() - t0, 2),
@@ -65,8 +65,13 @@ def main(argv: list[str]) -> int:
             types = [type(aux).__name__ for _, aux in result.outputs]
             if same and types != entry["expected_types"]:
                 same, detail = False, f"containers {types}"
-            entry.update(ok=same, detail=detail, error=None, types=types,
-                         aux_counts=[len(aux) for _, aux in result.outputs])
+            entry.update(
+                ok=same,
+                detail=detail,
+                error=None,
+                types=types,
+                aux_counts=[len(aux) for _, aux in result.outputs],
+            )
         else:
             entry.update(ok=False, error=result.errors(), aux_counts=None)
         report["runs"].append(entry)

@@ -77,8 +77,7 @@ STACK_ATTRIBUTES = {
     "gemma4_causal": {"project_per_layer_inputs": lambda embeds, per_layer: None},
     # Dense layers from 0 on (the TBO split point), no expert-parallel all-gather of
     # captures; the DFLASH hook sets ``dflash_capture`` itself.
-    "glm5_next": {"first_k_dense_replace": 0, "dflash_capture": False,
-                  "enable_a2a_moe": False},
+    "glm5_next": {"first_k_dense_replace": 0, "dflash_capture": False, "enable_a2a_moe": False},
     # What its constructor sets; the DSPARK hook sets both on the last rank only.
     "bailing_moe_v3": {"capture_aux_hidden_states": False, "layers_to_capture": None},
 }
@@ -137,8 +136,16 @@ class StampEntryLayer(nn.Module):
         self.attn_boundary = _EntryBoundary()
         self.boundary = self.attn_boundary
 
-    def forward(self, positions=None, hidden_states=None, forward_batch=None, *extra,
-                capture_output=None, captured_last_layer_outputs=None, **kwargs):
+    def forward(
+        self,
+        positions=None,
+        hidden_states=None,
+        forward_batch=None,
+        *extra,
+        capture_output=None,
+        captured_last_layer_outputs=None,
+        **kwargs,
+    ):
         if capture_output is not None:
             capture_output(hidden_states)
         if captured_last_layer_outputs is not None:  # the gathered collector
@@ -151,24 +158,26 @@ class StampEntryLayer(nn.Module):
 class EntryStage:
     """One pipeline stage around a real causal-LM instance."""
 
-    def __init__(self, lm: Any, proxy_cls: type, group: FakePPGroup,
-                 embeds_as_ids: bool = False) -> None:
+    def __init__(
+        self, lm: Any, proxy_cls: type, group: FakePPGroup, embeds_as_ids: bool = False
+    ) -> None:
         self.lm = lm
         self.proxy_cls = proxy_cls
         self.group = group
         self.embeds_as_ids = embeds_as_ids
 
     def forward(self, mb: int, hidden_in: torch.Tensor | None, proxy: dict | None):
-        forward_batch = SimpleNamespace(microbatch=mb, residual_stream=None,
-                                        can_run_tbo=False,
-                                        contains_mm_inputs=lambda: False,
-                                        input_embeds=None,
-                                        capture_hidden_mode=SimpleNamespace(
-                                            need_capture=lambda: True),
-                                        forward_mode=SimpleNamespace(
-                                            is_idle=lambda: False,
-                                            is_decode=lambda: False,
-                                            is_target_verify=lambda: False))
+        forward_batch = SimpleNamespace(
+            microbatch=mb,
+            residual_stream=None,
+            can_run_tbo=False,
+            contains_mm_inputs=lambda: False,
+            input_embeds=None,
+            capture_hidden_mode=SimpleNamespace(need_capture=lambda: True),
+            forward_mode=SimpleNamespace(
+                is_idle=lambda: False, is_decode=lambda: False, is_target_verify=lambda: False
+            ),
+        )
         if self.group.is_first_rank:
             assert hidden_in is not None
             tokens = hidden_in.shape[0]
@@ -192,8 +201,9 @@ class EntryStage:
         return out.hidden_states, aux if aux is not None else []
 
 
-def entry_stage_factory(spec: dict, pp_rank: int, pp_size: int,
-                        transport_kwargs: dict | None = None) -> EntryStage:
+def entry_stage_factory(
+    spec: dict, pp_rank: int, pp_size: int, transport_kwargs: dict | None = None
+) -> EntryStage:
     from sglang.srt.distributed.utils import get_pp_indices
     from sglang.srt.layers.utils import PPMissingLayer
     from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
@@ -226,11 +236,15 @@ def entry_stage_factory(spec: dict, pp_rank: int, pp_size: int,
     model.vocab_size = config.vocab_size
     model.pp_group = group
     embedding = nn.Identity() if name in EMBEDS_AS_IDS else StandInEmbedding(hidden_size)
-    setattr(model, EMBEDDING_ATTRIBUTES.get(name, "embed_tokens"),
-            embedding if group.is_first_rank else PPMissingLayer())
+    setattr(
+        model,
+        EMBEDDING_ATTRIBUTES.get(name, "embed_tokens"),
+        embedding if group.is_first_rank else PPMissingLayer(),
+    )
     pair = name in PAIR_LAYERS
-    model.layers = stage_layers(num_layers, start, end, PPMissingLayer,
-                                lambda i: StampEntryLayer(i, pair))
+    model.layers = stage_layers(
+        num_layers, start, end, PPMissingLayer, lambda i: StampEntryLayer(i, pair)
+    )
     model.start_layer, model.end_layer = start, end
     norm = StandInNorm() if group.is_last_rank else PPMissingLayer(return_tuple=True)
     setattr(model, NORM_ATTRIBUTES.get(name, "norm"), norm)

@@ -73,8 +73,19 @@ def download_wheel(version: str, timeout: float = 900.0) -> Path:
         if wheel is not None:
             return wheel
         wheels_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-q", "-d", str(wheels_dir), f"sglang=={version}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+            str(wheels_dir),
+            f"sglang=={version}",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         wheel = find_wheel(version)
         if proc.returncode != 0 or wheel is None:
@@ -164,5 +175,4 @@ def linked_copy(root: Path, dest: Path, writable: Sequence[str] = ()) -> Path:
 def git_apply(root: Path, patch: str, *, check: bool = False) -> subprocess.CompletedProcess[str]:
     """``git apply [--check]`` of ``patch`` in ``root`` (works outside a repository)."""
     args = ["git", "apply", "--check"] if check else ["git", "apply"]
-    return subprocess.run(args, cwd=root, input=patch, text=True, capture_output=True,
-                          timeout=60)
+    return subprocess.run(args, cwd=root, input=patch, text=True, capture_output=True, timeout=60)

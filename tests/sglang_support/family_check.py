@@ -43,8 +43,9 @@ class PatchFailed(RuntimeError):
 SHIPPED_TESTS = "shipped_tests"
 
 
-def patched_copy(release: Path, dest: Path, models: list[str] | None = None
-                 ) -> tuple[UpstreamResult, Path]:
+def patched_copy(
+    release: Path, dest: Path, models: list[str] | None = None
+) -> tuple[UpstreamResult, Path]:
     result = release_result(release) if models is None else generate(release, models=models)
     check = git_apply(release, result.patch, check=True)
     if check.returncode != 0:
@@ -92,41 +93,57 @@ def shipped_test_env(tree_root: Path, stubs: Path | None = None) -> dict[str, st
     return env
 
 
-def run_family_test(tree_root: Path, result: UpstreamResult, pp_size: int,
-                    models: list[str] | None = None, timeout: float = 1500.0
-                    ) -> list[dict[str, Any]]:
+def run_family_test(
+    tree_root: Path,
+    result: UpstreamResult,
+    pp_size: int,
+    models: list[str] | None = None,
+    timeout: float = 1500.0,
+) -> list[dict[str, Any]]:
     """Per-case records of the family test's ``--json`` mode on ``tree_root``."""
     test = family_test_path(tree_root, result)
     args = [str(test), "--json", str(pp_size), *(models or [])]
-    proc = subprocess.run([sys.executable, *args], env=shipped_test_env(tree_root),
-                          cwd=str(tree_root), capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, *args],
+        env=shipped_test_env(tree_root),
+        cwd=str(tree_root),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         raise RuntimeError(
-            f"family test --json {pp_size} failed (exit {proc.returncode}): "
-            f"{proc.stderr[-4000:]}"
+            f"family test --json {pp_size} failed (exit {proc.returncode}): {proc.stderr[-4000:]}"
         )
     return json.loads(lines[-1])
 
 
-def run_family_tests(tree_root: Path, result: UpstreamResult, pp_sizes=(2, 3),
-                     models: list[str] | None = None, timeout: float = 1500.0
-                     ) -> dict[int, list[dict[str, Any]]]:
+def run_family_tests(
+    tree_root: Path,
+    result: UpstreamResult,
+    pp_sizes=(2, 3),
+    models: list[str] | None = None,
+    timeout: float = 1500.0,
+) -> dict[int, list[dict[str, Any]]]:
     """``pp_size -> records`` as :func:`run_family_test` gives them, from one process
     that imports the tree once and forks the stages of every PP size
     (``sglang_support.family_runner``)."""
     test = family_test_path(tree_root, result)
     sizes = ",".join(str(size) for size in pp_sizes)
     args = ["-m", "sglang_support.family_runner", str(test), sizes, *(models or [])]
-    proc = subprocess.run([sys.executable, *args], env=shipped_test_env(tree_root),
-                          cwd=str(tree_root), capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, *args],
+        env=shipped_test_env(tree_root),
+        cwd=str(tree_root),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         raise RuntimeError(
-            f"family test, PP sizes {sizes}, failed (exit {proc.returncode}): "
-            f"{proc.stderr[-4000:]}"
+            f"family test, PP sizes {sizes}, failed (exit {proc.returncode}): {proc.stderr[-4000:]}"
         )
     return {int(size): records for size, records in json.loads(lines[-1]).items()}
 

@@ -78,9 +78,7 @@ def release_result(root: str | Path) -> UpstreamResult:
     root = Path(root)
     if _CACHE_DIR is None or not _is_release(root):
         return generate(root)
-    key = hashlib.sha256(
-        f"{codemods_digest()}\0{root.resolve()}".encode()
-    ).hexdigest()[:32]
+    key = hashlib.sha256(f"{codemods_digest()}\0{root.resolve()}".encode()).hexdigest()[:32]
     _CACHE_DIR.mkdir(parents=True, exist_ok=True)
     stored = _CACHE_DIR / f"{root.name}-{key}.pickle"
     with open(_CACHE_DIR / f"{root.name}-{key}.lock", "w") as lock:

@@ -32,27 +32,52 @@ from tests.gitrepo import IDENTITY, git
 RELEASE = "0.5.23"
 MODELS = "llama"
 #: llama, captures on both stages given out of order, two stages (relay).
-DRIVE = {"num_layers": 9, "hidden_size": 4, "tokens": [3, 0, 2], "timeout": 120,
-         "runs": [{"model": "llama", "hook": "eagle3", "layer_ids": [7, 0, 4], "pp": 2}]}
+DRIVE = {
+    "num_layers": 9,
+    "hidden_size": 4,
+    "tokens": [3, 0, 2],
+    "timeout": 120,
+    "runs": [{"model": "llama", "hook": "eagle3", "layer_ids": [7, 0, 4], "pp": 2}],
+}
 
 
 def fresh_venv(dest: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True,
-                   timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True, timeout=120
+    )
     return dest / "bin" / "python"
 
 
 def site_packages(python: Path) -> Path:
-    out = subprocess.run([str(python), "-c",
-                          "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True, timeout=60)
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     return Path(out.stdout.strip())
 
 
 def install_wheel(python: Path, wheel: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
-                    "--no-deps", "--no-compile", "--disable-pip-version-check", "-q",
-                    str(wheel)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "--no-compile",
+            "--disable-pip-version-check",
+            "-q",
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
 
 
 def editable_checkout(release: Path, dest: Path, python: Path) -> Path:
@@ -74,7 +99,8 @@ def tree_hashes(directory: Path) -> dict[str, str]:
         for name in files:
             path = Path(folder, name)
             hashes[path.relative_to(directory).as_posix()] = hashlib.sha256(
-                path.read_bytes()).hexdigest()
+                path.read_bytes()
+            ).hexdigest()
     return hashes
 
 
@@ -85,8 +111,7 @@ def sglang(*args: str):
 
 def drive_llama(root: Path) -> dict:
     """The one run of ``DRIVE`` on the tree at ``root`` (holds ``sglang/``)."""
-    proc = run_python(["-m", "sglang_support.entry_check", json.dumps(DRIVE)], root,
-                      timeout=600)
+    proc = run_python(["-m", "sglang_support.entry_check", json.dumps(DRIVE)], root, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])["runs"][0]
 
@@ -97,5 +122,8 @@ def break_llama(path: Path) -> None:
     text = path.read_text()
     old = "                if i in self.layers_to_capture\n"
     assert old in text
-    path.write_text(text.replace(
-        old, "                if i in self.layers_to_capture and self.spec_capture_on\n", 1))
+    path.write_text(
+        text.replace(
+            old, "                if i in self.layers_to_capture and self.spec_capture_on\n", 1
+        )
+    )

@@ -31,27 +31,34 @@ def main(argv: list[str]) -> int:
     from sglang_support.stages import run_chain
 
     tokens = list(config["tokens"])
-    report = {"module": module.__file__, "import_s": round(time.time() - started, 2),
-              "runs": []}
+    report = {"module": module.__file__, "import_s": round(time.time() - started, 2), "runs": []}
     references: dict = {}
     for run in config["runs"]:
         spec = {k: config[k] for k in ("num_layers", "hidden_size", "layer_ids")}
         spec["attn_res_block_size"] = run.get("attn_res_block_size")
         key = spec["attn_res_block_size"]
         if key not in references:
-            references[key] = run_chain([k3_stage_factory(spec, 0, 1, {})], tokens,
-                                        spec["hidden_size"])
+            references[key] = run_chain(
+                [k3_stage_factory(spec, 0, 1, {})], tokens, spec["hidden_size"]
+            )
         reference = references[key]
         spec["bypass_setter"] = bool(run.get("bypass_setter", False))
         t0 = time.time()
-        result = drive(k3_stage_factory, spec, int(run["pp"]), tokens,
-                       timeout=float(config.get("timeout", 120)))
-        entry = dict(run, seconds=round(time.time() - t0, 2),
-                     expected_counts=[len(aux) for _, aux in reference])
+        result = drive(
+            k3_stage_factory,
+            spec,
+            int(run["pp"]),
+            tokens,
+            timeout=float(config.get("timeout", 120)),
+        )
+        entry = dict(
+            run,
+            seconds=round(time.time() - t0, 2),
+            expected_counts=[len(aux) for _, aux in reference],
+        )
         if result.ok:
             same, detail = same_outputs(result.outputs, reference)
-            entry.update(ok=same, detail=detail,
-                         aux_counts=[len(aux) for _, aux in result.outputs])
+            entry.update(ok=same, detail=detail, aux_counts=[len(aux) for _, aux in result.outputs])
         else:
             entry.update(ok=False, error=result.errors(), aux_counts=None)
         report["runs"].append(entry)

@@ -83,8 +83,15 @@ class StandInK3Layer(nn.Module):
             self.self_attention_res_proj = StandInScoreProj(hidden_size, layer_id)
             self.self_attention_res_norm = StandInScoreNorm()
 
-    def forward(self, positions=None, hidden_states=None, forward_batch=None, residual=None,
-                attn_res=None, **kwargs):
+    def forward(
+        self,
+        positions=None,
+        hidden_states=None,
+        forward_batch=None,
+        residual=None,
+        attn_res=None,
+        **kwargs,
+    ):
         head = hidden_states if residual is None else residual + hidden_states
         if attn_res is not None and self.is_block_write_layer:
             attn_res.write(head)
@@ -103,9 +110,13 @@ class K3Stage(KimiStage):
             assert proxy is not None
             tokens = proxy["hidden_states"].shape[0]
             pp_proxy = self.proxy_cls(dict(proxy))
-        out = self.lm.forward(None, torch.arange(tokens), forward_batch,
-                              inputs_embeds=hidden_in if self.group.is_first_rank else None,
-                              pp_proxy_tensors=pp_proxy)
+        out = self.lm.forward(
+            None,
+            torch.arange(tokens),
+            forward_batch,
+            inputs_embeds=hidden_in if self.group.is_first_rank else None,
+            pp_proxy_tensors=pp_proxy,
+        )
         if not self.group.is_last_rank:
             return dict(out.tensors)
         aux = out.aux_hidden_states
@@ -116,16 +127,16 @@ def _eager_output_aggregation(attn_residual: Any) -> None:
     """The output-side aggregation without GPU kernels: the file's eager reference."""
 
     def aggregate_fused(prefix_sum, bank, nvb, score_proj, score_norm, out_norm):
-        mixed = attn_residual.aggregate_stream_torch(prefix_sum, bank, nvb, score_proj,
-                                                     score_norm)
+        mixed = attn_residual.aggregate_stream_torch(prefix_sum, bank, nvb, score_proj, score_norm)
         return out_norm(mixed)
 
     attn_residual._FAST_SUPPORTED = False
     attn_residual._aggregate_fused = aggregate_fused
 
 
-def k3_stage_factory(spec: Any, pp_rank: int, pp_size: int,
-                     transport_kwargs: dict | None = None) -> K3Stage:
+def k3_stage_factory(
+    spec: Any, pp_rank: int, pp_size: int, transport_kwargs: dict | None = None
+) -> K3Stage:
     module = importlib.import_module(MODEL_MODULE)
     _eager_output_aggregation(importlib.import_module("sglang.srt.layers.attn_residual"))
     from sglang.srt.distributed.utils import get_pp_indices
@@ -137,11 +148,18 @@ def k3_stage_factory(spec: Any, pp_rank: int, pp_size: int,
     block_size = _spec(spec, "attn_res_block_size")
     layer_ids = list(_spec(spec, "layer_ids"))
     group = FakePPGroup.for_transport(pp_rank, pp_size, dict(transport_kwargs or {}))
-    patch_globals(module, get_pp_group=lambda: group,
-                  get_global_expert_distribution_recorder=NullExpertRecorder)
-    config = SimpleNamespace(num_hidden_layers=num_layers, hidden_size=hidden_size,
-                             vocab_size=32, rms_norm_eps=1e-6,
-                             attn_res_block_size=block_size)
+    patch_globals(
+        module,
+        get_pp_group=lambda: group,
+        get_global_expert_distribution_recorder=NullExpertRecorder,
+    )
+    config = SimpleNamespace(
+        num_hidden_layers=num_layers,
+        hidden_size=hidden_size,
+        vocab_size=32,
+        rms_norm_eps=1e-6,
+        attn_res_block_size=block_size,
+    )
     start, end = get_pp_indices(num_layers, pp_rank, pp_size)
 
     model = bare(module.KimiK3LinearModel)
@@ -152,12 +170,11 @@ def k3_stage_factory(spec: Any, pp_rank: int, pp_size: int,
         model.pp_aux_relay = None  # what the patched __init__ sets
     model._dp_attention = False
     model._trim_padded_attn = False
-    model.embed_tokens = (
-        StandInEmbedding(hidden_size) if group.is_first_rank else PPMissingLayer()
-    )
+    model.embed_tokens = StandInEmbedding(hidden_size) if group.is_first_rank else PPMissingLayer()
     model.alt_streams = None
-    model.layers = stage_layers(num_layers, start, end, PPMissingLayer,
-                                lambda i: StandInK3Layer(i, hidden_size, block_size))
+    model.layers = stage_layers(
+        num_layers, start, end, PPMissingLayer, lambda i: StandInK3Layer(i, hidden_size, block_size)
+    )
     model.start_layer, model.end_layer = start, end
     if group.is_last_rank:
         model.norm = StandInNorm()

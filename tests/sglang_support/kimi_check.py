@@ -45,16 +45,29 @@ def run_with_harness(config: dict) -> dict:
             tokens=tuple(config["tokens"]),
             hidden=config["hidden_size"],
             dtype="float32",
-            extra={"construct": bool(config.get("construct", False)),
-                   "bypass_setter": bool(run.get("bypass_setter", False))},
+            extra={
+                "construct": bool(config.get("construct", False)),
+                "bypass_setter": bool(run.get("bypass_setter", False)),
+            },
         )
         for run in config["runs"]
     ]
-    results = run_scenarios(scenarios, stage_factory=kimi_stage_factory,
-                            timeout=float(config.get("timeout", 300)))
-    return {"harness": "codemods.ppcheck", "runs": [
-        {"pp": r.scenario.world_size, "ok": r.passed, "status": r.status, "detail": r.detail,
-         "seconds": round(r.seconds, 2)} for r in results]}
+    results = run_scenarios(
+        scenarios, stage_factory=kimi_stage_factory, timeout=float(config.get("timeout", 300))
+    )
+    return {
+        "harness": "codemods.ppcheck",
+        "runs": [
+            {
+                "pp": r.scenario.world_size,
+                "ok": r.passed,
+                "status": r.status,
+                "detail": r.detail,
+                "seconds": round(r.seconds, 2),
+            }
+            for r in results
+        ],
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -74,29 +87,39 @@ def main(argv: list[str]) -> int:
     spec["construct"] = bool(config.get("construct", False))
     tokens = list(config["tokens"])
     import_s = time.time() - started
-    reference = run_chain([kimi_stage_factory(spec, 0, 1, {})],
-                          tokens, spec["hidden_size"])
+    reference = run_chain([kimi_stage_factory(spec, 0, 1, {})], tokens, spec["hidden_size"])
     report = {"module": module.__file__, "import_s": round(import_s, 2), "runs": []}
     for run in config["runs"]:
         pp_size = int(run["pp"])
         bypass = bool(run.get("bypass_setter", False))
         t0 = time.time()
-        result = drive(kimi_stage_factory, dict(spec, bypass_setter=bypass), pp_size, tokens,
-                       timeout=float(config.get("timeout", 120)))
-        entry = {"pp": pp_size, "bypass_setter": bypass,
-                 "seconds": round(time.time() - t0, 2),
-                 "expected_counts": [len(aux) for _, aux in reference]}
+        result = drive(
+            kimi_stage_factory,
+            dict(spec, bypass_setter=bypass),
+            pp_size,
+            tokens,
+            timeout=float(config.get("timeout", 120)),
+        )
+        entry = {
+            "pp": pp_size,
+            "bypass_setter": bypass,
+            "seconds": round(time.time() - t0, 2),
+            "expected_counts": [len(aux) for _, aux in reference],
+        }
         if result.ok:
             same, detail = same_outputs(result.outputs, reference)
-            entry.update(ok=same, detail=detail,
-                         aux_counts=[len(aux) for _, aux in result.outputs])
+            entry.update(ok=same, detail=detail, aux_counts=[len(aux) for _, aux in result.outputs])
         else:
             entry.update(ok=False, error=result.errors(), aux_counts=None)
         report["runs"].append(entry)
     if config.get("harness_runs"):
-        report["harness"] = run_with_harness(dict(
-            config, runs=config["harness_runs"],
-            timeout=config.get("harness_timeout", config.get("timeout", 300))))
+        report["harness"] = run_with_harness(
+            dict(
+                config,
+                runs=config["harness_runs"],
+                timeout=config.get("harness_timeout", config.get("timeout", 300)),
+            )
+        )
     print(json.dumps(report))
     return 0
 

@@ -93,8 +93,9 @@ class KimiStage:
         return out.hidden_states, list(aux) if aux is not None else []
 
 
-def build_kimi_stage(spec: Any, pp_rank: int, pp_size: int,
-                     transport_kwargs: dict | None = None) -> KimiStage:
+def build_kimi_stage(
+    spec: Any, pp_rank: int, pp_size: int, transport_kwargs: dict | None = None
+) -> KimiStage:
     import importlib
 
     module = importlib.import_module(MODEL_MODULE)
@@ -132,9 +133,7 @@ def build_kimi_stage(spec: Any, pp_rank: int, pp_size: int,
     if hasattr(module, "PPAuxRelay"):
         # The patched __init__ sets this; the unpatched one has no such attribute.
         model.pp_aux_relay = None
-    model.embed_tokens = (
-        StandInEmbedding(hidden_size) if group.is_first_rank else PPMissingLayer()
-    )
+    model.embed_tokens = StandInEmbedding(hidden_size) if group.is_first_rank else PPMissingLayer()
     model.alt_stream = None
     model.layers = stage_layers(num_layers, start, end, PPMissingLayer)
     model.start_layer, model.end_layer = start, end
@@ -158,8 +157,9 @@ def build_kimi_stage(spec: Any, pp_rank: int, pp_size: int,
     return KimiStage(lm, PPProxyTensors, group, module)
 
 
-def build_entry_stage(spec: Any, pp_rank: int, pp_size: int,
-                      transport_kwargs: dict | None = None) -> KimiStage:
+def build_entry_stage(
+    spec: Any, pp_rank: int, pp_size: int, transport_kwargs: dict | None = None
+) -> KimiStage:
     """A stage built by running the module's own constructors: ``EntryClass(config)``.
 
     For model files whose ``__init__`` runs on CPU as is (the synthetic fixtures over the
@@ -188,8 +188,9 @@ def build_entry_stage(spec: Any, pp_rank: int, pp_size: int,
     return KimiStage(lm, PPProxyTensors, group, module)
 
 
-def kimi_stage_factory(spec: Any, pp_rank: int, pp_size: int,
-                       transport_kwargs: dict | None = None) -> KimiStage:
+def kimi_stage_factory(
+    spec: Any, pp_rank: int, pp_size: int, transport_kwargs: dict | None = None
+) -> KimiStage:
     """Picklable stage factory (see module docstring); ``spec["construct"]`` selects
     :func:`build_entry_stage` (run the file's constructors) over the bare build."""
     if _spec(spec, "construct", False):

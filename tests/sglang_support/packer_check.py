@@ -33,12 +33,16 @@ def compare(got, want) -> tuple[bool, str]:
         return False, f"{len(got)} microbatches, expected {len(want)}"
     for mb, ((hidden, aux), (ref_hidden, ref_aux)) in enumerate(zip(got, want, strict=True)):
         if type(aux) is not type(ref_aux):
-            return False, f"microbatch {mb}: {type(aux).__name__}, expected " \
-                          f"{type(ref_aux).__name__}"
+            return (
+                False,
+                f"microbatch {mb}: {type(aux).__name__}, expected {type(ref_aux).__name__}",
+            )
         if isinstance(ref_aux, torch.Tensor):
             if aux.shape != ref_aux.shape:
-                return False, f"microbatch {mb}: aux {list(aux.shape)}, expected " \
-                              f"{list(ref_aux.shape)}"
+                return (
+                    False,
+                    f"microbatch {mb}: aux {list(aux.shape)}, expected {list(ref_aux.shape)}",
+                )
             if not torch.equal(aux, ref_aux):
                 return False, f"microbatch {mb}: packed aux states differ"
         elif len(aux) != len(ref_aux):
@@ -70,12 +74,14 @@ def main(argv: list[str]) -> int:
             "num_layers": config["num_layers"],
             "hidden_size": config["hidden_size"],
         }
-        reference = run_chain([packer_stage_factory(spec, 0, 1, {})], tokens,
-                              spec["hidden_size"])
-        factory = dropping_aux(packer_stage_factory) if run.get("drop_aux") else packer_stage_factory
+        reference = run_chain([packer_stage_factory(spec, 0, 1, {})], tokens, spec["hidden_size"])
+        factory = (
+            dropping_aux(packer_stage_factory) if run.get("drop_aux") else packer_stage_factory
+        )
         t0 = time.time()
-        result = drive(factory, spec, int(run["pp"]), tokens,
-                       timeout=float(config.get("timeout", 120)))
+        result = drive(
+            factory, spec, int(run["pp"]), tokens, timeout=float(config.get("timeout", 120))
+        )
         entry = dict(run)
         entry.update(
             seconds=round(time.time() - t0, 2),
@@ -84,9 +90,13 @@ def main(argv: list[str]) -> int:
         )
         if result.ok:
             same, detail = compare(result.outputs, reference)
-            entry.update(ok=same, detail=detail, error=None,
-                         types=[type(aux).__name__ for _, aux in result.outputs],
-                         shapes=[_shape(aux) for _, aux in result.outputs])
+            entry.update(
+                ok=same,
+                detail=detail,
+                error=None,
+                types=[type(aux).__name__ for _, aux in result.outputs],
+                shapes=[_shape(aux) for _, aux in result.outputs],
+            )
         else:
             entry.update(ok=False, error=result.errors(), shapes=None)
         report["runs"].append(entry)

@@ -72,8 +72,7 @@ class StampPackerLayer(StampEntryLayer):
     """:class:`StampEntryLayer` returning ``(hidden_states, topk_indices)`` as
     deepseek_v2's decoder layers do (no top-k indices: no DSA indexer)."""
 
-    def forward(self, positions=None, hidden_states=None, forward_batch=None, *extra,
-                **kwargs):
+    def forward(self, positions=None, hidden_states=None, forward_batch=None, *extra, **kwargs):
         return super().forward(positions, hidden_states, forward_batch, **kwargs), None
 
 
@@ -125,8 +124,9 @@ class PackerStage:
         return out.hidden_states, aux if aux is not None else []
 
 
-def packer_stage_factory(spec: dict, pp_rank: int, pp_size: int,
-                         transport_kwargs: dict | None = None) -> PackerStage:
+def packer_stage_factory(
+    spec: dict, pp_rank: int, pp_size: int, transport_kwargs: dict | None = None
+) -> PackerStage:
     from sglang.srt.distributed.utils import get_pp_indices
     from sglang.srt.layers.utils import PPMissingLayer
     from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
@@ -158,9 +158,7 @@ def packer_stage_factory(spec: dict, pp_rank: int, pp_size: int,
     model.padding_idx = config.pad_token_id
     model.vocab_size = config.vocab_size
     model.pp_group = group
-    model.embed_tokens = (
-        StandInEmbedding(hidden_size) if group.is_first_rank else PPMissingLayer()
-    )
+    model.embed_tokens = StandInEmbedding(hidden_size) if group.is_first_rank else PPMissingLayer()
     layer_class = StampPackerLayer if name in TUPLE_LAYERS else StampEntryLayer
     model.layers = stage_layers(num_layers, start, end, PPMissingLayer, layer_class)
     model.start_layer, model.end_layer = start, end

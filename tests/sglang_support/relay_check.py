@@ -44,8 +44,9 @@ class AddOneLayer(nn.Module):
         super().__init__()
         self.attn_boundary = FromPP()
 
-    def forward(self, positions=None, hidden_states=None, forward_batch=None,
-                zero_allocator=None, **kwargs):
+    def forward(
+        self, positions=None, hidden_states=None, forward_batch=None, zero_allocator=None, **kwargs
+    ):
         if "residual" in kwargs:
             residual = kwargs["residual"]
             if residual is None:
@@ -78,8 +79,12 @@ def last_stage(layer_ids: list[int]):
     return model
 
 
-def run(layer_ids: list[int], tokens: int, relayed_width: int | None,
-        entry: str = "dspark_hidden_states") -> dict:
+def run(
+    layer_ids: list[int],
+    tokens: int,
+    relayed_width: int | None,
+    entry: str = "dspark_hidden_states",
+) -> dict:
     model = last_stage(layer_ids)
     hidden = torch.arange(tokens * HIDDEN, dtype=torch.float32).view(tokens, HIDDEN)
     tensors = {"hidden_states": hidden}
@@ -89,7 +94,9 @@ def run(layer_ids: list[int], tokens: int, relayed_width: int | None,
         tensors[entry] = torch.full((tokens, relayed_width), 7.0)
     try:
         _, aux = model.forward(
-            None, torch.zeros(tokens, dtype=torch.long), SimpleNamespace(),
+            None,
+            torch.zeros(tokens, dtype=torch.long),
+            SimpleNamespace(),
             pp_proxy_tensors=PPProxyTensors(tensors),
         )
     except RuntimeError as exc:
@@ -119,8 +126,7 @@ def main() -> None:
         kimi_linear.residual_batch = StandInResidualBatch()
     entries = sys.argv[1:] or ["dspark_hidden_states"]
     results = {
-        entry: {name: run(*case, entry=entry) for name, case in CASES.items()}
-        for entry in entries
+        entry: {name: run(*case, entry=entry) for name, case in CASES.items()} for entry in entries
     }
     print(json.dumps(results[entries[0]] if len(entries) == 1 else results))
 

@@ -63,8 +63,11 @@ def _stage(glue, outer_cls, layer_ids, pp_rank, pp_size):
         layers_to_capture=list(layer_ids),
     )
     group = types.SimpleNamespace(
-        world_size=pp_size, rank_in_group=pp_rank, is_last_rank=pp_rank == pp_size - 1,
-        cpu_group=None, ranks=list(range(pp_size)),
+        world_size=pp_size,
+        rank_in_group=pp_rank,
+        is_last_rank=pp_rank == pp_size - 1,
+        cpu_group=None,
+        ranks=list(range(pp_size)),
     )
     glue.set_pp_aux_capture(decoder, group)
     outer = outer_cls.__new__(outer_cls)  # the real class, without loading weights
@@ -86,9 +89,7 @@ class _Sizing:
         self.misc = importlib.import_module(
             "sglang.srt.model_executor.model_runner_components.misc_utils"
         )
-        self.buffers = importlib.import_module(
-            "sglang.srt.model_executor.runner_utils.buffers"
-        )
+        self.buffers = importlib.import_module("sglang.srt.model_executor.runner_utils.buffers")
         self.registry = importlib.import_module(
             "sglang.srt.model_executor.cuda_graph_buffer_registry"
         )
@@ -106,9 +107,9 @@ class _Sizing:
         if hasattr(self.buffers, "enable_num_token_non_padded"):
             # 0.5.21+ ask the published parallel config, which a CPU drive has none of.
             self.buffers.enable_num_token_non_padded = lambda: False
-        self.prefill_has_proxy = "pp_size" in inspect.signature(
-            self.buffers.PrefillInputBuffers.create
-        ).parameters
+        self.prefill_has_proxy = (
+            "pp_size" in inspect.signature(self.buffers.PrefillInputBuffers.create).parameters
+        )
 
     def width(self, outer, pp_size, pp_rank):
         if self.resolve is None:
@@ -117,43 +118,84 @@ class _Sizing:
 
     def decode_buffers(self, pp_size, width):
         create = self.buffers.DecodeInputBuffers.create
-        return create(**_kwargs(
-            create, device=torch.device("cpu"), max_bs=MAX_TOKENS, max_num_token=MAX_TOKENS,
-            hidden_size=HIDDEN, next_token_logits_buffer=torch.zeros(MAX_TOKENS, 8),
-            dtype=torch.float32, dp_size=1, num_dp_ranks=1, pp_size=pp_size,
-            is_encoder_decoder=False, require_mlp_tp_gather=False, seq_len_fill_value=1,
-            encoder_len_fill_value=0, num_tokens_per_req=1, cache_loc_dtype=torch.int64,
-            enable_mamba_track=False, pp_proxy_aux_hidden_size=width,
-        ))
+        return create(
+            **_kwargs(
+                create,
+                device=torch.device("cpu"),
+                max_bs=MAX_TOKENS,
+                max_num_token=MAX_TOKENS,
+                hidden_size=HIDDEN,
+                next_token_logits_buffer=torch.zeros(MAX_TOKENS, 8),
+                dtype=torch.float32,
+                dp_size=1,
+                num_dp_ranks=1,
+                pp_size=pp_size,
+                is_encoder_decoder=False,
+                require_mlp_tp_gather=False,
+                seq_len_fill_value=1,
+                encoder_len_fill_value=0,
+                num_tokens_per_req=1,
+                cache_loc_dtype=torch.int64,
+                enable_mamba_track=False,
+                pp_proxy_aux_hidden_size=width,
+            )
+        )
 
     def allocations(self, pp_size, pp_rank, width):
         """Proxy buffers (or None) of every allocation the graph runners use."""
         found = {"decode": self.decode_buffers(pp_size, width).pp_proxy_tensors}
         if self.prefill_has_proxy:
             create = self.buffers.PrefillInputBuffers.create
-            found["prefill"] = create(**_kwargs(
-                create, device=torch.device("cpu"), max_bs=4, max_num_tokens=MAX_TOKENS,
-                cache_loc_dtype=torch.int64, is_multimodal=False, hidden_size=HIDDEN,
-                dtype=torch.float32, enable_mamba_track=False, pp_size=pp_size,
-                is_first_pp_rank=pp_rank == 0, pp_proxy_aux_hidden_size=width,
-            )).pp_proxy_tensors
+            found["prefill"] = create(
+                **_kwargs(
+                    create,
+                    device=torch.device("cpu"),
+                    max_bs=4,
+                    max_num_tokens=MAX_TOKENS,
+                    cache_loc_dtype=torch.int64,
+                    is_multimodal=False,
+                    hidden_size=HIDDEN,
+                    dtype=torch.float32,
+                    enable_mamba_track=False,
+                    pp_size=pp_size,
+                    is_first_pp_rank=pp_rank == 0,
+                    pp_proxy_aux_hidden_size=width,
+                )
+            ).pp_proxy_tensors
         if self.allocate is not None:
-            found["shared"] = self.allocate(**_kwargs(
-                self.allocate, max_num_tokens=MAX_TOKENS, max_hidden_tokens=MAX_TOKENS,
-                hidden_size=HIDDEN, dtype=torch.float32, pp_proxy_aux_hidden_size=width,
-            ))
+            found["shared"] = self.allocate(
+                **_kwargs(
+                    self.allocate,
+                    max_num_tokens=MAX_TOKENS,
+                    max_hidden_tokens=MAX_TOKENS,
+                    hidden_size=HIDDEN,
+                    dtype=torch.float32,
+                    pp_proxy_aux_hidden_size=width,
+                )
+            )
         return found
 
     def full_load(self, buffers, tokens, incoming):
         """The decode buffers after the registry's ``fill_from`` (a full replay load)."""
         build = self.registry.build_decode_registry
-        registry = build(**_kwargs(
-            build, device=torch.device("cpu"), max_bs=MAX_TOKENS, max_num_token=MAX_TOKENS,
-            seq_len_fill_value=1, cache_loc_dtype=torch.int64, source=buffers,
-        ))
+        registry = build(
+            **_kwargs(
+                build,
+                device=torch.device("cpu"),
+                max_bs=MAX_TOKENS,
+                max_num_token=MAX_TOKENS,
+                seq_len_fill_value=1,
+                cache_loc_dtype=torch.int64,
+                source=buffers,
+            )
+        )
         registry.fill_from(
-            types.SimpleNamespace(), raw_bs=tokens, padded_bs=tokens, raw_num_tokens=tokens,
-            padded_num_tokens=tokens, pp_proxy_tensors=self.proxy(dict(incoming)),
+            types.SimpleNamespace(),
+            raw_bs=tokens,
+            padded_bs=tokens,
+            raw_num_tokens=tokens,
+            padded_num_tokens=tokens,
+            pp_proxy_tensors=self.proxy(dict(incoming)),
         )
         return buffers.pp_proxy_tensors
 
@@ -198,9 +240,7 @@ def main() -> None:
     for pp_size in (2, 3):
         for layer_ids in CAPTURES:
             for tokens in TOKENS:
-                made = {
-                    i: torch.randn(tokens, HIDDEN, generator=generator) for i in layer_ids
-                }
+                made = {i: torch.randn(tokens, HIDDEN, generator=generator) for i in layer_ids}
                 handoff = {}
                 for pp_rank in range(pp_size):
                     outer, relay = _stage(glue, outer_cls, layer_ids, pp_rank, pp_size)

@@ -40,8 +40,15 @@ DTYPE = torch.float64
 class FakePPGroup:
     """The parts of SGLang's PP ``GroupCoordinator`` that model code reads."""
 
-    def __init__(self, rank: int, size: int, *, cpu_group: Any = None,
-                 device_group: Any = None, ranks: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        rank: int,
+        size: int,
+        *,
+        cpu_group: Any = None,
+        device_group: Any = None,
+        ranks: list[int] | None = None,
+    ) -> None:
         self.rank_in_group = rank
         self.world_size = size
         self.is_first_rank = rank == 0
@@ -83,8 +90,9 @@ class StampDecoderLayer(nn.Module):
         super().__init__()
         self.layer_id = layer_id
 
-    def forward(self, positions=None, hidden_states=None, forward_batch=None, residual=None,
-                **kwargs):
+    def forward(
+        self, positions=None, hidden_states=None, forward_batch=None, residual=None, **kwargs
+    ):
         residual = hidden_states if residual is None else hidden_states + residual
         stamp = (self.layer_id + 1) + 100.0 * microbatch_of(forward_batch)
         return residual * 0.5 + stamp, residual
@@ -116,8 +124,16 @@ class RecordingLogitsProcessor:
     def __init__(self) -> None:
         self.calls: list[list[torch.Tensor] | None] = []
 
-    def __call__(self, input_ids, hidden_states, lm_head, forward_batch,
-                 aux_hidden_states=None, *args, **kwargs):
+    def __call__(
+        self,
+        input_ids,
+        hidden_states,
+        lm_head,
+        forward_batch,
+        aux_hidden_states=None,
+        *args,
+        **kwargs,
+    ):
         self.calls.append(aux_hidden_states)
         return SimpleNamespace(hidden_states=hidden_states, aux_hidden_states=aux_hidden_states)
 
@@ -137,12 +153,14 @@ def bare(cls: type) -> Any:
     return obj
 
 
-def stage_layers(num_layers: int, start: int, end: int,
-                 missing: Callable[[], nn.Module],
-                 layer: Callable[[int], nn.Module] = StampDecoderLayer) -> nn.ModuleList:
-    return nn.ModuleList(
-        [layer(i) if start <= i < end else missing() for i in range(num_layers)]
-    )
+def stage_layers(
+    num_layers: int,
+    start: int,
+    end: int,
+    missing: Callable[[], nn.Module],
+    layer: Callable[[int], nn.Module] = StampDecoderLayer,
+) -> nn.ModuleList:
+    return nn.ModuleList([layer(i) if start <= i < end else missing() for i in range(num_layers)])
 
 
 def patch_globals(module: ModuleType, **values: Any) -> None:

@@ -75,36 +75,59 @@ PP_CASES = {
     "eagle_pp_spec": (dict(speculative_algorithm="EAGLE"), True),
     "eagle_prefill": (dict(speculative_algorithm="EAGLE", disaggregation_mode="prefill"), False),
     "eagle3_pp_spec": (dict(speculative_algorithm="EAGLE3"), True),
-    "eagle3_prefill": (dict(speculative_algorithm="EAGLE3", disaggregation_mode="prefill"),
-                       False),
-    "eagle3_subclass_pp_spec": (dict(speculative_algorithm="EAGLE3", arch=SUBCLASS_ARCH),
-                                True),
-    "eagle3_subclass_prefill": (dict(speculative_algorithm="EAGLE3", arch=SUBCLASS_ARCH,
-                                     disaggregation_mode="prefill"), False),
+    "eagle3_prefill": (dict(speculative_algorithm="EAGLE3", disaggregation_mode="prefill"), False),
+    "eagle3_subclass_pp_spec": (dict(speculative_algorithm="EAGLE3", arch=SUBCLASS_ARCH), True),
+    "eagle3_subclass_prefill": (
+        dict(speculative_algorithm="EAGLE3", arch=SUBCLASS_ARCH, disaggregation_mode="prefill"),
+        False,
+    ),
     # The refusals that stay.  DFLASH with PP among them on 0.5.21-0.5.23, whose
     # speculative_hook._handle_dflash refuses it, so the patch leaves it refused.
-    "dflash_prefill": (dict(speculative_algorithm="DFLASH", disaggregation_mode="prefill"),
-                       False),
-    "eagle3_other_model": (dict(speculative_algorithm="EAGLE3", arch=OTHER_ARCH,
-                                disaggregation_mode="prefill"), False),
-    "dflash_other_model": (dict(speculative_algorithm="DFLASH", arch=OTHER_ARCH,
-                                disaggregation_mode="prefill"), False),
+    "dflash_prefill": (dict(speculative_algorithm="DFLASH", disaggregation_mode="prefill"), False),
+    "eagle3_other_model": (
+        dict(speculative_algorithm="EAGLE3", arch=OTHER_ARCH, disaggregation_mode="prefill"),
+        False,
+    ),
+    "dflash_other_model": (
+        dict(speculative_algorithm="DFLASH", arch=OTHER_ARCH, disaggregation_mode="prefill"),
+        False,
+    ),
     "eagle3_aggregate_without_pp_spec": (dict(speculative_algorithm="EAGLE3"), False),
-    "eagle3_multi_layer": (dict(speculative_algorithm="EAGLE3", enable_multi_layer_eagle=True,
-                                disaggregation_mode="prefill"), False),
-    "eagle3_pp_spec_adaptive": (dict(speculative_algorithm="EAGLE3",
-                                     speculative_adaptive=True), True),
-    "eagle3_pp_spec_prefill": (dict(speculative_algorithm="EAGLE3",
-                                    disaggregation_mode="prefill"), True),
-    "eagle3_overlap": (dict(speculative_algorithm="EAGLE3", disable_overlap_schedule=False,
-                            disaggregation_mode="prefill"), False),
+    "eagle3_multi_layer": (
+        dict(
+            speculative_algorithm="EAGLE3",
+            enable_multi_layer_eagle=True,
+            disaggregation_mode="prefill",
+        ),
+        False,
+    ),
+    "eagle3_pp_spec_adaptive": (
+        dict(speculative_algorithm="EAGLE3", speculative_adaptive=True),
+        True,
+    ),
+    "eagle3_pp_spec_prefill": (
+        dict(speculative_algorithm="EAGLE3", disaggregation_mode="prefill"),
+        True,
+    ),
+    "eagle3_overlap": (
+        dict(
+            speculative_algorithm="EAGLE3",
+            disable_overlap_schedule=False,
+            disaggregation_mode="prefill",
+        ),
+        False,
+    ),
     "dflash_aggregate": (dict(speculative_algorithm="DFLASH"), False),
     "dflash_pp_spec": (dict(speculative_algorithm="DFLASH"), True),
-    "dflash_pp_spec_prefill": (dict(speculative_algorithm="DFLASH",
-                                    disaggregation_mode="prefill"), True),
+    "dflash_pp_spec_prefill": (
+        dict(speculative_algorithm="DFLASH", disaggregation_mode="prefill"),
+        True,
+    ),
     "ngram": (dict(speculative_algorithm="NGRAM", disaggregation_mode="prefill"), False),
-    "min_free_slots_delay": (dict(speculative_algorithm="EAGLE3", min_free_slots_delay=5,
-                                  disaggregation_mode="prefill"), False),
+    "min_free_slots_delay": (
+        dict(speculative_algorithm="EAGLE3", min_free_slots_delay=5, disaggregation_mode="prefill"),
+        False,
+    ),
 }
 
 #: ``--enable-return-aux-hidden-states`` with PP (0.5.23+).
@@ -114,8 +137,9 @@ AUX_CASES = {
     "aux_eagle3_subclass": dict(speculative_algorithm="EAGLE3", arch=SUBCLASS_ARCH),
     # The refusals that stay.
     "aux_eagle3_other_model": dict(speculative_algorithm="EAGLE3", arch=OTHER_ARCH),
-    "aux_dspark_not_relayed": dict(speculative_algorithm="DSPARK",
-                                   return_aux_hidden_state_layer_ids=[1, 4]),
+    "aux_dspark_not_relayed": dict(
+        speculative_algorithm="DSPARK", return_aux_hidden_state_layer_ids=[1, 4]
+    ),
     "aux_dflash_without_ids": dict(speculative_algorithm="DFLASH"),
     "aux_with_draft": dict(speculative_algorithm="EAGLE3", speculative_draft_model_path="/d"),
     "aux_ngram": dict(speculative_algorithm="NGRAM"),
@@ -131,11 +155,10 @@ def main() -> None:
     if hasattr(validation_hook, "handle_aux_hidden_state_capture"):
         for name, fields in AUX_CASES.items():
             fields = dict(fields)
-            record = server_args(fields.pop("arch", PATCHED_ARCH),
-                                 enable_return_aux_hidden_states=True, **fields)
-            results[name] = _outcome(
-                validation_hook.handle_aux_hidden_state_capture, record, False
+            record = server_args(
+                fields.pop("arch", PATCHED_ARCH), enable_return_aux_hidden_states=True, **fields
             )
+            results[name] = _outcome(validation_hook.handle_aux_hidden_state_capture, record, False)
     print(json.dumps(results))
 
 

@@ -130,9 +130,7 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "gpt_oss",
         "GptOssForCausalLM",
         "GptOssConfig",
-        dict(
-            num_local_experts=4, num_experts_per_tok=2, sliding_window=16, swiglu_limit=7.0
-        ),
+        dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=16, swiglu_limit=7.0),
     ),
     "minimax_m3": (
         "minimax_m3",
@@ -451,9 +449,7 @@ def _config(name: str) -> Any:
         values = {**_COMMON, **fields, "text_config": text}
     else:
         values = {**_COMMON, **fields}
-    if cls is transformers.PretrainedConfig and isinstance(
-        values.get("vision_config"), dict
-    ):
+    if cls is transformers.PretrainedConfig and isinstance(values.get("vision_config"), dict):
         values["vision_config"] = cls(**values["vision_config"])
     config = cls(**values)
     for key, value in values.items():  # fields the config class drops or renames
@@ -491,9 +487,7 @@ def _init_parallel(rank: int, port: int) -> None:
         role="test",
         ranks=runtime_context.SpawnRanks(world_rank=rank),
     )
-    runtime_context.get_parallel().override_permanently(
-        world_group=parallel_state._WORLD
-    )
+    runtime_context.get_parallel().override_permanently(world_group=parallel_state._WORLD)
     parallel_state.initialize_model_parallel(backend="gloo")
 
 
@@ -541,8 +535,7 @@ def _handoff(stack: Any, rank: int) -> dict[str, Any]:
     if relay is None:
         raise RuntimeError("the hook set no relay up on this stage")
     captures = [
-        torch.full((TOKENS, relay.hidden_size), float(i + 1))
-        for i in relay.local_layer_ids
+        torch.full((TOKENS, relay.hidden_size), float(i + 1)) for i in relay.local_layer_ids
     ]
     if rank == 0:
         shape = torch.tensor([-1, -1])
@@ -650,8 +643,7 @@ def main(argv: list[str]) -> int:
     results = ctx.Queue()
     port = _free_port()
     procs = [
-        ctx.Process(target=_rank, args=(rank, port, names, results))
-        for rank in range(PP_SIZE)
+        ctx.Process(target=_rank, args=(rank, port, names, results)) for rank in range(PP_SIZE)
     ]
     for proc in procs:
         proc.start()
