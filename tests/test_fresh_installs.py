@@ -24,7 +24,7 @@ import pytest
 
 from tests.gitrepo import IDENTITY, git, isolate_git
 from tests.test_demo import assert_demo_output, run_demo
-from tests.test_upstream_rerun import family_checkout
+from tests.upstream.test_upstream_rerun import family_checkout
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

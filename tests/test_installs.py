@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from tests.gitrepo import IDENTITY, git, isolate_git
-from tests.test_upstream_rerun import family_checkout
+from tests.upstream.test_upstream_rerun import family_checkout
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

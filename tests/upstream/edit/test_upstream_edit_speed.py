@@ -1,0 +1,137 @@
+"""The pieces that make generation fast give what the slow way gives: ``findall`` as
+LibCST's ``matchers.findall``, ``module_code`` as ``Module.code``, ``forked_map`` as ``map``,
+``parse_text`` one tree per text."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import libcst as cst
+import libcst.matchers as m
+import pytest
+
+from codemods.upstream.edit.forked import forked_map
+from codemods.upstream.edit.parsing import module_code, parse_once, parse_text, source_text
+from codemods.upstream.edit.walk import code_of, findall
+from codemods.upstream.family.plan import plan_family
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
+MODEL_FILES = sorted((FIXTURES / "upstream").rglob("*.py"))
+MATCHERS = [
+    m.Call(),
+    m.Name("self"),
+    m.For(),
+    m.If(),
+    m.Attribute(value=m.Name("self")),
+    m.Call() | m.Name(),
+    m.Arg(keyword=m.Name()),
+    m.SimpleStatementLine(),
+    m.Comparison(),
+    m.EmptyLine(),
+    m.FunctionDef(),
+    m.Param(),
+    m.MatchIfTrue(lambda node: isinstance(node, cst.Return)),
+]
+
+
+def _same(found: list, expected: list) -> bool:
+    return len(found) == len(expected) and all(a is b for a, b in zip(found, expected, strict=True))
+
+
+@pytest.mark.parametrize("path", MODEL_FILES[:40], ids=lambda p: p.name)
+def test_findall_gives_libcst_nodes_in_libcst_order(path):
+    module = cst.parse_module(path.read_text(encoding="utf-8"))
+    classes = [node for node in module.body if isinstance(node, cst.ClassDef)]
+    for matcher in MATCHERS:
+        assert _same(findall(module, matcher), m.findall(module, matcher)), matcher
+        for cls in classes:  # subtrees of an indexed tree, and trees of their own
+            for fn in m.findall(cls, m.FunctionDef()):
+                assert _same(findall(fn, matcher), m.findall(fn, matcher)), (cls.name, matcher)
+
+
+def test_code_of_reads_dotted_names_and_generates_the_rest():
+    module = cst.parse_module("a.b.c\n( a ).b\na . b\nf(x)\n")
+    texts = [code_of(line.body[0].value) for line in module.body]
+    assert texts == ["a.b.c", "( a ).b", "a . b", "f(x)"]
+
+
+class _Rename(cst.CSTTransformer):
+    """Renames one method and adds an import: a change in a class and at module level."""
+
+    def on_visit(self, node):
+        return isinstance(node, (cst.Module, cst.ClassDef, cst.IndentedBlock))
+
+    def leave_FunctionDef(self, original, updated):
+        if original.name.value == "forward":
+            return updated.with_changes(name=cst.Name("forward_renamed"))
+        return updated
+
+    def leave_Module(self, original, updated):
+        added = cst.parse_statement("import added_module\n")
+        return updated.with_changes(body=[added, *updated.body])
+
+
+@pytest.mark.parametrize("path", MODEL_FILES[:40], ids=lambda p: p.name)
+def test_module_code_is_the_code_of_the_rewritten_module(path):
+    text = path.read_text(encoding="utf-8")
+    with parse_once():
+        module = parse_text(text)
+        assert parse_text(text) is module and source_text(module) == text
+        updated = module.visit(_Rename())
+        assert module_code(module, updated) == updated.code
+    # Outside a parse_once block the text is unknown: the code is generated.
+    assert module_code(module, updated) == updated.code
+
+
+def test_module_code_splices_only_what_changed():
+    text = "import os\n\n\nclass A:\n    x = 1\n\n    def forward(self):\n        return 1\n"
+    with parse_once():
+        module = parse_text(text)
+        updated = module.visit(_Rename())
+        generated: list[cst.CSTNode] = []
+        original_code_for_node = cst.Module.code_for_node
+
+        def counting(self, node):
+            generated.append(node)
+            return original_code_for_node(self, node)
+
+        cst.Module.code_for_node = counting
+        try:
+            result = module_code(module, updated)
+        finally:
+            cst.Module.code_for_node = original_code_for_node
+    assert result == updated.code
+    assert not any(isinstance(node, cst.ClassDef) and node.name.value == "A" for node in generated)
+
+
+def _square_or_fail(item: int) -> int:
+    if item < 0:
+        raise ValueError(f"negative: {item}")
+    return item * item
+
+
+def test_forked_map_keeps_order_and_reports_the_child_error(monkeypatch):
+    items = list(range(9))
+    assert forked_map(_square_or_fail, items, weight=lambda k: 10 - k) == [k * k for k in items]
+    with pytest.raises((RuntimeError, ValueError), match="negative: -"):
+        forked_map(_square_or_fail, [1, -2, 3, -4])
+    monkeypatch.setenv("AUXCAP_JOBS", "1")
+    pid = os.getpid()
+    assert forked_map(lambda _: os.getpid(), [1, 2, 3]) == [pid, pid, pid]
+
+
+def test_forked_map_uses_a_second_process():
+    pids = forked_map(lambda _: os.getpid(), [1, 2, 3, 4])
+    assert len(set(pids)) == 2 and os.getpid() in pids
+
+
+def test_plan_rewrites_in_two_processes_as_in_one(monkeypatch, tmp_path):
+    for path in (FIXTURES / "upstream").glob("family_*.py"):
+        shutil.copy(path, tmp_path / path.name)
+    with parse_once():
+        two = plan_family(tmp_path).rewritten()
+    monkeypatch.setenv("AUXCAP_JOBS", "1")
+    one = plan_family(tmp_path).rewritten()
+    assert two == one and len(one) >= 2
