@@ -42,13 +42,16 @@ def _shared_generation(tmp_path_factory):
 
 def pytest_collection_modifyitems(session, config, items):
     """Test files with slow tests (real release wheels, spawned pipeline stages) run first,
-    each file's tests kept together and in their order: with ``--dist loadfile`` the long
-    files start at once instead of leaving one worker busy after the other has finished."""
+    the heaviest first, each file's tests kept together and in their order: with ``--dist
+    loadfile`` the long files start at once and the short ones fill in at the end, instead
+    of leaving one worker busy after the other has finished.  A file's weight counts its
+    tests that need a release wheel and are slow (3), slow only (2) or need a wheel (1)."""
     first_seen: dict[str, int] = {}
-    slow_files: set[str] = set()
+    weight: dict[str, int] = {}
     for index, item in enumerate(items):
         path = str(item.path)
         first_seen.setdefault(path, index)
-        if item.get_closest_marker("slow") is not None:
-            slow_files.add(path)
-    items.sort(key=lambda item: (str(item.path) not in slow_files, first_seen[str(item.path)]))
+        slow = item.get_closest_marker("slow") is not None
+        wheel = item.get_closest_marker("sglang") is not None
+        weight[path] = weight.get(path, 0) + (3 if slow and wheel else 2 if slow else int(wheel))
+    items.sort(key=lambda item: (-weight[str(item.path)], first_seen[str(item.path)]))
