@@ -5,7 +5,9 @@
 per question, that dominates the analysis.  :func:`findall` gives the same nodes in the same
 order (pre-order, the tree itself first, children in the order LibCST visits them) by reading
 the children straight from each node's fields, and tests a node against the matcher only
-when its type is the one the matcher names.
+when its type is the one the matcher names.  (``callers/fieldwalk.py`` reads fields too, but
+skips layout nodes and goes in declaration order; a matcher may ask for either, so this walk
+keeps every node in LibCST's order.)
 
 Before::
 
@@ -22,7 +24,6 @@ import inspect
 import re
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Iterator
 from typing import Any, overload
 
 import libcst as cst
@@ -43,21 +44,16 @@ def _child_fields(kind: type) -> tuple[str, ...]:
     return fields
 
 
-def nodes(tree: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Every node of ``tree``, ``tree`` first, in LibCST's visiting order."""
-    stack: list[cst.CSTNode] = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        children: list[cst.CSTNode] = []
-        for name in _CHILD_FIELDS.get(type(node)) or _child_fields(type(node)):
-            value = getattr(node, name)
-            if type(value) is tuple or type(value) is list:
-                children.extend(value)  # LibCST sequences hold nodes only
-            elif isinstance(value, cst.CSTNode):
-                children.append(value)
-        children.reverse()
-        stack.extend(children)
+def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The child nodes of ``node``, in the order LibCST visits them."""
+    children: list[cst.CSTNode] = []
+    for name in _CHILD_FIELDS.get(type(node)) or _child_fields(type(node)):
+        value = getattr(node, name)
+        if type(value) is tuple or type(value) is list:
+            children.extend(value)  # LibCST sequences hold nodes only
+        elif isinstance(value, cst.CSTNode):
+            children.append(value)
+    return children
 
 
 class _Index:
@@ -75,13 +71,7 @@ class _Index:
             here = len(every)
             every.append(node)
             parents.append(parent)
-            children: list[cst.CSTNode] = []
-            for name in _CHILD_FIELDS.get(type(node)) or _child_fields(type(node)):
-                value = getattr(node, name)
-                if type(value) is tuple or type(value) is list:
-                    children.extend(value)
-                elif isinstance(value, cst.CSTNode):
-                    children.append(value)
+            children = _children(node)
             stack.extend((child, here) for child in reversed(children))
         sizes = [1] * len(every)
         for position in range(len(every) - 1, 0, -1):

@@ -31,22 +31,8 @@ The capture hooks still return early off the last rank, so only the last stage c
 This module recognises that forward (:func:`analyse_forward`, a
 :class:`~codemods.upstream.family.forward.ForwardShape` of kind :data:`ENTRY_KIND`, or one
 with the reason it is not recognised) and rewrites it
-(:func:`~codemods.upstream.family.layer_entry.rewrite.rewrite_forward`)::
-
-        if not self.pp_group.is_last_rank:
-            return pp_aux_handoff(
-                self,
-                residual_batch.to_pp(hidden_states, forward_batch),
-                aux_hidden_states,
-                pp_proxy_tensors,
-            )
-        hidden_states = residual_batch.final_norm(
-            hidden_states, forward_batch, self.norm
-        )
-
-        aux_hidden_states = pp_aux_collect(self, aux_hidden_states, pp_proxy_tensors)
-        if len(aux_hidden_states) == 0:
-            return hidden_states
+(:func:`~codemods.upstream.family.layer_entry.rewrite.rewrite_forward`, whose docstring
+shows the result).
 
 Non-last stages add their captures to the ``PPProxyTensors`` that ``to_pp`` builds (the
 same ``aux_hidden_states`` entry and relay helpers as every other model of the family);
