@@ -189,6 +189,7 @@ def _generate(
         result.changes.append(validation.change)
     if family is not None:
         result.tests = shipped_tests(family)
+        family.release_trees()
     if tests_dir is not None and result.tests:
         result.tests_dir = write_tests(result.tests, tests_dir)
     return result

@@ -4,6 +4,10 @@ of what changed only.
 Inside ``with parse_once():`` (one ``generate`` run), :func:`parse_text` parses a given text
 once: the capture-hook family and the Kimi-Linear and Kimi-K3 rewriters all read
 ``kimi_linear.py`` and ``kimi_k3.py``, for example, and share one tree (trees are immutable).
+The block also pauses Python's cyclic garbage collector: the trees of a run (about a million
+nodes for SGLang's model files) live until the run ends and hold no reference cycles, yet
+every full collection would walk all of them again, which made parsing them in a run about
+a third slower than parsing them one at a time.
 :func:`module_code` gives ``updated.code`` for a rewrite of such a tree: the original text
 with only the changed top-level statements, or the changed statements of a top-level
 class, replaced (LibCST keeps every node's text exactly, so both are the same).
@@ -22,6 +26,7 @@ After::
 from __future__ import annotations
 
 import difflib
+import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -38,11 +43,16 @@ _SOURCES: ContextVar[dict[int, tuple[cst.Module, str]] | None] = ContextVar(
 
 @contextmanager
 def parse_once() -> Iterator[None]:
-    """Within the block, :func:`parse_text` parses each distinct text once."""
+    """Within the block, :func:`parse_text` parses each distinct text once, and the cyclic
+    garbage collector is paused (as it was before the block once it ends)."""
     trees, sources = _TREES.set({}), _SOURCES.set({})
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         yield
     finally:
+        if collecting:
+            gc.enable()
         _TREES.reset(trees)
         _SOURCES.reset(sources)
 

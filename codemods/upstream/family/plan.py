@@ -98,6 +98,7 @@ class FamilyPlan:
     stage_fixes: dict[str, list[StageOutputFix]] = field(default_factory=dict)
     modules: dict[str, cst.Module] = field(default_factory=dict, repr=False)
     _rewritten: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
+    _fixed: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def patched(self) -> list[str]:
@@ -176,7 +177,21 @@ class FamilyPlan:
     def fixes_only(self) -> dict[str, str]:
         """``file -> text`` with only the separate fixes applied (missing stack setters,
         causal-LM forwards that unpack non-last stages' output), for the files that have
-        them: the state between a fix's own patch and the capture patch of its file."""
+        them: the state between a fix's own patch and the capture patch of its file
+        (computed once)."""
+        if self._fixed is None:
+            self._fixed = self._fix()
+        return dict(self._fixed)
+
+    def release_trees(self) -> None:
+        """Work out every text the plan gives (:meth:`rewritten`, :meth:`fixes_only`), then
+        let go of the parsed model files: about a million nodes for SGLang's models, which
+        the rest of a run has no use for and which would slow every garbage collection."""
+        self.rewritten()
+        self.fixes_only()
+        self.modules = {}
+
+    def _fix(self) -> dict[str, str]:
         result = {}
         for file in sorted(set(self.stack_setters) | set(self.stage_fixes)):
             module = self.modules[file]
