@@ -24,10 +24,14 @@ import inspect
 import re
 from bisect import bisect_left
 from collections import OrderedDict
+from collections.abc import Callable
+from operator import attrgetter
 from typing import Any, overload
 
 import libcst as cst
 import libcst.matchers as m
+
+from codemods.upstream.edit.quick_match import matches, node_types
 
 #: ``visit_required(self, "name", ...)`` and its siblings, in the order a node's
 #: ``_visit_and_replace_children`` visits its fields: the order children are visited in.
@@ -44,14 +48,31 @@ def _child_fields(kind: type) -> tuple[str, ...]:
     return fields
 
 
+def _getter(kind: type) -> Callable[[cst.CSTNode], tuple[Any, ...]]:
+    """Reads the child fields of a ``kind`` node as one tuple."""
+    getter = _GETTERS.get(kind)
+    if getter is None:
+        fields = _child_fields(kind)
+        if len(fields) == 1:
+            one = attrgetter(fields[0])
+            getter = _GETTERS[kind] = lambda node: (one(node),)
+        else:
+            getter = _GETTERS[kind] = attrgetter(*fields) if fields else lambda node: ()
+    return getter
+
+
+_GETTERS: dict[type, Callable[[cst.CSTNode], tuple[Any, ...]]] = {}
+_DEFAULT = cst.MaybeSentinel.DEFAULT
+
+
 def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The child nodes of ``node``, in the order LibCST visits them."""
+    """The child nodes of ``node``, in the order LibCST visits them (a visited field holds
+    a node, a sequence of nodes, ``None`` or ``MaybeSentinel.DEFAULT``)."""
     children: list[cst.CSTNode] = []
-    for name in _CHILD_FIELDS.get(type(node)) or _child_fields(type(node)):
-        value = getattr(node, name)
+    for value in (_GETTERS.get(type(node)) or _getter(type(node)))(node):
         if type(value) is tuple or type(value) is list:
-            children.extend(value)  # LibCST sequences hold nodes only
-        elif isinstance(value, cst.CSTNode):
+            children.extend(value)
+        elif value is not None and value is not _DEFAULT:
             children.append(value)
     return children
 
@@ -65,52 +86,54 @@ class _Index:
         self.tree = tree  # keeps the ids below from being reused while cached
         every: list[cst.CSTNode] = []
         parents: list[int] = []
+        groups: dict[type, list[int]] = {}
         stack: list[tuple[cst.CSTNode, int]] = [(tree, -1)]
         while stack:
             node, parent = stack.pop()
             here = len(every)
             every.append(node)
             parents.append(parent)
+            group = groups.get(type(node))
+            if group is None:
+                groups[type(node)] = [here]
+            else:
+                group.append(here)
             children = _children(node)
-            stack.extend((child, here) for child in reversed(children))
+            if children:
+                children.reverse()
+                stack.extend([(child, here) for child in children])
         sizes = [1] * len(every)
         for position in range(len(every) - 1, 0, -1):
             sizes[parents[position]] += sizes[position]
         self.every = every
         self.ends = [position + size for position, size in enumerate(sizes)]
         self.positions = {id(node): position for position, node in enumerate(every)}
-        self.groups: dict[str, list[int]] = {}
-        for position, node in enumerate(every):
-            self.groups.setdefault(type(node).__name__, []).append(position)
+        self.groups = groups
 
-    def find(self, tree: cst.CSTNode, kind: type | None, matcher) -> list[cst.CSTNode] | None:
+    def find(self, tree: cst.CSTNode, matcher) -> list[cst.CSTNode] | None:
         """The matches in ``tree`` (None: ``tree`` is not in this index)."""
         position = self.positions.get(id(tree))
         if position is None or self.every[position] is not tree:
             return None
         end = self.ends[position]
-        if kind is None:
+        kinds = node_types(matcher)
+        if kinds is None:
             candidates = self.every[position:end]
         else:
-            group = self.groups.get(kind.__name__, [])
-            low, high = bisect_left(group, position), bisect_left(group, end)
-            candidates = [self.every[k] for k in group[low:high]]
-        return [node for node in candidates if m.matches(node, matcher)]
+            places: list[int] = []
+            for kind in dict.fromkeys(kinds):
+                group = self.groups.get(kind, [])
+                places += group[bisect_left(group, position) : bisect_left(group, end)]
+            if len(kinds) > 1:
+                places.sort()
+            candidates = [self.every[k] for k in places]
+        return [node for node in candidates if matches(node, matcher)]
 
 
 #: The trees asked about most recently (analysis asks many questions of one class and
 #: its methods in a row); bounded, so nothing outlives its use for long.
 _RECENT: OrderedDict[int, _Index] = OrderedDict()
 _RECENT_SIZE = 16
-
-
-def _matched_type(matcher: object) -> type | None:
-    """The node type a matcher like ``m.Call(...)`` requires (matchers compare class names);
-    ``None`` for combinators such as ``m.OneOf`` or ``a | b``."""
-    kind = getattr(cst, type(matcher).__name__, None)
-    if isinstance(kind, type) and issubclass(kind, cst.CSTNode):
-        return kind
-    return None
 
 
 _Tree = cst.CSTNode | cst.RemovalSentinel | cst.MaybeSentinel
@@ -200,16 +223,15 @@ def findall(tree: _Tree, matcher: _Matcher) -> list[Any]:
         return []
     if not isinstance(matcher, m.BaseMatcherNode):
         return list(m.findall(tree, matcher))  # MatchIfTrue and friends: LibCST's own walk
-    kind = _matched_type(matcher)
     for key in reversed(_RECENT):
-        found = _RECENT[key].find(tree, kind, matcher)
+        found = _RECENT[key].find(tree, matcher)
         if found is not None:
             _RECENT.move_to_end(key)
             return found
     index = _RECENT[id(tree)] = _Index(tree)
     if len(_RECENT) > _RECENT_SIZE:
         _RECENT.popitem(last=False)
-    found = index.find(tree, kind, matcher)
+    found = index.find(tree, matcher)
     assert found is not None
     return found
 

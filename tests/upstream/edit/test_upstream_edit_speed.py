@@ -33,6 +33,20 @@ MATCHERS = [
     m.FunctionDef(),
     m.Param(),
     m.MatchIfTrue(lambda node: isinstance(node, cst.Return)),
+    # What the quick matcher decides itself, and what it hands to LibCST.
+    m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name())),
+    m.Attribute(attr=m.Name("layers_to_capture")) | m.Name("layers_to_capture") | m.Return(),
+    m.Call(args=[m.Arg(), m.DoNotCare()]),
+    m.Call(args=[]),
+    m.Assign(targets=[m.AssignTarget(target=m.Tuple())], value=m.Call()),
+    m.Call(args=[m.ZeroOrMore(), m.Arg(keyword=m.Name("dim"))]),
+    m.Name(value=m.MatchRegex("^aux")),
+    m.Call(func=m.SaveMatchedNode(m.Name(), "callee")),
+    ~m.Name("self"),
+    m.Name() | m.MatchIfTrue(lambda node: isinstance(node, cst.Integer)),
+    m.TypeOf(m.Name, m.Integer)(),
+    m.Param(default=None),
+    m.FunctionDef(asynchronous=m.Asynchronous()),
 ]
 
 
