@@ -63,6 +63,7 @@ def _getter(kind: type) -> Callable[[cst.CSTNode], tuple[Any, ...]]:
 
 _GETTERS: dict[type, Callable[[cst.CSTNode], tuple[Any, ...]]] = {}
 _DEFAULT = cst.MaybeSentinel.DEFAULT
+_EXPRESSION = cst.BaseExpression
 
 
 def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
@@ -77,13 +78,26 @@ def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
     return children
 
 
+#: Node types that never occur inside an expression (a lambda's body is an expression).
+_STATEMENT_LEVEL = (cst.BaseStatement, cst.BaseSmallStatement, cst.BaseSuite)
+
+
+def _statement_level(kinds: tuple[type, ...] | None) -> bool:
+    return kinds is not None and all(issubclass(kind, _STATEMENT_LEVEL) for kind in kinds)
+
+
 class _Index:
     """One walk of a tree: its nodes in visiting order, where each node's subtree ends, and
     the positions of each node type.  It answers questions about the tree and about any
-    subtree of it (a method of an indexed class, a loop of an indexed method)."""
+    subtree of it (a method of an indexed class, a loop of an indexed method).
 
-    def __init__(self, tree: cst.CSTNode) -> None:
+    ``statements_only``: the walk does not enter expressions, which hold most of a
+    method's nodes; such an index answers only questions about statement-level nodes
+    (``m.Return()``, ``m.Assign(...)``, ``m.If()``), which it finds all of."""
+
+    def __init__(self, tree: cst.CSTNode, statements_only: bool = False) -> None:
         self.tree = tree  # keeps the ids below from being reused while cached
+        self.statements_only = statements_only
         every: list[cst.CSTNode] = []
         parents: list[int] = []
         groups: dict[type, list[int]] = {}
@@ -99,6 +113,8 @@ class _Index:
             else:
                 group.append(here)
             children = _children(node)
+            if statements_only:
+                children = [child for child in children if not isinstance(child, _EXPRESSION)]
             if children:
                 children.reverse()
                 stack.extend([(child, here) for child in children])
@@ -110,13 +126,22 @@ class _Index:
         self.positions = {id(node): position for position, node in enumerate(every)}
         self.groups = groups
 
+    def nodes(self, tree: cst.CSTNode) -> list[cst.CSTNode] | None:
+        """The nodes of ``tree`` (None: ``tree`` is not in this index, or not all of it)."""
+        position = None if self.statements_only else self.positions.get(id(tree))
+        if position is None or self.every[position] is not tree:
+            return None
+        return self.every[position : self.ends[position]]
+
     def find(self, tree: cst.CSTNode, matcher) -> list[cst.CSTNode] | None:
         """The matches in ``tree`` (None: ``tree`` is not in this index)."""
+        kinds = node_types(matcher)
+        if self.statements_only and not _statement_level(kinds):
+            return None
         position = self.positions.get(id(tree))
         if position is None or self.every[position] is not tree:
             return None
         end = self.ends[position]
-        kinds = node_types(matcher)
         if kinds is None:
             candidates = self.every[position:end]
         else:
@@ -228,12 +253,25 @@ def findall(tree: _Tree, matcher: _Matcher) -> list[Any]:
         if found is not None:
             _RECENT.move_to_end(key)
             return found
-    index = _RECENT[id(tree)] = _Index(tree)
+    index = _Index(tree, statements_only=_statement_level(node_types(matcher)))
+    _RECENT.pop(id(tree), None)  # a statements-only index of the same tree, if any
+    _RECENT[id(tree)] = index
     if len(_RECENT) > _RECENT_SIZE:
         _RECENT.popitem(last=False)
     found = index.find(tree, matcher)
     assert found is not None
     return found
+
+
+def subtree(tree: cst.CSTNode) -> list[cst.CSTNode]:
+    """``tree`` and every node below it, in the order LibCST visits them (``findall`` of a
+    matcher every node matches)."""
+    for key in reversed(_RECENT):
+        found = _RECENT[key].nodes(tree)
+        if found is not None:
+            _RECENT.move_to_end(key)
+            return found
+    return _Index(tree).every
 
 
 def code_of(node: cst.CSTNode) -> str:

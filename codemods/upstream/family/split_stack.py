@@ -53,9 +53,9 @@ def _runs_under_pp(cls: cst.ClassDef) -> bool:
     forward = _method(cls, "forward")
     if forward is None:
         return False
-    takes_proxy = any(p.name.value == "pp_proxy_tensors" for p in forward.params.params)
-    reads_group = bool(findall(cls, m.Attribute(value=m.Name("self"), attr=m.Name("pp_group"))))
-    return takes_proxy and reads_group
+    if not any(p.name.value == "pp_proxy_tensors" for p in forward.params.params):
+        return False
+    return bool(findall(cls, m.Attribute(value=m.Name("self"), attr=m.Name("pp_group"))))
 
 
 def split_stack_setters(module: cst.Module, shapes: ModuleShapes) -> list[SetterShape]:

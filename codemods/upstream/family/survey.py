@@ -85,37 +85,52 @@ def analyse(module: cst.Module, source: str | None = None) -> ModuleShapes:
 
 
 class _LineFinder:
-    """Line numbers of top-level classes and their methods, from the module text.
+    """Line numbers of top-level classes and their methods, from the module text, read in
+    one pass.
 
     Cheaper than LibCST position metadata on multi-thousand-line model files.
     """
 
     def __init__(self, source: str) -> None:
-        self._lines = source.splitlines()
+        lines = source.splitlines()
+        #: class name -> its text (the first class of that name): from its ``class`` line
+        #: to the next ``class`` line or unindented code line (comments, decorators and
+        #: closing brackets at column 0 do not end it).
+        self._texts: dict[str, str] = {}
+        #: (class name, method) -> line of the last ``def method(`` under such a class line
+        self._defs: dict[tuple[str, str], int] = {}
+        start: int | None = None
+        name: str | None = None  # of the last ``class`` line
+        for number, text in enumerate(lines):
+            if text.startswith("class "):
+                if start is not None and name is not None:
+                    self._texts.setdefault(name, "\n".join(lines[start:number]))
+                name, start = _class_name(text), number
+            elif start is not None and text and not text[0].isspace():
+                if not text.startswith((")", "#", "@")):
+                    if name is not None:
+                        self._texts.setdefault(name, "\n".join(lines[start:number]))
+                    start = None
+            if name is not None and text.lstrip().startswith("def "):
+                method = text.lstrip()[4:].partition("(")
+                if method[1]:
+                    self._defs[(name, method[0])] = number + 1
+        if start is not None and name is not None:
+            self._texts.setdefault(name, "\n".join(lines[start:]))
 
     def class_text(self, class_name: str) -> str:
-        start = None
-        for number, text in enumerate(self._lines):
-            if text.startswith("class "):
-                if start is not None:
-                    return "\n".join(self._lines[start:number])
-                if text[6:].startswith((class_name + "(", class_name + ":")):
-                    start = number
-            elif start is not None and text and not text[0].isspace() and not text.startswith(")"):
-                if not text.startswith(("#", "@")):
-                    return "\n".join(self._lines[start:number])
-        return "\n".join(self._lines[start:]) if start is not None else ""
+        return self._texts.get(class_name, "")
 
     def line_of(self, class_name: str, method: str) -> int:
         """Line of the last ``def method`` in the class (the one Python keeps)."""
-        in_class = False
-        found = 0
-        for number, text in enumerate(self._lines, start=1):
-            if text.startswith("class "):
-                in_class = text[6:].startswith((class_name + "(", class_name + ":"))
-            elif in_class and text.lstrip().startswith(f"def {method}("):
-                found = number
-        return found
+        return self._defs.get((class_name, method), 0)
+
+
+def _class_name(line: str) -> str | None:
+    """``Name`` of a ``class Name(...)`` / ``class Name:`` line."""
+    head = line[6:]
+    cut = min((k for k in (head.find("("), head.find(":")) if k >= 0), default=-1)
+    return head[:cut] if cut > 0 else None
 
 
 def _model_imports(module: cst.Module) -> dict[str, tuple[str, str]]:
@@ -173,12 +188,17 @@ def _submodules(cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> dict[
     init = methods.get("__init__")
     if init is None:
         return submodules
-    factories: dict[str, str] = {}
-    for name in _self_calls(init):
+
+    def factory(name: str) -> str | None:
+        """What ``self.<name>(...)`` returns: ``return X(...)`` (the last such) in a method
+        of the class."""
+        found = None
         if name in methods and name != "__init__":
             for ret in findall(methods[name], m.Return(value=m.Call(func=m.Name()))):
                 assert isinstance(ret.value, cst.Call)
-                factories[name] = name_value(ret.value.func)
+                found = name_value(ret.value.func)
+        return found
+
     class_attributes: dict[str, str] = {}
     for statement in cls.body.body:
         if m.matches(
@@ -207,7 +227,7 @@ def _submodules(cls: cst.ClassDef, methods: dict[str, cst.FunctionDef]) -> dict[
             target = defaults.get(func.value, func.value)
         elif isinstance(func, cst.Attribute) and m.matches(func, m.Attribute(value=m.Name("self"))):
             name = func.attr.value
-            target = factories.get(name) or class_attributes.get(name)
+            target = factory(name) or class_attributes.get(name)
         elif m.matches(func, m.Attribute(value=m.Name(), attr=m.Name())):
             target = code_of(func)
         if target is not None:
@@ -230,11 +250,6 @@ def _pp_assert(init: cst.FunctionDef | None) -> str | None:
         if _SINGLE_STAGE.search(test):
             return f"assert {test}"
     return None
-
-
-def _self_calls(fn: cst.FunctionDef) -> set[str]:
-    calls = findall(fn, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name())))
-    return {attribute_of(call.func).attr.value for call in calls}
 
 
 def _mentions_capture(fn: cst.FunctionDef) -> bool:

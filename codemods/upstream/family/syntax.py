@@ -14,7 +14,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.edit.walk import code_of as code_of  # re-exported: the family reads it here
-from codemods.upstream.edit.walk import findall
+from codemods.upstream.edit.walk import findall, subtree
 
 CAPTURE_KWARG = "captured_last_layer_outputs"
 
@@ -91,20 +91,9 @@ def _inside_nested_def(fn: cst.FunctionDef, node: cst.CSTNode) -> bool:
     )
 
 
-class _IdCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.ids: set[int] = set()
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.ids.add(id(node))
-        return True
-
-
 def node_ids(container: cst.CSTNode) -> set[int]:
     """Identities of ``container`` and every node below it (one traversal)."""
-    collector = _IdCollector()
-    container.visit(collector)
-    return collector.ids
+    return {id(node) for node in subtree(container)}
 
 
 def non_last_return_index(body: Sequence[cst.CSTNode]) -> int | None:

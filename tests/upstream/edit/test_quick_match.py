@@ -61,7 +61,11 @@ def _nodes(tree: cst.CSTNode) -> list[cst.CSTNode]:
     return found
 
 
-@pytest.mark.parametrize("matcher", PLAIN + OTHERS, ids=repr)
+def _ids(matchers: list) -> list[str]:
+    return [f"{k}-{type(matcher).__name__}" for k, matcher in enumerate(matchers)]
+
+
+@pytest.mark.parametrize("matcher", PLAIN + OTHERS, ids=_ids(PLAIN + OTHERS))
 def test_answers_as_libcst(matcher):
     nodes = _nodes(cst.parse_module(SOURCE))
     nodes += _nodes(cst.parse_module((FIXTURES / "upstream" / "family_llama_like.py").read_text()))
@@ -70,7 +74,7 @@ def test_answers_as_libcst(matcher):
     assert any(answers) or matcher in (m.Call(args=[]),)
 
 
-@pytest.mark.parametrize("matcher", PLAIN, ids=repr)
+@pytest.mark.parametrize("matcher", PLAIN, ids=_ids(PLAIN))
 def test_plain_matchers_skip_libcsts_engine(matcher, monkeypatch):
     nodes = _nodes(cst.parse_module(SOURCE))
     monkeypatch.setattr(quick_match.m, "matches", lambda *_: pytest.fail("LibCST asked"))

@@ -14,7 +14,7 @@ import pytest
 
 from codemods.upstream.edit.forked import forked_map
 from codemods.upstream.edit.parsing import module_code, parse_once, parse_text, source_text
-from codemods.upstream.edit.walk import code_of, findall
+from codemods.upstream.edit.walk import code_of, findall, subtree
 from codemods.upstream.family.plan import plan_family
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
@@ -32,6 +32,9 @@ MATCHERS = [
     m.EmptyLine(),
     m.FunctionDef(),
     m.Param(),
+    m.Return(),
+    m.Assign(value=m.Call()) | m.If(),
+    m.IndentedBlock(),
     m.MatchIfTrue(lambda node: isinstance(node, cst.Return)),
     # What the quick matcher decides itself, and what it hands to LibCST.
     m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name())),
@@ -63,6 +66,11 @@ def test_findall_gives_libcst_nodes_in_libcst_order(path):
         for cls in classes:  # subtrees of an indexed tree, and trees of their own
             for fn in m.findall(cls, m.FunctionDef()):
                 assert _same(findall(fn, matcher), m.findall(fn, matcher)), (cls.name, matcher)
+    every = m.MatchIfTrue(lambda node: True)
+    assert _same(subtree(module), m.findall(module, every))
+    for cls in classes:
+        for fn in m.findall(cls, m.FunctionDef()):
+            assert _same(subtree(fn), m.findall(fn, every))
 
 
 def test_code_of_reads_dotted_names_and_generates_the_rest():
