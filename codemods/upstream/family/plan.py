@@ -29,7 +29,8 @@ import libcst.matchers as m
 
 from codemods.catalog.pp_raise import UPSTREAM_REWRITES
 from codemods.upstream.edit.forked import forked_map
-from codemods.upstream.edit.parsing import module_code, parse_text
+from codemods.upstream.edit.parsing import parse_text
+from codemods.upstream.edit.splice import module_code
 from codemods.upstream.edit.walk import findall
 from codemods.upstream.family import registry
 from codemods.upstream.family.delegated import delegated_forwards

@@ -13,7 +13,8 @@ import libcst.matchers as m
 import pytest
 
 from codemods.upstream.edit.forked import forked_map
-from codemods.upstream.edit.parsing import module_code, parse_once, parse_text, source_text
+from codemods.upstream.edit.parsing import parse_once, parse_text, source_text
+from codemods.upstream.edit.splice import module_code
 from codemods.upstream.edit.walk import code_of, findall, subtree
 from codemods.upstream.family.plan import plan_family
 
@@ -126,6 +127,80 @@ def test_module_code_splices_only_what_changed():
             cst.Module.code_for_node = original_code_for_node
     assert result == updated.code
     assert not any(isinstance(node, cst.ClassDef) and node.name.value == "A" for node in generated)
+
+
+class _Deeper(cst.CSTTransformer):
+    """Changes statements deep inside methods: ``return x`` -> ``return (x)``, and a
+    ``pass`` added after every ``for`` body's first statement.  As the family's
+    transformer does, it walks only what holds statements, so every other node stays the
+    object it was."""
+
+    def on_visit(self, node):
+        return isinstance(node, (cst.Module, cst.IndentedBlock, cst.BaseCompoundStatement))
+
+    def leave_SimpleStatementLine(self, original, updated):
+        if m.matches(updated, m.SimpleStatementLine(body=[m.Return(value=m.Name())])):
+            ret = updated.body[0]
+            value = ret.value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            return updated.with_changes(body=[ret.with_changes(value=value)])
+        return updated
+
+    def leave_For(self, original, updated):
+        if isinstance(updated.body, cst.IndentedBlock):
+            body = list(updated.body.body)
+            body.insert(1, cst.SimpleStatementLine([cst.Pass()]))
+            return updated.with_changes(body=updated.body.with_changes(body=body))
+        return updated
+
+
+@pytest.mark.parametrize("path", MODEL_FILES[:40], ids=lambda p: p.name)
+def test_module_code_of_changes_deep_in_methods(path):
+    text = path.read_text(encoding="utf-8")
+    with parse_once():
+        module = parse_text(text)
+        updated = module.visit(_Deeper())
+        assert module_code(module, updated) == updated.code
+
+
+def _generated_functions(text: str, transformer: cst.CSTTransformer) -> tuple[str, list[str]]:
+    """``module_code`` of the rewrite, and the functions whose code it generated."""
+    generated: list[str] = []
+    original_code = cst.FunctionDef._codegen_impl
+
+    def counting(self, state, *args, **kwargs):
+        generated.append(self.name.value)
+        return original_code(self, state, *args, **kwargs)
+
+    with parse_once():
+        module = parse_text(text)
+        updated = module.visit(transformer)
+        cst.FunctionDef._codegen_impl = counting
+        try:
+            result = module_code(module, updated)
+        finally:
+            cst.FunctionDef._codegen_impl = original_code
+    assert result == updated.code
+    return result, generated
+
+
+CLASSES = (
+    "class A:\n    x = 1\n\n    def forward(self, xs):\n        y = 0\n"
+    "        for x in xs:\n            y += x\n        y *= 2\n        return y\n"
+    "\n\nclass B:\n    def forward(self):\n        return {}\n"
+)
+
+
+def test_module_code_generates_only_the_changed_statements_of_a_method():
+    result, generated = _generated_functions(CLASSES.format("z"), _Deeper())
+    assert "return (y)" in result and result.count("pass") == 1 and "return (z)" in result
+    assert generated == []
+
+
+def test_module_code_replaces_a_method_whole_where_a_change_is_ambiguous():
+    # ``return y`` also ends B.forward: A.forward's change is placed by its whole text.
+    result, generated = _generated_functions(CLASSES.format("y"), _Deeper())
+    assert result.count("return (y)") == 2
+    assert generated == ["forward", "forward"]  # A.forward, old and new
 
 
 def _square_or_fail(item: int) -> int:
