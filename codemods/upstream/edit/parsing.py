@@ -29,6 +29,8 @@ from contextvars import ContextVar
 
 import libcst as cst
 
+from codemods.upstream.edit.walk import forget_walks
+
 #: text -> tree, while a ``parse_once`` block runs.
 _TREES: ContextVar[dict[str, cst.Module] | None] = ContextVar("_TREES", default=None)
 #: id(tree) -> (tree, text) for the same trees.
@@ -47,10 +49,13 @@ def parse_once() -> Iterator[None]:
     try:
         yield
     finally:
-        if collecting:
-            gc.enable()
+        # The trees go before the collector resumes: its first collection then has only
+        # what outlives the run to look at, not every node allocated while it was paused.
         _TREES.reset(trees)
         _SOURCES.reset(sources)
+        forget_walks()
+        if collecting:
+            gc.enable()
 
 
 def parse_text(source: str) -> cst.Module:

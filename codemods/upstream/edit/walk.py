@@ -161,6 +161,11 @@ _RECENT: OrderedDict[int, _Index] = OrderedDict()
 _RECENT_SIZE = 16
 
 
+def forget_walks() -> None:
+    """Drop the remembered walks (a run that is over lets go of its trees)."""
+    _RECENT.clear()
+
+
 _Tree = cst.CSTNode | cst.RemovalSentinel | cst.MaybeSentinel
 _Matcher = m.BaseMatcherNode | m.MatchIfTrue[cst.CSTNode]
 
