@@ -17,6 +17,7 @@ from codemods.upstream.edit.parsing import parse_once, parse_text, source_text
 from codemods.upstream.edit.splice import module_code
 from codemods.upstream.edit.walk import code_of, findall, subtree
 from codemods.upstream.family.plan import plan_family
+from tests.upstream.edit.test_quick_match import OTHERS, PLAIN
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 MODEL_FILES = sorted((FIXTURES / "upstream").rglob("*.py"))
@@ -37,21 +38,11 @@ MATCHERS = [
     m.Assign(value=m.Call()) | m.If(),
     m.IndentedBlock(),
     m.MatchIfTrue(lambda node: isinstance(node, cst.Return)),
-    # What the quick matcher decides itself, and what it hands to LibCST.
-    m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name())),
-    m.Attribute(attr=m.Name("layers_to_capture")) | m.Name("layers_to_capture") | m.Return(),
-    m.Call(args=[m.Arg(), m.DoNotCare()]),
-    m.Call(args=[]),
-    m.Assign(targets=[m.AssignTarget(target=m.Tuple())], value=m.Call()),
-    m.Call(args=[m.ZeroOrMore(), m.Arg(keyword=m.Name("dim"))]),
-    m.Name(value=m.MatchRegex("^aux")),
-    m.Call(func=m.SaveMatchedNode(m.Name(), "callee")),
-    ~m.Name("self"),
-    m.Name() | m.MatchIfTrue(lambda node: isinstance(node, cst.Integer)),
-    m.TypeOf(m.Name, m.Integer)(),
-    m.Param(default=None),
-    m.FunctionDef(asynchronous=m.Asynchronous()),
 ]
+
+
+#: What the quick matcher decides itself, and what it hands to LibCST.
+MATCHERS += PLAIN + OTHERS
 
 
 def _same(found: list, expected: list) -> bool:
@@ -108,25 +99,33 @@ def test_module_code_is_the_code_of_the_rewritten_module(path):
     assert module_code(module, updated) == updated.code
 
 
-def test_module_code_splices_only_what_changed():
-    text = "import os\n\n\nclass A:\n    x = 1\n\n    def forward(self):\n        return 1\n"
+def _generated(
+    monkeypatch, text: str, transformer: cst.CSTTransformer, kind: type
+) -> tuple[str, list[str]]:
+    """``module_code`` of the rewrite (checked against ``updated.code``), and the names of
+    the ``kind`` nodes (classes or functions) whose code it generated."""
+    generated: list[str] = []
+    original_code = kind._codegen_impl
+
+    def counting(self, state, *args, **kwargs):
+        generated.append(self.name.value)
+        return original_code(self, state, *args, **kwargs)
+
     with parse_once():
         module = parse_text(text)
-        updated = module.visit(_Rename())
-        generated: list[cst.CSTNode] = []
-        original_code_for_node = cst.Module.code_for_node
-
-        def counting(self, node):
-            generated.append(node)
-            return original_code_for_node(self, node)
-
-        cst.Module.code_for_node = counting
-        try:
+        updated = module.visit(transformer)
+        with monkeypatch.context() as patched:
+            patched.setattr(kind, "_codegen_impl", counting)
             result = module_code(module, updated)
-        finally:
-            cst.Module.code_for_node = original_code_for_node
     assert result == updated.code
-    assert not any(isinstance(node, cst.ClassDef) and node.name.value == "A" for node in generated)
+    return result, generated
+
+
+def test_module_code_splices_only_what_changed(monkeypatch):
+    text = "import os\n\n\nclass A:\n    x = 1\n\n    def forward(self):\n        return 1\n"
+    result, classes = _generated(monkeypatch, text, _Rename(), cst.ClassDef)
+    assert "import added_module" in result and "forward_renamed" in result
+    assert "A" not in classes
 
 
 class _Deeper(cst.CSTTransformer):
@@ -162,27 +161,6 @@ def test_module_code_of_changes_deep_in_methods(path):
         assert module_code(module, updated) == updated.code
 
 
-def _generated_functions(text: str, transformer: cst.CSTTransformer) -> tuple[str, list[str]]:
-    """``module_code`` of the rewrite, and the functions whose code it generated."""
-    generated: list[str] = []
-    original_code = cst.FunctionDef._codegen_impl
-
-    def counting(self, state, *args, **kwargs):
-        generated.append(self.name.value)
-        return original_code(self, state, *args, **kwargs)
-
-    with parse_once():
-        module = parse_text(text)
-        updated = module.visit(transformer)
-        cst.FunctionDef._codegen_impl = counting
-        try:
-            result = module_code(module, updated)
-        finally:
-            cst.FunctionDef._codegen_impl = original_code
-    assert result == updated.code
-    return result, generated
-
-
 CLASSES = (
     "class A:\n    x = 1\n\n    def forward(self, xs):\n        y = 0\n"
     "        for x in xs:\n            y += x\n        y *= 2\n        return y\n"
@@ -190,15 +168,15 @@ CLASSES = (
 )
 
 
-def test_module_code_generates_only_the_changed_statements_of_a_method():
-    result, generated = _generated_functions(CLASSES.format("z"), _Deeper())
+def test_module_code_generates_only_the_changed_statements_of_a_method(monkeypatch):
+    result, generated = _generated(monkeypatch, CLASSES.format("z"), _Deeper(), cst.FunctionDef)
     assert "return (y)" in result and result.count("pass") == 1 and "return (z)" in result
     assert generated == []
 
 
-def test_module_code_replaces_a_method_whole_where_a_change_is_ambiguous():
+def test_module_code_replaces_a_method_whole_where_a_change_is_ambiguous(monkeypatch):
     # ``return y`` also ends B.forward: A.forward's change is placed by its whole text.
-    result, generated = _generated_functions(CLASSES.format("y"), _Deeper())
+    result, generated = _generated(monkeypatch, CLASSES.format("y"), _Deeper(), cst.FunctionDef)
     assert result.count("return (y)") == 2
     assert generated == ["forward", "forward"]  # A.forward, old and new
 
