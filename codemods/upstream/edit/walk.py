@@ -4,10 +4,12 @@
 (``_visit_and_replace_children``); on multi-thousand-line model files, repeated per class and
 per question, that dominates the analysis.  :func:`findall` gives the same nodes in the same
 order (pre-order, the tree itself first, children in the order LibCST visits them) by reading
-the children straight from each node's fields, and tests a node against the matcher only
-when its type is the one the matcher names.  (``callers/fieldwalk.py`` reads fields too, but
-skips layout nodes and goes in declaration order; a matcher may ask for either, so this walk
-keeps every node in LibCST's order.)
+the children straight from each node's fields, and tests a node against the matcher
+(:mod:`~codemods.upstream.edit.quick_match`) only when its type is one the matcher names.  A
+walk is remembered for the next questions about the same tree or a subtree of it; a question
+about statements only (``m.Return()``, ``m.Assign(...)``) walks no expressions.
+(``callers/fieldwalk.py`` reads fields too, but skips layout nodes and goes in declaration
+order; a matcher may ask for either, so this walk keeps every node in LibCST's order.)
 
 Before::
 
