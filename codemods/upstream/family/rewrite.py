@@ -23,7 +23,8 @@ The decoder-stack forward is rewritten by its shape (``family/shapes/``, through
 last-rank operand dropped (:mod:`~codemods.upstream.family.gate`).
 
 Repairs some models need first live in :mod:`~codemods.upstream.family.repairs`.  Nothing
-else in the file changes; inserted code is black (88) formatted and the import goes where isort puts it.
+else in the file changes; inserted code is black (88) formatted and the import goes where
+isort puts it.
 """
 
 from __future__ import annotations
@@ -239,11 +240,3 @@ def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
 
 def _comments_only(lines) -> list[cst.EmptyLine]:
     return [line for line in lines if line.comment is not None]
-
-
-def _split_leading(lines) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
-    lines = list(lines)
-    split = 0
-    while split < len(lines) and lines[split].comment is None:
-        split += 1
-    return lines[:split], lines[split:]
