@@ -22,11 +22,11 @@ streams, gathers the rows of an attention-TP group) and then captures it::
                 )
 
 Each call of the function captures exactly once, so layer ``i`` captures its (prepared)
-input when ``i`` is a capture id: the capture points of the plain callback, and the
-forward is rewritten the same way (:mod:`~codemods.upstream.family.shapes.entry`).  :func:`capture_closure` names such
-a function, or says why a loop's local function is not one (it may capture conditionally,
-e.g. only non-empty batches, which would leave a stage with fewer captures than capture
-layers).
+input when ``i`` is a capture id: the capture points of the plain callback, and the forward
+is rewritten the same way (:mod:`~codemods.upstream.family.shapes.entry`).
+:func:`capture_closure` names such a function, or says why a loop's local function is not
+one (it may capture conditionally, e.g. only non-empty batches, which would leave a stage
+with fewer captures than capture layers).
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ layer call that runs (two branches call the layer differently)::
 
 Iteration ``k`` runs layer ``self.start_layer + k`` and captures its input when that id
 is a capture id: the same capture points as the range loop, so the forward is rewritten
-the same way (:mod:`~codemods.upstream.family.shapes.entry`).  :func:`enumerated_loop_problem` says whether a loop is
-of this kind and, when it is not, why.
+the same way (:mod:`~codemods.upstream.family.shapes.entry`).
+:func:`enumerated_loop_problem` says whether a loop is of this kind and, when it is not, why.
 """
 
 from __future__ import annotations

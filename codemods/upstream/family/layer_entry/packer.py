@@ -31,11 +31,11 @@ and the last stage may capture its own output before the handoff (mimo_v2)::
         ):
             aux_hidden_states.append(...)
 
-This module recognises those pieces for the layer-entry shape (:mod:`~codemods.upstream.family.shapes.entry`); the rewrite is
-the family's: the returned name is handed on through ``pp_aux_handoff`` and the last
-stage gathers through ``pp_aux_collect``, which rebuilds a packer of the same capacity
-holding every stage's captures in layer order, so ``finalize()`` returns the tensor a
-single-stage run returns.
+This module recognises those pieces for the layer-entry shape
+(:mod:`~codemods.upstream.family.shapes.entry`); the rewrite is the family's: the returned
+name is handed on through ``pp_aux_handoff`` and the last stage gathers through
+``pp_aux_collect``, which rebuilds a packer of the same capacity holding every stage's
+captures in layer order, so ``finalize()`` returns the tensor a single-stage run returns.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Layer-entry forwards that capture only on the last rank (bailing_moe_v3, SGLang 0.5.21+).
 
 Some decoder stacks hand off with ``residual_batch.to_pp`` like the layer-entry forwards
-(:mod:`~codemods.upstream.family.shapes.entry`) but create their capture list only under a gate that holds on the last
-PP rank alone, capture raw layer ids at the entry of the next layer (capture id ``j`` is
-the input of layer ``j + 1``, the last layer's output is captured by the final norm) and
-skip empty batches, before::
+(:mod:`~codemods.upstream.family.shapes.entry`) but create their capture list only under a
+gate that holds on the last PP rank alone, capture raw layer ids at the entry of the next
+layer (capture id ``j`` is the input of layer ``j + 1``, the last layer's output is captured
+by the final norm) and skip empty batches, before::
 
         capture_aux = (
             self.capture_aux_hidden_states

@@ -28,12 +28,12 @@ it to a plain list; the last stage may also snapshot its own output (capture id
 
 Capture id ``i`` is taken in iteration ``i``, before layer ``i`` runs, on the stage that
 owns layer ``i``: the same agreement as the callback forwards.  :func:`analyse_forward`
-recognises the shape (kind :data:`SNAPSHOT_KIND`) and the rewrite is the one of the
-callback forwards (:func:`~codemods.upstream.family.layer_entry.rewrite.rewrite_forward`): non-last stages add their captures to the
-``PPProxyTensors`` that ``to_pp`` builds (``pp_aux_handoff``), and the last stage gathers
-them (``pp_aux_collect``) right before it first reads the list, after its own output
-snapshot, which stays last (``final=True``).  The list comes back as a plain ``list``, as
-a single-stage run returns it.
+recognises the shape (kind :data:`SNAPSHOT_KIND`) and the rewrite is the one of the callback
+forwards (:func:`~codemods.upstream.family.layer_entry.rewrite.rewrite_forward`): non-last
+stages add their captures to the ``PPProxyTensors`` that ``to_pp`` builds
+(``pp_aux_handoff``), and the last stage gathers them (``pp_aux_collect``) right before it
+first reads the list, after its own output snapshot, which stays last (``final=True``).  The
+list comes back as a plain ``list``, as a single-stage run returns it.
 """
 
 from __future__ import annotations
