@@ -19,6 +19,7 @@ Nothing here imports SGLang into the calling process: SGLang's import has side e
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
 PROJECT_ROOT = TESTS_DIR.parent
@@ -156,6 +158,14 @@ def run_python(
         text=True,
         timeout=timeout,
     )
+
+
+def run_check(module: str, config: dict, root: Path, *, timeout: float) -> Any:
+    """Run the check ``python -m sglang_support.<module> CONFIG`` (``config`` as JSON) on the
+    tree ``root``; it must succeed; what it printed last, read as JSON."""
+    proc = run_python(["-m", f"sglang_support.{module}", json.dumps(config)], root, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def linked_copy(root: Path, dest: Path, writable: Sequence[str] = ()) -> Path:

@@ -15,10 +15,8 @@ The family test the patch adds to SGLang passes in the patched copy for these mo
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from sglang_support.env import run_python
+from sglang_support.env import run_check
 from sglang_support.family_check import (
     patched_copy,
     run_family_tests,
@@ -124,16 +122,8 @@ def _runs(models):
 
 
 def _check(root, runs):
-    config = {
-        "num_layers": NUM_LAYERS,
-        "hidden_size": 4,
-        "tokens": TOKENS,
-        "runs": runs,
-        "timeout": 120,
-    }
-    proc = run_python(["-m", "sglang_support.entry_check", json.dumps(config)], root, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])["runs"]
+    config = dict(num_layers=NUM_LAYERS, hidden_size=4, tokens=TOKENS, runs=runs, timeout=120)
+    return run_check("entry_check", config, root, timeout=900)["runs"]
 
 
 @pytest.fixture(scope="module", params=sorted(RELEASES))

@@ -14,11 +14,9 @@ entry is renamed, with the family patch.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from click.testing import CliRunner
-from sglang_support.env import git_apply, linked_copy, run_python
+from sglang_support.env import git_apply, linked_copy, run_check
 from sglang_support.generated import release_result
 
 from codemods.cli.commands import cli
@@ -43,11 +41,7 @@ K3_FILE = "sglang/srt/models/kimi_k3.py"
 
 
 def _check(root, runs):
-    proc = run_python(
-        ["-m", "sglang_support.k3_check", json.dumps(dict(SCENARIO, runs=runs))], root, timeout=900
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_check("k3_check", dict(SCENARIO, runs=runs), root, timeout=900)
 
 
 @pytest.mark.timeout(1200)

@@ -13,11 +13,9 @@ no change, and with the family its relay's entry is renamed for every capture me
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from click.testing import CliRunner
-from sglang_support.env import git_apply, linked_copy, run_python
+from sglang_support.env import git_apply, linked_copy, run_check
 from sglang_support.generated import release_result
 
 from codemods.cli.commands import cli
@@ -38,10 +36,7 @@ SCENARIO = {
 
 
 def _check(root, runs, **options):
-    config = dict(SCENARIO, runs=runs, **options)
-    proc = run_python(["-m", "sglang_support.kimi_check", json.dumps(config)], root, timeout=1200)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_check("kimi_check", dict(SCENARIO, runs=runs, **options), root, timeout=1200)
 
 
 def _patched_copy(release, tmp_path):

@@ -18,11 +18,10 @@ tensor, or (mimo_v2) a non-last stage unpacks its ``PPProxyTensors``.
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest
-from sglang_support.env import run_python
+from sglang_support.env import run_check
 from sglang_support.family_check import patched_copy, unpatched_copy
 
 from codemods.upstream.generate import generate
@@ -70,16 +69,8 @@ def _runs(model: str) -> list[dict]:
 
 
 def _check(root, runs):
-    config = {
-        "num_layers": NUM_LAYERS,
-        "hidden_size": 4,
-        "tokens": TOKENS,
-        "runs": runs,
-        "timeout": 120,
-    }
-    proc = run_python(["-m", "sglang_support.packer_check", json.dumps(config)], root, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])["runs"]
+    config = dict(num_layers=NUM_LAYERS, hidden_size=4, tokens=TOKENS, runs=runs, timeout=120)
+    return run_check("packer_check", config, root, timeout=600)["runs"]
 
 
 @pytest.fixture(scope="module", params=RELEASES)
