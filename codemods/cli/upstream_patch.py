@@ -14,13 +14,32 @@ import sys
 import click
 
 from codemods.sources.fileio import write_output_atomic
-from codemods.upstream.generate import FAMILY_ONLY, MissingModelFile, UpstreamResult, generate
-from codemods.upstream.kimi import linear as kimi
+from codemods.upstream.generate import CannotApply, MissingModelFile, UpstreamResult, generate
+from codemods.upstream.part import NEEDS_PATCH, PATCHED, SUPPORTED
+from codemods.upstream.tree.releases import unseen_line
 from codemods.upstream.tree.sglang_tree import TreeError
 
 
 def _say(message: str) -> None:
     click.echo(f"auxcap: {message}", err=True)
+
+
+def progress_bar():
+    """``generate``'s progress callback: a bar on stderr (a terminal only) of the parts
+    decided, labelled with the part at work."""
+    from codemods.cli.progress import Progress
+
+    bar: list[Progress] = []
+
+    def show(name: str, done: int, total: int) -> None:
+        if not bar:
+            bar.append(Progress(total, label="parts", delay=0.3))
+        bar[0].label = f"parts (deciding: {name})"
+        bar[0].advance(done - bar[0].done)
+        if done + 1 >= total:
+            bar[0].close()
+
+    return show
 
 
 def parse_models(value: str | None) -> list[str] | None:
@@ -50,22 +69,31 @@ def report_family(result) -> None:
             _say(f"  skipped  {decision.file}: {decision.reason}")
 
 
-K3_STATUS = {
-    kimi.NEEDS_PATCH: "patched: DSPARK captures relayed across PP stages",
-    kimi.PATCHED: "already patched",
-    kimi.SUPPORTED: "already supports DSPARK aux capture under PP; not patched",
+MODEL_STATUS = {
+    NEEDS_PATCH: "patched: DSPARK captures relayed across PP stages",
+    PATCHED: "already patched",
+    SUPPORTED: "already supports DSPARK aux capture under PP; not patched",
 }
 
 
-def report_kimi_k3(result) -> None:
-    if result.k3_status is not None:
-        _say(f"Kimi-K3 (kimi_k3.py): {K3_STATUS[result.k3_status]}")
+def report_parts(result) -> None:
+    """One line per part that does not simply apply (why not, or what a part left out
+    leaves broken), and one per model file a part of its own rewrites."""
+    for answer in result.parts:
+        decision = answer.decision
+        if decision.model is not None and decision.applies:
+            state = decision.model
+            _say(f"{state.title} ({state.file}): {MODEL_STATUS[state.status]}")
+        elif not decision.applies:
+            _say(f"part {answer.name}: {decision.describe()}")
+    for answer in result.left_out:
+        _say(f"warning: partial patch: {answer.name} left out: {answer.decision.breaks}")
 
 
 def _why_empty(result) -> str:
-    """Why a tree gets an empty patch: it carries the patch already, or (with no Kimi-Linear
-    file) no model file of the tree needs it."""
-    if result.kimi_status == FAMILY_ONLY and result.tree.read_text(result.glue_path) is None:
+    """Why a tree gets an empty patch: it carries the patch already, or no model file of
+    the tree needs it."""
+    if result.tree.read_text(result.glue_path) is None:
         return "no model file needs the patch"
     return "already patched"
 
@@ -104,10 +132,13 @@ def generate_or_say(
     where it cannot be made (not a tree, a model file missing, a shape not understood).
     Where the shipped tests went, when not only into the patch, is said too."""
     try:
-        result = generate(root, models=models, tests_dir=tests_dir)
-    except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError, OSError) as err:
+        result = generate(root, models=models, tests_dir=tests_dir, progress=progress_bar())
+    except (TreeError, MissingModelFile, CannotApply, ValueError, OSError) as err:
         _say(f"error: {err}")
         return None
+    unseen = unseen_line(result.tree)
+    if unseen:
+        _say(f"note: {unseen}")
     if result.tests_note:
         _say(f"note: {result.tests_note}")
     return result
@@ -126,13 +157,15 @@ def run_upstream_patch(
         return 2
     where = result.tree.describe()
     report_family(result)
-    report_kimi_k3(result)
-    if result.kimi_status == kimi.SUPPORTED:
-        if result.model_path in result.changed:
+    report_parts(result)
+    supported = [state for state in result.models if state.status == SUPPORTED]
+    for state in supported:
+        if state.path in result.changed:
             done = "its relay's entry is renamed for every capture method"
         else:
             done = "no patch written" if not result.changes else "it is left out of the patch"
-        _say(f"{where}: {result.model_path} already supports DSPARK aux capture under PP; {done}.")
+        _say(f"{where}: {state.path} already supports DSPARK aux capture under PP; {done}.")
+    if supported:
         for note in result.notes:
             _say(f"  {note}")
         if not result.changes:
@@ -155,8 +188,9 @@ def run_upstream_patch(
     else:
         sys.stdout.write(patch)
         sys.stdout.flush()
-    if result.kimi_status == kimi.PATCHED:
-        _say(f"{where}: model file already patched; refreshing the other files.")
+    for state in result.models:
+        if state.status == PATCHED:
+            _say(f"{where}: {state.file} already patched; refreshing the other files.")
     files = ", ".join(result.changed)
     _say(
         f"{where}: patch touches {len(result.changed)} files: {files}"

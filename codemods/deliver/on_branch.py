@@ -335,7 +335,7 @@ UPSTREAM_FILE_ROLES = {
 }
 
 
-def upstream_file_summary(change: FileChange, model_path: str) -> str:
+def upstream_file_summary(change: FileChange, model_path: str | None) -> str:
     """What one file change of the generated patch does, for the commit's file list."""
     if change.path == model_path:
         return UPSTREAM_KIMI_MODEL
@@ -353,8 +353,7 @@ def upstream_generated_on_branch(
     The PR description is the generator's own (motivation, design, traffic, test plan)
     followed by the patched-file table, the verification and how to revert.
     """
-    from codemods.upstream.generate import MissingModelFile, generate
-    from codemods.upstream.kimi import linear as kimi
+    from codemods.upstream.generate import CannotApply, MissingModelFile, generate
     from codemods.upstream.output.pr_body import render
     from codemods.upstream.tree.sglang_tree import TreeError
 
@@ -363,12 +362,14 @@ def upstream_generated_on_branch(
     request.preflight(sglang_root)
     try:
         result = generate(sglang_root, models=models)
-    except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError) as error:
+    except (TreeError, MissingModelFile, CannotApply, ValueError) as error:
         raise UnprocessableFiles(str(error)) from error
+    kimi = result.model("kimi_linear")
+    kimi_path = kimi.path if kimi is not None else None
     patched = [
         PatchedFile(
             change.path,
-            upstream_file_summary(change, result.model_path),
+            upstream_file_summary(change, kimi_path),
             added=change.is_new_file,
         )
         for change in result.changes

@@ -21,12 +21,9 @@ from codemods.installed import pristine, transaction
 from codemods.installed.errors import InstalledError, Refused
 from codemods.installed.journal import Entry, Journal
 from codemods.installed.locate import Installation, locate, require_supported
-from codemods.upstream.generate import MissingModelFile, UpstreamResult, generate
-from codemods.upstream.kimi import k3 as kimi_k3
-from codemods.upstream.kimi import linear as kimi
-from codemods.upstream.sizing import graph_sizing
+from codemods.upstream.generate import CannotApply, MissingModelFile, UpstreamResult, generate
+from codemods.upstream.parts import MODULES as REWRITTEN_MODULES
 from codemods.upstream.tree.sglang_tree import TreeError
-from codemods.upstream.validation import relax as validation
 
 Say = Callable[[str], None]
 #: Names only auxcap's change writes into SGLang (the glue and transport modules, the
@@ -165,7 +162,7 @@ def _generate(installation: Installation, models: list[str] | None) -> UpstreamR
     ``InstalledError`` for a model name the tree has no hook for."""
     try:
         return generate(installation.tree.root, models=models)
-    except kimi.UnrecognisedShape as err:
+    except CannotApply as err:
         raise Refused(f"{err}; nothing was written") from err
     except (TreeError, MissingModelFile, ValueError) as err:
         raise InstalledError(f"{err}; nothing was written") from err
@@ -176,7 +173,7 @@ def _targets(installation: Installation, result: UpstreamResult) -> dict[str, st
     files their forwards live in), Kimi's, the CUDA-graph sizing and validation modules."""
     tree = installation.tree
     targets: dict[str, str] = {}
-    for module in (kimi.MODULE, kimi_k3.MODULE, validation.MODULE, *graph_sizing.SIZING_MODULES):
+    for module in REWRITTEN_MODULES:
         targets[tree.module_path(module)] = "a file auxcap's rewriters change"
     if result.family is not None:
         models = tree.module_path("sglang.srt.models.x").rsplit("/", 1)[0]

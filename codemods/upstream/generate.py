@@ -1,75 +1,132 @@
-"""Build the upstream patch for one SGLang tree: which files change and how.
+"""Build the upstream patch for one SGLang tree: a loop over the parts of ``parts.PARTS``.
 
-``generate(root, models)`` detects the tree (``sglang_tree.py``), rewrites
-``srt/models/kimi_linear.py`` (``kimi.py``) and every model file of the capture-hook family
-(``family.py``, ``family_patch.py``: the model files, the shipped module and a family test),
-relaxes SGLang's server-arg validation for the models it patches (``validation.py``, the
-last change), and adds new files:
+``generate(root, models)`` detects the tree (``tree/sglang_tree.py``) and asks every part,
+in the registry's order, what it does with the tree (``part.Decision``: applies with its
+changes and notes, not applicable and why, left out and what that leaves broken, or cannot
+apply).  The result holds every answer (``UpstreamResult.parts``); the CLI, the texts, the
+series and ``auxcap sglang`` read them, never a part's module.
 
-* the helpers every patched model file calls (``shipped/pp_aux_capture.py``, Kimi-Linear and
-  Kimi-K3 included) at ``<package>/srt/distributed/pp_aux_capture.py``: the captures of
-  earlier stages ride SGLang's own PP handoff in one ``aux_hidden_states`` entry;
-* where a patched forward collects into an ``AuxHiddenStatePacker``, the packer's
-  ``captured()`` accessor (``packer_access.py``).
+The changes are the parts' in registry order; a path changed twice keeps its first change
+(the helpers module ``shipped/pp_aux_capture.py`` at
+``<package>/srt/distributed/pp_aux_capture.py``, which every model part adds next to its
+model files).  The result's ``patch`` is the git-style patch text (``edit/patchfile.py``),
+empty when the tree already carries it.
 
-The result's ``patch`` is the git-style patch text (``patchfile.py``), empty when the tree is
-already patched.  A tree whose model file already carries DSPARK captures across PP (SGLang
-0.5.21+) gets Kimi status ``supported``; with the family patch, its relay entry, width method and
-sizing path are renamed for every capture method (``graph_sizing.py``).
+A part that applies but cannot be completed stops the run (:class:`CannotApply`, naming the
+release and the file); a tree with no model file of any part is an error too
+(:class:`MissingModelFile`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from codemods.upstream.edit.change_kinds import KIMI, RUNTIME, Role
+from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.parsing import parse_once
 from codemods.upstream.edit.patchfile import FileChange, changed_paths, render_patch
-from codemods.upstream.family.patch import (
-    GLUE_MODULE,
-    family_changes,
-    plan_for_tree,
-    render_glue,
-    shipped_tests,
-)
-from codemods.upstream.family.plan import FamilyPlan
-from codemods.upstream.kimi import k3 as kimi_k3
-from codemods.upstream.kimi import linear as kimi
+from codemods.upstream.part import Decision, ModelState, Plan, Verdict
+from codemods.upstream.parts import PARTS, owned_models
 from codemods.upstream.sizing import packer_access
+from codemods.upstream.tree.releases import release_of
 from codemods.upstream.tree.sglang_tree import SGLangTree, detect_tree
-from codemods.upstream.validation.relax import ValidationResult, validation_changes
 
-KIMI_NAME = "kimi_linear"
-K3_NAME = kimi_k3.NAME
-#: Status when the tree has no Kimi-Linear file and only the family is patched.
-FAMILY_ONLY = "family_only"
+#: ``progress(part name, parts done, parts in all)``, called before each part decides.
+Progress = Callable[[str, int, int], None]
+
+
+class CannotApply(ValueError):
+    """A part that applies to the tree cannot be completed; names the release and file."""
+
+    def __init__(self, part: str, file: str, reason: str, release: str | None) -> None:
+        self.part, self.file, self.reason, self.release = part, file, reason, release
+        where = f"SGLang {release}" if release else "this SGLang tree"
+        super().__init__(f"{file}: {reason} ({where}; part {part})")
 
 
 class MissingModelFile(FileNotFoundError):
-    """The tree has no file at the path the rewriter targets."""
+    """The tree has no model file any part rewrites."""
+
+
+@dataclass(frozen=True)
+class PartAnswer:
+    """One part's answer for the tree."""
+
+    name: str
+    decision: Decision
 
 
 @dataclass
 class UpstreamResult:
     tree: SGLangTree
-    #: Kimi-Linear's status: ``kimi.NEEDS_PATCH`` | ``kimi.PATCHED`` | ``kimi.SUPPORTED``, or
-    #: ``FAMILY_ONLY`` (no Kimi-Linear file, or not asked for).
-    kimi_status: str
-    model_path: str
+    #: Every part's answer, in registry order.
+    parts: list[PartAnswer] = field(default_factory=list)
     changes: list[FileChange] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    #: What the capture-hook family part decided per model file (None: not asked for).
-    family: FamilyPlan | None = None
-    #: Kimi-K3's status (``kimi.NEEDS_PATCH`` ...; None: no such file or not asked for).
-    k3_status: str | None = None
-    #: What the server-arg validation part decided (None: not run).
-    validation: ValidationResult | None = None
-    #: File name -> text of the CPU tests shipped for the family (in a checkout's patch;
-    #: left out of a package tree's, see ``tests_left_out``).
-    tests: dict[str, str] = field(default_factory=dict)
     #: The folder ``generate(tests_dir=...)`` wrote ``tests`` to (None: not asked for).
     tests_dir: Path | None = None
+
+    def decision(self, name: str) -> Decision | None:
+        return next((a.decision for a in self.parts if a.name == name), None)
+
+    def facts(self, name: str) -> Any:
+        decision = self.decision(name)
+        return None if decision is None else decision.facts
+
+    def set_facts(self, name: str, facts: Any) -> None:
+        """Replace the facts of part ``name`` (an answer that applies, added if absent)."""
+        for index, answer in enumerate(self.parts):
+            if answer.name == name:
+                self.parts[index] = PartAnswer(name, replace(answer.decision, facts=facts))
+                return
+        self.parts.append(PartAnswer(name, Decision(Verdict.APPLIES, facts=facts)))
+
+    @property
+    def models(self) -> list[ModelState]:
+        """What each part that rewrites one model file found there (its file present)."""
+        return [a.decision.model for a in self.parts if a.decision.model is not None]
+
+    def model(self, name: str) -> ModelState | None:
+        decision = self.decision(name)
+        return None if decision is None else decision.model
+
+    @property
+    def notes(self) -> list[str]:
+        return [note for answer in self.parts for note in answer.decision.notes]
+
+    @property
+    def left_out(self) -> list[PartAnswer]:
+        """The parts that would apply but are not in this patch (a partial patch)."""
+        return [a for a in self.parts if a.decision.verdict is Verdict.LEFT_OUT]
+
+    @property
+    def family(self):
+        """The capture-hook family's plan (None: not asked for)."""
+        return self.facts("family")
+
+    @family.setter
+    def family(self, plan) -> None:
+        self.set_facts("family", plan)
+
+    @property
+    def validation(self):
+        """What the server-arg validation part decided (None: not run)."""
+        return self.facts("validation")
+
+    @validation.setter
+    def validation(self, found) -> None:
+        self.set_facts("validation", found)
+
+    @property
+    def tests(self) -> dict[str, str]:
+        """File name -> text of the CPU tests shipped for the family (in a checkout's
+        patch; left out of a package tree's, see ``tests_left_out``)."""
+        return self.facts("shipped_tests") or {}
+
+    @property
+    def release(self) -> str | None:
+        return release_of(self.tree)
 
     @property
     def tests_left_out(self) -> bool:
@@ -113,83 +170,62 @@ class UpstreamResult:
     def packer_path(self) -> str:
         return self.tree.module_path(packer_access.MODULE)
 
-    def shipped_changes(self) -> list[FileChange]:
-        """The helpers module, unless a change for its path is already in ``changes``."""
-        if any(change.path == self.glue_path for change in self.changes):
-            return []
-        return [
-            FileChange(
-                self.glue_path,
-                self.tree.read_text(self.glue_path),
-                render_glue(),
-                RUNTIME,
-                Role.RUNTIME_MODULE,
-            )
-        ]
-
 
 def generate(
-    root: str | Path, models: list[str] | None = None, tests_dir: str | Path | None = None
+    root: str | Path,
+    models: list[str] | None = None,
+    tests_dir: str | Path | None = None,
+    progress: Progress | None = None,
 ) -> UpstreamResult:
-    """Raises ``TreeError``, ``MissingModelFile``, ``kimi.UnrecognisedShape`` or
+    """Raises ``TreeError``, :class:`CannotApply`, :class:`MissingModelFile` or
     ``ValueError`` (a name in ``models`` that has no capture hook in the tree).
 
     ``models`` (file stems, e.g. ``["llama", "kimi_linear"]``) restricts the patch; by
-    default it covers Kimi-Linear and every recognised model of the capture-hook family
-    (``family.py``).  The shipped module (``pp_aux_capture.py``) is added once.
-
-    The family's CPU tests go into a checkout's patch (``test/registered/unit/models/``);
-    a package tree's patch leaves them out (a note says so).  ``tests_dir``: also write
-    them to that folder (created if needed), whatever the tree.
+    default it covers every model file a part rewrites.  The family's CPU tests go into a
+    checkout's patch (``test/registered/unit/models/``); a package tree's patch leaves
+    them out (a note says so).  ``tests_dir``: also write them to that folder (created if
+    needed), whatever the tree.
     """
     with parse_once():
-        return _generate(detect_tree(root), models, tests_dir)
+        return _generate(detect_tree(root), models, tests_dir, progress)
 
 
 def _generate(
-    tree: SGLangTree, models: list[str] | None, tests_dir: str | Path | None
+    tree: SGLangTree,
+    models: list[str] | None,
+    tests_dir: str | Path | None,
+    progress: Progress | None,
 ) -> UpstreamResult:
     wanted = None if models is None else list(dict.fromkeys(models))
-    with_kimi = wanted is None or KIMI_NAME in wanted
-    with_k3 = wanted is None or K3_NAME in wanted
-    family_names = None if wanted is None else [n for n in wanted if n not in (KIMI_NAME, K3_NAME)]
-    model_path = tree.module_path(kimi.MODULE)
-    source = tree.read_text(model_path) if with_kimi else None
-
-    family = None
-    if family_names is None or family_names:
-        family = plan_for_tree(tree, family_names)
-    family_changes_ = family_changes(tree, family) if family is not None else []
-
-    # Without a Kimi-Linear file the family alone decides, already patched or not; only a
-    # tree with no model file of either kind (or Kimi-Linear asked for by name) is an error.
-    has_family = family is not None and bool(family.decisions)
-    if with_kimi and source is None and (wanted is not None or not has_family):
-        raise MissingModelFile(f"{tree.file(model_path)}: Kimi-Linear model file not found")
-    if source is not None:
-        new_source, analysis = kimi.rewrite(source, str(tree.file(model_path)))
-        result = UpstreamResult(tree, analysis.status, model_path, notes=list(analysis.notes))
-    else:
-        result = UpstreamResult(tree, FAMILY_ONLY, model_path)
-        if with_kimi:
-            result.notes.append(f"{model_path} not found; Kimi-Linear not patched")
-    result.family = family
-    if source is not None and result.kimi_status != kimi.SUPPORTED:
-        result.changes = [FileChange(model_path, source, new_source, KIMI, Role.MODEL)]
-        result.changes += result.shipped_changes()
-    if with_k3:
-        result.changes += _kimi_k3_changes(tree, result, required=wanted is not None)
-    present = {change.path for change in result.changes}
-    result.changes += [change for change in family_changes_ if change.path not in present]
-    # Server-arg validation last: it accepts what the model changes above make safe.
-    validation = validation_changes(tree, family)
-    result.validation = validation
-    result.notes += list(validation.notes)
-    if validation.change is not None and validation.change.changed:
-        result.changes.append(validation.change)
-    if family is not None:
-        result.tests = shipped_tests(family)
-        family.release_trees()
+    plan = Plan(tree, wanted, owned_models())
+    result = UpstreamResult(tree)
+    present: set[str] = set()
+    try:
+        for index, part in enumerate(PARTS):
+            if progress is not None:
+                progress(part.name, index, len(PARTS))
+            decision = part.decide(tree, plan)
+            if decision.verdict is Verdict.CANNOT_APPLY:
+                raise CannotApply(part.name, decision.file or "", decision.reason, release_of(tree))
+            plan.decided[part.name] = decision
+            result.parts.append(PartAnswer(part.name, decision))
+            for change in decision.changes:
+                if change.path not in present:
+                    present.add(change.path)
+                    result.changes.append(change)
+    finally:
+        # The parts are done with the parsed trees (the family plan holds them).
+        for decision in plan.decided.values():
+            release_trees = getattr(decision.facts, "release_trees", None)
+            if callable(release_trees):
+                release_trees()
+    if all(a.decision.verdict is Verdict.NOT_APPLICABLE for a in result.parts):
+        raise MissingModelFile(
+            f"{tree.file(tree.module_path('sglang.srt.models.__init__')).parent}: "
+            "no model file with a capture hook that auxcap rewrites ("
+            + "; ".join(dict.fromkeys(a.decision.reason for a in result.parts))
+            + ")"
+        )
     if tests_dir is not None and result.tests:
         result.tests_dir = write_tests(result.tests, tests_dir)
     return result
@@ -203,26 +239,3 @@ def write_tests(tests: dict[str, str], folder: str | Path) -> Path:
         with open(path / name, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
     return path
-
-
-def _kimi_k3_changes(tree: SGLangTree, result: UpstreamResult, required: bool) -> list[FileChange]:
-    """The Kimi-K3 model file (``kimi_k3.py``) and, if nothing added it yet, the helpers
-    module; ``required``: the file was asked for by name, so its absence is an error."""
-    path = tree.module_path(kimi_k3.MODULE)
-    source = tree.read_text(path)
-    if source is None:
-        if required:
-            raise MissingModelFile(f"{tree.file(path)}: Kimi-K3 model file not found")
-        return []
-    try:
-        new_source, analysis = kimi_k3.rewrite(source, str(tree.file(path)))
-    except kimi.UnrecognisedShape as err:
-        if required:
-            raise
-        result.notes.append(f"{path} not patched: {err}")
-        return []
-    result.k3_status = analysis.status
-    result.notes += list(analysis.notes)
-    if analysis.status == kimi.SUPPORTED:
-        return []
-    return [FileChange(path, source, new_source, KIMI, Role.MODEL), *result.shipped_changes()]

@@ -102,4 +102,4 @@ def test_a_tree_without_any_capture_hook_is_an_error(tmp_path):
     shutil.copytree(FIXTURES / "mini_sglang" / "sglang", root / "sglang")
     done = auxcap("upstream-patch", str(root))
     assert done.exit_code == 2
-    assert "Kimi-Linear model file not found" in done.output
+    assert "no model file with a capture hook that auxcap rewrites" in done.output

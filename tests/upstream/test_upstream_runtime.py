@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from codemods.upstream.family.patch import render_glue
+from codemods.upstream.edit.runtime import render_glue
 
 NUM_LAYERS = 4
 HIDDEN = 8

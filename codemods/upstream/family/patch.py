@@ -1,8 +1,7 @@
-"""File changes of the family patch for one SGLang tree.
+"""The family plan of one SGLang tree and the CPU tests the patch ships for it.
 
-The patch holds the rewritten model files, the helpers they call
-(``pp_aux_capture.py``), the packer accessor where a patched forward packs its captures,
-the CUDA graph sizing of the aux entry, and two CPU multi-process tests (``TEST_FILES``):
+The family part (``family/part.py``) patches the model files of the plan; the tests part
+ships three files (``TEST_FILES``):
 the family test, which runs every patched model's forward with stand-in layers on 2 and 3
 stages (its stand-ins in ``pp_aux_capture_family_models.py`` next to it), and
 ``test_pp_aux_capture.py``, which builds every patched causal LM through its real
@@ -19,18 +18,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codemods.upstream.edit.change_kinds import RUNTIME, TESTS, Role, model_group
-from codemods.upstream.edit.names import GLUE_MODULE
-from codemods.upstream.edit.patchfile import FileChange
+from codemods.upstream.edit.change_kinds import Role
+from codemods.upstream.edit.runtime import SHIPPED_DIR
 from codemods.upstream.family.plan import FamilyPlan, plan_family
-from codemods.upstream.sizing.graph_sizing import sizing_changes
-from codemods.upstream.sizing.graph_sizing_legacy import legacy_sizing_changes
-from codemods.upstream.sizing.packer_access import packer_access_changes
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
-UPSTREAM_DIR = Path(__file__).resolve().parent.parent
-SHIPPED_DIR = UPSTREAM_DIR / "shipped"
-GLUE_SOURCE = SHIPPED_DIR / "pp_aux_capture.py"
 TEST_TEMPLATE = SHIPPED_DIR / "test_pp_aux_capture_family.py"
 #: The test's stand-in models and builders, shipped next to it (the test imports them).
 TEST_MODELS_SOURCE = SHIPPED_DIR / "pp_aux_capture_family_models.py"
@@ -109,36 +101,3 @@ def shipped_tests(plan: FamilyPlan) -> dict[str, str]:
         TEST_FILE: render_test(plan),
         INIT_TEST_FILE: render_init_test(plan),
     }
-
-
-def render_glue() -> str:
-    """The helpers module as shipped."""
-    return GLUE_SOURCE.read_text(encoding="utf-8")
-
-
-def shipped_file(tree: SGLangTree, module: str, text: str) -> FileChange:
-    path = tree.module_path(module)
-    return FileChange(path, tree.read_text(path), text, RUNTIME, Role.RUNTIME_MODULE)
-
-
-def family_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
-    """Every file change of the family patch (unchanged files are left out)."""
-    rewritten = plan.rewritten()
-    if not rewritten:
-        return []
-    changes = []
-    for file, text in sorted(rewritten.items()):
-        stem = file.removesuffix(".py")
-        path = tree.module_path(f"sglang.srt.models.{stem}")
-        changes.append(FileChange(path, tree.read_text(path), text, model_group(stem), Role.MODEL))
-    changes.append(shipped_file(tree, GLUE_MODULE, render_glue()))
-    changes += packer_access_changes(tree, rewritten.values())
-    # CUDA graph buffers for the aux entry: along SGLang's DSPARK sizing path (0.5.21+),
-    # or, on a tree without one (0.5.18-0.5.20), along a path added next to the
-    # residual bank's.
-    changes += sizing_changes(tree) + legacy_sizing_changes(tree)
-    if tree.tests is not None:  # a package tree has no test folder: left out
-        for name, text in shipped_tests(plan).items():
-            path = tree.test_path(name)
-            changes.append(FileChange(path, tree.read_text(path), text, TESTS, TEST_ROLES[name]))
-    return [change for change in changes if change.changed]

@@ -1,7 +1,8 @@
 """Which model files the upstream patch rewrites, per SGLang release line.
 
-:func:`release_column` asks the generator itself (the Kimi-Linear and Kimi-K3
-rewriters and the capture-hook family plan) about one release tree; :func:`matrix` lays several releases side
+:func:`release_column` asks the generator itself (the answers of its parts: the
+capture-hook family plan and the parts that rewrite a model file of their own) about one
+release tree; :func:`matrix` lays several releases side
 by side: one row per model file with a capture hook in any of them, one column per
 release.  A cell says how the file captures (the rewriter that patched it) or why it is
 not patched; the reasons are listed under the table, once per distinct reason.
@@ -14,13 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from codemods.upstream.family import registry
-from codemods.upstream.family.patch import plan_for_tree
 from codemods.upstream.family.plan import RAISES_PP
-from codemods.upstream.kimi import k3 as kimi_k3
-from codemods.upstream.kimi import linear as kimi
+from codemods.upstream.generate import generate
 from codemods.upstream.output.family_report import REFUSES_PP
-from codemods.upstream.sizing.graph_sizing import rename_dspark_entry
-from codemods.upstream.tree.sglang_tree import detect_tree
+from codemods.upstream.part import NEEDS_PATCH, PATCHED, SUPPORTED
 
 
 def capture_shape(decision) -> str:
@@ -31,15 +29,13 @@ def capture_shape(decision) -> str:
     return "other model files"
 
 
-KIMI_FILE = "kimi_linear.py"
-K3_FILE = "kimi_k3.py"
 #: Kimi on a release that relays DSPARK captures itself (0.5.21+): its entry and width
 #: method are renamed for every capture method (``graph_sizing.py``).
 RELAY_RENAME_CELL = "renamed: SGLang's DSPARK relay serves every capture method"
 KIMI_CELLS = {
-    kimi.NEEDS_PATCH: "patched: DSPARK relay",
-    kimi.PATCHED: "already patched",
-    kimi.SUPPORTED: "no: SGLang relays DSPARK captures itself",
+    NEEDS_PATCH: "patched: DSPARK relay",
+    PATCHED: "already patched",
+    SUPPORTED: "no: SGLang relays DSPARK captures itself",
 }
 
 
@@ -68,25 +64,20 @@ def _cell(decision) -> str:
 
 
 def release_column(root: Path | str, version: str) -> Column:
-    """The generator's decision for every model file with a capture hook in ``root``."""
-    tree = detect_tree(root)
+    """The generator's decision for every model file with a capture hook in ``root``: the
+    family plan's per file, and the answer of each part that rewrites a model file of its
+    own (which wins over the family's "rewritten by ..." for that file)."""
+    result = generate(root)
     column = Column(version)
-    plan = plan_for_tree(tree)
-    for decision in plan.decisions.values():
-        if decision.file not in (KIMI_FILE, K3_FILE):
-            column.cells[decision.file] = _cell(decision)
-    for file, rewriter in ((KIMI_FILE, kimi), (K3_FILE, kimi_k3)):
-        source = tree.read_text(tree.module_path(rewriter.MODULE))
-        if source is None:
-            continue
-        try:
-            status = rewriter.analyse(source, rewriter.MODULE).status
-        except kimi.UnrecognisedShape as error:
-            column.cells[file] = f"no: {error}"
-        else:
-            column.cells[file] = KIMI_CELLS[status]
-            if status == kimi.SUPPORTED and rename_dspark_entry(source, file) != source:
-                column.cells[file] = RELAY_RENAME_CELL
+    owned = {state.file for state in result.models}
+    if result.family is not None:
+        for decision in result.family.decisions.values():
+            if decision.file not in owned:
+                column.cells[decision.file] = _cell(decision)
+    for state in result.models:
+        column.cells[state.file] = KIMI_CELLS[state.status]
+        if state.status == SUPPORTED and state.path in result.changed:
+            column.cells[state.file] = RELAY_RENAME_CELL
     return column
 
 
@@ -104,7 +95,7 @@ def matrix(columns: Sequence[Column]) -> str:
         "no: no early return",
         "no: refuses PP",
         "no: raises under PP",
-        KIMI_CELLS[kimi.SUPPORTED],
+        KIMI_CELLS[SUPPORTED],
     )
     for file in files:
         cells = []

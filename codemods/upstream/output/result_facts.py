@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.generate import UpstreamResult
-from codemods.upstream.kimi import k3 as kimi_k3
-from codemods.upstream.kimi import linear as kimi
+from codemods.upstream.part import SUPPORTED, ModelState
 from codemods.upstream.tree.reachability import Refusal, refusal_of, tree_refusals
 
-KIMI_STEM = kimi.MODULE.rsplit(".", 1)[1]
+#: The parts that rewrite Kimi-Linear's and Kimi-K3's model files (``parts.PARTS``).
+KIMI_PART, K3_PART = "kimi_linear", "kimi_k3"
+#: Kimi-Linear's model file stem (its part's name).
+KIMI_STEM = KIMI_PART
 AUX_FLAG = "--enable-return-aux-hidden-states"
 #: How the release refuses the flag with PP (the message of 0.5.23's check).
 AUX_PP_REFUSAL = f"{AUX_FLAG} only supports pp_size == 1"
@@ -25,14 +27,21 @@ def refusals(result: UpstreamResult) -> list[Refusal]:
     return tree_refusals(result.tree, {change.path: change.new for change in result.changes})
 
 
+def _touched(result: UpstreamResult, part: str) -> ModelState | None:
+    """What part ``part`` found in its model file, when the patch changes that file."""
+    state = result.model(part)
+    return state if state is not None and state.path in result.changed else None
+
+
 def kimi_touched(result: UpstreamResult) -> bool:
-    return result.model_path in result.changed
+    return _touched(result, KIMI_PART) is not None
 
 
 def kimi_relay_renamed(result: UpstreamResult) -> bool:
     """Kimi-Linear relays DSPARK captures itself (0.5.21+) and the patch only renames its
     entry and width method for every capture method."""
-    return kimi_touched(result) and result.kimi_status == kimi.SUPPORTED
+    state = _touched(result, KIMI_PART)
+    return state is not None and state.status == SUPPORTED
 
 
 def kimi_rewritten(result: UpstreamResult) -> bool:
@@ -41,12 +50,13 @@ def kimi_rewritten(result: UpstreamResult) -> bool:
 
 
 def k3_touched(result: UpstreamResult) -> bool:
-    return result.tree.module_path(kimi_k3.MODULE) in result.changed
+    return _touched(result, K3_PART) is not None
 
 
 def k3_rewritten(result: UpstreamResult) -> bool:
     """Kimi-K3's hook and forward are rewritten (0.5.18-0.5.20), not only renamed."""
-    return k3_touched(result) and result.k3_status != kimi.SUPPORTED
+    state = _touched(result, K3_PART)
+    return state is not None and state.status != SUPPORTED
 
 
 def family_models(result: UpstreamResult) -> list[str]:
@@ -58,15 +68,18 @@ def family_models(result: UpstreamResult) -> list[str]:
 
 def touched_models(result: UpstreamResult) -> list[str]:
     """Every model file the patch rewrites, by stem."""
-    names = [KIMI_STEM] if kimi_touched(result) else []
-    names += [kimi_k3.NAME] if k3_touched(result) else []
+    names = [state.stem for state in result.models if state.path in result.changed]
     return sorted(dict.fromkeys(names + family_models(result)))
 
 
 def touched_hooks(result: UpstreamResult) -> list[str]:
     """Every capture hook the patch changes."""
-    touched = kimi_rewritten(result) or k3_rewritten(result)
-    hooks = ["set_dspark_layers_to_capture"] if touched else []
+    hooks = [
+        hook
+        for state in result.models
+        if state.path in result.changed and state.status != SUPPORTED
+        for hook in state.hooks
+    ]
     if result.family is not None:
         for decision in result.family.decisions.values():
             if decision.patched:

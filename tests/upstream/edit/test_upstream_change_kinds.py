@@ -110,7 +110,7 @@ def test_series_patches_hold_the_changes_of_their_group(tmp_path):
 def test_branch_file_list_reads_the_roles(tmp_path):
     result = generate(_checkout(tmp_path))
     summaries = {
-        _name(c.path): upstream_file_summary(c, result.model_path)
+        _name(c.path): upstream_file_summary(c, result.model("kimi_linear").path)
         for c in result.changes
         if c.changed
     }

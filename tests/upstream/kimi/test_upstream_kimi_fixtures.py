@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from sglang_support.env import PROJECT_ROOT, git_apply, run_python
 
 from codemods.cli.commands import cli
-from codemods.upstream.family.patch import render_glue
+from codemods.upstream.edit.runtime import render_glue
 from codemods.upstream.generate import generate
 from codemods.upstream.kimi import linear as kimi
 
@@ -50,7 +50,7 @@ def test_patch_applies_compiles_and_is_idempotent(tmp_path, fixture):
     root, model_path = _tree(tmp_path, fixture)
     original = (root / model_path).read_text()
     result = generate(root)
-    assert result.kimi_status == kimi.NEEDS_PATCH
+    assert result.model("kimi_linear").status == kimi.NEEDS_PATCH
     assert result.changed == [model_path, "sglang/srt/distributed/pp_aux_capture.py"]
     assert git_apply(root, result.patch, check=True).returncode == 0
     assert git_apply(root, result.patch).returncode == 0
@@ -84,7 +84,7 @@ def test_patch_applies_compiles_and_is_idempotent(tmp_path, fixture):
     assert all(any(line == other for other in remaining) for line in kept)
 
     again = generate(root)
-    assert again.kimi_status == kimi.PATCHED and again.patch == ""
+    assert again.model("kimi_linear").status == kimi.PATCHED and again.patch == ""
 
 
 def test_checkout_layout_paths(tmp_path):
@@ -173,7 +173,7 @@ def test_extra_code_fixture_leaves_eagle3_path_alone():
 def test_supported_shape_is_reported_and_nothing_written(tmp_path):
     root, _ = _tree(tmp_path, "kimi_supported.py")
     result = generate(root)
-    assert result.kimi_status == kimi.SUPPORTED and result.changes == [] and result.patch == ""
+    assert result.model("kimi_linear").status == kimi.SUPPORTED and result.changes == [] and result.patch == ""
     out = tmp_path / "out.patch"
     outcome = CliRunner().invoke(cli, ["upstream-patch", str(root), "-o", str(out)])
     assert outcome.exit_code == 0

@@ -18,7 +18,7 @@ from sglang_support.env import PROJECT_ROOT, git_apply
 
 from codemods.cli.commands import cli
 from codemods.ppcheck import pp_aux_transport
-from codemods.upstream.family.patch import render_glue
+from codemods.upstream.edit.runtime import render_glue
 from codemods.upstream.generate import generate
 from codemods.upstream.kimi import k3 as kimi_k3
 from codemods.upstream.kimi import linear as kimi
@@ -114,7 +114,7 @@ def test_unrecognised_shapes_name_the_file_and_leave_it_untouched(tmp_path, old,
 def test_generate_patches_k3_with_the_helpers_and_applies(tmp_path):
     root = _tree(tmp_path)
     result = generate(root, models=["kimi_k3"])
-    assert result.k3_status == kimi.NEEDS_PATCH
+    assert result.model("kimi_k3").status == kimi.NEEDS_PATCH
     assert result.changed == [
         K3_PATH,
         "sglang/srt/distributed/pp_aux_capture.py",
@@ -122,7 +122,7 @@ def test_generate_patches_k3_with_the_helpers_and_applies(tmp_path):
     assert git_apply(root, result.patch, check=True).returncode == 0
     assert git_apply(root, result.patch).returncode == 0
     again = generate(root, models=["kimi_k3"])
-    assert again.k3_status == kimi.PATCHED and again.patch == ""
+    assert again.model("kimi_k3").status == kimi.PATCHED and again.patch == ""
 
 
 def test_missing_k3_file_named_is_an_error(tmp_path):

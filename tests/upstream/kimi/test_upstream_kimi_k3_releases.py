@@ -49,7 +49,7 @@ def _check(root, runs):
 def test_patched_kimi_k3_matches_pp1(sglang_release, tmp_path, version):
     release = sglang_release(version)
     result = generate(release, models=["kimi_k3"])
-    assert result.k3_status == kimi.NEEDS_PATCH
+    assert result.model("kimi_k3").status == kimi.NEEDS_PATCH
     assert result.changed == [
         K3_FILE,
         "sglang/srt/distributed/pp_aux_capture.py",
@@ -60,7 +60,7 @@ def test_patched_kimi_k3_matches_pp1(sglang_release, tmp_path, version):
     applied = git_apply(copy, result.patch)
     assert applied.returncode == 0, applied.stderr
     again = generate(copy, models=["kimi_k3"])
-    assert again.k3_status == kimi.PATCHED and again.patch == ""
+    assert again.model("kimi_k3").status == kimi.PATCHED and again.patch == ""
     assert "PPAuxRelay" not in (release / K3_FILE).read_text()
 
     report = _check(
@@ -113,14 +113,14 @@ def test_kimi_k3_with_own_relay_is_reported_as_supported(sglang_release, tmp_pat
         "Kimi-K3 (kimi_k3.py): already supports DSPARK aux capture under PP; not patched"
     ) in outcome.output
     assert out.read_text() == ""
-    assert generate(release, models=["kimi_k3"]).k3_status == kimi.SUPPORTED
+    assert generate(release, models=["kimi_k3"]).model("kimi_k3").status == kimi.SUPPORTED
 
 
 @pytest.mark.timeout(600)
 def test_full_patch_on_0_5_20_includes_kimi_k3_and_applies(sglang_release):
     release = sglang_release("0.5.20")
     result = release_result(release)
-    assert result.k3_status == kimi.NEEDS_PATCH
+    assert result.model("kimi_k3").status == kimi.NEEDS_PATCH
     assert K3_FILE in result.changed
     assert result.changed.count("sglang/srt/distributed/pp_aux_capture.py") == 1
     check = git_apply(release, result.patch, check=True)

@@ -41,7 +41,7 @@ def _check(root, runs, **options):
 
 def _patched_copy(release, tmp_path):
     result = generate(release, models=["kimi_linear"])
-    assert result.kimi_status == kimi.NEEDS_PATCH
+    assert result.model("kimi_linear").status == kimi.NEEDS_PATCH
     check = git_apply(release, result.patch, check=True)
     assert check.returncode == 0, check.stderr
     copy = linked_copy(release, tmp_path / "sglang", result.changed)
@@ -61,12 +61,12 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
         "sglang/srt/models/kimi_linear.py",
         "sglang/srt/distributed/pp_aux_capture.py",
     ]
-    text = (copy / result.model_path).read_text()
+    text = (copy / result.model("kimi_linear").path).read_text()
     assert "set_pp_aux_capture(" in text
     again = generate(copy, models=["kimi_linear"])
-    assert again.kimi_status == kimi.PATCHED and again.patch == ""
+    assert again.model("kimi_linear").status == kimi.PATCHED and again.patch == ""
     # The cached release itself is untouched (hard-linked copy, patched files private).
-    assert "PPAuxRelay" not in (release / result.model_path).read_text()
+    assert "PPAuxRelay" not in (release / result.model("kimi_linear").path).read_text()
 
     # The drive, then (in the same process) the same module through the PP validation
     # harness (spawned ranks, scheduler-like loop with microbatches in flight, PP=1

@@ -19,7 +19,7 @@ from codemods.cli.commands import cli
 from codemods.upstream.edit.change_kinds import RUNTIME, TESTS, VALIDATION, Role, model_group
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan, FileDecision, ForwardRef
-from codemods.upstream.generate import FAMILY_ONLY, UpstreamResult
+from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output import series
 from codemods.upstream.tree.sglang_tree import detect_tree
 from tests.gitrepo import IDENTITY, git, isolate_git
@@ -53,7 +53,7 @@ def _result(tmp_path: Path, changes: list[FileChange], decisions) -> UpstreamRes
     (tmp_path / PKG / "srt" / "models" / "__init__.py").write_text("")
     tree = detect_tree(tmp_path)
     plan = FamilyPlan(tmp_path / PKG / "srt" / "models", {d.file: d for d in decisions})
-    result = UpstreamResult(tree, FAMILY_ONLY, f"{MODELS}/kimi_linear.py")
+    result = UpstreamResult(tree)
     result.family = plan
     result.changes = changes
     return result
@@ -237,7 +237,7 @@ def test_checkout_tests_spread_over_the_series_and_the_init_test_comes_last(tmp_
         _decision("qwen3_moe.py", ("entry-gathered",)),
     ]
     plan = FamilyPlan(root / "python/sglang/srt/models", {d.file: d for d in decisions})
-    result = UpstreamResult(tree, FAMILY_ONLY, "python/sglang/srt/models/kimi_linear.py")
+    result = UpstreamResult(tree)
     result.family = plan
     final = series._family_test_text(result, {"llama", "qwen3_moe"})
     result.changes = [

@@ -1,0 +1,63 @@
+"""The capture-hook family and the CPU tests it ships, as parts of the patch.
+
+* ``family``: every model file with a capture hook that no other part owns
+  (``plan.FamilyPlan``: patched or not, and why, per file), its rewritten files and the
+  helpers module they call.  Not applicable on a tree with no such file, or when
+  ``--models`` names none; its facts are the plan.
+* ``shipped_tests``: the family test, its stand-in models and the init test
+  (``patch.shipped_tests``); in a checkout's patch, left out of a package tree's (its
+  facts, file name -> text, still feed ``--tests-dir`` and ``--validate``).
+"""
+
+from __future__ import annotations
+
+from codemods.upstream import part
+from codemods.upstream.edit.change_kinds import TESTS, Role, model_group
+from codemods.upstream.edit.patchfile import FileChange
+from codemods.upstream.edit.runtime import runtime_change
+from codemods.upstream.family.patch import TEST_ROLES, plan_for_tree, shipped_tests
+from codemods.upstream.family.plan import FamilyPlan
+from codemods.upstream.tree.sglang_tree import SGLangTree
+
+
+def model_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
+    """The rewritten model files and the helpers module (none when nothing is rewritten)."""
+    rewritten = plan.rewritten()
+    if not rewritten:
+        return []
+    changes = []
+    for file, text in sorted(rewritten.items()):
+        stem = file.removesuffix(".py")
+        path = tree.module_path(f"sglang.srt.models.{stem}")
+        changes.append(FileChange(path, tree.read_text(path), text, model_group(stem), Role.MODEL))
+    changes.append(runtime_change(tree))
+    return [change for change in changes if change.changed]
+
+
+def decide_family(tree: SGLangTree, plan: part.Plan) -> part.Decision:
+    names = None if plan.models is None else [n for n in plan.models if n not in plan.owned]
+    if names == []:
+        return part.not_applicable("no model file of the family asked for (--models)")
+    family = plan_for_tree(tree, names)
+    if not family.decisions:
+        return part.not_applicable(
+            "no model file of the family has a capture hook in this release", facts=family
+        )
+    return part.applies(model_changes(tree, family), facts=family)
+
+
+def decide_tests(tree: SGLangTree, plan: part.Plan) -> part.Decision:
+    family = plan.facts("family")
+    tests = shipped_tests(family) if family is not None else {}
+    if not tests:
+        return part.not_applicable("no model file of the capture-hook family is rewritten")
+    changes = []
+    if tree.tests is not None:  # a package tree has no test folder: left out
+        for name, text in tests.items():
+            path = tree.test_path(name)
+            changes.append(FileChange(path, tree.read_text(path), text, TESTS, TEST_ROLES[name]))
+    return part.applies([c for c in changes if c.changed], facts=tests)
+
+
+FAMILY = part.Part("family", decide_family)
+SHIPPED_TESTS = part.Part("shipped_tests", decide_tests)

@@ -1,0 +1,69 @@
+"""Kimi-Linear and Kimi-K3 as parts of the upstream patch (``part.Part``).
+
+Each looks at its model file (``kimi_linear.py``, ``kimi_k3.py``) and answers:
+
+* not applicable: the file is absent (and not asked for by name), or has no DSPARK hook
+  (SGLang 0.5.4-0.5.16 ship ``kimi_linear.py`` without one);
+* left out: the file needs the rewrite but ``--models`` did not ask for it;
+* applies: the rewritten file and the helpers module (``linear.py``, ``k3.py``), nothing
+  when the file already carries the rewrite or SGLang relays the captures itself
+  (``ModelState.status``);
+* cannot apply: asked for by name and absent, or a DSPARK hook in a shape the rewriter
+  does not recognise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+
+from codemods.upstream import part
+from codemods.upstream.edit.change_kinds import KIMI, Role
+from codemods.upstream.edit.patchfile import FileChange
+from codemods.upstream.edit.runtime import runtime_change
+from codemods.upstream.kimi import k3, linear
+from codemods.upstream.tree.sglang_tree import SGLangTree
+
+HOOK = "set_dspark_layers_to_capture"
+
+
+def _decider(
+    rewriter: ModuleType, stem: str, title: str
+) -> Callable[[SGLangTree, part.Plan], part.Decision]:
+    def decide(tree: SGLangTree, plan: part.Plan) -> part.Decision:
+        path = tree.module_path(rewriter.MODULE)
+        file = f"{stem}.py"
+        source = tree.read_text(path)
+        asked = plan.models is not None and stem in plan.models
+        if source is None:
+            if asked:
+                return part.cannot_apply(str(tree.file(path)), f"{title} model file not found")
+            return part.not_applicable(f"{file} is not in this release")
+        if f"def {HOOK}(" not in source:
+            return part.not_applicable(f"{file} has no DSPARK hook in this release")
+        try:
+            new_source, analysis = rewriter.rewrite(source, str(tree.file(path)))
+        except linear.UnrecognisedShape as err:
+            return part.cannot_apply(str(tree.file(path)), str(err).removeprefix(f"{err.path}: "))
+        state = part.ModelState(path, analysis.status, (HOOK,), title)
+        if not plan.asked(stem):
+            if analysis.status != part.NEEDS_PATCH:
+                return part.not_applicable(f"not asked for (--models); {file} needs no rewrite")
+            return part.left_out(
+                f"{file} not asked for (--models)",
+                f"{title} keeps refusing DSPARK aux capture under PP",
+            )
+        changes: list[FileChange] = []
+        if analysis.status != part.SUPPORTED:
+            changes = [FileChange(path, source, new_source, KIMI, Role.MODEL), runtime_change(tree)]
+        return part.applies(changes, analysis.notes, model=state)
+
+    return decide
+
+
+LINEAR = part.Part(
+    "kimi_linear", _decider(linear, "kimi_linear", "Kimi-Linear"), models=("kimi_linear",)
+)
+K3 = part.Part("kimi_k3", _decider(k3, k3.NAME, "Kimi-K3"), models=(k3.NAME,))
+#: The modules the two parts rewrite.
+MODULES = (linear.MODULE, k3.MODULE)

@@ -1,0 +1,86 @@
+"""The CUDA-graph sizing of the aux entry and the packer accessor as parts of the patch.
+
+Both follow the capture-hook family: they apply when the family part rewrites model
+files (its plan is ``plan.facts("family")``).
+
+* ``sizing``: along SGLang's DSPARK sizing path, renamed for every capture method
+  (0.5.21+, ``graph_sizing.py``), or along a path added next to the residual bank's
+  (0.5.17-0.5.20, ``graph_sizing_legacy.py``).  A release that sizes the CUDA-graph
+  buffers of the PP handoff in another structure (``cuda_graph_runner.py`` before 0.5.11,
+  ``runner/base_runner.py`` after) is left out, and the answer says what that leaves
+  broken; a release without such buffers is not applicable.
+* ``packer``: ``AuxHiddenStatePacker.captured()`` where a rewritten forward packs its
+  captures (``packer_access.py``).
+"""
+
+from __future__ import annotations
+
+from codemods.upstream import part
+from codemods.upstream.sizing import packer_access
+from codemods.upstream.sizing.graph_sizing import SIZING_MODULES, has_dspark_sizing, sizing_changes
+from codemods.upstream.sizing.graph_sizing_legacy import has_legacy_shape, legacy_sizing_changes
+from codemods.upstream.tree.sglang_tree import SGLangTree
+
+#: Where releases without a sizing path auxcap rewrites allocate the CUDA-graph buffers of
+#: the PP handoff.
+GRAPH_BUFFER_MODULES = (
+    "sglang.srt.model_executor.cuda_graph_runner",
+    "sglang.srt.model_executor.runner.base_runner",
+    "sglang.srt.model_executor.runner_utils.buffers",
+)
+GRAPH_BUFFER = '"hidden_states": torch.zeros('
+NO_FAMILY = "no model file of the capture-hook family is rewritten"
+
+
+def _rewritten(plan: part.Plan) -> dict[str, str]:
+    family = plan.facts("family")
+    return {} if family is None else family.rewritten()
+
+
+def graph_buffers(tree: SGLangTree) -> str | None:
+    """Patch path of the file that allocates the CUDA-graph buffers of the PP handoff,
+    where no sizing path auxcap rewrites exists (None: none found)."""
+    for module in GRAPH_BUFFER_MODULES:
+        path = tree.module_path(module)
+        text = tree.read_text(path)
+        if text is not None and "pp_proxy" in text and GRAPH_BUFFER in text:
+            return path
+    return None
+
+
+def decide_sizing(tree: SGLangTree, plan: part.Plan) -> part.Decision:
+    if not _rewritten(plan):
+        return part.not_applicable(NO_FAMILY)
+    if has_dspark_sizing(tree):
+        return part.applies(sizing_changes(tree))
+    if has_legacy_shape(tree):
+        return part.applies(legacy_sizing_changes(tree))
+    found = graph_buffers(tree)
+    if found is None:
+        return part.not_applicable("this release has no CUDA-graph buffers for the PP handoff")
+    return part.left_out(
+        f"{found} sizes the CUDA-graph buffers of the PP handoff for its own entries only, "
+        "in a structure auxcap does not rewrite",
+        "with CUDA graphs under PP the aux entry has no graph buffer, so a later stage's "
+        "graph replay drops the captures of earlier stages; serve with --disable-cuda-graph",
+    )
+
+
+def decide_packer(tree: SGLangTree, plan: part.Plan) -> part.Decision:
+    rewritten = _rewritten(plan)
+    if not rewritten:
+        return part.not_applicable(NO_FAMILY)
+    try:
+        changes = packer_access.packer_access_changes(tree, rewritten.values())
+    except ValueError as err:
+        path = tree.module_path(packer_access.MODULE)
+        return part.cannot_apply(str(tree.file(path)), str(err).split(": ", 1)[-1])
+    if not changes and not any(packer_access.PACKER in t for t in rewritten.values()):
+        return part.not_applicable("no rewritten forward packs its captures")
+    return part.applies(changes)
+
+
+SIZING = part.Part("sizing", decide_sizing)
+PACKER = part.Part("packer", decide_packer)
+#: The modules the sizing part rewrites.
+MODULES = SIZING_MODULES
