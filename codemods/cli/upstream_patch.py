@@ -1,8 +1,14 @@
-"""What ``auxcap upstream-patch`` does, kept out of ``cli.py`` so the CLI stays thin.
+"""What ``auxcap upstream-patch`` does, kept out of ``cli/commands.py`` so the CLI stays thin.
+
+The generator asks every part of the patch (``upstream/parts.py``); this module says each
+answer that is not a plain "applies": why a part does not apply, what a part left out
+leaves broken (a partial patch is never silent), and, in one line, a release auxcap has not
+seen.  Progress (the part at work) goes to stderr on a terminal only.
 
 Exit codes: 0 patch written, tree already patched (empty patch) or already supported
-upstream (no patch); 2 not an SGLang tree, model file missing or of a shape the rewriter
-does not recognise (nothing is written).  With ``--validate`` (the patch and PR description
+upstream (no patch), whatever parts do not apply; 2 not an SGLang tree, no model file any
+part rewrites, or a part that applies and cannot be completed (the message names the
+release and the file; nothing is written).  With ``--validate`` (the patch and PR description
 still written): 1 some model did not match its PP=1 run, 2 the validation could not run
 (nothing to validate, an import error such as a missing torch, the test not starting).
 """

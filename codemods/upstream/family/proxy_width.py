@@ -13,7 +13,7 @@ relay ``set_pp_aux_capture`` gave the decoder stack: 0 on PP=1, on the first sta
 before a hook is called.
 
 The same classes also declare that they relay their captures across stages, for the
-server-argument validation (``validation.py``), which used to refuse aux capture with PP
+server-argument validation (``validation/relax.py``), which used to refuse aux capture with PP
 for every model.  Before::
 
     class LlamaForCausalLM(nn.Module):

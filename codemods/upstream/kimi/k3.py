@@ -1,5 +1,5 @@
 """Rewrite SGLang's Kimi-K3 model file (0.5.18-0.5.20) so DSPARK aux capture works under
-pipeline parallelism, with the relay of the Kimi-Linear rewrite (``kimi.py``).
+pipeline parallelism, with the relay of the Kimi-Linear rewrite (``kimi/linear.py``).
 
 The file has the Kimi-Linear structure (a causal-LM class whose
 ``set_dspark_layers_to_capture`` raises ``NotImplementedError`` under PP and returns early
@@ -37,7 +37,7 @@ building ``attn_res``, exactly as PP=1 computes it::
             )
 
 The head passes through the next stage, as every capture does in the PP handoff.  The
-setter prepares the relay like every patched model (see ``kimi.py``)::
+setter prepares the relay like every patched model (see ``kimi/linear.py``)::
 
         set_pp_aux_capture(
             self.model, self.pp_group, ids_attr="dspark_layers_to_capture"
@@ -201,7 +201,7 @@ def _relays_itself(module: cst.Module, source: str, path: str) -> Analysis | Non
 def analyse(source: str, path: str = MODULE) -> Analysis:
     """Classify ``source``; raises :class:`UnrecognisedShape` naming what is missing.
 
-    The setter and forward are found by ``kimi.py``'s discovery; what differs from
+    The setter and forward are found by ``kimi/linear.py``'s discovery; what differs from
     Kimi-Linear (the handoff branch, the capture method) is judged here.
     """
     module, setter, forward, missing = kimi.discover(source, path, UnrecognisedShape)

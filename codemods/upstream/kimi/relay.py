@@ -1,4 +1,4 @@
-"""The relay code both Kimi rewrites (``kimi.py``, ``kimi_k3.py``) put into a decoder
+"""The relay code both Kimi rewrites (``linear.py``, ``k3.py``) put into a decoder
 stack's forward: record each capture by layer id, hand the stage's captures on with the
 ``PPProxyTensors`` of non-last ranks (``self.pp_aux_relay.outgoing``, the ``PPAuxRelay``
 ``set_pp_aux_capture`` gave the stack), and gather the full list on the last stage

@@ -1,7 +1,7 @@
 """Which server configurations reach the patched capture code: the PP refusals left.
 
 SGLang refuses speculative decoding with pipeline parallelism in its server-argument
-checks, and the patch relaxes only some of them (``validation.py``, 0.5.21+).  This module
+checks, and the patch relaxes only some of them (``validation/relax.py``, 0.5.21+).  This module
 reads the checks as they are *after* the patch (the patch's new text where it changes the
 file, the tree's text elsewhere) in the files that hold them across releases
 (:data:`FILES`: ``server_args.py``, ``arg_groups/validation_hook.py``,
@@ -14,7 +14,7 @@ file, the tree's text elsewhere) in the files that hold them across releases
   ``conditional`` when a further test guards it.
 
 The PR description says from these which configurations reach the change, and the
-validation change (``validation.py``) relaxes an algorithm only where no refusal of it is
+validation change (``validation/relax.py``) relaxes an algorithm only where no refusal of it is
 left (:func:`tree_refusals` on the tree, :func:`refusal_of`).
 """
 

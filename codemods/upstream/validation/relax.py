@@ -36,7 +36,7 @@ relays its captures.  After, a helper asks the model class the server will load:
         return supported and hasattr(model_cls, f"set_{method.lower()}_layers_to_capture")
 
 The family patch sets ``supports_pp_aux_capture = True`` on each causal-LM class whose hooks
-it rewrites (``family_proxy_width.py``), so subclasses in other files inherit the support
+it rewrites (``family/proxy_width.py``), so subclasses in other files inherit the support
 (``MistralForCausalLM(LlamaForCausalLM)``), and a convention is supported where the class
 has its hook.  The hook reads the architecture only on the paths that used to be refused,
 so every accepted configuration of today validates as before.  The architectures the

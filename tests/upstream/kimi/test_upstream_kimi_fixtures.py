@@ -173,7 +173,11 @@ def test_extra_code_fixture_leaves_eagle3_path_alone():
 def test_supported_shape_is_reported_and_nothing_written(tmp_path):
     root, _ = _tree(tmp_path, "kimi_supported.py")
     result = generate(root)
-    assert result.model("kimi_linear").status == kimi.SUPPORTED and result.changes == [] and result.patch == ""
+    assert (
+        result.model("kimi_linear").status == kimi.SUPPORTED
+        and result.changes == []
+        and result.patch == ""
+    )
     out = tmp_path / "out.patch"
     outcome = CliRunner().invoke(cli, ["upstream-patch", str(root), "-o", str(out)])
     assert outcome.exit_code == 0

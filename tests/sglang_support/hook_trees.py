@@ -1,0 +1,50 @@
+"""Release trees for generating the upstream patch only: the Python sources of ``srt/``.
+
+Generation reads model files, the sizing path, the packer and the validation hook, all
+Python under ``sglang/srt/``, and the package's version.  ``hook_tree(version)`` unpacks
+just those from the cached wheel (``env.download_wheel``) once, into
+``$AUXCAP_CACHE/unpacked-py/sglang-<ver>/`` (about a tenth of the wheel's files); where the
+whole wheel is unpacked already (``env.sglang_tree``), that tree is used instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+
+from sglang_support.env import _locked, cache_root, download_wheel
+
+TOP_FILES = ("sglang/__init__.py", "sglang/version.py", "sglang/_version.py")
+
+
+def _wanted(name: str) -> bool:
+    return name in TOP_FILES or (name.startswith("sglang/srt/") and name.endswith(".py"))
+
+
+def hook_tree(version: str) -> Path:
+    """Root (holding ``sglang/``) of a tree with the release's sources generation reads."""
+    full = cache_root() / "unpacked" / f"sglang-{version}"
+    if (full / "sglang" / "__init__.py").is_file():
+        return full
+    target = cache_root() / "unpacked-py" / f"sglang-{version}"
+    if (target / "sglang" / "__init__.py").is_file():
+        return target
+    wheel = download_wheel(version)
+    with _locked(cache_root() / f".sglang-{version}.lock"):
+        if (target / "sglang" / "__init__.py").is_file():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".sglang-{version}-", dir=target.parent))
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                archive.extractall(staging, [n for n in archive.namelist() if _wanted(n)])
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(staging, target)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+    return target

@@ -1,0 +1,64 @@
+"""Every SGLang release with capture hooks (0.4.10.post2 to 0.5.23) gets a patch.
+
+Each release's tree is unpacked once, sources only (``sglang_support.hook_trees``).  Every
+part that does not apply says why; every file the patch touches compiles; at least 90% of
+the model files whose capture hooks return early off the last PP rank are patched (by the
+family or by a part of their own), leaving aside the models that refuse PP in their
+constructor (the early return never runs).
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+from sglang_support.hook_trees import hook_tree
+
+from codemods.cli.commands import cli
+from codemods.upstream.generate import generate
+from codemods.upstream.output.family_report import REFUSES_PP
+from codemods.upstream.part import SUPPORTED, Verdict
+from codemods.upstream.tree.releases import SEEN, release_of
+
+pytestmark = [pytest.mark.slow, pytest.mark.sglang]
+#: Releases whose kimi_linear.py has no DSPARK hook.
+KIMI_WITHOUT_HOOK = SEEN[SEEN.index("0.5.4.post3") : SEEN.index("0.5.17")]
+
+
+@pytest.mark.parametrize("version", SEEN)
+def test_every_release_gets_a_patch(version):
+    root = hook_tree(version)
+    result = generate(root)
+    assert release_of(result.tree) == version
+    assert result.patch, version
+    for answer in result.parts:
+        if answer.decision.verdict is not Verdict.APPLIES:
+            assert answer.decision.reason, (version, answer.name)
+    for change in result.changes:
+        if change.changed and change.path.endswith(".py"):
+            compile(change.new, change.path, "exec")
+    own = {s.file for s in result.models if s.status != SUPPORTED or s.path in result.changed}
+    # Files whose model refuses PP in its constructor lose no capture: the early return
+    # never runs under PP.
+    early = [
+        d
+        for d in result.family.decisions.values()
+        if d.early_return and not d.reason.startswith(REFUSES_PP)
+    ]
+    patched = [d for d in early if d.patched or d.file in own]
+    assert early and len(patched) >= 0.9 * len(early), (version, len(patched), len(early))
+    kimi = result.decision("kimi_linear")
+    if version in KIMI_WITHOUT_HOOK:
+        assert kimi.verdict is Verdict.NOT_APPLICABLE
+        assert kimi.reason == "kimi_linear.py has no DSPARK hook in this release"
+
+
+def test_a_partial_patch_says_what_it_leaves_out():
+    """0.5.14 (the release SpecForge pins): the family is patched, Kimi-Linear has no DSPARK
+    hook, and the CUDA-graph sizing of the PP proxy buffers is left out, said aloud."""
+    root = hook_tree("0.5.14")
+    done = CliRunner().invoke(cli, ["upstream-patch", str(root), "--models", "llama"])
+    assert done.exit_code == 0, done.output
+    assert "diff --git a/sglang/srt/models/llama.py" in done.stdout
+    assert "kimi_linear.py has no DSPARK hook in this release" in done.stderr
+    assert "warning: partial patch: sizing left out" in done.stderr
+    assert "--disable-cuda-graph" in done.stderr
