@@ -266,6 +266,17 @@ def _colour(err: bool = False) -> bool:
     return terminal.colour_enabled(sys.stderr if err else sys.stdout)
 
 
+def _format_option(help_text: str):
+    """``--format text|json`` (``output_format``), with the command's own help."""
+    return _shown(
+        "--format",
+        "output_format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        help=help_text,
+    )
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="auxcap")
 def cli() -> None:
@@ -275,13 +286,7 @@ def cli() -> None:
 
 @cli.command()
 @_paths
-@_shown(
-    "--format",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    help="Listing format.",
-)
+@_format_option("Listing format.")
 @_hook_option
 @_include_tests_option
 @_file_options
@@ -322,12 +327,8 @@ def scan(
     "--check", is_flag=True, help="Change nothing; exit 1 when changes are needed, 0 when none."
 )
 @click.option("--write", is_flag=True, help="Rewrite the files in place.")
-@_shown(
-    "--format",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    help="text: diffs and messages; json: a CodeTF-shaped report on stdout (docs/report.md).",
+@_format_option(
+    "text: diffs and messages; json: a CodeTF-shaped report on stdout (docs/report.md)."
 )
 @click.option(
     "--exit-zero",
@@ -488,7 +489,7 @@ def upstream_patch(
     With --branch NAME (SGLANG_ROOT in a git work tree), the patch is applied and committed
     on a new branch NAME instead of being printed.
     """
-    from codemods.cli.upstream_patch import parse_models, run_upstream_patch
+    from codemods.cli.upstream_patch import generate_or_say, parse_models, run_upstream_patch
 
     chosen = parse_models(models)
     if validate and request is not None and series_dir is None:
@@ -498,17 +499,11 @@ def upstream_patch(
 
         if request is not None:
             request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
+        result = generate_or_say(sglang_root, chosen, tests_dir)
+        if result is None:
+            raise SystemExit(2)
         raise SystemExit(
-            run_series(
-                sglang_root,
-                series_dir,
-                pr_body,
-                chosen,
-                output,
-                request,
-                validate,
-                tests_dir=tests_dir,
-            )
+            run_series(result, sglang_root, series_dir, pr_body, output, request, validate)
         )
     if request is not None:
         request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
@@ -521,11 +516,10 @@ def upstream_patch(
                 )
             )
         )
-    raise SystemExit(
-        run_upstream_patch(
-            sglang_root, output, pr_body, chosen, validate=validate, tests_dir=tests_dir
-        )
-    )
+    result = generate_or_say(sglang_root, chosen, tests_dir)
+    if result is None:
+        raise SystemExit(2)
+    raise SystemExit(run_upstream_patch(result, output, pr_body, validate=validate))
 
 
 @cli.command("validate-pp")

@@ -135,8 +135,9 @@ def generate_or_say(
     root: str, models: list[str] | None, tests_dir: str | None = None
 ) -> UpstreamResult | None:
     """The upstream patch of the SGLang tree at ``root``; None, once the reason is said,
-    where it cannot be made (not a tree, a model file missing, a shape not understood).
-    Where the shipped tests went, when not only into the patch, is said too."""
+    where it cannot be made (not a tree, no model file, a part that cannot be completed).
+    Where the shipped tests went, a release auxcap has not seen, the family's decision per
+    model file and every part's answer that is not a plain "applies" are said too."""
     try:
         result = generate(root, models=models, tests_dir=tests_dir, progress=progress_bar())
     except (TreeError, MissingModelFile, CannotApply, ValueError, OSError) as err:
@@ -145,25 +146,18 @@ def generate_or_say(
     unseen = unseen_line(result.tree)
     if unseen:
         _say(f"note: {unseen}")
+    report_family(result)
+    report_parts(result)
     if result.tests_note:
         _say(f"note: {result.tests_note}")
     return result
 
 
 def run_upstream_patch(
-    root: str,
-    output: str | None,
-    pr_body: str | None,
-    models: list[str] | None = None,
-    validate: bool = False,
-    tests_dir: str | None = None,
+    result: UpstreamResult, output: str | None, pr_body: str | None, validate: bool = False
 ) -> int:
-    result = generate_or_say(root, models, tests_dir)
-    if result is None:
-        return 2
+    """Write the patch of ``result`` (``generate_or_say``) and its PR description."""
     where = result.tree.describe()
-    report_family(result)
-    report_parts(result)
     supported = [state for state in result.models if state.status == SUPPORTED]
     for state in supported:
         if state.path in result.changed:

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import click
 
-from codemods.cli.upstream_patch import generate_or_say, validation_verdict
+from codemods.cli.upstream_patch import validation_verdict
 from codemods.deliver.git_basics import GitDeliveryError
 from codemods.deliver.git_series import author_of, commit_stack
 from codemods.sources.fileio import write_output_atomic
+from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.series import build_series, render_series
 
 _SERIES_NAME = re.compile(r"^\d{4}-.*\.patch$")
@@ -53,18 +54,16 @@ def write_series(directory: Path, files: dict[str, str]) -> list[Path]:
 
 
 def run_series(
+    result: UpstreamResult,
     root: str,
     series_dir: str,
     pr_body: str | None,
-    models: list[str] | None,
     output: str | None = None,
     request=None,
     validate: bool = False,
-    tests_dir: str | None = None,
 ) -> int:
-    result = generate_or_say(root, models, tests_dir)
-    if result is None:
-        return 2
+    """Write the series of ``result`` (``generate_or_say`` on ``root``) and, with a
+    ``request``, commit it on a branch."""
     where = result.tree.describe()
     patches = build_series(result)
     if not patches:

@@ -76,6 +76,12 @@ class Analyser:
                 via.update(d["_id"] for d in found)
             return found
 
+        def delegated(event: _Event, combine) -> tuple[str, dict | None]:
+            """What the hooks a call delegates to do, combined; "unresolved" when the
+            delegates cannot be found."""
+            found = delegate_of(event)
+            return ("unresolved", None) if found is None else combine(found)
+
         # Under PP: the first loud failure on any rank wins; else silent loss on non-last ranks.
         outcomes = []
         for scen in (_PP_NON_LAST, _PP_LAST):
@@ -92,11 +98,7 @@ class Analyser:
             if event is not None and event.kind == "return" or state.get("pp_skipped"):
                 pp = "skips_non_last_ranks"
             elif event is not None and event.kind == "delegate":
-                found = delegate_of(event)
-                if found is None:
-                    pp = "unresolved"
-                else:
-                    pp, pp_raise = _worst_pp(found)
+                pp, pp_raise = delegated(event, _worst_pp)
         facts["pp"] = pp
         if pp_raise is not None:
             facts["pp_raise"] = pp_raise
@@ -111,11 +113,7 @@ class Analyser:
         elif event is not None and event.kind == "return":
             none = "ignored"
         elif event is not None and event.kind == "delegate":
-            found = delegate_of(event)
-            if found is None:
-                none = "unresolved"
-            else:
-                none, none_raise = _common_none(found)
+            none, none_raise = delegated(event, _common_none)
         facts["none"] = none
         if none_raise is not None:
             facts["none_raise"] = none_raise

@@ -10,8 +10,10 @@ import re
 from dataclasses import dataclass
 
 from codemods.catalog.derive.index import ClassKey, ModelIndex
+from codemods.catalog.hooks import HOOK_NAME_PATTERN
 
-HOOK_RE = re.compile(r"^set_[a-z0-9_]+_layers_to_capture$")
+#: Every capture hook SGLang defines follows this spelling (the catalog's pattern).
+HOOK_RE = HOOK_NAME_PATTERN
 _PP_NAME_RE = re.compile(r"(^|_)pp($|_)|pipeline")
 _PP_SIZE_RE = re.compile(r"^(pp_size|pp_world_size|pipeline_parallel_size)$")
 

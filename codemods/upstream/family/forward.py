@@ -22,6 +22,29 @@ class FamilyRewriteError(ValueError):
     """A shape that analysis accepted could not be rewritten (a bug, reported per file)."""
 
 
+def handoff_parts(
+    fn: cst.FunctionDef, shape: ForwardShape
+) -> tuple[list[cst.BaseStatement], str, str]:
+    """The statements of a forward to rewrite, with its capture list and PP proxy
+    parameter; ``FamilyRewriteError`` when it has no block body or no PP handoff."""
+    if not isinstance(fn.body, cst.IndentedBlock):
+        raise FamilyRewriteError(f"{shape.class_name}.forward has no block body")
+    if shape.aux_name is None or shape.proxy_param is None:
+        raise FamilyRewriteError(f"{shape.class_name}.forward has no PP handoff")
+    return list(fn.body.body), shape.aux_name, shape.proxy_param
+
+
+def in_else_block(handoff: cst.If, shape: ForwardShape, insert: Callable[[list], None]) -> cst.If:
+    """``handoff`` (the non-last-rank ``if``) with ``insert`` applied to the statements of
+    its ``else`` block; ``FamilyRewriteError`` when it has none."""
+    if not isinstance(handoff.orelse, cst.Else):
+        raise FamilyRewriteError(f"{shape.class_name}.forward handoff has no else block")
+    block = list(handoff.orelse.body.body)
+    insert(block)
+    orelse = handoff.orelse.with_changes(body=handoff.orelse.body.with_changes(body=block))
+    return handoff.with_changes(orelse=orelse)
+
+
 @dataclass(frozen=True)
 class ForwardShape:
     """The forward of a class that reads ``self.layers_to_capture``."""

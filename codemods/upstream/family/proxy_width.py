@@ -67,9 +67,18 @@ def add_proxy_width_method(cls: cst.ClassDef, receiver: str) -> cst.ClassDef:
         return cls
     hooks = [k for k, statement in enumerate(body) if _is_hook(statement)]
     position = hooks[-1] + 1 if hooks else len(body)
+    return _inserted(cls, body, position, proxy_width_source(receiver), blank_before=True)
+
+
+def _inserted(
+    cls: cst.ClassDef, body: list, position: int, source: str, blank_before: bool
+) -> cst.ClassDef:
+    """``cls`` with the statement of ``source`` at ``position`` of its ``body``, a blank line
+    before it where ``blank_before``, and one between it and the statement it moves down
+    (whose comments stay with it)."""
     blank = cst.EmptyLine(indent=False)
-    (method,) = parse_statements(proxy_width_source(receiver), " " * 4)
-    body.insert(position, method.with_changes(leading_lines=[blank]))
+    (statement,) = parse_statements(source, " " * 4)
+    body.insert(position, statement.with_changes(leading_lines=[blank] if blank_before else []))
     if position + 1 < len(body):
         following = body[position + 1]
         # a statement of the class block: a simple line or a compound statement
@@ -109,13 +118,5 @@ def add_support_attribute(cls: cst.ClassDef) -> cst.ClassDef:
     if any(_assigns(statement, SUPPORT_ATTR) for statement in body):
         return cls
     position = 1 if body and _is_docstring(body[0]) else 0
-    blank = cst.EmptyLine(indent=False)
-    (attribute,) = parse_statements(f"    {SUPPORT_ATTR} = True\n", " " * 4)
-    body.insert(position, attribute.with_changes(leading_lines=[blank] if position else []))
-    if position + 1 < len(body):
-        following = body[position + 1]
-        # a statement of the class block: a simple line or a compound statement
-        assert isinstance(following, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
-        comments = [line for line in following.leading_lines if line.comment is not None]
-        body[position + 1] = following.with_changes(leading_lines=[blank, *comments])
-    return cls.with_changes(body=cls.body.with_changes(body=body))
+    source = f"    {SUPPORT_ATTR} = True\n"
+    return _inserted(cls, body, position, source, blank_before=bool(position))

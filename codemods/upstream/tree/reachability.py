@@ -67,36 +67,16 @@ def _scan(body, path, function, condition, npu_else, nested, out) -> None:
         elif isinstance(stmt, ast.Assert) and "speculative_algorithm is None" in ast.unparse(
             stmt.test
         ):
-            out.append(
-                Refusal(
-                    path,
-                    stmt.lineno,
-                    function,
-                    condition,
-                    EVERY,
-                    _message(stmt.msg),
-                    npu_else,
-                    False,
-                )
-            )
+            where = (path, stmt.lineno, function, condition)
+            out.append(Refusal(*where, EVERY, _message(stmt.msg), npu_else, False))
         elif (
             isinstance(stmt, ast.Raise)
             and path.endswith("speculative_hook.py")
             and function.removeprefix("_handle_").upper() in CAPTURE_ALGORITHMS
         ):
             algorithm = function.removeprefix("_handle_").upper()
-            out.append(
-                Refusal(
-                    path,
-                    stmt.lineno,
-                    function,
-                    condition,
-                    algorithm,
-                    _message(stmt.exc),
-                    npu_else,
-                    nested,
-                )
-            )
+            where = (path, stmt.lineno, function, condition)
+            out.append(Refusal(*where, algorithm, _message(stmt.exc), npu_else, nested))
 
 
 def refusals_in(source: str, path: str) -> list[Refusal]:

@@ -3,18 +3,9 @@ layer entry (the callback and gathered-collector shapes of
 :mod:`~codemods.upstream.family.shapes.entry`, the snapshot shape of
 :mod:`~codemods.upstream.family.shapes.snapshot`).
 
-Before::
-
-        if not self.pp_group.is_last_rank:
-            return residual_batch.to_pp(hidden_states, forward_batch)
-        hidden_states = residual_batch.final_norm(
-            hidden_states, forward_batch, self.norm
-        )
-
-        if len(aux_hidden_states) == 0:
-            return hidden_states
-
-after (every return of the non-last-rank branch hands this stage's captures on with
+Before: the non-last-rank branch returns ``residual_batch.to_pp(hidden_states,
+forward_batch)`` and the last stage reads ``aux_hidden_states`` as its layers left it (the
+forward shown in :mod:`~codemods.upstream.family.shapes.entry`); after (every return of the non-last-rank branch hands this stage's captures on with
 ``to_pp``'s tensors, :mod:`~codemods.upstream.family.layer_entry.handoff`; the last stage
 gathers them all right before it first reads the captures)::
 
@@ -43,7 +34,12 @@ import libcst as cst
 
 from codemods.upstream.edit.names import COLLECT
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
-from codemods.upstream.family.forward import FamilyRewriteError, ForwardShape
+from codemods.upstream.family.forward import (
+    FamilyRewriteError,
+    ForwardShape,
+    handoff_parts,
+    in_else_block,
+)
 from codemods.upstream.family.layer_entry.handoff import handoff_index, wrap_handoff_returns
 
 #: Indentation of a method body and of a block directly inside it (black, 4 spaces).
@@ -54,29 +50,27 @@ BLOCK_INDENT = 12
 def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
     """Hand this stage's captures on with ``to_pp``'s tensors; gather them all on the
     last stage, right before the captures are first read."""
-    if not isinstance(fn.body, cst.IndentedBlock):
-        raise FamilyRewriteError(f"{shape.class_name}.forward has no block body")
-    body = list(fn.body.body)
+    body, aux_name, proxy_param = handoff_parts(fn, shape)
     index = handoff_index(body)
-    if index is None or shape.aux_name is None or shape.proxy_param is None:
+    if index is None:
         raise FamilyRewriteError(f"{shape.class_name}.forward has no PP handoff")
     found = body[index]
     assert isinstance(found, cst.If)
-    handoff = wrap_handoff_returns(found, BLOCK_INDENT, shape.aux_name, shape.proxy_param)
+    handoff = wrap_handoff_returns(found, BLOCK_INDENT, aux_name, proxy_param)
     extra = ("final=True",) if shape.final_capture else ()
-    collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, *extra))
+    collect = Call(COLLECT, ("self", aux_name, proxy_param, *extra))
     if shape.collect_in_else is not None:
-        if not isinstance(handoff.orelse, cst.Else):
-            raise FamilyRewriteError(f"{shape.class_name}.forward handoff has no else block")
-        inner = list(handoff.orelse.body.body)
-        _insert_collect(inner, shape.collect_in_else, BLOCK_INDENT, shape.aux_name, collect)
-        orelse = handoff.orelse.with_changes(body=handoff.orelse.body.with_changes(body=inner))
-        body[index] = handoff.with_changes(orelse=orelse)
+        at = shape.collect_in_else
+        body[index] = in_else_block(
+            handoff,
+            shape,
+            lambda block: _insert_collect(block, at, BLOCK_INDENT, aux_name, collect),
+        )
     else:
         body[index] = handoff
         if shape.collect_before is None or shape.collect_before >= len(body):
             raise FamilyRewriteError(f"{shape.class_name}.forward never reads the captures")
-        _insert_collect(body, shape.collect_before, METHOD_INDENT, shape.aux_name, collect)
+        _insert_collect(body, shape.collect_before, METHOD_INDENT, aux_name, collect)
     return fn.with_changes(body=fn.body.with_changes(body=body))
 
 

@@ -87,7 +87,7 @@ from codemods.upstream.family.layer_entry.packer import (
     last_rank_output_capture,
 )
 from codemods.upstream.family.layer_entry.rewrite import rewrite_forward
-from codemods.upstream.family.layer_entry.tbo import narrowed_range_problem
+from codemods.upstream.family.layer_entry.tbo import layer_loop_problem
 from codemods.upstream.family.syntax import (
     CAPTURE_KWARG,
     IDS_ATTR,
@@ -120,14 +120,6 @@ LIST_CLASS = "AuxHiddenStateList"
 CAPTURE_KEYWORD = "capture_output"
 #: The hidden states the layer loop assigns and the last stage returns.
 HIDDEN = "hidden_states"
-
-_STACK_RANGE = m.Call(
-    func=m.Name("range"),
-    args=[
-        m.Arg(m.Attribute(value=m.Name("self"), attr=m.Name("start_layer"))),
-        m.Arg(m.Attribute(value=m.Name("self"), attr=m.Name("end_layer"))),
-    ],
-)
 
 
 def is_entry_forward(fn: cst.FunctionDef) -> bool:
@@ -224,17 +216,11 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     enumerated = kind == ENTRY_KIND and is_enumerated_loop(loop)
     if enumerated:
         problem = enumerated_loop_problem(loop, aux_name)
-        if problem is not None:
-            return reject(problem)
-    elif not m.matches(loop, m.For(target=m.Name())):
-        return reject("the capturing loop does not bind one loop variable")
-    elif not m.matches(loop.iter, _STACK_RANGE):
-        narrowed = narrowed_range_problem(body, loop_index, loop)
-        if narrowed is not None:
-            return reject(
-                "the capturing loop is not `for i in range(self.start_layer, "
-                f"self.end_layer)` nor a range narrowed for two-batch overlap ({narrowed})"
-            )
+    else:
+        also = " nor a range narrowed for two-batch overlap"
+        problem = layer_loop_problem(body, loop_index, loop, also)
+    if problem is not None:
+        return reject(problem)
     if enumerated:
         assert isinstance(loop.target, cst.Tuple)  # is_enumerated_loop(loop)
         loop_var = name_value(loop.target.elements[0].value)

@@ -85,7 +85,13 @@ import libcst.matchers as m
 from codemods.upstream.edit.names import COLLECT, HANDOFF
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
 from codemods.upstream.edit.walk import findall
-from codemods.upstream.family.forward import CaptureKind, FamilyRewriteError, ForwardShape, Shape
+from codemods.upstream.family.forward import (
+    CaptureKind,
+    FamilyRewriteError,
+    ForwardShape,
+    Shape,
+    handoff_parts,
+)
 from codemods.upstream.family.gate import every_stage, last_stage_comments
 from codemods.upstream.family.layer_entry.handoff import handoff_index
 from codemods.upstream.family.syntax import (
@@ -294,11 +300,7 @@ class _EveryFirstLayer(cst.CSTTransformer):
 
 def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
     """Capture on every stage, hand the captures on and gather them on the last stage."""
-    if not isinstance(fn.body, cst.IndentedBlock):
-        raise FamilyRewriteError(f"{shape.class_name}.forward has no block body")
-    if shape.aux_name is None or shape.proxy_param is None:
-        raise FamilyRewriteError(f"{shape.class_name}.forward has no PP handoff")
-    body = list(fn.body.body)
+    body, aux_name, proxy_param = handoff_parts(fn, shape)
     (gate_index,) = shape.gate_assignments
     body[gate_index] = every_stage(body[gate_index])
     index = handoff_index(body)
@@ -322,7 +324,7 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     lines += render_call(
         pad + "    ",
         f"{HANDOFF_LOCAL} = ",
-        Call(HANDOFF, ("self", HANDOFF_LOCAL, shape.aux_name, shape.proxy_param)),
+        Call(HANDOFF, ("self", HANDOFF_LOCAL, aux_name, proxy_param)),
     )
     lines.append(f"{pad}return {HANDOFF_LOCAL}")
     new_handoff = parse_statements(lines_to_text(lines), pad)
@@ -331,8 +333,8 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     collect = [f"{pad}if {shape.gate} and {like}.shape[0] != 0:"]
     collect += render_call(
         pad + "    ",
-        f"{shape.aux_name} = ",
-        Call(COLLECT, ("self", shape.aux_name, shape.proxy_param)),
+        f"{aux_name} = ",
+        Call(COLLECT, ("self", aux_name, proxy_param)),
     )
     last[1:1] = parse_statements(lines_to_text(collect), pad)
     body[index] = handoff.with_changes(

@@ -85,6 +85,8 @@ from codemods.upstream.family.forward import (
     FamilyRewriteError,
     ForwardShape,
     Shape,
+    handoff_parts,
+    in_else_block,
 )
 from codemods.upstream.family.gate import every_stage, gate_of, last_stage_comments
 from codemods.upstream.family.syntax import (
@@ -453,16 +455,14 @@ def _before_layer_call(loop: cst.For, branch: cst.If) -> bool:
 
 def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
     """Add this stage's captures to the handoff; gather all of them on the last stage."""
-    if not isinstance(fn.body, cst.IndentedBlock):
-        raise FamilyRewriteError(f"{shape.class_name}.forward has no block body")
-    body = list(fn.body.body)
+    body, aux_name, proxy_param = handoff_parts(fn, shape)
     index = non_last_return_index(body)
-    if index is None or shape.aux_name is None or shape.proxy_param is None:
+    if index is None:
         raise FamilyRewriteError(f"{shape.class_name}.forward has no PP handoff")
     for position in shape.gate_assignments:
         body[position] = every_stage(body[position])
     extra = ("boundaries=True",) if BOUNDARIES.name in shape.capture_kinds else ()
-    outgoing = Call(OUTGOING, ("self", shape.aux_name, shape.proxy_param, *extra))
+    outgoing = Call(OUTGOING, ("self", aux_name, proxy_param, *extra))
     handoff = body[index]
     # non_last_return_index: an ``if`` block that ends in a ``return`` line
     assert isinstance(handoff, cst.If) and isinstance(handoff.body, cst.IndentedBlock)
@@ -505,14 +505,12 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
         )
         handoff_body[-1] = handoff_body[-1].with_changes(leading_lines=[])
     handoff = handoff.with_changes(body=handoff.body.with_changes(body=handoff_body))
-    collect = Call(COLLECT, ("self", shape.aux_name, shape.proxy_param, *extra))
+    collect = Call(COLLECT, ("self", aux_name, proxy_param, *extra))
     if shape.collect_in_else is not None:
-        if not isinstance(handoff.orelse, cst.Else):
-            raise FamilyRewriteError(f"{shape.class_name}.forward handoff has no else block")
-        block = list(handoff.orelse.body.body)
-        _insert_collect(block, shape.collect_in_else, BLOCK_INDENT, shape, collect)
-        orelse = handoff.orelse.with_changes(body=handoff.orelse.body.with_changes(body=block))
-        body[index] = handoff.with_changes(orelse=orelse)
+        at = shape.collect_in_else
+        body[index] = in_else_block(
+            handoff, shape, lambda block: _insert_collect(block, at, BLOCK_INDENT, shape, collect)
+        )
         return fn.with_changes(body=fn.body.with_changes(body=body))
     body[index] = handoff
 

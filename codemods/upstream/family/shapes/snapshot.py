@@ -46,7 +46,7 @@ from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.forward import CaptureKind, ForwardShape, Shape
 from codemods.upstream.family.layer_entry.handoff import PROXY_ARG, PROXY_TEXT, handoff_index
 from codemods.upstream.family.layer_entry.rewrite import rewrite_forward
-from codemods.upstream.family.layer_entry.tbo import narrowed_range_problem
+from codemods.upstream.family.layer_entry.tbo import layer_loop_problem
 from codemods.upstream.family.syntax import IDS_ATTR, SELF_IDS, name_value, only_assign
 
 _SNAPSHOT_DESCRIPTION = (
@@ -58,14 +58,6 @@ SNAPSHOT = CaptureKind(
 )
 #: ``ForwardShape.capture_kinds`` entry of the forwards this module recognises.
 SNAPSHOT_KIND = SNAPSHOT.name
-
-_STACK_RANGE = m.Call(
-    func=m.Name("range"),
-    args=[
-        m.Arg(m.Attribute(value=m.Name("self"), attr=m.Name("start_layer"))),
-        m.Arg(m.Attribute(value=m.Name("self"), attr=m.Name("end_layer"))),
-    ],
-)
 
 #: ``self.end_layer in self.<ids>``: the last stage snapshots its output.
 _END_TEST = m.Comparison(
@@ -140,15 +132,9 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     if len(creations) != 1 or creations[0] > loop_index:
         return reject(f"`{aux_name} = []` is not created once, before the layer loop")
     list_index = creations[0]
-    if not m.matches(loop, m.For(target=m.Name())):
-        return reject("the capturing loop does not bind one loop variable")
-    if not m.matches(loop.iter, _STACK_RANGE):
-        narrowed = narrowed_range_problem(body, loop_index, loop)
-        if narrowed is not None:
-            return reject(
-                "the capturing loop is not `for i in range(self.start_layer, "
-                f"self.end_layer)` ({narrowed})"
-            )
+    problem = layer_loop_problem(body, loop_index, loop)
+    if problem is not None:
+        return reject(problem)
     loop_var = name_value(loop.target)
 
     # The capture: the first statement of the loop body is ``if i in self.<ids>:``,
