@@ -19,6 +19,7 @@ import sys
 
 import click
 
+from codemods.cli.progress import Progress
 from codemods.sources.fileio import write_output_atomic
 from codemods.upstream.generate import CannotApply, MissingModelFile, UpstreamResult, generate
 from codemods.upstream.part import NEEDS_PATCH, PATCHED, SUPPORTED
@@ -30,22 +31,27 @@ def _say(message: str) -> None:
     click.echo(f"auxcap: {message}", err=True)
 
 
-def progress_bar():
-    """``generate``'s progress callback: a bar on stderr (a terminal only) of the parts
-    decided, labelled with the part at work."""
-    from codemods.cli.progress import Progress
+class ProgressBar:
+    """``generate``'s progress callback: a bar on stderr (a terminal only) per phase,
+    ``done/total`` files or parts, labelled with the phase."""
 
-    bar: list[Progress] = []
+    def __init__(self, stream=None, delay: float = 0.3, interval: float = 0.1) -> None:
+        self.bar: Progress | None = None
+        self.stream, self.delay, self.interval = stream, delay, interval
 
-    def show(name: str, done: int, total: int) -> None:
-        if not bar:
-            bar.append(Progress(total, label="parts", delay=0.3))
-        bar[0].label = f"parts (deciding: {name})"
-        bar[0].advance(done - bar[0].done)
-        if done + 1 >= total:
-            bar[0].close()
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        bar = self.bar
+        if bar is None or bar.label != phase or bar.total != total:
+            self.close()
+            bar = self.bar = Progress(
+                total, phase, self.stream, delay=self.delay, interval=self.interval
+            )
+        bar.advance(done - bar.done)
 
-    return show
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def parse_models(value: str | None) -> list[str] | None:
@@ -138,11 +144,14 @@ def generate_or_say(
     where it cannot be made (not a tree, no model file, a part that cannot be completed).
     Where the shipped tests went, a release auxcap has not seen, the family's decision per
     model file and every part's answer that is not a plain "applies" are said too."""
+    progress = ProgressBar()
     try:
-        result = generate(root, models=models, tests_dir=tests_dir, progress=progress_bar())
+        result = generate(root, models=models, tests_dir=tests_dir, progress=progress)
     except (TreeError, MissingModelFile, CannotApply, ValueError, OSError) as err:
+        progress.close()
         _say(f"error: {err}")
         return None
+    progress.close()
     unseen = unseen_line(result.tree)
     if unseen:
         _say(f"note: {unseen}")

@@ -33,7 +33,9 @@ from codemods.upstream.sizing import packer_access
 from codemods.upstream.tree.releases import release_of
 from codemods.upstream.tree.sglang_tree import SGLangTree, detect_tree
 
-#: ``progress(part name, parts done, parts in all)``, called before each part decides.
+#: ``progress(phase, done, total)``: before each part decides (phase ``part <name>``,
+#: parts done of all), and as a part works through files (the family: model files planned,
+#: then rewritten).
 Progress = Callable[[str, int, int], None]
 
 
@@ -197,13 +199,12 @@ def _generate(
     progress: Progress | None,
 ) -> UpstreamResult:
     wanted = None if models is None else list(dict.fromkeys(models))
-    plan = Plan(tree, wanted, owned_models())
+    plan = Plan(tree, wanted, owned_models(), progress=progress)
     result = UpstreamResult(tree)
     present: set[str] = set()
     try:
         for index, part in enumerate(PARTS):
-            if progress is not None:
-                progress(part.name, index, len(PARTS))
+            plan.report(f"part {part.name}", index, len(PARTS))
             decision = part.decide(tree, plan)
             if decision.verdict is Verdict.CANNOT_APPLY:
                 raise CannotApply(part.name, decision.file or "", decision.reason, release_of(tree))

@@ -128,6 +128,12 @@ class Plan:
     #: Model file stems a part of their own rewrites (``Part.models``).
     owned: frozenset[str] = frozenset()
     decided: dict[str, Decision] = field(default_factory=dict)
+    #: ``progress(phase, done, total)``: what a part is doing, for a progress bar.
+    progress: Callable[[str, int, int], None] | None = None
+
+    def report(self, phase: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(phase, done, total)
 
     def asked(self, stem: str) -> bool:
         """Whether model file ``<stem>.py`` is part of this patch."""

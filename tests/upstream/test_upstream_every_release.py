@@ -46,6 +46,10 @@ def test_every_release_gets_a_patch(version):
     ]
     patched = [d for d in early if d.patched or d.file in own]
     assert early and len(patched) >= 0.9 * len(early), (version, len(patched), len(early))
+    # Every release sizes CUDA-graph buffers for the PP handoff: the sizing part applies or
+    # says what leaving it out breaks.
+    sizing = result.decision("sizing")
+    assert sizing.verdict in (Verdict.APPLIES, Verdict.LEFT_OUT), (version, sizing)
     kimi = result.decision("kimi_linear")
     if version in KIMI_WITHOUT_HOOK:
         assert kimi.verdict is Verdict.NOT_APPLICABLE

@@ -38,12 +38,18 @@ def decide_family(tree: SGLangTree, plan: part.Plan) -> part.Decision:
     names = None if plan.models is None else [n for n in plan.models if n not in plan.owned]
     if names == []:
         return part.not_applicable("no model file of the family asked for (--models)")
-    family = plan_for_tree(tree, names)
+    family = plan_for_tree(
+        tree, names, lambda done, total: plan.report("model files planned", done, total)
+    )
     if not family.decisions:
         return part.not_applicable(
             "no model file of the family has a capture hook in this release", facts=family
         )
-    return part.applies(model_changes(tree, family), facts=family)
+    touched = len(family.touched_files)
+    plan.report("model files rewritten", 0, touched)
+    changes = model_changes(tree, family)
+    plan.report("model files rewritten", touched, touched)
+    return part.applies(changes, facts=family)
 
 
 def decide_tests(tree: SGLangTree, plan: part.Plan) -> part.Decision:

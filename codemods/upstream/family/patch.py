@@ -16,6 +16,7 @@ for ``--tests-dir`` and ``--validate``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from codemods.upstream.edit.change_kinds import Role
@@ -48,10 +49,15 @@ def models_dir(tree: SGLangTree) -> Path:
     return tree.file(tree.module_path("sglang.srt.models.__init__")).parent
 
 
-def plan_for_tree(tree: SGLangTree, models: list[str] | None = None) -> FamilyPlan:
+def plan_for_tree(
+    tree: SGLangTree,
+    models: list[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> FamilyPlan:
     """The family plan of ``tree``; ``models`` (file stems) restricts it, and a name
-    without a capture hook in the tree is an error (``ValueError``)."""
-    return plan_family(models_dir(tree), only=models).select(models)
+    without a capture hook in the tree is an error (``ValueError``).  ``progress(done,
+    total)``: before each model file with a capture hook."""
+    return plan_family(models_dir(tree), only=models, progress=progress).select(models)
 
 
 def render_cases(plan: FamilyPlan) -> str:

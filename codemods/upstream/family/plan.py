@@ -20,6 +20,7 @@ id, as the layer loop appends them), same capture point.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -257,10 +258,15 @@ OWNED_ELSEWHERE = {
 }
 
 
-def plan_family(models_dir: Path | str, only: list[str] | None = None) -> FamilyPlan:
+def plan_family(
+    models_dir: Path | str,
+    only: list[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> FamilyPlan:
     """Decide, for every model file with a capture hook (or those named in ``only``, as
     file stems), whether and how to patch it.  Files the decisions depend on (a base
-    class's forward in another file) are read as needed."""
+    class's forward in another file) are read as needed.  ``progress(done, total)`` is
+    called before each file."""
     models_dir = Path(models_dir)
     if not models_dir.is_dir():
         raise FileNotFoundError(f"{models_dir}: not a directory")
@@ -270,7 +276,9 @@ def plan_family(models_dir: Path | str, only: list[str] | None = None) -> Family
     if only is not None:
         wanted = {name.removesuffix(".py") for name in only}
         files = [file for file in files if file.removesuffix(".py") in wanted]
-    for file in files:
+    for done, file in enumerate(files):
+        if progress is not None:
+            progress(done, len(files))
         shapes = corpus.get(file)
         if file in corpus.errors:
             plan.decisions[file] = FileDecision(file, (), (), False, corpus.errors[file])

@@ -6,8 +6,8 @@ files (its plan is ``plan.facts("family")``).
 * ``sizing``: along SGLang's DSPARK sizing path, renamed for every capture method
   (0.5.21+, ``graph_sizing.py``), or along a path added next to the residual bank's
   (0.5.17-0.5.20, ``graph_sizing_legacy.py``).  A release that sizes the CUDA-graph
-  buffers of the PP handoff in another structure (``cuda_graph_runner.py`` before 0.5.11,
-  ``runner/base_runner.py`` after) is left out, and the answer says what that leaves
+  buffers of the PP handoff in another structure (``cuda_graph_runner.py``,
+  ``input_buffers.py``, ``runner/base_runner.py``: 0.4.10-0.5.16) is left out, and the answer says what that leaves
   broken; a release without such buffers is not applicable.
 * ``packer``: ``AuxHiddenStatePacker.captured()`` where a rewritten forward packs its
   captures (``packer_access.py``).
@@ -15,20 +15,18 @@ files (its plan is ``plan.facts("family")``).
 
 from __future__ import annotations
 
+import re
+
 from codemods.upstream import part
 from codemods.upstream.sizing import packer_access
 from codemods.upstream.sizing.graph_sizing import SIZING_MODULES, has_dspark_sizing, sizing_changes
 from codemods.upstream.sizing.graph_sizing_legacy import has_legacy_shape, legacy_sizing_changes
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
-#: Where releases without a sizing path auxcap rewrites allocate the CUDA-graph buffers of
-#: the PP handoff.
-GRAPH_BUFFER_MODULES = (
-    "sglang.srt.model_executor.cuda_graph_runner",
-    "sglang.srt.model_executor.runner.base_runner",
-    "sglang.srt.model_executor.runner_utils.buffers",
-)
-GRAPH_BUFFER = '"hidden_states": torch.zeros('
+#: A CUDA-graph buffer of the PP handoff's hidden states, where a graph runner (or the
+#: buffers it uses) allocates them.
+GRAPH_BUFFER = re.compile(r'"hidden_states":\s*torch\.zeros\(')
+EXECUTOR = "sglang.srt.model_executor.__init__"
 NO_FAMILY = "no model file of the capture-hook family is rewritten"
 
 
@@ -38,13 +36,18 @@ def _rewritten(plan: part.Plan) -> dict[str, str]:
 
 
 def graph_buffers(tree: SGLangTree) -> str | None:
-    """Patch path of the file that allocates the CUDA-graph buffers of the PP handoff,
-    where no sizing path auxcap rewrites exists (None: none found)."""
-    for module in GRAPH_BUFFER_MODULES:
-        path = tree.module_path(module)
-        text = tree.read_text(path)
-        if text is not None and "pp_proxy" in text and GRAPH_BUFFER in text:
-            return path
+    """Patch path of the file under ``srt/model_executor/`` that allocates the CUDA-graph
+    buffers of the PP handoff (``cuda_graph_runner.py``, ``input_buffers.py``,
+    ``runner/base_runner.py`` ... by release); None: none does."""
+    init = tree.module_path(EXECUTOR)
+    folder = tree.file(init).parent
+    if not folder.is_dir():
+        return None
+    for path in sorted(folder.rglob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if "pp_proxy" in text and GRAPH_BUFFER.search(text):
+            relative = path.relative_to(folder).as_posix()
+            return f"{init.rsplit('/', 1)[0]}/{relative}"
     return None
 
 
