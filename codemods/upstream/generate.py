@@ -77,12 +77,15 @@ class UpstreamResult:
         return None if decision is None else decision.facts
 
     def set_facts(self, name: str, facts: Any) -> None:
-        """Replace the facts of part ``name`` (an answer that applies, added if absent)."""
-        for index, answer in enumerate(self.parts):
-            if answer.name == name:
-                self.parts[index] = PartAnswer(name, replace(answer.decision, facts=facts))
-                return
-        self.parts.append(PartAnswer(name, Decision(Verdict.APPLIES, facts=facts)))
+        """Replace the facts of part ``name`` (an answer that applies, added if absent); a
+        new list of answers, so a copy of the result keeps its own."""
+        if self.decision(name) is None:
+            self.parts = [*self.parts, PartAnswer(name, Decision(Verdict.APPLIES, facts=facts))]
+            return
+        self.parts = [
+            PartAnswer(a.name, replace(a.decision, facts=facts)) if a.name == name else a
+            for a in self.parts
+        ]
 
     @property
     def models(self) -> list[ModelState]:

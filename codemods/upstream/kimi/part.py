@@ -6,8 +6,8 @@ Each looks at its model file (``kimi_linear.py``, ``kimi_k3.py``) and answers:
   (SGLang 0.5.4-0.5.16 ship ``kimi_linear.py`` without one);
 * left out: the file needs the rewrite but ``--models`` did not ask for it;
 * applies: the rewritten file and the helpers module (``linear.py``, ``k3.py``), nothing
-  when the file already carries the rewrite or SGLang relays the captures itself
-  (``ModelState.status``);
+  when the file already carries the rewrite or SGLang relays the captures itself, under
+  its DSPARK entry or the one the patch renamed it to (``ModelState.status``);
 * cannot apply: asked for by name and absent, or a DSPARK hook in a shape the rewriter
   does not recognise.
 """
@@ -19,12 +19,28 @@ from types import ModuleType
 
 from codemods.upstream import part
 from codemods.upstream.edit.change_kinds import KIMI, Role
+from codemods.upstream.edit.names import AUX_ENTRY
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.edit.runtime import runtime_change
 from codemods.upstream.kimi import k3, linear
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
 HOOK = "set_dspark_layers_to_capture"
+#: The handoff entry SGLang's own DSPARK relay uses (0.5.21+), before the patch renames it.
+DSPARK_ENTRY = "dspark_hidden_states"
+
+
+def _renamed_relay(rewriter: ModuleType, source: str, path: str):
+    """The analysis of a file that relays DSPARK captures itself under the entry the patch
+    renamed for every capture method (``"aux_hidden_states"``, the sizing part's rename
+    already applied); None when it is not one."""
+    if f'"{AUX_ENTRY}"' not in source:
+        return None
+    try:
+        analysis = rewriter.analyse(source.replace(f'"{AUX_ENTRY}"', f'"{DSPARK_ENTRY}"'), path)
+    except linear.UnrecognisedShape:
+        return None
+    return analysis if analysis.status == part.SUPPORTED else None
 
 
 def _decider(
@@ -44,7 +60,11 @@ def _decider(
         try:
             new_source, analysis = rewriter.rewrite(source, str(tree.file(path)))
         except linear.UnrecognisedShape as err:
-            return part.cannot_apply(str(tree.file(path)), str(err).removeprefix(f"{err.path}: "))
+            analysis = _renamed_relay(rewriter, source, str(tree.file(path)))
+            if analysis is None:
+                reason = str(err).removeprefix(f"{err.path}: ")
+                return part.cannot_apply(str(tree.file(path)), reason)
+            new_source = source
         state = part.ModelState(path, analysis.status, (HOOK,), title)
         if not plan.asked(stem):
             if analysis.status != part.NEEDS_PATCH:

@@ -27,7 +27,7 @@ def decide(tree: SGLangTree, plan: part.Plan) -> part.Decision:
         )
     if found.change is None:
         reason = found.notes[0] if found.notes else "nothing to relax"
-        return part.not_applicable(reason, found.notes[1:], facts=found)
+        return part.not_applicable(reason, found.notes, facts=found)
     changes = [found.change] if found.change.changed else []
     return part.applies(changes, found.notes, facts=found)
 
