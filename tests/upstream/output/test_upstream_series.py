@@ -19,8 +19,9 @@ from codemods.cli.commands import cli
 from codemods.upstream.edit.change_kinds import RUNTIME, TESTS, VALIDATION, Role, model_group
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan, FileDecision, ForwardRef
-from codemods.upstream.generate import UpstreamResult
+from codemods.upstream.generate import PartAnswer, UpstreamResult
 from codemods.upstream.output import series
+from codemods.upstream.part import NEEDS_PATCH, ModelState, applies
 from codemods.upstream.tree.sglang_tree import detect_tree
 from tests.gitrepo import IDENTITY, git, isolate_git
 
@@ -56,6 +57,11 @@ def _result(tmp_path: Path, changes: list[FileChange], decisions) -> UpstreamRes
     result = UpstreamResult(tree)
     result.family = plan
     result.changes = changes
+    kimi = f"{MODELS}/kimi_linear.py"
+    if any(change.path == kimi for change in changes):
+        # What the Kimi-Linear part answers when it rewrites the file.
+        state = ModelState(kimi, NEEDS_PATCH, ("set_dspark_layers_to_capture",), "Kimi-Linear")
+        result.parts.append(PartAnswer("kimi_linear", applies(model=state)))
     return result
 
 
