@@ -266,6 +266,13 @@ def _colour(err: bool = False) -> bool:
     return terminal.colour_enabled(sys.stderr if err else sys.stdout)
 
 
+def _folder_option(*decls: str, help: str):
+    """An option naming a folder to write into (None when not given)."""
+    return click.option(
+        *decls, type=click.Path(file_okay=False, writable=True), default=None, help=help
+    )
+
+
 def _format_option(help_text: str):
     """``--format text|json`` (``output_format``), with the command's own help."""
     return _shown(
@@ -444,11 +451,9 @@ def migrate(
     help="Only these model files (e.g. llama,qwen3,kimi_linear); default: Kimi-Linear "
     "and every recognised model with a capture hook.",
 )
-@click.option(
+@_folder_option(
     "--series",
     "series_dir",
-    type=click.Path(file_okay=False, writable=True),
-    default=None,
     help="Write the patch as an ordered series (0001-....patch: runtime and sizing, one "
     "patch per model family, validation) into this directory; with --branch, commit it "
     "as a stack.",
@@ -461,10 +466,8 @@ def migrate(
     "and 3 stages; needs SGLang's dependencies in this Python) and report its verdicts "
     "in the PR description. Exit 1 when a model fails it, 2 when it could not run.",
 )
-@click.option(
+@_folder_option(
     "--tests-dir",
-    type=click.Path(file_okay=False, writable=True),
-    default=None,
     help="Also write the CPU tests the patch ships into this folder. A checkout's patch "
     "carries them (test/registered/unit/models/); an installed or unpacked package tree "
     "has no test folder, so they are left out of its patch unless written here.",

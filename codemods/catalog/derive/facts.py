@@ -89,34 +89,25 @@ class Analyser:
             event = walker.run(func.body, scen, state)
             outcomes.append((event, state))
         pp, pp_raise = "runs", None
-        for event, _state in outcomes:
-            if event is not None and event.kind == "raise":
-                pp, pp_raise = "raises", {"type": event.exc, "message": event.message}
-                break
-        if pp != "raises":
+        raised = next((e for e, _state in outcomes if e is not None and e.kind == "raise"), None)
+        if raised is not None:
+            pp, pp_raise = "raises", _raised(raised)
+        else:
             event, state = outcomes[0]
             if event is not None and event.kind == "return" or state.get("pp_skipped"):
                 pp = "skips_non_last_ranks"
             elif event is not None and event.kind == "delegate":
                 pp, pp_raise = delegated(event, _worst_pp)
-        facts["pp"] = pp
-        if pp_raise is not None:
-            facts["pp_raise"] = pp_raise
+        _record(facts, "pp", pp, pp_raise)
 
         # With None ids (no PP).
         event = walker.run(func.body, _NONE, {})
-        none, none_raise = "unchecked", None
+        none, none_raise = _NONE_MEANING.get(event.kind if event else "", "unchecked"), None
         if event is not None and event.kind == "raise":
-            none, none_raise = "rejected", {"type": event.exc, "message": event.message}
-        elif event is not None and event.kind == "default":
-            none = "default_layers"
-        elif event is not None and event.kind == "return":
-            none = "ignored"
+            none, none_raise = "rejected", _raised(event)
         elif event is not None and event.kind == "delegate":
             none, none_raise = delegated(event, _common_none)
-        facts["none"] = none
-        if none_raise is not None:
-            facts["none_raise"] = none_raise
+        _record(facts, "none", none, none_raise)
         if via:
             facts["via"] = sorted(via)
         if unresolved:
@@ -125,6 +116,22 @@ class Analyser:
 
 
 _PP_RANK = {"raises": 3, "unresolved": 2, "skips_non_last_ranks": 1, "runs": 0}
+
+
+#: What a hook does with None ids, by the first event of its body: it uses its default
+#: layers, or returns without capturing.
+_NONE_MEANING = {"default": "default_layers", "return": "ignored"}
+
+
+def _raised(event: _Event) -> dict:
+    return {"type": event.exc, "message": event.message}
+
+
+def _record(facts: dict, key: str, value: str, raised: dict | None) -> None:
+    """``facts[key]``, and ``facts[key + "_raise"]`` when the hook raises."""
+    facts[key] = value
+    if raised is not None:
+        facts[f"{key}_raise"] = raised
 
 
 def _worst_pp(found: list[dict]) -> tuple[str, dict | None]:
