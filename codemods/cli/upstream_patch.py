@@ -96,10 +96,10 @@ def report_parts(result) -> None:
         if decision.model is not None and decision.applies:
             state = decision.model
             _say(f"{state.title} ({state.file}): {MODEL_STATUS[state.status]}")
-        elif not decision.applies:
+        elif not decision.applies and answer not in result.left_out:
             _say(f"part {answer.name}: {decision.describe()}")
     for answer in result.left_out:
-        _say(f"warning: partial patch: {answer.name} left out: {answer.decision.breaks}")
+        _say(f"warning: partial patch: part {answer.name} {answer.decision.describe()}")
 
 
 def _why_empty(result) -> str:
