@@ -75,3 +75,25 @@ def test_every_part_answers_and_names_are_unique(tmp_path):
         assert decision.verdict is Verdict.NOT_APPLICABLE, (part.name, decision)
         assert decision.reason, part.name
         plan.decided[part.name] = decision
+
+
+def test_a_patch_of_kimi_alone_says_the_sizing_is_left_out(tmp_path):
+    """Kimi-Linear rewritten without the family (``--models kimi_linear``): its captures
+    ride the handoff, but no sizing path gives them a CUDA-graph buffer; the answer says so."""
+    import shutil
+
+    from codemods.upstream.generate import generate
+
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "upstream"
+    shutil.copytree(fixtures / "mini_sglang" / "sglang", tmp_path / "sglang")
+    models = tmp_path / "sglang" / "srt" / "models"
+    shutil.copyfile(fixtures / "kimi_renamed.py", models / "kimi_linear.py")
+    shutil.copyfile(fixtures / "family_llama_like.py", models / "family_llama_like.py")
+    result = generate(tmp_path, models=["kimi_linear"])
+    assert result.decision("kimi_linear").applies
+    sizing = result.decision("sizing")
+    assert sizing.verdict is Verdict.LEFT_OUT
+    assert "only kimi_linear.py" in sizing.reason and "--disable-cuda-graph" in sizing.breaks
+    assert [a.name for a in result.left_out] == ["sizing"]
+    family = generate(tmp_path, models=["family_llama_like"]).decision("sizing")
+    assert family.verdict is not Verdict.LEFT_OUT or "only" not in family.reason

@@ -8,7 +8,8 @@ files (its plan is ``plan.facts("family")``).
   (0.5.17-0.5.20, ``graph_sizing_legacy.py``).  A release that sizes the CUDA-graph
   buffers of the PP handoff in another structure (``cuda_graph_runner.py``,
   ``input_buffers.py``, ``runner/base_runner.py``: 0.4.10-0.5.16) is left out, and the answer says what that leaves
-  broken; a release without such buffers is not applicable.
+  broken; a release without such buffers is not applicable.  A patch of model files
+  outside the family alone (``--models kimi_linear``) leaves the sizing out, and says so.
 * ``packer``: ``AuxHiddenStatePacker.captured()`` where a rewritten forward packs its
   captures (``packer_access.py``).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import re
 
 from codemods.upstream import part
+from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.sizing import packer_access
 from codemods.upstream.sizing.graph_sizing import SIZING_MODULES, has_dspark_sizing, sizing_changes
 from codemods.upstream.sizing.graph_sizing_legacy import has_legacy_shape, legacy_sizing_changes
@@ -51,8 +53,27 @@ def graph_buffers(tree: SGLangTree) -> str | None:
     return None
 
 
+#: What a patch without the aux entry's CUDA-graph sizing leaves broken.
+NO_GRAPH_BUFFER = (
+    "with CUDA graphs under PP the aux entry has no graph buffer, so a later stage's "
+    "graph replay drops the captures of earlier stages; serve with --disable-cuda-graph"
+)
+
+
 def decide_sizing(tree: SGLangTree, plan: part.Plan) -> part.Decision:
     if not _rewritten(plan):
+        models = sorted(
+            change.path.rsplit("/", 1)[-1]
+            for decision in plan.decided.values()
+            for change in decision.changes
+            if change.role is Role.MODEL and change.changed
+        )
+        if models:
+            return part.left_out(
+                f"the sizing path follows the capture-hook family, and this patch rewrites "
+                f"none of its files (only {', '.join(models)})",
+                NO_GRAPH_BUFFER,
+            )
         return part.not_applicable(NO_FAMILY)
     if has_dspark_sizing(tree):
         return part.applies(sizing_changes(tree))
@@ -64,8 +85,7 @@ def decide_sizing(tree: SGLangTree, plan: part.Plan) -> part.Decision:
     return part.left_out(
         f"{found} sizes the CUDA-graph buffers of the PP handoff for its own entries only, "
         "in a structure auxcap does not rewrite",
-        "with CUDA graphs under PP the aux entry has no graph buffer, so a later stage's "
-        "graph replay drops the captures of earlier stages; serve with --disable-cuda-graph",
+        NO_GRAPH_BUFFER,
     )
 
 

@@ -23,7 +23,9 @@ def decide(tree: SGLangTree, plan: part.Plan) -> part.Decision:
         return part.cannot_apply(str(tree.file(tree.module_path(MODULE))), str(err))
     if not found.architectures:
         return part.not_applicable(
-            "no rewritten model file has an EAGLE3, DFLASH or DSPARK hook", facts=found
+            "no rewritten model file of the capture-hook family has an EAGLE3, DFLASH or DSPARK "
+            "hook",
+            facts=found,
         )
     if found.change is None:
         reason = found.notes[0] if found.notes else "nothing to relax"
