@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from codemods.callers.records import FileResult, Risk, Status
+from codemods.callers.records import CallSite, FileResult, Risk, Status, is_skipped
 from codemods.callers.rewrite import registry
 from codemods.output import diffs
 
@@ -116,9 +116,22 @@ PP_SILENT_HINT = (
 
 
 def pp_silent_hint(results: Iterable[FileResult]) -> str | None:
-    """The scan's line about calls that lose captures silently under PP, or None."""
-    count = sum(Risk.PP_SILENT in site.risks for result in results for site in result.call_sites)
+    """The scan's line about calls that lose captures silently under PP, or None.
+
+    It counts only the sites ``migrate`` would change (a rewrite action, in a file it can
+    process), like the "to change" count beside it: not the sites it leaves alone (test
+    modules, other engines' modules, capture required, nothing to rewrite)."""
+    count = sum(
+        Risk.PP_SILENT in site.risks and not is_skipped(site) and _rewritten(site)
+        for result in results
+        if result.status is not Status.FAILED
+        for site in result.call_sites
+    )
     return PP_SILENT_HINT.format(count=_plural(count, "call site")) if count else None
+
+
+def _rewritten(site: CallSite) -> bool:
+    return any(action in registry.ACTIONS for action in site.actions)
 
 
 def _text(data: bytes) -> list[str]:
