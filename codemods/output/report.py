@@ -134,16 +134,22 @@ def _rewritten(site: CallSite) -> bool:
     return any(action in registry.ACTIONS for action in site.actions)
 
 
-def _text(data: bytes) -> list[str]:
-    return data.decode("utf-8", errors="replace").splitlines(keepends=True)
-
-
 def unified_diff(result: FileResult) -> str:
-    """The change to one file as a unified diff (empty when unchanged)."""
+    """The change to one file as a unified diff, as text (empty when unchanged)."""
     if result.status is not Status.CHANGED or result.original is None or result.rewritten is None:
         return ""
     path = result.path.lstrip("/")
     return diffs.unified_diff(result.original, result.rewritten, f"a/{path}", f"b/{path}")
+
+
+def unified_diff_bytes(result: FileResult) -> bytes:
+    """The change to one file as a unified diff of its bytes, what ``--diff`` prints:
+    ``git apply`` and ``patch -p1`` apply it whatever the file's encoding and line endings
+    (empty when unchanged)."""
+    if result.status is not Status.CHANGED or result.original is None or result.rewritten is None:
+        return b""
+    path = result.path.lstrip("/")
+    return diffs.unified_diff_bytes(result.original, result.rewritten, f"a/{path}", f"b/{path}")
 
 
 def format_site(site) -> str:
