@@ -30,7 +30,8 @@ CASES = {
     "bom and crlf": b"\xef\xbb\xbfimport os\r\n\r\ndef main(model, args):\r\n" + CALL + b"\r\n",
     "no newline at the end": b"def main(model, args):\n" + CALL,
     # str.splitlines would cut at \x0b, \x0c and \x1c: only \n ends a diff line.
-    "form feed and separators in a comment": b"def main(model, args):\n\x0c\n" + CALL
+    "form feed and separators in a comment": b"def main(model, args):\n\x0c\n"
+    + CALL
     + b"\n    return 1  # a\x0bb\x0cc\x1cd\n",
 }
 
