@@ -3,7 +3,8 @@
 ``collect_files(paths)`` turns the command-line paths into a sorted, de-duplicated list of
 files:
 
-* A **directory** is searched for ``*.py`` and ``*.pyi`` files.  Inside a git work tree the
+* A **directory** is searched for ``*.py`` and ``*.pyi`` files, whatever its own name (a
+  folder called ``plugins.py``, named or found, is walked like any other).  Inside a git work tree the
   search asks git (``git ls-files --cached --others --exclude-standard``), so ``.gitignore``,
   ``.git/info/exclude`` and the global excludes file are honoured; outside one it walks the
   file system.  A directory that git itself ignores is walked as if it were outside git (the
