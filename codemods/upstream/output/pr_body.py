@@ -9,8 +9,8 @@ fixes, sizing, validation, tests, and the series when ``--series`` wrote one),
 reviewer runs; nothing is claimed that this run did not do) and ``## Checklist`` (SGLang's
 items, unchecked except what the patch itself shows).  Every file it names is a file of the
 patch, and every count comes from the result (:mod:`codemods.upstream.output.result_facts`).
-The analytic traffic figures (:func:`traffic_table`) stay in auxcap's README; the
-description keeps a one-line summary.
+The bytes the relay moves between stages, measured against a direct transport, are in
+auxcap's reference (``docs/validate-pp.md``), not in the description.
 """
 
 from __future__ import annotations
