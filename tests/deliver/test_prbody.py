@@ -123,8 +123,9 @@ def test_migrate_pr_body_has_every_section(tmp_path):
     # The call site left as it is, and why.
     assert "### Not rewritten, and why" in body
     assert (
-        "- `src/model_a.py:14` `set_dflash_layers_to_capture`: nothing to change: ids always "
-        "set, and no PP error to handle" in body
+        "- `src/model_a.py:14` `set_dflash_layers_to_capture`: nothing to change: `layer_ids` "
+        "is never None here; no model's `set_dflash_layers_to_capture` raises "
+        "NotImplementedError under pipeline parallelism" in body
     )
     assert (
         "`src/model_b.py:5` `set_dspark_layers_to_capture|set_msd_layers_to_capture`: "
