@@ -363,14 +363,14 @@ UPSTREAM_TITLE = "Support aux hidden-state capture under pipeline parallelism"
 def upstream_commit_message(
     patched: Sequence[PatchedFile], detail: str = "", title: str = UPSTREAM_TITLE
 ) -> str:
-    """Title + body listing the SGLang files the upstream patch adds or changes."""
+    """Title + body listing the SGLang files the upstream patch adds or changes: for a
+    patch given without the generator's result, so it quotes nothing of the release (the
+    generated patch's message is :mod:`codemods.upstream.output.branch_message`)."""
     lines = [
         title,
         "",
-        f"Models that raised {PP_ERROR}",
-        "now capture aux hidden states on the stage that owns each layer and pass them",
-        "to the last stage with a torch.distributed transport; a missing layer list still",
-        f"fails early with {VALUE_ERROR}.",
+        "Aux hidden states are captured on the stage that owns each layer and passed",
+        "to the last stage.",
     ]
     if detail:
         lines += ["", detail.rstrip()]
@@ -399,11 +399,9 @@ def upstream_pr_body(
             "",
             "## What changed and why",
             "",
-            f"With PP > 1, the capture hooks of the patched models raised `{PP_ERROR}`. "
-            f"This change captures the aux hidden states on the stage that owns each requested "
-            f"layer and hands them to the last stage over `torch.distributed`, so speculative "
-            f"decoding with aux capture runs under pipeline parallelism. A missing layer list "
-            f"still fails early and clearly with `{VALUE_ERROR}`.",
+            "This change captures the aux hidden states on the stage that owns each requested "
+            "layer and hands them to the last stage, so speculative decoding with aux "
+            "capture runs under pipeline parallelism.",
         ]
     if detail and not description:
         out += ["", detail.rstrip()]
