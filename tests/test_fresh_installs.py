@@ -117,7 +117,7 @@ def test_base_install_upstream_patch_pr_body_and_branch(base_venv, tmp_path, mon
         cwd=root,
     )
     assert done.returncode == 0, done.stderr
-    assert "## Benchmark & Profiling" in body.read_text()
+    assert "## Benchmarking and Profiling" in body.read_text()
 
     done = run(
         base_venv,

@@ -9,6 +9,7 @@ from codemods.upstream.edit.change_kinds import TESTS, Role
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.output import series
 from codemods.upstream.output.pr_body import (
+    CHECKLIST,
     KIMI_TITLE,
     MAX_LINES,
     SECTIONS,
@@ -94,12 +95,12 @@ def test_no_test_command_without_the_test_in_the_patch_and_nothing_claimed(tmp_p
     text = render(_family_result(tmp_path, with_kimi=True))
     assert "unittest" not in text and "sglang.test" not in text
     assert "[x]" not in text
-    assert section(text, "## Checklist").count("- [ ]") == 4
-    bench = section(text, "## Benchmark & Profiling")
+    assert section(text, "## Checklist").count("- [ ]") == len(CHECKLIST)
+    bench = section(text, "## Accuracy Tests")
     assert bench.startswith("Not run by the generator; this patch adds no test to run.")
 
     text = render(_family_result(tmp_path / "t", with_kimi=True, tests=True))
-    bench = section(text, "## Benchmark & Profiling")
+    bench = section(text, "## Accuracy Tests")
     assert "python3 -m unittest sglang.test.test_pp_aux_capture_family\n" in bench
     assert "sglang.test.test_pp_aux_capture\n" not in text  # the transport test is not added
     checklist = section(text, "## Checklist")
@@ -109,12 +110,12 @@ def test_no_test_command_without_the_test_in_the_patch_and_nothing_claimed(tmp_p
 def test_validate_verdicts_are_reported_as_run(tmp_path):
     result = _family_result(tmp_path, with_kimi=False, tests=True)
     ran = Validation({"llama": VALIDATED, "qwen3_moe": "no: mismatch"})
-    bench = section(render(result, validation=ran), "## Benchmark & Profiling")
+    bench = section(render(result, validation=ran), "## Accuracy Tests")
     assert bench.startswith("`auxcap upstream-patch --validate` ran `python3 -m unittest")
     assert "- passed (1): llama\n" in bench and "- failed (1): qwen3_moe\n" in bench
     assert "Not run" not in bench
     nothing = Validation(problem="No module named 'torch'")
-    bench = section(render(result, validation=nothing), "## Benchmark & Profiling")
+    bench = section(render(result, validation=nothing), "## Accuracy Tests")
     assert bench.startswith("`--validate` ran nothing: No module named 'torch'.")
     assert "passed" not in bench
 
