@@ -82,9 +82,10 @@ def _family(result: UpstreamResult, base: str) -> list[str]:
         f"{names.AUX_ENTRY} entry of the PP handoff{helpers}."
     )
     if early:
+        some = "Their" if len(early) == len(patched) else f"In {len(early)} of them the"
         text += (
-            f" In {len(early)} of them the capture hooks returned early off the "
-            "last PP rank, so only the last stage captured."
+            f" {some} capture hooks returned early off the last PP rank, so only the "
+            "last stage captured."
         )
     return _wrap(text)
 
@@ -160,7 +161,7 @@ def _files(result: UpstreamResult, base: str) -> list[str]:
         )
     lines = _wrap(f"Files (paths from {base}):" if base else "Files:")
     for summary, entries in groups.items():
-        lines += ["", *_wrap(summary[:1].upper() + summary[1:] + ":"), *entries]
+        lines += ["", *_wrap(summary + ":"), *entries]
     return lines
 
 

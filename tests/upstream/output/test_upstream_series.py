@@ -16,7 +16,14 @@ from click.testing import CliRunner
 from sglang_support.generated import release_result
 
 from codemods.cli.commands import cli
-from codemods.upstream.edit.change_kinds import RUNTIME, TESTS, VALIDATION, Role, model_group
+from codemods.upstream.edit.change_kinds import (
+    RENAME_ROLES,
+    RUNTIME,
+    TESTS,
+    VALIDATION,
+    Role,
+    model_group,
+)
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan, FileDecision, ForwardRef
 from codemods.upstream.generate import FAMILY_ONLY, UpstreamResult
@@ -356,6 +363,14 @@ def test_series_applies_in_order_and_equals_the_single_patch(
     assert "llama-qwen-dense" in keys, keys
     # 0.5.18-0.5.20 keep their validation (nothing there to relax for one model).
     assert (keys[-1] == "validation") is (version >= "0.5.21"), keys
+    # Where SGLang relays DSPARK itself, the rename of its relay is a commit of its own,
+    # right after the helpers, and holds nothing but the rename.
+    assert (keys[1] == series.RENAME) is (version >= "0.5.21"), keys
+    for patch in patches:
+        roles = {c.role for c in patch.changes}
+        assert (patch.key == series.RENAME) is bool(roles & set(RENAME_ROLES)), patch.key
+        lines = patch.message().splitlines()
+        assert all(len(line) <= 72 for line in lines), (patch.key, lines)
     files = series.render_series(patches, "A U Thor <author@example.com>")
     out = tmp_path / "series"
     out.mkdir()
