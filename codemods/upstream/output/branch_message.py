@@ -145,7 +145,7 @@ def _validation(result: UpstreamResult, base: str) -> list[str]:
 def _tests(result: UpstreamResult) -> list[str]:
     tests = [p.rsplit("/", 1)[-1] for p in facts.added_tests(result)]
     if tests:
-        return _wrap(f"CPU tests (new, not run by this commit): {', '.join(tests)}.")
+        return _wrap(f"CPU tests (new, not run when the patch was made): {', '.join(tests)}.")
     left_out = facts.tests_left_out_line(result)
     return _wrap(left_out.replace("`", "")) if left_out else []
 

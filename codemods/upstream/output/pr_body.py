@@ -30,6 +30,7 @@ from codemods.upstream.output.result_facts import (
     added_tests,
     early_return_files,
     family_models,
+    file_summary,
     in_release,
     k3_rewritten,
     kimi_relay_renamed,
@@ -382,7 +383,6 @@ def _accuracy(result: UpstreamResult, validation) -> str:
         lines.append(f"- passed ({len(passed)}): {', '.join(passed) or '-'}")
         if failed:
             lines.append(f"- failed ({len(failed)}): {', '.join(failed)}")
-    tests = added_tests(result)
     commands = shipped_test_commands(result)
     left_out = tests_left_out_line(result)
     if left_out:
@@ -391,11 +391,13 @@ def _accuracy(result: UpstreamResult, validation) -> str:
         if not left_out:
             lines.append("Not run by the generator; this patch adds no test to run.")
     elif not lines or validation is None or validation.problem:
-        named = f" ({', '.join(_code(p.rsplit('/', 1)[-1]) for p in tests)})" if tests else ""
-        lines.append(
-            f"Not run by the generator. The CPU tests{named} compare each patched model "
-            "under PP (gloo, 2 and 3 stages) with PP=1; to run them:"
-        )
+        lines.append("Not run by the generator. The CPU tests this patch adds:")
+        lines += [
+            f"- `{change.path.rsplit('/', 1)[-1]}`: "
+            + file_summary(result, change).removeprefix("new CPU test: ")
+            for change in _changed(result, Role.FAMILY_TEST, Role.INIT_TEST)
+        ]
+        lines += ["", "To run them:"]
     if commands:
         lines += ["", "```bash", *commands, "```"]
     return "\n".join(lines) + "\n"

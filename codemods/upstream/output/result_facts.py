@@ -196,8 +196,10 @@ ROLE_SUMMARIES = {
     Role.SIZING_RENAME: "CUDA-graph sizing renamed from DSPARK to every capture method",
     Role.RELAY_RENAME: "DSPARK relay renamed: dspark_hidden_states -> aux_hidden_states",
     Role.TEST_MODELS: "new: the small models the family test builds",
-    Role.FAMILY_TEST: "new CPU test: each patched model under PP equals PP=1",
-    Role.INIT_TEST: "new CPU test: the patched models through __init__, and validation",
+    Role.FAMILY_TEST: "new CPU test: each patched model under PP (gloo, 2 and 3 stages) "
+    "equals PP=1",
+    Role.INIT_TEST: "new CPU test: the patched models built through __init__ hand "
+    "captures on, size the buffer, pass validation",
     Role.FIX: "separate fix (not about aux capture)",
 }
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from codemods.upstream.output.result_facts import file_summary
 from codemods.upstream.edit.change_kinds import (
     KIMI,
     RUNTIME,
@@ -28,6 +27,7 @@ from codemods.upstream.edit.change_kinds import (
 from codemods.upstream.generate import generate
 from codemods.upstream.output import series
 from codemods.upstream.output.model_families import FAMILIES, OTHER
+from codemods.upstream.output.result_facts import file_summary
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "upstream"
 #: Fixture -> the model file it becomes in the checkout.
@@ -109,9 +109,7 @@ def test_series_patches_hold_the_changes_of_their_group(tmp_path):
 
 def test_branch_file_list_reads_the_roles(tmp_path):
     result = generate(_checkout(tmp_path))
-    summaries = {
-        _name(c.path): file_summary(result, c) for c in result.changes if c.changed
-    }
+    summaries = {_name(c.path): file_summary(result, c) for c in result.changes if c.changed}
     assert "changed" not in summaries.values()
     assert summaries["pp_aux_capture.py"].startswith("new: the helpers the patched hooks")
     assert summaries["aux_hidden_states.py"].startswith("AuxHiddenStatePacker.captured()")
