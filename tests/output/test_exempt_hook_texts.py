@@ -152,3 +152,33 @@ def test_a_guard_covers_the_hooks_that_reject_none_and_exempts_the_others():
     assert exempt == [DEFAULT_HOOKS.get(EAGLE3)]
     fallback = next(m for m in site_changes.registry.CODEMODS if m.action == "fallback")
     assert site_changes.covered(fallback, site) == (site_changes.hooks_of(site), [])
+
+
+def test_the_policy_line_names_each_policy_where_it_was_applied():
+    from pathlib import Path
+
+    from codemods.callers.records import REQUIRED_PREFIX, FileResult, Status
+    from codemods.deliver.messages import migrate_commit_message
+
+    def guarded(line: int, note: str = "") -> CallSite:
+        return CallSite(
+            "/r/a.py", line, 5, "set_dspark_layers_to_capture", Shape.DIRECT, "ids",
+            (Risk.MAYBE_NONE,), False, False, (Action.GUARD,), note,
+        )  # fmt: skip
+
+    required = guarded(9, REQUIRED_PREFIX + "the capture is read after the call")
+    policies = {"guard policy": "skip", "fallback policy": "warn"}
+
+    def header(*sites: CallSite) -> str:
+        message = migrate_commit_message(
+            [FileResult("/r/a.py", Status.CHANGED, sites)], policies, Path("/r")
+        )
+        return " ".join(
+            message.split("Rewritten by `auxcap migrate`", 1)[1].split(":\n")[0].split()
+        )
+
+    assert header(guarded(3)) == "(guard policy: skip)"
+    assert header(required) == "(guard policy: raise where the code needs the capture)"
+    assert header(guarded(3), required) == (
+        "(guard policy: skip, raise where the code needs the capture)"
+    )
