@@ -65,7 +65,10 @@ def test_upstream_patch_branch_commits_the_patched_model_files(checkout, tmp_pat
     )
     message = git(checkout, "log", "-1", "--format=%B")
     assert message.startswith("[PP] Kimi-Linear: carry DSPARK aux hidden states across")
-    assert f"  M {MODEL}: " in message and f"  A {GLUE}: " in message
+    base = "python/sglang/srt/"
+    assert f"\n  M {MODEL.removeprefix(base)}\n" in message
+    assert f"\n  A {GLUE.removeprefix(base)}\n" in message
+    assert all(len(line) <= 72 for line in message.splitlines())
     assert git(checkout, "status", "--porcelain", "-uall") == ""
 
     body = (tmp_path / "PR.md").read_text()
