@@ -182,3 +182,12 @@ def test_the_policy_line_names_each_policy_where_it_was_applied():
     assert header(guarded(3), required) == (
         "(guard policy: skip, raise where the code needs the capture)"
     )
+
+
+def test_the_scan_note_of_the_guarded_call_names_the_exempt_hook(repo):
+    result = CliRunner().invoke(cli, ["scan", "--format", "json", "."])
+    (entry,) = json.loads(result.stdout)["files"]
+    notes = {site["line"]: site["note"] for site in entry["call_sites"]}
+    guarded = next(note for note in notes.values() if note.startswith("capture required"))
+    assert "unset ids raise ValueError early" in guarded
+    assert guarded.endswith(f"{EAGLE3} takes None (default layers): exempt")
