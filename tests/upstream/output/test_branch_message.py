@@ -34,7 +34,7 @@ def _heading_of(message: str, short: str) -> str:
 
 @pytest.mark.sglang
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("version", ["0.5.20", "0.5.23"])
+@pytest.mark.parametrize("version", ["0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"])
 def test_branch_message_is_true_of_the_release(version, sglang_release):
     result = release_result(sglang_release(version))
     message = commit_message(result)
