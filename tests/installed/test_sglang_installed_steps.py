@@ -1,6 +1,9 @@
 """Without a release wheel: the copy of another project's patch read from the package
-(``installed/foreign``), and the steps ``auxcap sglang apply`` reports while it works
-(``installed/phases``), drawn on a terminal only (``cli/progress.PhaseBar``)."""
+(``installed/foreign``), and ``auxcap sglang apply`` on top of such a patch in a package
+tree in git (the other patch named, its edits kept, a file it changed where no part of
+auxcap's change applies left alone, its bytes back after ``revert``); the steps ``apply``
+reports while it works (``installed/phases``), drawn on a terminal only
+(``cli/progress.PhaseBar``)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,8 @@ import io
 import time
 from types import SimpleNamespace
 
-from sglang_support.installed import fresh_venv, site_packages
+from sglang_support.foreign_patch import apply_recorded, make_patch
+from sglang_support.installed import fresh_venv, sglang, site_packages, tree_hashes
 
 from codemods.cli.progress import PhaseBar
 from codemods.installed import actions, foreign
@@ -126,3 +130,55 @@ def test_apply_reports_its_steps_and_counts_every_file_written(tmp_path, monkeyp
     ]
     assert recorder.steps[2][1:] == [len(outcome.files), len(outcome.files)]
     actions.revert(str(python), False, messages.append)
+
+
+RUNNER = "sglang/srt/model_executor/model_runner.py"
+RUNNER_TEXT = """class ModelRunner:
+    def __init__(self, is_draft_worker=False):
+        self.is_draft_worker = is_draft_worker
+"""
+LLAMA_LIKE = "sglang/srt/models/family_llama_like.py"
+OTHER_EDITS = {
+    # A file of the CUDA-graph sizing path, on a tree that has no such path: no part of
+    # auxcap's change applies to it, so another patch's edit there is no conflict.
+    RUNNER: ("        self.is_draft_worker = is_draft_worker\n", "        self.sink = None\n"),
+    LLAMA_LIKE: (
+        "            self.capture_aux_hidden_states = True\n",
+        "            self.sink_enabled = True\n",
+    ),
+}
+
+
+def test_apply_goes_on_top_of_a_recorded_patch_in_a_git_tree(tmp_path, monkeypatch):
+    isolate_git(monkeypatch, tmp_path)
+    root = family_checkout(tmp_path / "tree")
+    (root / "sglang" / "_version.py").write_text("__version__ = version = '0.5.14'\n")
+    (root / RUNNER).write_text(RUNNER_TEXT)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "release", env=IDENTITY)
+    python = fresh_venv(tmp_path / "v")
+    (site_packages(python) / "tree.pth").write_text(f"{root}\n")
+    patch = make_patch(root, OTHER_EDITS, {"sglang/srt/sink.py": "SINK = None\n"})
+    apply_recorded(root, patch, "sink_patch")
+    theirs = tree_hashes(root / "sglang")
+    args = ("--python", str(python))
+
+    done = sglang("apply", *args)
+    assert done.exit_code == 0, done.output
+    assert f"patched: {LLAMA_LIKE} (on top of sink_patch's change, kept)" in done.output
+    assert RUNNER not in done.output
+    text = (root / LLAMA_LIKE).read_text()
+    assert "            self.sink_enabled = True\n" in text and "set_pp_aux_capture(" in text
+    status = sglang("status", *args)
+    assert status.exit_code == 0, status.output
+    assert (
+        "another patch: sink_patch (its copy: sglang/.sink_patch.applied; it adds 1, "
+        "modifies 2 files), all of them differ from the release"
+    ) in status.output
+    assert f"patched by auxcap (on top of sink_patch's change): {LLAMA_LIKE}" in status.output
+    assert f"modified: {RUNNER} (by sink_patch)" in status.output
+    assert "added: sglang/.sink_patch.applied (the copy sink_patch keeps of itself)" in (
+        status.output
+    )
+    assert sglang("revert", *args).exit_code == 0
+    assert tree_hashes(root / "sglang") == theirs

@@ -8,6 +8,7 @@ constructors, a server argument, a new module ``srt/capture_sink.py``, and a fla
 llama's capture setter (a model file auxcap patches too).  ``apply_recorded(site, patch,
 name)`` applies it with ``patch -p2`` and keeps a copy of the patch text in the package as
 ``sglang/.<name>.applied``, as such scripts do to know later that it is applied.
+``make_patch(root, edits, new_files)`` makes such a patch of any tree.
 
 Each edit inserts lines after an anchor line that must occur in the file (the first
 occurrence); a release without an anchor fails loudly.
@@ -65,12 +66,12 @@ def _edited(text: str, anchor: str, inserted: str, where: str) -> str:
     return text[:end] + inserted + text[end:]
 
 
-def capture_sink_patch(site: Path) -> str:
-    """The patch text for the package at ``site/sglang`` (see the module docstring)."""
+def make_patch(root: Path, edits: dict, new_files: dict[str, str]) -> str:
+    """A unified diff in a checkout's paths (``a/python/<path>``) of ``edits`` (tree path
+    under ``root`` -> (anchor, inserted lines)) and ``new_files`` (tree path -> text)."""
     chunks = []
-    for rel, (anchor, inserted) in EDITS.items():
-        path = f"sglang/srt/{rel}"
-        old = (site / path).read_text(encoding="utf-8")
+    for path, (anchor, inserted) in edits.items():
+        old = (root / path).read_text(encoding="utf-8")
         new = _edited(old, anchor, inserted, path)
         chunks.append(f"diff --git a/python/{path} b/python/{path}\n")
         chunks += difflib.unified_diff(
@@ -79,12 +80,18 @@ def capture_sink_patch(site: Path) -> str:
             f"a/python/{path}",
             f"b/python/{path}",
         )
-    path = f"sglang/srt/{NEW_MODULE}"
-    chunks.append(f"diff --git a/python/{path} b/python/{path}\nnew file mode 100644\n")
-    chunks += difflib.unified_diff(
-        [], NEW_TEXT.splitlines(keepends=True), "/dev/null", f"b/python/{path}"
-    )
+    for path, text in new_files.items():
+        chunks.append(f"diff --git a/python/{path} b/python/{path}\nnew file mode 100644\n")
+        chunks += difflib.unified_diff(
+            [], text.splitlines(keepends=True), "/dev/null", f"b/python/{path}"
+        )
     return "".join(chunks)
+
+
+def capture_sink_patch(site: Path) -> str:
+    """The patch text for the package at ``site/sglang`` (see the module docstring)."""
+    edits = {f"sglang/srt/{rel}": edit for rel, edit in EDITS.items()}
+    return make_patch(site, edits, {f"sglang/srt/{NEW_MODULE}": NEW_TEXT})
 
 
 def apply_recorded(site: Path, patch: str, name: str) -> Path:
