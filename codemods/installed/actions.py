@@ -32,6 +32,7 @@ from codemods.upstream.kimi import k3 as kimi_k3
 from codemods.upstream.kimi import linear as kimi
 from codemods.upstream.sizing import graph_sizing
 from codemods.upstream.tree.sglang_tree import TreeError
+from codemods.upstream.validation import relax as validation
 
 Say = Callable[[str], None]
 
@@ -247,7 +248,7 @@ def _targets(installation: Installation, result: UpstreamResult) -> dict[str, st
     files their forwards live in), and the files of the other parts where that part
     applies to this release's structure: Kimi's model files where they define a DSPARK
     hook, the CUDA-graph sizing path where the release has one (or the change touches
-    it), the server-arg validation where the change relaxes it.  A part that does not
+    it), the server-arg validation hook where the release has one.  A part that does not
     apply to the release leaves its files to whoever else patches them."""
     tree = installation.tree
     targets: dict[str, str] = {}
@@ -261,8 +262,9 @@ def _targets(installation: Installation, result: UpstreamResult) -> dict[str, st
     has_path = all(tree.file(path).is_file() for path in sizing[:4])
     if has_path or changed.intersection(sizing):
         targets.update(dict.fromkeys(sizing, part))
-    if result.validation is not None and result.validation.change is not None:
-        targets[result.validation.change.path] = part
+    validation_path = tree.module_path(validation.MODULE)
+    if tree.file(validation_path).is_file():
+        targets[validation_path] = part
     if result.family is not None:
         models = tree.module_path("sglang.srt.models.x").rsplit("/", 1)[0]
         for decision in result.family.decisions.values():
