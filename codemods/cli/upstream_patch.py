@@ -167,7 +167,8 @@ def run_upstream_patch(
 ) -> int:
     """Write the patch of ``result`` (``generate_or_say``) and its PR description."""
     where = result.tree.describe()
-    supported = [state for state in result.models if state.status == SUPPORTED]
+    applied = [a.decision.model for a in result.parts if a.decision.applies and a.decision.model]
+    supported = [state for state in applied if state.status == SUPPORTED]
     for state in supported:
         if state.path in result.changed:
             done = "its relay's entry is renamed for every capture method"
@@ -197,7 +198,7 @@ def run_upstream_patch(
     else:
         sys.stdout.write(patch)
         sys.stdout.flush()
-    for state in result.models:
+    for state in applied:
         if state.status == PATCHED:
             _say(f"{where}: {state.file} already patched; refreshing the other files.")
     files = ", ".join(result.changed)

@@ -89,7 +89,8 @@ class UpstreamResult:
 
     @property
     def models(self) -> list[ModelState]:
-        """What each part that rewrites one model file found there (its file present)."""
+        """What each part that rewrites one model file found there (its file present and
+        its hook defined), also where the part is left out or not asked for."""
         return [a.decision.model for a in self.parts if a.decision.model is not None]
 
     def model(self, name: str) -> ModelState | None:

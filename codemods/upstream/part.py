@@ -75,7 +75,8 @@ class Decision:
     file: str | None = None
     #: What a part left out leaves broken.
     breaks: str = ""
-    #: What a model part found in its file (None: not a model part, or no file).
+    #: What a model part found in its file (None: not a model part, or no file or hook;
+    #: set also when the part is left out or not asked for).
     model: ModelState | None = None
     #: Anything a later part or the texts read from this one (the family plan, the
     #: validation result ...).
@@ -106,12 +107,22 @@ def applies(
     return Decision(Verdict.APPLIES, tuple(changes), tuple(notes), model=model, facts=facts)
 
 
-def not_applicable(reason: str, notes: Sequence[str] = (), *, facts: Any = None) -> Decision:
-    return Decision(Verdict.NOT_APPLICABLE, notes=tuple(notes), reason=reason, facts=facts)
+def not_applicable(
+    reason: str,
+    notes: Sequence[str] = (),
+    *,
+    model: ModelState | None = None,
+    facts: Any = None,
+) -> Decision:
+    return Decision(
+        Verdict.NOT_APPLICABLE, notes=tuple(notes), reason=reason, model=model, facts=facts
+    )
 
 
-def left_out(reason: str, breaks: str, *, facts: Any = None) -> Decision:
-    return Decision(Verdict.LEFT_OUT, reason=reason, breaks=breaks, facts=facts)
+def left_out(
+    reason: str, breaks: str, *, model: ModelState | None = None, facts: Any = None
+) -> Decision:
+    return Decision(Verdict.LEFT_OUT, reason=reason, breaks=breaks, model=model, facts=facts)
 
 
 def cannot_apply(file: str, reason: str) -> Decision:

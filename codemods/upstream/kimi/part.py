@@ -68,10 +68,13 @@ def _decider(
         state = part.ModelState(path, analysis.status, (HOOK,), title)
         if not plan.asked(stem):
             if analysis.status != part.NEEDS_PATCH:
-                return part.not_applicable(f"not asked for (--models); {file} needs no rewrite")
+                return part.not_applicable(
+                    f"not asked for (--models); {file} needs no rewrite", model=state
+                )
             return part.left_out(
                 f"{file} not asked for (--models)",
                 f"{title} keeps refusing DSPARK aux capture under PP",
+                model=state,
             )
         changes: list[FileChange] = []
         if analysis.status != part.SUPPORTED:
