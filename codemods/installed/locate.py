@@ -16,47 +16,19 @@ upstream patch does.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from codemods.installed.errors import InstalledError
+from codemods.upstream.tree.releases import SEEN, VERSION
 from codemods.upstream.tree.sglang_tree import SGLangTree, TreeError, detect_tree
 
 #: The releases with capture hooks the upstream generator has been tried on, oldest first.
 #: The change is generated from the files of whatever tree it is given; a release outside
 #: this list gets one line saying so, never a refusal.
-TRIED_RELEASES = (
-    "0.4.10.post2",
-    "0.5.0rc2",
-    "0.5.1.post3",
-    "0.5.2",
-    "0.5.3",
-    "0.5.3.post3",
-    "0.5.4.post3",
-    "0.5.5.post3",
-    "0.5.6.post2",
-    "0.5.7",
-    "0.5.8.post1",
-    "0.5.9",
-    "0.5.10",
-    "0.5.10.post1",
-    "0.5.11",
-    "0.5.12.post1",
-    "0.5.13.post1",
-    "0.5.14",
-    "0.5.15.post1",
-    "0.5.16",
-    "0.5.17",
-    "0.5.18",
-    "0.5.19",
-    "0.5.20",
-    "0.5.21",
-    "0.5.22",
-    "0.5.23",
-)
+TRIED_RELEASES = SEEN
 WHEEL, CHECKOUT, UNPACKED = "wheel", "editable checkout", "package tree"
 
 PROBE = r"""
@@ -76,7 +48,6 @@ except Exception:
     out["dist_version"] = out["dist_info"] = out["dist_base"] = out["direct_url"] = None
 print(json.dumps(out))
 """
-_VERSION = re.compile(r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", re.M)
 
 
 @dataclass(frozen=True)
@@ -160,7 +131,7 @@ def release_from_source(package: Path) -> str | None:
             text = (package / name).read_text(encoding="utf-8")
         except OSError:
             continue
-        match = _VERSION.search(text)
+        match = VERSION.search(text)
         if match:
             return match.group(1)
     return None

@@ -2,8 +2,9 @@
 
 Nothing is decided by the version: every part of the patch looks at what the tree holds.
 The version only names the release in messages, and :data:`SEEN` (the releases with capture
-hooks the generator has been run on, 0.4.10.post2 to 0.5.23) lets the CLI say, in one line,
-that a release is new to auxcap (a fork, a newer release).
+hooks the generator has been run on, 0.4.10.post2 to 0.5.23) lets ``upstream-patch`` and
+``auxcap sglang`` say, in one line, that a release is new to auxcap (a fork, a newer
+release).  :data:`VERSION` reads the version a package file declares.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import re
 
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
-#: Every SGLang release on the package index with capture hooks, the last build of each.
-SEEN = (
+#: Every SGLang release line on the package index with capture hooks, its last build.
+LAST_BUILDS = (
     "0.4.10.post2",
     "0.5.0rc2",
     "0.5.1.post3",
@@ -40,14 +41,17 @@ SEEN = (
     "0.5.22",
     "0.5.23",
 )
-_VERSION = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", re.M)
+#: Every release auxcap has been tried on, oldest first: the last builds, and the first
+#: builds of 0.5.3 and 0.5.10 (the old releases the PP proofs drive).
+SEEN = (*LAST_BUILDS[:4], "0.5.3", *LAST_BUILDS[4:11], "0.5.10", *LAST_BUILDS[11:])
+VERSION = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", re.M)
 
 
 def release_of(tree: SGLangTree) -> str | None:
     """The version the tree's package declares (``_version.py``, else ``version.py``)."""
     for module in ("sglang._version", "sglang.version"):
         text = tree.read_text(tree.module_path(module))
-        found = _VERSION.search(text or "")
+        found = VERSION.search(text or "")
         if found:
             return found.group(1)
     return None
