@@ -3,8 +3,9 @@
 ``generate(root, models)`` detects the tree (``sglang_tree.py``), rewrites
 ``srt/models/kimi_linear.py`` (``kimi.py``) and every model file of the capture-hook family
 (``family.py``, ``family_patch.py``: the model files, the shipped module and a family test),
-relaxes SGLang's server-arg validation for the models it patches (``validation.py``, the
-last change), and adds new files:
+relaxes SGLang's server-arg validation for the models it patches (``validation/relax.py``)
+and guards ``configure_aux_hidden_state_capture`` the same way
+(``validation/runtime_guard.py``; the last changes), and adds new files:
 
 * the helpers every patched model file calls (``shipped/pp_aux_capture.py``, Kimi-Linear and
   Kimi-K3 included) at ``<package>/srt/distributed/pp_aux_capture.py``: the captures of
@@ -39,6 +40,7 @@ from codemods.upstream.kimi import linear as kimi
 from codemods.upstream.sizing import packer_access
 from codemods.upstream.tree.sglang_tree import SGLangTree, detect_tree
 from codemods.upstream.validation.relax import ValidationResult, validation_changes
+from codemods.upstream.validation.runtime_guard import guard_change
 
 KIMI_NAME = "kimi_linear"
 K3_NAME = kimi_k3.NAME
@@ -187,6 +189,9 @@ def _generate(
     result.notes += list(validation.notes)
     if validation.change is not None and validation.change.changed:
         result.changes.append(validation.change)
+        guarded = guard_change(tree)
+        if guarded is not None and guarded.changed:
+            result.changes.append(guarded)
     if family is not None:
         result.tests = shipped_tests(family)
         family.release_trees()
