@@ -188,10 +188,10 @@ def _generate(
     result.validation = validation
     result.notes += list(validation.notes)
     if validation.change is not None and validation.change.changed:
-        result.changes.append(validation.change)
         guarded = guard_change(tree)
         if guarded is not None and guarded.changed:
             result.changes.append(guarded)
+        result.changes.append(validation.change)
     if family is not None:
         result.tests = shipped_tests(family)
         family.release_trees()
