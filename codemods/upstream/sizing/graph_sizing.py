@@ -24,8 +24,9 @@ gets it from ``graph_sizing_legacy.py``.
 An out-of-tree model (``SGLANG_EXTERNAL_MODEL_PACKAGE``) may still define the old
 ``get_pp_proxy_dspark_hidden_size``: for one release the renamed resolver keeps asking it,
 with a deprecation warning, after ``get_pp_proxy_aux_hidden_size`` (:data:`DEPRECATED`).
-The classes of ``kimi_linear.py`` and ``kimi_k3.py`` whose DSPARK hook they define declare
-that they relay DSPARK (``pp_aux_relay_methods``), which the runtime guard asks.
+In ``kimi_linear.py`` and ``kimi_k3.py`` the relay itself then goes through the shipped
+helpers (``kimi/native.py``), and the classes that define the DSPARK hook declare that they
+relay DSPARK (``pp_aux_relay_methods``), which the runtime guard asks.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from codemods.upstream.edit.change_kinds import RUNTIME, Role
 from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.proxy_width import add_support_attribute
+from codemods.upstream.kimi.native import relay_through_helpers
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
 #: The modules of the sizing path (0.5.21+), in the order the value travels backwards.
@@ -223,6 +225,7 @@ def sizing_changes(tree: SGLangTree) -> list[FileChange]:
             if module == SIZING_MODULES[0]:
                 new = keep_deprecated_width(new, path)
             elif module in RELAY_MODULES:
-                new = declare_dspark_relay(new)
+                entries = module == RELAY_MODULES[1]
+                new = declare_dspark_relay(relay_through_helpers(new, path, entries))
             changes.append(FileChange(path, text, new, RUNTIME, role))
     return [change for change in changes if change.changed]
