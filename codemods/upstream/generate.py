@@ -40,7 +40,7 @@ from codemods.upstream.kimi import linear as kimi
 from codemods.upstream.sizing import packer_access
 from codemods.upstream.tree.sglang_tree import SGLangTree, detect_tree
 from codemods.upstream.validation.relax import ValidationResult, validation_changes
-from codemods.upstream.validation.runtime_guard import guard_change
+from codemods.upstream.validation.runtime_guard import guard_changes, relay_test
 
 KIMI_NAME = "kimi_linear"
 K3_NAME = kimi_k3.NAME
@@ -187,14 +187,16 @@ def _generate(
     validation = validation_changes(tree, family)
     result.validation = validation
     result.notes += list(validation.notes)
+    guarded = []
     if validation.change is not None and validation.change.changed:
-        guarded = guard_change(tree)
-        if guarded is not None and guarded.changed:
-            result.changes.append(guarded)
+        guarded = guard_changes(tree)
+        result.changes += guarded
         result.changes.append(validation.change)
     if family is not None:
         result.tests = shipped_tests(family)
         family.release_trees()
+    if guarded:
+        result.tests.update(relay_test())
     if tests_dir is not None and result.tests:
         result.tests_dir = write_tests(result.tests, tests_dir)
     return result

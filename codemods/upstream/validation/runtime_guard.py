@@ -27,6 +27,8 @@ after::
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import libcst as cst
 
 from codemods.upstream.edit.change_kinds import VALIDATION, Role
@@ -65,7 +67,9 @@ def guard(source: str, filename: str) -> str:
             )
         check = f'{indent}{CHECK}(model, "{method}", get_pp_group().world_size)\n'
         text = text.replace(line, check + line)
-    module = add_from_import(parse_text(text), "sglang.srt.distributed", ["get_pp_group"])
+    module = add_from_import(
+        parse_text(text), "sglang.srt.distributed.parallel_state", ["get_pp_group"]
+    )
     return _blank_before_sglang(add_from_import(module, GLUE_MODULE, [CHECK])).code
 
 
@@ -95,6 +99,32 @@ def _blank_before_sglang(module: cst.Module) -> cst.Module:
 def module_name_of(statement: cst.CSTNode) -> str:
     node = _import_from(statement)
     return module_name(node) if node is not None else ""
+
+
+#: The shipped test of the relay, the opt-in, this guard and the relaxed validation.
+RELAY_TEST_FILE = "test_pp_aux_relay.py"
+RELAY_TEST_SOURCE = Path(__file__).resolve().parent.parent / "shipped" / RELAY_TEST_FILE
+
+
+def relay_test() -> dict[str, str]:
+    """File name -> text of the shipped relay test."""
+    return {RELAY_TEST_FILE: RELAY_TEST_SOURCE.read_text(encoding="utf-8")}
+
+
+def guard_changes(tree: SGLangTree) -> list[FileChange]:
+    """The change to ``attention_backend_setup.py`` and, in a tree with a test folder, the
+    relay test (none: the tree has no such file)."""
+    change = guard_change(tree)
+    if change is None or not change.changed:
+        return []
+    changes = [change]
+    if tree.tests is not None:  # a package tree has no test folder: left out
+        for name, text in relay_test().items():
+            path = tree.test_path(name)
+            changes.append(
+                FileChange(path, tree.read_text(path), text, VALIDATION, Role.RELAY_TEST)
+            )
+    return [c for c in changes if c.changed]
 
 
 def guard_change(tree: SGLangTree) -> FileChange | None:
