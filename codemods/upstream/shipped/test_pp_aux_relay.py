@@ -12,6 +12,8 @@
   resolved with ``get_model_architecture``, as the server resolves it; the Transformers
   backend is refused too) and by ``configure_aux_hidden_state_capture`` under PP, which
   names the class and the method.
+* sizing: a model that still defines ``get_pp_proxy_dspark_hidden_size`` (out of tree) is
+  sized by it, with a deprecation warning.
 """
 
 import os
@@ -128,6 +130,25 @@ class TestPPAuxRelay(CustomTestCase):
         narrow = {"aux_hidden_states": _capture(0)}
         with self.assertRaisesRegex(RuntimeError, r"layers \[0, 2\] \(8 wide\)"):
             pp_aux_collect(stack, [_capture(3), _capture(5)], narrow)
+
+
+class TestDeprecatedWidthMethod(CustomTestCase):
+    def test_the_old_dspark_width_method_still_sizes_with_a_warning(self):
+        from sglang.srt.model_executor.model_runner_components import misc_utils
+
+        class OutOfTree(nn.Module):
+            """A model loaded from SGLANG_EXTERNAL_MODEL_PACKAGE, written before the
+            rename."""
+
+            def get_pp_proxy_dspark_hidden_size(self):
+                return 3 * HIDDEN
+
+        resolve = misc_utils.resolve_pp_proxy_aux_hidden_size
+        with self.assertLogs(misc_utils.logger, "WARNING") as logs:
+            self.assertEqual(resolve(model=OutOfTree(), pp_size=2, pp_rank=1), 3 * HIDDEN)
+        self.assertIn("get_pp_proxy_dspark_hidden_size is deprecated", logs.output[0])
+        self.assertEqual(resolve(model=OutOfTree(), pp_size=2, pp_rank=0), 0)
+        self.assertEqual(resolve(model=nn.Identity(), pp_size=2, pp_rank=1), 0)
 
 
 def _registered():
