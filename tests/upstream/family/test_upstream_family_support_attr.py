@@ -65,3 +65,31 @@ def test_the_methods_are_those_of_the_rewritten_hooks_in_a_fixed_order():
     assert add_support_attribute(cls, ()) is cls
     updated = add_support_attribute(cls, ("EAGLE3", "DFLASH"))
     assert 'pp_aux_relay_methods = ("EAGLE3", "DFLASH")\n' in cst.Module(body=[updated]).code
+
+
+def test_a_known_last_stage_clause_is_restated_and_an_unknown_one_stays_stale():
+    from codemods.upstream.family.gate import refresh_last_stage_comments
+
+    source = (
+        "def forward(self):\n"
+        "    # Capture relies on the eager loop, so it is only supported when this\n"
+        "    # rank owns the final pipeline stage (the aux list is consumed there).\n"
+        "    # Gate on capture mode.\n"
+        "    capture = self.flag and self.pp_group.is_last_rank\n"
+    )
+    fn = cst.parse_module(source).body[0]
+    assert isinstance(fn, cst.FunctionDef)
+    body, fixed = refresh_last_stage_comments(list(fn.body.body), [0])
+    assert fixed
+    text = cst.Module(body=[fn.with_changes(body=fn.body.with_changes(body=body))]).code
+    assert "final pipeline stage" not in text
+    assert (
+        "eager loop; each pipeline stage captures the\n    # layers it runs for the last one.\n"
+        in text
+    )
+    assert "    # Gate on capture mode.\n" in text
+    other = source.replace("so it is only supported when this\n    # rank owns", "owned by")
+    fn = cst.parse_module(other).body[0]
+    assert isinstance(fn, cst.FunctionDef)
+    body, fixed = refresh_last_stage_comments(list(fn.body.body), [0])
+    assert not fixed and body == list(fn.body.body)

@@ -86,7 +86,11 @@ from codemods.upstream.edit.names import COLLECT, HANDOFF
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
 from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.forward import CaptureKind, FamilyRewriteError, ForwardShape, Shape
-from codemods.upstream.family.gate import every_stage, last_stage_comments
+from codemods.upstream.family.gate import (
+    every_stage,
+    last_stage_comments,
+    refresh_last_stage_comments,
+)
 from codemods.upstream.family.layer_entry.handoff import handoff_index
 from codemods.upstream.family.syntax import (
     LAST_RANK,
@@ -268,7 +272,10 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         ids_attr=ids_attr,
         gate=gate,
         gate_assignments=(gate_index,),
-        stale_comments=last_stage_comments(body, [gate_index]),
+        # Comments the rewrite restates are not stale.
+        stale_comments=()
+        if refresh_last_stage_comments(body, [gate_index])[1]
+        else last_stage_comments(body, [gate_index]),
     )
 
 
@@ -301,6 +308,7 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     body = list(fn.body.body)
     (gate_index,) = shape.gate_assignments
     body[gate_index] = every_stage(body[gate_index])
+    body, _ = refresh_last_stage_comments(body, [gate_index])
     index = handoff_index(body)
     handoff = body[index] if index is not None else None
     if index is None or not isinstance(handoff, cst.If):
