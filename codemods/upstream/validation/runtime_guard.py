@@ -134,5 +134,5 @@ def guard_change(tree: SGLangTree) -> FileChange | None:
     if source is None:
         return None
     return FileChange(
-        path, source, guard(source, str(tree.file(path))), VALIDATION, Role.VALIDATION
+        path, source, guard(source, str(tree.file(path))), VALIDATION, Role.RUNTIME_GUARD
     )
