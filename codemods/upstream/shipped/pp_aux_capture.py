@@ -130,7 +130,7 @@ def set_pp_aux_capture(
         model.pp_aux_relay = PPAuxRelay(
             received_layer_ids=[i for i in taken if i < start],
             local_layer_ids=[i for i in taken if start <= i < end],
-            hidden_size=_hidden_size(model) if hidden_size is None else int(hidden_size),
+            hidden_size=_hidden_size(model) if hidden_size is None else hidden_size,
             takes_end=end in ids,
             is_last_stage=pp_group.is_last_rank,
         )

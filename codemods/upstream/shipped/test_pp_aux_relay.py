@@ -1,9 +1,9 @@
 """The PP relay of aux hidden states, and which model classes may use it.
 
 * relay: decoder stacks of a 6-layer model split over 2 and 3 stages hand their captures
-  on with ``pp_aux_outgoing``; the last stage's ``pp_aux_collect`` returns exactly the
-  captures of a single-stage run, in layer order, as the collector's own kind, copied out
-  of the handoff buffer; a missing or narrow entry raises naming the layers;
+  on with ``pp_aux_outgoing``; the last stage's ``pp_aux_collect`` returns exactly
+  the captures of a single-stage run, in layer order, as the collector's own kind,
+  copied out of the handoff buffer; a missing or narrow entry raises naming the layers;
   ``pp_aux_proxy_hidden_size`` is the width each stage receives.
 * opt-in: a model class relays a capture method only where it declares it in its own
   body (``pp_aux_relay_methods``), or inherits it without defining ``__init__``,
@@ -12,8 +12,8 @@
   resolved with ``get_model_architecture``, as the server resolves it; the Transformers
   backend is refused too) and by ``configure_aux_hidden_state_capture`` under PP, which
   names the class and the method.
-* sizing: a model that still defines ``get_pp_proxy_dspark_hidden_size`` (out of tree) is
-  sized by it, with a deprecation warning.
+* sizing: a model that still defines ``get_pp_proxy_dspark_hidden_size`` (out of
+  tree) is sized by it, with a deprecation warning.
 """
 
 import os
@@ -74,7 +74,10 @@ def _group(rank, size):
 
 def _capture(layer):
     """What layer ``layer`` captures: distinct per layer, token and feature."""
-    return torch.arange(TOKENS * HIDDEN, dtype=torch.float32).view(TOKENS, HIDDEN) + 100 * layer
+    return (
+        torch.arange(TOKENS * HIDDEN, dtype=torch.float32).view(TOKENS, HIDDEN)
+        + 100 * layer
+    )
 
 
 def _run(size, ids, drop=False):
@@ -84,12 +87,12 @@ def _run(size, ids, drop=False):
         stack = _Stack(start, end, ids)
         set_pp_aux_capture(stack, _group(rank, size))
         widths.append(pp_aux_proxy_hidden_size(stack))
-        local = AuxHiddenStateList(
-            _capture(i) for i in sorted(ids) if start <= i < end
-        )
+        local = AuxHiddenStateList(_capture(i) for i in sorted(ids) if start <= i < end)
         if rank < size - 1:
             entry = pp_aux_outgoing(stack, local, incoming)
-            incoming = {} if drop else {"hidden_states": torch.zeros(TOKENS, HIDDEN), **entry}
+            incoming = (
+                {} if drop else {"hidden_states": torch.zeros(TOKENS, HIDDEN), **entry}
+            )
         else:
             return pp_aux_collect(stack, local, incoming), incoming, widths
 
@@ -106,7 +109,8 @@ class TestPPAuxRelay(CustomTestCase):
                     for got, want in zip(collected, reference):
                         self.assertTrue(torch.equal(got, want))
                     received = [
-                        sum(i < start for i in ids) * HIDDEN for start, _ in SPLITS[size]
+                        sum(i < start for i in ids) * HIDDEN
+                        for start, _ in SPLITS[size]
                     ]
                     self.assertEqual(widths, received)
                     # The received captures are copied out of the handoff buffer.
@@ -123,7 +127,9 @@ class TestPPAuxRelay(CustomTestCase):
         self.assertEqual(pp_aux_proxy_hidden_size(stack), 0)
 
     def test_a_missing_or_narrow_entry_raises_naming_the_layers(self):
-        with self.assertRaisesRegex(RuntimeError, r"captures of layers \[0, 2\] are missing"):
+        with self.assertRaisesRegex(
+            RuntimeError, r"captures of layers \[0, 2\] are missing"
+        ):
             _run(2, [0, 2, 3, 5], drop=True)
         stack = _Stack(3, 6, [0, 2, 3, 5])
         set_pp_aux_capture(stack, _group(1, 2))
@@ -145,7 +151,9 @@ class TestDeprecatedWidthMethod(CustomTestCase):
 
         resolve = misc_utils.resolve_pp_proxy_aux_hidden_size
         with self.assertLogs(misc_utils.logger, "WARNING") as logs:
-            self.assertEqual(resolve(model=OutOfTree(), pp_size=2, pp_rank=1), 3 * HIDDEN)
+            self.assertEqual(
+                resolve(model=OutOfTree(), pp_size=2, pp_rank=1), 3 * HIDDEN
+            )
         self.assertIn("get_pp_proxy_dspark_hidden_size is deprecated", logs.output[0])
         self.assertEqual(resolve(model=OutOfTree(), pp_size=2, pp_rank=0), 0)
         self.assertEqual(resolve(model=nn.Identity(), pp_size=2, pp_rank=1), 0)
@@ -155,7 +163,9 @@ def _registered():
     """Architecture -> class of every model SGLang registers."""
     from sglang.srt.models.registry import ModelRegistry
 
-    return {arch: ModelRegistry.models[arch] for arch in ModelRegistry.get_supported_archs()}
+    return {
+        arch: ModelRegistry.models[arch] for arch in ModelRegistry.get_supported_archs()
+    }
 
 
 def _declared(cls):
@@ -170,7 +180,9 @@ def _own_stack(cls, base, method):
     """``cls`` (below ``base``) defines ``__init__``, ``forward`` or the hook itself."""
     names = ("__init__", "forward", HOOKS[method])
     return any(
-        name in vars(klass) for klass in cls.__mro__[: cls.__mro__.index(base)] for name in names
+        name in vars(klass)
+        for klass in cls.__mro__[: cls.__mro__.index(base)]
+        for name in names
     )
 
 
@@ -214,8 +226,8 @@ class TestPPAuxRelayOptIn(CustomTestCase):
             for arch, model_cls in cls.registered.items()
             if "pp_aux_relay_methods" in vars(model_cls)
         }
-        #: (arch, class, method): a registered subclass of a class that relays the method,
-        #: with its own stack or hook and no declaration of its own.
+        #: (arch, class, method): a registered subclass of a class that relays the
+        #: method, with its own stack or hook and no declaration of its own.
         cls.own_stack = []
         for arch, model_cls in sorted(cls.registered.items()):
             base, methods = _declared(model_cls)
@@ -240,12 +252,16 @@ class TestPPAuxRelayOptIn(CustomTestCase):
         from sglang.srt.arg_groups.overrides import resolving_view
         from sglang.srt.arg_groups.validation_hook import check_pipeline_parallel_compat
 
-        eagle3 = sorted(a for a, c in self.declaring.items() if relays_pp_aux_capture(c, "EAGLE3"))
+        eagle3 = sorted(
+            a for a, c in self.declaring.items() if relays_pp_aux_capture(c, "EAGLE3")
+        )
         self.assertTrue(eagle3)
         for arch in eagle3:
             with self.subTest(arch=arch):
                 check_pipeline_parallel_compat(resolving_view(_server_args(arch)))
-        with self.assertRaises(AssertionError):  # the Transformers backend relays nothing
+        with self.assertRaises(
+            AssertionError
+        ):  # the Transformers backend relays nothing
             check_pipeline_parallel_compat(
                 resolving_view(_server_args(eagle3[0], model_impl="transformers"))
             )
@@ -288,7 +304,9 @@ class TestPPAuxRelayOptIn(CustomTestCase):
         )
         pp = SimpleNamespace(world_size=2)
         with mock.patch.object(setup, "get_pp_group", return_value=pp):
-            with self.assertRaisesRegex(ValueError, f"^OwnStack does not relay {method} "):
+            with self.assertRaisesRegex(
+                ValueError, f"^OwnStack does not relay {method} "
+            ):
                 setup.configure_aux_hidden_state_capture(**configure)
         with mock.patch.object(OwnStack, HOOKS[method]) as hook:
             single = SimpleNamespace(world_size=1)
