@@ -128,7 +128,9 @@ class UpstreamResult:
     def tests(self) -> dict[str, str]:
         """File name -> text of the CPU tests shipped for the family (in a checkout's
         patch; left out of a package tree's, see ``tests_left_out``)."""
-        return self.facts("shipped_tests") or {}
+        validation = self.validation
+        relay = validation.tests if validation is not None else {}
+        return {**(self.facts("shipped_tests") or {}), **relay}
 
     @property
     def release(self) -> str | None:

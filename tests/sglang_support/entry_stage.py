@@ -63,6 +63,8 @@ CLASSES = {
     # Not rewritten (it captures on the last rank only): driven as released, to show
     # what PP loses.
     "bailing_moe_v3": ("BailingMoeV3ForCausalLM", "BailingMoELinearModel"),
+    # Its own DSPARK relay (0.5.22+), rewritten onto the shipped helpers.
+    "kimi_linear": ("KimiLinearForCausalLM", "KimiLinearModel"),
 }
 #: Decoder stacks that check their layers' types against a module-level tuple, and
 #: name their final norm otherwise than ``norm``.
@@ -71,6 +73,7 @@ NORM_ATTRIBUTES = {"nemotron_h": "norm_f"}
 #: Decoder-stack attributes a forward reads (its constructor is skipped): the layer
 #: range narrowed for two-batch overlap starts at the first MoE layer.
 STACK_ATTRIBUTES = {
+    "kimi_linear": {"dspark_layers_to_capture": None},
     "glm4_moe": {"first_k_dense_replace": 0},
     "glm4_moe_lite": {"first_k_dense_replace": 0},
     # No per-layer inputs (the stand-in embedding has none).

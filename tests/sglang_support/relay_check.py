@@ -7,7 +7,8 @@ Usage: ``python -m sglang_support.relay_check [ENTRY ...]`` under ``env.sglang_e
 raised); with several entries, one such object per entry (``{ENTRY: {case: ...}}``).
 
 The model instance is built without its ``__init__`` (``stages.bare``): 6 layers, this stage
-owns layers 3-5, hidden size 4, stand-in decoder layers that add 1 (returning the residual
+owns layers 3-5, hidden size 4, the shipped relay set up as the patched DSPARK hook sets it
+(where the module relays through the shipped helpers), stand-in decoder layers that add 1 (returning the residual
 on 0.5.21, whose layers still take one), the release's own ``BumpAllocator``,
 ``_materialize_residual_stream`` and ``PPProxyTensors``; on 0.5.22+ a stand-in
 ``residual_batch`` (snapshot = copy, final norm = identity) and ``attn_boundary.from_pp``.
@@ -76,6 +77,12 @@ def last_stage(layer_ids: list[int]):
     model.norm = IdentityNorm()
     model.pp_group = SimpleNamespace(is_first_rank=False, is_last_rank=True)
     model.dspark_layers_to_capture = list(layer_ids)
+    if hasattr(kimi_linear, "set_pp_aux_capture"):
+        # Patched: the relay goes through the shipped helpers, set up by the DSPARK hook.
+        group = SimpleNamespace(world_size=2, is_first_rank=False, is_last_rank=True)
+        kimi_linear.set_pp_aux_capture(
+            model, group, ids_attr="dspark_layers_to_capture", hidden_size=HIDDEN
+        )
     return model
 
 

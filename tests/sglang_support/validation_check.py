@@ -5,8 +5,9 @@ Prints one JSON object: case name -> ``"accepted"`` or ``"refused: <message>"``.
 
 Each case is a server-args record (a namespace, as SGLang's own fixtures use) with the
 model configuration supplied the way ``model_config_of`` accepts a fixture's (an
-``_model_config`` without a build key), so the check reads the architecture without
-loading a checkpoint.  ``check_pipeline_parallel_compat`` (0.5.21+) is called as
+``_model_config`` without a build key, with the fields ``get_model_architecture`` reads:
+``--model-impl`` among them), so the check resolves the model class without loading a
+checkpoint.  ``check_pipeline_parallel_compat`` (0.5.21+) is called as
 ``check_server_args`` calls it, with a resolving view; ``handle_aux_hidden_state_capture``
 (0.5.23+) with the record.
 """
@@ -24,11 +25,14 @@ PATCHED_ARCH = "LlamaForCausalLM"
 #: A target whose model file the patch does not touch.
 OTHER_ARCH = "KimiLinearForCausalLM"
 #: A subclass of the patched class in a file the patch does not touch (``mistral.py``): it
-#: inherits the class attribute that declares the relay.
+#: keeps the patched class's stack and hooks, so the declaration covers it.
 SUBCLASS_ARCH = "MistralForCausalLM"
+#: A subclass of the patched class that builds its own decoder stack (``llama4.py``): the
+#: declaration does not cover it.
+OWN_STACK_ARCH = "Llama4ForCausalLM"
 
 
-def server_args(arch: str = PATCHED_ARCH, **fields) -> SimpleNamespace:
+def server_args(arch: str = PATCHED_ARCH, model_impl: str = "auto", **fields) -> SimpleNamespace:
     base = dict(
         pp_size=2,
         disable_overlap_schedule=True,
@@ -47,7 +51,17 @@ def server_args(arch: str = PATCHED_ARCH, **fields) -> SimpleNamespace:
     )
     base.update(fields)
     record = SimpleNamespace(**base)
-    record._model_config = SimpleNamespace(hf_config=SimpleNamespace(architectures=[arch]))
+    hf_config = SimpleNamespace(architectures=[arch])
+    record._model_config = SimpleNamespace(
+        hf_config=hf_config,
+        hf_text_config=hf_config,
+        is_generation=True,
+        is_multimodal=False,
+        quantization=None,
+        model_impl=model_impl,
+        model_path=base["model_path"],
+        revision=None,
+    )
     return record
 
 
@@ -124,6 +138,16 @@ PP_CASES = {
         True,
     ),
     "ngram": (dict(speculative_algorithm="NGRAM", disaggregation_mode="prefill"), False),
+    "eagle3_own_stack_subclass": (
+        dict(speculative_algorithm="EAGLE3", arch=OWN_STACK_ARCH, disaggregation_mode="prefill"),
+        False,
+    ),
+    "eagle3_transformers_impl": (
+        dict(
+            speculative_algorithm="EAGLE3", model_impl="transformers", disaggregation_mode="prefill"
+        ),
+        False,
+    ),
     "min_free_slots_delay": (
         dict(speculative_algorithm="EAGLE3", min_free_slots_delay=5, disaggregation_mode="prefill"),
         False,
@@ -143,6 +167,8 @@ AUX_CASES = {
     "aux_dflash_without_ids": dict(speculative_algorithm="DFLASH"),
     "aux_with_draft": dict(speculative_algorithm="EAGLE3", speculative_draft_model_path="/d"),
     "aux_ngram": dict(speculative_algorithm="NGRAM"),
+    "aux_eagle3_own_stack_subclass": dict(speculative_algorithm="EAGLE3", arch=OWN_STACK_ARCH),
+    "aux_eagle3_transformers_impl": dict(speculative_algorithm="EAGLE3", model_impl="transformers"),
 }
 
 

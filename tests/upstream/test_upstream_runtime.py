@@ -172,14 +172,50 @@ def test_a_missing_or_narrow_entry_raises_naming_the_captures(glue):
         glue.pp_aux_outgoing(first, [], None)
 
 
-def test_only_the_last_stage_keeps_the_capture_flag(glue):
-    for rank, kept in ((0, False), (1, True)):
-        lm = SimpleNamespace(capture_aux_hidden_states=True)
-        glue.set_pp_aux_capture(Stack(0, 2, config=_config()), _group(rank, 2), causal_lm=lm)
-        assert lm.capture_aux_hidden_states is kept
-    lm = SimpleNamespace(capture_aux_hidden_states=True)
-    glue.set_pp_aux_capture(Stack(0, 4, config=_config()), _group(0, 1), causal_lm=lm)
-    assert lm.capture_aux_hidden_states is True
+def test_relay_is_declared_per_method_and_not_past_a_subclass_with_its_own_stack(glue):
+    class Patched(torch.nn.Module):
+        pp_aux_relay_methods = ("EAGLE3",)
+
+        def __init__(self):
+            super().__init__()
+
+        def set_eagle3_layers_to_capture(self, layer_ids=None):
+            pass
+
+        def set_dflash_layers_to_capture(self, layer_ids):
+            pass
+
+    class SameStack(Patched):
+        """Keeps the base's ``__init__``, ``forward`` and hooks."""
+
+    class OwnStack(Patched):
+        def __init__(self):
+            super().__init__()
+
+    class OwnHook(Patched):
+        def set_eagle3_layers_to_capture(self, layer_ids=None):
+            pass
+
+    relays = glue.relays_pp_aux_capture
+    assert relays(Patched, "EAGLE3") and relays(Patched, "eagle3")
+    assert not relays(Patched, "DFLASH") and not relays(Patched, "DSPARK")
+    assert relays(SameStack, "EAGLE3")
+    assert not relays(OwnStack, "EAGLE3")
+    assert not relays(OwnHook, "EAGLE3")
+    assert not relays(torch.nn.Module, "EAGLE3")
+
+    glue.check_pp_aux_capture(Patched(), "EAGLE3", 2)
+    glue.check_pp_aux_capture(OwnStack(), "EAGLE3", 1)  # one stage loses nothing
+    with pytest.raises(ValueError, match=r"^OwnStack does not relay EAGLE3 .*pp_size=3"):
+        glue.check_pp_aux_capture(OwnStack(), "EAGLE3", 3)
+    with pytest.raises(ValueError, match=r"^Patched does not relay DFLASH"):
+        glue.check_pp_aux_capture(Patched(), "DFLASH", 2)
+
+
+def test_the_width_passed_by_the_hook_wins_over_the_stack_config(glue):
+    stack = Stack(0, 2, config=_config())
+    glue.set_pp_aux_capture(stack, _group(1, 2), hidden_size=5)
+    assert stack.pp_aux_relay.hidden_size == 5
 
 
 def test_pp1_and_ids_the_loop_never_reaches_leave_everything_as_it_is(glue):

@@ -27,6 +27,7 @@ from sglang_support.env import STUBS_DIR, git_apply, linked_copy
 
 from codemods.upstream.family.patch import INIT_TEST_FILE, TEST_FILE, TEST_MODELS_FILE
 from codemods.upstream.generate import generate
+from codemods.upstream.validation.runtime_guard import RELAY_TEST_FILE
 
 pytestmark = pytest.mark.sglang
 
@@ -160,10 +161,10 @@ def patched(sglang_release, tmp_path_factory):
 def test_shipped_tests_register_for_cpu_ci_and_keep_to_sglang_conventions(patched):
     release, _, tests_dir, _ = patched
     assert sorted(p.name for p in tests_dir.iterdir()) == sorted(
-        [TEST_MODELS_FILE, TEST_FILE, INIT_TEST_FILE]
+        [TEST_MODELS_FILE, TEST_FILE, INIT_TEST_FILE, RELAY_TEST_FILE]
     )
     ci = _ci_register(release)
-    for name in (TEST_FILE, INIT_TEST_FILE):
+    for name in (TEST_FILE, INIT_TEST_FILE, RELAY_TEST_FILE):
         path = tests_dir / name
         source = path.read_text()
         assert "(CustomTestCase):" in source, name
@@ -176,7 +177,7 @@ def test_shipped_tests_register_for_cpu_ci_and_keep_to_sglang_conventions(patche
         assert registries[0].suite == "base-a-test-cpu", name
         # The finder goes in before the first SGLang import.
         assert source.index("stub_gpu_only_packages()\n") < source.index("from sglang."), name
-    for name in (TEST_MODELS_FILE, TEST_FILE, INIT_TEST_FILE):
+    for name in (TEST_MODELS_FILE, TEST_FILE, INIT_TEST_FILE, RELAY_TEST_FILE):
         assert _module_level_problems(tests_dir / name) == [], name
 
 
@@ -198,6 +199,13 @@ def test_the_shipped_test_passes_on_the_real_models_without_gpu_packages(patched
     assert "Ran 4 tests" in run.stderr, run.stderr[-3000:]
     assert run.stderr.rstrip().endswith("OK"), run.stderr[-3000:]
     assert "skipped" not in run.stderr
+    # So does the relay test (the relay, the opt-in, the runtime guard, the old width).
+    relay = _run_without_gpu_packages(
+        root, tmp_path, tests_dir, "-m", "unittest", "-v", RELAY_TEST_FILE[:-3]
+    )
+    assert relay.returncode == 0, relay.stderr[-6000:]
+    assert "Ran 7 tests" in relay.stderr, relay.stderr[-3000:]
+    assert relay.stderr.rstrip().endswith("OK") and "skipped" not in relay.stderr
     # The family test imports the same way (its --json mode, one model on 2 stages).
     family = _run_without_gpu_packages(root, tmp_path, tests_dir, TEST_FILE, "--json", "2", "llama")
     assert family.returncode == 0, family.stderr[-4000:]

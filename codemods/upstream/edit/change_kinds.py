@@ -50,6 +50,11 @@ class Role(Enum):
     INIT_TEST = "shipped init test"
     #: SGLang's server-argument validation.
     VALIDATION = "validation"
+    #: ``configure_aux_hidden_state_capture``'s refusal of aux capture under PP for a
+    #: model class that does not relay it.
+    RUNTIME_GUARD = "runtime guard"
+    #: The shipped test of the relay and of which model classes may use it.
+    RELAY_TEST = "shipped relay test"
 
 
 #: Roles of the shipped test files.

@@ -18,12 +18,24 @@ after (:func:`every_stage`: with the relay set up every stage captures its own l
         )
 
 Comments above such an assignment that tie capture to the last stage become stale; they
-are named for review (:func:`last_stage_comments`).
+are named for review (:func:`last_stage_comments`), and where a rewrite can say what holds
+instead, the sentence is rewritten (:func:`refresh_last_stage_comments`)::
+
+        # DSpark / DFlash capture relies on the per-layer eager loop exposing the
+        # completed hidden state of each layer, so it is only supported when this
+        # rank owns the final pipeline stage (the aux list is consumed there).
+
+becomes::
+
+        # DSpark / DFlash capture relies on the per-layer eager loop exposing the
+        # completed hidden state of each layer; each pipeline stage captures the
+        # layers it runs for the last one.
 """
 
 from __future__ import annotations
 
 import re
+import textwrap
 
 import libcst as cst
 import libcst.matchers as m
@@ -102,6 +114,64 @@ def last_stage_comments(body, indices: list[int]) -> tuple[str, ...]:
             if comments and _LAST_STAGE_WORDS.search(" ".join(comments)):
                 found.append(comments[0])
     return tuple(dict.fromkeys(found))
+
+
+#: A clause that ties the capture to the last stage, and what holds under the relay.
+_LAST_STAGE_CLAUSE = re.compile(
+    r",\s+so it is only supported when this rank owns the final pipeline stage(\s+\([^)]*\))?\."
+)
+_RELAYED_CLAUSE = "; each pipeline stage captures the layers it runs for the last one."
+
+
+def refresh_last_stage_comments(body: list, indices: list[int]) -> tuple[list, bool]:
+    """``body`` with the comment blocks of :func:`last_stage_comments` rewritten where their
+    clause on the last stage is one this module knows (only the comment lines that clause
+    spans, re-wrapped as wide as the block), and whether every stale block was rewritten."""
+    body = list(body)
+    fixed = True
+    for index in indices:
+        for k in (index - 1, index):
+            if k < 0:
+                continue
+            lines = list(body[k].leading_lines)
+            rows = [n for n, line in enumerate(lines) if line.comment is not None]
+            texts = [lines[n].comment.value.removeprefix("#").strip() for n in rows]
+            if not rows or not _LAST_STAGE_WORDS.search(" ".join(texts)):
+                continue
+            replaced = _replace_clause(texts)
+            if replaced is None:
+                fixed = False
+                continue
+            first, last, new_texts = replaced
+            width = max(len(text) for text in texts)
+            wrapped = [
+                cst.EmptyLine(comment=cst.Comment(f"# {line}"))
+                for line in textwrap.wrap(" ".join(new_texts), width, break_on_hyphens=False)
+            ]
+            lines[rows[first] : rows[last] + 1] = wrapped
+            body[k] = body[k].with_changes(leading_lines=lines)
+    return body, fixed
+
+
+def _replace_clause(texts: list[str]) -> tuple[int, int, list[str]] | None:
+    """The first and last comment line the known clause spans, and their text with the
+    clause restated; None when the block keeps a last-stage claim this cannot restate."""
+    joined = " ".join(texts)
+    match = _LAST_STAGE_CLAUSE.search(joined)
+    if match is None:
+        return None
+    offsets, position = [], 0
+    for text in texts:
+        offsets.append(position)
+        position += len(text) + 1
+    first = max(n for n, offset in enumerate(offsets) if offset <= match.start())
+    last = max(n for n, offset in enumerate(offsets) if offset < match.end())
+    span = " ".join(texts[first : last + 1])
+    new = _LAST_STAGE_CLAUSE.sub(_RELAYED_CLAUSE, span, count=1)
+    rest = texts[:first] + [new] + texts[last + 1 :]
+    if _LAST_STAGE_WORDS.search(" ".join(rest)):
+        return None
+    return first, last, [new]
 
 
 def _single_assignment(body, name: str) -> int | None:

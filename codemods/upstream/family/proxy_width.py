@@ -12,19 +12,19 @@ the same question answered for the aux entry, after its last capture hook::
 relay ``set_pp_aux_capture`` gave the decoder stack: 0 on PP=1, on the first stage and
 before a hook is called.
 
-The same classes also declare that they relay their captures across stages, for the
-server-argument validation (``validation/relax.py``), which used to refuse aux capture with PP
-for every model.  Before::
+The same classes also declare, in their own body, the capture methods whose hooks the
+patch rewrote, for the server-argument validation and the runtime guard
+(``relays_pp_aux_capture`` of the shipped module): a subclass that defines its own
+``__init__``, ``forward`` or hook is not covered by its base's declaration.  Before::
 
     class LlamaForCausalLM(nn.Module):
         # BitandBytes specific attributes
         default_bitsandbytes_target_modules = [
 
-after (at the top of the class body, after a docstring if any; subclasses inherit it, so
-``MistralForCausalLM(LlamaForCausalLM)`` is covered with its base)::
+after (at the top of the class body, after a docstring if any)::
 
     class LlamaForCausalLM(nn.Module):
-        supports_pp_aux_capture = True
+        pp_aux_relay_methods = ("EAGLE3", "DFLASH")
 
         # BitandBytes specific attributes
         default_bitsandbytes_target_modules = [
@@ -37,8 +37,14 @@ import libcst as cst
 from codemods.upstream.edit.pyformat import parse_statements
 
 METHOD = "get_pp_proxy_aux_hidden_size"
-#: The class attribute that declares the class relays its captures across PP stages.
-SUPPORT_ATTR = "supports_pp_aux_capture"
+#: The class attribute that declares the capture methods a class relays across PP stages.
+SUPPORT_ATTR = "pp_aux_relay_methods"
+#: The capture hooks whose rewrite relays a capture method, and the method.
+HOOK_METHODS = {
+    "set_eagle3_layers_to_capture": "EAGLE3",
+    "set_dflash_layers_to_capture": "DFLASH",
+    "set_dspark_layers_to_capture": "DSPARK",
+}
 #: The relay helper whose value the method returns.
 WIDTH = "pp_aux_proxy_hidden_size"
 HOOK_PREFIX = "set_"
@@ -111,12 +117,19 @@ def _is_docstring(statement: cst.CSTNode) -> bool:
     )
 
 
-def add_support_attribute(cls: cst.ClassDef) -> cst.ClassDef:
-    """``cls`` with ``supports_pp_aux_capture = True`` first in its body (after a docstring)
-    and a blank line after it; unchanged when the class already assigns the attribute."""
+def relay_methods(hooks) -> tuple[str, ...]:
+    """The capture methods of the rewritten ``hooks`` (names), in a fixed order."""
+    methods = {HOOK_METHODS[h] for h in hooks if h in HOOK_METHODS}
+    return tuple(m for m in HOOK_METHODS.values() if m in methods)
+
+
+def add_support_attribute(cls: cst.ClassDef, methods: tuple[str, ...]) -> cst.ClassDef:
+    """``cls`` with ``pp_aux_relay_methods = (<methods>)`` first in its body (after a
+    docstring) and a blank line after it; unchanged when the class already assigns it."""
     body = list(cls.body.body)
-    if any(_assigns(statement, SUPPORT_ATTR) for statement in body):
+    if not methods or any(_assigns(statement, SUPPORT_ATTR) for statement in body):
         return cls
     position = 1 if body and _is_docstring(body[0]) else 0
-    source = f"    {SUPPORT_ATTR} = True\n"
+    value = ", ".join(f'"{method}"' for method in methods) + ("," if len(methods) == 1 else "")
+    source = f"    {SUPPORT_ATTR} = ({value})\n"
     return _inserted(cls, body, position, source, blank_before=bool(position))

@@ -9,14 +9,14 @@ Capture hook (``set_<x>_layers_to_capture`` on the causal-LM class), before::
         self.capture_aux_hidden_states = True
         self.model.layers_to_capture = [val + 1 for val in layer_ids]
 
-after (every rank stores the ids; ``set_pp_aux_capture`` prepares the stack's relay and
-keeps the flag that makes ``forward`` unpack ``(hidden_states, aux_hidden_states)`` on
-the last stage only)::
+after (every rank stores the ids; ``set_pp_aux_capture`` prepares the stack's relay; the
+flag that makes ``forward`` unpack ``(hidden_states, aux_hidden_states)`` is set on the
+last stage only, the one stage whose stack returns them)::
 
     def set_eagle3_layers_to_capture(self, layer_ids=None):
-        self.capture_aux_hidden_states = True
+        self.capture_aux_hidden_states = self.pp_group.is_last_rank
         self.model.layers_to_capture = [val + 1 for val in layer_ids]
-        set_pp_aux_capture(self.model, self.pp_group, causal_lm=self)
+        set_pp_aux_capture(self.model, self.pp_group)
 
 The decoder-stack forward is rewritten by its shape (``family/shapes/``, through
 :mod:`~codemods.upstream.family.registry`); a forward with a gate gets the gate's
@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import libcst as cst
+import libcst.matchers as m
 
 from codemods.upstream.edit.imports import add_from_import
 from codemods.upstream.edit.names import ATTACH, GLUE_MODULE
@@ -49,6 +50,7 @@ from codemods.upstream.family.proxy_width import (
     WIDTH,
     add_proxy_width_method,
     add_support_attribute,
+    relay_methods,
 )
 from codemods.upstream.family.repairs import (
     StackSetter,
@@ -66,8 +68,8 @@ from codemods.upstream.family.syntax import IDS_ATTR, early_return_of, split_doc
 #: Indentation of a method body (black, 4 spaces).
 METHOD_INDENT = 8
 
-#: The flag that makes a causal LM unpack ``(hidden_states, aux_hidden_states)``;
-#: ``set_pp_aux_capture(..., causal_lm=self)`` turns it off on non-last stages.
+#: The flag that makes a causal LM unpack ``(hidden_states, aux_hidden_states)``; the
+#: rewritten hook sets it on the last stage only (``= self.pp_group.is_last_rank``).
 CAPTURE_FLAG = "capture_aux_hidden_states"
 
 
@@ -161,14 +163,13 @@ class _FamilyTransformer(cst.CSTTransformer):
         if not self._classes:
             # One width method per rewritten causal-LM class, for the CUDA graph buffers,
             # and the attribute that tells server-arg validation it relays its captures.
-            receivers = [
-                s.receiver for (c, _), s in self.setters.items() if c == original.name.value
-            ]
-            if receivers:
-                if receivers[0] is None:  # rewrite_setter has refused such a hook
+            mine = [(h, s) for (c, h), s in self.setters.items() if c == original.name.value]
+            if mine:
+                receiver = mine[0][1].receiver
+                if receiver is None:  # rewrite_setter has refused such a hook
                     raise FamilyRewriteError(f"{original.name.value} hook has no receiver")
-                updated = add_proxy_width_method(updated, receivers[0])
-                updated = add_support_attribute(updated)
+                updated = add_proxy_width_method(updated, receiver)
+                updated = add_support_attribute(updated, relay_methods(h for h, _ in mine))
         additions = self.additions.get(original.name.value) if not self._classes else None
         if not additions:
             return updated
@@ -229,13 +230,35 @@ def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
     args: tuple[str, ...] = (shape.receiver, shape.pp_group)
     if shape.ids_attr != IDS_ATTR:
         args += (f'ids_attr="{shape.ids_attr}"',)
+    lines = render_call(pad, "", Call(ATTACH, args))
+    added = parse_statements(lines_to_text(lines), pad)
+    fn = fn.with_changes(body=fn.body.with_changes(body=docstring + rest + added))
     if CAPTURE_FLAG in shape.flags:
         # Other flags the hook sets are its own business; this one makes the causal
         # LM unpack (hidden_states, aux_hidden_states), which only the last stage returns.
-        args += ("causal_lm=self",)
-    lines = render_call(pad, "", Call(ATTACH, args))
-    added = parse_statements(lines_to_text(lines), pad)
-    return fn.with_changes(body=fn.body.with_changes(body=docstring + rest + added))
+        last_rank = cst.parse_expression(f"{shape.pp_group}.is_last_rank")
+        flagged = fn.visit(_FlagOnLastRank(last_rank))
+        assert isinstance(flagged, cst.FunctionDef)  # only assignments are replaced
+        fn = flagged
+    return fn
+
+
+class _FlagOnLastRank(cst.CSTTransformer):
+    """``self.capture_aux_hidden_states = True`` -> ``= <pp group>.is_last_rank``."""
+
+    def __init__(self, last_rank: cst.BaseExpression) -> None:
+        self.last_rank = last_rank
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+        if m.matches(
+            updated,
+            m.Assign(
+                targets=[m.AssignTarget(m.Attribute(m.Name("self"), m.Name(CAPTURE_FLAG)))],
+                value=m.Name("True"),
+            ),
+        ):
+            return updated.with_changes(value=self.last_rank)
+        return updated
 
 
 def _comments_only(lines) -> list[cst.EmptyLine]:

@@ -11,9 +11,9 @@ single-stage run (or, on a non-last stage, the causal-LM forward unpacks the
 ``pp_proxy_tensors`` and that reads ``self.pp_group``, storing the ids on a direct
 submodule, with no ``return`` in the hook.  The family planning then treats them as the
 early-return hooks are treated (the stack forward must be one the family rewrites), and
-the hook rewrite appends the same ``set_pp_aux_capture`` call (which, with
-``causal_lm=self``, turns off on non-last stages the flag that makes ``forward`` unpack
-the stack's output); there is no return to drop.
+the hook rewrite appends the same ``set_pp_aux_capture`` call and sets the flag that
+makes ``forward`` unpack the stack's output on the last stage only; there is no return
+to drop.
 A file whose hooks are not all patchable this way keeps its old report.
 """
 

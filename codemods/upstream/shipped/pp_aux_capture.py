@@ -11,6 +11,11 @@ A model's ``set_*_layers_to_capture`` calls ``set_pp_aux_capture`` on every rank
 decoder stack's forward calls ``pp_aux_outgoing`` (or ``pp_aux_handoff``) before it
 returns the ``PPProxyTensors`` of a non-last stage, and ``pp_aux_collect`` on the last
 stage.  Under PP=1 they leave everything as it is.
+
+A model class declares the capture methods it relays this way in its own body
+(``pp_aux_relay_methods = ("EAGLE3",)``); the server-argument validation and
+``configure_aux_hidden_state_capture`` refuse aux capture under PP for any other
+(``relays_pp_aux_capture``, ``check_pp_aux_capture``).
 """
 
 from dataclasses import dataclass
@@ -19,6 +24,37 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 
 AUX_ENTRY = "aux_hidden_states"
+#: Set in a model class's own body: the capture methods whose captures it relays.
+RELAY_METHODS_ATTR = "pp_aux_relay_methods"
+
+
+def relays_pp_aux_capture(model_cls: type, method: str) -> bool:
+    """Whether ``model_cls`` relays ``method``'s (EAGLE3, DFLASH, DSPARK) captures
+    from every pipeline stage to the last.
+
+    The declaration covers the class that makes it, and a subclass only while it keeps
+    that class's decoder stack and hook: one that defines ``__init__``, ``forward`` or
+    the method's hook itself must declare its own.
+    """
+    hook = f"set_{method.lower()}_layers_to_capture"
+    for klass in model_cls.__mro__:
+        own = vars(klass)
+        if RELAY_METHODS_ATTR in own:
+            return method.upper() in own[RELAY_METHODS_ATTR]
+        if "__init__" in own or "forward" in own or hook in own:
+            return False
+    return False
+
+
+def check_pp_aux_capture(model: torch.nn.Module, method: str, pp_size: int) -> None:
+    """Raise before ``method``'s capture is configured under PP on a model that would
+    lose the captures of the stages before the last."""
+    if pp_size > 1 and not relays_pp_aux_capture(type(model), method):
+        raise ValueError(
+            f"{type(model).__name__} does not relay {method} aux hidden states across "
+            f"pipeline stages (no {RELAY_METHODS_ATTR} entry for {method}), so "
+            f"pp_size={pp_size} would lose the captures of every stage but the last."
+        )
 
 
 @dataclass(frozen=True)
@@ -44,10 +80,10 @@ class PPAuxRelay:
     def collect(
         self, captures: Mapping[int, torch.Tensor], incoming: Optional[Mapping]
     ) -> List[torch.Tensor]:
-        """Every capture in layer order, copied out of the incoming buffer."""
+        """Every capture in layer order (views of the incoming entry first)."""
         received = self._received(incoming)
         chunks = received[0].split(self.hidden_size, dim=-1) if received else ()
-        return [chunk.clone() for chunk in chunks] + self._local(captures)
+        return list(chunks) + self._local(captures)
 
     def _local(self, captures: Mapping[int, torch.Tensor]) -> List[torch.Tensor]:
         if sorted(captures) != self.local_layer_ids:
@@ -78,19 +114,14 @@ def set_pp_aux_capture(
     model: torch.nn.Module,
     pp_group: Any,
     ids_attr: str = "layers_to_capture",
-    causal_lm: Optional[torch.nn.Module] = None,
+    hidden_size: Optional[int] = None,
 ) -> None:
-    """Make the decoder stack ``model`` carry the captures at ``model.<ids_attr>``.
-
-    Called on every rank by the capture hooks.  Only the last stage returns
-    ``(hidden_states, aux_hidden_states)``, so on the other stages
-    ``causal_lm.capture_aux_hidden_states`` is turned off.
-    """
+    """Make the decoder stack ``model`` carry the captures at ``model.<ids_attr>``,
+    each ``hidden_size`` wide (by default its ``config.hidden_size``, else its decoder
+    layers').  Called on every rank by the capture hooks."""
     model.pp_aux_relay = None
     if pp_group.world_size == 1:
         return
-    if causal_lm is not None and not pp_group.is_last_rank:
-        causal_lm.capture_aux_hidden_states = False
     ids = {int(i) for i in getattr(model, ids_attr)}
     # The layer loop never reaches other ids, so PP=1 captures nothing for them.
     taken = sorted(i for i in ids if 0 <= i < _num_layers(model))
@@ -99,7 +130,7 @@ def set_pp_aux_capture(
         model.pp_aux_relay = PPAuxRelay(
             received_layer_ids=[i for i in taken if i < start],
             local_layer_ids=[i for i in taken if start <= i < end],
-            hidden_size=_hidden_size(model),
+            hidden_size=_hidden_size(model) if hidden_size is None else hidden_size,
             takes_end=end in ids,
             is_last_stage=pp_group.is_last_rank,
         )
@@ -150,8 +181,11 @@ def pp_aux_collect(
     captures, tail = _by_layer(relay, aux_hidden_states, boundaries, final)
     tensors = relay.collect(captures, _tensors_of(pp_proxy_tensors)) + tail
     if isinstance(aux_hidden_states, list):
-        return type(aux_hidden_states)(tensors)
-    # AuxHiddenStatePacker: a full one of the same kind.
+        # The received views borrow the handoff buffer: one copy each.
+        received = len(relay.received_layer_ids)
+        owned = [t.clone() for t in tensors[:received]] + tensors[received:]
+        return type(aux_hidden_states)(owned)
+    # AuxHiddenStatePacker: a full one of the same kind, filled by its one copy.
     packer = type(aux_hidden_states)(len(tensors))
     for tensor in tensors:
         packer.append(tensor)

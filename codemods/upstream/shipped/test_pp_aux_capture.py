@@ -755,8 +755,17 @@ def _server_args(arch, **fields):
     )
     base.update(fields)
     record = SimpleNamespace(**base)
+    hf_config = SimpleNamespace(architectures=[arch])
+    # The fields get_model_architecture reads, as the server resolves the model class.
     record._model_config = SimpleNamespace(
-        hf_config=SimpleNamespace(architectures=[arch])
+        hf_config=hf_config,
+        hf_text_config=hf_config,
+        is_generation=True,
+        is_multimodal=False,
+        quantization=None,
+        model_impl="auto",
+        model_path=record.model_path,
+        revision=None,
     )
     return record
 

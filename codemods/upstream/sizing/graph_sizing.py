@@ -20,14 +20,26 @@ path, ``kimi_linear.py``, ``kimi_k3.py``)::
 A bracketed header or call the shorter names let fit on one line is joined as black joins
 it.  A tree already renamed is left as it is; a tree without the path (before 0.5.21)
 gets it from ``graph_sizing_legacy.py``.
+
+An out-of-tree model (``SGLANG_EXTERNAL_MODEL_PACKAGE``) may still define the old
+``get_pp_proxy_dspark_hidden_size``: for one release the renamed resolver keeps asking it,
+with a deprecation warning, after ``get_pp_proxy_aux_hidden_size`` (:data:`DEPRECATED`).
+In ``kimi_linear.py`` and ``kimi_k3.py`` the relay itself then goes through the shipped
+helpers (``native_relay.py``), and the classes that define the DSPARK hook declare that they
+relay DSPARK (``pp_aux_relay_methods``), which the runtime guard asks.
 """
 
 from __future__ import annotations
 
 import re
 
+import libcst as cst
+
 from codemods.upstream.edit.change_kinds import RUNTIME, Role
+from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.patchfile import FileChange
+from codemods.upstream.family.proxy_width import add_support_attribute
+from codemods.upstream.sizing.native_relay import relay_through_helpers
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
 #: The modules of the sizing path (0.5.21+), in the order the value travels backwards.
@@ -152,6 +164,52 @@ def has_dspark_sizing(tree: SGLangTree) -> bool:
 RELAY_MODULES = ("sglang.srt.models.kimi_linear", "sglang.srt.models.kimi_k3")
 
 
+#: The renamed resolver's last line, and what replaces it: the old method, deprecated.
+_RESOLVED = """\
+    if isinstance(model, _SupportsAuxPPProxy):
+        return model.get_pp_proxy_aux_hidden_size()
+    return 0
+"""
+DEPRECATED = """\
+    if isinstance(model, _SupportsAuxPPProxy):
+        return model.get_pp_proxy_aux_hidden_size()
+    if callable(getattr(model, "get_pp_proxy_dspark_hidden_size", None)):
+        # Out-of-tree models sized the DSPARK entry under the old name; kept for one
+        # release.
+        logger.warning(
+            "%s.get_pp_proxy_dspark_hidden_size is deprecated and will be removed in "
+            "the next release; define get_pp_proxy_aux_hidden_size instead.",
+            type(model).__name__,
+        )
+        return model.get_pp_proxy_dspark_hidden_size()
+    return 0
+"""
+
+
+def keep_deprecated_width(text: str, path: str) -> str:
+    """The renamed ``misc_utils.py`` whose resolver still asks the old width method."""
+    if text.count(_RESOLVED) != 1:
+        raise SizingError(f"{path}: the renamed aux width resolver not found once")
+    return text.replace(_RESOLVED, DEPRECATED)
+
+
+def declare_dspark_relay(text: str) -> str:
+    """``text`` with ``pp_aux_relay_methods = ("DSPARK",)`` in each top-level class that
+    defines the DSPARK hook (these files relay DSPARK captures themselves)."""
+    module = parse_text(text)
+    body = [
+        add_support_attribute(statement, ("DSPARK",))
+        if isinstance(statement, cst.ClassDef)
+        and any(
+            isinstance(s, cst.FunctionDef) and s.name.value == "set_dspark_layers_to_capture"
+            for s in statement.body.body
+        )
+        else statement
+        for statement in module.body
+    ]
+    return module.with_changes(body=body).code
+
+
 def sizing_changes(tree: SGLangTree) -> list[FileChange]:
     """The sizing path's files and SGLang's DSPARK relays with the entry renamed; none on a
     tree without the DSPARK sizing path (SGLang before 0.5.21)."""
@@ -163,5 +221,11 @@ def sizing_changes(tree: SGLangTree) -> list[FileChange]:
         text = tree.read_text(path)
         if text is not None:
             role = Role.RELAY_RENAME if module in RELAY_MODULES else Role.SIZING_RENAME
-            changes.append(FileChange(path, text, rename_dspark_entry(text, path), RUNTIME, role))
+            new = rename_dspark_entry(text, path)
+            if module == SIZING_MODULES[0]:
+                new = keep_deprecated_width(new, path)
+            elif module in RELAY_MODULES:
+                entries = module == RELAY_MODULES[1]
+                new = declare_dspark_relay(relay_through_helpers(new, path, entries))
+            changes.append(FileChange(path, text, new, RUNTIME, role))
     return [change for change in changes if change.changed]

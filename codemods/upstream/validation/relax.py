@@ -24,24 +24,27 @@ refusals are no longer needed for that model.  This module edits the hook so tha
   convention the patch covers (a capture without a draft: the flag resets the speculative
   algorithm, so ``_handle_dflash`` does not run and a DFLASH convention is reachable).
 
-Every other refusal stays as it is, and a model whose class neither is nor derives from a
-patched class is refused exactly as before.  Before, the hook had no notion of a model that
-relays its captures.  After, a helper asks the model class the server will load::
+Every other refusal stays as it is.  Before, the hook had no notion of a model that
+relays its captures.  After, a helper asks the model class the server will load, resolved
+the way the model loader resolves it (``get_model_architecture``: ``--model-impl`` and the
+architecture overrides included, so a model served through the Transformers backend is
+refused), whether it declares that it relays ``method``::
 
     def _pp_aux_capture_supported(cfg: Any, method: str) -> bool:
         ...
-        architectures = model_config_of(cfg).hf_config.architectures
-        model_cls, _ = ModelRegistry.resolve_model_cls(architectures)
-        supported = getattr(model_cls, "supports_pp_aux_capture", False)
-        return supported and hasattr(model_cls, f"set_{method.lower()}_layers_to_capture")
+        model_cls, _ = get_model_architecture(model_config_of(cfg))
+        return relays_pp_aux_capture(model_cls, method)
 
-The family patch sets ``supports_pp_aux_capture = True`` on each causal-LM class whose hooks
-it rewrites (``family/proxy_width.py``), so subclasses in other files inherit the support
-(``MistralForCausalLM(LlamaForCausalLM)``), and a convention is supported where the class
-has its hook.  The hook reads the architecture only on the paths that used to be refused,
-so every accepted configuration of today validates as before.  The architectures the
-result reports (PR body, facts) come from the ``EntryClass`` of each patched model file: the
-causal-LM classes with rewritten hooks and the classes of that file derived from them.
+The family patch declares ``pp_aux_relay_methods`` in the body of each causal-LM class
+whose hooks it rewrites, naming the methods of those hooks (``family/proxy_width.py``);
+``relays_pp_aux_capture`` (the shipped module) reads it off the class that declares it and
+off subclasses that keep its ``__init__``, ``forward`` and hook, nothing else.  The same
+question is asked again where the capture is configured (``runtime_guard.py``), so no path
+past this validation loses captures silently.  The hook reads the architecture only on the
+paths that used to be refused, so every accepted configuration of today validates as
+before.  The architectures the result reports (PR body, facts) come from the
+``EntryClass`` of each patched model file: the causal-LM classes with rewritten hooks and
+the classes of that file that inherit their declaration.
 
 0.5.18-0.5.20 refuse every speculative algorithm with PP on GPU (there is no EAGLE path to
 follow), so their validation is left alone: :func:`validation_changes` returns nothing there.
@@ -49,26 +52,21 @@ follow), so their validation is left alone: :func:`validation_changes` returns n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
 
 from codemods.upstream.edit.change_kinds import VALIDATION, Role
+from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan
-from codemods.upstream.family.proxy_width import SUPPORT_ATTR
+from codemods.upstream.family.proxy_width import HOOK_METHODS
 from codemods.upstream.tree.reachability import Refusal, refusal_of, tree_refusals
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
 MODULE = "sglang.srt.arg_groups.validation_hook"
-#: The capture hooks whose rewrite carries a speculative convention across PP.
-HOOK_METHODS = {
-    "set_eagle3_layers_to_capture": "EAGLE3",
-    "set_dflash_layers_to_capture": "DFLASH",
-    "set_dspark_layers_to_capture": "DSPARK",
-}
 HELPER_NAME = "_pp_aux_capture_supported"
 
 
@@ -86,6 +84,9 @@ class ValidationResult:
     #: The release's refusal of DFLASH with PP that keeps DFLASH refused (None: DFLASH is
     #: relaxed like EAGLE3, or no patched architecture relays DFLASH captures).
     dflash_refused: Refusal | None = None
+    #: File name -> text of the shipped relay test, where the patch relaxes the validation
+    #: and guards the runtime (``part.py``).
+    tests: dict[str, str] = field(default_factory=dict)
 
 
 _EAGLE_CHECK = """\
@@ -164,15 +165,14 @@ def render_helper() -> str:
     """The helper inserted before ``check_pipeline_parallel_compat`` (black)."""
     return f'''\
 def {HELPER_NAME}(cfg: Any, method: str) -> bool:
-    """Whether the target model relays the aux hidden states of ``method``
-    (EAGLE3, DFLASH or DSPARK) from every pipeline stage to the last one."""
+    """Whether the model class the server loads relays the aux hidden states of
+    ``method`` (EAGLE3, DFLASH or DSPARK) from every pipeline stage to the last one."""
     from sglang.srt.arg_groups.model_override_base import model_config_of
-    from sglang.srt.models.registry import ModelRegistry
+    from {GLUE_MODULE} import relays_pp_aux_capture
+    from sglang.srt.model_loader.utils import get_model_architecture
 
-    architectures = model_config_of(cfg).hf_config.architectures
-    model_cls, _ = ModelRegistry.resolve_model_cls(architectures)
-    supported = getattr(model_cls, "{SUPPORT_ATTR}", False)
-    return supported and hasattr(model_cls, f"set_{{method.lower()}}_layers_to_capture")
+    model_cls, _ = get_model_architecture(model_config_of(cfg))
+    return relays_pp_aux_capture(model_cls, method)
 
 
 '''
@@ -180,7 +180,7 @@ def {HELPER_NAME}(cfg: Any, method: str) -> bool:
 
 def relax(source: str, filename: str, dflash: bool = True) -> str:
     """``validation_hook.py`` text with the refusals relaxed for the models that declare
-    ``supports_pp_aux_capture``.
+    ``pp_aux_relay_methods``.
 
     ``dflash``: add the DFLASH branch to ``check_pipeline_parallel_compat`` (False where the
     release refuses DFLASH with PP elsewhere: DFLASH then stays refused there).  Raises
@@ -229,30 +229,39 @@ def _entry_classes(module: cst.Module) -> list[str]:
     return []
 
 
-def _local_bases(module: cst.Module) -> dict[str, list[str]]:
-    bases: dict[str, list[str]] = {}
+def _local_classes(module: cst.Module) -> dict[str, tuple[list[str], set[str]]]:
+    """class name -> (its base names, the names its body defines), for the module's
+    top-level classes."""
+    classes: dict[str, tuple[list[str], set[str]]] = {}
     for statement in module.body:
         if isinstance(statement, cst.ClassDef):
-            bases[statement.name.value] = [
+            bases = [
                 arg.value.value
                 for arg in statement.bases
                 if arg.star == "" and isinstance(arg.value, cst.Name)
             ]
-    return bases
+            defined = {s.name.value for s in statement.body.body if isinstance(s, cst.FunctionDef)}
+            classes[statement.name.value] = (bases, defined)
+    return classes
 
 
-def _derives(name: str, roots: set[str], bases: dict[str, list[str]]) -> bool:
+def _inherits_relay(
+    name: str, root: str, hook: str, classes: dict[str, tuple[list[str], set[str]]]
+) -> bool:
+    """``name`` is ``root``, or derives from it in this file through classes that define
+    none of ``__init__``, ``forward`` and ``hook`` (the rule of ``relays_pp_aux_capture``:
+    the first base, as the method resolution order reads it for single inheritance)."""
     seen: set[str] = set()
-    stack = [name]
-    while stack:
-        current = stack.pop()
-        if current in roots:
-            return True
-        if current in seen:
-            continue
+    current = name
+    while current != root:
+        if current in seen or current not in classes:
+            return False
         seen.add(current)
-        stack += bases.get(current, [])
-    return False
+        bases, defined = classes[current]
+        if defined & {"__init__", "forward", hook} or not bases:
+            return False
+        current = bases[0]
+    return True
 
 
 def _parsed(path: Path) -> cst.Module | None:
@@ -264,8 +273,9 @@ def patched_architectures(plan: FamilyPlan) -> dict[str, tuple[str, ...]]:
     """architecture -> conventions, over the patched files of ``plan`` (read from the
     trees the plan parsed).
 
-    An ``EntryClass`` member counts when it is, or derives in that file from, a causal-LM
-    class whose hooks the patch rewrote; it gets the conventions of those hooks.
+    An ``EntryClass`` member counts for a rewritten hook of a causal-LM class when it is
+    that class, or a subclass in that file that keeps its ``__init__``, ``forward`` and
+    hook: the classes the runtime's ``relays_pp_aux_capture`` admits.
     """
     result: dict[str, set[str]] = {}
     for decision in plan.decisions.values():
@@ -274,14 +284,14 @@ def patched_architectures(plan: FamilyPlan) -> dict[str, tuple[str, ...]]:
         module = plan.modules.get(decision.file) or _parsed(plan.models_dir / decision.file)
         if module is None:
             continue
-        bases = _local_bases(module)
+        classes = _local_classes(module)
         for outer, _stack, hooks in decision.cases:
-            methods = {HOOK_METHODS[h] for h in hooks if h in HOOK_METHODS}
-            if not methods:
-                continue
-            for entry in _entry_classes(module):
-                if _derives(entry, {outer}, bases):
-                    result.setdefault(entry, set()).update(methods)
+            for hook in hooks:
+                if hook not in HOOK_METHODS:
+                    continue
+                for entry in _entry_classes(module):
+                    if _inherits_relay(entry, outer, hook, classes):
+                        result.setdefault(entry, set()).add(HOOK_METHODS[hook])
     return {arch: tuple(sorted(methods)) for arch, methods in sorted(result.items())}
 
 

@@ -123,7 +123,12 @@ def check_release_kinds(result, version: str) -> None:
     renamed = version >= "0.5.21"
     for change in (c for c in result.changes if c.changed):
         name, kind = _name(change.path), (change.group, change.role)
-        if "/model_executor/" in change.path:
+        if name == "attention_backend_setup.py":
+            # The runtime guard goes with the validation it backs.
+            assert kind == (VALIDATION, Role.RUNTIME_GUARD), name
+        elif name == "test_pp_aux_relay.py":
+            assert kind == (VALIDATION, Role.RELAY_TEST), name
+        elif "/model_executor/" in change.path:
             assert kind == (RUNTIME, Role.SIZING_RENAME if renamed else Role.SIZING), name
         elif name.startswith("kimi") and renamed:
             assert kind == (RUNTIME, Role.RELAY_RENAME), name
@@ -135,4 +140,5 @@ def check_release_kinds(result, version: str) -> None:
             assert kind in {(RUNTIME, Role.RUNTIME_MODULE), (RUNTIME, Role.PACKER)}, name
     roles = {c.role for c in result.changes if c.changed}
     assert (Role.VALIDATION in roles) is renamed, version
+    assert (Role.RUNTIME_GUARD in roles) is renamed, version
     assert (Role.RELAY_RENAME in roles) is renamed, version

@@ -220,6 +220,8 @@ def test_untouched_lines_are_kept_byte_for_byte(plan, models_dir):
                 "if not get_pp_group().is_last_rank:",
                 "return",
                 "and self.pp_group.is_last_rank",
+                # the capture flag, now set on the last stage only
+                "self.capture_aux_hidden_states = True",
                 "",
             }
             relaid = stripped.startswith(("return PPProxyTensors({", "{")) or (

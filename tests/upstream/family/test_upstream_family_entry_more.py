@@ -79,7 +79,7 @@ def test_snapshot_stack_hands_on_and_gathers_after_the_output_snapshot(plan):
     )
     assert collect in text
     assert text.index("residual_batch.snapshot(") < text.index(collect)
-    assert "set_pp_aux_capture(self.model, self.pp_group, causal_lm=self)" in text
+    assert "set_pp_aux_capture(self.model, self.pp_group)" in text
     assert "            return\n" not in text
 
 
@@ -96,7 +96,7 @@ def test_enumerated_stack_is_rewritten_like_the_range_loop(plan):
 def test_split_stack_hooks_attach_without_an_early_return(plan):
     text = plan.rewritten()["split_stack.py"]
     cst.parse_module(text)
-    assert text.count("set_pp_aux_capture(self.model, self.pp_group, causal_lm=self)") == 2
+    assert text.count("set_pp_aux_capture(self.model, self.pp_group)") == 2
     assert (
         "            return pp_aux_handoff(\n"
         "                self, PPProxyTensors(proxy), aux_hidden_states, pp_proxy_tensors\n"

@@ -55,12 +55,17 @@ def test_patched_bailing_moe_v3_matches_pp1(sglang_release, tmp_path, version):
     decision = result.family.decisions[f"{MODEL}.py"]
     assert decision.patched, decision.reason
     assert decision.capture_kinds == ("entry-gated",)
-    # The comment above the gate ties capture to the last stage: named for review.
-    assert decision.stale_comments == (
-        "# DSpark / DFlash capture relies on the per-layer eager loop exposing the",
-    )
+    # The comment above the gate tied capture to the last stage: restated, not stale.
+    assert decision.stale_comments == ()
     rel = "sglang/srt/models/bailing_moe_v3.py"
     text = (copy / rel).read_text()
+    assert "rank owns the final pipeline stage" in (release / rel).read_text()
+    assert "final pipeline stage" not in text
+    assert (
+        "        # completed hidden state of each layer; each pipeline stage captures the\n"
+        "        # layers it runs for the last one.\n"
+        "        # Gate on capture_hidden_mode"
+    ) in text
     assert "self.capture_aux_hidden_states\n            and self.layers_to_capture" in text
     assert "and i > 0\n" in text and "i > self.start_layer" not in text
     ids_attr = next(s.setter_ids_attr for s in registry.SHAPES if s.name == "gated")

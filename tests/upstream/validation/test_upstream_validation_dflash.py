@@ -106,7 +106,8 @@ def test_a_speculative_hook_refusing_dflash_keeps_dflash_refused(tmp_path):
         "LlamaDerived": ("DFLASH", "EAGLE3"),
         "LlamaForCausalLM": ("DFLASH", "EAGLE3"),
     }
-    assert 'getattr(model_cls, "supports_pp_aux_capture", False)' in new
+    assert "model_cls, _ = get_model_architecture(model_config_of(cfg))" in new
+    assert "return relays_pp_aux_capture(model_cls, method)" in new
     assert "LlamaForCausalLM" not in new and "LlamaDerived" not in new
     compile(new, "validation_hook.py", "exec")
 

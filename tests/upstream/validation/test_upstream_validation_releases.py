@@ -5,8 +5,10 @@ The patch for llama (whose EAGLE3 and DFLASH hooks it rewrites) passes ``git app
 of the patched copy, imported on CPU, accepts EAGLE3 with PP on EAGLE's two paths
 (``SGLANG_ENABLE_PP_SPEC`` and PD prefill) for a Llama target, and for a Mistral target
 (``MistralForCausalLM(LlamaForCausalLM)`` in ``mistral.py``, a file the patch does not touch:
-the hook asks the model class, which inherits ``supports_pp_aux_capture``); every other
-refusal still refuses (another target model, multi-layer EAGLE, the overlap schedule, the
+the hook asks the model class, which keeps the declaring class's stack and hooks); every
+other refusal still refuses (another target model, ``Llama4ForCausalLM(LlamaForCausalLM)``
+with its own stack, the Transformers backend (``--model-impl transformers``), multi-layer
+EAGLE, the overlap schedule, the
 ``SGLANG_ENABLE_PP_SPEC`` conditions, NGRAM, ``--min-free-slots-delay``).  DFLASH with PP
 stays refused on every path: these releases refuse it in ``speculative_hook._handle_dflash``
 (``cfg.pp_size != 1``), so the patch does not relax it.  On 0.5.23
@@ -63,6 +65,9 @@ STILL_REFUSED = {
     "dflash_pp_spec": "only supports EAGLE",
     "dflash_pp_spec_prefill": "only supports EAGLE",
     "ngram": "only supports EAGLE",
+    # A subclass with its own stack (Llama4ForCausalLM), and the Transformers backend.
+    "eagle3_own_stack_subclass": "only supports EAGLE",
+    "eagle3_transformers_impl": "only supports EAGLE",
     "min_free_slots_delay": "--min-free-slots-delay",
 }
 AUX_ACCEPTED = {"aux_eagle3", "aux_dflash", "aux_eagle3_subclass"}
@@ -72,6 +77,8 @@ AUX_STILL_REFUSED = {
     "aux_dflash_without_ids": "requires --return-aux-hidden-state-layer-ids",
     "aux_with_draft": "drop --speculative-draft-model-path",
     "aux_ngram": "to name the capture convention",
+    "aux_eagle3_own_stack_subclass": "only supports pp_size == 1",
+    "aux_eagle3_transformers_impl": "only supports pp_size == 1",
 }
 
 
@@ -131,8 +138,8 @@ def test_patched_validation_accepts_eagle3_and_keeps_refusing_dflash_with_pp(pat
 
 def test_a_subclass_in_an_untouched_file_is_accepted_by_its_class(patched):
     """No table names MistralForCausalLM: the patched hook resolves the model class, which
-    inherits ``supports_pp_aux_capture`` from the patched LlamaForCausalLM, while a model
-    whose file the patch leaves alone keeps its refusal."""
+    keeps the stack and hooks of the patched LlamaForCausalLM and so its declaration, while
+    a model whose file the patch leaves alone keeps its refusal."""
     version, result, outcomes = patched
     for case in SUBCLASS_ACCEPTED | ({"aux_eagle3_subclass"} if version >= "0.5.23" else set()):
         assert outcomes[case] == "accepted", (version, case, outcomes[case])
@@ -144,9 +151,10 @@ def test_a_subclass_in_an_untouched_file_is_accepted_by_its_class(patched):
     assert "MistralForCausalLM" not in result.validation.architectures
     assert not any(c.path.endswith("/models/mistral.py") for c in result.changes)
     llama = next(c for c in result.changes if c.path.endswith("/models/llama.py"))
-    assert "class LlamaForCausalLM(nn.Module):\n    supports_pp_aux_capture = True\n\n" in (
-        llama.new
+    declared = (
+        'class LlamaForCausalLM(nn.Module):\n    pp_aux_relay_methods = ("EAGLE3", "DFLASH")\n\n'
     )
+    assert declared in llama.new
 
 
 def test_release_validation_refuses_eagle3_and_dflash_with_pp(release):

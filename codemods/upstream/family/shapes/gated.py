@@ -92,7 +92,11 @@ from codemods.upstream.family.forward import (
     Shape,
     handoff_parts,
 )
-from codemods.upstream.family.gate import every_stage, last_stage_comments
+from codemods.upstream.family.gate import (
+    every_stage,
+    last_stage_comments,
+    refresh_last_stage_comments,
+)
 from codemods.upstream.family.layer_entry.handoff import handoff_index
 from codemods.upstream.family.syntax import (
     LAST_RANK,
@@ -274,7 +278,10 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         ids_attr=ids_attr,
         gate=gate,
         gate_assignments=(gate_index,),
-        stale_comments=last_stage_comments(body, [gate_index]),
+        # Comments the rewrite restates are not stale.
+        stale_comments=()
+        if refresh_last_stage_comments(body, [gate_index])[1]
+        else last_stage_comments(body, [gate_index]),
     )
 
 
@@ -303,6 +310,7 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     body, aux_name, proxy_param = handoff_parts(fn, shape)
     (gate_index,) = shape.gate_assignments
     body[gate_index] = every_stage(body[gate_index])
+    body, _ = refresh_last_stage_comments(body, [gate_index])
     index = handoff_index(body)
     handoff = body[index] if index is not None else None
     if index is None or not isinstance(handoff, cst.If):

@@ -1,0 +1,319 @@
+"""The PP relay of aux hidden states, and which model classes may use it.
+
+* relay: decoder stacks of a 6-layer model split over 2 and 3 stages hand their captures
+  on with ``pp_aux_outgoing``; the last stage's ``pp_aux_collect`` returns exactly
+  the captures of a single-stage run, in layer order, as the collector's own kind,
+  copied out of the handoff buffer; a missing or narrow entry raises naming the layers;
+  ``pp_aux_proxy_hidden_size`` is the width each stage receives.
+* opt-in: a model class relays a capture method only where it declares it in its own
+  body (``pp_aux_relay_methods``), or inherits it without defining ``__init__``,
+  ``forward`` or the method's hook; every registered subclass of a declaring class that
+  builds its own stack is refused by ``check_pipeline_parallel_compat`` (EAGLE3 with PP,
+  resolved with ``get_model_architecture``, as the server resolves it; the Transformers
+  backend is refused too) and by ``configure_aux_hidden_state_capture`` under PP, which
+  names the class and the method.
+* sizing: a model that still defines ``get_pp_proxy_dspark_hidden_size`` (out of
+  tree) is sized by it, with a deprecation warning.
+"""
+
+import os
+import sys
+import unittest
+from types import SimpleNamespace
+from unittest import mock
+
+import torch
+from torch import nn
+
+# The helpers shared with the family test live next to this file.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from pp_aux_capture_family_models import stub_gpu_only_packages  # noqa: E402
+
+stub_gpu_only_packages()
+
+from sglang.srt.distributed.pp_aux_capture import (  # noqa: E402
+    pp_aux_collect,
+    pp_aux_outgoing,
+    pp_aux_proxy_hidden_size,
+    relays_pp_aux_capture,
+    set_pp_aux_capture,
+)
+from sglang.srt.layers.aux_hidden_states import AuxHiddenStateList  # noqa: E402
+from sglang.test.ci.ci_register import register_cpu_ci  # noqa: E402
+from sglang.test.test_utils import CustomTestCase  # noqa: E402
+
+register_cpu_ci(est_time=60, suite="base-a-test-cpu")
+
+NUM_LAYERS = 6
+HIDDEN = 4
+TOKENS = 3
+#: Stage bounds of 2 and 3 stages over the 6 layers.
+SPLITS = {2: [(0, 3), (3, 6)], 3: [(0, 2), (2, 4), (4, 6)]}
+HOOKS = {
+    "EAGLE3": "set_eagle3_layers_to_capture",
+    "DFLASH": "set_dflash_layers_to_capture",
+    "DSPARK": "set_dspark_layers_to_capture",
+}
+
+
+class _Stack(nn.Module):
+    """A decoder stack that runs layers ``[start, end)`` and captures at ``ids``."""
+
+    def __init__(self, start, end, ids):
+        super().__init__()
+        self.config = SimpleNamespace(hidden_size=HIDDEN, num_hidden_layers=NUM_LAYERS)
+        self.layers = nn.ModuleList(nn.Identity() for _ in range(NUM_LAYERS))
+        self.start_layer, self.end_layer = start, end
+        self.layers_to_capture = list(ids)
+
+
+def _group(rank, size):
+    return SimpleNamespace(world_size=size, is_last_rank=rank == size - 1)
+
+
+def _capture(layer):
+    """What layer ``layer`` captures: distinct per layer, token and feature."""
+    return (
+        torch.arange(TOKENS * HIDDEN, dtype=torch.float32).view(TOKENS, HIDDEN)
+        + 100 * layer
+    )
+
+
+def _run(size, ids, drop=False):
+    """The last stage's collected captures and each stage's received width."""
+    incoming, widths = None, []
+    for rank, (start, end) in enumerate(SPLITS[size]):
+        stack = _Stack(start, end, ids)
+        set_pp_aux_capture(stack, _group(rank, size))
+        widths.append(pp_aux_proxy_hidden_size(stack))
+        local = AuxHiddenStateList(_capture(i) for i in sorted(ids) if start <= i < end)
+        if rank < size - 1:
+            entry = pp_aux_outgoing(stack, local, incoming)
+            incoming = (
+                {} if drop else {"hidden_states": torch.zeros(TOKENS, HIDDEN), **entry}
+            )
+        else:
+            return pp_aux_collect(stack, local, incoming), incoming, widths
+
+
+class TestPPAuxRelay(CustomTestCase):
+    def test_last_stage_gets_the_single_stage_captures_in_layer_order(self):
+        for ids in ([0, 2, 3, 5], [5, 0], [1]):
+            reference = [_capture(i) for i in sorted(ids)]
+            for size in SPLITS:
+                with self.subTest(ids=ids, pp=size):
+                    collected, incoming, widths = _run(size, ids)
+                    self.assertIsInstance(collected, AuxHiddenStateList)
+                    self.assertEqual(len(collected), len(reference))
+                    for got, want in zip(collected, reference):
+                        self.assertTrue(torch.equal(got, want))
+                    received = [
+                        sum(i < start for i in ids) * HIDDEN
+                        for start, _ in SPLITS[size]
+                    ]
+                    self.assertEqual(widths, received)
+                    # The received captures are copied out of the handoff buffer.
+                    if "aux_hidden_states" in incoming:
+                        incoming["aux_hidden_states"].zero_()
+                        self.assertTrue(torch.equal(collected[0], reference[0]))
+
+    def test_single_stage_leaves_the_captures_alone(self):
+        stack = _Stack(0, NUM_LAYERS, [1, 4])
+        set_pp_aux_capture(stack, _group(0, 1))
+        captures = [_capture(1), _capture(4)]
+        self.assertIs(pp_aux_collect(stack, captures, None), captures)
+        self.assertEqual(pp_aux_outgoing(stack, captures, None), {})
+        self.assertEqual(pp_aux_proxy_hidden_size(stack), 0)
+
+    def test_a_missing_or_narrow_entry_raises_naming_the_layers(self):
+        with self.assertRaisesRegex(
+            RuntimeError, r"captures of layers \[0, 2\] are missing"
+        ):
+            _run(2, [0, 2, 3, 5], drop=True)
+        stack = _Stack(3, 6, [0, 2, 3, 5])
+        set_pp_aux_capture(stack, _group(1, 2))
+        narrow = {"aux_hidden_states": _capture(0)}
+        with self.assertRaisesRegex(RuntimeError, r"layers \[0, 2\] \(8 wide\)"):
+            pp_aux_collect(stack, [_capture(3), _capture(5)], narrow)
+
+
+class TestDeprecatedWidthMethod(CustomTestCase):
+    def test_the_old_dspark_width_method_still_sizes_with_a_warning(self):
+        from sglang.srt.model_executor.model_runner_components import misc_utils
+
+        class OutOfTree(nn.Module):
+            """A model loaded from SGLANG_EXTERNAL_MODEL_PACKAGE, written before the
+            rename."""
+
+            def get_pp_proxy_dspark_hidden_size(self):
+                return 3 * HIDDEN
+
+        resolve = misc_utils.resolve_pp_proxy_aux_hidden_size
+        with self.assertLogs(misc_utils.logger, "WARNING") as logs:
+            self.assertEqual(
+                resolve(model=OutOfTree(), pp_size=2, pp_rank=1), 3 * HIDDEN
+            )
+        self.assertIn("get_pp_proxy_dspark_hidden_size is deprecated", logs.output[0])
+        self.assertEqual(resolve(model=OutOfTree(), pp_size=2, pp_rank=0), 0)
+        self.assertEqual(resolve(model=nn.Identity(), pp_size=2, pp_rank=1), 0)
+
+
+def _registered():
+    """Architecture -> class of every model SGLang registers."""
+    from sglang.srt.models.registry import ModelRegistry
+
+    return {
+        arch: ModelRegistry.models[arch] for arch in ModelRegistry.get_supported_archs()
+    }
+
+
+def _declared(cls):
+    """The class in ``cls``'s MRO that declares relay methods, and the methods."""
+    for klass in cls.__mro__:
+        if "pp_aux_relay_methods" in vars(klass):
+            return klass, tuple(vars(klass)["pp_aux_relay_methods"])
+    return None, ()
+
+
+def _own_stack(cls, base, method):
+    """``cls`` (below ``base``) defines ``__init__``, ``forward`` or the hook itself."""
+    names = ("__init__", "forward", HOOKS[method])
+    return any(
+        name in vars(klass)
+        for klass in cls.__mro__[: cls.__mro__.index(base)]
+        for name in names
+    )
+
+
+def _server_args(arch, model_impl="auto"):
+    hf_config = SimpleNamespace(architectures=[arch])
+    record = SimpleNamespace(
+        pp_size=2,
+        disable_overlap_schedule=True,
+        speculative_algorithm="EAGLE3",
+        enable_multi_layer_eagle=False,
+        disaggregation_mode="prefill",
+        speculative_adaptive=False,
+        enable_dp_attention=False,
+        attn_dp_size=1,
+        ep_join_mode="none",
+        min_free_slots_delay=None,
+        enable_return_aux_hidden_states=False,
+        return_aux_hidden_state_layer_ids=None,
+        speculative_draft_model_path=None,
+        model_path="/models/target",
+    )
+    record._model_config = SimpleNamespace(
+        hf_config=hf_config,
+        hf_text_config=hf_config,
+        is_generation=True,
+        is_multimodal=False,
+        quantization=None,
+        model_impl=model_impl,
+        model_path=record.model_path,
+        revision=None,
+    )
+    return record
+
+
+class TestPPAuxRelayOptIn(CustomTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.registered = _registered()
+        cls.declaring = {
+            arch: model_cls
+            for arch, model_cls in cls.registered.items()
+            if "pp_aux_relay_methods" in vars(model_cls)
+        }
+        #: (arch, class, method): a registered subclass of a class that relays the
+        #: method, with its own stack or hook and no declaration of its own.
+        cls.own_stack = []
+        for arch, model_cls in sorted(cls.registered.items()):
+            base, methods = _declared(model_cls)
+            if base is None or base is model_cls:
+                continue
+            for method in methods:
+                if _own_stack(model_cls, base, method):
+                    cls.own_stack.append((arch, model_cls, method))
+
+    def test_the_declaration_covers_its_class_only_while_the_stack_is_the_same(self):
+        self.assertTrue(self.declaring)
+        for arch, model_cls in sorted(self.declaring.items()):
+            for method in HOOKS:
+                declared = method in vars(model_cls)["pp_aux_relay_methods"]
+                with self.subTest(arch=arch, method=method):
+                    self.assertEqual(relays_pp_aux_capture(model_cls, method), declared)
+        for arch, model_cls, method in self.own_stack:
+            with self.subTest(arch=arch, method=method):
+                self.assertFalse(relays_pp_aux_capture(model_cls, method))
+
+    def test_an_inheriting_subclass_with_its_own_stack_is_refused_at_validation(self):
+        from sglang.srt.arg_groups.overrides import resolving_view
+        from sglang.srt.arg_groups.validation_hook import check_pipeline_parallel_compat
+
+        eagle3 = sorted(
+            a for a, c in self.declaring.items() if relays_pp_aux_capture(c, "EAGLE3")
+        )
+        self.assertTrue(eagle3)
+        for arch in eagle3:
+            with self.subTest(arch=arch):
+                check_pipeline_parallel_compat(resolving_view(_server_args(arch)))
+        with self.assertRaises(
+            AssertionError
+        ):  # the Transformers backend relays nothing
+            check_pipeline_parallel_compat(
+                resolving_view(_server_args(eagle3[0], model_impl="transformers"))
+            )
+        refused = [(a, c) for a, c, m in self.own_stack if m == "EAGLE3"]
+        for arch, _ in refused:
+            with self.subTest(arch=arch):
+                with self.assertRaisesRegex(AssertionError, "only supports EAGLE"):
+                    check_pipeline_parallel_compat(resolving_view(_server_args(arch)))
+
+    def test_an_inheriting_subclass_with_its_own_stack_is_refused_at_runtime(self):
+        from sglang.srt.model_executor.model_runner_components import (
+            attention_backend_setup as setup,
+        )
+
+        method, base = next(
+            (m, c)
+            for c in self.declaring.values()
+            for m in vars(c)["pp_aux_relay_methods"]
+            if m in ("EAGLE3", "DFLASH")
+        )
+
+        class OwnStack(base):
+            """Inherits the relaying class and its declaration, builds its own stack."""
+
+            def __init__(self):
+                nn.Module.__init__(self)
+
+        class SameStack(base):
+            """Keeps the base's ``__init__``, ``forward`` and hooks."""
+
+        self.assertTrue(relays_pp_aux_capture(SameStack, method))
+        eagle3 = method == "EAGLE3"
+        configure = dict(
+            model=OwnStack(),
+            eagle_use_aux_hidden_state=eagle3,
+            eagle_aux_hidden_state_layer_ids=[1],
+            dflash_use_aux_hidden_state=not eagle3,
+            dflash_target_layer_ids=[1],
+            is_dspark=False,
+        )
+        pp = SimpleNamespace(world_size=2)
+        with mock.patch.object(setup, "get_pp_group", return_value=pp):
+            with self.assertRaisesRegex(
+                ValueError, f"^OwnStack does not relay {method} "
+            ):
+                setup.configure_aux_hidden_state_capture(**configure)
+        with mock.patch.object(OwnStack, HOOKS[method]) as hook:
+            single = SimpleNamespace(world_size=1)
+            with mock.patch.object(setup, "get_pp_group", return_value=single):
+                setup.configure_aux_hidden_state_capture(**configure)
+            hook.assert_called_once_with([1])
+
+
+if __name__ == "__main__":
+    unittest.main()
