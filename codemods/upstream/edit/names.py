@@ -14,6 +14,7 @@ __all__ = [
     "ATTACH",
     "AUX_ENTRY",
     "COLLECT",
+    "ENTRY_IDS_ATTR",
     "GLUE_MODULE",
     "HANDOFF",
     "NONE_ERROR",
@@ -36,6 +37,9 @@ COLLECT = "pp_aux_collect"
 #: The attribute of the decoder stack the relay lives on, and the relay's class.
 RELAY_ATTR = "pp_aux_relay"
 RELAY_CLASS = "PPAuxRelay"
+#: The decoder-stack property naming the layer on whose stage each capture id is taken,
+#: where capture ``i`` is taken at the entry of layer ``i + 1``.
+ENTRY_IDS_ATTR = "pp_aux_capture_entries"
 #: The ``PPProxyTensors`` entry that carries earlier stages' captures (SGLang's DSPARK
 #: relay used ``dspark_hidden_states``; the patch renames it for every capture method).
 AUX_ENTRY = "aux_hidden_states"

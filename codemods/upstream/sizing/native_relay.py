@@ -55,11 +55,10 @@ from __future__ import annotations
 import re
 
 from codemods.upstream.edit.imports import add_from_import
-from codemods.upstream.edit.names import COLLECT, GLUE_MODULE, HANDOFF, OUTGOING
+from codemods.upstream.edit.names import COLLECT, ENTRY_IDS_ATTR, GLUE_MODULE, HANDOFF, OUTGOING
 from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.pyformat import Call, lines_to_text, render_call
 from codemods.upstream.family.proxy_width import WIDTH
-from codemods.upstream.family.shapes.gated import ENTRY_IDS_ATTR
 
 ATTACH = "set_pp_aux_capture"
 IDS = "dspark_layers_to_capture"

@@ -82,7 +82,7 @@ from collections.abc import Sequence
 import libcst as cst
 import libcst.matchers as m
 
-from codemods.upstream.edit.names import COLLECT, HANDOFF
+from codemods.upstream.edit.names import COLLECT, ENTRY_IDS_ATTR, HANDOFF
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
 from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.forward import (
@@ -118,8 +118,6 @@ GATED = CaptureKind(
 )
 #: ``ForwardShape.capture_kinds`` entry of a forward this module rewrites.
 GATED_KIND = GATED.name
-#: The stack property ``set_pp_aux_capture`` reads the capture layers from.
-ENTRY_IDS_ATTR = "pp_aux_capture_entries"
 #: Local name of the rewritten handoff.
 HANDOFF_LOCAL = "handoff"
 
