@@ -10,7 +10,8 @@ Layout of the cache (root: ``$AUXCAP_CACHE``, default ``~/.cache/auxcap``)::
 modules (``stubs/``: triton, torchvision, IPython, xgrammar), the tree, this project and the
 ``tests`` directory first, so ``python -c "import sglang.srt.models.kimi_linear"`` works on a
 CPU-only machine with the packages of ``tests/requirements-sglang.txt`` installed.
-``run_python(code_or_args, root)`` runs such a subprocess with a timeout.
+``run_python(code_or_args, root)`` runs such a subprocess with a timeout, under the
+transformers release the tree's release pins (``pinned.py``).
 
 Nothing here imports SGLang into the calling process: SGLang's import has side effects
 (logging, env vars, torch settings) that must not leak into the test process.
@@ -149,9 +150,13 @@ def run_python(
     extra_paths: Sequence[Path] = (),
     cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python ARGS`` under :func:`sglang_env`; never hangs past ``timeout``."""
+    """Run ``python ARGS`` under :func:`sglang_env`, with the interpreter that has the
+    transformers ``root``'s release pins (``pinned.release_python``); never hangs past
+    ``timeout``."""
+    from sglang_support.pinned import release_python
+
     return subprocess.run(
-        [sys.executable, *args],
+        [release_python(root), *args],
         env=sglang_env(root, extra_paths),
         cwd=str(cwd or PROJECT_ROOT),
         capture_output=True,

@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from codemods.upstream.family.patch import TEST_FILE
 from codemods.upstream.generate import UpstreamResult, generate, write_tests
 from sglang_support.env import STUBS_DIR, git_apply, linked_copy, sglang_env
 from sglang_support.generated import release_result
+from sglang_support.pinned import release_python
 
 
 class PatchFailed(RuntimeError):
@@ -104,7 +104,7 @@ def run_family_test(
     test = family_test_path(tree_root, result)
     args = [str(test), "--json", str(pp_size), *(models or [])]
     proc = subprocess.run(
-        [sys.executable, *args],
+        [release_python(tree_root), *args],
         env=shipped_test_env(tree_root),
         cwd=str(tree_root),
         capture_output=True,
@@ -133,7 +133,7 @@ def run_family_tests(
     sizes = ",".join(str(size) for size in pp_sizes)
     args = ["-m", "sglang_support.family_runner", str(test), sizes, *(models or [])]
     proc = subprocess.run(
-        [sys.executable, *args],
+        [release_python(tree_root), *args],
         env=shipped_test_env(tree_root),
         cwd=str(tree_root),
         capture_output=True,

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from sglang_support.env import STUBS_DIR, git_apply, linked_copy
+from sglang_support.pinned import release_python
 
 from codemods.upstream.family.patch import INIT_TEST_FILE, TEST_FILE, TEST_MODELS_FILE
 from codemods.upstream.generate import generate
@@ -107,7 +108,7 @@ def _run_without_gpu_packages(
         "TOKENIZERS_PARALLELISM": "false",
     }
     return subprocess.run(
-        [sys.executable, *args],
+        [release_python(root), *args],
         cwd=cwd,
         env=env,
         capture_output=True,
