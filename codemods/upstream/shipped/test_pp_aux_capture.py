@@ -196,7 +196,14 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "gemma4_causal",
         "Gemma4ForCausalLM",
         "Gemma4TextConfig",
-        dict(hidden_act="gelu_pytorch_tanh", hidden_size_per_layer_input=0),
+        dict(
+            hidden_act="gelu_pytorch_tanh",
+            hidden_size_per_layer_input=0,
+            # Full-attention layers shaped as the sliding ones: one attention
+            # shape for every layer.
+            global_head_dim=16,
+            num_global_key_value_heads=2,
+        ),
     ),
     "bailing_moe": (
         "bailing_moe",
