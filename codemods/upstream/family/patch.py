@@ -4,11 +4,13 @@ The patch holds the rewritten model files, the helpers they call
 (``pp_aux_capture.py``), the packer accessor where a patched forward packs its captures,
 the CUDA graph sizing of the aux entry, and two CPU multi-process tests (``TEST_FILES``):
 the family test, which runs every patched model's forward with stand-in layers on 2 and 3
-stages (its stand-ins in ``pp_aux_capture_family_models.py`` next to it), and
-``test_pp_aux_capture.py``, which builds every patched causal LM through its real
-``__init__`` on 2 stages and checks the handoff, the buffer sizing and the validation.
-The helpers and the test files are kept under ``codemods/upstream/shipped/``; the tests'
-model lists are generated from the plan.
+stages, and ``test_pp_aux_capture.py``, which builds every patched causal LM through its
+real ``__init__`` on 2 stages and checks the handoff, the buffer sizing and the
+validation.  Their shared test utilities (stand-in models, the stand-ins for GPU-only
+packages) are a module of the package, where SGLang keeps its test utilities
+(``TEST_UTILS_MODULE``, ``sglang/test/``), in the patch of either layout.  The helpers
+and the test files are kept under ``codemods/upstream/shipped/``; the tests' model lists
+are generated from the plan.
 
 In a checkout the tests go to ``test/registered/unit/models/``; a package tree has no
 test folder, so they are left out of its patch (``shipped_tests`` still renders them,
@@ -32,8 +34,10 @@ UPSTREAM_DIR = Path(__file__).resolve().parent.parent
 SHIPPED_DIR = UPSTREAM_DIR / "shipped"
 GLUE_SOURCE = SHIPPED_DIR / "pp_aux_capture.py"
 TEST_TEMPLATE = SHIPPED_DIR / "test_pp_aux_capture_family.py"
-#: The test's stand-in models and builders, shipped next to it (the test imports them).
+#: The tests' shared utilities (stand-in models and builders, GPU-only package stand-ins).
 TEST_MODELS_SOURCE = SHIPPED_DIR / "pp_aux_capture_family_models.py"
+#: Where the patch puts them: beside SGLang's own test utilities, in the package.
+TEST_UTILS_MODULE = "sglang.test.pp_aux_capture_family_models"
 
 #: The test that builds the patched causal LMs through their real ``__init__``.
 INIT_TEST_TEMPLATE = SHIPPED_DIR / "test_pp_aux_capture.py"
@@ -41,8 +45,8 @@ INIT_TEST_TEMPLATE = SHIPPED_DIR / "test_pp_aux_capture.py"
 TEST_FILE = "test_pp_aux_capture_family.py"
 TEST_MODELS_FILE = "pp_aux_capture_family_models.py"
 INIT_TEST_FILE = "test_pp_aux_capture.py"
-#: Every test file the patch ships, in the order they are added.
-TEST_FILES = (TEST_MODELS_FILE, TEST_FILE, INIT_TEST_FILE)
+#: The test files the patch ships (each registers for SGLang's CPU CI), in order.
+TEST_FILES = (TEST_FILE, INIT_TEST_FILE)
 TEST_ROLES = {
     TEST_MODELS_FILE: Role.TEST_MODELS,
     TEST_FILE: Role.FAMILY_TEST,
@@ -104,11 +108,12 @@ def shipped_tests(plan: FamilyPlan) -> dict[str, str]:
     patches no model of the family)."""
     if not plan.rewritten():
         return {}
-    return {
-        TEST_MODELS_FILE: TEST_MODELS_SOURCE.read_text(encoding="utf-8"),
-        TEST_FILE: render_test(plan),
-        INIT_TEST_FILE: render_init_test(plan),
-    }
+    return {TEST_FILE: render_test(plan), INIT_TEST_FILE: render_init_test(plan)}
+
+
+def render_test_utils() -> str:
+    """The tests' shared utilities module as shipped."""
+    return TEST_MODELS_SOURCE.read_text(encoding="utf-8")
 
 
 def render_glue() -> str:
@@ -137,8 +142,13 @@ def family_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
     # or, on a tree without one (0.5.18-0.5.20), along a path added next to the
     # residual bank's.
     changes += sizing_changes(tree) + legacy_sizing_changes(tree)
+    tests = shipped_tests(plan)
+    if tests:  # the tests' utilities: a module of the package, in either layout
+        path = tree.module_path(TEST_UTILS_MODULE)
+        utils = FileChange(path, tree.read_text(path), render_test_utils(), TESTS, Role.TEST_MODELS)
+        changes.append(utils)
     if tree.tests is not None:  # a package tree has no test folder: left out
-        for name, text in shipped_tests(plan).items():
+        for name, text in tests.items():
             path = tree.test_path(name)
             changes.append(FileChange(path, tree.read_text(path), text, TESTS, TEST_ROLES[name]))
     return [change for change in changes if change.changed]

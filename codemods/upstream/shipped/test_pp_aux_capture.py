@@ -16,8 +16,9 @@ hook takes one capture on each stage, and then:
   architecture and still refuses it for an architecture whose model file has no
   capture hook.
 
-GPU-only packages SGLang imports (triton, sgl_kernel, ...) are stood in for where they
-do not import (``stub_gpu_only_packages``), so the test runs on a CPU machine.
+GPU-only packages SGLang imports (sgl_kernel, flashinfer, ...) are stood in for where
+they do not import (``stub_gpu_only_packages``, ``sglang.test``), so the test runs on a
+CPU machine.
 """
 
 import importlib
@@ -36,10 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-# The helpers shared with the family test live next to this file.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from pp_aux_capture_family_models import stub_gpu_only_packages  # noqa: E402
+from sglang.test.pp_aux_capture_family_models import stub_gpu_only_packages
 
 stub_gpu_only_packages()
 # CPU: DeepSeek-V4 keeps its wo_a projection unquantized instead of asking for the FP8
