@@ -62,13 +62,13 @@ def _sort_key(name: str) -> tuple[int, str]:
 
 
 def _before(
-    statement: cst.SimpleStatementLine, following: cst.BaseStatement
-) -> list[cst.BaseStatement]:
+    statement: cst.SimpleStatementLine, following: cst.SimpleStatementLine
+) -> list[cst.SimpleStatementLine]:
     """``statement`` inserted before ``following``: the blank lines that open
     ``following`` (the gap between import sections) now open ``statement``, so the new
     import joins its section instead of sitting above the gap; comment lines stay with
     the statement they precede."""
-    leading = list(getattr(following, "leading_lines", ()))
+    leading = list(following.leading_lines)
     blanks = 0
     while blanks < len(leading) and leading[blanks].comment is None:
         blanks += 1
@@ -116,7 +116,9 @@ def add_from_import(module: cst.Module, from_module: str, names: Sequence[str]) 
             node = _import_from(body[index])
             assert node is not None
             if module_name(node).lower() > key:
-                body[index : index + 1] = _before(statement, body[index])
+                following = body[index]
+                assert isinstance(following, cst.SimpleStatementLine)
+                body[index : index + 1] = _before(statement, following)
                 break
         else:
             body.insert(same_package[-1] + 1, statement)
