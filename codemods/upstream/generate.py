@@ -188,7 +188,7 @@ def _generate(
     if validation.change is not None and validation.change.changed:
         result.changes.append(validation.change)
     if family is not None:
-        result.tests = shipped_tests(family)
+        result.tests = shipped_tests(family, tree)
         family.release_trees()
     if tests_dir is not None and result.tests:
         result.tests_dir = write_tests(result.tests, tests_dir)

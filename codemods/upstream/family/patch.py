@@ -10,7 +10,8 @@ validation.  Their shared test utilities (stand-in models, the stand-ins for GPU
 packages) are a module of the package, where SGLang keeps its test utilities
 (``TEST_UTILS_MODULE``, ``sglang/test/``), in the patch of either layout.  The helpers
 and the test files are kept under ``codemods/upstream/shipped/``; the tests' model lists
-are generated from the plan.
+are generated from the plan, and where releases differ the init test takes the one form
+the tree's release needs (``test_variants.py``), so it holds no code for other releases.
 
 In a checkout the tests go to ``test/registered/unit/models/``; a package tree has no
 test folder, so they are left out of its patch (``shipped_tests`` still renders them,
@@ -25,6 +26,7 @@ from codemods.upstream.edit.change_kinds import RUNTIME, TESTS, Role, model_grou
 from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan, plan_family
+from codemods.upstream.family.test_variants import FEATURES, select, tree_features
 from codemods.upstream.sizing.graph_sizing import sizing_changes
 from codemods.upstream.sizing.graph_sizing_legacy import legacy_sizing_changes
 from codemods.upstream.sizing.packer_access import packer_access_changes
@@ -53,6 +55,8 @@ TEST_ROLES = {
     INIT_TEST_FILE: Role.INIT_TEST,
 }
 CASES_MARKER = "    # @@FAMILY_CASES@@\n"
+#: The features of the newest release the tests are written for (a tree given no tree).
+CURRENT = dict.fromkeys(FEATURES, True)
 PATCHED_MARKER = "    # @@PATCHED_MODELS@@\n"
 
 
@@ -94,21 +98,24 @@ def render_test(plan: FamilyPlan) -> str:
     return template.replace(CASES_MARKER, render_cases(plan))
 
 
-def render_init_test(plan: FamilyPlan) -> str:
-    """``test_pp_aux_capture.py`` with the model files the plan patches."""
-    template = INIT_TEST_TEMPLATE.read_text(encoding="utf-8")
+def render_init_test(plan: FamilyPlan, features: dict[str, bool] | None = None) -> str:
+    """``test_pp_aux_capture.py`` with the model files the plan patches, in the form the
+    tree's release needs (``features``: ``test_variants.tree_features``; by default the
+    current release's)."""
+    template = select(INIT_TEST_TEMPLATE.read_text(encoding="utf-8"), features or CURRENT)
     if PATCHED_MARKER not in template:
         raise RuntimeError(f"{INIT_TEST_TEMPLATE}: marker {PATCHED_MARKER.strip()!r} missing")
     names = sorted(d.name for d in plan.decisions.values() if d.patched)
     return template.replace(PATCHED_MARKER, "".join(f'    "{n}",\n' for n in names))
 
 
-def shipped_tests(plan: FamilyPlan) -> dict[str, str]:
+def shipped_tests(plan: FamilyPlan, tree: SGLangTree | None = None) -> dict[str, str]:
     """File name -> text of every test file the patch ships for ``plan`` (empty when it
-    patches no model of the family)."""
+    patches no model of the family), in the form ``tree``'s release needs."""
     if not plan.rewritten():
         return {}
-    return {TEST_FILE: render_test(plan), INIT_TEST_FILE: render_init_test(plan)}
+    features = tree_features(tree) if tree is not None else None
+    return {TEST_FILE: render_test(plan), INIT_TEST_FILE: render_init_test(plan, features)}
 
 
 def render_test_utils() -> str:
@@ -142,7 +149,7 @@ def family_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
     # or, on a tree without one (0.5.18-0.5.20), along a path added next to the
     # residual bank's.
     changes += sizing_changes(tree) + legacy_sizing_changes(tree)
-    tests = shipped_tests(plan)
+    tests = shipped_tests(plan, tree)
     if tests:  # the tests' utilities: a module of the package, in either layout
         path = tree.module_path(TEST_UTILS_MODULE)
         utils = FileChange(path, tree.read_text(path), render_test_utils(), TESTS, Role.TEST_MODELS)
