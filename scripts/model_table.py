@@ -1,4 +1,4 @@
-"""Write the README section "Models covered by the upstream patch".
+"""Write the section "Models covered by the upstream patch" of ``docs/models.md``.
 
 For every model file of an SGLang release (default 0.5.20, from the wheel cache) that
 defines a capture hook: its hooks, whether they return early on non-last PP ranks,
@@ -7,12 +7,12 @@ was validated.  Validation runs the family test the patch adds (CPU, gloo, 2 and
 stages; every case compared with a PP=1 run via torch.equal) on a patched copy of the
 release; ``--no-run`` leaves the column as "not run".
 
-    python scripts/model_table.py               # regenerate the README section
+    python scripts/model_table.py               # regenerate the section in docs/models.md
     python scripts/model_table.py --print       # print the section instead
     python scripts/model_table.py --json FILE   # also write the survey as JSON
     python scripts/model_table.py --releases    # the per-release table (0.5.18-0.5.23)
 
-``--releases`` writes the section "Models per SGLang release": what the generator decides
+``--releases`` writes the section "Models per SGLang release" of the same page: what the generator decides
 for every model file with a capture hook on each release line, side by side (no runs).
 """
 
@@ -39,7 +39,8 @@ from codemods.upstream.output.family_report import (  # noqa: E402
 from codemods.upstream.output.release_table import matrix, release_column  # noqa: E402
 from codemods.upstream.tree.sglang_tree import detect_tree  # noqa: E402
 
-README = ROOT / "README.md"
+#: The reference page that holds both generated tables.
+PAGE = ROOT / "docs" / "models.md"
 RELEASE_LINES = ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 RELEASES_START = "<!-- release-table:start -->"
 RELEASES_END = "<!-- release-table:end -->"
@@ -117,15 +118,13 @@ def release_section(roots: dict[str, Path]) -> str:
 
 
 def replace_section(
-    readme: str, new_section: str, start: str = START, end: str = END, heading: str = HEADING
+    page: str, new_section: str, start: str = START, end: str = END, heading: str = HEADING
 ) -> str:
-    if start in readme and end in readme:
-        head = (
-            readme[: readme.index(heading)] if heading in readme else readme[: readme.index(start)]
-        )
-        tail = readme[readme.index(end) + len(end) :].lstrip("\n")
+    if start in page and end in page:
+        head = page[: page.index(heading)] if heading in page else page[: page.index(start)]
+        tail = page[page.index(end) + len(end) :].lstrip("\n")
         return head + new_section + ("\n" + tail if tail else "")
-    return readme.rstrip("\n") + "\n\n" + new_section
+    return page.rstrip("\n") + "\n\n" + new_section
 
 
 def main() -> None:
@@ -138,7 +137,9 @@ def main() -> None:
         help="SGLang tree (default: the cached release wheel of --version)",
     )
     parser.add_argument("--no-run", action="store_true", help="skip the validation run")
-    parser.add_argument("--print", action="store_true", help="print instead of editing README")
+    parser.add_argument(
+        "--print", action="store_true", help="print instead of editing docs/models.md"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the survey here")
     parser.add_argument(
         "--results",
@@ -160,9 +161,9 @@ def main() -> None:
         if args.print:
             sys.stdout.write(text)
             return
-        README.write_text(
+        PAGE.write_text(
             replace_section(
-                README.read_text(encoding="utf-8"),
+                PAGE.read_text(encoding="utf-8"),
                 text,
                 RELEASES_START,
                 RELEASES_END,
@@ -170,7 +171,7 @@ def main() -> None:
             ),
             encoding="utf-8",
         )
-        print(f"updated {README.relative_to(ROOT)}", file=sys.stderr)
+        print(f"updated {PAGE.relative_to(ROOT)}", file=sys.stderr)
         return
     release = args.sglang
     if release is None:
@@ -181,8 +182,8 @@ def main() -> None:
     if args.print:
         sys.stdout.write(text)
         return
-    README.write_text(replace_section(README.read_text(encoding="utf-8"), text), encoding="utf-8")
-    print(f"updated {README.relative_to(ROOT)}", file=sys.stderr)
+    PAGE.write_text(replace_section(PAGE.read_text(encoding="utf-8"), text), encoding="utf-8")
+    print(f"updated {PAGE.relative_to(ROOT)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

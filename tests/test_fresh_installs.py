@@ -1,5 +1,5 @@
 """Fresh virtualenvs installed the way users install auxcap, running the commands the
-README promises for each install.
+README and ``docs/setup.md`` promise for each install.
 
 * ``pip install .`` (base: LibCST, click, GitPython): ``upstream-patch --pr-body``,
   ``upstream-patch --branch`` and ``migrate --branch``; torch is not there.
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.disk_usage import disk_usage
 from tests.gitrepo import IDENTITY, git, isolate_git
 from tests.test_demo import assert_demo_output, run_demo
 from tests.upstream.test_upstream_rerun import family_checkout
@@ -116,7 +117,7 @@ def test_base_install_upstream_patch_pr_body_and_branch(base_venv, tmp_path, mon
         cwd=root,
     )
     assert done.returncode == 0, done.stderr
-    assert "## Benchmark & Profiling" in body.read_text()
+    assert "## Benchmarking and Profiling" in body.read_text()
 
     done = run(
         base_venv,
@@ -197,5 +198,10 @@ def test_demo_installs_the_base_package_only(tmp_path):
     assert f"source {venv}/bin/activate" in done.stdout
     assert not importable(venv, "torch", tmp_path)
     assert _size(venv) < 200 * 2**20, _size(venv)
+    # The README's figure for the demo ("about N MB"), within a quarter.
+    readme = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
+    stated = int(re.search(r"`bash scripts/demo\.sh` \| about (\d+) MB", readme).group(1))
+    used = disk_usage(venv)
+    assert 0.75 * stated * 1e6 <= used <= 1.25 * stated * 1e6, (used, stated)
     # Seconds on an idle machine with pip's cache warm; generous here for loaded machines.
     assert elapsed < 300, elapsed

@@ -89,7 +89,7 @@ def test_upstream_pr_body_and_branch_need_no_torch(tmp_path, monkeypatch):
         hidden, "upstream-patch", ".", "-o", str(patch), "--pr-body", str(body), cwd=root
     )
     assert done.returncode == 0, done.stderr
-    assert "## Benchmark & Profiling" in body.read_text()
+    assert "## Benchmarking and Profiling" in body.read_text()
     assert "diff --git a/sglang/srt/distributed/pp_aux_capture.py" in patch.read_text()
 
     done = auxcap_without(

@@ -164,13 +164,13 @@ def test_try_repo_fails_on_unguarded_call_and_passes_after_fix(tmp_path):
 
 
 def test_pinned_hook_fails_then_passes_after_fix(tmp_path):
-    """The README's configuration (``repo`` + ``rev`` + hooks), run with ``pre-commit run``;
-    its environment is cached in PRE_COMMIT_HOME between runs."""
+    """The configuration of "Use with pre-commit" (``repo`` + ``rev`` + hooks), run with
+    ``pre-commit run``; its environment is cached in PRE_COMMIT_HOME between runs."""
     started = time.monotonic()
     hook_repo = _hook_repository()
     rev = _git(hook_repo, "rev-parse", "HEAD").strip()
     target = _target_repository(tmp_path)
-    # The README's configuration, pointed at the local copy instead of the published URL.
+    # The documented configuration, pointed at the local copy instead of the published URL.
     config = yaml.safe_load(code_block("Use with pre-commit", "yaml"))
     assert config["repos"][0]["hooks"] == [{"id": "auxcap", "args": ["--exclude", "legacy/"]}]
     config["repos"][0].update(repo=str(hook_repo), rev=rev)

@@ -1,4 +1,5 @@
-"""The README's caller-codemod examples run as written from the repository root."""
+"""The caller-codemod examples (``docs/callers.md``, and the README's, which are lines of
+them) run as written from the repository root."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from readme_blocks import commands
+from readme_blocks import README, code_blocks, commands, section_text
 
 from tests.gitrepo import IDENTITY, git, isolate_git
 
@@ -73,3 +74,35 @@ def test_choosing_files_example_runs_as_written(tmp_path, monkeypatch):
     assert done.returncode == 0, done.stderr
     changed = [row[len("+++ b/") :] for row in done.stdout.splitlines() if row.startswith("+++ ")]
     assert changed == ["fixtures/demo_repo/serving/capture_runner.py"]
+
+
+def test_readme_scan_and_migrate_example_runs_as_written(tmp_path, monkeypatch):
+    """The README's first example: scan, the diff, and ``--check`` exiting 1."""
+    isolate_git(monkeypatch, tmp_path)
+    root = demo_root(tmp_path)
+    block = code_blocks(README.read_text(encoding="utf-8"), "bash")[1]
+    lines = [line for line in block.splitlines() if line.strip()]
+    assert [line.split()[:3] for line in lines] == [
+        ["auxcap", "scan", "fixtures/demo_repo/"],
+        ["auxcap", "migrate", "fixtures/demo_repo/"],
+        ["auxcap", "migrate", "--check"],
+    ]
+    done = [run_line(line, root) for line in lines]
+    assert [d.returncode for d in done] == [0, 0, 1], [d.stderr for d in done]
+    assert "train_distill.py:" in done[0].stdout
+    assert "+++ b/fixtures/demo_repo/train_distill.py" in done[1].stdout
+    assert git(root, "status", "--porcelain") == ""
+
+
+def test_one_call_before_and_after_is_what_migrate_writes():
+    """The before/after of ``docs/callers.md`` is ``migrate``'s output, and the README shows
+    exactly that pair."""
+    from codemods.callers.options import TransformOptions
+    from codemods.callers.records import Status
+    from codemods.callers.transform import transform_source
+
+    before, after = code_blocks(section_text("One call, before and after"), "python")[:2]
+    result = transform_source(before.encode(), "configure.py", TransformOptions())
+    assert result.status is Status.CHANGED, result.error
+    assert result.rewritten.decode() == after
+    assert code_blocks(README.read_text(encoding="utf-8"), "python") == [before, after]

@@ -1,4 +1,5 @@
-"""The README's "Migrate a repo into a PR branch" walk-through runs as written."""
+"""The walk-through of the "Migrate a repo into a PR branch" page (``docs/delivery.md``) runs
+as written, and so does its undo rule."""
 
 from __future__ import annotations
 
@@ -9,18 +10,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+from readme_blocks import code_block, page_with
+
 from tests.gitrepo import git, isolate_git
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
+WALKTHROUGH = "Migrate a repo into a PR branch"
+
+
 def walkthrough() -> str:
-    text = (PROJECT_ROOT / "README.md").read_text()
-    section = text.split("## Migrate a repo into a PR branch", 1)[1]
-    return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    return code_block(WALKTHROUGH, "bash")
 
 
-def test_readme_walkthrough_runs_and_pushes_the_branch(tmp_path, monkeypatch):
+def test_walkthrough_runs_and_pushes_the_branch(tmp_path, monkeypatch):
     isolate_git(monkeypatch, tmp_path)
     python = shlex.quote(sys.executable)
     # `auxcap` is this checkout's CLI.
@@ -39,14 +43,14 @@ def test_readme_walkthrough_runs_and_pushes_the_branch(tmp_path, monkeypatch):
 
 
 def readme_undo() -> list[str]:
-    """The commands of the README's "To undo a delivered branch" rule, in order."""
-    text = " ".join((PROJECT_ROOT / "README.md").read_text().split())
+    """The commands of the page's "To undo a delivered branch" rule, in order."""
+    text = " ".join(page_with(WALKTHROUGH).read_text(encoding="utf-8").split())
     rule = text.split("To undo a delivered branch:", 1)[1].split("after merging", 1)[0]
     return re.findall(r"`([^`]+)`", rule)
 
 
-def test_readme_undo_undoes_and_the_same_command_runs_again(tmp_path, monkeypatch):
-    """Steps 1 to 3, the README's undo: the repository is as before step 2 (nothing
+def test_undo_undoes_and_the_same_command_runs_again(tmp_path, monkeypatch):
+    """Steps 1 to 3, the page's undo: the repository is as before step 2 (nothing
     untracked), and step 2 runs again."""
     isolate_git(monkeypatch, tmp_path)
     python = shlex.quote(sys.executable)

@@ -4,7 +4,8 @@
 pipeline and yield one :class:`~codemods.callers.records.FileResult` per collected file, in sorted path
 order:
 
-1. **collect** the files (:mod:`codemods.sources.collect`: ``.gitignore``, skipped folders, globs);
+1. **collect** the files (:mod:`codemods.sources.collect`: ``.gitignore``, skipped folders, globs;
+   each file once, whatever symlinks lead to it);
 2. **prefilter** them in this process, reading each file once (:mod:`codemods.sources.prefilter`): a
    file that cannot hold a call site yields an ``UNCHANGED`` result at once and its bytes are
    dropped; the snapshot of a file that needs parsing is handed to the transform (up to
@@ -70,6 +71,7 @@ class Selection:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     force_exclude: bool = False
+    follow_links: bool = False  # symlinks leading out of the paths given, or to unselected files
 
 
 @dataclass(frozen=True)
@@ -312,6 +314,7 @@ def _pipeline(
     options: TransformOptions,
     selection: Selection,
     execution: Execution,
+    links: dict[str, str] | None,
 ) -> Iterator[FileResult]:
     unreadable: dict[str, str] = {}
     listed = collect_files(
@@ -321,6 +324,8 @@ def _pipeline(
         selection.force_exclude,
         keep_missing=True,  # reported as a failed file, naming it
         unreadable=unreadable,  # folders that could not be listed: failed, named
+        follow_links=selection.follow_links,
+        links=links,  # symlinks that are not files of the run, and why
     )
     files = [path for path in listed if path not in unreadable]
     if isinstance(task, _MigrateTask) and task.write:
@@ -363,10 +368,13 @@ def scan(
     options: TransformOptions,
     selection: Selection = Selection(),
     execution: Execution = Execution(),
+    links: dict[str, str] | None = None,
 ) -> Iterator[FileResult]:
-    """Scan every source file under ``paths``, in sorted path order."""
+    """Scan every source file under ``paths``, in sorted path order; ``links`` is filled
+    (once the first result is asked for) with the symlinks that are not files of the run:
+    path -> what was done with it (:func:`codemods.sources.collect.collect_files`)."""
     task = _ScanTask(options, execution.prefilter)
-    return _pipeline(paths, task, options, selection, execution)
+    return _pipeline(paths, task, options, selection, execution, links)
 
 
 def run(
@@ -375,7 +383,9 @@ def run(
     write: bool = False,
     selection: Selection = Selection(),
     execution: Execution = Execution(),
+    links: dict[str, str] | None = None,
 ) -> Iterator[FileResult]:
-    """Transform every source file under ``paths``; write the changed ones when ``write``."""
+    """Transform every source file under ``paths``; write the changed ones when ``write``
+    (``links`` as for :func:`scan`)."""
     task = _MigrateTask(options, write, execution.prefilter)
-    return _pipeline(paths, task, options, selection, execution)
+    return _pipeline(paths, task, options, selection, execution, links)

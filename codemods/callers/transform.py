@@ -11,6 +11,9 @@ modified.
 
 from __future__ import annotations
 
+import ast
+import re
+
 import libcst as cst
 
 from codemods.callers import scope
@@ -25,9 +28,45 @@ def _parse(source: bytes) -> cst.Module:
     return cst.parse_module(source)
 
 
-def _describe(error: Exception) -> str:
+#: LibCST's message: ``parser error: error at LINE:COLUMN: expected one of ...`` or
+#: ``tokenizer error: ...`` (its own position is where its grammar gave up).
+_LIBCST_MESSAGE = re.compile(
+    r"^(?:parser|tokenizer) error: (?:error at (?P<line>\d+):(?P<column>\d+): )?(?P<text>.*)$",
+    re.DOTALL,
+)
+
+
+def describe_syntax_error(source: bytes, path: str, error: cst.ParserSyntaxError) -> str:
+    """``syntax error at line L, column C: WHAT`` (both 1-based, as in the scan listing),
+    in Python's own words where Python rejects the file too; LibCST's position and words
+    (without its prefixes) where only LibCST does."""
+    try:
+        compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as python:
+        if python.lineno is not None:
+            column = max(python.offset or 1, 1)
+            return f"syntax error at line {python.lineno}, column {column}: {python.msg}"
+    except (ValueError, MemoryError, RecursionError):
+        pass
+    else:
+        return _libcst_only(error)
+    return _libcst_only(error, python_rejects=True)
+
+
+def _libcst_only(error: cst.ParserSyntaxError, python_rejects: bool = False) -> str:
+    match = _LIBCST_MESSAGE.match(error.message)
+    text = match["text"] if match else error.message
+    line, column = error.raw_line, error.raw_column + 1
+    if match and match["line"]:
+        line, column = int(match["line"]), int(match["column"]) + 1
+    if python_rejects:
+        return f"syntax error at line {line}, column {column}: {text}"
+    return f"line {line}, column {column}: Python accepts it, but LibCST cannot parse it: {text}"
+
+
+def _describe(error: Exception, source: bytes = b"", path: str = "") -> str:
     if isinstance(error, cst.ParserSyntaxError):
-        return f"syntax error at line {error.raw_line}, column {error.raw_column}: {error.message}"
+        return describe_syntax_error(source, path, error)
     if isinstance(error, (UnicodeDecodeError, LookupError)) or (
         isinstance(error, SyntaxError) and "encoding" in str(error)
     ):
@@ -58,7 +97,8 @@ def _scan(
             )
             analysis = scope.skip_analysis(analysis, reason)
     except Exception as error:  # noqa: BLE001 - any failure leaves the file alone
-        return FileResult(path, Status.FAILED, original=source, error=_describe(error)), None
+        error_text = _describe(error, source, path)
+        return FileResult(path, Status.FAILED, original=source, error=error_text), None
     return FileResult(path, Status.UNCHANGED, analysis.sites, original=source), analysis
 
 
@@ -102,6 +142,7 @@ def transform_source(
         return scanned
     from codemods.callers.rewrite.apply import rewrite
 
+    rewritten = source  # what a syntax error's position refers to
     try:
         rewritten, steps = rewrite(source, analysis, path, options)
         _verify(rewritten, path)
@@ -111,7 +152,7 @@ def transform_source(
             Status.FAILED,
             sites,
             original=source,
-            error=f"could not rewrite: {_describe(error)}",
+            error=f"could not rewrite: {_describe(error, rewritten, path)}",
         )
     if rewritten == source:
         return scanned

@@ -203,6 +203,14 @@ def _file_options(command):
             help="Apply --exclude and the skipped folders to files named explicitly too.",
         ),
         click.option(
+            "--follow-links",
+            is_flag=True,
+            help="Process symlinks found in folders that lead out of PATHS (or to files "
+            "not selected), and walk symlinked folders that lead out of PATHS. Without it "
+            "they are reported, not followed. A symlink whose target is processed anyway "
+            "is never a second file.",
+        ),
+        click.option(
             "--jobs",
             "-j",
             type=click.IntRange(min=1),
@@ -224,8 +232,8 @@ def _file_options(command):
         command = decorator(command)
 
     @functools.wraps(command)
-    def wrapper(*args, exclude, include, force_exclude, jobs, prefilter, **kwargs):
-        selection = engine.Selection(tuple(include), tuple(exclude), force_exclude)
+    def wrapper(*args, exclude, include, force_exclude, follow_links, jobs, prefilter, **kwargs):
+        selection = engine.Selection(tuple(include), tuple(exclude), force_exclude, follow_links)
         execution = engine.Execution(jobs=jobs, prefilter=prefilter)
         try:
             return command(*args, selection=selection, execution=execution, **kwargs)
@@ -255,6 +263,12 @@ def _existing(paths: tuple[str, ...]) -> tuple[list[str], int]:
             f"{label} {path}: cannot read: no such file or directory", err=True, color=_colour(True)
         )
     return kept, len(paths) - len(kept)
+
+
+def _report_links(links: dict[str, str]) -> None:
+    """One line on stderr per symlink that is not a file of the run, saying why."""
+    for path in sorted(links, key=lambda name: name.split(os.sep)):
+        click.echo(f"auxcap: {path}: {links[path]}", err=True)
 
 
 def _not_found(missing: int) -> str:
@@ -297,7 +311,9 @@ def scan(
     options = TransformOptions(extra_hooks=extra_hooks, include_tests=include_tests)
     execution = dataclasses.replace(execution, progress=output_format != "json")
     existing, missing = _existing(paths)
-    results = list(engine.scan(existing, options, selection, execution)) if existing else []
+    links: dict[str, str] = {}
+    results = list(engine.scan(existing, options, selection, execution, links)) if existing else []
+    _report_links(links)
     if output_format == "json":
         click.echo(report.scan_json(results), nl=False)
     else:
@@ -400,14 +416,18 @@ def migrate(
             )
 
         outputs.append(sinks.JsonSink(codetf.ReportBuilder(options, str(Path.cwd())), run_info))
+    links: dict[str, str] = {}
     stream = (
-        engine.run(existing, options, mode == "write", selection, execution) if existing else ()
+        engine.run(existing, options, mode == "write", selection, execution, links)
+        if existing
+        else ()
     )
     for result in stream:
         for sink in outputs:
             sink.add(result)
         # Keep only the records for the summary: the bytes are printed and dropped.
         results.append(dataclasses.replace(result, original=None, rewritten=None, steps=()))
+    _report_links(links)
     _report_failures(results)
     label = "changed" if mode == "write" else "to change"
     click.echo(report.Summary.of(results).text(label) + _not_found(missing), err=True)

@@ -1,6 +1,7 @@
 """``auxcap sglang status|apply|revert``: the click group over ``codemods.installed``.
 
-Thin: picks the interpreter, prints the library's messages, owns the exit codes (0 success
+Thin: picks the interpreter, prints the library's messages (``apply`` shows its steps on
+stderr, on a terminal only), owns the exit codes (0 success
 or nothing to do; 1 refused, every byte as it was; 2 no usable interpreter, sglang or
 release).
 """
@@ -11,6 +12,7 @@ import sys
 
 import click
 
+from codemods.cli.progress import PhaseBar
 from codemods.installed.errors import InstalledError, Refused
 
 EXIT_OK, EXIT_REFUSED, EXIT_ERROR = 0, 1, 2
@@ -28,21 +30,40 @@ def _say(message: str) -> None:
     click.echo(f"auxcap: {message}")
 
 
-def _run(action, python: str | None, *args) -> None:
+def _run(action, python: str | None, *args, bar: PhaseBar | None = None) -> None:
+    """Run ``action(python, *args, say[, phases])``; ``bar``: the steps of a long command on
+    stderr, wiped before each message."""
     from codemods.installed.locate import default_python
+
+    def say(message: str) -> None:
+        if bar is not None:
+            bar.clear()
+        _say(message)
 
     try:
         if python is None:
             python = default_python()
-            _say(f"using `python` from PATH: {python}")
-        action(python, *args, _say)
+            say(f"using `python` from PATH: {python}")
+        if bar is None:
+            action(python, *args, say)
+        else:
+            action(python, *args, say, bar)
     except Refused as err:
+        _close(bar)
         click.echo(f"auxcap: refused: {err}", err=True)
         sys.exit(EXIT_REFUSED)
     except InstalledError as err:
+        _close(bar)
         click.echo(f"auxcap: error: {err}", err=True)
         sys.exit(EXIT_ERROR)
+    finally:
+        _close(bar)
     sys.exit(EXIT_OK)
+
+
+def _close(bar: PhaseBar | None) -> None:
+    if bar is not None:
+        bar.close()
 
 
 @click.group("sglang")
@@ -77,7 +98,7 @@ def apply(python: str | None, models: str | None) -> None:
     from codemods.cli.upstream_patch import parse_models
     from codemods.installed import actions
 
-    _run(actions.apply, python, parse_models(models))
+    _run(actions.apply, python, parse_models(models), bar=PhaseBar())
 
 
 @sglang.command()

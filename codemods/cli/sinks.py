@@ -39,15 +39,18 @@ class Sink:
 
 @dataclass
 class DiffSink(Sink):
-    """A unified diff of every changed file on stdout (coloured on a terminal)."""
+    """A unified diff of every changed file on stdout (coloured on a terminal), written as
+    bytes: the file's own bytes (encoding, BOM, CRLF) reach the diff unchanged, so it
+    applies with ``git apply`` or ``patch -p1``."""
 
     colour: bool = False
 
     def add(self, result: FileResult) -> None:
         if result.status is Status.CHANGED:
-            diff = report.unified_diff(result)
-            text = terminal.colour_diff(diff) if self.colour else diff
-            click.echo(text, nl=False, color=self.colour)
+            diff = report.unified_diff_bytes(result)
+            if self.colour:  # latin-1 maps every byte to one character and back
+                diff = terminal.colour_diff(diff.decode("latin-1")).encode("latin-1")
+            click.echo(diff, nl=False, color=self.colour)
 
 
 @dataclass

@@ -30,21 +30,21 @@ def colour_enabled(stream: IO | None) -> bool:
 
 
 def colour_diff(diff: str) -> str:
-    """ANSI-coloured unified diff; the text itself is unchanged."""
-    out = []
-    for line in diff.splitlines(keepends=True):
-        body, newline = (line[:-1], "\n") if line.endswith("\n") else (line, "")
-        if body.startswith(("+++", "---")):
-            out.append(click.style(body, bold=True) + newline)
-        elif body.startswith("@@"):
-            out.append(click.style(body, fg="cyan") + newline)
-        elif body.startswith("+"):
-            out.append(click.style(body, fg="green") + newline)
-        elif body.startswith("-"):
-            out.append(click.style(body, fg="red") + newline)
-        else:
-            out.append(line)
-    return "".join(out)
+    """ANSI-coloured unified diff; the text itself is unchanged (only ``\n`` ends a line:
+    a ``\r`` or form feed inside a line stays part of it)."""
+    return "\n".join(_coloured_line(body) for body in diff.split("\n"))
+
+
+def _coloured_line(body: str) -> str:
+    if body.startswith(("+++", "---")):
+        return click.style(body, bold=True)
+    if body.startswith("@@"):
+        return click.style(body, fg="cyan")
+    if body.startswith("+"):
+        return click.style(body, fg="green")
+    if body.startswith("-"):
+        return click.style(body, fg="red")
+    return body
 
 
 def error_label(text: str, coloured: bool) -> str:

@@ -27,7 +27,6 @@ from codemods.callers.records import (
     Action,
     CallSite,
     FileResult,
-    Risk,
     Status,
     is_skipped,
 )
@@ -127,20 +126,13 @@ def _why_rewritten(site: CallSite) -> str:
 
 
 def _why_not_rewritten(site: CallSite) -> str:
-    """Why a call site was left as it is (skipped, for review, or nothing to change)."""
+    """Why a call site was left as it is (skipped, for review, or nothing to change), from the
+    facts the decision was made on (:func:`codemods.output.site_changes.left_alone`)."""
     if is_skipped(site):
         return site.note[len(SKIP_PREFIX) :]
     if Action.REVIEW in site.actions:
         return f"left for review: {site.note}" if site.note else "left for review"
-    if site.guarded or site.handles_not_implemented:
-        return "nothing to change: already guarded or handled"
-    if site.risks == (Risk.PP_SILENT,):
-        return (
-            "nothing to change here (the hook accepts None and never raises "
-            "NotImplementedError); under pipeline parallelism its captures are lost "
-            "silently: apply `auxcap upstream-patch`"
-        )
-    return "nothing to change: ids always set, and no PP error to handle"
+    return site_changes.left_alone(site, _code)
 
 
 def _unchanged_sites(results: Sequence[FileResult]) -> list[CallSite]:
@@ -158,23 +150,26 @@ def _policy_of(policies: Mapping[str, str]):
     return lambda metadata: policies.get(metadata.policy.label, metadata.policy.default)
 
 
-def _applied(results: Sequence[FileResult]) -> set[str]:
-    return {
-        action.value
-        for result in _changed(results)
-        for site in _changed_sites(result)
-        for action in site.actions
-    }
-
-
-def _policy_line(policies: Mapping[str, str], applied: set[str]) -> str:
-    """The policies of the codemods that changed something, and the added hooks."""
-    shown = {m.policy.label for m in registry.CODEMODS if m.action in applied}
-    return ", ".join(
+def _policy_line(results: Sequence[FileResult], policies: Mapping[str, str]) -> str:
+    """The policies the codemods applied at the rewritten call sites (a policy no site got is
+    not named; one applied only where the code needs the capture says so), and the added
+    hooks."""
+    sites = [site for result in _changed(results) for site in _changed_sites(result)]
+    parts = []
+    for metadata in registry.CODEMODS:
+        label = metadata.policy.label
+        applied = site_changes.applied_policies(sites, _policy_of(policies)).get(label, [])
+        run = policies.get(label, metadata.policy.default)
+        words = [run] if run in applied else []
+        words += [f"{name} where the code needs the capture" for name in applied if name != run]
+        if words:
+            parts.append(f"{label}: {', '.join(words)}")
+    parts += [
         f"{name}: {value}"
         for name, value in policies.items()
-        if name in shown or name not in registry.policy_labels()
-    )
+        if name not in registry.policy_labels()
+    ]
+    return ", ".join(parts)
 
 
 #: More changed files than this: the re-check names their folders instead.
@@ -220,7 +215,7 @@ def migrate_commit_message(
         f"Guard aux hidden-state capture calls ({_plural(sites, 'call site')} "
         f"in {_plural(len(changed), 'file')})"
     )
-    policy_line = _policy_line(policies, _applied(results))
+    policy_line = _policy_line(results, policies)
     lines = [title, ""]
     lines += _wrapped(
         "Rewritten by `auxcap migrate`" + (f" ({policy_line}):" if policy_line else ":"), ""
@@ -346,7 +341,7 @@ def migrate_pr_body(
             f"{_why_not_rewritten(site)}"
             for site in unchanged
         ]
-    policy_line = _policy_line(policies, _applied(results))
+    policy_line = _policy_line(results, policies)
     out += [
         "",
         f"Re-check from the repository root: `{recheck_command(results, policies, root)}` "
@@ -368,14 +363,14 @@ UPSTREAM_TITLE = "Support aux hidden-state capture under pipeline parallelism"
 def upstream_commit_message(
     patched: Sequence[PatchedFile], detail: str = "", title: str = UPSTREAM_TITLE
 ) -> str:
-    """Title + body listing the SGLang files the upstream patch adds or changes."""
+    """Title + body listing the SGLang files the upstream patch adds or changes: for a
+    patch given without the generator's result, so it quotes nothing of the release (the
+    generated patch's message is :mod:`codemods.upstream.output.branch_message`)."""
     lines = [
         title,
         "",
-        f"Models that raised {PP_ERROR}",
-        "now capture aux hidden states on the stage that owns each layer and pass them",
-        "to the last stage with a torch.distributed transport; a missing layer list still",
-        f"fails early with {VALUE_ERROR}.",
+        "Aux hidden states are captured on the stage that owns each layer and passed",
+        "to the last stage.",
     ]
     if detail:
         lines += ["", detail.rstrip()]
@@ -404,11 +399,9 @@ def upstream_pr_body(
             "",
             "## What changed and why",
             "",
-            f"With PP > 1, the capture hooks of the patched models raised `{PP_ERROR}`. "
-            f"This change captures the aux hidden states on the stage that owns each requested "
-            f"layer and hands them to the last stage over `torch.distributed`, so speculative "
-            f"decoding with aux capture runs under pipeline parallelism. A missing layer list "
-            f"still fails early and clearly with `{VALUE_ERROR}`.",
+            "This change captures the aux hidden states on the stage that owns each requested "
+            "layer and hands them to the last stage, so speculative decoding with aux "
+            "capture runs under pipeline parallelism.",
         ]
     if detail and not description:
         out += ["", detail.rstrip()]

@@ -20,8 +20,6 @@ from codemods.deliver.git_branch import DeliveryResult, GitDeliveryError
 from codemods.deliver.messages import PatchedFile
 from codemods.deliver.recheck import recheck_python_files
 from codemods.sources import fileio
-from codemods.upstream.edit.change_kinds import Role
-from codemods.upstream.edit.patchfile import FileChange
 
 if TYPE_CHECKING:
     import git
@@ -282,11 +280,13 @@ def upstream_on_branch(
     detail: str = "",
     description: str | None = None,
     title: str = messages.UPSTREAM_TITLE,
+    message: str | None = None,
 ) -> Delivered:
     """``auxcap upstream-patch SGLANG_ROOT --branch NAME``: ``git apply`` the patch and commit.
 
     ``regenerate(root)`` re-runs the generator on the patched tree; an empty patch means the
-    change is idempotent.
+    change is idempotent.  ``message``: the commit message (the generator's, from the same
+    result as ``description``); None: one listing ``patched``.
     """
     repo = request.preflight(sglang_root)
     root = git_branch.work_tree(repo).resolve()
@@ -307,7 +307,9 @@ def upstream_on_branch(
         return touched
 
     delivery = request.commit(
-        repo, apply_change, lambda files: messages.upstream_commit_message(patched, detail, title)
+        repo,
+        apply_change,
+        lambda files: message or messages.upstream_commit_message(patched, detail, title),
     )
     verification = messages.Verification()
     if delivery.commit is not None:
@@ -324,24 +326,6 @@ def upstream_on_branch(
     )
 
 
-#: What the Kimi-Linear model file of the generated SGLang patch gets.
-UPSTREAM_KIMI_MODEL = "capture DSPARK aux hidden states on every PP stage, collect them on the last"
-#: What the other files of the generated SGLang patch get, by the change's role; a role not
-#: listed: "changed".
-UPSTREAM_FILE_ROLES = {
-    Role.RUNTIME_MODULE: "helpers the patched hooks and forwards call (aux entry of the PP "
-    "handoff)",
-    Role.PACKER: "AuxHiddenStatePacker.captured() for stages that hand captures on",
-}
-
-
-def upstream_file_summary(change: FileChange, model_path: str) -> str:
-    """What one file change of the generated patch does, for the commit's file list."""
-    if change.path == model_path:
-        return UPSTREAM_KIMI_MODEL
-    return UPSTREAM_FILE_ROLES.get(change.role, "changed")
-
-
 def upstream_generated_on_branch(
     sglang_root: str | Path,
     request: BranchRequest,
@@ -351,11 +335,14 @@ def upstream_generated_on_branch(
     """``auxcap upstream-patch SGLANG_ROOT --branch NAME``: generate, apply, commit.
 
     The PR description is the generator's own (motivation, design, traffic, test plan)
-    followed by the patched-file table, the verification and how to revert.
+    followed by the patched-file table, the verification and how to revert; the commit
+    message comes from the same result (:mod:`codemods.upstream.output.branch_message`).
     """
     from codemods.upstream.generate import MissingModelFile, generate
     from codemods.upstream.kimi import linear as kimi
+    from codemods.upstream.output.branch_message import commit_message
     from codemods.upstream.output.pr_body import render
+    from codemods.upstream.output.result_facts import file_summary
     from codemods.upstream.tree.sglang_tree import TreeError
 
     if output:
@@ -366,11 +353,7 @@ def upstream_generated_on_branch(
     except (TreeError, MissingModelFile, kimi.UnrecognisedShape, ValueError) as error:
         raise UnprocessableFiles(str(error)) from error
     patched = [
-        PatchedFile(
-            change.path,
-            upstream_file_summary(change, result.model_path),
-            added=change.is_new_file,
-        )
+        PatchedFile(change.path, file_summary(result, change), added=change.is_new_file)
         for change in result.changes
         if change.changed
     ]
@@ -389,4 +372,5 @@ def upstream_generated_on_branch(
         regenerate=lambda _root: generate(sglang_root, models=models).patch,
         description=description,
         title=title,
+        message=commit_message(result) if patch else None,
     )

@@ -7,7 +7,12 @@ a check failed, every byte as it was), and the CLI turns them into exit codes.
 
 ``apply`` generates the upstream change (``upstream.generate``) for exactly that tree and
 release, refuses where a file that differs from the release is one the rewriters no longer
-recognise (naming it), and writes the change all or nothing under a journal.
+recognise (naming it), and writes the change all or nothing under a journal.  Another
+project's patch whose copy is kept in the package (``foreign``) is named, and its changes
+are kept: auxcap's change goes on top, and ``revert`` gives back that patch's bytes.
+
+Long steps report to ``phases`` (``Phases``: what is being done, and how far), which the
+CLI draws on a terminal.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from codemods.installed import foreign, pristine, transaction
 from codemods.installed import journal as jr
-from codemods.installed import pristine, transaction
 from codemods.installed.errors import InstalledError, Refused
 from codemods.installed.journal import Entry, Journal
-from codemods.installed.locate import Installation, locate, require_supported
+from codemods.installed.locate import Installation, locate
+from codemods.installed.phases import NO_PHASES, Phases
 from codemods.upstream.generate import MissingModelFile, UpstreamResult, generate
 from codemods.upstream.kimi import k3 as kimi_k3
 from codemods.upstream.kimi import linear as kimi
@@ -29,6 +35,7 @@ from codemods.upstream.tree.sglang_tree import TreeError
 from codemods.upstream.validation import relax as validation
 
 Say = Callable[[str], None]
+
 #: Names only auxcap's change writes into SGLang (the glue and transport modules, the
 #: validation helper, the aux sizing twins, the checked DSPARK relay): a file holding one
 #: carries the change already, e.g. from ``git apply`` of ``upstream-patch``.
@@ -76,6 +83,9 @@ def _run(python: str, say: Say, body: Callable[[Installation], Outcome]) -> Outc
     installation = locate(python)
     say(f"python: {installation.python} (Python {installation.python_version})")
     say(f"sglang: {installation.describe()}")
+    note = installation.untried_note()
+    if note is not None:
+        say(note)
     with transaction.locked(installation.package):
         _recover(installation, say)
         return body(installation)
@@ -89,39 +99,15 @@ def status(python: str, say: Say) -> Outcome:
 
 
 def _status(installation: Installation, say: Say) -> Outcome:
-    if not installation.supported:
-        say(f"release {installation.release}: not one auxcap knows; apply would refuse")
     journal = jr.load(installation.package)
-    tree = installation.tree
-    ours: set[str] = set()
-    if journal is None:
-        say("auxcap's change: not applied (no journal in the package)")
-    else:
-        changed = set(transaction.changed_since(tree, journal))
-        restored = set(_at_before(installation, journal)) - changed
-        state = "applied" if not changed and not restored else "applied, files changed since"
-        if journal.release != installation.release:
-            state = f"journal of release {journal.release}, not this package's"
-        say(
-            f"auxcap's change: {state} (release {journal.release}, "
-            f"{_selection(journal.models)}, auxcap {journal.tool_version}, "
-            f"{journal.started}), {len(journal.entries)} files:"
-        )
-        for entry in journal.entries:
-            if entry.path in changed:
-                what = "changed since auxcap applied it"
-            elif entry.path in restored:
-                what = "holds its bytes from before the change"
-            else:
-                what = "added by auxcap" if entry.before_sha256 is None else "patched by auxcap"
-                if entry.before_pristine is False:
-                    what += " (around another change)"
-                ours.add(entry.path)
-            say(f"  {what}: {entry.path}")
     base = pristine.baseline(installation)
+    patches = foreign.recorded_patches(installation, base) if base.known else []
+    ours = _status_journal(installation, journal, patches, say)
     if not base.known:
         say(f"other differences from the release: cannot tell ({base.how})")
         return Outcome(installation, False, [])
+    for patch in patches:
+        say(f"another patch: {patch.describe()}{_as_recorded(patch, base)}")
     others = {
         path: kind
         for path, kind in base.differs.items()
@@ -129,15 +115,100 @@ def _status(installation: Installation, say: Say) -> Outcome:
     }
     if not others:
         say(f"other differences from the release: none ({base.how})")
-    else:
-        say(f"other differences from the release ({base.how}): {len(others)} files")
-        for path, kind in sorted(others.items()):
-            carried = path not in ours and carries_change(installation, path)
-            say(
-                f"  {kind}: {path}"
-                + (" (carries auxcap's change, applied without a journal)" if carried else "")
-            )
+        return Outcome(installation, False, [])
+    say(f"other differences from the release ({base.how}): {len(others)} files")
+    journalled = {} if journal is None else {entry.path: entry for entry in journal.entries}
+    for path, kind in sorted(others.items()):
+        say(f"  {kind}: {path}{_difference_note(installation, journal, journalled, patches, path)}")
     return Outcome(installation, False, [])
+
+
+def _status_journal(
+    installation: Installation,
+    journal: Journal | None,
+    patches: list[foreign.RecordedPatch],
+    say: Say,
+) -> set[str]:
+    """Say what the journal records and how each of its files stands; the files that hold
+    auxcap's change as it left them."""
+    ours: set[str] = set()
+    if journal is None:
+        say("auxcap's change: not applied (no journal in the package)")
+        return ours
+    tree = installation.tree
+    changed = set(transaction.changed_since(tree, journal))
+    restored = set(_at_before(installation, journal)) - changed
+    state = "applied" if not changed and not restored else "applied, files changed since"
+    if journal.release != installation.release:
+        state = f"journal of release {journal.release}, not this package's"
+    say(
+        f"auxcap's change: {state} (release {journal.release}, "
+        f"{_selection(journal.models)}, auxcap {journal.tool_version}, "
+        f"{journal.started}), {len(journal.entries)} files:"
+    )
+    for entry in journal.entries:
+        if entry.path in changed:
+            what = "changed since auxcap applied it"
+        elif entry.path in restored:
+            what = "holds its bytes from before the change"
+        else:
+            what = "added by auxcap" if entry.before_sha256 is None else "patched by auxcap"
+            if entry.before_pristine is False:
+                patch = foreign.owner(patches, entry.path)
+                what += (
+                    " (around another change)"
+                    if patch is None
+                    else f" (on top of {patch.name}'s change)"
+                )
+            ours.add(entry.path)
+        say(f"  {what}: {entry.path}")
+    return ours
+
+
+def _as_recorded(patch: foreign.RecordedPatch, base: pristine.Baseline) -> str:
+    """Whether every file the patch changes differs from the release, as it should."""
+    missing = sorted(path for path in patch.files if path not in base.differs)
+    if not missing:
+        return ", all of them differ from the release"
+    return f"; {len(missing)} of them hold the release's bytes (not applied there?): " + ", ".join(
+        missing
+    )
+
+
+def _difference_note(
+    installation: Installation,
+    journal: Journal | None,
+    journalled: dict[str, Entry],
+    patches: list[foreign.RecordedPatch],
+    path: str,
+) -> str:
+    """What explains one difference from the release, in agreement with the journal."""
+    notes = []
+    patch = foreign.owner(patches, path)
+    if patch is not None:
+        notes.append(
+            f"the copy {patch.name} keeps of itself" if path == patch.record else f"by {patch.name}"
+        )
+    entry = journalled.get(path)
+    if entry is not None:
+        notes.append(_journal_state(installation, entry))
+    elif carries_change(installation, path):
+        notes.append(
+            "carries auxcap's change, applied without a journal"
+            if journal is None
+            else "carries auxcap's change, but the journal does not list it"
+        )
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
+def _journal_state(installation: Installation, entry: Entry) -> str:
+    current = transaction.current_bytes(installation.tree, entry.path)
+    digest = None if current is None else jr.sha256(current)
+    if digest == entry.after_sha256:
+        return "auxcap's change on top of it, in the journal"
+    if digest == entry.before_sha256:
+        return "in auxcap's journal, holds its bytes from before auxcap's change"
+    return "in auxcap's journal, changed since auxcap applied its change"
 
 
 def _at_before(installation: Installation, journal: Journal) -> list[str]:
@@ -162,22 +233,38 @@ def _foreign_before(journal: Journal | None, path: str) -> bool:
 
 def _generate(installation: Installation, models: list[str] | None) -> UpstreamResult:
     """``Refused`` for a model file of a shape the rewriters do not recognise,
-    ``InstalledError`` for a model name the tree has no hook for."""
+    ``InstalledError`` for a model name the tree has no hook for, or a tree without the
+    files the change is generated from (``srt/models/``)."""
     try:
         return generate(installation.tree.root, models=models)
     except kimi.UnrecognisedShape as err:
         raise Refused(f"{err}; nothing was written") from err
-    except (TreeError, MissingModelFile, ValueError) as err:
+    except (TreeError, MissingModelFile, OSError, ValueError) as err:
         raise InstalledError(f"{err}; nothing was written") from err
 
 
 def _targets(installation: Installation, result: UpstreamResult) -> dict[str, str]:
     """Tree path -> why auxcap's rewriters look at it: the model files of the plan (and the
-    files their forwards live in), Kimi's, the CUDA-graph sizing and validation modules."""
+    files their forwards live in), and the files of the other parts where that part
+    applies to this release's structure: Kimi's model files where they define a DSPARK
+    hook, the CUDA-graph sizing path where the release has one (or the change touches
+    it), the server-arg validation hook where the release has one.  A part that does not
+    apply to the release leaves its files to whoever else patches them."""
     tree = installation.tree
     targets: dict[str, str] = {}
-    for module in (kimi.MODULE, kimi_k3.MODULE, validation.MODULE, *graph_sizing.SIZING_MODULES):
-        targets[tree.module_path(module)] = "a file auxcap's rewriters change"
+    part = "a file auxcap's rewriters change"
+    for module in (kimi.MODULE, kimi_k3.MODULE):
+        text = tree.read_text(tree.module_path(module))
+        if text is not None and "set_dspark_layers_to_capture" in text:
+            targets[tree.module_path(module)] = part
+    sizing = [tree.module_path(module) for module in graph_sizing.SIZING_MODULES]
+    changed = set(result.changed)
+    has_path = all(tree.file(path).is_file() for path in sizing[:4])
+    if has_path or changed.intersection(sizing):
+        targets.update(dict.fromkeys(sizing, part))
+    validation_path = tree.module_path(validation.MODULE)
+    if tree.file(validation_path).is_file():
+        targets[validation_path] = part
     if result.family is not None:
         models = tree.module_path("sglang.srt.models.x").rsplit("/", 1)[0]
         for decision in result.family.decisions.values():
@@ -248,17 +335,20 @@ def _already(
     return Outcome(installation, False, journal.paths)
 
 
-def apply(python: str, models: list[str] | None, say: Say) -> Outcome:
-    return _run(python, say, lambda installation: _apply(installation, models, say))
+def apply(python: str, models: list[str] | None, say: Say, phases: Phases = NO_PHASES) -> Outcome:
+    return _run(python, say, lambda installation: _apply(installation, models, say, phases))
 
 
-def _apply(installation: Installation, models: list[str] | None, say: Say) -> Outcome:
-    require_supported(installation)
+def _apply(
+    installation: Installation, models: list[str] | None, say: Say, phases: Phases
+) -> Outcome:
     journal = jr.load(installation.package)
     if journal is not None:
         return _already(installation, journal, models, say)
+    phases.phase("generating the change from the model files")
     result = _generate(installation, models)
     changes = [change for change in result.changes if change.changed]
+    phases.phase("comparing the files with the release")
     base = pristine.baseline(installation)
     if not base.known:
         say(f"differences from the release: cannot tell ({base.how})")
@@ -271,6 +361,7 @@ def _apply(installation: Installation, models: list[str] | None, say: Say) -> Ou
     if not changes:
         say("nothing to do: the tree already carries the change")
         return Outcome(installation, False, [])
+    patches = foreign.recorded_patches(installation, base) if base.known else []
     tree = installation.tree
     entries, new_bytes = [], {}
     for change in changes:
@@ -296,16 +387,29 @@ def _apply(installation: Installation, models: list[str] | None, say: Say) -> Ou
         models=models,
         entries=entries,
     )
-    transaction.write_all(tree, installation.package, journal, new_bytes, installation.python)
-    around = [e.path for e in entries if e.before_pristine is False]
+    transaction.write_all(
+        tree, installation.package, journal, new_bytes, installation.python, phases
+    )
     say(
         f"applied: {_files(len(entries), 'file')} changed, compiled with "
         f"{installation.python}; "
         f"journal {jr.journal_path(installation.package)}"
     )
+    for patch in patches:
+        say(
+            f"on top of another patch: {patch.describe()}; its changes are kept, "
+            f"and revert gives them back as they are now"
+        )
     for entry in entries:
         what = "added" if entry.before_sha256 is None else "patched"
-        note = " (around another change, kept)" if entry.path in around else ""
+        note = ""
+        if entry.before_pristine is False:
+            owner = foreign.owner(patches, entry.path)
+            note = (
+                f" (on top of {owner.name}'s change, kept)"
+                if owner
+                else " (around another change, kept)"
+            )
         say(f"  {what}: {entry.path}{note}")
     return Outcome(installation, True, [e.path for e in entries])
 

@@ -25,8 +25,38 @@ from pathlib import Path
 from codemods.installed.errors import InstalledError
 from codemods.upstream.tree.sglang_tree import SGLangTree, TreeError, detect_tree
 
-#: The releases whose files the upstream generator knows (its rewriters and tests).
-SUPPORTED_RELEASES = ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+#: The releases with capture hooks the upstream generator has been tried on, oldest first.
+#: The change is generated from the files of whatever tree it is given; a release outside
+#: this list gets one line saying so, never a refusal.
+TRIED_RELEASES = (
+    "0.4.10.post2",
+    "0.5.0rc2",
+    "0.5.1.post3",
+    "0.5.2",
+    "0.5.3",
+    "0.5.3.post3",
+    "0.5.4.post3",
+    "0.5.5.post3",
+    "0.5.6.post2",
+    "0.5.7",
+    "0.5.8.post1",
+    "0.5.9",
+    "0.5.10",
+    "0.5.10.post1",
+    "0.5.11",
+    "0.5.12.post1",
+    "0.5.13.post1",
+    "0.5.14",
+    "0.5.15.post1",
+    "0.5.16",
+    "0.5.17",
+    "0.5.18",
+    "0.5.19",
+    "0.5.20",
+    "0.5.21",
+    "0.5.22",
+    "0.5.23",
+)
 WHEEL, CHECKOUT, UNPACKED = "wheel", "editable checkout", "package tree"
 
 PROBE = r"""
@@ -65,8 +95,19 @@ class Installation:
     dist_info: Path | None
 
     @property
-    def supported(self) -> bool:
-        return self.release in SUPPORTED_RELEASES
+    def tried(self) -> bool:
+        """Whether the release is one auxcap's generator has been tried on."""
+        return self.release in TRIED_RELEASES
+
+    def untried_note(self) -> str | None:
+        """One line for a release outside ``TRIED_RELEASES`` (a fork, a newer release)."""
+        if self.tried:
+            return None
+        return (
+            f"release {self.release}: not one auxcap has been tried on "
+            f"({TRIED_RELEASES[0]} to {TRIED_RELEASES[-1]}); the change is generated from "
+            f"this tree's files the same way"
+        )
 
     def describe(self) -> str:
         return f"sglang {self.release} ({self.kind}) at {self.package}"
@@ -86,15 +127,29 @@ def probe(python: str) -> dict:
         proc = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise InstalledError(f"{python}: cannot run this interpreter: {err}") from err
+    if proc.returncode != 0 and not proc.stderr.strip():
+        raise InstalledError(
+            f"{python}: did not answer like a Python interpreter (asked to run a short "
+            f"Python program, it exited {proc.returncode} and wrote nothing to stderr); "
+            f"name a Python interpreter with --python"
+        )
     if proc.returncode != 0:
         raise InstalledError(
             f"{python}: the interpreter failed (exit {proc.returncode}): "
             f"{proc.stderr.strip()[-500:]}"
         )
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError) as err:
-        raise InstalledError(f"{python}: unexpected answer: {proc.stdout[-500:]!r}") from err
+        facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        facts = None
+    if not isinstance(facts, dict) or not {"executable", "python", "origin"} <= set(facts):
+        printed = proc.stdout.strip()
+        said = f"printed {printed[-200:]!r}" if printed else "printed nothing"
+        raise InstalledError(
+            f"{python}: did not answer like a Python interpreter (asked to run a short "
+            f"Python program, it exited 0 and {said}); name a Python interpreter with --python"
+        )
+    return facts
 
 
 def release_from_source(package: Path) -> str | None:
@@ -164,11 +219,3 @@ def locate(python: str) -> Installation:
         kind=kind,
         dist_info=dist_info,
     )
-
-
-def require_supported(installation: Installation) -> None:
-    if not installation.supported:
-        raise InstalledError(
-            f"{installation.package}: sglang {installation.release} is a release auxcap does "
-            f"not know (supported: {', '.join(SUPPORTED_RELEASES)})"
-        )

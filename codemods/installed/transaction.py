@@ -28,6 +28,7 @@ from pathlib import Path
 from codemods.installed import journal as jr
 from codemods.installed.errors import InstalledError, Refused
 from codemods.installed.journal import Entry, Journal
+from codemods.installed.phases import NO_PHASES, Phases
 from codemods.sources.fileio import (
     SourceFileError,
     read_source,
@@ -153,19 +154,28 @@ def compile_files(python: str, files: list[Path]) -> str | None:
 
 
 def write_all(
-    tree: SGLangTree, package: Path, journal: Journal, new_bytes: dict[str, bytes], python: str
+    tree: SGLangTree,
+    package: Path,
+    journal: Journal,
+    new_bytes: dict[str, bytes],
+    python: str,
+    phases: Phases = NO_PHASES,
 ) -> None:
     """Apply ``new_bytes`` (tree path -> bytes) under ``journal`` (its entries hold the
     bytes before); ``InstalledError`` when a directory is read-only (nothing written),
-    ``Refused`` when a file does not compile or cannot be written (everything rolled back)."""
+    ``Refused`` when a file does not compile or cannot be written (everything rolled back).
+    The writes and the compile are reported to ``phases``."""
     check_writable(tree, list(new_bytes), package)
     journal.created_dirs = _dirs_to_create(tree, list(new_bytes))
     journal.state = jr.APPLYING
     jr.save(package, journal)
     try:
+        phases.phase("writing the files", len(journal.entries))
         for count, entry in enumerate(journal.entries, 1):
             _write(tree, entry.path, new_bytes[entry.path])
+            phases.advance()
             _after_write(count)
+        phases.phase(f"compiling {len(new_bytes)} files with {python}")
         failure = compile_files(python, [tree.file(path) for path in new_bytes])
         if failure is not None:
             raise Refused(f"{failure}; does not compile with {python}")

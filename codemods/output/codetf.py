@@ -7,7 +7,8 @@ after:  one JSON document (schema: ``docs/report-schema.json``, prose: ``docs/re
              "properties": {mode, policies, extra hooks, summary, failures}},
      "results": [                       # one per codemod, in the order they are applied
         {"codemod": "auxcap:python/guard-capture-ids", "summary", "description",
-         "references": [{"url", "description"}], "properties": {"reviewGuidance", "policy"},
+         "references": [{"url", "description"}],
+         "properties": {"reviewGuidance", "policy", "appliedPolicies"},
          "failedFiles": [path], "unfixed": [{"path", "lineNumber", "reason"}],
          "changeset": [{"path", "diff", "changes": [
              {"lineNumber", "diffSide": "right", "description", "properties"}]}]}]}
@@ -16,7 +17,10 @@ As in CodeTF, the changesets of the results form a series of patches: the guard'
 against the original file, the fallback's against the guarded one; applied in order they give
 the rewritten file.  ``lineNumber`` is the first line of the change in the file after that
 codemod (``diffSide: right``); a change's ``description`` says what was done at that call site
-under the policy applied there (:mod:`codemods.output.site_changes`).  Paths are relative to ``run.directory`` when below it.
+under the policy applied there (:mod:`codemods.output.site_changes`); ``policy`` is the
+option the codemod ran with, ``appliedPolicies`` the policies its changes applied (where the
+code needs the capture the guard raises whatever the option), and ``reviewGuidance`` what a
+reviewer checks for those changes (the codemod's general guidance when it changed nothing).  Paths are relative to ``run.directory`` when below it.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 
 from codemods import __version__
 from codemods.callers.options import TransformOptions
-from codemods.callers.records import Action, FileResult, Status, Step
+from codemods.callers.records import Action, CallSite, FileResult, Status, Step
 from codemods.callers.rewrite import registry
 from codemods.callers.rewrite.metadata import CodemodMetadata
 from codemods.output import diffs, site_changes
@@ -135,6 +139,7 @@ class ReportBuilder:
         self._records: list[FileResult] = []
         self._changesets: dict[str, list[dict]] = {m.action: [] for m in registry.CODEMODS}
         self._unfixed: dict[str, list[dict]] = {m.action: [] for m in registry.CODEMODS}
+        self._rewritten: dict[str, list[CallSite]] = {m.action: [] for m in registry.CODEMODS}
 
     def add(self, result: FileResult) -> None:
         path = _relative(result.path, self.directory)
@@ -145,10 +150,26 @@ class ReportBuilder:
                 entry = _changeset_entry(metadata, step, path, policy)
                 if entry is not None:
                     self._changesets[metadata.action].append(entry)
+                    self._rewritten[metadata.action].extend(step.sites)
             self._unfixed[metadata.action].extend(_unfixed(metadata, result, path))
         self._records.append(
             FileResult(result.path, result.status, result.call_sites, error=result.error)
         )
+
+    def _properties(self, metadata: CodemodMetadata) -> dict:
+        """The run's option, the policies the codemod's changes applied, and what a reviewer
+        checks for them."""
+        sites = self._rewritten[metadata.action]
+        policy = _policy(metadata, self.options)
+        applied = [site_changes.change(metadata, site, policy) for site in sites]
+        reviews = list(dict.fromkeys(item.review for item in applied if item.review))
+        return {
+            "reviewGuidance": "; ".join(reviews) + "." if reviews else metadata.review_guidance,
+            "policy": policy,
+            "appliedPolicies": [
+                name for name in metadata.policy.names if name in {item.policy for item in applied}
+            ],
+        }
 
     def build(self, run: RunInfo) -> dict:
         """The CodeTF-shaped report, as plain data."""
@@ -160,10 +181,7 @@ class ReportBuilder:
                 "summary": metadata.summary,
                 "description": metadata.description,
                 "references": [reference.to_dict() for reference in metadata.references],
-                "properties": {
-                    "reviewGuidance": metadata.review_guidance,
-                    "policy": _policy(metadata, self.options),
-                },
+                "properties": self._properties(metadata),
                 "failedFiles": list(failed_paths),
                 "unfixed": self._unfixed[metadata.action],
                 "changeset": self._changesets[metadata.action],

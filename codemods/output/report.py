@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from codemods.callers.records import FileResult, Risk, Status
+from codemods.callers.records import CallSite, FileResult, Risk, Status, is_skipped
 from codemods.callers.rewrite import registry
 from codemods.output import diffs
 
@@ -116,21 +116,40 @@ PP_SILENT_HINT = (
 
 
 def pp_silent_hint(results: Iterable[FileResult]) -> str | None:
-    """The scan's line about calls that lose captures silently under PP, or None."""
-    count = sum(Risk.PP_SILENT in site.risks for result in results for site in result.call_sites)
+    """The scan's line about calls that lose captures silently under PP, or None.
+
+    It counts only the sites ``migrate`` would change (a rewrite action, in a file it can
+    process), like the "to change" count beside it: not the sites it leaves alone (test
+    modules, other engines' modules, capture required, nothing to rewrite)."""
+    count = sum(
+        Risk.PP_SILENT in site.risks and not is_skipped(site) and _rewritten(site)
+        for result in results
+        if result.status is not Status.FAILED
+        for site in result.call_sites
+    )
     return PP_SILENT_HINT.format(count=_plural(count, "call site")) if count else None
 
 
-def _text(data: bytes) -> list[str]:
-    return data.decode("utf-8", errors="replace").splitlines(keepends=True)
+def _rewritten(site: CallSite) -> bool:
+    return any(action in registry.ACTIONS for action in site.actions)
 
 
 def unified_diff(result: FileResult) -> str:
-    """The change to one file as a unified diff (empty when unchanged)."""
+    """The change to one file as a unified diff, as text (empty when unchanged)."""
     if result.status is not Status.CHANGED or result.original is None or result.rewritten is None:
         return ""
     path = result.path.lstrip("/")
     return diffs.unified_diff(result.original, result.rewritten, f"a/{path}", f"b/{path}")
+
+
+def unified_diff_bytes(result: FileResult) -> bytes:
+    """The change to one file as a unified diff of its bytes, what ``--diff`` prints:
+    ``git apply`` and ``patch -p1`` apply it whatever the file's encoding and line endings
+    (empty when unchanged)."""
+    if result.status is not Status.CHANGED or result.original is None or result.rewritten is None:
+        return b""
+    path = result.path.lstrip("/")
+    return diffs.unified_diff_bytes(result.original, result.rewritten, f"a/{path}", f"b/{path}")
 
 
 def format_site(site) -> str:

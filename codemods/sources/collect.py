@@ -3,7 +3,8 @@
 ``collect_files(paths)`` turns the command-line paths into a sorted, de-duplicated list of
 files:
 
-* A **directory** is searched for ``*.py`` and ``*.pyi`` files.  Inside a git work tree the
+* A **directory** is searched for ``*.py`` and ``*.pyi`` files, whatever its own name (a
+  folder called ``plugins.py``, named or found, is walked like any other).  Inside a git work tree the
   search asks git (``git ls-files --cached --others --exclude-standard``), so ``.gitignore``,
   ``.git/info/exclude`` and the global excludes file are honoured; outside one it walks the
   file system.  A directory that git itself ignores is walked as if it were outside git (the
@@ -31,6 +32,17 @@ relative to the current directory when below it, else its absolute path), always
 
 ``--exclude`` drops every file a glob matches; ``--include`` (when given) keeps only files
 some glob matches.  Exclusion wins.
+
+Each file is processed once, under one name.  A **symlink** found in a directory is not a file
+of its own: when its target is processed (under its own name, or as another link), the link
+is reported as a link to it; otherwise (a target outside the paths given, or one the
+selection leaves out) it is not followed unless ``follow_links`` is set, and is reported.  A
+symlinked directory found in a directory is never walked when its target lies inside the
+paths given (its files are found under their own names) or holds them (a loop); one leading
+elsewhere is walked with ``follow_links`` (each folder once), else reported.  These reports go
+to ``links`` (path -> what was done with it) when the caller passes that dict.  A symlink
+named on the command line is always followed, unless its target is processed under another
+name.
 
 Nothing unread passes silently: a directory below a directory argument that cannot be listed
 (``os.walk``'s error, or git's "could not open directory" warning) is recorded in
@@ -148,6 +160,8 @@ def collect_files(
     force_exclude: bool = False,
     keep_missing: bool = False,
     unreadable: dict[str, str] | None = None,
+    follow_links: bool = False,
+    links: dict[str, str] | None = None,
 ) -> list[str]:
     """The files to process for ``paths``, sorted by path components, each once.
 
@@ -156,34 +170,132 @@ def collect_files(
     exist, unless ``keep_missing``: then such a path is returned as a file, for the caller to
     report when it fails to read it.  ``unreadable``: filled with the directories that could
     not be listed and the entries that point nowhere (path in the argument's spelling ->
-    reason); those paths are also in the returned list.
+    reason); those paths are also in the returned list.  ``follow_links`` and ``links``: see
+    the module's docstring.
     """
     file_filter = FileFilter.from_globs(include, exclude)
     _is_venv.cache_clear()
     for raw in paths:
         if not keep_missing and not os.path.lexists(raw):
             raise FileCollectionError(f"{os.fspath(raw)}: no such file or directory")
-    found: dict[str, str] = {}
-    for raw in paths:
-        path = os.path.normpath(os.fspath(raw))
+    normalized = [os.path.normpath(os.fspath(raw)) for raw in paths]
+    found = _Found(
+        file_filter, tuple(os.path.realpath(path) for path in normalized if os.path.isdir(path))
+    )
+    for path in normalized:
         if os.path.isdir(path):
-            real_prefix = os.path.join(os.path.realpath(path), "")
-            prefix = "" if path == "." else os.path.join(path, "")
-            problems: dict[str, str] = {}
-            for relative in _files_in_directory(path, file_filter, problems):
-                found.setdefault(real_prefix + relative, prefix + relative)
-            for relative, reason in problems.items():
-                shown = prefix + relative if relative != "." else path
-                found.setdefault(real_prefix + relative, shown)
-                if unreadable is not None:
-                    unreadable[shown] = reason
+            found.directory(path)
         elif os.path.isfile(path) or keep_missing:
             if force_exclude and _explicit_file_excluded(path, file_filter):
                 continue
-            found.setdefault(os.path.realpath(path), path)
+            if os.path.islink(path):
+                found.named_links.append(path)
+            else:
+                found.files.setdefault(os.path.realpath(path), path)
         else:
             raise FileCollectionError(f"{path}: not a regular file or directory")
-    return sorted(found.values(), key=lambda file: file.split(os.sep))
+    found.follow_directory_links(follow_links)
+    chosen = found.resolve_file_links(follow_links)
+    if unreadable is not None:
+        unreadable.update(found.problems)
+    if links is not None:
+        links.update(found.notes)
+    return sorted(chosen, key=lambda file: file.split(os.sep))
+
+
+def _shown(path: str) -> str:
+    """``path`` relative to the current directory when below it, else absolute."""
+    cwd = os.path.join(os.getcwd(), "")
+    return os.path.relpath(path) if path.startswith(cwd) else path
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(os.path.join(folder, ""))
+
+
+_NOT_FOLLOWED = "not followed (--follow-links follows it)"
+
+
+@dataclass
+class _Found:
+    """What the paths of one run hold, gathered before symlinks are resolved: ``files``
+    (real location -> path as shown), the symlinks to files found in directories and named
+    on the command line, the symlinked directories found, the unlistable directories
+    (``problems``) and the reports about links (``notes``)."""
+
+    file_filter: FileFilter
+    roots: tuple[str, ...]  # the real paths of the directory arguments: "the tree"
+    files: dict[str, str] = field(default_factory=dict)
+    walked_links: list[str] = field(default_factory=list)
+    named_links: list[str] = field(default_factory=list)
+    directory_links: list[str] = field(default_factory=list)
+    problems: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def directory(self, path: str) -> None:
+        real_prefix = os.path.join(os.path.realpath(path), "")
+        prefix = "" if path == "." else os.path.join(path, "")
+        problems: dict[str, str] = {}
+        folder_links: list[str] = []
+        for relative in _files_in_directory(path, self.file_filter, problems, folder_links):
+            if os.path.islink(prefix + relative):
+                self.walked_links.append(prefix + relative)
+            else:
+                self.files.setdefault(real_prefix + relative, prefix + relative)
+        self.directory_links.extend(prefix + relative for relative in folder_links)
+        for relative, reason in problems.items():
+            shown = prefix + relative if relative != "." else path
+            self.files.setdefault(real_prefix + relative, shown)
+            self.problems[shown] = reason
+
+    def follow_directory_links(self, follow: bool) -> None:
+        """Walk the symlinked directories leading out of the tree (``follow``), each real
+        directory once, or report them; never those inside the tree or holding part of it."""
+        walked = set(self.roots)
+        while self.directory_links:
+            link = self.directory_links.pop(0)
+            target = os.path.realpath(link)
+            if any(_inside(target, root) for root in walked):
+                continue  # its files are found under their own names
+            if any(_inside(root, target) for root in self.roots):
+                self.notes[link] = (
+                    f"symlink to the folder {_shown(target)}, which holds the paths given: "
+                    "not followed (a loop)"
+                )
+            elif follow:
+                walked.add(target)
+                self.directory(link)
+            else:
+                self.notes[link] = (
+                    f"symlink to the folder {_shown(target)}, outside the paths given: "
+                    + _NOT_FOLLOWED
+                )
+
+    def resolve_file_links(self, follow: bool) -> list[str]:
+        """The files to process: every file found under its own name, then each symlink
+        whose target is not processed yet (named ones always, found ones with ``follow``);
+        the other links are reported."""
+        chosen = dict(self.files)
+        for link in self.named_links + sorted(self.walked_links, key=lambda p: p.split(os.sep)):
+            if not os.path.exists(link):  # dangling, or a loop: its read names the problem
+                chosen.setdefault(os.path.abspath(link), link)
+                continue
+            target = os.path.realpath(link)
+            owner = chosen.get(target)
+            if owner is not None:
+                if owner != link:
+                    self.notes[link] = f"symlink to {owner}: processed once, as {owner}"
+            elif follow or link in self.named_links:
+                chosen[target] = link
+            elif any(_inside(target, root) for root in self.roots):
+                self.notes[link] = (
+                    f"symlink to {_shown(target)}, which is not selected itself: " + _NOT_FOLLOWED
+                )
+            else:
+                self.notes[link] = (
+                    f"symlink to {_shown(target)}, outside the paths given: " + _NOT_FOLLOWED
+                )
+        return list(chosen.values())
 
 
 def _explicit_file_excluded(path: str, file_filter: FileFilter) -> bool:
@@ -210,22 +322,32 @@ def _relative_to_cwd(path: str) -> str:
 
 
 def _files_in_directory(
-    root: str, file_filter: FileFilter, problems: dict[str, str]
+    root: str, file_filter: FileFilter, problems: dict[str, str], folder_links: list[str]
 ) -> Iterator[str]:
-    """Relative (posix) paths of the Python files below ``root`` that the filter keeps; the
-    directories that could not be listed go to ``problems`` (relative path -> reason) unless
-    an exclude glob drops them."""
+    """Relative paths of the Python files below ``root`` that the filter keeps (symlinks to
+    files among them); the directories that could not be listed go to ``problems`` (relative
+    path -> reason) and the symlinks to directories to ``folder_links``, unless an exclude
+    glob drops them."""
     found: dict[str, str] = {}
-    relatives = _git_listing(root, found)
+    linked: list[str] = []
+    relatives = _git_listing(root, found, linked)
     if relatives is None:
         found.clear()
-        relatives = _walk(root, found)
+        linked.clear()
+        relatives = _walk(root, found, linked)
     for relative, reason in found.items():
         if relative == "." or not file_filter.excluded(relative, is_dir=True):
-            problems[relative if os.sep == "/" else relative.replace("/", os.sep)] = reason
+            problems[_native(relative)] = reason
+    folder_links.extend(
+        _native(relative) for relative in linked if not file_filter.excluded(relative, is_dir=True)
+    )
     for relative in relatives:
         if relative.endswith(PYTHON_SUFFIXES) and file_filter.keeps(relative):
-            yield relative if os.sep == "/" else relative.replace("/", os.sep)
+            yield _native(relative)
+
+
+def _native(relative: str) -> str:
+    return relative if os.sep == "/" else relative.replace("/", os.sep)
 
 
 #: git's warning for a directory it cannot list (``dir.c``: "could not open directory '%s'").
@@ -243,10 +365,11 @@ def git_unreadable(stderr: str) -> dict[str, str]:
     return found
 
 
-def _git_listing(root: str, problems: dict[str, str]) -> list[str] | None:
+def _git_listing(root: str, problems: dict[str, str], folder_links: list[str]) -> list[str] | None:
     """Paths below ``root`` (relative, posix) that git does not ignore, or ``None`` when
     ``root`` is not inside a git work tree (or is itself ignored, or git is missing);
-    directories git could not open go to ``problems``.  A listed symlink that leads nowhere
+    directories git could not open go to ``problems``, symlinks to directories (which git
+    lists as entries of their own) to ``folder_links``.  A listed symlink that leads nowhere
     (dangling, or a loop) is kept: reading it names the problem."""
     command = ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", "."]
     try:
@@ -268,10 +391,14 @@ def _git_listing(root: str, problems: dict[str, str]) -> list[str] | None:
             continue
         if any(_is_venv(os.path.join(root, *parts[:depth])) for depth in range(1, len(parts))):
             continue
-        if os.path.isfile(os.path.join(root, name)):  # tracked but deleted, or a submodule
+        path = os.path.join(root, name)
+        if os.path.isfile(path):  # not: tracked but deleted, or a submodule
             kept.append(name)
-        elif os.path.islink(os.path.join(root, name)):  # dangling or a loop: its read says so
-            kept.append(name)
+        elif os.path.islink(path):
+            if os.path.isdir(path):
+                folder_links.append(name)
+            else:  # dangling or a loop: its read says so
+                kept.append(name)
     return kept
 
 
@@ -290,9 +417,10 @@ def _git_env() -> dict[str, str]:
     return env
 
 
-def _walk(root: str, problems: dict[str, str]) -> list[str]:
+def _walk(root: str, problems: dict[str, str], folder_links: list[str]) -> list[str]:
     """Every file below ``root`` (relative, posix), skipped directories left out; a directory
-    that cannot be listed goes to ``problems``."""
+    that cannot be listed goes to ``problems``, a symlink to a directory (not entered) to
+    ``folder_links``."""
     found: list[str] = []
 
     def unlistable(error: OSError) -> None:
@@ -309,6 +437,8 @@ def _walk(root: str, problems: dict[str, str]) -> list[str]:
         relative_dir = os.path.relpath(directory, root)
         prefix = "" if relative_dir == "." else relative_dir.replace(os.sep, "/") + "/"
         found.extend(prefix + name for name in files)  # a dangling link fails its read
+        linked = [name for name in subdirectories if os.path.islink(os.path.join(directory, name))]
+        folder_links.extend(prefix + name for name in linked)
     return found
 
 

@@ -62,6 +62,10 @@ EXPECTED = {
     "dict_lookup_subscript": [(19, f"{DFLASH}|{DSPARK}|{EAGLE3}", "dict-lookup", GF)],
     "eagle3_table_setter": [(11, f"{DFLASH}|{EAGLE3}", "variable", GF)],
     "specforge_hook_table": [(31, f"{DFLASH}|{DSPARK}|{EAGLE3}", "variable", GF)],
+    "offline_capture_table": [
+        (23, EAGLE3, "direct", "none"),
+        (32, f"{DFLASH}|{DSPARK}|{EAGLE3}", "variable", "guard"),
+    ],
     "eagle3": [
         (8, EAGLE3, "direct", "none"),
         (9, EAGLE3, "direct", "none"),

@@ -1,6 +1,6 @@
 """The caller codemods run under LibCST's own codemod CLI.
 
-Working invocation (documented in the README)::
+Working invocation (documented in ``docs/integrations.md``)::
 
     python -m libcst.tool codemod -x --no-format codemods.callers.rewrite.guard.GuardCommand PATH
     python -m libcst.tool codemod -x --no-format codemods.callers.rewrite.fallback.FallbackCommand PATH
@@ -118,7 +118,7 @@ def test_libcst_tool_on_a_directory_in_parallel(tmp_path):
 
 
 def test_readme_libcst_commands_run_as_written(tmp_path):
-    """The README's two command lines, on the folder they name, give ``migrate --write``'s
+    """The two command lines of "Use with LibCST", on the folder they name, give ``migrate --write``'s
     output."""
     lines = commands("Use with LibCST")
     assert len(lines) == 2 and all(line.endswith(" fixtures/demo_repo/") for line in lines)

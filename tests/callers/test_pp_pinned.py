@@ -65,10 +65,15 @@ def test_anything_else_keeps_the_risk(pin):
     assert Risk.PP_SILENT in risks(pin + CALL)
 
 
+#: A call migrate rewrites (its ids may be None): the scan's risk line counts only those.
+REWRITTEN_CALL = "def capture(model, ids=None):\n    model.set_dspark_layers_to_capture(ids)\n"
+
+
 def test_scan_risk_line_leaves_out_a_pinned_module(tmp_path):
-    (tmp_path / "pinned.py").write_text("pp_size = 1\n" + CALL)
-    (tmp_path / "free.py").write_text(CALL)
+    (tmp_path / "pinned.py").write_text("pp_size = 1\n" + REWRITTEN_CALL)
+    (tmp_path / "free.py").write_text(REWRITTEN_CALL)
     result = CliRunner().invoke(cli, ["scan", str(tmp_path)])
+    assert "2 to change" in result.stderr
     assert "risk: 1 call site may lose their captures silently" in result.stderr
     pinned = next(line for line in result.stdout.splitlines() if "pinned.py" in line)
-    assert "pp-silent" not in pinned and "risk=safe" in pinned
+    assert "pp-silent" not in pinned

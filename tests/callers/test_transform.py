@@ -32,6 +32,49 @@ def test_unparsable_files_fail_and_keep_their_bytes(source, reason):
     assert scan_source(source, "bad.py", OPTIONS).status is Status.FAILED
 
 
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        (
+            b"def f(model, ids=None)\n    model.set_dspark_layers_to_capture(ids)\n",
+            "syntax error at line 1, column 23: expected ':'",
+        ),
+        (
+            b"x = 1\ny = = 2\nmodel.set_dspark_layers_to_capture(x)\n",
+            "syntax error at line 2, column 5: invalid syntax",
+        ),
+        (
+            b"def f(model):\n  x = 1\n    model.set_dspark_layers_to_capture(x)\n",
+            "syntax error at line 3, column 4: unexpected indent",
+        ),
+        (
+            b"s = 'abc\nmodel.set_dspark_layers_to_capture(x)\n",
+            "syntax error at line 1, column 5: unterminated string literal (detected at line 1)",
+        ),
+    ],
+)
+def test_a_syntax_error_names_its_line_and_column_once_in_python_words(source, message):
+    result = scan_source(source, "bad.py", OPTIONS)
+    assert result.error == message
+    assert "parser error" not in result.error and result.error.count(", column ") == 1
+
+
+def test_syntax_python_accepts_but_libcst_cannot_parse_is_said_so():
+    import libcst as cst
+
+    error = cst.ParserSyntaxError(
+        "parser error: error at 4:2: expected one of NAME",
+        lines=["x\n"] * 4,
+        raw_line=3,
+        raw_column=0,
+    )
+    text = transform.describe_syntax_error(b"x = 1\n", "new.py", error)
+    assert (
+        text
+        == "line 4, column 3: Python accepts it, but LibCST cannot parse it: expected one of NAME"
+    )
+
+
 def test_files_without_hook_calls_are_never_modified():
     for source in (b"import os\n", b"def broken(:\n", b"x = 'set_dspark_layers_to_capture'\n"):
         result = transform_source(source, "plain.py", OPTIONS)

@@ -13,6 +13,7 @@ import pytest
 from caller_cases import DEMO_REPO, ROOT
 from click.testing import CliRunner
 
+from codemods.callers.transform import TransformOptions, transform_source
 from codemods.cli.commands import cli
 from codemods.output.report import SCAN_JSON_SCHEMA
 
@@ -206,6 +207,30 @@ def test_scan_reports_unprocessable_files(tmp_path):
     result = invoke("scan", str(tmp_path))
     assert result.exit_code == 2
     assert "syntax.py: error: syntax error" in result.stdout
+
+
+def test_a_syntax_error_reads_file_line_column_and_python_words(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("x = 1\ny = = 2\nmodel.set_dspark_layers_to_capture(x)\n")
+    result = invoke("migrate", str(bad))
+    assert result.exit_code == 2
+    (line,) = [line for line in result.stderr.splitlines() if "bad.py" in line]
+    assert line == f"auxcap: error: {bad}: syntax error at line 2, column 5: invalid syntax"
+
+
+def test_the_pp_risk_line_counts_only_the_sites_migrate_changes(tmp_path):
+    call = "def f(model, ids=None):\n    model.set_dspark_layers_to_capture(ids)\n"
+    (tmp_path / "serve.py").write_text(call)
+    (tmp_path / "test_serve.py").write_text(call)  # a test module: left alone
+    (tmp_path / "other.py").write_text("import vllm\n\n" + call)  # another engine's module
+    migrated = transform_source(call.encode(), "done.py", TransformOptions()).rewritten
+    assert migrated is not None
+    (tmp_path / "done.py").write_bytes(migrated)  # migrated already: nothing left to change
+    scan = invoke("scan", str(tmp_path))
+    assert scan.exit_code == 0, scan.output
+    assert scan.stdout.count("pp-silent") == 4
+    assert "1 to change" in scan.stderr
+    assert "risk: 1 call site may lose their captures silently" in scan.stderr
 
 
 def test_python_m_codemods_entry_point(demo):

@@ -212,7 +212,7 @@ def test_hooks_entry_forces_excludes():
 
 
 def test_readme_ci_commands_run_as_written(project):
-    """The README's CI lines: the check fails the job, the report never does and validates."""
+    """The CI lines of "Use in CI" (``docs/integrations.md``): the check fails the job, the report never does and validates."""
     import json
 
     import jsonschema

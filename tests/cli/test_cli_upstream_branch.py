@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -64,7 +65,10 @@ def test_upstream_patch_branch_commits_the_patched_model_files(checkout, tmp_pat
     )
     message = git(checkout, "log", "-1", "--format=%B")
     assert message.startswith("[PP] Kimi-Linear: carry DSPARK aux hidden states across")
-    assert f"  M {MODEL}: " in message and f"  A {GLUE}: " in message
+    base = "python/sglang/srt/"
+    assert f"\n  M {MODEL.removeprefix(base)}\n" in message
+    assert f"\n  A {GLUE.removeprefix(base)}\n" in message
+    assert all(len(line) <= 72 for line in message.splitlines())
     assert git(checkout, "status", "--porcelain", "-uall") == ""
 
     body = (tmp_path / "PR.md").read_text()
@@ -140,3 +144,55 @@ def test_upstream_branch_outside_a_repository_is_exit_2(tmp_path, monkeypatch, s
 def test_branch_companions_need_branch(checkout):
     result = auxcap("upstream-patch", str(checkout), "--allow-dirty")
     assert result.exit_code == 2 and "only works together with --branch" in result.output
+
+
+def _python_only(folder: str, names: list[str]) -> list[str]:
+    """``shutil.copytree``'s ignore: everything but folders and Python files."""
+    return [n for n in names if not n.endswith(".py") and not (Path(folder) / n).is_dir()]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_branch_message_and_pr_body_of_a_whole_release_agree(tmp_path, monkeypatch, sglang_release):
+    """On a whole 0.5.23 checkout the commit message and the PR description come from one
+    result: the same early-return count and validation file, nothing quoted that the release
+    lacks, every file named a file of the commit, lines of at most 72 characters."""
+    from tests.upstream.output.release_texts import quoted, release_text
+
+    isolate_git(monkeypatch, tmp_path)
+    checkout = tmp_path / "sglang"
+    shutil.copytree(
+        sglang_release("0.5.23") / "sglang", checkout / "python" / "sglang", ignore=_python_only
+    )
+    (checkout / TESTS).mkdir(parents=True)
+    (checkout / TESTS / "__init__.py").write_text("")
+    git(checkout, "init", "-q", "-b", "main")
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-q", "-m", "SGLang 0.5.23", env=IDENTITY)
+    source = release_text(checkout / "python")
+    pr = str(tmp_path / "PR.md")
+    result = auxcap("upstream-patch", str(checkout), "--branch", BRANCH, "--pr-body", pr)
+    assert result.exit_code == 0, result.output
+    message = git(checkout, "log", "-1", "--format=%B")
+    body = (tmp_path / "PR.md").read_text()
+    committed = git(checkout, "show", "--name-only", "--format=", "HEAD").split()
+
+    assert all(len(line) <= 72 for line in message.splitlines()), message
+    assert "NotImplementedError" not in message
+    for phrase in quoted(message) + quoted(body):
+        assert phrase in source, phrase
+    listed = re.findall(r"^  [AM] (\S+)$", message, flags=re.M)
+    assert len(listed) == len(committed)
+    assert all(any(path.endswith(short) for path in committed) for short in listed)
+    flat = " ".join(message.split())
+    early = int(re.search(r"the capture hooks of (\d+) model files return early", body).group(1))
+    assert f"In {early} of them the capture hooks returned early" in flat
+    validation = next(path for path in committed if path.endswith("validation_hook.py"))
+    assert f"Validation ({validation.split('/srt/', 1)[1]})" in flat
+    assert f"`{validation}`" in body
+    # The tests the commit adds are named where the PR body says how they were (not) run.
+    accuracy = body.split("## Accuracy Tests\n", 1)[1].split("\n## ", 1)[0]
+    for path in committed:
+        if path.startswith(TESTS) and path.rsplit("/", 1)[1].startswith("test_"):
+            assert path.rsplit("/", 1)[1] in accuracy and path.rsplit("/", 1)[1] in flat
+    assert "Not run" in body.split("## Benchmarking and Profiling\n", 1)[1]

@@ -5,7 +5,7 @@
 bytes, journals them, compiles them with the venv's interpreter; ``status`` reports it; a
 second ``apply`` changes nothing; the patched package's llama stages, driven as two real
 gloo pipeline stages, hand the last stage what PP=1 does; ``revert`` leaves every byte of
-the package as installed; the README's three commands run as written.  Foreign edits of llama.py (a flag in the setter, a comment) are patched around and kept; an
+the package as installed; the three commands of ``docs/sglang-installed.md`` run as written.  Foreign edits of llama.py (a flag in the setter, a comment) are patched around and kept; an
 edit the rewriters no longer recognise is refused naming the file with every byte left;
 a crash between two file writes (an exception no handler catches, and a process killed
 with SIGKILL) is rolled back by the next command; a read-only directory

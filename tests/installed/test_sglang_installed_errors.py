@@ -1,9 +1,11 @@
 """``auxcap sglang`` without a release wheel: apply, status and revert of a small package
 tree in a git repository with torch hidden (the base install); errors: an interpreter
-without sglang, no ``python`` on PATH, an interpreter that does not run, a release auxcap
-does not know, an unreadable journal, a journal of another release, a package another
-command holds; the RECORD hashes; a file that does not compile with the target interpreter
-rolled back with every other one; an interrupted apply rolled back."""
+without sglang, no ``python`` on PATH, an interpreter that does not run, a program that
+does not answer like Python, a release auxcap was never tried on (said once, generated
+like any other), an unreadable journal, a journal of another release, a package another
+command holds; the RECORD hashes; status lines that agree with the journal after an edit;
+a file that does not compile with the target interpreter rolled back with every other
+one; an interrupted apply rolled back."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -21,7 +24,7 @@ from sglang_support.installed import fresh_venv, sglang, site_packages, tree_has
 from codemods.installed import journal as jr
 from codemods.installed import transaction
 from codemods.installed.errors import Refused
-from codemods.installed.locate import SUPPORTED_RELEASES
+from codemods.installed.locate import TRIED_RELEASES
 from codemods.installed.pristine import record_hashes
 from codemods.upstream.tree.sglang_tree import detect_tree
 from tests.gitrepo import IDENTITY, git, isolate_git
@@ -75,21 +78,37 @@ def test_an_interpreter_that_does_not_run_is_an_error(tmp_path):
     assert done.exit_code == 2 and "cannot run this interpreter" in done.output
 
 
-def test_an_unknown_release_is_refused_and_nothing_runs_or_changes(fake):
+def test_a_release_never_tried_is_said_once_and_generated_from_its_files(fake):
     python, package = fake
     before = {p: p.read_bytes() for p in package.rglob("*") if p.is_file()}
+    untried = (
+        f"release 0.4.9: not one auxcap has been tried on ({TRIED_RELEASES[0]} to "
+        f"{TRIED_RELEASES[-1]}); the change is generated from this tree's files the same way"
+    )
     done = sglang("apply", "--python", str(python))
+    # The stand-in tree has no model file with a capture hook: nothing to generate from.
     assert done.exit_code == 2, done.output
-    assert (
-        f"{package}: sglang 0.4.9 is a release auxcap does not know (supported: "
-        f"{', '.join(SUPPORTED_RELEASES)})"
-    ) in done.output
+    assert done.output.count(untried) == 1
+    assert "nothing was written" in done.output
     status = sglang("status", "--python", str(python))
     assert status.exit_code == 0, status.output
     assert "sglang 0.4.9 (package tree)" in status.output
-    assert "not one auxcap knows" in status.output
+    assert status.output.count(untried) == 1
     assert "other differences from the release: cannot tell" in status.output
     assert {p: p.read_bytes() for p in package.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize(
+    ("program", "said"),
+    [("true", "it exited 0 and printed nothing"), ("false", "it exited 1 and wrote nothing")],
+)
+def test_a_program_that_is_not_python_is_named_as_such(program, said):
+    path = shutil.which(program)
+    assert path is not None
+    done = sglang("status", "--python", path)
+    assert done.exit_code == 2, done.output
+    assert f"{path}: did not answer like a Python interpreter" in done.output
+    assert said in done.output and "unexpected answer" not in done.output
 
 
 def test_an_unreadable_journal_is_an_error_naming_it(fake):
@@ -244,6 +263,18 @@ def test_apply_status_revert_on_a_package_tree_in_git_without_torch(tmp_path, mo
     assert "sglang 0.5.23 (package tree)" in status.stdout
     assert "other differences from the release: none (git status of" in status.stdout
     assert "nothing to do" in auxcap("apply").stdout
+    # An edit after apply: the status lines say what the journal says of the file.
+    applied = model.read_bytes()
+    model.write_bytes(applied + b"# edited after apply\n")
+    status = auxcap("status")
+    rel = "sglang/srt/models/family_llama_like.py"
+    assert "auxcap's change: applied, files changed since" in status.stdout
+    assert f"changed since auxcap applied it: {rel}" in status.stdout
+    assert (
+        f"modified: {rel} (in auxcap's journal, changed since auxcap applied its change)"
+    ) in status.stdout
+    assert "without a journal" not in status.stdout
+    model.write_bytes(applied)
     other = auxcap("apply", "--models", "family_llama_like")
     assert other.returncode == 1
     assert (

@@ -63,7 +63,12 @@ def test_check_report_validates_and_describes_the_run(project):
     for result, metadata in zip(report["results"], CODEMODS, strict=False):
         assert result["summary"] == metadata.summary
         assert result["description"] == metadata.description
-        assert result["properties"]["reviewGuidance"] == metadata.review_guidance
+        # What a reviewer checks for the policies the changes applied, and only those.
+        applied = result["properties"]["appliedPolicies"]
+        assert applied and set(applied) <= set(metadata.policy.names)
+        guidance = result["properties"]["reviewGuidance"]
+        for choice in metadata.policy.choices:
+            assert (choice.review in guidance) is (choice.name in applied), choice.name
         assert result["references"] == [ref.to_dict() for ref in metadata.references]
     guard, fallback = report["results"]
     assert {entry["path"] for entry in guard["changeset"]} == {

@@ -14,6 +14,9 @@ processes for all models at that PP size) and returns its per-case records.
 ``run_family_tests(copy, result, pp_sizes, models)`` gives the same records for several PP
 sizes from one process (forked stages, one SGLang import per tree).
 
+``stand_in_ci_register(copy)`` gives a copy of a release older than SGLang's CI registry
+(before 0.5.4) a stand-in for the one function the shipped test calls from it.
+
 ``unpatched_copy(release, dest, result)`` is the release with only the patch's new files
 added (transport, glue, family test) and every model file as released: the same drive
 then shows what the unpatched models do under PP.
@@ -25,6 +28,8 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +37,6 @@ from codemods.upstream.family.patch import TEST_FILE
 from codemods.upstream.generate import UpstreamResult, generate, write_tests
 from sglang_support.env import STUBS_DIR, git_apply, linked_copy, sglang_env
 from sglang_support.generated import release_result
-from sglang_support.pinned import release_python
 
 
 class PatchFailed(RuntimeError):
@@ -60,6 +64,29 @@ def patched_copy(
     return result, dest
 
 
+#: The one name the shipped family test imports from SGLang's CI registry, which releases
+#: before 0.5.4 do not have.
+CI_REGISTER = "sglang/test/ci/ci_register.py"
+CI_STAND_IN = (
+    '"""Stands in for SGLang\'s CI registry, which this release does not have."""\n\n\n'
+    "def register_cpu_ci(**kwargs):\n    pass\n"
+)
+
+
+def stand_in_ci_register(copy: Path) -> bool:
+    """Give a copy of a release without SGLang's CI registry a stand-in for the one
+    function the shipped family test calls; whether it needed one."""
+    target = copy / CI_REGISTER
+    if target.exists():
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    init = target.parent / "__init__.py"
+    if not init.exists():
+        init.write_text("")
+    target.write_text(CI_STAND_IN)
+    return True
+
+
 def unpatched_copy(release: Path, dest: Path, result: UpstreamResult) -> Path:
     """The release plus the patch's new files only (model files as released)."""
     if dest.exists():
@@ -78,11 +105,14 @@ def family_test_path(tree_root: Path, result: UpstreamResult | None = None) -> P
     return tree_root / SHIPPED_TESTS / TEST_FILE
 
 
-def shipped_test_env(tree_root: Path, stubs: Path | None = None) -> dict[str, str]:
+def shipped_test_env(
+    tree_root: Path, stubs: Path | None = None, extra_paths: Sequence[Path] = ()
+) -> dict[str, str]:
     """Environment for running a shipped test of ``tree_root``: ``sglang_env``, without
     an empty ``CUDA_VISIBLE_DEVICES`` (``sglang.test.test_utils`` reads its first
-    character at import); ``stubs`` replaces the stand-in folder on ``PYTHONPATH``."""
-    env = sglang_env(tree_root)
+    character at import); ``stubs`` replaces the stand-in folder on ``PYTHONPATH``;
+    ``extra_paths`` go first (a release's own transformers, ``release_deps``)."""
+    env = sglang_env(tree_root, extra_paths)
     if not env.get("CUDA_VISIBLE_DEVICES"):
         env.pop("CUDA_VISIBLE_DEVICES", None)
     if stubs is not None:
@@ -104,7 +134,7 @@ def run_family_test(
     test = family_test_path(tree_root, result)
     args = [str(test), "--json", str(pp_size), *(models or [])]
     proc = subprocess.run(
-        [release_python(tree_root), *args],
+        [sys.executable, *args],
         env=shipped_test_env(tree_root),
         cwd=str(tree_root),
         capture_output=True,
@@ -125,16 +155,21 @@ def run_family_tests(
     pp_sizes=(2, 3),
     models: list[str] | None = None,
     timeout: float = 1500.0,
+    extra_paths: Sequence[Path] = (),
+    server_defaults: bool = False,
 ) -> dict[int, list[dict[str, Any]]]:
     """``pp_size -> records`` as :func:`run_family_test` gives them, from one process
     that imports the tree once and forks the stages of every PP size
-    (``sglang_support.family_runner``)."""
+    (``sglang_support.family_runner``); ``extra_paths`` first on its ``PYTHONPATH``;
+    ``server_defaults``: the runner's ``--server-defaults`` (releases before 0.5.18)."""
     test = family_test_path(tree_root, result)
     sizes = ",".join(str(size) for size in pp_sizes)
-    args = ["-m", "sglang_support.family_runner", str(test), sizes, *(models or [])]
+    args = ["-m", "sglang_support.family_runner"]
+    args += ["--server-defaults"] if server_defaults else []
+    args += [str(test), sizes, *(models or [])]
     proc = subprocess.run(
-        [release_python(tree_root), *args],
-        env=shipped_test_env(tree_root),
+        [sys.executable, *args],
+        env=shipped_test_env(tree_root, extra_paths=extra_paths),
         cwd=str(tree_root),
         capture_output=True,
         text=True,

@@ -1,7 +1,7 @@
 """Command run under ``family_check.shipped_test_env(tree)``: the shipped family test of a
 tree, for several PP sizes in one process.
 
-    python -m sglang_support.family_runner TEST_FILE PP[,PP...] [MODEL ...]
+    python -m sglang_support.family_runner [--server-defaults] TEST_FILE PP[,PP...] [MODEL ...]
 
 Loads ``TEST_FILE`` (the generated ``test_pp_aux_capture_family.py``) as a module, which
 stands in for the GPU-only packages and imports SGLang once, imports the model modules of
@@ -9,10 +9,19 @@ the chosen cases, then calls the test's own ``run_family(pp, family_jobs(cases))
 each PP size with forked instead of spawned workers (each stage starts from this
 process's imports instead of importing SGLang again).  Prints one JSON line:
 ``{"PP": [records of the last rank], ...}``, the records of the test's ``--json`` mode.
+
+``--server-defaults``, for releases whose model code reads what a server sets before any
+model runs (0.5.14's ``qwen2_moe`` asks ``get_global_server_args()`` in ``forward``): the
+global server arguments are ``ServerArgs``' field defaults (set without running its
+``__post_init__``, which would look for a model), and ``cached_triton_kernel`` hands the
+kernel back undecorated, as releases from 0.5.10 on do off CUDA (0.5.3 wraps every LoRA
+kernel at import, asserting a real triton ``JITFunction``), and the modules in
+``WITH_FALLBACK`` do not import, so the release's own CPU fallback is used.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -33,9 +42,58 @@ def load_test(path: str):
     return module
 
 
+#: Modules of the stood-in GPU-only packages for which these releases keep a fallback of
+#: their own, used when the import fails, as on a CPU machine (0.5.10 builds a table of
+#: ``ActivationType`` members at import: the stand-in's empty class has none).
+WITH_FALLBACK = ("flashinfer.fused_moe.core",)
+
+
+def _undecorated(key_fn=None):
+    return lambda fn: fn
+
+
+def kernel_cache_off() -> None:
+    """``cached_triton_kernel`` as releases from 0.5.10 on have it off CUDA (see above),
+    before any module that uses it is imported."""
+    common = importlib.import_module("sglang.srt.utils.common")
+    if hasattr(common, "cached_triton_kernel"):
+        common.cached_triton_kernel = _undecorated
+        utils = importlib.import_module("sglang.srt.utils")
+        if hasattr(utils, "cached_triton_kernel"):
+            utils.cached_triton_kernel = _undecorated
+
+
+def default_server_args() -> None:
+    """The global server arguments, every field at its default (see above)."""
+    server_args = importlib.import_module("sglang.srt.server_args")
+    setter = getattr(server_args, "set_global_server_args_for_scheduler", None)
+    if setter is None:
+        return
+    cls = server_args.ServerArgs
+    args = object.__new__(cls)
+    for field in dataclasses.fields(cls):
+        if field.default is not dataclasses.MISSING:
+            setattr(args, field.name, field.default)
+        elif field.default_factory is not dataclasses.MISSING:
+            setattr(args, field.name, field.default_factory())
+        else:
+            setattr(args, field.name, None)
+    setter(args)
+
+
 def main(argv: list[str]) -> int:
-    path, sizes, *models = argv
+    defaults = argv[:1] == ["--server-defaults"]
+    path, sizes, *models = argv[1:] if defaults else argv
+    if defaults:
+        # The shipped stand-ins for GPU-only packages first, as the test itself does.
+        sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+        importlib.import_module("pp_aux_capture_family_models").stub_gpu_only_packages()
+        for name in WITH_FALLBACK:
+            sys.modules[name] = None  # type: ignore[assignment]
+        kernel_cache_off()
     test = load_test(path)
+    if defaults:
+        default_server_args()
     chosen = [case for case in test.FAMILY if not models or case[0] in models]
     for case in chosen:
         try:  # an import error shows again, per case, in the stage that builds it

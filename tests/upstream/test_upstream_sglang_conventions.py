@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from sglang_support.env import STUBS_DIR
 from sglang_support.lint_tools import lay_out_checkout, write_file
-from sglang_support.pinned import release_python
+from sglang_support.release_deps import tree_paths
 
 from codemods.upstream.family.patch import INIT_TEST_FILE, TEST_FILE
 from codemods.upstream.generate import generate
@@ -106,7 +106,10 @@ def _run_without_gpu_packages(
     )
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PYTHONPATH": os.pathsep.join([str(site), str(root / "python"), str(stubs)]),
+        # The transformers the release pins first, where this interpreter has another.
+        "PYTHONPATH": os.pathsep.join(
+            [*map(str, tree_paths(root / "python")), str(site), str(root / "python"), str(stubs)]
+        ),
         "OMP_NUM_THREADS": "1",
         "HOME": str(tmp_path),
         "HF_HUB_OFFLINE": "1",
@@ -114,7 +117,7 @@ def _run_without_gpu_packages(
         "TOKENIZERS_PARALLELISM": "false",
     }
     return subprocess.run(
-        [release_python(root / "python"), *args],
+        [sys.executable, *args],
         cwd=cwd,
         env=env,
         capture_output=True,

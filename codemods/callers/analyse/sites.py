@@ -339,7 +339,12 @@ def _unless_required(analyzer: _Analyzer, item: FoundCall) -> FoundCall:
         if entry.action in item.site.actions and entry.where_required is not None
     ]
     if kept:  # the codemods that still rewrite a call whose capture is required
-        note = "; ".join([reason, *(str(entry.where_required) for entry in kept)])
+        texts = [reason, *(str(entry.where_required) for entry in kept)]
+        if item.name_expr is not None and Action.GUARD in item.site.actions:
+            # The guard tests the hook name: a hook that takes None is left to it.
+            verb = "takes" if len(item.lenient_names) == 1 else "take"
+            texts.append(f"{', '.join(item.lenient_names)} {verb} None (default layers): exempt")
+        note = "; ".join(texts)
         actions = tuple(Action(entry.action) for entry in kept)
         site = dataclasses.replace(item.site, actions=actions, note=note)
         return dataclasses.replace(item, site=site, required=True)

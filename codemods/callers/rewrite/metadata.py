@@ -138,6 +138,12 @@ class CodemodMetadata:
     why_required: str = ""
     #: The policy applied where the code needs the capture, whatever the run's ("": the run's).
     required_policy: str = ""
+    #: Which of the hooks a call may reach the change covers: ``"all"``, or ``"rejects-none"``
+    #: (the hooks that reject ``None``; one that accepts it, EAGLE3, is exempt at run time).
+    covers: str = "all"
+    #: Said of the hooks a change exempts (``{hook}``: their names, ``{meaning}``: what
+    #: ``None`` means for them).
+    exempt: str = ""
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> CodemodMetadata:
@@ -163,6 +169,8 @@ class CodemodMetadata:
             why=data.get("why", ""),
             why_required=data.get("why_required", ""),
             required_policy=data.get("required_policy", ""),
+            covers=data.get("covers", "all"),
+            exempt=data.get("exempt", ""),
         )
 
     # ---------------------------------------------------------------- LibCST

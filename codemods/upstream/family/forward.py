@@ -69,7 +69,7 @@ class CaptureKind:
     name: str
     #: How tables and commit messages describe it.
     description: str
-    #: The short text of the README's per-release table (``output/release_table.py``).
+    #: The short text of the per-release table in ``docs/models.md`` (``output/release_table.py``).
     cell: str
     #: A stack setter the hook calls but the stack lacks may be added to a stack whose
     #: forward captures only in kinds that allow it (the forward reads the ids the setter

@@ -3,8 +3,8 @@
 ``survey(plan)`` lists, for every model file with a capture hook, its hooks, which of them
 return early off the last PP rank, the decoder-stack forward that does the capturing and
 how it captures, and whether the family patch rewrites the file (and why not).
-``markdown_table`` renders the same for the README (the pull-request description lists the
-patched files by family instead, ``pr_body.py``).
+``markdown_table`` renders the same for ``docs/models.md`` (the pull-request description
+lists the patched files by family instead, ``pr_body.py``).
 """
 
 from __future__ import annotations

@@ -1,16 +1,18 @@
 """The Markdown pull-request description that goes with the upstream patch.
 
-It follows SGLang's pull-request template: a short title, then ``## Motivation`` (the two
-failures users hit, and which server configurations reach the change on this release,
-read from the release's own checks by :mod:`codemods.upstream.tree.reachability`),
-``## Modifications`` (runtime files, one line per model family with its files, separate
-fixes, sizing, validation, tests, and the series when ``--series`` wrote one),
-``## Benchmark & Profiling`` (what ``--validate`` ran and its verdicts, else the commands a
-reviewer runs; nothing is claimed that this run did not do) and ``## Checklist`` (SGLang's
-items, unchecked except what the patch itself shows).  Every file it names is a file of the
-patch, and every count comes from the result (:mod:`codemods.upstream.output.result_facts`).
-The analytic traffic figures (:func:`traffic_table`) stay in auxcap's README; the
-description keeps a one-line summary.
+It follows SGLang's current pull-request template: a short title, then ``## Motivation``
+(the failures users hit, counted from the family's findings, and which server
+configurations reach the change on this release, read from the release's own checks by
+:mod:`codemods.upstream.tree.reachability`), ``## Modifications`` (runtime files, one line
+per model family with its files, separate fixes, sizing, validation, tests, and the series
+when ``--series`` wrote one), ``## Accuracy Tests`` (the CPU tests by file: what
+``--validate`` ran and its verdicts, else the commands a reviewer runs, said to be not run),
+``## Benchmarking and Profiling`` (the GPU check as commands, said to be not run; nothing is
+claimed that this run did not do) and ``## Checklist`` (SGLang's items, unchecked except what
+the patch itself shows).  Every file it names is a file of the patch, and every count comes
+from the result (:mod:`codemods.upstream.output.result_facts`).
+The bytes the relay moves between stages, measured against a direct transport, are in
+auxcap's reference (``docs/validate-pp.md``), not in the description.
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ from codemods.upstream.output.result_facts import (
     KIMI_STEM,
     accepted_algorithms,
     added_tests,
+    early_return_files,
     family_models,
+    file_summary,
+    in_release,
     k3_rewritten,
     kimi_relay_renamed,
     kimi_rewritten,
@@ -53,7 +58,13 @@ __all__ = [
 ]
 
 #: SGLang's pull-request template sections, in order.
-SECTIONS = ("## Motivation", "## Modifications", "## Benchmark & Profiling", "## Checklist")
+SECTIONS = (
+    "## Motivation",
+    "## Modifications",
+    "## Accuracy Tests",
+    "## Benchmarking and Profiling",
+    "## Checklist",
+)
 #: The longest description this renders (lines).
 MAX_LINES = 150
 
@@ -67,10 +78,11 @@ KIMI_TITLE = "# [PP] Kimi-Linear: carry DSPARK aux hidden states across pipeline
 
 #: SGLang's checklist items.
 CHECKLIST = (
-    "Format your code according to the pre-commit configuration",
+    "Format code with pre-commit",
     "Add unit tests",
-    "Update documentation as needed",
+    "Update documentation",
     "Provide accuracy and speed benchmark results",
+    "Follow the SGLang code style guidance",
 )
 
 
@@ -151,12 +163,21 @@ def _motivation(result: UpstreamResult) -> str:
         "",
     ]
     family = family_models(result)
-    if family:
+    early = early_return_files(result)
+    if early:
         lines.append(
-            f"1. the capture hooks of {len(family)} model files return early off the last "
+            f"1. the capture hooks of {len(early)} model files return early off the last "
             "PP rank (`if not self.pp_group.is_last_rank: return`), so only the last stage "
             "captures: the drafter silently gets fewer aux states, or the last stage fails "
             "unpacking its output when it owns none of the capture layers;"
+        )
+    patched = result.family.patched if result.family is not None else []
+    others = [file for file in patched if file not in early]
+    if others:
+        lines.append(
+            f"1. in {len(others)} more model files ({', '.join(_code(f) for f in others)}) "
+            "the hooks do not return early, but no stage hands its captures on to the "
+            "last, so under PP the captures of earlier stages are lost the same way;"
         )
     if kimi_rewritten(result) or k3_rewritten(result):
         models = [
@@ -168,10 +189,12 @@ def _motivation(result: UpstreamResult) -> str:
             if touched
         ]
         verb = "refuse" if len(models) > 1 else "refuses"
-        lines.append(
-            f"1. {' and '.join(models)} {verb} PP outright: "
-            f'`NotImplementedError("{names.PP_ERROR}")`;'
+        error = (
+            f': `NotImplementedError("{names.PP_ERROR}")`'
+            if in_release(result, names.PP_ERROR)
+            else ""
         )
+        lines.append(f"1. {' and '.join(models)} {verb} PP outright{error};")
     if kimi_relay_renamed(result) and family:
         lines.append(
             "1. `kimi_linear.py` and `kimi_k3.py` already relay DSPARK captures in "
@@ -337,7 +360,9 @@ def _modifications(result: UpstreamResult, series) -> str:
     return text
 
 
-def _benchmark(result: UpstreamResult, validation) -> str:
+def _accuracy(result: UpstreamResult, validation) -> str:
+    """The CPU tests by file: what ``--validate`` ran and its verdicts, else the commands a
+    reviewer runs, said to be not run."""
     family_test = next((c.path for c in _changed(result, Role.FAMILY_TEST)), None)
     ran = (
         f"`{test_command(result, family_test)}`"
@@ -366,11 +391,56 @@ def _benchmark(result: UpstreamResult, validation) -> str:
         if not left_out:
             lines.append("Not run by the generator; this patch adds no test to run.")
     elif not lines or validation is None or validation.problem:
-        lines.append(
-            "Not run by the generator. To check (CPU, gloo, 2 and 3 stages, compared with PP=1):"
-        )
+        lines.append("Not run by the generator. The CPU tests this patch adds:")
+        lines += [
+            f"- `{change.path.rsplit('/', 1)[-1]}`: "
+            + file_summary(result, change).removeprefix("new CPU test: ")
+            for change in _changed(result, Role.FAMILY_TEST, Role.INIT_TEST)
+        ]
+        lines += ["", "To run them:"]
     if commands:
         lines += ["", "```bash", *commands, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _launch_words(result: UpstreamResult) -> str | None:
+    """The speculative algorithm a server check runs with PP on this release (None: the
+    server reaches the change with none)."""
+    if any(refusal.algorithm == EVERY for refusal in refusals(result)):
+        return None
+    accepted, _left = accepted_algorithms(result)
+    if accepted:
+        return f"--speculative-algorithm {accepted[0]} --speculative-draft-model-path DRAFT"
+    return AUX_FLAG if relaxes_aux_flag(result) else None
+
+
+def _has_module(result: UpstreamResult, dotted: str) -> bool:
+    return result.tree.file(result.tree.module_path(dotted)).exists()
+
+
+def _benchmarking(result: UpstreamResult) -> str:
+    """The GPU check as commands, said to be not run."""
+    words = _launch_words(result)
+    if words is None or not _has_module(result, "sglang.launch_server"):
+        return (
+            "Not run: no server configuration of this release reaches the change with PP "
+            "(see Motivation), so there is no server run to benchmark.\n"
+        )
+    lines = [
+        "Not run (no GPU was used to generate this patch). GPU check to run, with a "
+        "target model (`MODEL`) whose architecture is patched and a matching draft "
+        "(`DRAFT`), comparing PP=2 with PP=1:",
+        "",
+        "```bash",
+        f"python3 -m sglang.launch_server --model-path MODEL {words} --pp-size 2",
+    ]
+    if _has_module(result, "sglang.bench_serving"):
+        lines.append("python3 -m sglang.bench_serving --backend sglang --num-prompts 200")
+    lines += ["```", ""]
+    lines.append(
+        "Then the same with `--pp-size 1`: the outputs and the acceptance length should "
+        "match, and the throughput shows the cost of the handoff."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -381,7 +451,7 @@ def _checklist(result: UpstreamResult) -> str:
         ticked = item == "Add unit tests" and has_tests
         boxes.append(
             f"- [{'x' if ticked else ' '}] {item}"
-            + (" (the CPU tests listed above)" if ticked else "")
+            + (" (the CPU tests named above)" if ticked else "")
         )
     return "\n".join(boxes) + "\n"
 
@@ -395,6 +465,7 @@ def render(
         f"{title_of(result)}\n\n"
         f"## Motivation\n\n{_motivation(result)}\n"
         f"## Modifications\n\n{_modifications(result, series)}\n"
-        f"## Benchmark & Profiling\n\n{_benchmark(result, validation)}\n"
+        f"## Accuracy Tests\n\n{_accuracy(result, validation)}\n"
+        f"## Benchmarking and Profiling\n\n{_benchmarking(result)}\n"
         f"## Checklist\n\n{_checklist(result)}"
     )

@@ -8,6 +8,7 @@ ask these functions, so their names and counts come from one source (the
 from __future__ import annotations
 
 from codemods.upstream.edit.change_kinds import Role
+from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.kimi import k3 as kimi_k3
 from codemods.upstream.kimi import linear as kimi
@@ -155,3 +156,73 @@ def accepted_algorithms(result: UpstreamResult) -> tuple[list[str], list]:
         [kind for kind, refusal in kept if refusal is None],
         [refusal for _kind, refusal in kept if refusal is not None],
     )
+
+
+def early_return_files(result: UpstreamResult) -> list[str]:
+    """The patched model files whose capture hooks return early off the last PP rank in the
+    release's own text (the family survey's finding), by file name."""
+    if result.family is None:
+        return []
+    plan = result.family
+    return [file for file in plan.patched if plan.decisions[file].early_return]
+
+
+def in_release(result: UpstreamResult, text: str) -> bool:
+    """``text`` occurs in the release's text of some file the patch changes: a string may be
+    quoted as something the release says only then."""
+    return any(text in (change.old or "") for change in result.changes if change.changed)
+
+
+def forward_users(result: UpstreamResult, file: str) -> list[str]:
+    """The patched models whose capture forward lives in ``file`` while their hook does
+    not (``qwen3_5.py`` for ``qwen3_5_text``)."""
+    if result.family is None:
+        return []
+    return sorted(
+        decision.name
+        for decision in result.family.decisions.values()
+        if decision.patched
+        and decision.forward is not None
+        and decision.forward.file == file
+        and decision.file != file
+    )
+
+
+#: What a file of the patch gets, by the role of its change, for file lists.
+ROLE_SUMMARIES = {
+    Role.RUNTIME_MODULE: "new: the helpers the patched hooks and forwards call",
+    Role.PACKER: "AuxHiddenStatePacker.captured() for stages that hand captures on",
+    Role.SIZING: "sizes the aux_hidden_states PP proxy buffer of non-first stages",
+    Role.SIZING_RENAME: "CUDA-graph sizing renamed from DSPARK to every capture method",
+    Role.RELAY_RENAME: "DSPARK relay renamed: dspark_hidden_states -> aux_hidden_states",
+    Role.TEST_MODELS: "new: the small models the family test builds",
+    Role.FAMILY_TEST: "new CPU test: each patched model under PP (gloo, 2 and 3 stages) "
+    "equals PP=1",
+    Role.INIT_TEST: "new CPU test: the patched models built through __init__ hand "
+    "captures on, size the buffer, pass validation",
+    Role.FIX: "separate fix (not about aux capture)",
+}
+
+
+def file_summary(result: UpstreamResult, change: FileChange) -> str:
+    """What one changed file of ``result`` gets, from its role and the family's decision."""
+    name = change.path.rsplit("/", 1)[-1]
+    if change.role is Role.VALIDATION:
+        accepted, _left = accepted_algorithms(result)
+        what = " and ".join(accepted + ([AUX_FLAG] if relaxes_aux_flag(result) else []))
+        return f"accepts {what or 'nothing new'} with PP for the patched models"
+    if change.role is not Role.MODEL:
+        return ROLE_SUMMARIES.get(change.role, change.role.value)
+    decision = result.family.decisions.get(name) if result.family is not None else None
+    if decision is not None and decision.patched:
+        if decision.early_return:
+            return "hooks no longer return early off the last rank; captures relayed"
+        return "captures taken on every stage and relayed to the last"
+    users = forward_users(result, name)
+    if users:
+        return f"capture forward of {', '.join(users)}"
+    kimi_file = change.path == result.model_path and kimi_rewritten(result)
+    k3_file = change.path == result.tree.module_path(kimi_k3.MODULE) and k3_rewritten(result)
+    if kimi_file or k3_file:
+        return "set_dspark_layers_to_capture captures under PP instead of raising"
+    return change.role.value

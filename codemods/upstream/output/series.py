@@ -3,9 +3,11 @@
 The single patch of :func:`codemods.upstream.generate.generate` is cut into patches a
 reviewer can take one at a time, in this order:
 
-1. **runtime**: the helpers the models call (``srt/distributed/pp_aux_capture.py``), the
-   packer accessor, and the PP proxy entry's sizing path (model runner, buffer helpers,
-   graph runners), with SGLang's own DSPARK relays where the path renames their entry;
+1. **runtime**: the helpers the models call (the shipped runtime module), the packer
+   accessor, and the PP proxy entry's sizing path where the tree has none;
+   **rename**: where SGLang relays DSPARK captures itself (0.5.21+), the rename of that
+   relay's entry and of its CUDA-graph sizing to serve every capture method, a commit of
+   its own right after the runtime;
 2. **one patch per model family**, the way reviewers own model code (Kimi, Llama / Qwen
    dense, Qwen MoE / VL, DeepSeek, GLM, ...): a model file belongs to the family its file
    name maps to in :mod:`codemods.upstream.output.model_families`.  The family test grows with the
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 from codemods.upstream.edit.change_kinds import (
     FIX,
     KIMI,
+    RENAME_ROLES,
     RUNTIME,
     VALIDATION,
     Role,
@@ -51,10 +54,11 @@ from codemods.upstream.edit.patchfile import FileChange, changed_paths, render_p
 from codemods.upstream.family.patch import render_test
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.model_families import OTHER, family_rank, family_title
-from codemods.upstream.output.series_messages import fill_message
+from codemods.upstream.output.series_messages import RENAME, fill_message
 
 __all__ = [
     "FIX",
+    "RENAME",
     "KIMI",
     "RUNTIME",
     "VALIDATION",
@@ -123,6 +127,8 @@ def classify(change: FileChange) -> tuple[str, str, str]:
     """(group key, file-name slug, title) of one changed file of the patch."""
     if change.group == VALIDATION:
         return VALIDATION, "validation", "validation"
+    if change.group == RUNTIME and change.role in RENAME_ROLES:
+        return RENAME, "rename-dspark-relay", "rename: SGLang's DSPARK relay for every method"
     if change.group == RUNTIME:
         return RUNTIME, "runtime", "runtime: aux hidden states in the PP handoff"
     if change.group.startswith(FIX):
@@ -133,6 +139,8 @@ def classify(change: FileChange) -> tuple[str, str, str]:
 def _group_rank(key: str) -> tuple[int, int, str]:
     if key == RUNTIME:
         return (0, 0, "")
+    if key == RENAME:
+        return (0, 1, "")
     if key.startswith(FIX):
         return (1, 0, key)
     if key == VALIDATION:
@@ -247,7 +255,7 @@ def _spread_family_test(
     """Each family's patch adds the models it completes to the family test; the last model
     patch leaves the file exactly as the single patch does.  The test's stand-in models
     (``models``) come with the first patch that changes the test."""
-    model_patches = [p for p in ordered if is_model_group(p.key)]
+    model_patches = [p for p in ordered if is_model_group(p.key) and p.key != RENAME]
     if not model_patches:
         ordered[0].changes += [c for c in (models, change) if c is not None]
         return

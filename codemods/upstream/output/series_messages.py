@@ -1,7 +1,8 @@
 """Commit messages of the series' patches, each about its own files only.
 
-* the runtime patch names each module it adds and each file of the sizing path (and of
-  SGLang's own DSPARK relay) it changes;
+* the runtime patch names each module it adds and each file of the sizing path it changes;
+  the rename patch (0.5.21+) names each file of SGLang's own DSPARK relay and its sizing
+  that it renames, and the names it renames;
 * a model-family patch names, per model file, the hooks it changes, how the file's capture
   forward carries the captures, and any other fix the patch makes in that file; a file
   changed only as another model's capture forward says so;
@@ -15,7 +16,7 @@ from __future__ import annotations
 import textwrap
 
 from codemods.upstream.edit import names
-from codemods.upstream.edit.change_kinds import FIX, KIMI, RENAME_ROLES, RUNTIME, VALIDATION, Role
+from codemods.upstream.edit.change_kinds import FIX, KIMI, RUNTIME, VALIDATION, Role
 from codemods.upstream.family import registry
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.result_facts import (
@@ -33,10 +34,10 @@ RUNTIME_FILES = {
     Role.PACKER: "AuxHiddenStatePacker.captured(): the captures taken so "
     "far, for a stage that hands them on before its packer is full",
 }
-#: A file renamed from SGLang's DSPARK entry / width method / sizing path.
-RENAMED_WORDS = (
-    "dspark_hidden_states -> aux_hidden_states and "
-    "*pp_proxy_dspark_hidden_size -> *pp_proxy_aux_hidden_size"
+#: The names the rename of SGLang's DSPARK relay replaces, old -> new.
+RENAMED_NAMES = (
+    ("dspark_hidden_states", "aux_hidden_states"),
+    ("get_pp_proxy_dspark_hidden_size", "get_pp_proxy_aux_hidden_size"),
 )
 #: A file that gains the sizing path (a tree without SGLang's DSPARK one).
 SIZING_WORDS = "sizes the aux_hidden_states PP proxy buffer of non-first stages"
@@ -51,14 +52,29 @@ def _wrap(text: str, indent: str = "") -> str:
     )
 
 
+#: The group of the rename patch (``series.RENAME``; said here too, series imports this).
+RENAME = "runtime-rename"
+
+
 def _name(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
+def _command(command: str, indent: str = "  ") -> str:
+    """A shell command on lines of at most 72 characters: broken after ``&&``."""
+    parts = command.split(" && ")
+    return "".join(
+        f"{indent}{part}{' &&' if n < len(parts) - 1 else ''}\n" for n, part in enumerate(parts)
+    )
+
+
 def fill_message(patch, result: UpstreamResult) -> None:
-    """Fill ``patch.subject`` and ``patch.body`` (a ``series.SeriesPatch``)."""
+    """Fill ``patch.subject`` and ``patch.body`` (a ``series.SeriesPatch``); the subject
+    and every body line are at most 72 characters."""
     if patch.key == RUNTIME:
         _runtime(patch, result)
+    elif patch.key == RENAME:
+        _rename(patch, result)
     elif patch.key.startswith(FIX):
         _fix(patch, result)
     elif patch.key == VALIDATION:
@@ -69,33 +85,48 @@ def fill_message(patch, result: UpstreamResult) -> None:
 
 def _runtime(patch, result: UpstreamResult) -> None:
     changes = [c for c in patch.changes if c.changed]
-    renamed = any(c.role in RENAME_ROLES for c in changes)
     sized = any(c.role is Role.SIZING for c in changes)
     patch.subject = "[PP] Carry aux hidden states in the PP handoff" + (
-        "; rename DSPARK's entry" if renamed else " and size its proxy buffer" if sized else ""
+        " and size its proxy buffer" if sized else ""
     )
 
     def what(role: Role) -> str:
-        if role in RENAME_ROLES:
-            return RENAMED_WORDS
         if role is Role.SIZING:
             return SIZING_WORDS
-        return RUNTIME_FILES.get(role, "changed")
+        return RUNTIME_FILES.get(role, role.value)
 
     lines = [_wrap(f"- {_name(c.path)}: {what(c.role)}.", "  ") for c in changes]
-    own = (
-        "SGLang's DSPARK relay entry and its CUDA-graph sizing are renamed so that\n"
-        "every capture method uses them.  "
-        if renamed
-        else ""
-    )
     patch.body = (
-        "A stage that is not the last hands the captures of every stage up to\n"
-        "itself to the next one in one aux_hidden_states entry of its\n"
-        "PPProxyTensors; the last stage puts them before its own.  "
-        + own
-        + "No model calls the new helpers yet; the model patches that follow do.\n\n"
+        _wrap(
+            "A stage that is not the last hands the captures of every stage up to "
+            f"itself to the next one in one {names.AUX_ENTRY} entry of its "
+            "PPProxyTensors; the last stage puts them before its own.  No model calls "
+            "the new helpers yet; the model patches that follow do."
+        )
+        + "\n"
         + "".join(lines)
+    )
+
+
+def _rename(patch, result: UpstreamResult) -> None:
+    """SGLang's own DSPARK relay and its CUDA-graph sizing, renamed for every method."""
+    changes = [c for c in patch.changes if c.changed]
+    old = "".join(c.old or "" for c in changes)
+    pairs = [f"{a} -> {b}" for a, b in RENAMED_NAMES if a in old]
+    patch.subject = "[PP] Rename SGLang's DSPARK relay entry for every capture method"
+    relays = [_name(c.path) for c in changes if c.role is Role.RELAY_RENAME]
+    entry = f"a {RENAMED_NAMES[0][0]}" if RENAMED_NAMES[0][0] in old else "its own"
+    where = f" ({', '.join(relays)})" if relays else ""
+    patch.body = (
+        _wrap(
+            f"SGLang relays DSPARK captures across PP stages itself{where}, in "
+            f"{entry} entry of the PP handoff sized for CUDA graphs.  The entry and "
+            "its sizing are renamed so that every capture method can use them."
+        )
+        + "\n"
+        + "".join(_wrap(f"- {pair}", "  ") for pair in pairs)
+        + "\n"
+        + "".join(_wrap(f"- {_name(c.path)}", "  ") for c in changes)
     )
 
 
@@ -186,8 +217,10 @@ def _kimi_line(path: str, result: UpstreamResult) -> str:
         if name == "kimi_k3.py"
         else ""
     )
+    old = next((c.old or "" for c in result.changes if c.path == path), "")
+    error = f'"{names.PP_ERROR}"' if names.PP_ERROR in old else "an error"
     return (
-        f'set_dspark_layers_to_capture no longer raises "{names.PP_ERROR}" under '
+        f"set_dspark_layers_to_capture no longer raises {error} under "
         "PP: it stores the ids on every rank and calls set_pp_aux_capture; the "
         "forward hands each stage's captures on and the last stage collects them in "
         f"layer order{k3}"
@@ -240,8 +273,9 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
             d.name for d in decisions.values() if f'"{d.name}"' in new and f'"{d.name}"' not in old
         )
         test = (
-            f"\nTest: {test_command(result, tests[0].path)} (this patch adds "
-            f"{', '.join(added) or 'no model'} to it).\n"
+            "\n"
+            + _wrap(f"Test (this patch adds {', '.join(added) or 'no model'} to it):")
+            + _command(test_command(result, tests[0].path))
         )
     patch.body = (
         _wrap(

@@ -13,6 +13,7 @@ files shows the loss: fewer aux states than PP=1, or an error.
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 from sglang_support.family_check import (
@@ -22,7 +23,6 @@ from sglang_support.family_check import (
     shipped_test_env,
     unpatched_copy,
 )
-from sglang_support.pinned import release_python
 
 from codemods.upstream.family.patch import TEST_FILE
 
@@ -85,7 +85,7 @@ def test_generated_family_test_passes_in_the_patched_tree(patched):
     for name in REQUIRED:
         assert f'        "{name}",\n' in source, name
     proc = subprocess.run(
-        [release_python(copy), str(test), "-v"],
+        [sys.executable, str(test), "-v"],
         cwd=copy,
         text=True,
         env=shipped_test_env(copy),

@@ -231,7 +231,8 @@ def test_pr_body_cites_the_error_in_sglangs_template(tmp_path):
     for needle in (
         "## Motivation",
         "## Modifications",
-        "## Benchmark & Profiling",
+        "## Accuracy Tests",
+        "## Benchmarking and Profiling",
         "## Checklist",
         'NotImplementedError("DSPARK aux hidden capture requires PP=1.")',
         "sglang/srt/distributed/pp_aux_capture.py",

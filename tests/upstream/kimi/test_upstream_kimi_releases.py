@@ -155,7 +155,13 @@ def test_cli_patch_applies_on_release_and_compiles(sglang_release, tmp_path, ver
     assert text.startswith("# ")
     assert "DSPARK aux hidden capture requires PP=1." in text
     # SGLang's template, short; the caller-side ValueError is not this patch's to claim.
-    sections = ["## Motivation", "## Modifications", "## Benchmark & Profiling", "## Checklist"]
+    sections = [
+        "## Motivation",
+        "## Modifications",
+        "## Accuracy Tests",
+        "## Benchmarking and Profiling",
+        "## Checklist",
+    ]
     assert [text.index(section) for section in sections] == sorted(
         text.index(section) for section in sections
     )

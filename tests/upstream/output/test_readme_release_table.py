@@ -1,4 +1,5 @@
-"""README's per-release model table is what the generator decides on each release wheel."""
+"""The per-release model table of ``docs/models.md`` is what the generator decides on each
+release wheel."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from sglang_support.generated import release_result
 
 from codemods.upstream.output.release_table import Column, matrix
-from tests.readme_blocks import README
+from tests.readme_blocks import MODELS_PAGE
 from tests.test_installs import PROJECT_ROOT
 
 
@@ -57,7 +58,7 @@ def test_matrix_shows_a_renamed_relay_as_such():
 @pytest.mark.slow
 @pytest.mark.sglang
 @pytest.mark.timeout(1800)
-def test_readme_release_table_matches_the_generator(sglang_release, monkeypatch):
+def test_release_table_matches_the_generator(sglang_release, monkeypatch):
     def whole_patch_plan(tree, names=None):
         # The plan ``generate`` made for the whole patch of the release (the same call).
         assert names is None
@@ -65,7 +66,7 @@ def test_readme_release_table_matches_the_generator(sglang_release, monkeypatch)
 
     monkeypatch.setattr(sys.modules[matrix.__module__], "plan_for_tree", whole_patch_plan)
     script = _script()
-    readme = README.read_text(encoding="utf-8")
+    readme = MODELS_PAGE.read_text(encoding="utf-8")
     assert script.RELEASES_START in readme and script.RELEASES_END in readme
     roots = {version: sglang_release(version) for version in script.RELEASE_LINES}
     wanted = script.release_section(roots)

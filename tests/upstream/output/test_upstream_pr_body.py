@@ -9,6 +9,7 @@ from codemods.upstream.edit.change_kinds import TESTS, Role
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.output import series
 from codemods.upstream.output.pr_body import (
+    CHECKLIST,
     KIMI_TITLE,
     MAX_LINES,
     SECTIONS,
@@ -94,12 +95,12 @@ def test_no_test_command_without_the_test_in_the_patch_and_nothing_claimed(tmp_p
     text = render(_family_result(tmp_path, with_kimi=True))
     assert "unittest" not in text and "sglang.test" not in text
     assert "[x]" not in text
-    assert section(text, "## Checklist").count("- [ ]") == 4
-    bench = section(text, "## Benchmark & Profiling")
+    assert section(text, "## Checklist").count("- [ ]") == len(CHECKLIST)
+    bench = section(text, "## Accuracy Tests")
     assert bench.startswith("Not run by the generator; this patch adds no test to run.")
 
     text = render(_family_result(tmp_path / "t", with_kimi=True, tests=True))
-    bench = section(text, "## Benchmark & Profiling")
+    bench = section(text, "## Accuracy Tests")
     assert "python3 -m unittest sglang.test.test_pp_aux_capture_family\n" in bench
     assert "sglang.test.test_pp_aux_capture\n" not in text  # the transport test is not added
     checklist = section(text, "## Checklist")
@@ -109,12 +110,12 @@ def test_no_test_command_without_the_test_in_the_patch_and_nothing_claimed(tmp_p
 def test_validate_verdicts_are_reported_as_run(tmp_path):
     result = _family_result(tmp_path, with_kimi=False, tests=True)
     ran = Validation({"llama": VALIDATED, "qwen3_moe": "no: mismatch"})
-    bench = section(render(result, validation=ran), "## Benchmark & Profiling")
+    bench = section(render(result, validation=ran), "## Accuracy Tests")
     assert bench.startswith("`auxcap upstream-patch --validate` ran `python3 -m unittest")
     assert "- passed (1): llama\n" in bench and "- failed (1): qwen3_moe\n" in bench
     assert "Not run" not in bench
     nothing = Validation(problem="No module named 'torch'")
-    bench = section(render(result, validation=nothing), "## Benchmark & Profiling")
+    bench = section(render(result, validation=nothing), "## Accuracy Tests")
     assert bench.startswith("`--validate` ran nothing: No module named 'torch'.")
     assert "passed" not in bench
 
@@ -298,17 +299,16 @@ def check_release_body(result, version: str, patch_series) -> None:
         assert f"{module.replace('.', '/')}.py" in changed, (version, module)
     models, hooks = touched_models(result), touched_hooks(result)
     assert models and hooks
-    # One count, one source: the family files of the motivation are those listed (Kimi's
-    # own lines and files changed only as another model's forward aside).
+    # One count, one source: the files whose hooks return early, as a reading of the
+    # release's hooks gives them; the others the patch relays are named as such.
+    from tests.upstream.output.release_texts import assert_quotes_in_release, early_return_by_text
+
     count = int(re.search(r"the capture hooks of (\d+) model files", text).group(1))
-    family = [
-        name
-        for line in mods.splitlines()
-        if line.startswith("  - ") and not line.startswith(("  - Kimi:", "  - `"))
-        for name, forward in re.findall(r"`([^`]+\.py)`( \(capture forward of)?", line)
-        if not forward
-    ]
-    assert count == len(family) == len(result.family.patched), (version, count, family)
+    early = early_return_by_text(result)
+    assert count == len(early), (version, count, sorted(early))
+    others = len(result.family.patched) - len(early)
+    assert (f"1. in {others} more model files" in text) is (others > 0), version
+    assert_quotes_in_release(result, text)
     motivation = section(text, "## Motivation")
     old_release = version in ("0.5.18", "0.5.19", "0.5.20")
     assert ("so no server configuration reaches the change" in motivation) is old_release

@@ -16,7 +16,14 @@ from click.testing import CliRunner
 from sglang_support.generated import release_result
 
 from codemods.cli.commands import cli
-from codemods.upstream.edit.change_kinds import RUNTIME, TESTS, VALIDATION, Role, model_group
+from codemods.upstream.edit.change_kinds import (
+    RENAME_ROLES,
+    RUNTIME,
+    TESTS,
+    VALIDATION,
+    Role,
+    model_group,
+)
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan, FileDecision, ForwardRef
 from codemods.upstream.generate import FAMILY_ONLY, UpstreamResult
@@ -264,7 +271,7 @@ def test_checkout_tests_spread_over_the_series_and_the_init_test_comes_last(tmp_
         "python/sglang/srt/arg_groups/validation_hook.py",
         f"{tests}/test_pp_aux_capture.py",
     ]
-    assert "cd test/registered/unit/models && python3 -m unittest" in patches[1].body
+    assert "cd test/registered/unit/models &&\n  python3 -m unittest" in patches[1].body
 
 
 def test_series_mails_apply_with_git_am_as_a_stack(tmp_path, monkeypatch):
@@ -356,6 +363,14 @@ def test_series_applies_in_order_and_equals_the_single_patch(
     assert "llama-qwen-dense" in keys, keys
     # 0.5.18-0.5.20 keep their validation (nothing there to relax for one model).
     assert (keys[-1] == "validation") is (version >= "0.5.21"), keys
+    # Where SGLang relays DSPARK itself, the rename of its relay is a commit of its own,
+    # right after the helpers, and holds nothing but the rename.
+    assert (keys[1] == series.RENAME) is (version >= "0.5.21"), keys
+    for patch in patches:
+        roles = {c.role for c in patch.changes}
+        assert (patch.key == series.RENAME) is bool(roles & set(RENAME_ROLES)), patch.key
+        lines = patch.message().splitlines()
+        assert all(len(line) <= 72 for line in lines), (patch.key, lines)
     files = series.render_series(patches, "A U Thor <author@example.com>")
     out = tmp_path / "series"
     out.mkdir()
@@ -565,12 +580,19 @@ def test_runtime_patch_claims_sizing_only_when_it_sizes_buffers(tmp_path):
         _runtime(f"{PKG}/srt/model_executor/runner_utils/buffers.py", Role.SIZING_RENAME, old, new),
         _runtime(f"{MODELS}/kimi_linear.py", Role.RELAY_RENAME, old, new),
     ]
-    (runtime,) = series.build_series(_result(tmp_path, renamed, []))
-    assert runtime.subject.endswith("; rename DSPARK's entry")
-    assert f"{MODELS}/kimi_linear.py" in runtime.paths
-    assert "- kimi_linear.py: dspark_hidden_states -> aux_hidden_states" in " ".join(
-        runtime.body.split()
-    )
+    # The helper and the rename of SGLang's own DSPARK relay: two commits, in that order.
+    runtime, rename = series.build_series(_result(tmp_path, renamed, []))
+    assert runtime.paths == [c.path for c in shipped]
+    assert rename.key == series.RENAME and "DSPARK relay" in rename.subject
+    assert rename.paths == [
+        f"{PKG}/srt/model_executor/runner_utils/buffers.py",
+        f"{MODELS}/kimi_linear.py",
+    ]
+    assert "- dspark_hidden_states -> aux_hidden_states" in rename.body
+    # A name the release does not have is not said to be renamed.
+    assert "get_pp_proxy_dspark_hidden_size" not in rename.body
+    for patch in (runtime, rename):
+        assert all(len(line) <= 72 for line in patch.message().splitlines()), patch.message()
 
 
 def test_the_author_is_gits_identity_unless_given(tmp_path, monkeypatch):

@@ -1,0 +1,1 @@
+"""Stand-in for ``vllm.model_executor.layers``: only ``activation`` and ``layernorm``."""
