@@ -118,9 +118,10 @@ def shipped_tests(plan: FamilyPlan, tree: SGLangTree | None = None) -> dict[str,
     return {TEST_FILE: render_test(plan), INIT_TEST_FILE: render_init_test(plan, features)}
 
 
-def render_test_utils() -> str:
-    """The tests' shared utilities module as shipped."""
-    return TEST_MODELS_SOURCE.read_text(encoding="utf-8")
+def render_test_utils(features: dict[str, bool] | None = None) -> str:
+    """The tests' shared utilities module as shipped, in the form the tree's release
+    needs (``features`` as for :func:`render_init_test`)."""
+    return select(TEST_MODELS_SOURCE.read_text(encoding="utf-8"), features or CURRENT)
 
 
 def render_glue() -> str:
@@ -152,7 +153,8 @@ def family_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
     tests = shipped_tests(plan, tree)
     if tests:  # the tests' utilities: a module of the package, in either layout
         path = tree.module_path(TEST_UTILS_MODULE)
-        utils = FileChange(path, tree.read_text(path), render_test_utils(), TESTS, Role.TEST_MODELS)
+        text = render_test_utils(tree_features(tree))
+        utils = FileChange(path, tree.read_text(path), text, TESTS, Role.TEST_MODELS)
         changes.append(utils)
     if tree.tests is not None:  # a package tree has no test folder: left out
         for name, text in tests.items():

@@ -35,6 +35,11 @@ FEATURES = {
         "sglang.srt.model_executor.runner_utils.buffers",
         r"^def allocate_pp_proxy_tensors\(",
     ),
+    # SGLang's own stand-in for sgl_kernel in CPU tests (0.5.10+).
+    "stub_sgl_kernel": (
+        "sglang.test.test_utils",
+        r"^def maybe_stub_sgl_kernel\(",
+    ),
     # The server-arg check of speculative decoding with PP (0.5.21+).
     "pp_compat_check": (
         "sglang.srt.arg_groups.validation_hook",

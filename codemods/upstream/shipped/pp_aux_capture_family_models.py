@@ -53,7 +53,11 @@ OP_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_OP_TIMEOUT", "300"))
 #: one does not import, ``stub_gpu_only_packages`` stands in for it the way
 #: ``maybe_stub_sgl_kernel`` stands in for ``sgl_kernel``: a ``sys.meta_path`` finder
 #: that makes empty stub modules.  No kernel of theirs ever runs in these tests.
+# @@if stub_sgl_kernel
 GPU_ONLY_PACKAGES = ("flashinfer", "tvm_ffi", "vllm")
+# @@else stub_sgl_kernel
+GPU_ONLY_PACKAGES = ("sgl_kernel", "flashinfer", "tvm_ffi", "vllm")
+# @@end stub_sgl_kernel
 
 
 class _Placeholder:
@@ -137,10 +141,12 @@ def stub_gpu_only_packages():
 
     if missing:
         sys.meta_path.insert(0, _GpuOnlyFinder())
+    # @@if stub_sgl_kernel
 
     from sglang.test.test_utils import maybe_stub_sgl_kernel
 
     maybe_stub_sgl_kernel()
+    # @@end stub_sgl_kernel
 
 
 # ------------------------------------------------------------------ stand-ins

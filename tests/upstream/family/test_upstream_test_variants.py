@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from codemods.upstream.family.patch import INIT_TEST_TEMPLATE
+from codemods.upstream.family.patch import INIT_TEST_TEMPLATE, render_test_utils
 from codemods.upstream.family.test_variants import (
     FEATURES,
     VariantError,
@@ -55,9 +55,9 @@ def test_markers_that_do_not_nest_or_name_no_feature_are_refused(broken):
 @pytest.mark.parametrize(
     ("version", "expected"),
     [
-        ("0.5.20", (False, False, False)),
-        ("0.5.21", (True, False, True)),
-        ("0.5.23", (True, True, True)),
+        ("0.5.20", (False, False, True, False)),
+        ("0.5.21", (True, False, True, True)),
+        ("0.5.23", (True, True, True, True)),
     ],
 )
 def test_each_release_gets_its_own_plain_init_test(sglang_release, version, expected):
@@ -72,3 +72,16 @@ def test_each_release_gets_its_own_plain_init_test(sglang_release, version, expe
     public = "buffers.allocate_pp_proxy_tensors" in text
     assert public == features["public_allocate"]
     assert ("def test_validation_accepts" in text) == features["pp_compat_check"]
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize(("version", "sglang_stub"), [("0.5.3", False), ("0.5.23", True)])
+def test_sgl_kernel_is_stood_in_by_sglang_where_the_release_can(
+    sglang_release, version, sglang_stub
+):
+    tree = detect_tree(sglang_release(version))
+    text = render_test_utils(tree_features(tree))
+    assert "# @@" not in text
+    compile(text, "pp_aux_capture_family_models.py", "exec")
+    assert ("maybe_stub_sgl_kernel()" in text) == sglang_stub
+    assert ('"sgl_kernel"' in text) == (not sglang_stub)
