@@ -11,7 +11,7 @@ packages) are a module of the package, where SGLang keeps its test utilities
 (``TEST_UTILS_MODULE``, ``sglang/test/``), in the patch of either layout.  The helpers
 and the test files are kept under ``codemods/upstream/shipped/``; the tests' model lists
 are generated from the plan, and where releases differ the init test takes the one form
-the tree's release needs (``test_variants.py``), so it holds no code for other releases.
+the tree's release needs (``tree/test_variants.py``), so it holds no code for other releases.
 
 In a checkout the tests go to ``test/registered/unit/models/``; a package tree has no
 test folder, so they are left out of its patch (``shipped_tests`` still renders them,
@@ -26,11 +26,11 @@ from codemods.upstream.edit.change_kinds import RUNTIME, TESTS, Role, model_grou
 from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan, plan_family
-from codemods.upstream.family.test_variants import FEATURES, select, tree_features
 from codemods.upstream.sizing.graph_sizing import sizing_changes
 from codemods.upstream.sizing.graph_sizing_legacy import legacy_sizing_changes
 from codemods.upstream.sizing.packer_access import packer_access_changes
 from codemods.upstream.tree.sglang_tree import SGLangTree
+from codemods.upstream.tree.test_variants import FEATURES, select, tree_features
 
 UPSTREAM_DIR = Path(__file__).resolve().parent.parent
 SHIPPED_DIR = UPSTREAM_DIR / "shipped"

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from codemods.upstream.family.patch import INIT_TEST_TEMPLATE, render_test_utils
-from codemods.upstream.family.test_variants import (
+from codemods.upstream.tree.sglang_tree import detect_tree
+from codemods.upstream.tree.test_variants import (
     FEATURES,
     VariantError,
     select,
     tree_features,
 )
-from codemods.upstream.tree.sglang_tree import detect_tree
 
 TEMPLATE = (
     "a = 1\n"
