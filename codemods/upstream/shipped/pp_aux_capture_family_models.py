@@ -412,7 +412,7 @@ def _code_names(function):
 
 
 def _stores_attribute(function, name: str) -> bool:
-    """Whether ``function``'s bytecode assigns attribute ``name`` (``x.<name> = ...``)."""
+    """Whether ``function``'s bytecode assigns attribute ``name`` (``x.name = ...``)."""
     import dis
     import inspect
 
