@@ -10,7 +10,9 @@ Layout of the cache (root: ``$AUXCAP_CACHE``, default ``~/.cache/auxcap``)::
 modules (``stubs/``: triton, torchvision, IPython, xgrammar), the tree, this project and the
 ``tests`` directory first, so ``python -c "import sglang.srt.models.kimi_linear"`` works on a
 CPU-only machine with the packages of ``tests/requirements-sglang.txt`` installed.
-``run_python(code_or_args, root)`` runs such a subprocess with a timeout.
+Paths before the stubs: the transformers the tree's release pins where this interpreter
+has another (``release_deps.tree_paths``).  ``run_python(code_or_args, root)`` runs such a
+subprocess with a timeout.
 
 Nothing here imports SGLang into the calling process: SGLang's import has side effects
 (logging, env vars, torch settings) that must not leak into the test process.
@@ -123,8 +125,12 @@ def sglang_tree(version: str) -> Path:
 
 
 def sglang_env(root: Path | None, extra_paths: Sequence[Path] = ()) -> dict[str, str]:
-    """Environment for a subprocess that imports SGLang from ``root`` on CPU."""
+    """Environment for a subprocess that imports SGLang from ``root`` on CPU, with the
+    transformers ``root``'s release pins."""
+    from sglang_support.release_deps import tree_paths
+
     paths = [str(p) for p in extra_paths]
+    paths += [str(p) for p in tree_paths(root) if p not in extra_paths]
     paths += [str(STUBS_DIR)]
     if root is not None:
         paths.append(str(root))

@@ -86,8 +86,8 @@ def main(argv: list[str]) -> int:
     path, sizes, *models = argv[1:] if defaults else argv
     if defaults:
         # The shipped stand-ins for GPU-only packages first, as the test itself does.
-        sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-        importlib.import_module("pp_aux_capture_family_models").stub_gpu_only_packages()
+        utils = importlib.import_module("sglang.test.pp_aux_capture_family_models")
+        utils.stub_gpu_only_packages()
         for name in WITH_FALLBACK:
             sys.modules[name] = None  # type: ignore[assignment]
         kernel_cache_off()

@@ -9,7 +9,10 @@ resolver run against this environment, ``--dry-run --report``), constrained by
 transformers release (under a lock, moved into place whole) and shared by every SGLang
 release that pins it.  ``release_paths(version)`` is what to put first on a subprocess's
 ``PYTHONPATH`` to import that release with its transformers: the site directory, or
-nothing when this interpreter has that transformers already.
+nothing when this interpreter has that transformers already.  ``tree_paths(root)`` is the
+same for the SGLang tree at ``root`` (an unpacked release or a copy of one: its version
+read from ``sglang/_version.py``); ``env.sglang_env`` puts them first for every tree, so
+each release's code, shipped tests included, runs under the transformers it pins.
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from sglang_support.env import PROJECT_ROOT, _locked, cache_root, download_wheel
+from sglang_support.env import PROJECT_ROOT, _locked, cache_root, download_wheel, find_wheel
 
 CONSTRAINTS = PROJECT_ROOT / "scripts" / "constraints.txt"
 _PIN = re.compile(r"^Requires-Dist:\s*transformers\s*==\s*([^\s;,]+)", re.M)
+_VERSION = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""", re.M)
 
 
 def pinned_transformers(version: str) -> str:
@@ -94,3 +98,21 @@ def release_paths(version: str) -> list[Path]:
     except importlib.metadata.PackageNotFoundError:
         pass
     return [transformers_site(pinned)]
+
+
+def tree_version(root: Path) -> str | None:
+    """The SGLang version of the tree at ``root`` (``sglang/_version.py``), if it says."""
+    path = Path(root) / "sglang" / "_version.py"
+    if not path.is_file():
+        return None
+    found = _VERSION.search(path.read_text(encoding="utf-8"))
+    return found.group(1) if found else None
+
+
+def tree_paths(root: Path | None) -> list[Path]:
+    """:func:`release_paths` of the tree at ``root``; none for a tree that is not a
+    release (no version, or no cached wheel of it)."""
+    version = tree_version(root) if root is not None else None
+    if version is None or find_wheel(version) is None:
+        return []
+    return release_paths(version)

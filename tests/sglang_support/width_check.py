@@ -173,7 +173,14 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "gemma4_causal",
         "Gemma4ForCausalLM",
         "Gemma4TextConfig",
-        dict(hidden_act="gelu_pytorch_tanh", hidden_size_per_layer_input=0),
+        # Full-attention layers shaped as the sliding ones (transformers 5.19, which
+        # 0.5.22+ pin, refuses the global head_dim of a config whose shapes differ).
+        dict(
+            hidden_act="gelu_pytorch_tanh",
+            hidden_size_per_layer_input=0,
+            global_head_dim=16,
+            num_global_key_value_heads=2,
+        ),
     ),
     "bailing_moe": (
         "bailing_moe",

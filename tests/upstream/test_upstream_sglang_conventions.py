@@ -1,15 +1,18 @@
 """The test files the upstream patch ships follow SGLang's conventions and run without
 GPU packages.
 
-SGLang's CI finds tests by parsing ``register_cpu_ci(...)`` calls (``ci_register.py``,
-``ut_parse_one_file``), its tests derive from ``CustomTestCase``, and GPU-only packages
-are stood in by a ``sys.meta_path`` finder installed before SGLang is imported (as
-``maybe_stub_sgl_kernel`` does), never skipped around.  The generated files are checked
-with the release's own parser and by their syntax tree, then run from a patched copy of
-SGLang 0.5.23 in a process where triton, sgl_kernel, flashinfer and tvm_ffi do not
-import: only the shipped finder can make SGLang import there.  The other packages SGLang
-needs and this machine lacks (torchvision, IPython, ...; SGLang's CI installs them) come
-from ``sglang_support/stubs``.
+SGLang 0.5.23 is laid out as a checkout and patched.  SGLang's CI collects every file under
+``test/registered/`` with ``collect_tests`` (``ci_register.py``), which refuses a file
+without a ``register_*_ci(...)`` call or without a ``__main__`` entry: the release's own
+collector takes every file there.  The tests derive from ``CustomTestCase``, their shared
+utilities are a module of the package (``sglang/test/``), and GPU-only packages are stood
+in by ``sys.meta_path`` finders installed before the models are imported
+(``maybe_stub_sgl_kernel`` for sgl_kernel, a finder of the same kind for the others),
+never skipped around.  The tests then run from the checkout in a process where
+sgl_kernel, flashinfer, tvm_ffi and vllm do not import: only the shipped finders can make
+the models import there.  The packages SGLang needs and this machine lacks (triton, which
+``import sglang`` itself needs, torchvision, IPython, ...; SGLang's CPU CI installs them)
+come from ``sglang_support/stubs``.
 """
 
 from __future__ import annotations
@@ -23,16 +26,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from sglang_support.env import STUBS_DIR, git_apply, linked_copy
+from sglang_support.env import STUBS_DIR
+from sglang_support.lint_tools import lay_out_checkout, write_file
+from sglang_support.release_deps import tree_paths
 
-from codemods.upstream.family.patch import INIT_TEST_FILE, TEST_FILE, TEST_MODELS_FILE
+from codemods.upstream.family.patch import INIT_TEST_FILE, TEST_FILE
 from codemods.upstream.generate import generate
 from codemods.upstream.validation.runtime_guard import RELAY_TEST_FILE
 
 pytestmark = pytest.mark.sglang
 
 RELEASE = "0.5.23"
-GPU_ONLY = ("triton", "sgl_kernel", "flashinfer", "tvm_ffi", "vllm")
+GPU_ONLY = ("sgl_kernel", "flashinfer", "tvm_ffi", "vllm")
+UTILS = "python/sglang/test/pp_aux_capture_family_models.py"
+TESTS = "test/registered/unit/models"
 
 #: Makes the GPU-only packages fail to import in the process, as on a CPU machine.
 NO_GPU_PACKAGES = f"""\
@@ -63,19 +70,19 @@ def _ci_register(release: Path):
     return module
 
 
-def _patched(release: Path, tmp_path: Path, models: list[str] | None = None):
-    """A patched copy of ``release`` and the folder ``--tests-dir`` wrote the tests to."""
-    tests_dir = tmp_path / "tests"
-    result = generate(release, models=models, tests_dir=tests_dir)
-    assert result.tests_left_out and result.tests_dir == tests_dir.resolve()
-    # Nothing of the tests is written into the package.
-    assert not [path for path in result.changed if "/test/" in path]
-    root = linked_copy(
-        release, tmp_path / "tree", writable=[c.path for c in result.changes if c.old is not None]
-    )
-    done = git_apply(root, result.patch)
-    assert done.returncode == 0, done.stderr
-    return root, tests_dir
+def _patched(release: Path, tmp_path: Path):
+    """A patched checkout of ``release``."""
+    root = lay_out_checkout(release, tmp_path / "sglang")
+    result = generate(root)
+    for change in result.changes:
+        write_file(root, change.path, change.new)
+    assert sorted(p for p in result.changed if "test/" in p) == [
+        UTILS,
+        f"{TESTS}/{INIT_TEST_FILE}",
+        f"{TESTS}/{TEST_FILE}",
+        f"{TESTS}/{RELAY_TEST_FILE}",
+    ]
+    return root
 
 
 def _cpu_stubs(tmp_path: Path) -> Path:
@@ -91,7 +98,8 @@ def _cpu_stubs(tmp_path: Path) -> Path:
 def _run_without_gpu_packages(
     root: Path, tmp_path: Path, cwd: Path, *args: str
 ) -> subprocess.CompletedProcess:
-    """``python ARGS`` with ``root`` on the path and no GPU-only package importable."""
+    """``python ARGS`` with the checkout ``root``'s package on the path and no GPU-only
+    package importable."""
     site = tmp_path / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(NO_GPU_PACKAGES)
@@ -100,7 +108,10 @@ def _run_without_gpu_packages(
     )
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PYTHONPATH": os.pathsep.join([str(site), str(root), str(stubs)]),
+        # The transformers the release pins first, where this interpreter has another.
+        "PYTHONPATH": os.pathsep.join(
+            [*map(str, tree_paths(root / "python")), str(site), str(root / "python"), str(stubs)]
+        ),
         "OMP_NUM_THREADS": "1",
         "HOME": str(tmp_path),
         "HF_HUB_OFFLINE": "1",
@@ -154,42 +165,57 @@ def _module_level_problems(path: Path) -> list[str]:
 def patched(sglang_release, tmp_path_factory):
     release = sglang_release(RELEASE)
     tmp_path = tmp_path_factory.mktemp("conventions")
-    root, tests_dir = _patched(release, tmp_path)
-    return release, root, tests_dir, tmp_path
+    return release, _patched(release, tmp_path), tmp_path
 
 
-def test_shipped_tests_register_for_cpu_ci_and_keep_to_sglang_conventions(patched):
-    release, _, tests_dir, _ = patched
-    assert sorted(p.name for p in tests_dir.iterdir()) == sorted(
-        [TEST_MODELS_FILE, TEST_FILE, INIT_TEST_FILE, RELAY_TEST_FILE]
-    )
+def test_sglang_ci_collects_every_file_under_test_registered(patched):
+    release, root, _ = patched
     ci = _ci_register(release)
+    files = sorted(str(p) for p in (root / "test" / "registered").rglob("*.py"))
+    assert len(files) == 3
+    registries = ci.collect_tests(files, sanity_check=True)
+    assert sorted((Path(r.filename).name, r.backend, r.suite) for r in registries) == [
+        (INIT_TEST_FILE, ci.HWBackend.CPU, "base-a-test-cpu"),
+        (TEST_FILE, ci.HWBackend.CPU, "base-a-test-cpu"),
+        (RELAY_TEST_FILE, ci.HWBackend.CPU, "base-a-test-cpu"),
+    ]
+    assert all(r.est_time > 0 and r.disabled is None for r in registries)
+
+
+def test_shipped_tests_keep_to_sglang_conventions(patched):
+    _, root, _ = patched
     for name in (TEST_FILE, INIT_TEST_FILE, RELAY_TEST_FILE):
-        path = tests_dir / name
-        source = path.read_text()
+        source = (root / TESTS / name).read_text()
         assert "(CustomTestCase):" in source, name
         assert "from sglang.test.ci.ci_register import register_cpu_ci" in source
         assert "from sglang.test.test_utils import CustomTestCase" in source
-        registries, has_main = ci.ut_parse_one_file(str(path))
-        assert has_main, name
-        assert [r.backend for r in registries] == [ci.HWBackend.CPU], name
-        assert registries[0].est_time > 0, name
-        assert registries[0].suite == "base-a-test-cpu", name
-        # The finder goes in before the first SGLang import.
-        assert source.index("stub_gpu_only_packages()\n") < source.index("from sglang."), name
-    for name in (TEST_MODELS_FILE, TEST_FILE, INIT_TEST_FILE, RELAY_TEST_FILE):
-        assert _module_level_problems(tests_dir / name) == [], name
+        # Their utilities come from the package, not from a path of their own.
+        assert "from sglang.test.pp_aux_capture_family_models import" in source, name
+        assert "sys.path" not in source, name
+        # The finders go in before anything else of SGLang is imported.
+        call = source.index("stub_gpu_only_packages()\n")
+        assert call < source.index("from sglang.test.test_utils"), name
+        assert source[:call].count("from sglang.") == 1, name
+    for path in (
+        f"{TESTS}/{TEST_FILE}",
+        f"{TESTS}/{INIT_TEST_FILE}",
+        f"{TESTS}/{RELAY_TEST_FILE}",
+        UTILS,
+    ):
+        assert _module_level_problems(root / path) == [], path
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_the_shipped_test_passes_on_the_real_models_without_gpu_packages(patched):
-    _, root, tests_dir, tmp_path = patched
-    # The package itself does not import without the GPU-only packages ...
+    _, root, tmp_path = patched
+    tests_dir = root / TESTS
+    # The models do not import without the GPU-only packages ...
     probe = _run_without_gpu_packages(
         root, tmp_path, tmp_path, "-c", "import sglang.srt.models.llama"
     )
-    assert "No module named 'triton'" in probe.stderr, probe.stderr[-2000:]
+    missing = [name for name in GPU_ONLY if f"No module named '{name}'" in probe.stderr]
+    assert missing, probe.stderr[-2000:]
     # ... yet the shipped test, run as SGLang's CI runs a test file, imports and passes,
     # every test run, none skipped.
     run = _run_without_gpu_packages(

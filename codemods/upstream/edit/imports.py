@@ -4,7 +4,8 @@ would place it, leaving every other line untouched.
 Placement: among the module's top-level ``from sglang... import`` statements, before the
 first one whose module sorts after the new module (isort compares module names
 case-insensitively, and within a section ``from`` imports follow plain imports); after the
-last of them when none sorts after.  A module without ``sglang`` imports gets the statement
+last of them when none sorts after.  Inserted first in its section, the statement takes
+over the blank lines that separated the section from the one above.  A module without ``sglang`` imports gets the statement
 after its last top-level import, as a section of its own.  Names already imported from the
 module are not added twice; an existing ``from module import ...`` statement is extended.
 """
@@ -60,6 +61,23 @@ def _sort_key(name: str) -> tuple[int, str]:
     return (2, name.lower())
 
 
+def _before(
+    statement: cst.SimpleStatementLine, following: cst.SimpleStatementLine
+) -> list[cst.SimpleStatementLine]:
+    """``statement`` inserted before ``following``: the blank lines that open
+    ``following`` (the gap between import sections) now open ``statement``, so the new
+    import joins its section instead of sitting above the gap; comment lines stay with
+    the statement they precede."""
+    leading = list(following.leading_lines)
+    blanks = 0
+    while blanks < len(leading) and leading[blanks].comment is None:
+        blanks += 1
+    if not blanks:
+        return [statement, following]
+    moved = statement.with_changes(leading_lines=leading[:blanks])
+    return [moved, following.with_changes(leading_lines=leading[blanks:])]
+
+
 def add_from_import(module: cst.Module, from_module: str, names: Sequence[str]) -> cst.Module:
     """``module`` with ``from from_module import names`` present (see module docstring)."""
     present = imported_names(module, from_module)
@@ -98,7 +116,9 @@ def add_from_import(module: cst.Module, from_module: str, names: Sequence[str]) 
             node = _import_from(body[index])
             assert node is not None
             if module_name(node).lower() > key:
-                body.insert(index, statement)
+                following = body[index]
+                assert isinstance(following, cst.SimpleStatementLine)
+                body[index : index + 1] = _before(statement, following)
                 break
         else:
             body.insert(same_package[-1] + 1, statement)

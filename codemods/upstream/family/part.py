@@ -4,9 +4,10 @@
   (``plan.FamilyPlan``: patched or not, and why, per file), its rewritten files and the
   helpers module they call.  Not applicable on a tree with no such file, or when
   ``--models`` names none; its facts are the plan.
-* ``shipped_tests``: the family test, its stand-in models and the init test
-  (``patch.shipped_tests``); in a checkout's patch, left out of a package tree's (its
-  facts, file name -> text, still feed ``--tests-dir`` and ``--validate``).
+* ``shipped_tests``: the family test and the init test (``patch.shipped_tests``); in a
+  checkout's patch, left out of a package tree's (its facts, file name -> text, still feed
+  ``--tests-dir`` and ``--validate``); their shared utilities are a module of the package
+  (``sglang/test/``), in the patch of either layout.
 """
 
 from __future__ import annotations
@@ -15,9 +16,16 @@ from codemods.upstream import part
 from codemods.upstream.edit.change_kinds import TESTS, Role, model_group
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.edit.runtime import runtime_change
-from codemods.upstream.family.patch import TEST_ROLES, plan_for_tree, shipped_tests
+from codemods.upstream.family.patch import (
+    TEST_ROLES,
+    TEST_UTILS_MODULE,
+    plan_for_tree,
+    render_test_utils,
+    shipped_tests,
+)
 from codemods.upstream.family.plan import FamilyPlan
 from codemods.upstream.tree.sglang_tree import SGLangTree
+from codemods.upstream.tree.test_variants import tree_features
 
 
 def model_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
@@ -54,10 +62,13 @@ def decide_family(tree: SGLangTree, plan: part.Plan) -> part.Decision:
 
 def decide_tests(tree: SGLangTree, plan: part.Plan) -> part.Decision:
     family = plan.facts("family")
-    tests = shipped_tests(family) if family is not None else {}
+    tests = shipped_tests(family, tree) if family is not None else {}
     if not tests:
         return part.not_applicable("no model file of the capture-hook family is rewritten")
-    changes = []
+    # The tests' utilities: a module of the package, in either layout.
+    path = tree.module_path(TEST_UTILS_MODULE)
+    text = render_test_utils(tree_features(tree))
+    changes = [FileChange(path, tree.read_text(path), text, TESTS, Role.TEST_MODELS)]
     if tree.tests is not None:  # a package tree has no test folder: left out
         for name, text in tests.items():
             path = tree.test_path(name)

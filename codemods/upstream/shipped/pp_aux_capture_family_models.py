@@ -1,9 +1,11 @@
-"""Stand-in models for ``test_pp_aux_capture_family.py``: one PP stage of a real SGLang
+"""Test utilities of the aux hidden-state capture tests under pipeline parallelism.
+
+Stand-in models for ``test_pp_aux_capture_family.py``: one PP stage of a real SGLang
 causal-LM class, built with tiny stand-in decoder layers, embedding, norm, logits
 processor and PP group (no weights to load, no attention kernels), its forward run as
-the scheduler runs it, and the aux states of a single-stage run to compare against.
-
-Shipped next to the test, which imports it from its own folder.
+the scheduler runs it, and the aux states of a single-stage run to compare against;
+and, for both tests, the stand-ins for GPU-only packages on a CPU machine
+(``stub_gpu_only_packages``).
 """
 
 import os
@@ -46,12 +48,16 @@ OP_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_OP_TIMEOUT", "300"))
 
 # ------------------------------------------------ GPU-only packages on a CPU machine
 
-#: Packages that only a GPU machine has and SGLang imports at module level (vllm: when
-#: a rotary embedding is built off CUDA, for a kernel it never runs here).  Where one
-#: does not import, ``stub_gpu_only_packages`` stands in for it (as
-#: ``sglang.test.test_utils.maybe_stub_sgl_kernel`` does for ``sgl_kernel``): no kernel
-#: of theirs ever runs in these tests.
-GPU_ONLY_PACKAGES = ("triton", "sgl_kernel", "flashinfer", "tvm_ffi", "vllm")
+#: GPU-only packages that SGLang imports at module level besides ``sgl_kernel`` (vllm:
+#: when a rotary embedding is built off CUDA, for a kernel it never runs here).  Where
+#: one does not import, ``stub_gpu_only_packages`` stands in for it the way
+#: ``maybe_stub_sgl_kernel`` stands in for ``sgl_kernel``: a ``sys.meta_path`` finder
+#: that makes empty stub modules.  No kernel of theirs ever runs in these tests.
+# @@if stub_sgl_kernel
+GPU_ONLY_PACKAGES = ("flashinfer", "tvm_ffi", "vllm")
+# @@else stub_sgl_kernel
+GPU_ONLY_PACKAGES = ("sgl_kernel", "flashinfer", "tvm_ffi", "vllm")
+# @@end stub_sgl_kernel
 
 
 class _Placeholder:
@@ -77,13 +83,6 @@ class _Placeholder:
         return (object,)
 
 
-class _Constexpr:
-    """``triton.language.constexpr``: keeps its value in ``.value``."""
-
-    def __init__(self, value=None):
-        self.value = value.value if isinstance(value, _Constexpr) else value
-
-
 def _accept_any(self, *args, **kwargs):
     self.args, self.kwargs = args, kwargs
 
@@ -107,34 +106,11 @@ def _stand_in_getattr(module):
     return __getattr__
 
 
-def _stand_in_module(module):
-    """Fill in a stand-in module (and what triton's must hold at SGLang's import)."""
-    module.__path__ = []
-    module.__getattr__ = _stand_in_getattr(module)
-    if module.__name__ == "triton":
-        import importlib
-
-        module.__version__ = "3.5.0"
-        module.language = importlib.import_module("triton.language")
-        module.runtime = importlib.import_module("triton.runtime")
-    elif module.__name__ == "triton.language":
-        module.constexpr = _Constexpr
-    elif module.__name__ == "triton.runtime":
-        # The CPU as the current target: modules that pick a torch device library
-        # from triton's backend at import get ``torch.cpu``.
-        active = _Placeholder("triton.runtime.driver.active")
-        active.get_current_target = lambda: SimpleNamespace(
-            backend="cpu", arch=0, warp_size=32
-        )
-        module.driver = SimpleNamespace(active=active)
-    elif module.__name__ in GPU_ONLY_PACKAGES:
-        module.__version__ = "0.0.0"
-
-
 def stub_gpu_only_packages():
-    """Put a ``sys.meta_path`` finder in front for each of ``GPU_ONLY_PACKAGES`` that
-    does not import here; must run before SGLang is imported.  Returns the stubbed
-    names."""
+    """Stand in for the GPU-only packages that do not import here: ``sgl_kernel``
+    through ``sglang.test.test_utils.maybe_stub_sgl_kernel``, those of
+    ``GPU_ONLY_PACKAGES`` through a finder of the same kind.  Must run before the
+    SGLang modules under test are imported; a no-op where the packages import."""
     import importlib
     import importlib.abc
     import importlib.machinery
@@ -145,29 +121,32 @@ def stub_gpu_only_packages():
             importlib.import_module(name)
         except Exception:  # ImportError, or OSError from a kernel library
             missing.append(name)
-    if not missing:
-        return []
 
     class _Loader(importlib.abc.Loader):
         def create_module(self, spec):
             return None
 
         def exec_module(self, module):
-            _stand_in_module(module)
+            module.__path__ = []
+            module.__version__ = "0.0.0"
+            module.__getattr__ = _stand_in_getattr(module)
 
-    class _Finder(importlib.abc.MetaPathFinder):
-        stubbed = tuple(missing)
-
+    class _GpuOnlyFinder(importlib.abc.MetaPathFinder):
         def find_spec(self, fullname, path=None, target=None):
-            if fullname.split(".")[0] in self.stubbed:
+            if fullname.split(".")[0] in missing:
                 return importlib.machinery.ModuleSpec(
                     fullname, _Loader(), is_package=True
                 )
             return None
 
-    if not any(type(f).__name__ == "_Finder" for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
-    return missing
+    if missing:
+        sys.meta_path.insert(0, _GpuOnlyFinder())
+    # @@if stub_sgl_kernel
+
+    from sglang.test.test_utils import maybe_stub_sgl_kernel
+
+    maybe_stub_sgl_kernel()
+    # @@end stub_sgl_kernel
 
 
 # ------------------------------------------------------------------ stand-ins
@@ -433,7 +412,7 @@ def _code_names(function):
 
 
 def _stores_attribute(function, name: str) -> bool:
-    """Whether ``function``'s bytecode assigns attribute ``name`` (``x.<name> = ...``)."""
+    """Whether ``function``'s bytecode assigns attribute ``name`` (``x.name = ...``)."""
     import dis
     import inspect
 

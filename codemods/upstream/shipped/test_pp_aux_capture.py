@@ -12,16 +12,16 @@ hook takes one capture on each stage, and then:
   functions the model runner and the CUDA graph runners size the handoff with) give
   stage 1 an ``aux_hidden_states`` buffer exactly as wide as the entry stage 0 sends,
   and stage 0 none; the entry is received into that buffer;
-* validation: ``check_pipeline_parallel_compat`` accepts EAGLE3 with PP for a patched
-  architecture and still refuses it for an architecture whose model file has no
-  capture hook.
+* validation (releases with that check): ``check_pipeline_parallel_compat`` accepts
+  EAGLE3 with PP for a patched architecture and still refuses it for an architecture
+  whose model file has no capture hook.
 
-GPU-only packages SGLang imports (triton, sgl_kernel, ...) are stood in for where they
-do not import (``stub_gpu_only_packages``), so the test runs on a CPU machine.
+GPU-only packages SGLang imports (sgl_kernel, flashinfer, ...) are stood in for where
+they do not import (``stub_gpu_only_packages``, ``sglang.test``), so the test runs on a
+CPU machine.
 """
 
 import importlib
-import inspect
 import json
 import multiprocessing as mp
 import os
@@ -36,10 +36,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-# The helpers shared with the family test live next to this file.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from pp_aux_capture_family_models import stub_gpu_only_packages  # noqa: E402
+from sglang.test.pp_aux_capture_family_models import stub_gpu_only_packages
 
 stub_gpu_only_packages()
 # CPU: DeepSeek-V4 keeps its wo_a projection unquantized instead of asking for the FP8
@@ -196,7 +193,14 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "gemma4_causal",
         "Gemma4ForCausalLM",
         "Gemma4TextConfig",
-        dict(hidden_act="gelu_pytorch_tanh", hidden_size_per_layer_input=0),
+        dict(
+            hidden_act="gelu_pytorch_tanh",
+            hidden_size_per_layer_input=0,
+            # Full-attention layers shaped as the sliding ones: one attention
+            # shape for every layer.
+            global_head_dim=16,
+            num_global_key_value_heads=2,
+        ),
     ),
     "bailing_moe": (
         "bailing_moe",
@@ -497,8 +501,7 @@ def _free_port():
 
 def _init_parallel(rank, port):
     """SGLang's world and model-parallel groups for ``tp_size=1``, ``pp_size=2``, and
-    the server args the model constructors read (releases before 0.5.21 take the
-    sizes as arguments; later ones read the published topology)."""
+    the server args the model constructors read."""
     from sglang.srt import runtime_context
     from sglang.srt.distributed import parallel_state
     from sglang.srt.server_args import ServerArgs
@@ -515,15 +518,7 @@ def _init_parallel(rank, port):
         model_path="dummy", tp_size=1, pp_size=PP_SIZE, device="cpu"
     )
     runtime_context.reset_context()
-    sizes = inspect.signature(parallel_state.initialize_model_parallel).parameters
-    if "pipeline_model_parallel_size" in sizes:
-        runtime_context.publish(server_args, role="test")
-        parallel_state.initialize_model_parallel(
-            tensor_model_parallel_size=1,
-            pipeline_model_parallel_size=PP_SIZE,
-            backend="gloo",
-        )
-        return
+    # @@if published_topology
     # Publish the topology initialize_model_parallel reads, keeping the WORLD group
     # just built.
     runtime_context.publish(
@@ -535,6 +530,14 @@ def _init_parallel(rank, port):
         world_group=parallel_state._WORLD
     )
     parallel_state.initialize_model_parallel(backend="gloo")
+    # @@else published_topology
+    runtime_context.publish(server_args, role="test")
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=1,
+        pipeline_model_parallel_size=PP_SIZE,
+        backend="gloo",
+    )
+    # @@end published_topology
 
 
 def _all_ok(ok):
@@ -577,21 +580,17 @@ def _sizing(lm, rank):
     width = misc_utils.resolve_pp_proxy_aux_hidden_size(
         model=lm, pp_size=PP_SIZE, pp_rank=rank
     )
-    arguments = dict(
+    # @@if public_allocate
+    allocate = buffers.allocate_pp_proxy_tensors
+    # @@else public_allocate
+    allocate = buffers._allocate_pp_proxy_tensors
+    # @@end public_allocate
+    allocated = allocate(
         max_num_tokens=TOKENS,
         max_hidden_tokens=TOKENS,
-        max_num_token=TOKENS,
         hidden_size=HIDDEN,
         dtype=torch.float32,
         pp_proxy_aux_hidden_size=width,
-    )
-    # Private before SGLang 0.5.21, where the patch adds the aux parameter to it.
-    allocate = getattr(buffers, "allocate_pp_proxy_tensors", None)
-    if allocate is None:
-        allocate = buffers._allocate_pp_proxy_tensors
-    accepted = inspect.signature(allocate).parameters
-    allocated = allocate(
-        **{key: value for key, value in arguments.items() if key in accepted}
     )
     entry = allocated.get(AUX_ENTRY)
     return int(width), 0 if entry is None else int(entry.shape[-1]), allocated
@@ -813,15 +812,13 @@ class TestPPAuxCapture(CustomTestCase):
                     (last["reported"], last["resolved"], last["buffer"]),
                     (last["sent"],) * 3,
                 )
+    # @@if pp_compat_check
 
     def test_validation_accepts_patched_architectures_only(self):
-        # The server-arg check of EAGLE3 with PP exists from SGLang 0.5.21 on; older
-        # releases refuse no model there, so there is nothing to relax.
-        hook = importlib.import_module("sglang.srt.arg_groups.validation_hook")
-        check = getattr(hook, "check_pipeline_parallel_compat", None)
-        if check is None:
-            return
         from sglang.srt.arg_groups.overrides import resolving_view
+        from sglang.srt.arg_groups.validation_hook import (
+            check_pipeline_parallel_compat as check,
+        )
 
         # The architectures whose patched hooks include EAGLE3's (others relay only
         # DFLASH or DSPARK captures).
@@ -839,6 +836,7 @@ class TestPPAuxCapture(CustomTestCase):
                 check(resolving_view(_server_args(arch)))
         with self.assertRaises((AssertionError, ValueError)):
             check(resolving_view(_server_args(UNPATCHED_ARCH)))
+    # @@end pp_compat_check
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ equal (``torch.equal``) those of a single-stage run of the same model.
 
 All models run in one set of worker processes per PP size, so the SGLang import is
 paid once.  Run directly (``python test_pp_aux_capture_family.py``) or with pytest.
-GPU-only packages SGLang imports (triton, sgl_kernel, ...) are stood in for where they do
-not import (``stub_gpu_only_packages``), so it runs on a CPU machine.
+GPU-only packages SGLang imports (sgl_kernel, flashinfer, ...) are stood in for where
+they do not import (``stub_gpu_only_packages``, ``sglang.test``), so it runs on a CPU
+machine.
 """
 
 import json
@@ -26,11 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-# The stand-in models live next to this file: make the folder importable however the
-# test is started.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from pp_aux_capture_family_models import (  # noqa: E402
+from sglang.test.pp_aux_capture_family_models import (
     BATCHES,
     LAYER_ID_SETS,
     OP_TIMEOUT_S,
@@ -44,8 +41,8 @@ from pp_aux_capture_family_models import (  # noqa: E402
     stub_gpu_only_packages,
 )
 
-# GPU-only packages SGLang imports (triton, sgl_kernel, ...) are stood in for where
-# they do not import, before SGLang is.
+# GPU-only packages SGLang imports (sgl_kernel, flashinfer, ...) are stood in for
+# where they do not import, before the models are.
 stub_gpu_only_packages()
 
 from sglang.test.ci.ci_register import register_cpu_ci  # noqa: E402

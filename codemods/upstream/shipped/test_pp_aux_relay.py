@@ -16,8 +16,6 @@
   tree) is sized by it, with a deprecation warning.
 """
 
-import os
-import sys
 import unittest
 from types import SimpleNamespace
 from unittest import mock
@@ -25,10 +23,7 @@ from unittest import mock
 import torch
 from torch import nn
 
-# The helpers shared with the family test live next to this file.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from pp_aux_capture_family_models import stub_gpu_only_packages  # noqa: E402
+from sglang.test.pp_aux_capture_family_models import stub_gpu_only_packages
 
 stub_gpu_only_packages()
 

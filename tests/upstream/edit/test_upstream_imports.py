@@ -80,3 +80,23 @@ def test_parse_statements_renders_at_its_indentation():
     func = module.body[0].body.body[0]
     new = module.with_deep_changes(func.body, body=[stmt])
     assert new.code == "class A:\n    def f(self):\n" + text
+
+
+def test_first_in_its_section_it_takes_over_the_gap_above_the_section():
+    source = (
+        "import torch\n"
+        "from torch import nn\n\n"
+        "# layers\n"
+        "from sglang.srt.layers.utils import PPMissingLayer\n"
+    )
+    assert _add(source) == (
+        "import torch\n"
+        "from torch import nn\n\n"
+        "from sglang.srt.distributed.pp_aux_transport import (\n"
+        "    AuxCapturePlan,\n"
+        "    PPAuxTransport,\n"
+        "    validate_layer_ids,\n"
+        ")\n"
+        "# layers\n"
+        "from sglang.srt.layers.utils import PPMissingLayer\n"
+    )

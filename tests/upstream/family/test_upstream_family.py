@@ -336,14 +336,18 @@ def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
     assert f"written to {tests_dir.resolve()} instead" in outcome.output
     patch = out.read_text()
     touched = [line.split(" b/")[1] for line in patch.splitlines() if line.startswith("diff --git")]
-    assert not [path for path in touched if "/test/" in path or "test_" in path]
+    # Only the tests' utilities go into the package, beside SGLang's own (sglang/test/).
+    assert [path for path in touched if "/test/" in path or "test_" in path] == [
+        "sglang/test/pp_aux_capture_family_models.py"
+    ]
     assert "sglang/srt/models/family_llama_like.py" in touched
     assert "sglang/srt/distributed/pp_aux_capture.py" in touched
     assert git_apply(root, patch, check=True).returncode == 0
     assert git_apply(root, patch).returncode == 0
-    assert not (root / "sglang/test").exists()
+    assert sorted(p.name for p in (root / "sglang/test").iterdir()) == [
+        "pp_aux_capture_family_models.py"
+    ]
     assert sorted(p.name for p in tests_dir.iterdir()) == [
-        "pp_aux_capture_family_models.py",
         "test_pp_aux_capture.py",
         "test_pp_aux_capture_family.py",
     ]
@@ -351,9 +355,9 @@ def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
     assert '"family_llama_like",\n        "TinyForCausalLM",\n        "TinyModel",' in test_file
     assert "family_unsupported" not in test_file
     compile(test_file, "test_pp_aux_capture_family.py", "exec")
-    # The test imports its stand-in models from the file shipped next to it.
-    assert "from pp_aux_capture_family_models import (" in test_file
-    models_file = (tests_dir / "pp_aux_capture_family_models.py").read_text()
+    # The test imports its stand-in models from the package's test utilities.
+    assert "from sglang.test.pp_aux_capture_family_models import (" in test_file
+    models_file = (root / "sglang/test/pp_aux_capture_family_models.py").read_text()
     compile(models_file, "pp_aux_capture_family_models.py", "exec")
     assert "def build_model(" in models_file and "def build_model(" not in test_file
     init_test = (tests_dir / "test_pp_aux_capture.py").read_text()
@@ -402,10 +406,11 @@ def test_checkout_patch_carries_the_tests_under_test_registered_unit_models(tmp_
     assert not result.tests_left_out and result.tests_note is None
     tests = [path for path in result.changed if path.startswith("test/")]
     assert sorted(tests) == [
-        "test/registered/unit/models/pp_aux_capture_family_models.py",
         "test/registered/unit/models/test_pp_aux_capture.py",
         "test/registered/unit/models/test_pp_aux_capture_family.py",
     ]
+    # Their shared utilities sit where SGLang keeps its test utilities.
+    assert "python/sglang/test/pp_aux_capture_family_models.py" in result.changed
 
 
 def test_cli_rejects_a_model_without_a_capture_hook(tmp_path):
