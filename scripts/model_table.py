@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from codemods.upstream.family.patch import models_dir  # noqa: E402
+from codemods.upstream.family.part import models_dir  # noqa: E402
 from codemods.upstream.family.plan import plan_family  # noqa: E402
 from codemods.upstream.output.family_report import (  # noqa: E402
     coverage_line,

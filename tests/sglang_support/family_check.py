@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from codemods.upstream.family.patch import TEST_FILE
 from codemods.upstream.generate import UpstreamResult, generate, write_tests
+from codemods.upstream.validation.shipped_tests import TEST_FILE
 from sglang_support.env import STUBS_DIR, git_apply, linked_copy, sglang_env
 from sglang_support.generated import release_result
 

@@ -30,9 +30,9 @@ from sglang_support.env import STUBS_DIR
 from sglang_support.lint_tools import lay_out_checkout, write_file
 from sglang_support.release_deps import tree_paths
 
-from codemods.upstream.family.patch import INIT_TEST_FILE, TEST_FILE
 from codemods.upstream.generate import generate
 from codemods.upstream.validation.runtime_guard import RELAY_TEST_FILE
+from codemods.upstream.validation.shipped_tests import INIT_TEST_FILE, TEST_FILE
 
 pytestmark = pytest.mark.sglang
 

@@ -4,7 +4,7 @@
   (``plan.FamilyPlan``: patched or not, and why, per file), its rewritten files and the
   helpers module they call.  Not applicable on a tree with no such file, or when
   ``--models`` names none; its facts are the plan.
-* ``shipped_tests``: the family test and the init test (``patch.shipped_tests``); in a
+* ``shipped_tests``: the family test and the init test (``validation/shipped_tests.py``); in a
   checkout's patch, left out of a package tree's (its facts, file name -> text, still feed
   ``--tests-dir`` and ``--validate``); their shared utilities are a module of the package
   (``sglang/test/``), in the patch of either layout.
@@ -12,20 +12,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 from codemods.upstream import part
 from codemods.upstream.edit.change_kinds import TESTS, Role, model_group
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.edit.runtime import runtime_change
-from codemods.upstream.family.patch import (
+from codemods.upstream.family.plan import FamilyPlan, plan_family
+from codemods.upstream.tree.sglang_tree import SGLangTree
+from codemods.upstream.tree.test_variants import tree_features
+from codemods.upstream.validation.shipped_tests import (
     TEST_ROLES,
     TEST_UTILS_MODULE,
-    plan_for_tree,
     render_test_utils,
     shipped_tests,
 )
-from codemods.upstream.family.plan import FamilyPlan
-from codemods.upstream.tree.sglang_tree import SGLangTree
-from codemods.upstream.tree.test_variants import tree_features
+
+
+def models_dir(tree: SGLangTree) -> Path:
+    return tree.file(tree.module_path("sglang.srt.models.__init__")).parent
+
+
+def plan_for_tree(
+    tree: SGLangTree,
+    models: list[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> FamilyPlan:
+    """The family plan of ``tree``; ``models`` (file stems) restricts it, and a name
+    without a capture hook in the tree is an error (``ValueError``).  ``progress(done,
+    total)``: before each model file with a capture hook."""
+    return plan_family(models_dir(tree), only=models, progress=progress).select(models)
 
 
 def model_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:

@@ -10,11 +10,9 @@ the last stage crashes unpacking a tuple when it owns none of the captures).
 hook to the decoder-stack forward that does the capturing (possibly in another file,
 e.g. ``qwen3.py`` -> ``Qwen2Model.forward`` in ``qwen2.py``), and decides per file
 whether it can be patched, and why not when it cannot.  ``FamilyPlan.rewritten()`` gives
-the new text of every touched file: hooks no longer return early but call
-``set_pp_aux_capture``, forwards hand captures to the next stage in the PP handoff and
-gather them on the last one.
-Model semantics are kept: same ids, same default layers, same order (ascending layer
-id, as the layer loop appends them), same capture point.
+the new text of every touched file: hooks call ``set_pp_aux_capture`` instead of returning
+early, forwards hand captures on in the PP handoff and gather them on the last stage, with
+the same ids, default layers, order (ascending layer id) and capture point.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from __future__ import annotations
 from codemods.upstream.edit import names
 from codemods.upstream.edit.change_kinds import KIMI, RENAME_ROLES, Role
 from codemods.upstream.edit.patchfile import FileChange
-from codemods.upstream.family.patch import TEST_FILE as FAMILY_TEST_FILE
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.model_families import family_rank, family_title
 from codemods.upstream.output.result_facts import (
@@ -46,6 +45,7 @@ from codemods.upstream.output.result_facts import (
     validation_change,
 )
 from codemods.upstream.tree.reachability import EVERY
+from codemods.upstream.validation.shipped_tests import TEST_FILE as FAMILY_TEST_FILE
 
 __all__ = [
     "render",

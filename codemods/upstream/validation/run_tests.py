@@ -25,8 +25,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codemods.upstream.family.patch import TEST_FILE
 from codemods.upstream.generate import UpstreamResult, write_tests
+from codemods.upstream.validation.shipped_tests import TEST_FILE
 
 PP_SIZES = (2, 3)
 VALIDATED = "yes: 2 and 3 stages, `torch.equal` with PP=1 (run by this invocation)"

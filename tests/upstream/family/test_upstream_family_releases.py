@@ -24,7 +24,7 @@ from sglang_support.family_check import (
     unpatched_copy,
 )
 
-from codemods.upstream.family.patch import TEST_FILE
+from codemods.upstream.validation.shipped_tests import TEST_FILE
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from codemods.upstream.family.patch import INIT_TEST_TEMPLATE, render_test_utils
 from codemods.upstream.tree.sglang_tree import detect_tree
 from codemods.upstream.tree.test_variants import (
     FEATURES,
@@ -13,6 +12,7 @@ from codemods.upstream.tree.test_variants import (
     select,
     tree_features,
 )
+from codemods.upstream.validation.shipped_tests import INIT_TEST_TEMPLATE, render_test_utils
 
 TEMPLATE = (
     "a = 1\n"

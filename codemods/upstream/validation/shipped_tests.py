@@ -1,4 +1,4 @@
-"""The family plan of one SGLang tree and the CPU tests the patch ships for it.
+"""The CPU tests the patch ships for the capture-hook family, rendered from its plan.
 
 The family part (``family/part.py``) patches the model files of the plan; the tests part
 ships two test files (``TEST_FILES``): the family test, which runs every patched model's
@@ -18,12 +18,9 @@ for ``--tests-dir`` and ``--validate``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.edit.runtime import SHIPPED_DIR
-from codemods.upstream.family.plan import FamilyPlan, plan_family
+from codemods.upstream.family.plan import FamilyPlan
 from codemods.upstream.tree.sglang_tree import SGLangTree
 from codemods.upstream.tree.test_variants import FEATURES, select, tree_features
 
@@ -50,21 +47,6 @@ CASES_MARKER = "    # @@FAMILY_CASES@@\n"
 #: The features of the newest release the tests are written for (a tree given no tree).
 CURRENT = dict.fromkeys(FEATURES, True)
 PATCHED_MARKER = "    # @@PATCHED_MODELS@@\n"
-
-
-def models_dir(tree: SGLangTree) -> Path:
-    return tree.file(tree.module_path("sglang.srt.models.__init__")).parent
-
-
-def plan_for_tree(
-    tree: SGLangTree,
-    models: list[str] | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> FamilyPlan:
-    """The family plan of ``tree``; ``models`` (file stems) restricts it, and a name
-    without a capture hook in the tree is an error (``ValueError``).  ``progress(done,
-    total)``: before each model file with a capture hook."""
-    return plan_family(models_dir(tree), only=models, progress=progress).select(models)
 
 
 def render_cases(plan: FamilyPlan) -> str:
