@@ -37,6 +37,7 @@ from codemods.upstream.output.result_facts import (
     kimi_touched,
     refusals,
     relaxes_aux_flag,
+    relays_through_helpers,
     shipped_test_commands,
     test_command,
     tests_left_out_line,
@@ -274,11 +275,41 @@ def _sizing_line(result: UpstreamResult) -> str:
             "method: `dspark_hidden_states` -> `aux_hidden_states`, "
             "`*pp_proxy_dspark_hidden_size` -> `*pp_proxy_aux_hidden_size` in "
             f"{', '.join(_code(p) for p in sizing + relays)}; every patched causal LM "
-            "defines `get_pp_proxy_aux_hidden_size`."
+            f"defines `get_pp_proxy_aux_hidden_size`{_one_relay(result)}{_old_width(result)}."
         )
     return (
         "- CUDA-graph sizing of the `aux_hidden_states` proxy entry along a new path "
         f"(`get_pp_proxy_aux_hidden_size`): {', '.join(_code(p) for p in sizing)}."
+    )
+
+
+def _one_relay(result: UpstreamResult) -> str:
+    """The relay files that now go through the runtime's helpers, in words."""
+    helpers = [
+        c.path.rsplit("/", 1)[-1]
+        for c in _changed(result, Role.RELAY_RENAME)
+        if relays_through_helpers(c)
+    ]
+    if not helpers:
+        return ""
+    return (
+        f"; {', '.join(_code(f) for f in helpers)} relay through the runtime's helpers "
+        "instead of their own code (one mechanism for every model)"
+    )
+
+
+def _old_width(result: UpstreamResult) -> str:
+    """The deprecated width method, where the patch keeps asking it."""
+    kept = [
+        c.path
+        for c in _changed(result, Role.SIZING_RENAME)
+        if "get_pp_proxy_dspark_hidden_size" in c.new and "deprecated" in c.new
+    ]
+    if not kept:
+        return ""
+    return (
+        "; a model that still defines `get_pp_proxy_dspark_hidden_size` (out of tree) is "
+        "sized by it for one more release, with a deprecation warning"
     )
 
 
@@ -292,16 +323,25 @@ def _validation_line(result: UpstreamResult) -> str:
     what = "/".join(accepted) + flag if accepted else f"`{AUX_FLAG}`" if flag else "nothing"
     line = (
         f"- Validation (`{change.path}`): {what} accepted with PP where the served "
-        "model class (`ModelRegistry.resolve_model_cls`) declares "
-        "`supports_pp_aux_capture` and has the method's capture hook: the patched "
-        f"causal-LM classes ({len(found)} architectures in the patched files) and their "
-        "subclasses; every other refusal kept."
+        "model class (resolved as the server does, `get_model_architecture`, so "
+        "`--model-impl transformers` is refused) relays that method: it is listed in "
+        "`pp_aux_relay_methods`, declared in the body of each causal-LM class whose hooks "
+        f"this patch rewrote ({len(found)} architectures in the patched files), and a "
+        "subclass is covered only where it defines none of `__init__`, `forward` or the "
+        "method's hook; every other refusal kept."
     )
     for refusal in kept:
         line += (
             f" {refusal.algorithm} with PP stays refused: `{refusal.function}` "
             f"(`{refusal.condition}`, named above) refuses it before its worker starts, "
             "so accepting it in `check_pipeline_parallel_compat` could not run."
+        )
+    for guard in _changed(result, Role.RUNTIME_GUARD):
+        line += (
+            f"\n- Runtime guard (`{guard.path}`): `configure_aux_hidden_state_capture` "
+            "calls `check_pp_aux_capture(model, METHOD, pp_size)` before each capture "
+            "hook; with PP it raises naming the class and the method when the class does "
+            "not relay that method, so no path past the validation loses captures silently."
         )
     return line + "\n"
 

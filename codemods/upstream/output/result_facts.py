@@ -7,6 +7,7 @@ ask these functions, so their names and counts come from one source (the
 
 from __future__ import annotations
 
+from codemods.upstream.edit import names
 from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.generate import UpstreamResult
@@ -214,7 +215,22 @@ ROLE_SUMMARIES = {
     Role.INIT_TEST: "new CPU test: the patched models built through __init__ hand "
     "captures on, size the buffer, pass validation",
     Role.FIX: "separate fix (not about aux capture)",
+    Role.RUNTIME_GUARD: "refuses aux capture under PP for a model class that does not "
+    "relay that method",
+    Role.RELAY_TEST: "new CPU test: the relay, the per-method opt-in, the runtime guard, "
+    "the deprecated width method",
 }
+#: A relay file whose own DSPARK relay the patch also moves onto the shared helpers.
+RELAY_THROUGH_HELPERS = (
+    "DSPARK relay renamed (dspark_hidden_states -> aux_hidden_states) and run "
+    "through the shared helpers"
+)
+
+
+def relays_through_helpers(change: FileChange) -> bool:
+    """``change`` moves a model file's own relay onto the shipped helpers."""
+    attach = f"{names.ATTACH}("
+    return attach in change.new and attach not in (change.old or "")
 
 
 def file_summary(result: UpstreamResult, change: FileChange) -> str:
@@ -224,6 +240,8 @@ def file_summary(result: UpstreamResult, change: FileChange) -> str:
         accepted, _left = accepted_algorithms(result)
         what = " and ".join(accepted + ([AUX_FLAG] if relaxes_aux_flag(result) else []))
         return f"accepts {what or 'nothing new'} with PP for the patched models"
+    if change.role is Role.RELAY_RENAME and relays_through_helpers(change):
+        return RELAY_THROUGH_HELPERS
     if change.role is not Role.MODEL:
         return ROLE_SUMMARIES.get(change.role, change.role.value)
     decision = result.family.decisions.get(name) if result.family is not None else None

@@ -23,6 +23,7 @@ from codemods.upstream.output.result_facts import (
     AUX_FLAG,
     accepted_algorithms,
     relaxes_aux_flag,
+    relays_through_helpers,
     test_command,
 )
 
@@ -127,6 +128,26 @@ def _rename(patch, result: UpstreamResult) -> None:
         + "".join(_wrap(f"- {pair}", "  ") for pair in pairs)
         + "\n"
         + "".join(_wrap(f"- {_name(c.path)}", "  ") for c in changes)
+        + "".join(
+            "\n"
+            + _wrap(
+                f"{', '.join(moved)} then relay through the helpers of the runtime commit "
+                "(set_pp_aux_capture, the handoff and collect calls) instead of their own "
+                "concatenation and width arithmetic: one mechanism for every model."
+            )
+            for moved in [[_name(c.path) for c in changes if relays_through_helpers(c)]]
+            if moved
+        )
+        + "".join(
+            "\n"
+            + _wrap(
+                f"{_name(c.path)} keeps asking get_pp_proxy_dspark_hidden_size of a model "
+                "that still defines it (out of tree) for one more release, with a "
+                "deprecation warning."
+            )
+            for c in changes
+            if "get_pp_proxy_dspark_hidden_size" in c.new and "deprecated" in c.new
+        )
     )
 
 
@@ -179,7 +200,8 @@ def _validation(patch, result: UpstreamResult) -> None:
         if relaxes_aux_flag(result)
         else ""
     )
-    files = ", ".join(_name(p) for p in patch.paths)
+    guards = [c for c in result.changes if c.role is Role.RUNTIME_GUARD and c.changed]
+    files = ", ".join(_name(p) for p in patch.paths if p not in {c.path for c in guards})
     still = "".join(
         "\n"
         + _wrap(
@@ -194,14 +216,27 @@ def _validation(patch, result: UpstreamResult) -> None:
     patch.body = (
         _wrap(
             f"check_pipeline_parallel_compat ({files}) refused {' and '.join(refused)} "
-            f"speculative decoding with PP.  {accepts} a model class that declares "
-            "supports_pp_aux_capture and has the convention's capture hook: the causal-LM "
-            "classes the model patches of this series rewrote and their subclasses; in the "
-            f"patched files, {len(found)} architecture{'s' if len(found) != 1 else ''} "
+            f"speculative decoding with PP.  {accepts} a model class, resolved as the "
+            "server resolves it (get_model_architecture), that lists the convention in "
+            "pp_aux_relay_methods: the causal-LM classes the model patches of this series "
+            "rewrote declare it in their own body, and a subclass is covered only where it "
+            "defines none of __init__, forward or the convention's hook; in the patched "
+            f"files, {len(found)} architecture{'s' if len(found) != 1 else ''} "
             f"(capture conventions in brackets): {listed}.{flag}  Every other refusal is "
-            "kept, and a model class without the attribute is refused as before."
+            "kept, and any other model class is refused as before."
         )
         + still
+        + "".join(
+            "\n"
+            + _wrap(
+                f"{_name(g.path)}: configure_aux_hidden_state_capture calls "
+                "check_pp_aux_capture(model, METHOD, pp_size) before each capture hook; "
+                "with PP it raises naming the class and the method when the class does "
+                "not relay that method, so no path past the validation loses captures "
+                "silently."
+            )
+            for g in guards
+        )
     )
 
 
