@@ -7,7 +7,8 @@ Each looks at its model file (``kimi_linear.py``, ``kimi_k3.py``) and answers:
 * left out: the file needs the rewrite but ``--models`` did not ask for it;
 * applies: the rewritten file and the helpers module (``linear.py``, ``k3.py``), nothing
   when the file already carries the rewrite or SGLang relays the captures itself, under
-  its DSPARK entry or the one the patch renamed it to (``ModelState.status``);
+  its DSPARK entry or the one the patch renamed it to, or through the shipped helpers the
+  patch moved that relay onto (``ModelState.status``);
 * cannot apply: asked for by name and absent, or a DSPARK hook in a shape the rewriter
   does not recognise.
 """
@@ -15,11 +16,12 @@ Each looks at its model file (``kimi_linear.py``, ``kimi_k3.py``) and answers:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 
 from codemods.upstream import part
 from codemods.upstream.edit.change_kinds import KIMI, Role
-from codemods.upstream.edit.names import AUX_ENTRY
+from codemods.upstream.edit.names import ATTACH, AUX_ENTRY
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.edit.runtime import runtime_change
 from codemods.upstream.kimi import k3, linear
@@ -43,6 +45,20 @@ def _renamed_relay(rewriter: ModuleType, source: str, path: str):
     return analysis if analysis.status == part.SUPPORTED else None
 
 
+@dataclass(frozen=True)
+class _Relayed:
+    """What a file that already relays through the shipped helpers needs: nothing."""
+
+    status: str = part.SUPPORTED
+    notes: tuple[str, ...] = ()
+
+
+def _helpers_relay(source: str) -> _Relayed | None:
+    """A file whose own DSPARK relay the patch already moved onto the shipped helpers
+    (the sizing part's native-relay rewrite, 0.5.21+); None when it is not one."""
+    return _Relayed() if f"{ATTACH}(" in source and f'"{AUX_ENTRY}"' in source else None
+
+
 def _decider(
     rewriter: ModuleType, stem: str, title: str
 ) -> Callable[[SGLangTree, part.Plan], part.Decision]:
@@ -60,7 +76,9 @@ def _decider(
         try:
             new_source, analysis = rewriter.rewrite(source, str(tree.file(path)))
         except linear.UnrecognisedShape as err:
-            analysis = _renamed_relay(rewriter, source, str(tree.file(path)))
+            analysis = _renamed_relay(rewriter, source, str(tree.file(path))) or _helpers_relay(
+                source
+            )
             if analysis is None:
                 reason = str(err).removeprefix(f"{err.path}: ")
                 return part.cannot_apply(str(tree.file(path)), reason)

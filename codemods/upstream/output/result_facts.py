@@ -221,10 +221,7 @@ ROLE_SUMMARIES = {
     "the deprecated width method",
 }
 #: A relay file whose own DSPARK relay the patch also moves onto the shared helpers.
-RELAY_THROUGH_HELPERS = (
-    "DSPARK relay renamed (dspark_hidden_states -> aux_hidden_states) and run "
-    "through the shared helpers"
-)
+RELAY_THROUGH_HELPERS = "DSPARK relay renamed to aux_hidden_states, run through the helpers"
 
 
 def relays_through_helpers(change: FileChange) -> bool:

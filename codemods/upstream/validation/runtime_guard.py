@@ -29,10 +29,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import libcst as cst
-
 from codemods.upstream.edit.change_kinds import VALIDATION, Role
-from codemods.upstream.edit.imports import _import_from, _is_import, add_from_import, module_name
+from codemods.upstream.edit.imports import add_from_import
 from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.patchfile import FileChange
@@ -70,35 +68,7 @@ def guard(source: str, filename: str) -> str:
     module = add_from_import(
         parse_text(text), "sglang.srt.distributed.parallel_state", ["get_pp_group"]
     )
-    return _blank_before_sglang(add_from_import(module, GLUE_MODULE, [CHECK])).code
-
-
-def _blank_before_sglang(module: cst.Module) -> cst.Module:
-    """``sglang`` imports inserted first in their block take the blank line above the
-    block (isort keeps one between the third-party and the first-party imports)."""
-    body = list(module.body)
-    for index in range(1, len(body)):
-        if not (
-            module_name_of(body[index]).startswith("sglang.")
-            and not module_name_of(body[index - 1]).startswith("sglang.")
-            and _is_import(body[index - 1])
-        ):
-            continue
-        end = index
-        while end < len(body) and module_name_of(body[end]).startswith("sglang."):
-            statement = body[end]
-            assert isinstance(statement, cst.SimpleStatementLine)
-            if statement.leading_lines:
-                body[index] = body[index].with_changes(leading_lines=statement.leading_lines)
-                body[end] = statement.with_changes(leading_lines=[])
-                break
-            end += 1
-    return module.with_changes(body=body)
-
-
-def module_name_of(statement: cst.CSTNode) -> str:
-    node = _import_from(statement)
-    return module_name(node) if node is not None else ""
+    return add_from_import(module, GLUE_MODULE, [CHECK]).code
 
 
 #: The shipped test of the relay, the opt-in, this guard and the relaxed validation.

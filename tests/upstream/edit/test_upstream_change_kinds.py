@@ -128,6 +128,9 @@ def check_release_kinds(result, version: str) -> None:
             assert kind == (VALIDATION, Role.RUNTIME_GUARD), name
         elif name == "test_pp_aux_relay.py":
             assert kind == (VALIDATION, Role.RELAY_TEST), name
+        elif name == "pp_aux_capture_family_models.py":
+            # The tests' utilities: package code, in the tests' group in either layout.
+            assert "/test/" in change.path and kind == (TESTS, Role.TEST_MODELS), name
         elif "/model_executor/" in change.path:
             assert kind == (RUNTIME, Role.SIZING_RENAME if renamed else Role.SIZING), name
         elif name.startswith("kimi") and renamed:

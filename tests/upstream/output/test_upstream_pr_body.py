@@ -177,10 +177,14 @@ def test_validation_change_is_motivated_and_listed(tmp_path):
     assert (
         f"- Validation (`{VALIDATION_PATH}`): EAGLE3/DFLASH, and "
         "`--enable-return-aux-hidden-states` with PP, accepted with PP where the served "
-        "model class (`ModelRegistry.resolve_model_cls`) declares "
-        "`supports_pp_aux_capture` and has the method's capture hook: the patched "
-        "causal-LM classes (2 architectures in the patched files) and their subclasses" in mods
+        "model class (resolved as the server does, `get_model_architecture`, so "
+        "`--model-impl transformers` is refused) relays that method: it is listed in "
+        "`pp_aux_relay_methods`, declared in the body of each causal-LM class whose hooks "
+        "this patch rewrote (2 architectures in the patched files), and a subclass is "
+        "covered only where it defines none of `__init__`, `forward` or the method's hook" in mods
     )
+    # No guard file in this tree: the runtime guard is not claimed.
+    assert "Runtime guard" not in mods
     assert "stays refused" not in mods
     # Where the speculative hook refuses DFLASH with PP, only EAGLE3 is claimed, and the
     # body says why DFLASH stays refused.

@@ -637,9 +637,11 @@ def test_validation_message_names_the_architectures_and_what_stays_refused(tmp_p
     assert validation.subject == "[PP] Accept EAGLE3/DFLASH with PP for the patched architectures"
     flat = " ".join(validation.body.split())
     assert (
-        "It now accepts EAGLE3 and DFLASH for a model class that declares "
-        "supports_pp_aux_capture and has the convention's capture hook" in flat
+        "It now accepts EAGLE3 and DFLASH for a model class, resolved as the server "
+        "resolves it (get_model_architecture), that lists the convention in "
+        "pp_aux_relay_methods" in flat
     )
+    assert "check_pp_aux_capture" not in flat  # no runtime guard in this tree
     assert "in the patched files, 1 architecture (capture conventions" in flat
     assert "Still refused" not in flat
     # The release's speculative hook refuses DFLASH with PP: DFLASH stays refused, and why.
@@ -649,7 +651,7 @@ def test_validation_message_names_the_architectures_and_what_stays_refused(tmp_p
     validation = series.build_series(result)[-1]
     assert validation.subject == "[PP] Accept EAGLE3 with PP for the patched architectures"
     flat = " ".join(validation.body.split())
-    assert "It now accepts EAGLE3 for a model class that declares" in flat
+    assert "It now accepts EAGLE3 for a model class, resolved as the server" in flat
     assert "LlamaForCausalLM (DFLASH, EAGLE3)" in flat
     assert (
         "Still refused after this series: DFLASH with PP (speculative_hook.py, "
