@@ -56,7 +56,7 @@ class _Relayed:
 def _helpers_relay(source: str) -> _Relayed | None:
     """A file whose own DSPARK relay the patch already moved onto the shipped helpers
     (the sizing part's native-relay rewrite, 0.5.21+); None when it is not one."""
-    return _Relayed() if f"{ATTACH}(" in source and f'"{AUX_ENTRY}"' in source else None
+    return _Relayed() if f"{ATTACH}(" in source else None
 
 
 def _decider(

@@ -25,6 +25,7 @@ from codemods.upstream.output.model_families import family_rank, family_title
 from codemods.upstream.output.result_facts import (
     AUX_FLAG,
     KIMI_STEM,
+    SHIPPED_TEST_ROLES,
     accepted_algorithms,
     added_tests,
     early_return_files,
@@ -435,7 +436,7 @@ def _accuracy(result: UpstreamResult, validation) -> str:
         lines += [
             f"- `{change.path.rsplit('/', 1)[-1]}`: "
             + file_summary(result, change).removeprefix("new CPU test: ")
-            for change in _changed(result, Role.FAMILY_TEST, Role.INIT_TEST)
+            for change in _changed(result, *SHIPPED_TEST_ROLES)
         ]
         lines += ["", "To run them:"]
     if commands:

@@ -104,12 +104,16 @@ def relaxes_aux_flag(result: UpstreamResult) -> bool:
     return change is not None and AUX_PP_REFUSAL in (change.old or "")
 
 
+#: The roles of the test files the patch adds (each registers for SGLang's CPU CI).
+SHIPPED_TEST_ROLES = (Role.FAMILY_TEST, Role.INIT_TEST, Role.RELAY_TEST)
+
+
 def added_tests(result: UpstreamResult) -> list[str]:
     """Paths of the test files (``test_*.py``) the patch adds or changes."""
     return [
         change.path
         for change in result.changes
-        if change.changed and change.role in (Role.FAMILY_TEST, Role.INIT_TEST)
+        if change.changed and change.role in SHIPPED_TEST_ROLES
     ]
 
 
