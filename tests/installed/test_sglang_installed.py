@@ -148,7 +148,11 @@ def test_foreign_edits_are_patched_around_and_kept(installed, upstream):
     assert f"patched: {LLAMA} (around another change, kept)" in done.output
     text = llama.read_text()
     assert text.endswith("# spec-capture: local change\n")
-    assert flag + "            self.spec_capture_enabled = True\n" in text
+    # The hook's flag line is the patch's (the last stage captures), the foreign line kept.
+    assert (
+        "            self.capture_aux_hidden_states = self.pp_group.is_last_rank\n"
+        "            self.spec_capture_enabled = True\n"
+    ) in text
     assert "return pp_aux_handoff(" in text
     status = sglang("status", *_args(python))
     assert f"patched by auxcap (around another change): {LLAMA}" in status.output

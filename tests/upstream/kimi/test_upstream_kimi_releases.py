@@ -123,7 +123,9 @@ def test_release_0_5_21_is_reported_as_supported(sglang_release, tmp_path):
     assert outcome.exit_code == 0, outcome.output
     kimi_diff = out.read_text().split("diff --git a/sglang/srt/models/kimi_linear.py")[1]
     kimi_diff = kimi_diff.split("diff --git")[0]
-    assert '+            and "aux_hidden_states" in pp_proxy_tensors.tensors' in kimi_diff
+    # ... and the relay itself goes through the shared helpers (one mechanism).
+    assert '-            and "dspark_hidden_states" in pp_proxy_tensors.tensors' in kimi_diff
+    assert "+        set_pp_aux_capture(" in kimi_diff
 
 
 @pytest.mark.timeout(300)
