@@ -20,6 +20,7 @@ Nothing here imports SGLang into the calling process: SGLang's import has side e
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -100,6 +101,22 @@ def download_wheel(version: str, timeout: float = 900.0) -> Path:
         return wheel
 
 
+@contextlib.contextmanager
+def staged(target: Path, prefix: str) -> Iterator[Path]:
+    """A fresh folder beside ``target`` to fill; once filled it replaces ``target`` with one
+    rename, and a failure leaves no half-filled ``target``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
+    try:
+        yield staging
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
 def sglang_tree(version: str) -> Path:
     """Root of the unpacked ``sglang==version`` wheel (holds ``sglang/``), created once."""
     target = cache_root() / "unpacked" / f"sglang-{version}"
@@ -109,18 +126,10 @@ def sglang_tree(version: str) -> Path:
     with _locked(cache_root() / f".sglang-{version}.lock"):
         if (target / "sglang" / "__init__.py").is_file():
             return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".sglang-{version}-", dir=target.parent))
-        try:
+        with staged(target, f".sglang-{version}-") as staging:
             with zipfile.ZipFile(wheel) as archive:
                 members = [m for m in archive.namelist() if m.startswith("sglang/")]
                 archive.extractall(staging, members)
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(staging, target)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
     return target
 
 

@@ -9,13 +9,10 @@ whole wheel is unpacked already (``env.sglang_tree``), that tree is used instead
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import zipfile
 from pathlib import Path
 
-from sglang_support.env import _locked, cache_root, download_wheel
+from sglang_support.env import _locked, cache_root, download_wheel, staged
 
 TOP_FILES = ("sglang/__init__.py", "sglang/version.py", "sglang/_version.py")
 
@@ -36,15 +33,7 @@ def hook_tree(version: str) -> Path:
     with _locked(cache_root() / f".sglang-{version}.lock"):
         if (target / "sglang" / "__init__.py").is_file():
             return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".sglang-{version}-", dir=target.parent))
-        try:
+        with staged(target, f".sglang-{version}-") as staging:
             with zipfile.ZipFile(wheel) as archive:
                 archive.extractall(staging, [n for n in archive.namelist() if _wanted(n)])
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(staging, target)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
     return target

@@ -19,16 +19,20 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
-from sglang_support.env import PROJECT_ROOT, _locked, cache_root, download_wheel, find_wheel
+from sglang_support.env import (
+    PROJECT_ROOT,
+    _locked,
+    cache_root,
+    download_wheel,
+    find_wheel,
+    staged,
+)
 
 CONSTRAINTS = PROJECT_ROOT / "scripts" / "constraints.txt"
 _PIN = re.compile(r"^Requires-Dist:\s*transformers\s*==\s*([^\s;,]+)", re.M)
@@ -76,16 +80,8 @@ def transformers_site(version: str) -> Path:
         packages = _missing(f"transformers=={version}")
         if any(package.split("==")[0].lower() == "torch" for package in packages):
             raise RuntimeError(f"transformers=={version} would install another torch")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".transformers-{version}-", dir=target.parent))
-        try:
+        with staged(target, f".transformers-{version}-") as staging:
             _pip("install", "-q", "--no-deps", "--no-compile", "--target", str(staging), *packages)
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(staging, target)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
