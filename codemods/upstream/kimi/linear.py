@@ -104,7 +104,6 @@ class SetterShape:
     inner: str  # "self.model"
     pp: str | None  # "self.pp_group"
     pp_guards: list[cst.BaseStatement] = field(default_factory=list)
-    none_check: cst.BaseStatement | None = None
     has_config: bool = False
 
 
@@ -153,7 +152,6 @@ def _find_setter(module: cst.Module, missing: list[str]) -> SetterShape | None:
         inner = None
         pp = None
         guards: list[cst.BaseStatement] = []
-        none_check = None
         for stmt in syntax.statements_of(func):
             target = syntax.assign_target_attr(stmt, CAPTURE_ATTR)
             if target is not None:
@@ -180,14 +178,6 @@ def _find_setter(module: cst.Module, missing: list[str]) -> SetterShape | None:
                 guards.append(stmt)
                 pp = pp or syntax.code(test.expression.value)  # type: ignore[attr-defined]
                 continue
-            if m.matches(
-                test,
-                m.Comparison(
-                    left=m.Name(param),
-                    comparisons=[m.ComparisonTarget(operator=m.Is(), comparator=m.Name("None"))],
-                ),
-            ):
-                none_check = stmt
         if store is None:
             missing.append(
                 f"{cls.name.value}.{SETTER} storing the ids on self.<model>.{CAPTURE_ATTR}"
@@ -214,7 +204,7 @@ def _find_setter(module: cst.Module, missing: list[str]) -> SetterShape | None:
                 ):
                     pp = syntax.code(stmt.body[0].targets[0].target)  # type: ignore[attr-defined]
         assert isinstance(store, cst.SimpleStatementLine) and inner is not None  # set together
-        return SetterShape(cls, func, param, store, inner, pp, guards, none_check, has_config)
+        return SetterShape(cls, func, param, store, inner, pp, guards, has_config)
     missing.append(f"a class defining {SETTER}(self, layer_ids)")
     return None
 
@@ -448,52 +438,31 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
 # ----------------------------------------------------------------------------- rewrite
 
 
-def _indent_of(depth: int) -> str:
-    return "    " * depth
-
-
-def _setter_statements(shape: SetterShape) -> tuple[list, list]:
-    """(statements after the None check, statements after the store) at method depth 2:
-    nothing, and the helper call that prepares the stack's relay on every rank."""
-    indent = _indent_of(2)
-    args: tuple[str, ...] = (shape.inner, str(shape.pp), f'ids_attr="{CAPTURE_ATTR}"')
-    attach = render_call(indent, "", Call(ATTACH, args))
-    return [], parse_statements(lines_to_text(attach), indent)
+_D2 = "    " * 2
 
 
 def _rewrite_setter(func: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
-    after_none, after_store = _setter_statements(shape)
+    """``func`` without its PP guards, preparing the stack's relay on every rank with the
+    shipped helper right after it stores the ids."""
+    args: tuple[str, ...] = (shape.inner, str(shape.pp), f'ids_attr="{CAPTURE_ATTR}"')
+    attach = parse_statements(lines_to_text(render_call(_D2, "", Call(ATTACH, args))), _D2)
     body: list[cst.BaseStatement] = []
-    inserted = False
-    statements = [
-        s for s in syntax.statements_of(func) if not any(s.deep_equals(g) for g in shape.pp_guards)
-    ]
-    if shape.none_check is None:
-        body.extend(after_none)
-        inserted = True
-    for stmt in statements:
-        if stmt.deep_equals(shape.store):
-            if not inserted:
-                body.extend(after_none)
-                inserted = True
-            body.append(stmt)
-            body.extend(after_store)
+    for stmt in syntax.statements_of(func):
+        if any(stmt.deep_equals(g) for g in shape.pp_guards):
             continue
         body.append(stmt)
-        if not inserted and shape.none_check is not None and stmt.deep_equals(shape.none_check):
-            body.extend(after_none)
-            inserted = True
+        if stmt.deep_equals(shape.store):
+            body.extend(attach)
     assert isinstance(func.body, cst.IndentedBlock)
     return func.with_changes(body=func.body.with_changes(body=body))
 
 
 def _init_statement(shape: ForwardShape) -> list[cst.BaseStatement]:
-    indent = _indent_of(2)
     annotation = ""
     if shape.init_store is not None and isinstance(shape.init_store.body[0], cst.AnnAssign):
         existing = syntax.code(shape.init_store.body[0].annotation.annotation)
         annotation = f": {RELAY_CLASS} | None" if "|" in existing else f": Optional[{RELAY_CLASS}]"
-    return parse_statements(f"{indent}self.{RELAY_ATTR}{annotation} = None\n", indent)
+    return parse_statements(f"{_D2}self.{RELAY_ATTR}{annotation} = None\n", _D2)
 
 
 def _rewrite_init(func: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
