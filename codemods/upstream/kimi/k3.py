@@ -50,17 +50,17 @@ file relays DSPARK captures itself) like :func:`codemods.upstream.kimi.linear.an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.edit import names
-from codemods.upstream.edit.imports import add_from_import
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
 from codemods.upstream.kimi import linear as kimi
 from codemods.upstream.kimi import syntax as kimi_syntax
-from codemods.upstream.kimi.relay import insert_relay, relay_code
+from codemods.upstream.kimi.relay import relay_forward
 
 MODULE = "sglang.srt.models.kimi_k3"
 NAME = "kimi_k3"
@@ -98,24 +98,6 @@ class StreamShape:
 @dataclass
 class Analysis(kimi.Analysis):
     stream: StreamShape | None = None
-
-
-def _handoff(boundary: cst.If) -> tuple[cst.SimpleStatementLine, list[tuple[str, str]]] | None:
-    assert isinstance(boundary.body, cst.IndentedBlock)
-    last = boundary.body.body[-1]
-    ret = m.SimpleStatementLine(
-        body=[m.Return(value=m.Call(func=m.Name("PPProxyTensors"), args=[m.Arg(value=m.Dict())]))]
-    )
-    if not m.matches(last, ret):
-        return None
-    assert isinstance(last, cst.SimpleStatementLine)
-    handoff = last.body[0].value.args[0].value  # type: ignore[attr-defined]
-    entries = [
-        (kimi_syntax.code(e.key), kimi_syntax.code(e.value))
-        for e in handoff.elements
-        if isinstance(e, cst.DictElement)
-    ]
-    return last, entries
 
 
 def _stream(forward: kimi.ForwardShape, missing: list[str]) -> StreamShape | None:
@@ -162,14 +144,14 @@ def _stream(forward: kimi.ForwardShape, missing: list[str]) -> StreamShape | Non
     if forward.boundary is None:
         missing.append(f"{where}: `if not <pp>.is_last_rank:` after the layer loop")
         return None
-    handoff = _handoff(forward.boundary)
+    handoff = kimi.handoff_return(forward.boundary)
     if handoff is None:
         missing.append(
             f"{where}: the non-last-rank branch ending in `return PPProxyTensors({{...}})`"
         )
         return None
     boundary_return, entries = handoff
-    hidden = next((v for k, v in entries if k.strip("'\"") == "hidden_states"), None)
+    hidden = kimi.hidden_entry(entries)
     if hidden is None:
         missing.append(f'{where}: a "hidden_states" entry in the stage handoff')
         return None
@@ -210,45 +192,14 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
         if relayed is not None:
             return relayed
         raise UnrecognisedShape(path, missing)
-    if kimi.attaches_transport(setter.func, source):
-        return Analysis(
-            path,
-            PATCHED,
-            module,
-            setter,
-            forward,
-            [f"{path} already carries DSPARK captures across PP with {names.GLUE_MODULE}"],
-        )
-    if not setter.pp_guards and forward.relays:
-        assert forward.boundary is not None
-        keys = sorted(set(kimi_syntax.strings_in(forward.boundary)) - {"hidden_states", "residual"})
-        return Analysis(
-            path,
-            SUPPORTED,
-            module,
-            setter,
-            forward,
-            [
-                f"{path} already carries DSPARK captures across PP stages (setter "
-                f"has no PP=1 guard; the stage handoff carries aux entries: {keys})"
-            ],
-        )
-    if setter.pp is None:
-        missing.append(
-            f"{setter.cls.name.value}: the PP group (self.<pp> = get_pp_group() "
-            f"or a world_size/is_last_rank guard in {kimi.SETTER})"
-        )
-    if not setter.has_config:
-        missing.append(f"{setter.cls.name.value}.__init__ assigning self.config")
+    known = kimi.already_relayed((module, setter, forward), source, path, Analysis)
+    if known is not None:
+        return known
+    missing += kimi.setter_problems(setter)
     stream = _stream(forward, missing)
     if missing or stream is None:
         raise UnrecognisedShape(path, missing)
-    notes = []
-    if setter.pp_guards:
-        notes.append(
-            f"{setter.cls.name.value}.{kimi.SETTER}: removes the PP=1 guard "
-            f"({names.PP_ERROR!r}) and the non-last-rank early return"
-        )
+    notes = kimi.setter_notes(setter)
     notes.append(
         f"{forward.cls.name.value}: a stage's last captured layer is mixed on the "
         f"next stage (it holds the next layer's weights)"
@@ -258,7 +209,7 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
 
 # ----------------------------------------------------------------------------- rewrite
 
-_D2, _D3, _D4 = "    " * 2, "    " * 3, "    " * 4
+_D2, _D3 = "    " * 2, "    " * 3
 
 
 def _rewrite_stream(func: cst.FunctionDef, stream: StreamShape) -> cst.FunctionDef:
@@ -279,76 +230,43 @@ def _rewrite_stream(func: cst.FunctionDef, stream: StreamShape) -> cst.FunctionD
     return func.with_changes(body=func.body.with_changes(body=body))
 
 
-def _rewrite_forward(
-    func: cst.FunctionDef, shape: kimi.ForwardShape, stream: StreamShape
-) -> cst.FunctionDef:
-    taken = kimi_syntax.function_locals(func)
-    captures = kimi_syntax.fresh("dspark_captures", taken)
-    incoming = kimi_syntax.fresh("dspark_incoming", taken)
-    head = kimi_syntax.fresh("dspark_head", taken)
-    entry = kimi_syntax.fresh("dspark_entry", taken)
-    width = kimi_syntax.fresh("dspark_width", taken)
-    proxy_dict = kimi_syntax.fresh("proxy_tensors", taken)
-    transport = f"self.{names.RELAY_ATTR}"
-    proxy = shape.proxy_param
+def _mix_incoming_head(stream: StreamShape) -> Callable[[set[str], str], list[str]]:
+    """The lines, after the relay's init, that mix the stream head the previous stage sent
+    with this stage's first layer's weights (given the forward's taken names and the
+    incoming handoff's name)."""
 
-    init_lines, capture_line, boundary_nodes, collect_node = relay_code(
-        f"self.{names.RELAY_ATTR}",
-        captures,
-        incoming,
-        proxy_dict,
-        proxy,
-        shape.loop_var,
-        shape.aux_name,
-        stream.handoff_entries,
-        stream.hidden,
-    )
-    init_lines += [
-        f"{_D2}if (",
-        f"{_D3}{transport} is not None",
-        f"{_D3}and {stream.attn} is not None",
-        f"{_D3}and self.start_layer - 1 in self.{kimi.CAPTURE_ATTR}",
-        f"{_D2}):",
-        f"{_D3}# The previous stage sent the stream head after its last layer (the last",
-        f"{_D3}# capture of the aux entry); mix it with this stage's first layer's",
-        f"{_D3}# weights and bank, as PP=1 does.",
-        f"{_D3}{incoming} = dict({incoming})",
-        f"{_D3}{entry} = {incoming}[AUX_ENTRY]",
-        f'{_D3}{width} = {incoming}["hidden_states"].shape[-1]',
-        *render_call(
-            _D3,
-            f"{head} = ",
-            Call(
-                f"self.{stream.name}",
-                ("self.start_layer - 1", f"{entry}[:, -{width}:]", "None", stream.attn),
+    def lines(taken: set[str], incoming: str) -> list[str]:
+        head = kimi_syntax.fresh("dspark_head", taken)
+        entry = kimi_syntax.fresh("dspark_entry", taken)
+        width = kimi_syntax.fresh("dspark_width", taken)
+        return [
+            f"{_D2}if (",
+            f"{_D3}self.{names.RELAY_ATTR} is not None",
+            f"{_D3}and {stream.attn} is not None",
+            f"{_D3}and self.start_layer - 1 in self.{kimi.CAPTURE_ATTR}",
+            f"{_D2}):",
+            f"{_D3}# The previous stage sent the stream head after its last layer (the last",
+            f"{_D3}# capture of the aux entry); mix it with this stage's first layer's",
+            f"{_D3}# weights and bank, as PP=1 does.",
+            f"{_D3}{incoming} = dict({incoming})",
+            f"{_D3}{entry} = {incoming}[AUX_ENTRY]",
+            f'{_D3}{width} = {incoming}["hidden_states"].shape[-1]',
+            *render_call(
+                _D3,
+                f"{head} = ",
+                Call(
+                    f"self.{stream.name}",
+                    ("self.start_layer - 1", f"{entry}[:, -{width}:]", "None", stream.attn),
+                ),
             ),
-        ),
-        *render_call(
-            _D3,
-            f"{incoming}[AUX_ENTRY] = ",
-            Call("torch.cat", (f"[{entry}[:, :-{width}], {head}]", "dim=-1")),
-        ),
-    ]
-    init_nodes = parse_statements(lines_to_text(init_lines), _D2)
+            *render_call(
+                _D3,
+                f"{incoming}[AUX_ENTRY] = ",
+                Call("torch.cat", (f"[{entry}[:, :-{width}], {head}]", "dim=-1")),
+            ),
+        ]
 
-    class _Forward(cst.CSTTransformer):
-        def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
-            assert isinstance(updated.body, cst.IndentedBlock)
-            if original is shape.capture_if:
-                return updated.with_changes(
-                    body=updated.body.with_changes(body=[*updated.body.body, *capture_line])
-                )
-            if original is shape.boundary:
-                *kept, _ = updated.body.body
-                first = boundary_nodes[0].with_changes(
-                    leading_lines=stream.boundary_return.leading_lines
-                )
-                return updated.with_changes(
-                    body=updated.body.with_changes(body=[*kept, first, *boundary_nodes[1:]])
-                )
-            return updated
-
-    return insert_relay(func, func.visit(_Forward()), shape, init_nodes, collect_node)
+    return lines
 
 
 def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
@@ -356,28 +274,18 @@ def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
     analysis = analyse(source, path)
     if analysis.status != NEEDS_PATCH:
         return source, analysis
-    assert analysis.setter is not None and analysis.forward is not None
-    assert analysis.stream is not None
-    setter: kimi.SetterShape = analysis.setter
-    forward: kimi.ForwardShape = analysis.forward
-    stream: StreamShape = analysis.stream
+    forward, stream = analysis.forward, analysis.stream
+    assert forward is not None and stream is not None
 
-    class _Classes(cst.CSTTransformer):
-        def leave_FunctionDef(
-            self, original: cst.FunctionDef, updated: cst.FunctionDef
-        ) -> cst.FunctionDef:
-            if original is setter.func:
-                return kimi._rewrite_setter(updated, setter)
-            if original is forward.func:
-                return _rewrite_forward(original, forward, stream)
-            if original is forward.init:
-                return kimi._rewrite_init(updated, forward)
-            if original is stream.method:
-                return _rewrite_stream(updated, stream)
-            return updated
+    def rewrite_forward(func: cst.FunctionDef) -> cst.FunctionDef:
+        return relay_forward(
+            func,
+            forward,
+            stream.handoff_entries,
+            stream.hidden,
+            stream.boundary_return,
+            _mix_incoming_head(stream),
+        )
 
-    module = kimi.transport_imports(analysis.module.visit(_Classes()), forward)
-    module = add_from_import(module, names.GLUE_MODULE, ("AUX_ENTRY",))
-    new_source = module.code
-    compile(new_source, path, "exec")
-    return new_source, analysis
+    more = [(stream.method, lambda func: _rewrite_stream(func, stream))]
+    return kimi.rewrite_text(analysis, path, rewrite_forward, more, ("AUX_ENTRY",)), analysis

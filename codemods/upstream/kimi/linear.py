@@ -51,12 +51,18 @@ Nothing else in the file changes.  The capture expression stays the file's own (
 there), or ``supported`` (the file already carries DSPARK captures across PP, as SGLang
 0.5.21+ does under ``dspark_hidden_states``); anything else raises :class:`UnrecognisedShape`
 listing what was looked for.  :func:`rewrite` returns the new text.
+
+``k3.py`` builds on this module: the discovery (:func:`discover`), the handoff's parts
+(:func:`handoff_return`, :func:`hidden_entry`), the ``patched``/``supported`` verdicts
+(:func:`already_relayed`), the setter's checks and notes, and the module rewrite
+(:func:`rewrite_text`, given the forward's rewrite, ``relay.relay_forward``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import libcst as cst
 import libcst.matchers as m
@@ -67,7 +73,7 @@ from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
 from codemods.upstream.edit.walk import findall
 from codemods.upstream.kimi import syntax
-from codemods.upstream.kimi.relay import insert_relay, relay_code
+from codemods.upstream.kimi.relay import relay_forward
 
 MODULE = "sglang.srt.models.kimi_linear"
 SETTER = "set_dspark_layers_to_capture"
@@ -134,6 +140,9 @@ class Analysis:
     setter: SetterShape | None = None
     forward: ForwardShape | None = None
     notes: list[str] = field(default_factory=list)
+
+
+_A = TypeVar("_A", bound=Analysis)
 
 
 def _find_setter(module: cst.Module, missing: list[str]) -> SetterShape | None:
@@ -293,33 +302,14 @@ def _find_forward(module: cst.Module, missing: list[str]) -> ForwardShape | None
                 boundary = stmt
                 break
         if boundary is not None:
+            handoff = handoff_return(boundary)
             assert isinstance(boundary.body, cst.IndentedBlock)
-            last = boundary.body.body[-1]
-            ret = m.SimpleStatementLine(
-                body=[
-                    m.Return(
-                        value=m.Call(func=m.Name("PPProxyTensors"), args=[m.Arg(value=m.Dict())])
-                    )
-                ]
-            )
-            if (
-                isinstance(last, cst.SimpleStatementLine)
-                and m.matches(last, ret)
-                and len(boundary.body.body) == 1
-            ):
-                boundary_return = last
-                handoff = last.body[0].value.args[0].value  # type: ignore[attr-defined]
-                for element in handoff.elements:
-                    if not isinstance(element, cst.DictElement):
-                        continue
-                    entries.append((syntax.code(element.key), syntax.code(element.value)))
+            if handoff is not None and len(boundary.body.body) == 1:
+                boundary_return, entries = handoff
             keys = set(syntax.strings_in(boundary))
             relays = any(k not in ("hidden_states", "residual") for k in keys) or any(
                 syntax.mentions_attr(boundary, attr) for attr in (RELAY_ATTR, LEGACY_TRANSPORT_ATTR)
             )
-        hidden = next(
-            (value for key, value in entries if key.strip("'\"") == "hidden_states"), None
-        )
         return ForwardShape(
             cls,
             init,
@@ -334,7 +324,7 @@ def _find_forward(module: cst.Module, missing: list[str]) -> ForwardShape | None
             boundary,
             boundary_return,
             entries,
-            hidden,
+            hidden_entry(entries),
             relays,
         )
     missing.append(
@@ -342,6 +332,33 @@ def _find_forward(module: cst.Module, missing: list[str]) -> ForwardShape | None
         f"where `self.{CAPTURE_ATTR}` lists the layer"
     )
     return None
+
+
+def handoff_return(
+    boundary: cst.If,
+) -> tuple[cst.SimpleStatementLine, list[tuple[str, str]]] | None:
+    """The ``return PPProxyTensors({...})`` ending the non-last-rank branch ``boundary`` and
+    its dict's entries (key source, value source); None when the branch ends otherwise."""
+    assert isinstance(boundary.body, cst.IndentedBlock)
+    last = boundary.body.body[-1]
+    ret = m.SimpleStatementLine(
+        body=[m.Return(value=m.Call(func=m.Name("PPProxyTensors"), args=[m.Arg(value=m.Dict())]))]
+    )
+    if not m.matches(last, ret):
+        return None
+    assert isinstance(last, cst.SimpleStatementLine)
+    handoff = last.body[0].value.args[0].value  # type: ignore[attr-defined]
+    entries = [
+        (syntax.code(e.key), syntax.code(e.value))
+        for e in handoff.elements
+        if isinstance(e, cst.DictElement)
+    ]
+    return last, entries
+
+
+def hidden_entry(entries: list[tuple[str, str]]) -> str | None:
+    """The value source of the handoff's ``"hidden_states"`` entry, if any."""
+    return next((value for key, value in entries if key.strip("'\"") == "hidden_states"), None)
 
 
 def attaches_transport(setter: cst.FunctionDef, source: str) -> bool:
@@ -366,13 +383,17 @@ def discover(source: str, path: str, unrecognised: type[UnrecognisedShape] = Unr
     return module, setter, forward, missing
 
 
-def analyse(source: str, path: str = MODULE) -> Analysis:
-    """Classify ``source``; raises :class:`UnrecognisedShape` naming what is missing."""
-    module, setter, forward, missing = discover(source, path)
-    if setter is None or forward is None:
-        raise UnrecognisedShape(path, missing)
+def already_relayed(
+    found: tuple[cst.Module, SetterShape, ForwardShape],
+    source: str,
+    path: str,
+    analysis: type[_A],
+) -> _A | None:
+    """The ``patched`` or ``supported`` analysis of a file whose setter and forward were
+    ``found``; None when it needs the rewrite."""
+    module, setter, forward = found
     if attaches_transport(setter.func, source):
-        return Analysis(
+        return analysis(
             path,
             PATCHED,
             module,
@@ -385,7 +406,7 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
         extra_keys = sorted(
             set(syntax.strings_in(forward.boundary)) - {"hidden_states", "residual"}
         )
-        return Analysis(
+        return analysis(
             path,
             SUPPORTED,
             module,
@@ -397,6 +418,40 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
                 f"entries: {extra_keys})"
             ],
         )
+    return None
+
+
+def setter_problems(setter: SetterShape) -> list[str]:
+    """What the setter's class lacks for the rewrite: its PP group, ``self.config``."""
+    problems = []
+    if setter.pp is None:
+        problems.append(
+            f"{setter.cls.name.value}: the PP group (self.<pp> = get_pp_group() "
+            f"or a world_size/is_last_rank guard in {SETTER})"
+        )
+    if not setter.has_config:
+        problems.append(f"{setter.cls.name.value}.__init__ assigning self.config")
+    return problems
+
+
+def setter_notes(setter: SetterShape) -> list[str]:
+    """The note on the guards the setter's rewrite removes (none when it has none)."""
+    if not setter.pp_guards:
+        return []
+    return [
+        f"{setter.cls.name.value}.{SETTER}: removes the PP=1 guard "
+        f"({PP_ERROR!r}) and the non-last-rank early return"
+    ]
+
+
+def analyse(source: str, path: str = MODULE) -> Analysis:
+    """Classify ``source``; raises :class:`UnrecognisedShape` naming what is missing."""
+    module, setter, forward, missing = discover(source, path)
+    if setter is None or forward is None:
+        raise UnrecognisedShape(path, missing)
+    known = already_relayed((module, setter, forward), source, path, Analysis)
+    if known is not None:
+        return known
     problems = []
     # The first missing piece of the forward's stage boundary, in the order they nest.
     missing = next(
@@ -417,22 +472,10 @@ def analyse(source: str, path: str = MODULE) -> Analysis:
     )
     if missing is not None:
         problems.append(f"{forward.cls.name.value}.forward: {missing}")
-    if setter.pp is None:
-        problems.append(
-            f"{setter.cls.name.value}: the PP group (self.<pp> = get_pp_group() "
-            f"or a world_size/is_last_rank guard in {SETTER})"
-        )
-    if not setter.has_config:
-        problems.append(f"{setter.cls.name.value}.__init__ assigning self.config")
+    problems += setter_problems(setter)
     if problems:
         raise UnrecognisedShape(path, problems)
-    notes = []
-    if setter.pp_guards:
-        notes.append(
-            f"{setter.cls.name.value}.{SETTER}: removes the PP=1 guard "
-            f"({PP_ERROR!r}) and the non-last-rank early return"
-        )
-    return Analysis(path, NEEDS_PATCH, module, setter, forward, notes)
+    return Analysis(path, NEEDS_PATCH, module, setter, forward, setter_notes(setter))
 
 
 # ----------------------------------------------------------------------------- rewrite
@@ -477,46 +520,6 @@ def _rewrite_init(func: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     return func.with_changes(body=func.body.with_changes(body=body))
 
 
-def _rewrite_forward(func: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
-    taken = syntax.function_locals(func)
-    captures = syntax.fresh("dspark_captures", taken)
-    incoming = syntax.fresh("dspark_incoming", taken)
-    proxy_dict = syntax.fresh("proxy_tensors", taken)
-    proxy = shape.proxy_param
-    d2 = _indent_of(2)
-
-    init_lines, capture_line, boundary_nodes, collect_node = relay_code(
-        f"self.{RELAY_ATTR}",
-        captures,
-        incoming,
-        proxy_dict,
-        proxy,
-        shape.loop_var,
-        shape.aux_name,
-        shape.handoff_entries,
-        shape.hidden,
-    )
-    init_nodes = parse_statements(lines_to_text(init_lines), d2)
-
-    class _Forward(cst.CSTTransformer):
-        def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
-            if original is shape.capture_if:
-                assert isinstance(updated.body, cst.IndentedBlock)
-                return updated.with_changes(
-                    body=updated.body.with_changes(body=[*updated.body.body, *capture_line])
-                )
-            if original is shape.boundary:
-                assert isinstance(updated.body, cst.IndentedBlock)
-                leading = shape.boundary_return.leading_lines  # type: ignore[union-attr]
-                first = boundary_nodes[0].with_changes(leading_lines=leading)
-                return updated.with_changes(
-                    body=updated.body.with_changes(body=[first, *boundary_nodes[1:]])
-                )
-            return updated
-
-    return insert_relay(func, func.visit(_Forward()), shape, init_nodes, collect_node)
-
-
 def transport_imports(module: cst.Module, forward: ForwardShape) -> cst.Module:
     """``module`` importing what the rewritten setter and ``__init__`` use."""
     names = [ATTACH]
@@ -525,11 +528,17 @@ def transport_imports(module: cst.Module, forward: ForwardShape) -> cst.Module:
     return add_from_import(module, GLUE_MODULE, tuple(sorted(names)))
 
 
-def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
-    """The patched text of a Kimi-Linear model file (``source`` itself when nothing to do)."""
-    analysis = analyse(source, path)
-    if analysis.status != NEEDS_PATCH:
-        return source, analysis
+def rewrite_text(
+    analysis: Analysis,
+    path: str,
+    rewrite_forward: Callable[[cst.FunctionDef], cst.FunctionDef],
+    more: Sequence[tuple[cst.FunctionDef, Callable[[cst.FunctionDef], cst.FunctionDef]]] = (),
+    more_imports: tuple[str, ...] = (),
+) -> str:
+    """The text of ``analysis.module`` (a file that needs the rewrite) with its setter and
+    its stack's ``__init__`` rewritten, its stack's forward replaced by
+    ``rewrite_forward(forward)``, each function of ``more`` by its rewrite, and the imports
+    they use (``more_imports`` from the shipped helpers); checked to compile."""
     assert analysis.setter is not None and analysis.forward is not None
     setter: SetterShape = analysis.setter
     forward: ForwardShape = analysis.forward
@@ -541,12 +550,31 @@ def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
             if original is setter.func:
                 return _rewrite_setter(updated, setter)
             if original is forward.func:
-                return _rewrite_forward(original, forward)
+                return rewrite_forward(original)
             if original is forward.init:
                 return _rewrite_init(updated, forward)
-            return updated
+            return next((change(updated) for func, change in more if original is func), updated)
 
     module = transport_imports(analysis.module.visit(_Classes()), forward)
+    if more_imports:
+        module = add_from_import(module, GLUE_MODULE, more_imports)
     new_source = module.code
     compile(new_source, path, "exec")
-    return new_source, analysis
+    return new_source
+
+
+def rewrite(source: str, path: str = MODULE) -> tuple[str, Analysis]:
+    """The patched text of a Kimi-Linear model file (``source`` itself when nothing to do)."""
+    analysis = analyse(source, path)
+    if analysis.status != NEEDS_PATCH:
+        return source, analysis
+    forward = analysis.forward
+    assert forward is not None and forward.boundary_return is not None
+    boundary_return = forward.boundary_return
+
+    def rewrite_forward(func: cst.FunctionDef) -> cst.FunctionDef:
+        return relay_forward(
+            func, forward, forward.handoff_entries, forward.hidden, boundary_return
+        )
+
+    return rewrite_text(analysis, path, rewrite_forward), analysis

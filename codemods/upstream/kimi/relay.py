@@ -2,13 +2,17 @@
 stack's forward: record each capture by layer id, hand the stage's captures on with the
 ``PPProxyTensors`` of non-last ranks (``self.pp_aux_relay.outgoing``, the ``PPAuxRelay``
 ``set_pp_aux_capture`` gave the stack), and gather the full list on the last stage
-(``self.pp_aux_relay.collect``)."""
+(``self.pp_aux_relay.collect``).  :func:`relay_forward` is the whole forward rewrite."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 
+from codemods.upstream.edit.names import RELAY_ATTR
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
+from codemods.upstream.kimi import syntax
 
 
 def relay_code(
@@ -79,3 +83,54 @@ def insert_relay(
                 collect_node = collect_node.with_changes(leading_lines=[])
             body.append(collect_node)
     return new_func.with_changes(body=new_func.body.with_changes(body=body))
+
+
+def relay_forward(
+    func: cst.FunctionDef,
+    shape,
+    handoff_entries,
+    hidden: str | None,
+    boundary_return: cst.SimpleStatementLine,
+    more_init: Callable[[set[str], str], list[str]] | None = None,
+) -> cst.FunctionDef:
+    """``func`` (the stack's forward, ``shape`` its ``ForwardShape``) relaying its captures:
+    the relay's init after the aux list's creation (then ``more_init(taken names, incoming
+    name)``'s lines, if given), each capture recorded, the ``boundary_return`` ending the
+    non-last-rank branch replaced by the handoff with the captures (the statements before
+    it kept), the collect after that branch."""
+    taken = syntax.function_locals(func)
+    captures = syntax.fresh("dspark_captures", taken)
+    incoming = syntax.fresh("dspark_incoming", taken)
+    proxy_dict = syntax.fresh("proxy_tensors", taken)
+    init_lines, capture_line, boundary_nodes, collect_node = relay_code(
+        f"self.{RELAY_ATTR}",
+        captures,
+        incoming,
+        proxy_dict,
+        shape.proxy_param,
+        shape.loop_var,
+        shape.aux_name,
+        handoff_entries,
+        hidden,
+    )
+    if more_init is not None:
+        init_lines += more_init(taken, incoming)
+    init_nodes = parse_statements(lines_to_text(init_lines), "    " * 2)
+
+    class _Forward(cst.CSTTransformer):
+        def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
+            if original is shape.capture_if:
+                assert isinstance(updated.body, cst.IndentedBlock)
+                return updated.with_changes(
+                    body=updated.body.with_changes(body=[*updated.body.body, *capture_line])
+                )
+            if original is shape.boundary:
+                assert isinstance(updated.body, cst.IndentedBlock)
+                *kept, _ = updated.body.body
+                first = boundary_nodes[0].with_changes(leading_lines=boundary_return.leading_lines)
+                return updated.with_changes(
+                    body=updated.body.with_changes(body=[*kept, first, *boundary_nodes[1:]])
+                )
+            return updated
+
+    return insert_relay(func, func.visit(_Forward()), shape, init_nodes, collect_node)
