@@ -66,12 +66,11 @@ import libcst.matchers as m
 
 from codemods.upstream.edit.names import COLLECT, HANDOFF
 from codemods.upstream.edit.walk import findall
-from codemods.upstream.family.forward import CaptureKind, ForwardShape, Shape
+from codemods.upstream.family.forward import CaptureKind, ForwardShape
 from codemods.upstream.family.layer_entry.closure import capture_closure
 from codemods.upstream.family.layer_entry.handoff import (
     HANDOFF_FUNC,
     PROXY_ARG,
-    PROXY_TEXT,
     handoff_index,
     handoff_returns_problem,
 )
@@ -86,7 +85,7 @@ from codemods.upstream.family.layer_entry.packer import (
     is_collector_forward,
     last_rank_output_capture,
 )
-from codemods.upstream.family.layer_entry.rewrite import rewrite_forward
+from codemods.upstream.family.layer_entry.shape import layer_entry_shape
 from codemods.upstream.family.layer_entry.tbo import layer_loop_problem
 from codemods.upstream.family.syntax import (
     CAPTURE_KWARG,
@@ -456,15 +455,10 @@ def _final_capture(
     )
 
 
-SHAPE = Shape(
-    name="entry",
-    description="captures at layer entry through a callback or the gathered collector, "
-    "handed on with `residual_batch.to_pp`",
-    kinds=(CALLBACK, GATHERED),
-    claims=is_entry_forward,
-    analyse=analyse_forward,
-    rewrite=rewrite_forward,
-    glue=(COLLECT, HANDOFF),
-    layer_entry=True,
-    handoffs={PROXY_ARG: PROXY_TEXT},
+SHAPE = layer_entry_shape(
+    "entry",
+    "captures at layer entry through a callback or the gathered collector",
+    (CALLBACK, GATHERED),
+    is_entry_forward,
+    analyse_forward,
 )

@@ -89,7 +89,6 @@ from codemods.upstream.family.forward import (
     CaptureKind,
     FamilyRewriteError,
     ForwardShape,
-    Shape,
     handoff_parts,
 )
 from codemods.upstream.family.gate import (
@@ -98,6 +97,7 @@ from codemods.upstream.family.gate import (
     refresh_last_stage_comments,
 )
 from codemods.upstream.family.layer_entry.handoff import handoff_index
+from codemods.upstream.family.layer_entry.shape import layer_entry_shape
 from codemods.upstream.family.syntax import (
     LAST_RANK,
     NOT_LAST_RANK,
@@ -372,15 +372,12 @@ def rewrite(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FlattenSentinel:
     return cst.FlattenSentinel([rewrite_forward(fn, shape), entry_ids_property(shape.ids_attr)])
 
 
-SHAPE = Shape(
-    name="gated",
-    description="captures at the next layer's entry under a last-rank gate, handed on "
-    "with `residual_batch.to_pp`",
-    kinds=(GATED,),
-    claims=is_gated_forward,
-    analyse=analyse_forward,
-    rewrite=rewrite,
-    glue=(COLLECT, HANDOFF),
-    layer_entry=True,
+SHAPE = layer_entry_shape(
+    "gated",
+    "captures at the next layer's entry under a last-rank gate",
+    (GATED,),
+    is_gated_forward,
+    analyse_forward,
+    rewrite,
     setter_ids_attr=ENTRY_IDS_ATTR,
 )

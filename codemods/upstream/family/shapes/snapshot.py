@@ -43,9 +43,9 @@ import libcst.matchers as m
 
 from codemods.upstream.edit.names import COLLECT, HANDOFF
 from codemods.upstream.edit.walk import findall
-from codemods.upstream.family.forward import CaptureKind, ForwardShape, Shape
-from codemods.upstream.family.layer_entry.handoff import PROXY_ARG, PROXY_TEXT, handoff_index
-from codemods.upstream.family.layer_entry.rewrite import rewrite_forward
+from codemods.upstream.family.forward import CaptureKind, ForwardShape
+from codemods.upstream.family.layer_entry.handoff import PROXY_ARG, handoff_index
+from codemods.upstream.family.layer_entry.shape import layer_entry_shape
 from codemods.upstream.family.layer_entry.tbo import layer_loop_problem
 from codemods.upstream.family.syntax import IDS_ATTR, SELF_IDS, name_value, only_assign
 
@@ -231,15 +231,10 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     )
 
 
-SHAPE = Shape(
-    name="snapshot",
-    description="snapshots at layer entry appended to a list, handed on with "
-    "`residual_batch.to_pp`",
-    kinds=(SNAPSHOT,),
-    claims=is_snapshot_forward,
-    analyse=analyse_forward,
-    rewrite=rewrite_forward,
-    glue=(COLLECT, HANDOFF),
-    layer_entry=True,
-    handoffs={PROXY_ARG: PROXY_TEXT},
+SHAPE = layer_entry_shape(
+    "snapshot",
+    "snapshots at layer entry appended to a list",
+    (SNAPSHOT,),
+    is_snapshot_forward,
+    analyse_forward,
 )
