@@ -14,9 +14,6 @@ from dataclasses import dataclass
 NONE_ERROR_DSPARK = "DSPARK requires explicit layer_ids for aux hidden capture."
 PP_ERROR_DSPARK = "DSPARK aux hidden capture requires PP=1."
 
-#: Every capture hook SGLang defines follows this spelling.
-HOOK_NAME_PATTERN = re.compile(r"^set_[a-z0-9_]+_layers_to_capture$")
-
 
 @dataclass(frozen=True)
 class Hook:
@@ -32,6 +29,12 @@ class Hook:
     none_error: tuple[str, str] | None
     #: The error raised under pipeline parallelism by models that refuse PP capture.
     pp_error: tuple[str, str] | None
+
+
+#: Every capture hook SGLang defines follows this spelling (a regex, unanchored: the one
+#: source of the patterns that look for hook names in text and bytes).
+HOOK_NAME_FORM = r"set_[a-z0-9_]+_layers_to_capture"
+HOOK_NAME_PATTERN = re.compile(f"^{HOOK_NAME_FORM}$")
 
 
 def _sglang_hook(family: str, none_meaning: str, accepts_none: bool = False) -> Hook:

@@ -71,9 +71,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-#: The hook spelling as bytes (see ``hooks.HOOK_NAME_PATTERN``), unanchored.
-HOOK_FORM = re.compile(rb"set_[a-z0-9_]+_layers_to_capture")
-_HOOK_FORM_TEXT = re.compile(r"set_[a-z0-9_]+_layers_to_capture")
+from codemods.catalog.hooks import CATALOG, HOOK_NAME_FORM
+
+#: The hook spelling (``hooks.HOOK_NAME_FORM``), unanchored, as bytes and as text.
+HOOK_FORM = re.compile(HOOK_NAME_FORM.encode())
+_HOOK_FORM_TEXT = re.compile(HOOK_NAME_FORM)
 #: Cheap first test: every name of the hook form contains this.
 _HOOK_SUFFIX = b"_layers_to_capture"
 #: PEP 263 coding cookie (only the first two lines can hold one).
@@ -92,14 +94,16 @@ _ASCII_TRANSPARENT = frozenset(
     )
 )
 _IDENTIFIER_BYTE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
-_DEF_PREFIX = re.compile(rb"[ \t]*(?:async[ \t]+)?def[ \t]+\Z")
+#: The start of a line up to a definition's keyword: indentation, then ``async`` or not.
+_INDENT_ASYNC = rb"[ \t]*(?:async[ \t]+)?"
+_DEF_PREFIX = re.compile(_INDENT_ASYNC + rb"def[ \t]+\Z")
 _OPEN_PAREN = re.compile(rb"[ \t]*\(")
 _CLOSING_PAREN = re.compile(rb"[ \t\r\n]*\)")
 #: ``hasattr(<expression without brackets, strings or comments>,`` just before a literal.
 _HASATTR_OPENING = re.compile(rb"(?<![A-Za-z0-9_.])hasattr[ \t]*\([^()\[\]{}\"'#=\\]*,[ \t\r\n]*\Z")
 #: A line that opens a scope, and the ``def NAME(`` form of one.
-_SCOPE_KEYWORD = re.compile(rb"[ \t]*(?:async[ \t]+)?(?:def|class)\b")
-_SCOPE_HEADER = re.compile(rb"[ \t]*(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*\(")
+_SCOPE_KEYWORD = re.compile(_INDENT_ASYNC + rb"(?:def|class)\b")
+_SCOPE_HEADER = re.compile(_INDENT_ASYNC + rb"def[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*\(")
 
 
 @dataclass(frozen=True)
@@ -119,8 +123,6 @@ class Prefilter:
         )
         object.__setattr__(self, "extra_names", names)
         object.__setattr__(self, "_extra_needles", tuple(name.encode() for name in names))
-        from codemods.catalog.hooks import CATALOG  # data only
-
         every = {hook.name for hook in CATALOG} | set(self.extra_names)
         object.__setattr__(self, "_all_names", tuple(sorted(every)))
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.catalog.hooks import HOOK_NAME_FORM
 from codemods.catalog.pp_raise import UPSTREAM_REWRITES
 from codemods.upstream.edit.forked import forked_map
 from codemods.upstream.edit.parsing import parse_text
@@ -44,9 +45,8 @@ from codemods.upstream.family.syntax import IDS_ATTR, code_of
 
 MODELS_PACKAGE = "sglang.srt.models"
 #: Text every file with a capture hook or a capture forward contains.
-#: ``def set_<method>_layers_to_capture(``: the capture hooks the plan is about (the same
-#: names as ``HOOK_NAME_PATTERN``).
-_HOOK_DEF = re.compile(rb"\bdef\s+set_[a-z0-9_]+_layers_to_capture\s*\(")
+#: ``def set_<method>_layers_to_capture(``: the capture hooks the plan is about.
+_HOOK_DEF = re.compile(rb"\bdef\s+" + HOOK_NAME_FORM.encode() + rb"\s*\(")
 
 
 @dataclass(frozen=True)
