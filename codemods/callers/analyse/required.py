@@ -32,7 +32,7 @@ from pathlib import PurePosixPath
 import libcst as cst
 
 from codemods.callers.analyse.evidence import EvidenceMixin
-from codemods.callers.analyse.syntax import _SCOPE_NODES, _call_name
+from codemods.callers.analyse.syntax import _SCOPE_NODES, _call_name, last_name
 from codemods.callers.records import REQUIRED_PREFIX
 
 __all__ = ["REQUIRED_PREFIX", "RequiredMixin", "binding_name", "is_serving_path"]
@@ -53,14 +53,6 @@ def is_serving_path(path: str) -> bool:
     if posix.name.startswith("model_runner") and posix.name.endswith((".py", ".pyi")):
         return True
     return any(parts[i : i + 2] == ("srt", "model_executor") for i in range(len(parts) - 1))
-
-
-def _identifier(node: cst.CSTNode) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return node.attr.value
-    return None
 
 
 class _Finder(cst.CSTVisitor):
@@ -86,14 +78,14 @@ def _contains(node: cst.CSTNode, predicate) -> bool:
 
 
 def _is_flag(node: cst.CSTNode) -> bool:
-    name = _identifier(node)
+    name = last_name(node)
     if name is not None and name.endswith(_FLAG_SUFFIX):
         return True
-    return isinstance(node, cst.Call) and _identifier(node.func) in SPEC_CHECKS
+    return isinstance(node, cst.Call) and last_name(node.func) in SPEC_CHECKS
 
 
 def _is_aux_read(node: cst.CSTNode) -> bool:
-    name = _identifier(node)
+    name = last_name(node)
     return name is not None and (name in _READ_NAMES or name.endswith(_READ_SUFFIX))
 
 
@@ -281,7 +273,7 @@ def _suggested_name(expr: cst.BaseExpression) -> str | None:
     ``layers``; None when the expression reads no such key."""
     key: cst.BaseExpression | None = None
     if isinstance(expr, cst.Call):
-        name = _identifier(expr.func)
+        name = last_name(expr.func)
         if name == "getattr" and len(expr.args) >= 2:
             key = expr.args[1].value
         elif name == "get" and expr.args:

@@ -75,6 +75,15 @@ def _dotted(node: cst.BaseExpression) -> list[str] | None:
     return None
 
 
+def last_name(node: cst.CSTNode) -> str | None:
+    """``name`` and ``a.b.name`` -> ``"name"``; None for any other node."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return None
+
+
 def _call_name(call: cst.Call) -> str | None:
     return call.func.value if isinstance(call.func, cst.Name) else None
 

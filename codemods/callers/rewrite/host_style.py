@@ -29,6 +29,8 @@ from typing import TypeGuard
 
 import libcst as cst
 
+from codemods.callers.analyse.syntax import last_name
+
 DEFAULT_LINE_LENGTH = 88
 
 
@@ -253,19 +255,11 @@ def with_import_logging(
 _FACTORY = re.compile(r"logger$", re.IGNORECASE)
 
 
-def _last_name(func: cst.BaseExpression) -> str | None:
-    if isinstance(func, cst.Name):
-        return func.value
-    if isinstance(func, cst.Attribute):
-        return func.attr.value
-    return None
-
-
 def is_logger_factory_call(value: cst.BaseExpression | None) -> bool:
     """``logging.getLogger(...)``, ``get_colorful_logger(...)``, ``init_logger(...)``..."""
     if not isinstance(value, cst.Call):
         return False
-    name = _last_name(value.func)
+    name = last_name(value.func)
     return name is not None and bool(_FACTORY.search(name))
 
 
