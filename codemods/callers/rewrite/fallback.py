@@ -75,7 +75,7 @@ with one of them) are left alone.  Composed with the guard, the ``try`` goes ins
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import libcst as cst
@@ -312,17 +312,16 @@ class FallbackTransformer(TailsMixin, CallSiteCodemod):
             leading_lines=body.leading_lines,
         )
 
-    def _wrapping(self, original_node: cst.CSTNode) -> FoundCall | None:
-        """The call whose statement ``original_node`` is, counted as wrapped; else None."""
-        found = self._statements.get(original_node)
-        if found is not None:
-            self._wrapped += 1
-        return found
-
     def _wrapped_statement(
-        self, original_node: cst.CSTNode, found: FoundCall, line: cst.SimpleStatementLine
-    ) -> cst.Try:
-        wrapped = self._try_statement(found, line)
+        self, original_node: cst.CSTNode, line: Callable[[], cst.SimpleStatementLine]
+    ) -> cst.Try | None:
+        """The ``try`` around the statement ``original_node`` is when it holds a call to
+        wrap (counted as wrapped; ``line()`` gives that statement as a line); else None."""
+        found = self._statements.get(original_node)
+        if found is None:
+            return None
+        self._wrapped += 1
+        wrapped = self._try_statement(found, line())
         claims = found.claims
         if self.policy == "warn" and claims is not None and claims.tail and not claims.exits:
             self._expect_tail(original_node, wrapped, claims.tail, _take_into_else)
@@ -336,19 +335,14 @@ class FallbackTransformer(TailsMixin, CallSiteCodemod):
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.BaseStatement:
-        found = self._wrapping(original_node)
-        if found is None:
-            return updated_node
-        return self._wrapped_statement(original_node, found, updated_node)
+        wrapped = self._wrapped_statement(original_node, lambda: updated_node)
+        return updated_node if wrapped is None else wrapped
 
     def leave_SimpleStatementSuite(
         self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
     ) -> cst.BaseSuite:
-        found = self._wrapping(original_node)
-        if found is None:
-            return updated_node
-        wrapped = self._wrapped_statement(original_node, found, suite_as_line(updated_node))
-        return cst.IndentedBlock(body=[wrapped])
+        wrapped = self._wrapped_statement(original_node, lambda: suite_as_line(updated_node))
+        return updated_node if wrapped is None else cst.IndentedBlock(body=[wrapped])
 
     # ---------------------------------------------------------------- logger
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
