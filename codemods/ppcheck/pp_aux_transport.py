@@ -159,6 +159,29 @@ def _describe_disagreement(gathered: Sequence[Mapping[str, Any]]) -> str:
     return "aux capture config differs across PP ranks: " + "; ".join(problems)
 
 
+class Pending:
+    """Outstanding ``isend`` handles with the buffers they read (kept alive until sent)."""
+
+    def __init__(self) -> None:
+        self._works: list[tuple[Any, Any]] = []
+
+    def __len__(self) -> int:
+        return len(self._works)
+
+    def add(self, work: Any, keep: Any) -> None:
+        self._works.append((work, keep))
+
+    def poll(self) -> None:
+        """Drop the handles whose send has completed."""
+        self._works = [(w, k) for w, k in self._works if not w.is_completed()]
+
+    def wait(self) -> None:
+        """Wait for every outstanding send."""
+        works, self._works = self._works, []
+        for work, _ in works:
+            work.wait()
+
+
 class PPAuxTransport:
     """Move one forward's captures to the last stage (see the module docstring)."""
 
@@ -186,7 +209,7 @@ class PPAuxTransport:
             )
         self.hidden_size: int | None = None
         self.dtype: torch.dtype | None = None
-        self._pending: list[tuple[Any, torch.Tensor]] = []
+        self._pending = Pending()
         self.stats: dict[str, int] = {
             "direct_sends": 0,
             "direct_send_bytes": 0,
@@ -299,7 +322,7 @@ class PPAuxTransport:
             return
         tensor = tensor.contiguous()
         work = dist.isend(tensor, dst=self.last_rank, group=self.direct_group)
-        self._pending.append((work, tensor))
+        self._pending.add(work, tensor)
         self.stats["direct_sends"] += 1
         self.stats["direct_send_bytes"] += tensor.numel() * tensor.element_size()
 
@@ -324,13 +347,11 @@ class PPAuxTransport:
 
     def poll(self) -> None:
         """Drop the direct sends that have completed."""
-        self._pending = [(w, t) for w, t in self._pending if not w.is_completed()]
+        self._pending.poll()
 
     def flush(self) -> None:
         """Wait for every outstanding direct send."""
-        pending, self._pending = self._pending, []
-        for work, _ in pending:
-            work.wait()
+        self._pending.wait()
 
     # ---------------------------------------------------------------- last stage
     def collect(

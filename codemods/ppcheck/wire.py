@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from codemods.ppcheck.pp_aux_transport import AUX_ENTRY
+from codemods.ppcheck.pp_aux_transport import AUX_ENTRY, Pending
 
 
 @dataclass
@@ -51,24 +51,6 @@ class WireLog:
             "meta_bytes": sum(s["meta"] for s in sends),
             "keys": [[k for k, _ in s["entries"]] for s in sends],
         }
-
-
-class Pending:
-    """Outstanding isend handles with the buffers they read."""
-
-    def __init__(self) -> None:
-        self._works: list[tuple[Any, Any]] = []
-
-    def add(self, work: Any, keep: Any) -> None:
-        self._works.append((work, keep))
-
-    def poll(self) -> None:
-        self._works = [(w, k) for w, k in self._works if not w.is_completed()]
-
-    def wait(self) -> None:
-        works, self._works = self._works, []
-        for work, _ in works:
-            work.wait()
 
 
 def _tensor_bytes(tensor: torch.Tensor) -> int:
