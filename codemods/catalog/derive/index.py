@@ -5,13 +5,39 @@ imports, method resolution, and the classes whose instances ``self.<attr>`` can 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 MODELS_DIR = ("sglang", "srt", "models")
 
 ClassKey = tuple[str, str]  # (module path relative to the models dir, class name)
+
+
+#: ``ModelIndex._instances`` / ``_classes``: ``(self, key, rel, expr, func, depth)`` -> the
+#: classes ``expr`` leads to.
+_Follow = Callable[[Any, ClassKey, str, ast.expr, "ast.FunctionDef | None", int], list[ClassKey]]
+#: How deep those follow an expression through names, calls and tables.
+_MAX_DEPTH = 12
+
+
+def _both_branches(follow: _Follow) -> _Follow:
+    """``follow`` giving up past :data:`_MAX_DEPTH` and taking both branches of a
+    conditional expression (``A if c else B`` leads where ``A`` and ``B`` lead)."""
+
+    @functools.wraps(follow)
+    def bounded(self, key, rel, expr, func, depth):
+        if depth > _MAX_DEPTH:
+            return []
+        if isinstance(expr, ast.IfExp):
+            return bounded(self, key, rel, expr.body, func, depth + 1) + bounded(
+                self, key, rel, expr.orelse, func, depth + 1
+            )
+        return follow(self, key, rel, expr, func, depth)
+
+    return bounded
 
 
 class HookFactsError(RuntimeError):
@@ -171,16 +197,11 @@ class ModelIndex:
                         classes.append(cls)
         return classes
 
+    @_both_branches
     def _instances(
         self, key: ClassKey, rel: str, expr: ast.expr, func: ast.FunctionDef | None, depth: int
     ) -> list[ClassKey]:
         """Classes whose instance ``expr`` (in ``func`` of module ``rel``) can be."""
-        if depth > 12:
-            return []
-        if isinstance(expr, ast.IfExp):
-            return self._instances(key, rel, expr.body, func, depth + 1) + self._instances(
-                key, rel, expr.orelse, func, depth + 1
-            )
         if isinstance(expr, ast.Call):
             return self._classes(key, rel, expr.func, func, depth + 1)
         if isinstance(expr, ast.Name) and func is not None:
@@ -191,16 +212,11 @@ class ModelIndex:
             ]
         return []
 
+    @_both_branches
     def _classes(
         self, key: ClassKey, rel: str, expr: ast.expr, func: ast.FunctionDef | None, depth: int
     ) -> list[ClassKey]:
         """Classes whose instance calling ``expr`` gives."""
-        if depth > 12:
-            return []
-        if isinstance(expr, ast.IfExp):
-            return self._classes(key, rel, expr.body, func, depth + 1) + self._classes(
-                key, rel, expr.orelse, func, depth + 1
-            )
         if isinstance(expr, ast.Name):
             resolved = self.resolve(rel, expr.id)
             if resolved is not None:
