@@ -60,6 +60,15 @@ class PartAnswer:
     decision: Decision
 
 
+def _part_facts(name: str, doc: str) -> Any:
+    """An ``UpstreamResult`` property that reads and replaces part ``name``'s facts."""
+    return property(
+        lambda result: result.facts(name),
+        lambda result, facts: result.set_facts(name, facts),
+        doc=doc,
+    )
+
+
 @dataclass
 class UpstreamResult:
     tree: SGLangTree
@@ -106,23 +115,10 @@ class UpstreamResult:
         """The parts that would apply but are not in this patch (a partial patch)."""
         return [a for a in self.parts if a.decision.verdict is Verdict.LEFT_OUT]
 
-    @property
-    def family(self):
-        """The capture-hook family's plan (None: not asked for)."""
-        return self.facts("family")
-
-    @family.setter
-    def family(self, plan) -> None:
-        self.set_facts("family", plan)
-
-    @property
-    def validation(self):
-        """What the server-arg validation part decided (None: not run)."""
-        return self.facts("validation")
-
-    @validation.setter
-    def validation(self, found) -> None:
-        self.set_facts("validation", found)
+    family = _part_facts("family", "The capture-hook family's plan (None: not asked for).")
+    validation = _part_facts(
+        "validation", "What the server-arg validation part decided (None: not run)."
+    )
 
     @property
     def tests(self) -> dict[str, str]:
