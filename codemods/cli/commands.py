@@ -418,7 +418,6 @@ def migrate(
         def run_info() -> codetf.RunInfo:
             return codetf.RunInfo(
                 command_line=command_line(ctx),
-                directory=str(Path.cwd()),
                 elapsed_ms=round((time.monotonic() - started) * 1000),
                 mode=mode,
             )

@@ -44,10 +44,10 @@ TOOL = "auxcap"
 
 @dataclass(frozen=True)
 class RunInfo:
-    """How the run was started: the command line that re-creates it, where, how long."""
+    """How the run went: the command line that re-creates it, how long it took, its mode
+    (the directory is the builder's, :class:`ReportBuilder`)."""
 
     command_line: str
-    directory: str
     elapsed_ms: int
     mode: str = "diff"
 
