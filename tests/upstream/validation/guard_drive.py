@@ -21,11 +21,10 @@ import json
 from types import SimpleNamespace
 from unittest import mock
 
-from torch import nn
-
 from sglang.srt.model_executor.model_runner import ModelRunner
 from sglang.srt.models.llama import LlamaForCausalLM
 from sglang.srt.models.qwen2 import Qwen2ForCausalLM
+from torch import nn
 
 HOOKS = {"EAGLE3": "set_eagle3_layers_to_capture", "DFLASH": "set_dflash_layers_to_capture"}
 
