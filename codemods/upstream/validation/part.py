@@ -75,7 +75,7 @@ def decide(tree: SGLangTree, plan: part.Plan) -> part.Decision:
         return part.applies([], found.notes, facts=found)
     guarded = plan.facts(GUARD_NAME)
     if isinstance(guarded, GuardResult) and guarded.changes:
-        found = replace(found, tests=relay_test())
+        found = replace(found, tests=relay_test(tree))
     relay = relay_test_changes(tree, found.tests)
     return part.applies([*relay, change], found.notes, facts=found)
 

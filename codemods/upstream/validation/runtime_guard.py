@@ -51,6 +51,7 @@ from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.edit.pyformat import INDENT, Call, parse_statements, render_call
 from codemods.upstream.edit.walk import code_of
 from codemods.upstream.tree.sglang_tree import SGLangTree
+from codemods.upstream.tree.test_variants import FEATURES, select, tree_features
 
 CHECK = "check_pp_aux_capture"
 #: The runner's package: every file under it that calls a capture hook is guarded.
@@ -400,9 +401,11 @@ RELAY_TEST_FILE = "test_pp_aux_relay.py"
 RELAY_TEST_SOURCE = Path(__file__).resolve().parent.parent / "shipped" / RELAY_TEST_FILE
 
 
-def relay_test() -> dict[str, str]:
-    """File name -> text of the shipped relay test."""
-    return {RELAY_TEST_FILE: RELAY_TEST_SOURCE.read_text(encoding="utf-8")}
+def relay_test(tree: SGLangTree | None = None) -> dict[str, str]:
+    """File name -> text of the shipped relay test, in the form ``tree``'s release needs
+    (``test_variants``: where the runner configures the capture; by default the newest)."""
+    features = tree_features(tree) if tree is not None else dict.fromkeys(FEATURES, True)
+    return {RELAY_TEST_FILE: select(RELAY_TEST_SOURCE.read_text(encoding="utf-8"), features)}
 
 
 def relay_test_changes(tree: SGLangTree, tests: dict[str, str]) -> list[FileChange]:

@@ -9,17 +9,22 @@ of the patched ``LlamaForCausalLM`` under PP and refuses, naming class and metho
 whose file the patch leaves alone (``Qwen2ForCausalLM``) and a subclass of the patched class
 with its own stack; with one stage it refuses nothing.  The unpatched release configures
 all of them under PP without a word.  The texts name the file and function, and the
-patched copy regenerates to nothing.
+patched copy regenerates to nothing.  The runtime-guard test of the shipped
+``test_pp_aux_relay.py``, in the form 0.5.14 gets (``ModelRunner``'s method), passes on the
+patched copy and fails on the release.
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from sglang_support.env import run_python, sglang_tree
-from sglang_support.family_check import patched_copy
+from sglang_support.family_check import patched_copy, shipped_test_env
 
 from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.generate import generate
@@ -27,6 +32,7 @@ from codemods.upstream.output.branch_message import commit_message
 from codemods.upstream.output.pr_body import render
 from codemods.upstream.output.series import build_series
 from codemods.upstream.part import Verdict
+from codemods.upstream.validation.runtime_guard import relay_test
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -99,3 +105,59 @@ def test_validation_names_the_refusal_and_the_texts_name_the_guard(patched):
     again = generate(copy, models=["llama"])
     assert again.decision("runtime guard").verdict is Verdict.APPLIES
     assert not [c for c in again.changes if c.changed], [c.path for c in again.changes]
+
+
+def _guard_test_module(text: str) -> str:
+    """The runtime-guard test of a rendered ``test_pp_aux_relay.py`` (the part after the
+    relay and opt-in tests, which need 0.5.21+), as a module of its own."""
+    tree = ast.parse(text)
+    wanted = {"HOOKS", "GUARDED", "_configure_capture", "TestRuntimeGuard"}
+    kept = [
+        ast.get_source_segment(text, node)
+        for node in tree.body
+        if getattr(node, "name", None) in wanted
+        or (isinstance(node, ast.Assign) and node.targets[0].id in wanted)  # type: ignore[attr-defined]
+    ]
+    head = (
+        "import unittest\n"
+        "from types import SimpleNamespace\n"
+        "from unittest import mock\n\n"
+        "from torch import nn\n\n"
+        "from sglang.test.test_utils import CustomTestCase\n\n"
+    )
+    return (
+        head
+        + "\n\n".join(k for k in kept if k)
+        + '\n\nif __name__ == "__main__":\n    unittest.main()\n'
+    )
+
+
+def _run_guard_test(root: Path, text: str, folder: Path):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "test_guard_variant.py").write_text(_guard_test_module(text))
+    return subprocess.run(
+        [sys.executable, "-m", "unittest", "-v", "test_guard_variant"],
+        env=shipped_test_env(root),
+        cwd=str(folder),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_the_shipped_guard_test_in_0_5_14s_form_passes_on_the_patch_only(patched, tmp_path):
+    result, copy = patched
+    (text,) = relay_test(result.tree).values()
+    assert "# @@" not in text
+    assert "ModelRunner.init_aux_hidden_state_capture(runner)" in text
+    assert (
+        "attention_backend_setup"
+        not in text.split("class TestRuntimeGuard")[0].split("def _configure_capture")[1]
+    )
+    assert 'GUARDED = ("EAGLE3", "DFLASH")\n' in text
+    passed = _run_guard_test(copy, text, tmp_path / "patched")
+    assert passed.returncode == 0, passed.stderr[-3000:]
+    assert "Ran 1 test" in passed.stderr and passed.stderr.rstrip().endswith("OK")
+    failed = _run_guard_test(sglang_tree(VERSION), text, tmp_path / "release")
+    assert failed.returncode != 0
+    assert "ValueError not raised" in failed.stderr, failed.stderr[-3000:]

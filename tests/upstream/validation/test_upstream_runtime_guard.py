@@ -23,6 +23,7 @@ from codemods.upstream.validation.runtime_guard import (
     SELF_SIZE,
     guard,
     guard_changes,
+    relay_test,
 )
 
 RUNNER = textwrap.dedent(
@@ -240,3 +241,23 @@ def test_every_release_guards_each_runner_call_of_a_capture_hook(version):
         assert "import check_pp_aux_capture" in change.new
         again = guard(change.new, change.path)
         assert again.text == change.new and all(s.guarded for s in again.sites), version
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize(
+    ("version", "configure"),
+    [
+        ("0.5.14", "ModelRunner.init_aux_hidden_state_capture(runner)"),
+        ("0.5.23", "setup.configure_aux_hidden_state_capture("),
+    ],
+)
+def test_the_shipped_guard_test_configures_the_capture_where_the_release_does(version, configure):
+    from sglang_support.hook_trees import hook_tree
+
+    (text,) = relay_test(detect_tree(hook_tree(version))).values()
+    assert "# @@" not in text
+    compile(text, "test_pp_aux_relay.py", "exec")
+    guard_test = text[text.index("def _configure_capture") :]
+    assert guard_test.count("def _configure_capture") == 1
+    assert configure in guard_test
+    assert ("DSPARK" in guard_test.split("class TestRuntimeGuard")[0]) == (version == "0.5.23")
