@@ -261,3 +261,25 @@ def test_the_shipped_guard_test_configures_the_capture_where_the_release_does(ve
     assert guard_test.count("def _configure_capture") == 1
     assert configure in guard_test
     assert ("DSPARK" in guard_test.split("class TestRuntimeGuard")[0]) == (version == "0.5.23")
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("name", ["kimi_linear", "kimi_k3"])
+def test_a_rewritten_kimi_file_declares_its_dspark_relay(name):
+    """The guard asks the class: Kimi's own rewrite (0.5.17-0.5.20) must declare DSPARK."""
+    from sglang_support.hook_trees import hook_tree
+
+    from codemods.upstream.kimi import part as kimi
+
+    tree = detect_tree(hook_tree("0.5.20"))
+    kimi_part = {"kimi_linear": kimi.LINEAR, "kimi_k3": kimi.K3}[name]
+    decision = kimi_part.decide(tree, part.Plan(tree))
+    assert decision.applies
+    (model,) = [c for c in decision.changes if c.path.endswith(f"/{name}.py")]
+    # Each class with the DSPARK hook (Kimi-K3's multimodal class delegates to its text
+    # model's) declares it, the causal LM among them.
+    declared = model.new.count('    pp_aux_relay_methods = ("DSPARK",)\n')
+    assert declared == model.new.count("\n    def set_dspark_layers_to_capture(") >= 1
+    pieces = model.new.split('    pp_aux_relay_methods = ("DSPARK",)')[:-1]
+    declaring = [piece.rsplit("\nclass ", 1)[1].split("(")[0] for piece in pieces]
+    assert any(name.endswith("ForCausalLM") for name in declaring), declaring
