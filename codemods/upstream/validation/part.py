@@ -52,6 +52,21 @@ def decide_guard(tree: SGLangTree, plan: part.Plan) -> part.Decision:
         return part.not_applicable(
             f"{found.package}: no runner call of a capture hook", facts=found
         )
+    earlier = {
+        c.path: name
+        for name, d in plan.decided.items()
+        for c in d.changes
+        if c.changed and name != GUARD_NAME
+    }
+    taken = [c.path for c in found.changes if c.path in earlier]
+    if taken:
+        # The generator keeps a path's first change: the check would be lost there.
+        return part.left_out(
+            f"{taken[0]} is already changed by the {earlier[taken[0]]} part",
+            "a model that does not relay a method's captures still loses them silently "
+            "under PP where the runner configures that capture",
+            facts=found,
+        )
     changes = [*found.changes, runtime_change(tree)] if found.changes else []
     return part.applies(changes, facts=found)
 

@@ -15,6 +15,8 @@ import libcst as cst
 import pytest
 
 from codemods.upstream import part
+from codemods.upstream.edit.change_kinds import RUNTIME, Role
+from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.tree.releases import LAST_BUILDS
 from codemods.upstream.tree.sglang_tree import detect_tree
 from codemods.upstream.validation.part import decide_guard
@@ -187,6 +189,15 @@ def test_the_part_answers_for_each_tree(tmp_path):
     assert decision.verdict is part.Verdict.LEFT_OUT and not decision.changes
     assert "sglang/srt/model_executor/other.py:2 in f" in decision.reason
     assert "silently" in decision.breaks
+    # A runner file an earlier part changed keeps that change: the guard says so.
+    plan = _plan(tree)
+    runner = "sglang/srt/model_executor/model_runner.py"
+    plan.decided["sizing"] = part.applies(
+        [FileChange(runner, RUNNER, RUNNER + "x = 1\n", RUNTIME, Role.SIZING)]
+    )
+    decision = decide_guard(tree, plan)
+    assert decision.verdict is part.Verdict.LEFT_OUT
+    assert decision.reason == f"{runner} is already changed by the sizing part"
 
 
 #: release -> {(file, function): methods} where the runner calls a capture hook.
