@@ -101,15 +101,14 @@ class Unguarded:
 
 @dataclass(frozen=True)
 class GuardResult:
+    """What the runtime guard found in a tree: every runner call of a hook, those no check
+    can precede, and the changed runner files (none when a call cannot be guarded)."""
+
     sites: tuple[GuardSite, ...] = ()
     unguarded: tuple[Unguarded, ...] = ()
     changes: tuple[FileChange, ...] = ()
     #: Patch path of the runner package (for messages).
     package: str = ""
-
-    def where(self) -> list[tuple[str, str]]:
-        """(patch path, function) of the guarded calls, in order, each once."""
-        return list(dict.fromkeys((s.path, s.function) for s in self.sites))
 
 
 @dataclass(frozen=True)
