@@ -3,8 +3,9 @@
 The order is the patch's: a part's changes follow those of the parts before it (a path
 already changed keeps its first change: the helpers module every model part adds), and a
 part reads what the parts before it decided (``Plan.facts``): the sizing, packer and tests
-parts follow the family's plan, the server-arg validation accepts what every model part
-makes safe, so it comes last.
+parts follow the family's plan, the runtime guard comes once every model part has
+answered, the server-arg validation accepts what every model part makes safe, so it
+comes last.
 
 This is the only module outside a part that imports one.  A Kimi-style model (one file,
 its own rewriter) is one module exposing a ``Part``, one line here, and its fixtures.
@@ -25,6 +26,7 @@ PARTS: tuple[Part, ...] = (
     sizing.PACKER,
     sizing.SIZING,
     SHIPPED_TESTS,
+    validation.GUARD,
     validation.VALIDATION,
 )
 

@@ -5,7 +5,9 @@ Each looks at its model file (``kimi_linear.py``, ``kimi_k3.py``) and answers:
 * not applicable: the file is absent (and not asked for by name), or has no DSPARK hook
   (SGLang 0.5.4-0.5.16 ship ``kimi_linear.py`` without one);
 * left out: the file needs the rewrite but ``--models`` did not ask for it;
-* applies: the rewritten file and the helpers module (``linear.py``, ``k3.py``), nothing
+* applies: the rewritten file (its class with the DSPARK hook declaring
+  ``pp_aux_relay_methods = ("DSPARK",)``, which the runtime guard asks) and the helpers
+  module (``linear.py``, ``k3.py``), nothing
   when the file already carries the rewrite or SGLang relays the captures itself, under
   its DSPARK entry or the one the patch renamed it to, or through the shipped helpers the
   patch moved that relay onto (``ModelState.status``);
@@ -25,6 +27,7 @@ from codemods.upstream.edit.names import ATTACH, AUX_ENTRY
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.edit.runtime import runtime_change
 from codemods.upstream.kimi import k3, linear
+from codemods.upstream.sizing.graph_sizing import declare_dspark_relay
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
 HOOK = "set_dspark_layers_to_capture"
@@ -96,6 +99,8 @@ def _decider(
             )
         changes: list[FileChange] = []
         if analysis.status != part.SUPPORTED:
+            # The class declares that it relays DSPARK: the runtime guard asks it.
+            new_source = declare_dspark_relay(new_source)
             changes = [FileChange(path, source, new_source, KIMI, Role.MODEL), runtime_change(tree)]
         return part.applies(changes, analysis.notes, model=state)
 

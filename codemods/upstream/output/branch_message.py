@@ -7,7 +7,8 @@ before: a fixed paragraph ("models that raised NotImplementedError(...) now capt
 after:  a subject of at most 72 characters, then what the patch does on this release: the
         model files whose hooks returned early (counted from the family's findings), the
         Kimi setters that refused PP (quoting the error only when the release has it),
-        SGLang's own DSPARK relay when it is only renamed, the validation change, the CPU
+        SGLang's own DSPARK relay when it is only renamed, the validation change, where
+        the runtime guard went (file and function, from the guard part's result), the CPU
         tests; then every changed file under what it gets.  Every line is at most 72
         characters; every path it names is a path of the patch (read from the result, never
         assumed).
@@ -142,6 +143,17 @@ def _validation(result: UpstreamResult, base: str) -> list[str]:
     return _wrap(text)
 
 
+def _guard(result: UpstreamResult, base: str) -> list[str]:
+    where = facts.guard_where(result, lambda path: _short(path, base))
+    if not where:
+        return []
+    return _wrap(
+        f"Runtime guard: {facts.GUARD_CALL} before each capture hook call in "
+        f"{where}; with PP it raises naming the class and the method when the class "
+        "does not relay that method."
+    )
+
+
 def _tests(result: UpstreamResult) -> list[str]:
     tests = [p.rsplit("/", 1)[-1] for p in facts.added_tests(result)]
     if tests:
@@ -173,6 +185,7 @@ def commit_message(result: UpstreamResult) -> str:
         _kimi(result),
         _rename(result, base),
         _validation(result, base),
+        _guard(result, base),
         _tests(result),
         _files(result, base),
     ]

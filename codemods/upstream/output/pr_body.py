@@ -24,6 +24,7 @@ from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.model_families import family_rank, family_title
 from codemods.upstream.output.result_facts import (
     AUX_FLAG,
+    GUARD_CALL,
     KIMI_STEM,
     SHIPPED_TEST_ROLES,
     accepted_algorithms,
@@ -31,6 +32,7 @@ from codemods.upstream.output.result_facts import (
     early_return_files,
     family_models,
     file_summary,
+    guard_where,
     in_release,
     k3_rewritten,
     kimi_relay_renamed,
@@ -337,14 +339,19 @@ def _validation_line(result: UpstreamResult) -> str:
             f"(`{refusal.condition}`, named above) refuses it before its worker starts, "
             "so accepting it in `check_pipeline_parallel_compat` could not run."
         )
-    for guard in _changed(result, Role.RUNTIME_GUARD):
-        line += (
-            f"\n- Runtime guard (`{guard.path}`): `configure_aux_hidden_state_capture` "
-            "calls `check_pp_aux_capture(model, METHOD, pp_size)` before each capture "
-            "hook; with PP it raises naming the class and the method when the class does "
-            "not relay that method, so no path past the validation loses captures silently."
-        )
     return line + "\n"
+
+
+def _guard_line(result: UpstreamResult) -> str:
+    where = guard_where(result, _code, _code)
+    if not where:
+        return ""
+    return (
+        f"- Runtime guard: `{GUARD_CALL}` before each call of a capture hook in {where}; "
+        "with PP it raises naming the class and the method when the class does not relay "
+        "that method, so no path that configures the capture (the server's, or "
+        "`ModelRunner` driven directly) loses captures silently.\n"
+    )
 
 
 def _fixes(result: UpstreamResult, series) -> str:
@@ -388,6 +395,7 @@ def _modifications(result: UpstreamResult, series) -> str:
     if runtime:
         text += _sizing_line(result) + "\n"
     text += _validation_line(result)
+    text += _guard_line(result)
     tests = added_tests(result)
     if tests:
         text += f"- Tests (new, CPU): {', '.join(_code(p) for p in tests)}.\n"

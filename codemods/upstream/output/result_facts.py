@@ -97,6 +97,36 @@ def validation_change(result: UpstreamResult):
     )
 
 
+#: The runtime guard part (``validation/part.py``) and the check it puts before each call.
+GUARD_PART = "runtime guard"
+GUARD_CALL = "check_pp_aux_capture(model, METHOD, pp_size)"
+
+
+def guard_places(result: UpstreamResult) -> list[tuple[str, list[str]]]:
+    """(patch path, functions) where the patch puts the runtime guard before a capture
+    hook call, in patch order: the runner files it changes and, from the guard part's
+    facts, the functions whose calls it guards there."""
+    found = result.facts(GUARD_PART)
+    sites = getattr(found, "sites", ())
+    places = []
+    for change in result.changes:
+        if change.role is Role.RUNTIME_GUARD and change.changed:
+            functions = [s.function for s in sites if s.path == change.path]
+            places.append((change.path, list(dict.fromkeys(functions))))
+    return places
+
+
+def guard_where(result: UpstreamResult, name=lambda path: path, function=lambda name: name) -> str:
+    """``file (Class.method, ...)`` for each guarded runner file, joined with "and"
+    (``name`` writes the path, ``function`` a function); "" when the patch guards
+    nothing."""
+    parts = [
+        f"{name(path)} ({', '.join(function(f) for f in functions)})" if functions else name(path)
+        for path, functions in guard_places(result)
+    ]
+    return " and ".join(parts)
+
+
 def relaxes_aux_flag(result: UpstreamResult) -> bool:
     """The validation change also accepts ``--enable-return-aux-hidden-states`` with PP
     (the release refuses it: 0.5.23)."""

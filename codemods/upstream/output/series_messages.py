@@ -21,10 +21,13 @@ from codemods.upstream.family import registry
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.result_facts import (
     AUX_FLAG,
+    GUARD_CALL,
     accepted_algorithms,
+    guard_where,
     relaxes_aux_flag,
     relays_through_helpers,
     test_command,
+    validation_change,
 )
 
 #: What each runtime file gets, by its role.
@@ -181,7 +184,27 @@ def _fix(patch, result: UpstreamResult) -> None:
     )
 
 
+def _guard_paragraph(result: UpstreamResult) -> str:
+    where = guard_where(result, _name)
+    if not where:
+        return ""
+    return _wrap(
+        f"{GUARD_CALL} now runs before each call of a capture hook in {where}; "
+        "with PP it raises naming the class and the method when the class does not "
+        "relay that method (pp_aux_relay_methods, declared by the model patches of this "
+        "series), so no path that configures the capture loses captures silently."
+    )
+
+
 def _validation(patch, result: UpstreamResult) -> None:
+    if validation_change(result) is None:
+        # Only the runtime guard (and no relaxed validation): a release whose server
+        # refuses speculative decoding with PP, or a patched tree.
+        patch.subject = "[PP] Refuse aux capture under PP for models that do not relay it"
+        patch.body = _guard_paragraph(result) or _wrap(
+            "The runtime guard of aux capture under PP and its test."
+        )
+        return
     found = result.validation.architectures if result.validation is not None else {}
     refused = [
         kind for kind in ("EAGLE3", "DFLASH") if any(kind in kinds for kinds in found.values())
@@ -226,17 +249,7 @@ def _validation(patch, result: UpstreamResult) -> None:
             "kept, and any other model class is refused as before."
         )
         + still
-        + "".join(
-            "\n"
-            + _wrap(
-                f"{_name(g.path)}: configure_aux_hidden_state_capture calls "
-                "check_pp_aux_capture(model, METHOD, pp_size) before each capture hook; "
-                "with PP it raises naming the class and the method when the class does "
-                "not relay that method, so no path past the validation loses captures "
-                "silently."
-            )
-            for g in guards
-        )
+        + ("\n" + _guard_paragraph(result) if guards else "")
     )
 
 

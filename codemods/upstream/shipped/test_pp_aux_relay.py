@@ -14,6 +14,9 @@
   names the class and the method.
 * sizing: a model that still defines ``get_pp_proxy_dspark_hidden_size`` (out of
   tree) is sized by it, with a deprecation warning.
+* guard: where the runner configures a capture, a model class that does not relay the
+  method is refused by name under PP before its hook is called, and one that does is
+  configured; with one stage both are.
 """
 
 import unittest
@@ -308,6 +311,74 @@ class TestPPAuxRelayOptIn(CustomTestCase):
             with mock.patch.object(setup, "get_pp_group", return_value=single):
                 setup.configure_aux_hidden_state_capture(**configure)
             hook.assert_called_once_with([1])
+
+
+# @@if setup_guard
+def _configure_capture(model, method, pp_size):
+    """Configure ``method``'s capture of ``model`` the way the runner does."""
+    from sglang.srt.model_executor.model_runner_components import (
+        attention_backend_setup as setup,
+    )
+
+    pp = SimpleNamespace(world_size=pp_size)
+    with mock.patch.object(setup, "get_pp_group", return_value=pp):
+        setup.configure_aux_hidden_state_capture(
+            model=model,
+            eagle_use_aux_hidden_state=method == "EAGLE3",
+            eagle_aux_hidden_state_layer_ids=[1],
+            dflash_use_aux_hidden_state=method != "EAGLE3",
+            dflash_target_layer_ids=[1],
+            is_dspark=method == "DSPARK",
+        )
+
+
+# @@else setup_guard
+# @@if runner_capture_method
+def _configure_capture(model, method, pp_size):
+    """Configure ``method``'s capture of ``model`` the way the runner does."""
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    runner = SimpleNamespace(
+        model=model,
+        pp_size=pp_size,
+        eagle_use_aux_hidden_state=method == "EAGLE3",
+        eagle_aux_hidden_state_layer_ids=[1],
+        dflash_use_aux_hidden_state=method == "DFLASH",
+        dflash_target_layer_ids=[1],
+    )
+    ModelRunner.init_aux_hidden_state_capture(runner)
+
+
+# @@end runner_capture_method
+# @@end setup_guard
+# @@if setup_guard
+GUARDED = ("EAGLE3", "DFLASH", "DSPARK")
+# @@else setup_guard
+GUARDED = ("EAGLE3", "DFLASH")
+# @@end setup_guard
+
+
+class TestRuntimeGuard(CustomTestCase):
+    def test_capture_under_pp_needs_a_class_that_relays_the_method(self):
+        for method in GUARDED:
+            hook = HOOKS[method]
+            relays = type("Relays", (nn.Module,), {"pp_aux_relay_methods": (method,)})
+            silent = type("Silent", (nn.Module,), {})
+            for cls in (relays, silent):
+                with self.subTest(method=method, model=cls.__name__):
+                    with mock.patch.object(cls, hook, create=True) as called:
+                        _configure_capture(cls(), method, pp_size=1)
+                        called.assert_called_once_with([1])
+                    with mock.patch.object(cls, hook, create=True) as called:
+                        if cls is silent:
+                            with self.assertRaisesRegex(
+                                ValueError, f"^Silent does not relay {method} "
+                            ):
+                                _configure_capture(cls(), method, pp_size=2)
+                            called.assert_not_called()
+                        else:
+                            _configure_capture(cls(), method, pp_size=2)
+                            called.assert_called_once_with([1])
 
 
 if __name__ == "__main__":

@@ -45,6 +45,17 @@ FEATURES = {
         "sglang.srt.arg_groups.validation_hook",
         r"^def check_pipeline_parallel_compat\(",
     ),
+    # The runner configures aux capture in a function of its own (0.5.16+), where the
+    # runtime guard goes ...
+    "setup_guard": (
+        "sglang.srt.model_executor.model_runner_components.attention_backend_setup",
+        r"^def configure_aux_hidden_state_capture\(",
+    ),
+    # ... or in a method of ModelRunner (0.5.11-0.5.15).
+    "runner_capture_method": (
+        "sglang.srt.model_executor.model_runner",
+        r"^    def init_aux_hidden_state_capture\(",
+    ),
 }
 #: Features whose pattern tells that the tree LACKS the feature.
 _INVERTED = {"published_topology"}

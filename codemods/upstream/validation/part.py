@@ -1,11 +1,17 @@
-"""The relaxed server-arg validation as a part of the patch (``relax.py``).
+"""The runtime guard and the relaxed server-arg validation as parts of the patch.
 
-It runs last: it accepts what the model parts before it make safe, for the architectures
-the capture-hook family rewrites (``plan.facts("family")``).  Where it relaxes the
-validation it also guards ``configure_aux_hidden_state_capture`` (``runtime_guard.py``:
-the runtime refusal of a model that does not relay) and ships the relay test.  Its facts
-are the :class:`~codemods.upstream.validation.relax.ValidationResult`, always set, with
-the shipped relay test in ``tests`` where it is part of the patch.
+* ``runtime guard`` (``runtime_guard.py``): the check before every call of a capture hook
+  under ``sglang/srt/model_executor/``, on every release, so that a model that does not
+  relay a method's captures is refused by name under PP wherever the runner configures
+  the capture.  Not applicable where no model part of the patch applies or the runner
+  calls no capture hook; left out (the rest of the patch stands) where a call has a shape
+  no check can be put before, naming the file, function and line.  Its facts are the
+  :class:`~codemods.upstream.validation.runtime_guard.GuardResult`.
+* ``validation`` (``relax.py``): runs last, accepting what the model parts before it make
+  safe, for the architectures the capture-hook family rewrites (``plan.facts("family")``).
+  Where it relaxes the validation and the runtime is guarded it ships the relay test.  Its
+  facts are the :class:`~codemods.upstream.validation.relax.ValidationResult`, always set,
+  with the shipped relay test in ``tests`` where it is part of the patch.
 """
 
 from __future__ import annotations
@@ -13,13 +19,56 @@ from __future__ import annotations
 from dataclasses import replace
 
 from codemods.upstream import part
+from codemods.upstream.edit.runtime import runtime_change
 from codemods.upstream.tree.sglang_tree import SGLangTree
 from codemods.upstream.validation.relax import (
     MODULE,
     ValidationShapeError,
     validation_changes,
 )
-from codemods.upstream.validation.runtime_guard import GuardShapeError, guard_changes, relay_test
+from codemods.upstream.validation.runtime_guard import (
+    GuardResult,
+    guard_changes,
+    relay_test,
+    relay_test_changes,
+)
+
+GUARD_NAME = "runtime guard"
+
+
+def decide_guard(tree: SGLangTree, plan: part.Plan) -> part.Decision:
+    if not any(d.applies for d in plan.decided.values()):
+        return part.not_applicable("no model part of this patch applies")
+    found = guard_changes(tree)
+    if found.unguarded:
+        first = found.unguarded[0]
+        return part.left_out(
+            f"cannot put the check before a capture hook call: {first.describe()}",
+            "a model that does not relay a method's captures still loses them silently "
+            "under PP where the runner configures that capture",
+            facts=found,
+        )
+    if not found.sites:
+        return part.not_applicable(
+            f"{found.package}: no runner call of a capture hook", facts=found
+        )
+    earlier = {
+        c.path: name
+        for name, d in plan.decided.items()
+        for c in d.changes
+        if c.changed and name != GUARD_NAME
+    }
+    taken = [c.path for c in found.changes if c.path in earlier]
+    if taken:
+        # The generator keeps a path's first change: the check would be lost there.
+        return part.left_out(
+            f"{taken[0]} is already changed by the {earlier[taken[0]]} part",
+            "a model that does not relay a method's captures still loses them silently "
+            "under PP where the runner configures that capture",
+            facts=found,
+        )
+    changes = [*found.changes, runtime_change(tree)] if found.changes else []
+    return part.applies(changes, facts=found)
 
 
 def decide(tree: SGLangTree, plan: part.Plan) -> part.Decision:
@@ -39,14 +88,13 @@ def decide(tree: SGLangTree, plan: part.Plan) -> part.Decision:
     change = found.change
     if not change.changed:
         return part.applies([], found.notes, facts=found)
-    try:
-        guarded = guard_changes(tree)
-    except GuardShapeError as err:
-        return part.cannot_apply(str(err).split(": ", 1)[0], str(err))
-    if guarded:
-        found = replace(found, tests=relay_test())
-    return part.applies([*guarded, change], found.notes, facts=found)
+    guarded = plan.facts(GUARD_NAME)
+    if isinstance(guarded, GuardResult) and guarded.changes:
+        found = replace(found, tests=relay_test(tree))
+    relay = relay_test_changes(tree, found.tests)
+    return part.applies([*relay, change], found.notes, facts=found)
 
 
+GUARD = part.Part(GUARD_NAME, decide_guard)
 VALIDATION = part.Part("validation", decide)
 MODULES = (MODULE,)

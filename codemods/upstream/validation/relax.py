@@ -46,8 +46,12 @@ before.  The architectures the result reports (PR body, facts) come from the
 ``EntryClass`` of each patched model file: the causal-LM classes with rewritten hooks and
 the classes of that file that inherit their declaration.
 
-0.5.18-0.5.20 refuse every speculative algorithm with PP on GPU (there is no EAGLE path to
-follow), so their validation is left alone: :func:`validation_changes` returns nothing there.
+Every release before 0.5.21 refuses every speculative algorithm with PP (``server_args.py``'s
+``assert ... self.speculative_algorithm is None`` up to 0.5.18, ``validation_hook.py`` from
+0.5.19, on GPU only in 0.5.20): there is no EAGLE path to follow, so their validation is left alone, and
+:func:`validation_changes` returns only a note naming that refusal (:func:`unrelaxed_note`).
+The runtime guard still refuses a model that does not relay wherever the runner configures
+the capture, the paths that bypass the server (``ModelRunner`` driven directly) included.
 """
 
 from __future__ import annotations
@@ -63,7 +67,12 @@ from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan
 from codemods.upstream.family.proxy_width import HOOK_METHODS
-from codemods.upstream.tree.reachability import Refusal, refusal_of, tree_refusals
+from codemods.upstream.tree.reachability import (
+    Refusal,
+    refusal_of,
+    refuses_every_algorithm,
+    tree_refusals,
+)
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
 MODULE = "sglang.srt.arg_groups.validation_hook"
@@ -306,14 +315,7 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
     path = tree.module_path(MODULE)
     source = tree.read_text(path)
     if source is None or _ANCHOR not in source:
-        return ValidationResult(
-            None,
-            architectures,
-            (
-                f"{path}: no check_pipeline_parallel_compat; server-arg validation left as is "
-                "(this release refuses speculative decoding with PP on GPU)",
-            ),
-        )
+        return ValidationResult(None, architectures, (unrelaxed_note(tree, path),))
     refused = (
         dflash_refusal(tree)
         if any("DFLASH" in methods for methods in architectures.values())
@@ -324,6 +326,20 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
         FileChange(path, source, new, VALIDATION, Role.VALIDATION),
         architectures,
         dflash_refused=refused,
+    )
+
+
+def unrelaxed_note(tree: SGLangTree, path: str) -> str:
+    """Why the validation of a release without ``check_pipeline_parallel_compat`` is left
+    as is: where it refuses every speculative algorithm with PP (0.4.10-0.5.20)."""
+    refusal = refuses_every_algorithm(tree_refusals(tree))
+    if refusal is None:
+        return f"{path}: no check_pipeline_parallel_compat; server-arg validation left as is"
+    where = " on GPU" if refusal.except_npu else ""
+    return (
+        f"{refusal.path}:{refusal.line}: {refusal.function} refuses every speculative "
+        f"algorithm with PP{where} ({refusal.message!r}); server-arg validation left as "
+        "is: this release has no speculative path under PP to admit EAGLE3 or DFLASH on"
     )
 
 

@@ -1,74 +1,398 @@
-"""Refuse aux capture under PP where it is configured, for a model that does not relay it.
+"""Refuse aux capture under PP where the runner configures it, for a model that does not relay it.
 
-The server-argument validation (``relax.py``) admits EAGLE3, DFLASH or
-``--enable-return-aux-hidden-states`` with PP only for a model class that declares it relays
-that method (``pp_aux_relay_methods``).  Nothing stops a model that does not from reaching
-the capture by another path (an architecture override, a model loaded by another entry
-point), and its non-last stages would drop their captures without an error.  SGLang
-configures the capture in one place, ``configure_aux_hidden_state_capture``
-(``model_executor/model_runner_components/attention_backend_setup.py``, 0.5.18+); this
-module puts the same question there, before each hook is called.  Before::
+The patch declares ``pp_aux_relay_methods`` on each model class it makes relay its captures
+across pipeline stages; the server-argument validation (``relax.py``) reads it on 0.5.21+,
+and older releases refuse speculative decoding with PP outright.  Neither stops a model
+that does not relay from reaching the capture by another path (``ModelRunner`` driven
+directly, an architecture override, a model loaded by another entry point), and its
+non-last stages would drop their captures without an error.  This module puts the question
+where the runner calls a capture hook: every call ``<model>.set_{eagle3,dflash,dspark}_
+layers_to_capture(...)`` under ``sglang/srt/model_executor/`` (found with LibCST, whatever
+the release: ``ModelRunner`` and ``CudaGraphRunner`` up to 0.5.15,
+``configure_aux_hidden_state_capture`` in ``model_runner_components/attention_backend_setup.py``
+from 0.5.16) gets, just before it, the shipped ``check_pp_aux_capture``, which raises naming
+the class and the method when the PP world size is above 1 and the class does not relay
+that method.  Before::
 
-    if eagle_use_aux_hidden_state:
+    if self.dflash_use_aux_hidden_state:
         ...
-        model.set_eagle3_layers_to_capture(eagle_aux_hidden_state_layer_ids)
+        self.model.set_dflash_layers_to_capture(self.dflash_target_layer_ids)
 
 after::
 
-    if eagle_use_aux_hidden_state:
+    if self.dflash_use_aux_hidden_state:
         ...
-        check_pp_aux_capture(model, "EAGLE3", get_pp_group().world_size)
-        model.set_eagle3_layers_to_capture(eagle_aux_hidden_state_layer_ids)
+        check_pp_aux_capture(self.model, "DFLASH", self.pp_size)
+        self.model.set_dflash_layers_to_capture(self.dflash_target_layer_ids)
 
-(and ``"DSPARK"`` / ``"DFLASH"`` before the DFLASH branch's two hooks).
-``check_pp_aux_capture`` (the shipped module) raises naming the class and the method when
-``pp_size > 1`` and the class does not relay it; with one stage it does nothing.
+The PP world size is the one the call's scope has: ``self.pp_size`` in a method of a class
+whose ``__init__`` sets it before the call (``ModelRunner``: its ``pp_size`` argument,
+``CudaGraphRunner``: the server's), else ``get_pp_group().world_size``, imported from
+``sglang.srt.distributed.parallel_state`` where the file does not import it already.  A call
+already preceded by its check is left alone, so a patched tree regenerates to nothing.  A
+hook call this module cannot place a check before (not a statement of its own, outside a
+function) is reported by file, function and line, and nothing is guarded then.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import libcst as cst
+
 from codemods.upstream.edit.change_kinds import VALIDATION, Role
-from codemods.upstream.edit.imports import add_from_import
+from codemods.upstream.edit.imports import add_from_import, imported_names
 from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.patchfile import FileChange
+from codemods.upstream.edit.pyformat import INDENT, Call, parse_statements, render_call
+from codemods.upstream.edit.walk import code_of
 from codemods.upstream.tree.sglang_tree import SGLangTree
+from codemods.upstream.tree.test_variants import FEATURES, select, tree_features
 
-MODULE = "sglang.srt.model_executor.model_runner_components.attention_backend_setup"
 CHECK = "check_pp_aux_capture"
-#: Each hook call of ``configure_aux_hidden_state_capture`` and its capture method.
-_CALLS = (
-    ("        ", "EAGLE3", "model.set_eagle3_layers_to_capture(eagle_aux_hidden_state_layer_ids)"),
-    ("            ", "DSPARK", "model.set_dspark_layers_to_capture(dflash_target_layer_ids)"),
-    ("            ", "DFLASH", "model.set_dflash_layers_to_capture(dflash_target_layer_ids)"),
-)
+#: The runner's package: every file under it that calls a capture hook is guarded.
+RUNNER_PACKAGE = "sglang.srt.model_executor"
+#: Capture hook -> its capture method.
+HOOKS = {
+    "set_eagle3_layers_to_capture": "EAGLE3",
+    "set_dflash_layers_to_capture": "DFLASH",
+    "set_dspark_layers_to_capture": "DSPARK",
+}
+PP_GROUP_MODULE = "sglang.srt.distributed.parallel_state"
+PP_GROUP = "get_pp_group"
+GROUP_SIZE = f"{PP_GROUP}().world_size"
+SELF_SIZE = "self.pp_size"
 
 
-class GuardShapeError(ValueError):
-    """``configure_aux_hidden_state_capture`` does not have the shape this module edits."""
+@dataclass(frozen=True)
+class GuardSite:
+    """One runner call of a capture hook, and the check before it."""
+
+    path: str  # patch path of the file
+    line: int
+    function: str  # ``Class.method`` or ``function``
+    method: str  # EAGLE3, DFLASH or DSPARK
+    model: str  # the receiver, as written
+    pp_size: str  # the PP world size the check is given
+    guarded: bool  # the check was there already
+
+    @property
+    def file(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
 
 
-def guard(source: str, filename: str) -> str:
-    """``attention_backend_setup.py`` text with the check before each hook call; the text
-    itself when it already has it.  Raises :class:`GuardShapeError` (naming ``filename``)
-    when a hook call is not found once."""
-    if f"{CHECK}(" in source:
-        return source
-    text = source
-    for indent, method, call in _CALLS:
-        line = f"{indent}{call}\n"
-        if text.count(line) != 1:
-            raise GuardShapeError(
-                f"{filename}: cannot guard aux capture under PP: {call!r} not found once"
-            )
-        check = f'{indent}{CHECK}(model, "{method}", get_pp_group().world_size)\n'
-        text = text.replace(line, check + line)
-    module = add_from_import(
-        parse_text(text), "sglang.srt.distributed.parallel_state", ["get_pp_group"]
+@dataclass(frozen=True)
+class Unguarded:
+    """A runner call of a capture hook this module cannot put a check before."""
+
+    path: str
+    line: int
+    function: str
+    why: str
+
+    def describe(self) -> str:
+        where = f" in {self.function}" if self.function else ""
+        return f"{self.path}:{self.line}{where}: {self.why}"
+
+
+@dataclass(frozen=True)
+class GuardResult:
+    """What the runtime guard found in a tree: every runner call of a hook, those no check
+    can precede, and the changed runner files (none when a call cannot be guarded)."""
+
+    sites: tuple[GuardSite, ...] = ()
+    unguarded: tuple[Unguarded, ...] = ()
+    changes: tuple[FileChange, ...] = ()
+    #: Patch path of the runner package (for messages).
+    package: str = ""
+
+
+@dataclass(frozen=True)
+class _Scope:
+    names: tuple[str, ...] = ()
+    #: The class whose method holds the call, that method, the depth of its body, and
+    #: the index in that body of the statement that holds the call.
+    cls: cst.ClassDef | None = None
+    method: cst.FunctionDef | None = None
+    method_depth: int = -1
+    top: int = -1
+
+
+def _hook_of(node: cst.CSTNode) -> str | None:
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in HOOKS
+    ):
+        return node.func.attr.value
+    return None
+
+
+def _hook_calls(node: cst.CSTNode) -> Iterator[cst.Call]:
+    """Every hook call in ``node``, in source order."""
+    if isinstance(node, cst.Call) and _hook_of(node) is not None:
+        yield node
+    for child in node.children:
+        yield from _hook_calls(child)
+
+
+def _sets_pp_size(statement: cst.CSTNode) -> bool:
+    """``self.pp_size = ...`` (or annotated) on one statement line."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        if isinstance(small, cst.Assign):
+            if any(code_of(t.target) == SELF_SIZE for t in small.targets):
+                return True
+        elif isinstance(small, cst.AnnAssign) and small.value is not None:
+            if code_of(small.target) == SELF_SIZE:
+                return True
+    return False
+
+
+def pp_size_expression(scope: _Scope) -> str:
+    """``self.pp_size`` where the call is in a method (first parameter ``self``) of a class
+    whose ``__init__`` sets it at its top level, before the call when the call is in
+    ``__init__``; else ``get_pp_group().world_size``."""
+    if scope.cls is None or scope.method is None:
+        return GROUP_SIZE
+    params = scope.method.params.params
+    if not params or params[0].name.value != "self":
+        return GROUP_SIZE
+    init = next(
+        (
+            s
+            for s in scope.cls.body.body
+            if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
+        ),
+        None,
     )
-    return add_from_import(module, GLUE_MODULE, [CHECK]).code
+    if init is None or not isinstance(init.body, cst.IndentedBlock):
+        return GROUP_SIZE
+    body = list(init.body.body)
+    end = scope.top if scope.method is init else len(body)
+    return SELF_SIZE if any(_sets_pp_size(s) for s in body[:end]) else GROUP_SIZE
+
+
+def _is_check(statement: cst.CSTNode, model: str, method: str) -> bool:
+    """``check_pp_aux_capture(<model>, "<method>", ...)`` on a statement line."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    expr = statement.body[0]
+    if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+        return False
+    args = expr.value.args
+    return (
+        code_of(expr.value.func) == CHECK
+        and len(args) >= 2
+        and code_of(args[0].value) == model
+        and isinstance(args[1].value, cst.SimpleString)
+        and args[1].value.evaluated_value == method
+    )
+
+
+class _Finder:
+    """One walk over a module's blocks: each hook call, where it is, the check it needs."""
+
+    def __init__(self, module: cst.Module, text: str, path: str) -> None:
+        self.path = path
+        #: Line of each hook call, in source order (for messages).
+        self.lines = [text.count("\n", 0, found.start()) + 1 for found in _CALL_TEXT.finditer(text)]
+        self.order = {id(call): n for n, call in enumerate(_hook_calls(module))}
+        self.sites: list[GuardSite] = []
+        self.unguarded: list[Unguarded] = []
+        #: id of a hook call's statement -> the check to put before it.
+        self.inserts: dict[int, cst.SimpleStatementLine] = {}
+        self.seen: set[int] = set()
+        self.block(module.body, _Scope(), 0)
+        for call in _hook_calls(module):
+            if id(call) not in self.seen:
+                self.refuse(call, "", "outside a function body")
+
+    def line(self, call: cst.Call) -> int:
+        n = self.order.get(id(call), -1)
+        return self.lines[n] if 0 <= n < len(self.lines) else 0
+
+    def refuse(self, call: cst.Call, function: str, why: str) -> None:
+        self.seen.add(id(call))
+        self.unguarded.append(Unguarded(self.path, self.line(call), function, why))
+
+    def refuse_all(self, node: cst.CSTNode, scope: _Scope, why: str) -> None:
+        for call in _hook_calls(node):
+            if id(call) not in self.seen:
+                self.refuse(call, ".".join(scope.names), why)
+
+    def block(self, body: Sequence[cst.BaseStatement], scope: _Scope, depth: int) -> None:
+        for index, statement in enumerate(body):
+            inner = scope
+            if scope.method is not None and depth == scope.method_depth:
+                inner = replace(scope, top=index)
+            if isinstance(statement, cst.SimpleStatementLine):
+                if scope.names:
+                    self.statement(statement, body, index, inner, depth)
+            elif isinstance(statement, cst.ClassDef):
+                names = (*scope.names, statement.name.value)
+                self.suite(statement.body, _Scope(names, statement), depth)
+            elif isinstance(statement, cst.FunctionDef):
+                names = (*scope.names, statement.name.value)
+                if scope.cls is not None and scope.method is None:
+                    inner = _Scope(names, scope.cls, statement, depth + 1)
+                else:
+                    inner = replace(inner, names=names)
+                self.suite(statement.body, inner, depth)
+            else:
+                self.compound(statement, inner, depth)
+
+    def compound(self, node: cst.CSTNode, scope: _Scope, depth: int) -> None:
+        """``if``/``for``/``while``/``with``/``try`` and their ``else``/``except``/``finally``:
+        their blocks are walked; a hook call in a header cannot be guarded."""
+        for child in node.children:
+            if isinstance(child, cst.BaseSuite):
+                self.suite(child, scope, depth)
+            elif isinstance(child, (cst.If, cst.Else, cst.ExceptHandler, cst.Finally)):
+                self.compound(child, scope, depth)
+            elif isinstance(child, cst.BaseCompoundStatement):
+                self.compound(child, scope, depth)
+            else:
+                self.refuse_all(child, scope, "the call is part of a statement's header")
+
+    def suite(self, suite: cst.BaseSuite, scope: _Scope, depth: int) -> None:
+        if not isinstance(suite, cst.IndentedBlock):
+            self.refuse_all(suite, scope, "on the line of its block's header")
+        elif suite.indent is not None and suite.indent != INDENT:
+            self.refuse_all(suite, scope, "in a block not indented by 4 spaces")
+        else:
+            self.block(suite.body, scope, depth + 1)
+
+    def statement(
+        self,
+        statement: cst.SimpleStatementLine,
+        body: Sequence[cst.BaseStatement],
+        index: int,
+        scope: _Scope,
+        depth: int,
+    ) -> None:
+        calls = list(_hook_calls(statement))
+        if not calls:
+            return
+        function = ".".join(scope.names)
+        small = statement.body[0] if len(statement.body) == 1 else None
+        call = small.value if isinstance(small, cst.Expr) else None
+        if len(calls) != 1 or call is not calls[0]:
+            self.refuse_all(statement, scope, "the call is not a statement of its own")
+            return
+        assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+        self.seen.add(id(call))
+        method = HOOKS[call.func.attr.value]
+        model = code_of(call.func.value)
+        guarded = index > 0 and _is_check(body[index - 1], model, method)
+        size = pp_size_expression(scope)
+        site = GuardSite(self.path, self.line(call), function, method, model, size, guarded)
+        self.sites.append(site)
+        if guarded:
+            return
+        indent = INDENT * depth
+        lines = render_call(indent, "", Call(CHECK, (model, f'"{method}"', size)))
+        (check,) = parse_statements("".join(f"{line}\n" for line in lines), indent)
+        assert isinstance(check, cst.SimpleStatementLine)
+        self.inserts[id(statement)] = check.with_changes(leading_lines=statement.leading_lines)
+
+
+_CALL_TEXT = re.compile(r"\.\s*set_(?:eagle3|dflash|dspark)_layers_to_capture\s*\(")
+
+
+class _Insert(cst.CSTTransformer):
+    """Puts each check before its call's statement (which gives up its leading lines)."""
+
+    def __init__(self, inserts: dict[int, cst.SimpleStatementLine]) -> None:
+        self.inserts = inserts
+
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        if not any(id(s) in self.inserts for s in original_node.body):
+            return updated_node
+        body: list[cst.BaseStatement] = []
+        for old, new in zip(original_node.body, updated_node.body, strict=True):
+            check = self.inserts.get(id(old))
+            if check is not None and isinstance(new, cst.SimpleStatementLine):
+                body += [check, new.with_changes(leading_lines=())]
+            else:
+                body.append(new)
+        return updated_node.with_changes(body=body)
+
+
+@dataclass(frozen=True)
+class GuardedFile:
+    text: str
+    sites: tuple[GuardSite, ...]
+    unguarded: tuple[Unguarded, ...]
+
+
+def guard(source: str, path: str) -> GuardedFile:
+    """``source`` with the check before each hook call (unchanged when every call has it,
+    or when a call cannot have it: ``unguarded`` says which and why)."""
+    module = parse_text(source)
+    found = _Finder(module, source, path)
+    sites, unguarded = tuple(found.sites), tuple(found.unguarded)
+    if unguarded or not found.inserts:
+        return GuardedFile(source, sites, unguarded)
+    module = module.visit(_Insert(found.inserts))
+    if any(s.pp_size == GROUP_SIZE and not s.guarded for s in sites):
+        bound = any(PP_GROUP in imported_names(module, name) for name in _from_modules(module))
+        if not bound:
+            module = add_from_import(module, PP_GROUP_MODULE, [PP_GROUP])
+    module = add_from_import(module, GLUE_MODULE, [CHECK])
+    return GuardedFile(module.code, sites, unguarded)
+
+
+def _from_modules(module: cst.Module) -> set[str]:
+    """The modules the module's top-level ``from ... import`` statements name."""
+    names = set()
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.ImportFrom) and small.module is not None:
+                    names.add(code_of(small.module))
+    return names
+
+
+def runner_files(tree: SGLangTree) -> list[str]:
+    """Patch paths of the runner package's files that mention a capture hook call."""
+    package = tree.module_path(f"{RUNNER_PACKAGE}.__init__").rsplit("/", 1)[0]
+    folder = tree.file(package)
+    if not folder.is_dir():
+        return []
+    found = []
+    for file in sorted(folder.rglob("*.py")):
+        if _CALL_TEXT.search(file.read_text(encoding="utf-8")):
+            found.append(f"{package}/{file.relative_to(folder).as_posix()}")
+    return found
+
+
+def guard_changes(tree: SGLangTree) -> GuardResult:
+    """The runner files with the check before each capture hook call, the calls, and the
+    calls no check can be put before (then no file is changed)."""
+    package = tree.module_path(f"{RUNNER_PACKAGE}.__init__").rsplit("/", 1)[0]
+    sites: list[GuardSite] = []
+    unguarded: list[Unguarded] = []
+    changes: list[FileChange] = []
+    for path in runner_files(tree):
+        source = tree.read_text(path)
+        assert source is not None
+        done = guard(source, path)
+        sites += done.sites
+        unguarded += done.unguarded
+        changes.append(FileChange(path, source, done.text, VALIDATION, Role.RUNTIME_GUARD))
+    if unguarded:
+        changes = []
+    return GuardResult(
+        tuple(sites), tuple(unguarded), tuple(c for c in changes if c.changed), package
+    )
 
 
 #: The shipped test of the relay, the opt-in, this guard and the relaxed validation.
@@ -76,33 +400,19 @@ RELAY_TEST_FILE = "test_pp_aux_relay.py"
 RELAY_TEST_SOURCE = Path(__file__).resolve().parent.parent / "shipped" / RELAY_TEST_FILE
 
 
-def relay_test() -> dict[str, str]:
-    """File name -> text of the shipped relay test."""
-    return {RELAY_TEST_FILE: RELAY_TEST_SOURCE.read_text(encoding="utf-8")}
+def relay_test(tree: SGLangTree | None = None) -> dict[str, str]:
+    """File name -> text of the shipped relay test, in the form ``tree``'s release needs
+    (``test_variants``: where the runner configures the capture; by default the newest)."""
+    features = tree_features(tree) if tree is not None else dict.fromkeys(FEATURES, True)
+    return {RELAY_TEST_FILE: select(RELAY_TEST_SOURCE.read_text(encoding="utf-8"), features)}
 
 
-def guard_changes(tree: SGLangTree) -> list[FileChange]:
-    """The change to ``attention_backend_setup.py`` and, in a tree with a test folder, the
-    relay test (none: the tree has no such file)."""
-    change = guard_change(tree)
-    if change is None or not change.changed:
+def relay_test_changes(tree: SGLangTree, tests: dict[str, str]) -> list[FileChange]:
+    """The shipped relay test, in a tree with a test folder (a package tree has none)."""
+    if tree.tests is None:
         return []
-    changes = [change]
-    if tree.tests is not None:  # a package tree has no test folder: left out
-        for name, text in relay_test().items():
-            path = tree.test_path(name)
-            changes.append(
-                FileChange(path, tree.read_text(path), text, VALIDATION, Role.RELAY_TEST)
-            )
+    changes = []
+    for name, text in tests.items():
+        path = tree.test_path(name)
+        changes.append(FileChange(path, tree.read_text(path), text, VALIDATION, Role.RELAY_TEST))
     return [c for c in changes if c.changed]
-
-
-def guard_change(tree: SGLangTree) -> FileChange | None:
-    """The change to ``attention_backend_setup.py`` (None: the tree has no such file)."""
-    path = tree.module_path(MODULE)
-    source = tree.read_text(path)
-    if source is None:
-        return None
-    return FileChange(
-        path, source, guard(source, str(tree.file(path))), VALIDATION, Role.RUNTIME_GUARD
-    )

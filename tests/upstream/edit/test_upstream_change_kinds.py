@@ -119,13 +119,14 @@ def test_branch_file_list_reads_the_roles(tmp_path):
 def check_release_kinds(result, version: str) -> None:
     """The group and role of every change of a release's patch: the sizing path gains the
     aux entry before 0.5.21 and is renamed from 0.5.21, where the Kimi files are only
-    renamed with it and the validation is relaxed."""
+    renamed with it and the validation is relaxed; the runtime guard is everywhere."""
     renamed = version >= "0.5.21"
     for change in (c for c in result.changes if c.changed):
         name, kind = _name(change.path), (change.group, change.role)
-        if name == "attention_backend_setup.py":
-            # The runtime guard goes with the validation it backs.
+        if name == "attention_backend_setup.py" or change.role is Role.RUNTIME_GUARD:
+            # The runtime guard goes with the validation it backs, on every release.
             assert kind == (VALIDATION, Role.RUNTIME_GUARD), name
+            assert "/model_executor/" in change.path, name
         elif name == "test_pp_aux_relay.py":
             assert kind == (VALIDATION, Role.RELAY_TEST), name
         elif name == "pp_aux_capture_family_models.py":
@@ -143,5 +144,5 @@ def check_release_kinds(result, version: str) -> None:
             assert kind in {(RUNTIME, Role.RUNTIME_MODULE), (RUNTIME, Role.PACKER)}, name
     roles = {c.role for c in result.changes if c.changed}
     assert (Role.VALIDATION in roles) is renamed, version
-    assert (Role.RUNTIME_GUARD in roles) is renamed, version
+    assert Role.RUNTIME_GUARD in roles, version
     assert (Role.RELAY_RENAME in roles) is renamed, version

@@ -55,9 +55,9 @@ def test_markers_that_do_not_nest_or_name_no_feature_are_refused(broken):
 @pytest.mark.parametrize(
     ("version", "expected"),
     [
-        ("0.5.20", (False, False, True, False)),
-        ("0.5.21", (True, False, True, True)),
-        ("0.5.23", (True, True, True, True)),
+        ("0.5.20", (False, False, True, False, True, False)),
+        ("0.5.21", (True, False, True, True, True, False)),
+        ("0.5.23", (True, True, True, True, True, False)),
     ],
 )
 def test_each_release_gets_its_own_plain_init_test(sglang_release, version, expected):

@@ -367,8 +367,15 @@ def test_series_applies_in_order_and_equals_the_single_patch(
     keys = [p.key for p in patches]
     assert keys[0] == "runtime" and len(keys) >= 3, keys
     assert "llama-qwen-dense" in keys, keys
-    # 0.5.18-0.5.20 keep their validation (nothing there to relax for one model).
-    assert (keys[-1] == "validation") is (version >= "0.5.21"), keys
+    # The last commit is the validation's: 0.5.18-0.5.20 keep their validation (they
+    # refuse speculative decoding with PP), so there it holds the runtime guard alone.
+    assert keys[-1] == "validation", keys
+    last = patches[-1]
+    guard_only = {c.role for c in last.changes if c.changed} == {Role.RUNTIME_GUARD}
+    assert guard_only is (version < "0.5.21"), (version, [c.path for c in last.changes])
+    if guard_only:
+        assert last.subject.startswith("[PP] Refuse aux capture under PP"), last.subject
+        assert "configure_aux_hidden_state_capture" in " ".join(last.body.split())
     # Where SGLang relays DSPARK itself, the rename of its relay is a commit of its own,
     # right after the helpers, and holds nothing but the rename.
     assert (keys[1] == series.RENAME) is (version >= "0.5.21"), keys
