@@ -28,21 +28,19 @@ import libcst.matchers as m
 
 from codemods.catalog.pp_raise import UPSTREAM_REWRITES
 from codemods.upstream.edit.forked import forked_map
-from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.splice import module_code
 from codemods.upstream.edit.walk import findall
 from codemods.upstream.family import registry
-from codemods.upstream.family.delegated import delegated_forwards
+from codemods.upstream.family.corpus import Corpus, class_node, defines, find_forward
 from codemods.upstream.family.forward import ForwardShape
 from codemods.upstream.family.repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
 from codemods.upstream.family.rewrite import rewrite_module
 from codemods.upstream.family.setter import SetterShape
 from codemods.upstream.family.split_stack import sibling_setters, split_stack_setters
 from codemods.upstream.family.stage_output import NamedStageOutputFix, named_stage_unpack
-from codemods.upstream.family.survey import ModuleShapes, analyse, unpacks_stack_output
+from codemods.upstream.family.survey import ModuleShapes, unpacks_stack_output
 from codemods.upstream.family.syntax import IDS_ATTR, code_of
 
-MODELS_PACKAGE = "sglang.srt.models"
 #: Text every file with a capture hook or a capture forward contains.
 #: ``def set_<method>_layers_to_capture(``: the capture hooks the plan is about (the same
 #: names as ``HOOK_NAME_PATTERN``).
@@ -206,38 +204,6 @@ class FamilyPlan:
         return result
 
 
-class _Corpus:
-    """Parsed model files, loaded on demand (parsing is the expensive part)."""
-
-    def __init__(self, models_dir: Path) -> None:
-        self.models_dir = models_dir
-        self.modules: dict[str, cst.Module] = {}
-        self.shapes: dict[str, ModuleShapes] = {}
-
-        self.errors: dict[str, str] = {}
-
-    def get(self, file: str) -> ModuleShapes | None:
-        if file not in self.shapes:
-            path = self.models_dir / file
-            if file in self.errors or not path.is_file():
-                return None
-            data = path.read_bytes()
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError:
-                text = None
-            try:
-                # Shared with the Kimi rewriters within one generate run.
-                module = cst.parse_module(data) if text is None else parse_text(text)
-            except cst.ParserSyntaxError as error:
-                self.errors[file] = f"cannot parse: line {error.raw_line}: {error.message}"
-                return None
-            self.modules[file] = module
-            shapes = analyse(module, module.code if text is None else text)
-            self.shapes[file] = delegated_forwards(module, shapes)
-        return self.shapes[file]
-
-
 def candidate_files(models_dir: Path) -> list[str]:
     """Model files that define a capture hook (a byte-level filter: only these are parsed;
     files they build on are parsed when a decision needs them)."""
@@ -268,7 +234,7 @@ def plan_family(
     models_dir = Path(models_dir)
     if not models_dir.is_dir():
         raise FileNotFoundError(f"{models_dir}: not a directory")
-    corpus = _Corpus(models_dir)
+    corpus = Corpus(models_dir)
     plan = FamilyPlan(models_dir, {}, modules=corpus.modules)
     files = candidate_files(models_dir)
     if only is not None:
@@ -316,7 +282,7 @@ def _kept(
     )
 
 
-def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) -> FileDecision:
+def _decide(file: str, shapes: ModuleShapes, corpus: Corpus, plan: FamilyPlan) -> FileDecision:
     hooks = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters)
     early = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters if s.early_return)
 
@@ -353,7 +319,7 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
 def _decide_setters(
     file: str,
     shapes: ModuleShapes,
-    corpus: _Corpus,
+    corpus: Corpus,
     plan: FamilyPlan,
     candidates: list[SetterShape],
     hooks: tuple[str, ...],
@@ -386,7 +352,7 @@ def _decide_setters(
                 f"return never runs and no capture is lost"
             )
         stacks[setter.class_name] = stack_class
-        outer = _class_node(corpus.modules[file], setter.class_name)
+        outer = class_node(corpus.modules[file], setter.class_name)
         unpacked = unpacks_stack_output(outer, receiver) if outer else None
         if outer is not None and unpacked is not None:
             if findall(outer, m.Name(STAGE_OUTPUT)):
@@ -401,7 +367,7 @@ def _decide_setters(
                 NamedStageOutputFix(setter.class_name, receiver, pp_group, named[1], named[0])
             )
         for method in setter.receiver_calls:
-            if _defines(file, stack_class, method, corpus, depth=0):
+            if defines(file, stack_class, method, corpus, depth=0):
                 continue
             if _asks_hasattr(corpus.modules[file], setter, method):
                 continue  # the hook stores the ids itself when the stack lacks it
@@ -495,7 +461,7 @@ def _can_add_stack_setter(
 
 
 def _resolve_forward(
-    file: str, shapes: ModuleShapes, setter: SetterShape, corpus: _Corpus
+    file: str, shapes: ModuleShapes, setter: SetterShape, corpus: Corpus
 ) -> tuple[str, str, ForwardShape] | str:
     """(decoder-stack class, file of its capture forward, that forward) for ``setter``'s
     receiver, or why it was not found."""
@@ -510,75 +476,13 @@ def _resolve_forward(
         if len(local) == 1:
             return local[0].class_name, file, local[0]
         return f"cannot tell which class `{receiver}` is"
-    found = _find_forward(file, class_name, corpus, depth=0)
+    found = find_forward(file, class_name, corpus, depth=0)
     return found if isinstance(found, str) else (class_name, *found)
-
-
-def _find_forward(
-    file: str, class_name: str, corpus: _Corpus, depth: int
-) -> tuple[str, ForwardShape] | str:
-    if depth > 6:
-        return f"{class_name}: base classes nest too deeply"
-    shapes = corpus.get(file)
-    if shapes is None:
-        return f"{file} not found"
-    if "." in class_name:
-        # ``module.Class`` with ``from sglang.srt.models import module``
-        alias, name = class_name.rsplit(".", 1)
-        source = shapes.imports.get(alias)
-        if source is None or source[0] != MODELS_PACKAGE:
-            return f"`{class_name}` is not a class of a model file"
-        return _find_forward(source[1] + ".py", name, corpus, depth + 1)
-    info = shapes.classes.get(class_name)
-    if info is None:
-        source = shapes.imports.get(class_name)
-        if source is None or not source[0].startswith(MODELS_PACKAGE + "."):
-            return f"`{class_name}` is not defined in a model file"
-        return _find_forward(source[0].rsplit(".", 1)[1] + ".py", source[1], corpus, depth + 1)
-    for forward in shapes.forwards:
-        if forward.class_name == class_name:
-            return file, forward
-    if info.has_forward:
-        return f"{file}:{class_name}.forward does not read the capture ids"
-    for base in info.bases:
-        found = _find_forward(file, base.split(".")[-1], corpus, depth + 1)
-        if not isinstance(found, str):
-            return found
-    return f"{file}:{class_name} has no forward that captures"
-
-
-def _defines(file: str, class_name: str, method: str, corpus: _Corpus, depth: int) -> bool:
-    """Whether ``class_name`` (as named in ``file``) or a base defines ``method``.
-
-    Classes outside the model files (e.g. ``nn.Module``) are taken not to."""
-    if depth > 6:
-        return False
-    shapes = corpus.get(file)
-    if shapes is None:
-        return False
-    if "." in class_name:
-        alias, name = class_name.rsplit(".", 1)
-        source = shapes.imports.get(alias)
-        if source is None or source[0] != MODELS_PACKAGE:
-            return False
-        return _defines(source[1] + ".py", name, method, corpus, depth + 1)
-    info = shapes.classes.get(class_name)
-    if info is None:
-        source = shapes.imports.get(class_name)
-        if source is None or not source[0].startswith(MODELS_PACKAGE + "."):
-            return False
-        return _defines(source[0].rsplit(".", 1)[1] + ".py", source[1], method, corpus, depth + 1)
-    if method in info.methods:
-        return True
-    return any(
-        _defines(file, base.split(".")[-1] if "." not in base else base, method, corpus, depth + 1)
-        for base in info.bases
-    )
 
 
 def _asks_hasattr(module: cst.Module, setter: SetterShape, method: str) -> bool:
     """The hook tests ``hasattr(<receiver>, "<method>")`` before calling it."""
-    outer = _class_node(module, setter.class_name)
+    outer = class_node(module, setter.class_name)
     if outer is None:
         return False
     hooks = [
@@ -591,10 +495,3 @@ def _asks_hasattr(module: cst.Module, setter: SetterShape, method: str) -> bool:
     return bool(hooks) and any(
         code_of(call.args[0].value) == setter.receiver for call in findall(hooks[-1], test)
     )
-
-
-def _class_node(module: cst.Module, name: str) -> cst.ClassDef | None:
-    for statement in module.body:
-        if isinstance(statement, cst.ClassDef) and statement.name.value == name:
-            return statement
-    return None
