@@ -77,6 +77,10 @@ class FileDecision:
     fixes: tuple[str, ...] = ()
     #: Comments the rewrite makes stale (first line of each), for review by hand.
     stale_comments: tuple[str, ...] = ()
+    #: "Class.hook" of the hooks whose early return the patch drops although the file is
+    #: not patched: the model refuses PP in its constructor, so the return never runs
+    #: (no capture hook decides by PP rank by itself); nothing else changes in the file.
+    dead_returns: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -95,6 +99,8 @@ class FamilyPlan:
     #: file -> causal-LM forwards that unpack the stack output on every rank
     stage_fixes: dict[str, list[StageOutputFix]] = field(default_factory=dict)
     modules: dict[str, cst.Module] = field(default_factory=dict, repr=False)
+    #: file -> (class, hook) of the early returns that never run (``FileDecision.dead_returns``)
+    dead_returns: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     _rewritten: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
     _fixed: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -109,6 +115,7 @@ class FamilyPlan:
             | set(self.forward_edits)
             | set(self.stack_setters)
             | set(self.stage_fixes)
+            | set(self.dead_returns)
         )
 
     def select(self, names: list[str] | None) -> FamilyPlan:
@@ -145,6 +152,7 @@ class FamilyPlan:
             chosen(self.stack_setters),
             chosen(self.stage_fixes),
             self.modules,
+            chosen(self.dead_returns),
         )
 
     def rewritten(self) -> dict[str, str]:
@@ -169,6 +177,7 @@ class FamilyPlan:
             self.forward_edits.get(file, []),
             self.stack_setters.get(file, []),
             self.stage_fixes.get(file, []),
+            self.dead_returns.get(file, []),
         )
         return module_code(module, updated)
 
@@ -214,6 +223,9 @@ def candidate_files(models_dir: Path) -> list[str]:
 
 #: The reason of a file whose hooks refuse PP themselves (they lose nothing under PP).
 RAISES_PP = "the capture hook raises under PP in its own code"
+
+#: The reason of a file whose model refuses PP outright (it loses nothing under PP).
+REFUSES_PP = "the model refuses PP in its constructor"
 
 #: Model files another rewriter owns: reported, never rewritten by the family patch.
 OWNED_ELSEWHERE = {
@@ -347,10 +359,7 @@ def _decide_setters(
         assert receiver is not None and pp_group is not None
         refusal = _refuses_pp(shapes, setter.class_name, stack_class)
         if refusal is not None:
-            return keep(
-                f"the model refuses PP in its constructor (`{refusal}`): the early "
-                f"return never runs and no capture is lost"
-            )
+            return _dead_returns(file, hooks, setter.class_name, early, refusal, plan)
         stacks[setter.class_name] = stack_class
         outer = class_node(corpus.modules[file], setter.class_name)
         unpacked = unpacks_stack_output(outer, receiver) if outer else None
@@ -434,6 +443,31 @@ def _decide_setters(
             for f in stage_fixes
         ),
         stale_comments=forward.stale_comments,
+    )
+
+
+def _dead_returns(
+    file: str,
+    hooks: tuple[str, ...],
+    refusing: str,
+    early: tuple[str, ...],
+    refusal: str,
+    plan: FamilyPlan,
+) -> FileDecision:
+    """The decision for a file whose model refuses PP in its constructor: not patched (it
+    relays nothing and declares no relay, so validation and the runtime guard refuse aux
+    capture under PP for it), and the early returns of its hooks, which never run, are
+    dropped so that no capture hook decides by PP rank by itself."""
+    dead = tuple(hook for hook in early if hook.split(".", 1)[0] == refusing)
+    plan.dead_returns[file] = [(refusing, hook.split(".", 1)[1]) for hook in dead]
+    return FileDecision(
+        file,
+        hooks,
+        early,
+        False,
+        f"{REFUSES_PP} (`{refusal}`): the early return never runs and no capture is lost; "
+        f"the patch drops it and declares no relay",
+        dead_returns=dead,
     )
 
 

@@ -24,10 +24,12 @@ from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.model_families import family_rank, family_title
 from codemods.upstream.output.result_facts import (
     AUX_FLAG,
+    DEAD_RETURN,
     KIMI_STEM,
     SHIPPED_TEST_ROLES,
     accepted_algorithms,
     added_tests,
+    dead_return_files,
     early_return_files,
     family_models,
     file_summary,
@@ -173,6 +175,14 @@ def _motivation(result: UpstreamResult) -> str:
             "captures: the drafter silently gets fewer aux states, or the last stage fails "
             "unpacking its output when it owns none of the capture layers;"
         )
+    dead = dead_return_files(result)
+    if dead:
+        lines.append(
+            f"1. the hooks of {len(dead)} more ({', '.join(_code(f) for f in dead)}) return "
+            "early the same way, but their model refuses PP in its constructor, so the "
+            "return never runs and nothing is lost; the patch drops it (no capture hook "
+            "decides by PP rank by itself) and declares no relay for them;"
+        )
     patched = result.family.patched if result.family is not None else []
     others = [file for file in patched if file not in early]
     if others:
@@ -231,7 +241,9 @@ def _family_lines(result: UpstreamResult) -> list[str]:
         key, title = change.group, family_title(change.group)
         entry = _code(name)
         own = decisions.get(name)
-        if key != KIMI and (own is None or not own.patched):
+        if own is not None and own.dead_returns:
+            entry += f" ({DEAD_RETURN})"
+        elif key != KIMI and (own is None or not own.patched):
             users = sorted(
                 d.name
                 for d in decisions.values()

@@ -29,6 +29,9 @@ def capture_shape(decision) -> str:
     return "other model files"
 
 
+#: A model that refuses PP in its constructor: the early return of its hooks, which never
+#: runs, is dropped; it declares no relay.
+DEAD_RETURN_CELL = "no relay (refuses PP): dead early return dropped"
 #: Kimi on a release that relays DSPARK captures itself (0.5.21+): its entry and width
 #: method are renamed for every capture method (``graph_sizing.py``).
 RELAY_RENAME_CELL = "renamed: SGLang's DSPARK relay serves every capture method"
@@ -59,7 +62,7 @@ def _cell(decision) -> str:
     if not decision.early_return:
         return "no: no early return"
     if decision.reason.startswith(REFUSES_PP):
-        return "no: refuses PP"
+        return DEAD_RETURN_CELL if decision.dead_returns else "no: refuses PP"
     return f"no: {decision.reason}"
 
 
@@ -94,6 +97,7 @@ def matrix(columns: Sequence[Column]) -> str:
     short = (
         "no: no early return",
         "no: refuses PP",
+        DEAD_RETURN_CELL,
         "no: raises under PP",
         KIMI_CELLS[SUPPORTED],
     )

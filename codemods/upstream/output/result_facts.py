@@ -176,6 +176,21 @@ def accepted_algorithms(result: UpstreamResult) -> tuple[list[str], list]:
     )
 
 
+#: What the patch does to a model file whose model refuses PP in its constructor.
+DEAD_RETURN = (
+    "drops the early return off the last rank, which never runs (the model refuses PP "
+    "in its constructor); declares no relay, so aux capture under PP stays refused for it"
+)
+
+
+def dead_return_files(result: UpstreamResult) -> list[str]:
+    """The model files whose hooks' early return the patch drops although it does not
+    patch them (``FileDecision.dead_returns``), by file name."""
+    if result.family is None:
+        return []
+    return sorted(f for f, d in result.family.decisions.items() if d.dead_returns)
+
+
 def early_return_files(result: UpstreamResult) -> list[str]:
     """The patched model files whose capture hooks return early off the last PP rank in the
     release's own text (the family survey's finding), by file name."""
@@ -250,6 +265,8 @@ def file_summary(result: UpstreamResult, change: FileChange) -> str:
         if decision.early_return:
             return "hooks no longer return early off the last rank; captures relayed"
         return "captures taken on every stage and relayed to the last"
+    if decision is not None and decision.dead_returns:
+        return DEAD_RETURN
     users = forward_users(result, name)
     if users:
         return f"capture forward of {', '.join(users)}"

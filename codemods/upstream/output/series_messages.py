@@ -21,6 +21,7 @@ from codemods.upstream.family import registry
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.result_facts import (
     AUX_FLAG,
+    DEAD_RETURN,
     accepted_algorithms,
     relaxes_aux_flag,
     relays_through_helpers,
@@ -266,6 +267,8 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
     plan = result.family
     decisions = plan.decisions if plan is not None else {}
     patch.subject = f"[PP] {title}: carry aux hidden states across stages"
+    if not patch.models:  # only hooks whose early return never runs
+        patch.subject = f"[PP] {title}: drop capture-hook returns that never run"
     if len(patch.subject) > 72:
         patch.subject = f"[PP] {title}: aux hidden states across stages"
     lines = []
@@ -288,6 +291,10 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
             )
             text += "".join(f"  Separate fix in this file: {fix}." for fix in decision.fixes)
             lines.append(_wrap(text, "  "))
+            continue
+        if decision is not None and decision.dead_returns:
+            hooks = ", ".join(decision.dead_returns)
+            lines.append(_wrap(f"- {name}: {hooks}: {DEAD_RETURN}.", "  "))
             continue
         users = sorted(
             d.name
@@ -314,7 +321,12 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
         )
     patch.body = (
         _wrap(
-            f"Models: {', '.join(sorted(dict.fromkeys(patch.models)))}.  With PP=1 nothing changes."
+            (
+                f"Models: {', '.join(sorted(dict.fromkeys(patch.models)))}."
+                if patch.models
+                else "No model of this patch relays its captures."
+            )
+            + "  With PP=1 nothing changes."
         )
         + "\n"
         + "".join(lines)

@@ -181,14 +181,21 @@ def test_forward_unpacking_the_stack_output_on_every_rank_is_fixed(plan):
     assert text.count("stage_output = ") == 1
 
 
-def test_model_that_refuses_pp_is_reported_not_patched(plan):
+def test_model_that_refuses_pp_loses_only_its_dead_early_return(plan):
+    """Not patched (no relay, no helper call, no declaration): the early return of its hook,
+    which never runs, is dropped and nothing else changes (family_expected/)."""
     decision = plan.decisions["family_refuses_pp.py"]
     assert not decision.patched
     assert decision.reason == (
         "the model refuses PP in its constructor (`assert self.pp_group.is_first_rank "
         "and self.pp_group.is_last_rank`): the early return never runs and no capture "
-        "is lost"
+        "is lost; the patch drops it and declares no relay"
     )
+    assert decision.dead_returns == ("SingleStageForCausalLM.set_dflash_layers_to_capture",)
+    assert decision.cases == ()
+    text = plan.rewritten()["family_refuses_pp.py"]
+    for absent in ("is_last_rank:", "set_pp_aux_capture", "pp_aux_relay_methods", "import"):
+        assert absent not in text.split("class SingleStageForCausalLM")[1], absent
 
 
 def test_selecting_a_model_keeps_the_forward_it_needs(plan):
