@@ -11,11 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import libcst as cst
+import libcst.matchers as m
 
 from codemods.upstream.edit.parsing import parse_text
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.delegated import delegated_forwards
 from codemods.upstream.family.forward import ForwardShape
+from codemods.upstream.family.setter import SetterShape
 from codemods.upstream.family.survey import ModuleShapes, analyse
+from codemods.upstream.family.syntax import code_of
 
 MODELS_PACKAGE = "sglang.srt.models"
 
@@ -119,3 +123,20 @@ def class_node(module: cst.Module, name: str) -> cst.ClassDef | None:
         if isinstance(statement, cst.ClassDef) and statement.name.value == name:
             return statement
     return None
+
+
+def asks_hasattr(module: cst.Module, setter: SetterShape, method: str) -> bool:
+    """The hook tests ``hasattr(<receiver>, "<method>")`` before calling it."""
+    outer = class_node(module, setter.class_name)
+    if outer is None:
+        return False
+    hooks = [
+        s for s in outer.body.body if isinstance(s, cst.FunctionDef) and s.name.value == setter.hook
+    ]
+    test = m.Call(
+        func=m.Name("hasattr"),
+        args=[m.Arg(), m.Arg(m.SimpleString(f'"{method}"') | m.SimpleString(f"'{method}'"))],
+    )
+    return bool(hooks) and any(
+        code_of(call.args[0].value) == setter.receiver for call in findall(hooks[-1], test)
+    )

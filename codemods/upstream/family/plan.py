@@ -31,60 +31,22 @@ from codemods.upstream.edit.forked import forked_map
 from codemods.upstream.edit.splice import module_code
 from codemods.upstream.edit.walk import findall
 from codemods.upstream.family import registry
-from codemods.upstream.family.corpus import Corpus, class_node, defines, find_forward
+from codemods.upstream.family.corpus import Corpus, asks_hasattr, class_node, defines, find_forward
+from codemods.upstream.family.decision import FileDecision, ForwardRef
 from codemods.upstream.family.forward import ForwardShape
 from codemods.upstream.family.repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
 from codemods.upstream.family.rewrite import rewrite_module
 from codemods.upstream.family.setter import SetterShape
 from codemods.upstream.family.split_stack import sibling_setters, split_stack_setters
 from codemods.upstream.family.stage_output import NamedStageOutputFix, named_stage_unpack
+from codemods.upstream.family.subclass import plan_subclasses
 from codemods.upstream.family.survey import ModuleShapes, unpacks_stack_output
-from codemods.upstream.family.syntax import IDS_ATTR, code_of
+from codemods.upstream.family.syntax import IDS_ATTR
 
 #: Text every file with a capture hook or a capture forward contains.
 #: ``def set_<method>_layers_to_capture(``: the capture hooks the plan is about (the same
 #: names as ``HOOK_NAME_PATTERN``).
 _HOOK_DEF = re.compile(rb"\bdef\s+set_[a-z0-9_]+_layers_to_capture\s*\(")
-
-
-@dataclass(frozen=True)
-class ForwardRef:
-    file: str
-    class_name: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.class_name}.forward"
-
-
-@dataclass(frozen=True)
-class FileDecision:
-    """What the family patch does with one model file that defines a capture hook."""
-
-    file: str
-    hooks: tuple[str, ...]  # "Class.hook" for every hook defined in the file
-    early_return: tuple[str, ...]  # the hooks among them that return early off the last rank
-    patched: bool
-    reason: str
-    forward: ForwardRef | None = None
-    capture_kinds: tuple[str, ...] = ()
-    #: (causal-LM class, decoder-stack class as named in this file, patched hooks)
-    cases: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
-    #: The handoff: ``PPProxyTensors({...})`` ("dict") or ``PPProxyTensors(name)``.
-    proxy_arg: str | None = None
-    #: The last stage also captures its own output (the id past the last layer).
-    final_capture: bool = False
-    #: Other fixes the patch makes in the file, in words.
-    fixes: tuple[str, ...] = ()
-    #: Comments the rewrite makes stale (first line of each), for review by hand.
-    stale_comments: tuple[str, ...] = ()
-    #: "Class.hook" of the hooks whose early return the patch drops although the file is
-    #: not patched: the model refuses PP in its constructor, so the return never runs
-    #: (no capture hook decides by PP rank by itself); nothing else changes in the file.
-    dead_returns: tuple[str, ...] = ()
-
-    @property
-    def name(self) -> str:
-        return self.file.removesuffix(".py")
 
 
 @dataclass
@@ -101,6 +63,8 @@ class FamilyPlan:
     modules: dict[str, cst.Module] = field(default_factory=dict, repr=False)
     #: file -> (class, hook) of the early returns that never run (``FileDecision.dead_returns``)
     dead_returns: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    #: file -> (class, methods) of the relay declarations of subclasses that inherit hooks
+    relay_declarations: dict[str, list[tuple[str, tuple[str, ...]]]] = field(default_factory=dict)
     _rewritten: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
     _fixed: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -116,6 +80,7 @@ class FamilyPlan:
             | set(self.stack_setters)
             | set(self.stage_fixes)
             | set(self.dead_returns)
+            | set(self.relay_declarations)
         )
 
     def select(self, names: list[str] | None) -> FamilyPlan:
@@ -153,6 +118,7 @@ class FamilyPlan:
             chosen(self.stage_fixes),
             self.modules,
             chosen(self.dead_returns),
+            chosen(self.relay_declarations),
         )
 
     def rewritten(self) -> dict[str, str]:
@@ -178,6 +144,7 @@ class FamilyPlan:
             self.stack_setters.get(file, []),
             self.stage_fixes.get(file, []),
             self.dead_returns.get(file, []),
+            self.relay_declarations.get(file, []),
         )
         return module_code(module, updated)
 
@@ -267,6 +234,7 @@ def plan_family(
             plan.decisions[file] = FileDecision(file, hooks, early, False, OWNED_ELSEWHERE[file])
             continue
         plan.decisions[file] = _decide(file, shapes, corpus, plan)
+    plan_subclasses(corpus, plan, only)
     return plan
 
 
@@ -378,7 +346,7 @@ def _decide_setters(
         for method in setter.receiver_calls:
             if defines(file, stack_class, method, corpus, depth=0):
                 continue
-            if _asks_hasattr(corpus.modules[file], setter, method):
+            if asks_hasattr(corpus.modules[file], setter, method):
                 continue  # the hook stores the ids itself when the stack lacks it
             if not _can_add_stack_setter(file, stack_class, ref_file, forward):
                 return keep(
@@ -512,20 +480,3 @@ def _resolve_forward(
         return f"cannot tell which class `{receiver}` is"
     found = find_forward(file, class_name, corpus, depth=0)
     return found if isinstance(found, str) else (class_name, *found)
-
-
-def _asks_hasattr(module: cst.Module, setter: SetterShape, method: str) -> bool:
-    """The hook tests ``hasattr(<receiver>, "<method>")`` before calling it."""
-    outer = class_node(module, setter.class_name)
-    if outer is None:
-        return False
-    hooks = [
-        s for s in outer.body.body if isinstance(s, cst.FunctionDef) and s.name.value == setter.hook
-    ]
-    test = m.Call(
-        func=m.Name("hasattr"),
-        args=[m.Arg(), m.Arg(m.SimpleString(f'"{method}"') | m.SimpleString(f"'{method}'"))],
-    )
-    return bool(hooks) and any(
-        code_of(call.args[0].value) == setter.receiver for call in findall(hooks[-1], test)
-    )

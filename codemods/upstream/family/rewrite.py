@@ -80,19 +80,23 @@ def rewrite_module(
     stack_setters: Sequence[StackSetter] = (),
     stage_fixes: Sequence[StageOutputFix] = (),
     dead_returns: Sequence[tuple[str, str]] = (),
+    declarations: Sequence[tuple[str, tuple[str, ...]]] = (),
 ) -> cst.Module:
     """Rewrite the given hooks and forwards of ``module``, add the missing stack
     setters, fix the causal-LM forwards that unpack non-last stages' output and drop the
     early return of the ``(class, hook)`` pairs of ``dead_returns`` (hooks of a model that
-    refuses PP in its constructor: nothing else changes in them); everything else is
-    kept."""
+    refuses PP in its constructor: nothing else changes in them) and declare the relay
+    of the ``(class, methods)`` of ``declarations`` (subclasses whose inherited hooks
+    relay through a stack of their own); everything else is kept."""
     ids_attrs = [
         attr for attr in (registry.setter_ids_attr(f) for f in forwards) if attr is not None
     ]
     if ids_attrs:
         # The relay reads the capture layers from the attribute the forward's shape names.
         setters = [replace(s, ids_attr=ids_attrs[0]) for s in setters]
-    transformer = _FamilyTransformer(setters, forwards, stack_setters, stage_fixes, dead_returns)
+    transformer = _FamilyTransformer(
+        setters, forwards, stack_setters, stage_fixes, dead_returns, declarations
+    )
     updated = module.visit(transformer)
     missing = transformer.expected - transformer.done
     if missing:
@@ -127,9 +131,11 @@ class _FamilyTransformer(cst.CSTTransformer):
         stack_setters: Sequence[StackSetter] = (),
         stage_fixes: Sequence[StageOutputFix] = (),
         dead_returns: Sequence[tuple[str, str]] = (),
+        declarations: Sequence[tuple[str, tuple[str, ...]]] = (),
     ) -> None:
         self.setters = {(s.class_name, s.hook): s for s in setters}
         self.dead_returns = set(dead_returns)
+        self.declarations = dict(declarations)
         self.stage_fixes = {f.class_name: f for f in stage_fixes}
         self.forwards = {f.class_name: f for f in forwards}
         self.additions: dict[str, list[StackSetter]] = {}
@@ -141,6 +147,7 @@ class _FamilyTransformer(cst.CSTTransformer):
             | {f"{a.class_name}.{a.method}" for a in stack_setters}
             | {f"{f.class_name}.forward (stage output)" for f in stage_fixes}
             | {f"{c}.{h} (dead return)" for c, h in self.dead_returns}
+            | {f"{c} (relay declaration)" for c in self.declarations}
         )
         self.done: set[str] = set()
         self._classes: list[str] = []
@@ -176,6 +183,10 @@ class _FamilyTransformer(cst.CSTTransformer):
                     raise FamilyRewriteError(f"{original.name.value} hook has no receiver")
                 updated = add_proxy_width_method(updated, receiver)
                 updated = add_support_attribute(updated, relay_methods(h for h, _ in mine))
+            declared = self.declarations.get(original.name.value)
+            if declared is not None:
+                self.done.add(f"{original.name.value} (relay declaration)")
+                updated = add_support_attribute(updated, declared)
         additions = self.additions.get(original.name.value) if not self._classes else None
         if not additions:
             return updated

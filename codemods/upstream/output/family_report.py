@@ -31,6 +31,7 @@ def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
                 "other_fixes": list(decision.fixes),
                 "stale_comments": list(decision.stale_comments),
                 "dead_returns_dropped": list(decision.dead_returns),
+                "inherits_hooks_of": decision.inherits,
                 "handoff": registry.handoff(decision.proxy_arg),
                 "last_stage_captures_output": decision.final_capture,
                 "cases": [
@@ -67,6 +68,8 @@ def markdown_table(
         if decision.patched:
             kinds = "; ".join(map(registry.describe, decision.capture_kinds))
             also = "".join(f"; also {fix}" for fix in decision.fixes)
+            if decision.inherits:
+                also += f"; its class inherits the hooks of `{decision.inherits}`"
             patched = f"yes ({kinds}; forward `{decision.forward}`{also})"
         else:
             patched = "no: " + decision.reason.replace("|", "\\|")

@@ -184,12 +184,22 @@ def _motivation(result: UpstreamResult) -> str:
             "decides by PP rank by itself) and declares no relay for them;"
         )
     patched = result.family.patched if result.family is not None else []
-    others = [file for file in patched if file not in early]
+    inheriting = [f for f in patched if result.family.decisions[f].inherits]
+    others = [file for file in patched if file not in early and file not in inheriting]
     if others:
         lines.append(
             f"1. in {len(others)} more model files ({', '.join(_code(f) for f in others)}) "
             "the hooks do not return early, but no stage hands its captures on to the "
             "last, so under PP the captures of earlier stages are lost the same way;"
+        )
+    for file in inheriting:
+        decision = result.family.decisions[file]
+        outer, stack, _hooks = decision.cases[0]
+        lines.append(
+            f"1. `{outer}` ({_code(file)}) inherits the hooks of `{decision.inherits}` but "
+            f"builds its own decoder stack (`{stack}`), which hands nothing on: its stack "
+            "is patched the same way, and it declares the relay itself (a declaration "
+            "covers subclasses only while they keep the declaring class's stack);"
         )
     if kimi_rewritten(result) or k3_rewritten(result):
         models = [

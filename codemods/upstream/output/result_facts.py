@@ -261,6 +261,11 @@ def file_summary(result: UpstreamResult, change: FileChange) -> str:
     if change.role is not Role.MODEL:
         return ROLE_SUMMARIES.get(change.role, change.role.value)
     decision = result.family.decisions.get(name) if result.family is not None else None
+    if decision is not None and decision.patched and decision.inherits:
+        return (
+            f"own decoder stack of a subclass of {decision.inherits}: relays the captures "
+            "of the inherited hooks; the subclass declares its own relay"
+        )
     if decision is not None and decision.patched:
         if decision.early_return:
             return "hooks no longer return early off the last rank; captures relayed"

@@ -281,6 +281,17 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
         if change.group == KIMI and (decision is None or not decision.patched):
             lines.append(_wrap(f"- {name}: {_kimi_line(path, result)}.", "  "))
             continue
+        if decision is not None and decision.patched and decision.inherits:
+            kinds = "; ".join(map(registry.describe, decision.capture_kinds))
+            outer, _stack, _hooks = decision.cases[0]
+            text = (
+                f"- {name}: {outer} inherits the hooks of {decision.inherits} and builds "
+                f"its own stack; forward {decision.forward} ({kinds}) adds its captures "
+                "to the PP handoff and the last stage gathers them in PP=1 order; "
+                f"{outer} declares pp_aux_relay_methods of its own."
+            )
+            lines.append(_wrap(text, "  "))
+            continue
         if decision is not None and decision.patched:
             kinds = "; ".join(map(registry.describe, decision.capture_kinds))
             text = (
