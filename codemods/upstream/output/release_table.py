@@ -31,7 +31,7 @@ def capture_shape(decision) -> str:
 
 #: A model that refuses PP in its constructor: the early return of its hooks, which never
 #: runs, is dropped; it declares no relay.
-DEAD_RETURN_CELL = "no relay (refuses PP): dead early return dropped"
+DEAD_RETURN_CELL = "dead early return dropped (refuses PP)"
 #: Kimi on a release that relays DSPARK captures itself (0.5.21+): its entry and width
 #: method are renamed for every capture method (``graph_sizing.py``).
 RELAY_RENAME_CELL = "renamed: SGLang's DSPARK relay serves every capture method"
@@ -59,6 +59,8 @@ def _cell(decision) -> str:
         return f"patched: {capture_shape(decision)}"
     if decision.reason.startswith(RAISES_PP):
         return "no: raises under PP"
+    if decision.inherits:  # a subclass whose own stack does not relay: say why
+        return f"no: {decision.reason}"
     if not decision.early_return:
         return "no: no early return"
     if decision.reason.startswith(REFUSES_PP):
