@@ -42,6 +42,7 @@ from codemods.upstream.output.result_facts import (
     relaxes_aux_flag,
     relays_through_helpers,
     shipped_test_commands,
+    subclass_words,
     test_command,
     tests_left_out_line,
     touched_hooks,
@@ -351,7 +352,7 @@ def _validation_line(result: UpstreamResult) -> str:
         "`pp_aux_relay_methods`, declared in the body of each causal-LM class whose hooks "
         f"this patch rewrote ({len(found)} architectures in the patched files), and a "
         "subclass is covered only where it defines none of `__init__`, `forward` or the "
-        "method's hook; every other refusal kept."
+        f"method's hook{subclass_words(result)}; every other refusal kept."
     )
     for refusal in kept:
         line += (

@@ -178,9 +178,31 @@ def accepted_algorithms(result: UpstreamResult) -> tuple[list[str], list]:
 
 #: What the patch does to a model file whose model refuses PP in its constructor.
 DEAD_RETURN = (
-    "drops the early return off the last rank, which never runs (the model refuses PP "
-    "in its constructor); declares no relay, so aux capture under PP stays refused for it"
+    "drops the early return off the last rank, which never runs: the model refuses PP in "
+    "its constructor; declares no relay, so aux capture under PP stays refused for it"
 )
+
+
+def own_stack_subclasses(result: UpstreamResult) -> list[str]:
+    """The classes that inherit patched hooks and declare their own relay because the patch
+    rewrote the decoder stack they build (``family/subclass.py``)."""
+    if result.family is None:
+        return []
+    return sorted(
+        outer
+        for decision in result.family.decisions.values()
+        if decision.patched and decision.inherits
+        for outer, _stack, _hooks in decision.cases
+    )
+
+
+def subclass_words(result: UpstreamResult, code: str = "`") -> str:
+    """`` , or declares its own ... (X)`` for :func:`own_stack_subclasses`; empty when none."""
+    found = own_stack_subclasses(result)
+    if not found:
+        return ""
+    names = ", ".join(f"{code}{name}{code}" for name in found)
+    return f", or declares its own where this patch rewrote the stack it builds ({names})"
 
 
 def dead_return_files(result: UpstreamResult) -> list[str]:

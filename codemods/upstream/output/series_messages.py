@@ -25,6 +25,7 @@ from codemods.upstream.output.result_facts import (
     accepted_algorithms,
     relaxes_aux_flag,
     relays_through_helpers,
+    subclass_words,
     test_command,
 )
 
@@ -221,7 +222,8 @@ def _validation(patch, result: UpstreamResult) -> None:
             "server resolves it (get_model_architecture), that lists the convention in "
             "pp_aux_relay_methods: the causal-LM classes the model patches of this series "
             "rewrote declare it in their own body, and a subclass is covered only where it "
-            "defines none of __init__, forward or the convention's hook; in the patched "
+            f"defines none of __init__, forward or the convention's hook"
+            f"{subclass_words(result, '')}; in the patched "
             f"files, {len(found)} architecture{'s' if len(found) != 1 else ''} "
             f"(capture conventions in brackets): {listed}.{flag}  Every other refusal is "
             "kept, and any other model class is refused as before."
