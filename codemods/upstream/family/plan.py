@@ -13,6 +13,12 @@ whether it can be patched, and why not when it cannot.  ``FamilyPlan.rewritten()
 the new text of every touched file: hooks call ``set_pp_aux_capture`` instead of returning
 early, forwards hand captures on in the PP handoff and gather them on the last stage, with
 the same ids, default layers, order (ascending layer id) and capture point.
+
+A model that refuses PP in its constructor is not patched: only the early return of its
+hooks, which never runs, is dropped (``FileDecision.dead_returns``).  A class that inherits
+a patched class's hooks but builds its own decoder stack is decided by
+:mod:`~codemods.upstream.family.subclass`; the parsed files and the cross-file lookups are
+:mod:`~codemods.upstream.family.corpus`'s.
 """
 
 from __future__ import annotations
