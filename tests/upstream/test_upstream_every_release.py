@@ -2,9 +2,11 @@
 
 Each release's tree is unpacked once, sources only (``sglang_support.hook_trees``).  Every
 part that does not apply says why; every file the patch touches compiles; at least 90% of
-the model files whose capture hooks return early off the last PP rank are patched (by the
-family or by a part of their own), leaving aside the models that refuse PP in their
-constructor (the early return never runs).
+the model files whose capture hooks look at the PP rank (return early off the last rank),
+every one of them counted, are rewritten: patched to relay (by the family or by a part of
+their own), or, for a model that refuses PP in its constructor, rid of the early return
+that never runs (``dead_returns``: no capture hook decides by PP rank by itself) and
+nothing else.
 """
 
 from __future__ import annotations
@@ -37,15 +39,19 @@ def test_every_release_gets_a_patch(version):
         if change.changed and change.path.endswith(".py"):
             compile(change.new, change.path, "exec")
     own = {s.file for s in result.models if s.status != SUPPORTED or s.path in result.changed}
-    # Files whose model refuses PP in its constructor lose no capture: the early return
-    # never runs under PP.
-    early = [
-        d
-        for d in result.family.decisions.values()
-        if d.early_return and not d.reason.startswith(REFUSES_PP)
-    ]
-    patched = [d for d in early if d.patched or d.file in own]
-    assert early and len(patched) >= 0.9 * len(early), (version, len(patched), len(early))
+    changed = {path.rsplit("/", 1)[-1] for path in result.changed}
+    early = [d for d in result.family.decisions.values() if d.early_return]
+    covered = [d for d in early if d.patched or d.file in own or d.dead_returns]
+    assert early and len(covered) >= 0.9 * len(early), (version, len(covered), len(early))
+    for decision in covered:
+        assert decision.file in changed, (version, decision.file)
+    # A model that refuses PP in its constructor relays nothing: its early return is
+    # dropped, and it declares no relay (validation and the runtime guard refuse it).
+    for decision in early:
+        if decision.reason.startswith(REFUSES_PP):
+            assert decision.dead_returns and not decision.patched, (version, decision)
+            new = next(c.new for c in result.changes if c.path.endswith("/" + decision.file))
+            assert "pp_aux_relay_methods" not in new and "set_pp_aux_capture(" not in new
     # Every release sizes CUDA-graph buffers for the PP handoff: the sizing part applies or
     # says what leaving it out breaks.
     sizing = result.decision("sizing")

@@ -79,16 +79,29 @@ def test_patched_tree_without_kimi_linear_is_nothing_to_do(checkout, tmp_path, m
     assert "pp/again" not in git(checkout, "branch", "--list")
 
 
-def test_unpatched_models_without_kimi_linear_need_no_patch(checkout, tmp_path):
-    """No model file returns early off the last rank and none was patched: nothing to do,
-    and it says so without claiming the tree is patched."""
+def test_a_model_that_refuses_pp_only_loses_its_dead_early_return(checkout, tmp_path):
+    """The only model file with a hook refuses PP in its constructor: its early return never
+    runs.  The patch drops it and nothing else (no helper module, no relay declared, no
+    sizing); applied, a second run has nothing to do."""
     models = checkout / "sglang" / "srt" / "models"
     for name in FAMILY_MODELS:
         (models / name).unlink()
     shutil.copyfile(FIXTURES / "family_refuses_pp.py", models / "family_refuses_pp.py")
-    done = auxcap("upstream-patch", str(checkout))
+    patch = tmp_path / "dead.diff"
+    done = auxcap("upstream-patch", str(checkout), "-o", str(patch))
     assert done.exit_code == 0, done.output
-    assert "nothing to do: no model file needs the patch" in done.output
+    text = patch.read_text()
+    changed = [line for line in text.splitlines() if line.startswith(("+", "-"))]
+    assert changed == [
+        "--- a/sglang/srt/models/family_refuses_pp.py",
+        "+++ b/sglang/srt/models/family_refuses_pp.py",
+        "-        if not self.pp_group.is_last_rank:",
+        "-            return",
+    ]
+    git(checkout, "apply", str(patch))
+    again = auxcap("upstream-patch", str(checkout))
+    assert again.exit_code == 0, again.output
+    assert "nothing to do" in again.output
 
 
 def test_kimi_linear_asked_for_by_name_must_exist(checkout):

@@ -55,7 +55,8 @@ def model_changes(tree: SGLangTree, plan: FamilyPlan) -> list[FileChange]:
         stem = file.removesuffix(".py")
         path = tree.module_path(f"sglang.srt.models.{stem}")
         changes.append(FileChange(path, tree.read_text(path), text, model_group(stem), Role.MODEL))
-    changes.append(runtime_change(tree))
+    if plan.patched:  # a file whose dead early return is dropped calls no helper
+        changes.append(runtime_change(tree))
     return [change for change in changes if change.changed]
 
 

@@ -13,6 +13,12 @@ whether it can be patched, and why not when it cannot.  ``FamilyPlan.rewritten()
 the new text of every touched file: hooks call ``set_pp_aux_capture`` instead of returning
 early, forwards hand captures on in the PP handoff and gather them on the last stage, with
 the same ids, default layers, order (ascending layer id) and capture point.
+
+A model that refuses PP in its constructor is not patched: only the early return of its
+hooks, which never runs, is dropped (``FileDecision.dead_returns``).  A class that inherits
+a patched class's hooks but builds its own decoder stack is decided by
+:mod:`~codemods.upstream.family.subclass`; the parsed files and the cross-file lookups are
+:mod:`~codemods.upstream.family.corpus`'s.
 """
 
 from __future__ import annotations
@@ -29,60 +35,24 @@ import libcst.matchers as m
 from codemods.catalog.hooks import HOOK_NAME_FORM
 from codemods.catalog.pp_raise import UPSTREAM_REWRITES
 from codemods.upstream.edit.forked import forked_map
-from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.splice import module_code
 from codemods.upstream.edit.walk import findall
 from codemods.upstream.family import registry
-from codemods.upstream.family.delegated import delegated_forwards
+from codemods.upstream.family.corpus import Corpus, asks_hasattr, class_node, defines, find_forward
+from codemods.upstream.family.decision import FileDecision, ForwardRef
 from codemods.upstream.family.forward import ForwardShape
 from codemods.upstream.family.repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
 from codemods.upstream.family.rewrite import rewrite_module
 from codemods.upstream.family.setter import SetterShape
 from codemods.upstream.family.split_stack import sibling_setters, split_stack_setters
 from codemods.upstream.family.stage_output import NamedStageOutputFix, named_stage_unpack
-from codemods.upstream.family.survey import ModuleShapes, analyse, unpacks_stack_output
-from codemods.upstream.family.syntax import IDS_ATTR, code_of
+from codemods.upstream.family.subclass import plan_subclasses
+from codemods.upstream.family.survey import ModuleShapes, unpacks_stack_output
+from codemods.upstream.family.syntax import IDS_ATTR
 
-MODELS_PACKAGE = "sglang.srt.models"
 #: Text every file with a capture hook or a capture forward contains.
 #: ``def set_<method>_layers_to_capture(``: the capture hooks the plan is about.
 _HOOK_DEF = re.compile(rb"\bdef\s+" + HOOK_NAME_FORM.encode() + rb"\s*\(")
-
-
-@dataclass(frozen=True)
-class ForwardRef:
-    file: str
-    class_name: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.class_name}.forward"
-
-
-@dataclass(frozen=True)
-class FileDecision:
-    """What the family patch does with one model file that defines a capture hook."""
-
-    file: str
-    hooks: tuple[str, ...]  # "Class.hook" for every hook defined in the file
-    early_return: tuple[str, ...]  # the hooks among them that return early off the last rank
-    patched: bool
-    reason: str
-    forward: ForwardRef | None = None
-    capture_kinds: tuple[str, ...] = ()
-    #: (causal-LM class, decoder-stack class as named in this file, patched hooks)
-    cases: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
-    #: The handoff: ``PPProxyTensors({...})`` ("dict") or ``PPProxyTensors(name)``.
-    proxy_arg: str | None = None
-    #: The last stage also captures its own output (the id past the last layer).
-    final_capture: bool = False
-    #: Other fixes the patch makes in the file, in words.
-    fixes: tuple[str, ...] = ()
-    #: Comments the rewrite makes stale (first line of each), for review by hand.
-    stale_comments: tuple[str, ...] = ()
-
-    @property
-    def name(self) -> str:
-        return self.file.removesuffix(".py")
 
 
 @dataclass
@@ -97,6 +67,10 @@ class FamilyPlan:
     #: file -> causal-LM forwards that unpack the stack output on every rank
     stage_fixes: dict[str, list[StageOutputFix]] = field(default_factory=dict)
     modules: dict[str, cst.Module] = field(default_factory=dict, repr=False)
+    #: file -> (class, hook) of the early returns that never run (``FileDecision.dead_returns``)
+    dead_returns: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    #: file -> (class, methods) of the relay declarations of subclasses that inherit hooks
+    relay_declarations: dict[str, list[tuple[str, tuple[str, ...]]]] = field(default_factory=dict)
     _rewritten: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
     _fixed: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -111,6 +85,8 @@ class FamilyPlan:
             | set(self.forward_edits)
             | set(self.stack_setters)
             | set(self.stage_fixes)
+            | set(self.dead_returns)
+            | set(self.relay_declarations)
         )
 
     def select(self, names: list[str] | None) -> FamilyPlan:
@@ -147,6 +123,8 @@ class FamilyPlan:
             chosen(self.stack_setters),
             chosen(self.stage_fixes),
             self.modules,
+            chosen(self.dead_returns),
+            chosen(self.relay_declarations),
         )
 
     def rewritten(self) -> dict[str, str]:
@@ -171,6 +149,8 @@ class FamilyPlan:
             self.forward_edits.get(file, []),
             self.stack_setters.get(file, []),
             self.stage_fixes.get(file, []),
+            self.dead_returns.get(file, []),
+            self.relay_declarations.get(file, []),
         )
         return module_code(module, updated)
 
@@ -206,38 +186,6 @@ class FamilyPlan:
         return result
 
 
-class _Corpus:
-    """Parsed model files, loaded on demand (parsing is the expensive part)."""
-
-    def __init__(self, models_dir: Path) -> None:
-        self.models_dir = models_dir
-        self.modules: dict[str, cst.Module] = {}
-        self.shapes: dict[str, ModuleShapes] = {}
-
-        self.errors: dict[str, str] = {}
-
-    def get(self, file: str) -> ModuleShapes | None:
-        if file not in self.shapes:
-            path = self.models_dir / file
-            if file in self.errors or not path.is_file():
-                return None
-            data = path.read_bytes()
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError:
-                text = None
-            try:
-                # Shared with the Kimi rewriters within one generate run.
-                module = cst.parse_module(data) if text is None else parse_text(text)
-            except cst.ParserSyntaxError as error:
-                self.errors[file] = f"cannot parse: line {error.raw_line}: {error.message}"
-                return None
-            self.modules[file] = module
-            shapes = analyse(module, module.code if text is None else text)
-            self.shapes[file] = delegated_forwards(module, shapes)
-        return self.shapes[file]
-
-
 def candidate_files(models_dir: Path) -> list[str]:
     """Model files that define a capture hook (a byte-level filter: only these are parsed;
     files they build on are parsed when a decision needs them)."""
@@ -248,6 +196,9 @@ def candidate_files(models_dir: Path) -> list[str]:
 
 #: The reason of a file whose hooks refuse PP themselves (they lose nothing under PP).
 RAISES_PP = "the capture hook raises under PP in its own code"
+
+#: The reason of a file whose model refuses PP outright (it loses nothing under PP).
+REFUSES_PP = "the model refuses PP in its constructor"
 
 #: Model files another rewriter owns: reported, never rewritten by the family patch.
 OWNED_ELSEWHERE = {
@@ -268,7 +219,7 @@ def plan_family(
     models_dir = Path(models_dir)
     if not models_dir.is_dir():
         raise FileNotFoundError(f"{models_dir}: not a directory")
-    corpus = _Corpus(models_dir)
+    corpus = Corpus(models_dir)
     plan = FamilyPlan(models_dir, {}, modules=corpus.modules)
     files = candidate_files(models_dir)
     if only is not None:
@@ -289,6 +240,7 @@ def plan_family(
             plan.decisions[file] = FileDecision(file, hooks, early, False, OWNED_ELSEWHERE[file])
             continue
         plan.decisions[file] = _decide(file, shapes, corpus, plan)
+    plan_subclasses(corpus, plan, only)
     return plan
 
 
@@ -316,7 +268,7 @@ def _kept(
     )
 
 
-def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) -> FileDecision:
+def _decide(file: str, shapes: ModuleShapes, corpus: Corpus, plan: FamilyPlan) -> FileDecision:
     hooks = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters)
     early = tuple(f"{s.class_name}.{s.hook}" for s in shapes.setters if s.early_return)
 
@@ -353,7 +305,7 @@ def _decide(file: str, shapes: ModuleShapes, corpus: _Corpus, plan: FamilyPlan) 
 def _decide_setters(
     file: str,
     shapes: ModuleShapes,
-    corpus: _Corpus,
+    corpus: Corpus,
     plan: FamilyPlan,
     candidates: list[SetterShape],
     hooks: tuple[str, ...],
@@ -381,12 +333,9 @@ def _decide_setters(
         assert receiver is not None and pp_group is not None
         refusal = _refuses_pp(shapes, setter.class_name, stack_class)
         if refusal is not None:
-            return keep(
-                f"the model refuses PP in its constructor (`{refusal}`): the early "
-                f"return never runs and no capture is lost"
-            )
+            return _dead_returns(file, hooks, setter.class_name, early, refusal, plan)
         stacks[setter.class_name] = stack_class
-        outer = _class_node(corpus.modules[file], setter.class_name)
+        outer = class_node(corpus.modules[file], setter.class_name)
         unpacked = unpacks_stack_output(outer, receiver) if outer else None
         if outer is not None and unpacked is not None:
             if findall(outer, m.Name(STAGE_OUTPUT)):
@@ -401,9 +350,9 @@ def _decide_setters(
                 NamedStageOutputFix(setter.class_name, receiver, pp_group, named[1], named[0])
             )
         for method in setter.receiver_calls:
-            if _defines(file, stack_class, method, corpus, depth=0):
+            if defines(file, stack_class, method, corpus, depth=0):
                 continue
-            if _asks_hasattr(corpus.modules[file], setter, method):
+            if asks_hasattr(corpus.modules[file], setter, method):
                 continue  # the hook stores the ids itself when the stack lacks it
             if not _can_add_stack_setter(file, stack_class, ref_file, forward):
                 return keep(
@@ -471,6 +420,31 @@ def _decide_setters(
     )
 
 
+def _dead_returns(
+    file: str,
+    hooks: tuple[str, ...],
+    refusing: str,
+    early: tuple[str, ...],
+    refusal: str,
+    plan: FamilyPlan,
+) -> FileDecision:
+    """The decision for a file whose model refuses PP in its constructor: not patched (it
+    relays nothing and declares no relay, so validation and the runtime guard refuse aux
+    capture under PP for it), and the early returns of its hooks, which never run, are
+    dropped so that no capture hook decides by PP rank by itself."""
+    dead = tuple(hook for hook in early if hook.split(".", 1)[0] == refusing)
+    plan.dead_returns[file] = [(refusing, hook.split(".", 1)[1]) for hook in dead]
+    return FileDecision(
+        file,
+        hooks,
+        early,
+        False,
+        f"{REFUSES_PP} (`{refusal}`): the early return never runs and no capture is lost; "
+        f"the patch drops it and declares no relay",
+        dead_returns=dead,
+    )
+
+
 def _refuses_pp(shapes: ModuleShapes, outer: str, stack_class: str) -> str | None:
     """The single-stage ``assert`` of the causal-LM class or its decoder stack, if any."""
     for name in (outer, stack_class):
@@ -495,7 +469,7 @@ def _can_add_stack_setter(
 
 
 def _resolve_forward(
-    file: str, shapes: ModuleShapes, setter: SetterShape, corpus: _Corpus
+    file: str, shapes: ModuleShapes, setter: SetterShape, corpus: Corpus
 ) -> tuple[str, str, ForwardShape] | str:
     """(decoder-stack class, file of its capture forward, that forward) for ``setter``'s
     receiver, or why it was not found."""
@@ -510,91 +484,5 @@ def _resolve_forward(
         if len(local) == 1:
             return local[0].class_name, file, local[0]
         return f"cannot tell which class `{receiver}` is"
-    found = _find_forward(file, class_name, corpus, depth=0)
+    found = find_forward(file, class_name, corpus, depth=0)
     return found if isinstance(found, str) else (class_name, *found)
-
-
-def _find_forward(
-    file: str, class_name: str, corpus: _Corpus, depth: int
-) -> tuple[str, ForwardShape] | str:
-    if depth > 6:
-        return f"{class_name}: base classes nest too deeply"
-    shapes = corpus.get(file)
-    if shapes is None:
-        return f"{file} not found"
-    if "." in class_name:
-        # ``module.Class`` with ``from sglang.srt.models import module``
-        alias, name = class_name.rsplit(".", 1)
-        source = shapes.imports.get(alias)
-        if source is None or source[0] != MODELS_PACKAGE:
-            return f"`{class_name}` is not a class of a model file"
-        return _find_forward(source[1] + ".py", name, corpus, depth + 1)
-    info = shapes.classes.get(class_name)
-    if info is None:
-        source = shapes.imports.get(class_name)
-        if source is None or not source[0].startswith(MODELS_PACKAGE + "."):
-            return f"`{class_name}` is not defined in a model file"
-        return _find_forward(source[0].rsplit(".", 1)[1] + ".py", source[1], corpus, depth + 1)
-    for forward in shapes.forwards:
-        if forward.class_name == class_name:
-            return file, forward
-    if info.has_forward:
-        return f"{file}:{class_name}.forward does not read the capture ids"
-    for base in info.bases:
-        found = _find_forward(file, base.split(".")[-1], corpus, depth + 1)
-        if not isinstance(found, str):
-            return found
-    return f"{file}:{class_name} has no forward that captures"
-
-
-def _defines(file: str, class_name: str, method: str, corpus: _Corpus, depth: int) -> bool:
-    """Whether ``class_name`` (as named in ``file``) or a base defines ``method``.
-
-    Classes outside the model files (e.g. ``nn.Module``) are taken not to."""
-    if depth > 6:
-        return False
-    shapes = corpus.get(file)
-    if shapes is None:
-        return False
-    if "." in class_name:
-        alias, name = class_name.rsplit(".", 1)
-        source = shapes.imports.get(alias)
-        if source is None or source[0] != MODELS_PACKAGE:
-            return False
-        return _defines(source[1] + ".py", name, method, corpus, depth + 1)
-    info = shapes.classes.get(class_name)
-    if info is None:
-        source = shapes.imports.get(class_name)
-        if source is None or not source[0].startswith(MODELS_PACKAGE + "."):
-            return False
-        return _defines(source[0].rsplit(".", 1)[1] + ".py", source[1], method, corpus, depth + 1)
-    if method in info.methods:
-        return True
-    return any(
-        _defines(file, base.split(".")[-1] if "." not in base else base, method, corpus, depth + 1)
-        for base in info.bases
-    )
-
-
-def _asks_hasattr(module: cst.Module, setter: SetterShape, method: str) -> bool:
-    """The hook tests ``hasattr(<receiver>, "<method>")`` before calling it."""
-    outer = _class_node(module, setter.class_name)
-    if outer is None:
-        return False
-    hooks = [
-        s for s in outer.body.body if isinstance(s, cst.FunctionDef) and s.name.value == setter.hook
-    ]
-    test = m.Call(
-        func=m.Name("hasattr"),
-        args=[m.Arg(), m.Arg(m.SimpleString(f'"{method}"') | m.SimpleString(f"'{method}'"))],
-    )
-    return bool(hooks) and any(
-        code_of(call.args[0].value) == setter.receiver for call in findall(hooks[-1], test)
-    )
-
-
-def _class_node(module: cst.Module, name: str) -> cst.ClassDef | None:
-    for statement in module.body:
-        if isinstance(statement, cst.ClassDef) and statement.name.value == name:
-            return statement
-    return None

@@ -79,17 +79,24 @@ def rewrite_module(
     forwards: list[ForwardShape],
     stack_setters: Sequence[StackSetter] = (),
     stage_fixes: Sequence[StageOutputFix] = (),
+    dead_returns: Sequence[tuple[str, str]] = (),
+    declarations: Sequence[tuple[str, tuple[str, ...]]] = (),
 ) -> cst.Module:
     """Rewrite the given hooks and forwards of ``module``, add the missing stack
-    setters and fix the causal-LM forwards that unpack non-last stages' output;
-    everything else is kept."""
+    setters, fix the causal-LM forwards that unpack non-last stages' output and drop the
+    early return of the ``(class, hook)`` pairs of ``dead_returns`` (hooks of a model that
+    refuses PP in its constructor: nothing else changes in them) and declare the relay
+    of the ``(class, methods)`` of ``declarations`` (subclasses whose inherited hooks
+    relay through a stack of their own); everything else is kept."""
     ids_attrs = [
         attr for attr in (registry.setter_ids_attr(f) for f in forwards) if attr is not None
     ]
     if ids_attrs:
         # The relay reads the capture layers from the attribute the forward's shape names.
         setters = [replace(s, ids_attr=ids_attrs[0]) for s in setters]
-    transformer = _FamilyTransformer(setters, forwards, stack_setters, stage_fixes)
+    transformer = _FamilyTransformer(
+        setters, forwards, stack_setters, stage_fixes, dead_returns, declarations
+    )
     updated = module.visit(transformer)
     missing = transformer.expected - transformer.done
     if missing:
@@ -123,8 +130,12 @@ class _FamilyTransformer(cst.CSTTransformer):
         forwards: list[ForwardShape],
         stack_setters: Sequence[StackSetter] = (),
         stage_fixes: Sequence[StageOutputFix] = (),
+        dead_returns: Sequence[tuple[str, str]] = (),
+        declarations: Sequence[tuple[str, tuple[str, ...]]] = (),
     ) -> None:
         self.setters = {(s.class_name, s.hook): s for s in setters}
+        self.dead_returns = set(dead_returns)
+        self.declarations = dict(declarations)
         self.stage_fixes = {f.class_name: f for f in stage_fixes}
         self.forwards = {f.class_name: f for f in forwards}
         self.additions: dict[str, list[StackSetter]] = {}
@@ -135,6 +146,8 @@ class _FamilyTransformer(cst.CSTTransformer):
             | {f"{c}.forward" for c in self.forwards}
             | {f"{a.class_name}.{a.method}" for a in stack_setters}
             | {f"{f.class_name}.forward (stage output)" for f in stage_fixes}
+            | {f"{c}.{h} (dead return)" for c, h in self.dead_returns}
+            | {f"{c} (relay declaration)" for c in self.declarations}
         )
         self.done: set[str] = set()
         self._classes: list[str] = []
@@ -170,6 +183,10 @@ class _FamilyTransformer(cst.CSTTransformer):
                     raise FamilyRewriteError(f"{original.name.value} hook has no receiver")
                 updated = add_proxy_width_method(updated, receiver)
                 updated = add_support_attribute(updated, relay_methods(h for h, _ in mine))
+            declared = self.declarations.get(original.name.value)
+            if declared is not None:
+                self.done.add(f"{original.name.value} (relay declaration)")
+                updated = add_support_attribute(updated, declared)
         additions = self.additions.get(original.name.value) if not self._classes else None
         if not additions:
             return updated
@@ -193,6 +210,9 @@ class _FamilyTransformer(cst.CSTTransformer):
         if setter is not None:
             self.done.add(f"{class_name}.{setter.hook}")
             return rewrite_setter(updated, setter)
+        if (class_name, original.name.value) in self.dead_returns:
+            self.done.add(f"{class_name}.{original.name.value} (dead return)")
+            return drop_early_return(updated, f"{class_name}.{original.name.value}")
         fix = self.stage_fixes.get(class_name)
         if fix is not None and original.name.value == "forward":
             self.done.add(f"{class_name}.forward (stage output)")
@@ -208,24 +228,12 @@ class _FamilyTransformer(cst.CSTTransformer):
 
 def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
     """Drop the non-last-rank early return; call ``set_pp_aux_capture`` at the end."""
-    early = early_return_of(fn)
-    if (early is None and shape.early_return) or shape.receiver is None or (shape.pp_group is None):
-        raise FamilyRewriteError(f"{shape.class_name}.{shape.hook} has no early return")
-    if not isinstance(fn.body, cst.IndentedBlock):
-        raise FamilyRewriteError(f"{shape.class_name}.{shape.hook} has no block body")
-    docstring, rest = split_docstring(list(fn.body.body))
-    if early is not None:
-        rest = rest[1:]
-        if not rest:
-            raise FamilyRewriteError(
-                f"{shape.class_name}.{shape.hook} has nothing after the return"
-            )
-        # Comments above the removed return describe the hook: keep them.
-        first = rest[0]
-        # a statement of the hook's block: a simple line or a compound statement
-        assert isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
-        leading = list(early.leading_lines) + _comments_only(first.leading_lines)
-        rest[0] = first.with_changes(leading_lines=leading)
+    name = f"{shape.class_name}.{shape.hook}"
+    if (early_return_of(fn) is None and shape.early_return) or shape.receiver is None:
+        raise FamilyRewriteError(f"{name} has no early return")
+    if shape.pp_group is None:
+        raise FamilyRewriteError(f"{name} has no early return")
+    docstring, rest = _without_early_return(fn, name)
     pad = " " * METHOD_INDENT
     args: tuple[str, ...] = (shape.receiver, shape.pp_group)
     if shape.ids_attr != IDS_ATTR:
@@ -241,6 +249,36 @@ def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
         assert isinstance(flagged, cst.FunctionDef)  # only assignments are replaced
         fn = flagged
     return fn
+
+
+def drop_early_return(fn: cst.FunctionDef, name: str) -> cst.FunctionDef:
+    """``fn`` without its ``if not <pp>.is_last_rank: return`` and the blank lines after it
+    (black keeps none at the top of a body); comments above the return and the rest of the
+    hook stay as they are, so the diff only removes lines."""
+    if early_return_of(fn) is None:
+        raise FamilyRewriteError(f"{name} has no early return")
+    docstring, rest = _without_early_return(fn, name)
+    return fn.with_changes(body=fn.body.with_changes(body=docstring + rest))
+
+
+def _without_early_return(fn: cst.FunctionDef, name: str) -> tuple[list, list]:
+    """(docstring, the statements after it) of ``fn``'s body, the early return dropped
+    when it has one."""
+    if not isinstance(fn.body, cst.IndentedBlock):
+        raise FamilyRewriteError(f"{name} has no block body")
+    early = early_return_of(fn)
+    docstring, rest = split_docstring(list(fn.body.body))
+    if early is not None:
+        rest = rest[1:]
+        if not rest:
+            raise FamilyRewriteError(f"{name} has nothing after the return")
+        # Comments above the removed return describe the hook: keep them.
+        first = rest[0]
+        # a statement of the hook's block: a simple line or a compound statement
+        assert isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+        leading = list(early.leading_lines) + _comments_only(first.leading_lines)
+        rest[0] = first.with_changes(leading_lines=leading)
+    return docstring, rest
 
 
 class _FlagOnLastRank(cst.CSTTransformer):

@@ -156,3 +156,18 @@ def attribute_of(node: cst.CSTNode) -> cst.Attribute:
     """A node the caller has matched as an ``m.Attribute()``."""
     assert isinstance(node, cst.Attribute)
     return node
+
+
+def start_offset(name: str) -> m.SimpleStatementLine:
+    """``<name> = <name> + self.start_layer`` or ``<name> += self.start_layer``: the first
+    statement of a loop that enumerates the stage's slice of the layers."""
+    start = m.Attribute(value=m.Name("self"), attr=m.Name("start_layer"))
+    return m.SimpleStatementLine(
+        body=[
+            m.Assign(
+                targets=[m.AssignTarget(m.Name(name))],
+                value=m.BinaryOperation(left=m.Name(name), operator=m.Add(), right=start),
+            )
+            | m.AugAssign(target=m.Name(name), operator=m.AddAssign(), value=start)
+        ]
+    )

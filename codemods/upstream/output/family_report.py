@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from codemods.upstream.family import registry
-from codemods.upstream.family.plan import FamilyPlan
+from codemods.upstream.family.plan import REFUSES_PP, FamilyPlan
 
 
 def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
@@ -30,6 +30,8 @@ def survey(plan: FamilyPlan) -> list[dict[str, Any]]:
                 "capture_kinds": list(decision.capture_kinds),
                 "other_fixes": list(decision.fixes),
                 "stale_comments": list(decision.stale_comments),
+                "dead_returns_dropped": list(decision.dead_returns),
+                "inherits_hooks_of": decision.inherits,
                 "handoff": registry.handoff(decision.proxy_arg),
                 "last_stage_captures_output": decision.final_capture,
                 "cases": [
@@ -66,6 +68,8 @@ def markdown_table(
         if decision.patched:
             kinds = "; ".join(map(registry.describe, decision.capture_kinds))
             also = "".join(f"; also {fix}" for fix in decision.fixes)
+            if decision.inherits:
+                also += f"; its class inherits the hooks of `{decision.inherits}`"
             patched = f"yes ({kinds}; forward `{decision.forward}`{also})"
         else:
             patched = "no: " + decision.reason.replace("|", "\\|")
@@ -77,22 +81,21 @@ def markdown_table(
     return "\n".join(rows) + "\n"
 
 
-#: The reason of a file whose model refuses PP outright (it loses nothing under PP).
-REFUSES_PP = "the model refuses PP in its constructor"
-
-
 def coverage_line(plan: FamilyPlan) -> str:
     with_early = [d for d in plan.decisions.values() if d.early_return]
     patched = [d for d in with_early if d.patched]
     refusing = [d for d in with_early if d.reason.startswith(REFUSES_PP)]
+    hooked = [d for d in plan.decisions.values() if d.hooks]
     line = (
         f"{len(patched)} of {len(with_early)} model files whose hooks return early on "
-        f"non-last PP ranks are patched ({len(plan.decisions)} files define a hook)."
+        f"non-last PP ranks are patched ({len(hooked)} files define a hook)."
     )
     if refusing:
         names = ", ".join(f"`{d.file}`" for d in sorted(refusing, key=lambda d: d.file))
+        dropped = all(d.dead_returns for d in refusing)
         line += (
             f" {len(refusing)} of the others ({names}) refuse PP in their constructor, "
-            f"so their early return never runs."
+            "so their early return never runs"
+            + ("; the patch drops it and declares no relay for them." if dropped else ".")
         )
     return line

@@ -24,11 +24,13 @@ from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.model_families import family_rank, family_title
 from codemods.upstream.output.result_facts import (
     AUX_FLAG,
+    DEAD_RETURN,
     GUARD_CALL,
     KIMI_STEM,
     SHIPPED_TEST_ROLES,
     accepted_algorithms,
     added_tests,
+    dead_return_files,
     early_return_files,
     family_models,
     file_summary,
@@ -42,6 +44,7 @@ from codemods.upstream.output.result_facts import (
     relaxes_aux_flag,
     relays_through_helpers,
     shipped_test_commands,
+    subclass_words,
     test_command,
     tests_left_out_line,
     touched_hooks,
@@ -175,13 +178,31 @@ def _motivation(result: UpstreamResult) -> str:
             "captures: the drafter silently gets fewer aux states, or the last stage fails "
             "unpacking its output when it owns none of the capture layers;"
         )
+    dead = dead_return_files(result)
+    if dead:
+        lines.append(
+            f"1. the hooks of {len(dead)} more ({', '.join(_code(f) for f in dead)}) return "
+            "early the same way, but their model refuses PP in its constructor, so the "
+            "return never runs and nothing is lost; the patch drops it (no capture hook "
+            "decides by PP rank by itself) and declares no relay for them;"
+        )
     patched = result.family.patched if result.family is not None else []
-    others = [file for file in patched if file not in early]
+    inheriting = [f for f in patched if result.family.decisions[f].inherits]
+    others = [file for file in patched if file not in early and file not in inheriting]
     if others:
         lines.append(
             f"1. in {len(others)} more model files ({', '.join(_code(f) for f in others)}) "
             "the hooks do not return early, but no stage hands its captures on to the "
             "last, so under PP the captures of earlier stages are lost the same way;"
+        )
+    for file in inheriting:
+        decision = result.family.decisions[file]
+        outer, stack, _hooks = decision.cases[0]
+        lines.append(
+            f"1. `{outer}` ({_code(file)}) inherits the hooks of `{decision.inherits}` but "
+            f"builds its own decoder stack (`{stack}`), which hands nothing on: its stack "
+            "is patched the same way, and it declares the relay itself (a declaration "
+            "covers subclasses only while they keep the declaring class's stack);"
         )
     if kimi_rewritten(result) or k3_rewritten(result):
         models = [
@@ -233,7 +254,9 @@ def _family_lines(result: UpstreamResult) -> list[str]:
         key, title = change.group, family_title(change.group)
         entry = _code(name)
         own = decisions.get(name)
-        if key != KIMI and (own is None or not own.patched):
+        if own is not None and own.dead_returns:
+            entry += f" ({DEAD_RETURN})"
+        elif key != KIMI and (own is None or not own.patched):
             users = sorted(
                 d.name
                 for d in decisions.values()
@@ -331,7 +354,7 @@ def _validation_line(result: UpstreamResult) -> str:
         "`pp_aux_relay_methods`, declared in the body of each causal-LM class whose hooks "
         f"this patch rewrote ({len(found)} architectures in the patched files), and a "
         "subclass is covered only where it defines none of `__init__`, `forward` or the "
-        "method's hook; every other refusal kept."
+        f"method's hook{subclass_words(result)}; every other refusal kept."
     )
     for refusal in kept:
         line += (

@@ -29,6 +29,9 @@ def capture_shape(decision) -> str:
     return "other model files"
 
 
+#: A model that refuses PP in its constructor: the early return of its hooks, which never
+#: runs, is dropped; it declares no relay.
+DEAD_RETURN_CELL = "dead early return dropped (refuses PP)"
 #: Kimi on a release that relays DSPARK captures itself (0.5.21+): its entry and width
 #: method are renamed for every capture method (``graph_sizing.py``).
 RELAY_RENAME_CELL = "renamed: SGLang's DSPARK relay serves every capture method"
@@ -56,10 +59,12 @@ def _cell(decision) -> str:
         return f"patched: {capture_shape(decision)}"
     if decision.reason.startswith(RAISES_PP):
         return "no: raises under PP"
+    if decision.inherits:  # a subclass whose own stack does not relay: say why
+        return f"no: {decision.reason}"
     if not decision.early_return:
         return "no: no early return"
     if decision.reason.startswith(REFUSES_PP):
-        return "no: refuses PP"
+        return DEAD_RETURN_CELL if decision.dead_returns else "no: refuses PP"
     return f"no: {decision.reason}"
 
 
@@ -94,6 +99,7 @@ def matrix(columns: Sequence[Column]) -> str:
     short = (
         "no: no early return",
         "no: refuses PP",
+        DEAD_RETURN_CELL,
         "no: raises under PP",
         KIMI_CELLS[SUPPORTED],
     )

@@ -206,6 +206,43 @@ def accepted_algorithms(result: UpstreamResult) -> tuple[list[str], list]:
     )
 
 
+#: What the patch does to a model file whose model refuses PP in its constructor.
+DEAD_RETURN = (
+    "drops the early return off the last rank, which never runs: the model refuses PP in "
+    "its constructor; declares no relay, so aux capture under PP stays refused for it"
+)
+
+
+def own_stack_subclasses(result: UpstreamResult) -> list[str]:
+    """The classes that inherit patched hooks and declare their own relay because the patch
+    rewrote the decoder stack they build (``family/subclass.py``)."""
+    if result.family is None:
+        return []
+    return sorted(
+        outer
+        for decision in result.family.decisions.values()
+        if decision.patched and decision.inherits
+        for outer, _stack, _hooks in decision.cases
+    )
+
+
+def subclass_words(result: UpstreamResult, code: str = "`") -> str:
+    """`` , or declares its own ... (X)`` for :func:`own_stack_subclasses`; empty when none."""
+    found = own_stack_subclasses(result)
+    if not found:
+        return ""
+    names = ", ".join(f"{code}{name}{code}" for name in found)
+    return f", or declares its own where this patch rewrote the stack it builds ({names})"
+
+
+def dead_return_files(result: UpstreamResult) -> list[str]:
+    """The model files whose hooks' early return the patch drops although it does not
+    patch them (``FileDecision.dead_returns``), by file name."""
+    if result.family is None:
+        return []
+    return sorted(f for f, d in result.family.decisions.items() if d.dead_returns)
+
+
 def early_return_files(result: UpstreamResult) -> list[str]:
     """The patched model files whose capture hooks return early off the last PP rank in the
     release's own text (the family survey's finding), by file name."""
@@ -276,10 +313,17 @@ def file_summary(result: UpstreamResult, change: FileChange) -> str:
     if change.role is not Role.MODEL:
         return ROLE_SUMMARIES.get(change.role, change.role.value)
     decision = result.family.decisions.get(name) if result.family is not None else None
+    if decision is not None and decision.patched and decision.inherits:
+        return (
+            f"own decoder stack of a subclass of {decision.inherits}: relays the captures "
+            "of the inherited hooks; the subclass declares its own relay"
+        )
     if decision is not None and decision.patched:
         if decision.early_return:
             return "hooks no longer return early off the last rank; captures relayed"
         return "captures taken on every stage and relayed to the last"
+    if decision is not None and decision.dead_returns:
+        return DEAD_RETURN
     users = forward_users(result, name)
     if users:
         return f"capture forward of {', '.join(users)}"

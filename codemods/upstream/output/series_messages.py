@@ -21,11 +21,13 @@ from codemods.upstream.family import registry
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.result_facts import (
     AUX_FLAG,
+    DEAD_RETURN,
     GUARD_CALL,
     accepted_algorithms,
     guard_where,
     relaxes_aux_flag,
     relays_through_helpers,
+    subclass_words,
     test_command,
     validation_change,
 )
@@ -243,7 +245,8 @@ def _validation(patch, result: UpstreamResult) -> None:
             "server resolves it (get_model_architecture), that lists the convention in "
             "pp_aux_relay_methods: the causal-LM classes the model patches of this series "
             "rewrote declare it in their own body, and a subclass is covered only where it "
-            "defines none of __init__, forward or the convention's hook; in the patched "
+            f"defines none of __init__, forward or the convention's hook"
+            f"{subclass_words(result, '')}; in the patched "
             f"files, {len(found)} architecture{'s' if len(found) != 1 else ''} "
             f"(capture conventions in brackets): {listed}.{flag}  Every other refusal is "
             "kept, and any other model class is refused as before."
@@ -279,6 +282,8 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
     plan = result.family
     decisions = plan.decisions if plan is not None else {}
     patch.subject = f"[PP] {title}: carry aux hidden states across stages"
+    if not patch.models:  # only hooks whose early return never runs
+        patch.subject = f"[PP] {title}: drop capture-hook returns that never run"
     if len(patch.subject) > 72:
         patch.subject = f"[PP] {title}: aux hidden states across stages"
     lines = []
@@ -291,6 +296,17 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
         if change.group == KIMI and (decision is None or not decision.patched):
             lines.append(_wrap(f"- {name}: {_kimi_line(path, result)}.", "  "))
             continue
+        if decision is not None and decision.patched and decision.inherits:
+            kinds = "; ".join(map(registry.describe, decision.capture_kinds))
+            outer, _stack, _hooks = decision.cases[0]
+            text = (
+                f"- {name}: {outer} inherits the hooks of {decision.inherits} and builds "
+                f"its own stack; forward {decision.forward} ({kinds}) adds its captures "
+                "to the PP handoff and the last stage gathers them in PP=1 order; "
+                f"{outer} declares pp_aux_relay_methods of its own."
+            )
+            lines.append(_wrap(text, "  "))
+            continue
         if decision is not None and decision.patched:
             kinds = "; ".join(map(registry.describe, decision.capture_kinds))
             text = (
@@ -301,6 +317,10 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
             )
             text += "".join(f"  Separate fix in this file: {fix}." for fix in decision.fixes)
             lines.append(_wrap(text, "  "))
+            continue
+        if decision is not None and decision.dead_returns:
+            hooks = ", ".join(decision.dead_returns)
+            lines.append(_wrap(f"- {name}: {hooks}: {DEAD_RETURN}.", "  "))
             continue
         users = sorted(
             d.name
@@ -327,7 +347,12 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
         )
     patch.body = (
         _wrap(
-            f"Models: {', '.join(sorted(dict.fromkeys(patch.models)))}.  With PP=1 nothing changes."
+            (
+                f"Models: {', '.join(sorted(dict.fromkeys(patch.models)))}."
+                if patch.models
+                else "No model of this patch relays its captures."
+            )
+            + "  With PP=1 nothing changes."
         )
         + "\n"
         + "".join(lines)

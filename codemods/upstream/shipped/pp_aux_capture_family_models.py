@@ -308,6 +308,11 @@ STACK_ATTRIBUTES = {
         deepstack_embed_to_decoder_layer=range(0),
         hidden_size=HIDDEN_SIZE,
     ),
+    "Qwen3MoeLLMModel": dict(
+        use_hf_deepstack_order=False,
+        deepstack_embed_to_decoder_layer=range(0),
+        hidden_size=HIDDEN_SIZE,
+    ),
     "DeepseekV4Model": dict(
         dspark_layers_to_capture=None,
         hc_mult=2,

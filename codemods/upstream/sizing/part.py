@@ -34,7 +34,8 @@ NO_FAMILY = "no model file of the capture-hook family is rewritten"
 
 def _rewritten(plan: part.Plan) -> dict[str, str]:
     family = plan.facts("family")
-    return {} if family is None else family.rewritten()
+    # A file whose dead early return alone is dropped calls no helper: nothing to size.
+    return {} if family is None or not family.patched else family.rewritten()
 
 
 def graph_buffers(tree: SGLangTree) -> str | None:

@@ -91,7 +91,7 @@ def render_init_test(plan: FamilyPlan, features: dict[str, bool] | None = None) 
 def shipped_tests(plan: FamilyPlan, tree: SGLangTree | None = None) -> dict[str, str]:
     """File name -> text of every test file the patch ships for ``plan`` (empty when it
     patches no model of the family), in the form ``tree``'s release needs."""
-    if not plan.rewritten():
+    if not plan.patched:
         return {}
     features = tree_features(tree) if tree is not None else None
     return {TEST_FILE: render_test(plan), INIT_TEST_FILE: render_init_test(plan, features)}

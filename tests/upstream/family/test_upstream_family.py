@@ -181,14 +181,21 @@ def test_forward_unpacking_the_stack_output_on_every_rank_is_fixed(plan):
     assert text.count("stage_output = ") == 1
 
 
-def test_model_that_refuses_pp_is_reported_not_patched(plan):
+def test_model_that_refuses_pp_loses_only_its_dead_early_return(plan):
+    """Not patched (no relay, no helper call, no declaration): the early return of its hook,
+    which never runs, is dropped and nothing else changes (family_expected/)."""
     decision = plan.decisions["family_refuses_pp.py"]
     assert not decision.patched
     assert decision.reason == (
         "the model refuses PP in its constructor (`assert self.pp_group.is_first_rank "
         "and self.pp_group.is_last_rank`): the early return never runs and no capture "
-        "is lost"
+        "is lost; the patch drops it and declares no relay"
     )
+    assert decision.dead_returns == ("SingleStageForCausalLM.set_dflash_layers_to_capture",)
+    assert decision.cases == ()
+    text = plan.rewritten()["family_refuses_pp.py"]
+    for absent in ("is_last_rank:", "set_pp_aux_capture", "pp_aux_relay_methods", "import"):
+        assert absent not in text.split("class SingleStageForCausalLM")[1], absent
 
 
 def test_selecting_a_model_keeps_the_forward_it_needs(plan):
@@ -481,3 +488,46 @@ def test_separate_fixes_are_patches_of_their_own_that_the_capture_patch_builds_o
         assert git_apply(root, render_patch(patch.changes)).returncode == 0, patch.key
     for change in result.changes:
         assert (root / change.path).read_text() == change.new, change.path
+
+
+def test_a_subclass_with_its_own_stack_gets_it_patched_and_declares_its_relay(plan):
+    """``OwnStackForCausalLM`` keeps the hooks of ``TinyForCausalLM`` but builds its own
+    stack (``_init_model``): that stack's forward is rewritten, and the subclass declares
+    the relay itself (the base's declaration does not cover a class with ``__init__``)."""
+    decision = plan.decisions["family_own_stack.py"]
+    assert decision.patched, decision.reason
+    assert decision.inherits == "family_llama_like.py:TinyForCausalLM"
+    assert decision.hooks == () and decision.early_return == ()
+    assert str(decision.forward) == "family_own_stack.py:OwnStackModel.forward"
+    assert decision.cases == (
+        (
+            "OwnStackForCausalLM",
+            "OwnStackModel",
+            ("set_eagle3_layers_to_capture", "set_dflash_layers_to_capture"),
+        ),
+    )
+    assert plan.relay_declarations["family_own_stack.py"] == [
+        ("OwnStackForCausalLM", ("EAGLE3", "DFLASH"))
+    ]
+
+
+def test_a_subclass_whose_stack_cannot_relay_stays_refused(tmp_path):
+    """Its stack's forward is not one the family rewrites (no PP split): not patched, not
+    declared, and the reason names the stack and what it lacks."""
+    for name in ("family_llama_like.py", "family_own_stack.py"):
+        shutil.copy(FIXTURES / name, tmp_path / name)
+    path = tmp_path / "family_own_stack.py"
+    text = path.read_text()
+    old = "        for layer_idx, layer in enumerate(\n"
+    assert text.count(old) == 1
+    path.write_text(text.replace(old, "        for layer_idx, layer in zip(\n"))
+    decision = plan_family(tmp_path).decisions["family_own_stack.py"]
+    assert not decision.patched
+    assert decision.reason.startswith(
+        "OwnStackForCausalLM inherits the hooks of family_llama_like.py:TinyForCausalLM "
+        "but builds its stack from OwnStackModel: family_own_stack.py:OwnStackModel.forward: "
+    )
+    assert decision.reason.endswith(
+        "it declares no relay, so aux capture under PP stays refused for it"
+    )
+    assert "family_own_stack.py" not in plan_family(tmp_path).rewritten()

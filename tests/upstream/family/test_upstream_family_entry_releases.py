@@ -248,6 +248,8 @@ PATCHED_0_5_23 = (
     "qwen3_5_text",
     "qwen3_moe",
     "qwen3_vl",
+    # Inherits qwen3_vl's hooks and builds its own stack (``family/subclass.py``).
+    "qwen3_vl_moe",
 )
 #: Not in the layer-entry shape.
 LITERAL_PROXY = ("deepseek_v4",)

@@ -19,6 +19,19 @@ layer call that runs (two branches call the layer differently)::
             else:
                 hidden_states = layer(..., capture_output=capture_output)
 
+The offset may be written ``layer_idx += self.start_layer``, and the callback may be
+picked in each of the two layer calls instead (qwen3_vl_moe's ``Qwen3MoeLLMModel``)::
+
+            if self.use_hf_deepstack_order:
+                hidden_states = layer(
+                    ...,
+                    capture_output=aux_hidden_states.capture
+                    if layer_idx in self.layers_to_capture
+                    else None,
+                )
+            else:
+                hidden_states = layer(..., capture_output=<the same choice>)
+
 Iteration ``k`` runs layer ``self.start_layer + k`` and captures its input when that id
 is a capture id: the same capture points as the range loop, so the forward is rewritten
 the same way (:mod:`~codemods.upstream.family.shapes.entry`).
@@ -33,7 +46,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.edit.walk import findall
-from codemods.upstream.family.syntax import SELF_IDS, name_value, only_assign
+from codemods.upstream.family.syntax import SELF_IDS, name_value, only_assign, start_offset
 
 #: The keyword the layers take the callback by.
 CAPTURE_KEYWORD = "capture_output"
@@ -76,12 +89,34 @@ def is_enumerated_loop(loop: cst.For) -> bool:
     )
 
 
-def _assigns(node: cst.CSTNode, name: str) -> list[cst.Assign]:
-    return [
+def _assigns(node: cst.CSTNode, name: str) -> list[cst.Assign | cst.AugAssign]:
+    found: list[cst.Assign | cst.AugAssign] = [
         assign
         for assign in findall(node, m.Assign())
         if any(m.matches(t.target, m.Name(name)) for t in assign.targets)
     ]
+    return found + findall(node, m.AugAssign(target=m.Name(name)))
+
+
+def _choice(aux_name: str, index: str) -> m.IfExp:
+    """``<aux_name>.capture if <index> in self.<ids> else None``"""
+    return m.IfExp(
+        body=m.Attribute(value=m.Name(aux_name), attr=m.Name("capture")),
+        test=m.Comparison(
+            left=m.Name(index),
+            comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
+        ),
+        orelse=m.Name("None"),
+    )
+
+
+def callback_uses(loop: cst.For, aux_name: str) -> int:
+    """How many times an enumerated loop without a problem reads the capture ids (and
+    ``<aux_name>.capture``): once where it picks the callback into a local, once per
+    layer call where each call picks it."""
+    assert isinstance(loop.target, cst.Tuple)  # is_enumerated_loop(loop)
+    index = name_value(loop.target.elements[0].value)
+    return len(findall(loop, _choice(aux_name, index)))
 
 
 def enumerated_loop_problem(loop: cst.For, aux_name: str) -> str | None:
@@ -93,29 +128,16 @@ def enumerated_loop_problem(loop: cst.For, aux_name: str) -> str | None:
     assert isinstance(target, cst.Tuple)
     index = name_value(target.elements[0].value)
     statements = list(loop.body.body)
-    offset = m.SimpleStatementLine(
-        body=[
-            m.Assign(
-                targets=[m.AssignTarget(m.Name(index))],
-                value=m.BinaryOperation(
-                    left=m.Name(index), operator=m.Add(), right=_self_attr("start_layer")
-                ),
-            )
-        ]
-    )
-    if not statements or not m.matches(statements[0], offset):
+    if not statements or not m.matches(statements[0], start_offset(index)):
         return f"the loop does not start with `{index} = {index} + self.start_layer`"
     if len(_assigns(loop, index)) != 1:
         return f"`{index}` is assigned more than once in the loop"
     # ``cb = aux.capture if index in self.<ids> else None``, once, at the top level.
-    choice = m.IfExp(
-        body=m.Attribute(value=m.Name(aux_name), attr=m.Name("capture")),
-        test=m.Comparison(
-            left=m.Name(index),
-            comparisons=[m.ComparisonTarget(operator=m.In(), comparator=SELF_IDS)],
-        ),
-        orelse=m.Name("None"),
-    )
+    choice = _choice(aux_name, index)
+    keyword = m.Arg(keyword=m.Name(CAPTURE_KEYWORD))
+    inline = findall(loop, m.Arg(keyword=m.Name(CAPTURE_KEYWORD), value=choice))
+    if inline:
+        return _inline_problem(loop, aux_name, statements, inline, keyword)
     picks = [
         k
         for k, statement in enumerate(statements)
@@ -134,7 +156,6 @@ def enumerated_loop_problem(loop: cst.For, aux_name: str) -> str | None:
     callback = name_value(only_assign(statements[picks[0]]).targets[0].target)
     if len(_assigns(loop, callback)) != 1:
         return f"`{callback}` is assigned more than once in the loop"
-    keyword = m.Arg(keyword=m.Name(CAPTURE_KEYWORD))
     handed = findall(loop, keyword)
     if not handed or any(not m.matches(arg.value, m.Name(callback)) for arg in handed):
         return f"the layers do not take `{CAPTURE_KEYWORD}={callback}`"
@@ -149,6 +170,27 @@ def enumerated_loop_problem(loop: cst.For, aux_name: str) -> str | None:
         )
     if len(findall(loop, m.Attribute(value=m.Name(aux_name)))) != 1:
         return f"`{aux_name}` is used in the loop besides the callback"
+    return None
+
+
+def _inline_problem(
+    loop: cst.For, aux_name: str, statements: list, inline: list, keyword: m.Arg
+) -> str | None:
+    """The callback picked in the layer calls themselves: every ``capture_output=`` of the
+    loop is the choice, in one layer call or one per branch of one ``if``, and the loop
+    reads the ids and ``<aux_name>`` nowhere else."""
+    handed = findall(loop, keyword)
+    if len(handed) != len(inline):
+        return f"the layers do not all take `{CAPTURE_KEYWORD}={aux_name}.capture if ...`"
+    if len(handed) > 1 and not _one_per_branch(statements[1:], keyword):
+        return (
+            f"`{CAPTURE_KEYWORD}` is handed to more than one layer call that can run in "
+            "the same iteration"
+        )
+    if len(findall(loop, m.Attribute(value=m.Name(aux_name)))) != len(handed):
+        return f"`{aux_name}` is used in the loop besides the callback"
+    if len(findall(loop, SELF_IDS)) != len(handed):
+        return "the loop reads the capture ids besides picking the callback"
     return None
 
 

@@ -75,6 +75,7 @@ from codemods.upstream.family.layer_entry.handoff import (
     handoff_returns_problem,
 )
 from codemods.upstream.family.layer_entry.loops import (
+    callback_uses,
     enumerated_loop_problem,
     is_enumerated_loop,
 )
@@ -256,6 +257,8 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     #: Captures of the layer loop (none for the gathered collector), and its id reads
     #: (the gathered collector may test the ids instead of the layer flag).
     loop_uses = 1 if kind == ENTRY_KIND else 0
+    if enumerated:
+        loop_uses = callback_uses(loop, aux_name) or 1
     id_uses = loop_uses
     if kind == GATHERED_KIND and findall(loop, _ID_TEST):
         by_id = m.IfExp(

@@ -102,6 +102,7 @@ from codemods.upstream.family.syntax import (
     node_ids,
     non_last_return_index,
     proxy_call_of,
+    start_offset,
 )
 
 LOOP_APPEND = CaptureKind(
@@ -384,7 +385,8 @@ def _boundary_captures(body, loop: cst.For, loop_var: str):
 
 def _layer_loop_var(loop: cst.For) -> str | None:
     """The global layer index of a layer loop: ``for i in range(...)``, or
-    ``for i, layer in enumerate(...)`` whose body starts with ``i = i + self.start_layer``."""
+    ``for i, layer in enumerate(...)`` whose body starts with ``i = i + self.start_layer``
+    (or ``i += self.start_layer``)."""
     if m.matches(loop, m.For(target=m.Name(), iter=m.Call(func=m.Name("range")))):
         return name_value(loop.target)
     if not m.matches(
@@ -397,17 +399,7 @@ def _layer_loop_var(loop: cst.For) -> str | None:
         return None
     assert isinstance(loop.target, cst.Tuple)
     name = name_value(loop.target.elements[0].value)
-    offset = m.BinaryOperation(
-        left=m.Name(name),
-        operator=m.Add(),
-        right=m.Attribute(value=m.Name("self"), attr=m.Name("start_layer")),
-    )
-    if loop.body.body and m.matches(
-        loop.body.body[0],
-        m.SimpleStatementLine(
-            body=[m.Assign(targets=[m.AssignTarget(target=m.Name(name))], value=offset)]
-        ),
-    ):
+    if loop.body.body and m.matches(loop.body.body[0], start_offset(name)):
         return name
     return None
 
