@@ -4,8 +4,9 @@ Stand-in models for ``test_pp_aux_capture_family.py``: one PP stage of a real SG
 causal-LM class, built with tiny stand-in decoder layers, embedding, norm, logits
 processor and PP group (no weights to load, no attention kernels), its forward run as
 the scheduler runs it, and the aux states of a single-stage run to compare against;
-and, for both tests, the stand-ins for GPU-only packages on a CPU machine
-(``stub_gpu_only_packages``).
+for every test of the capture, the stand-ins for GPU-only packages on a CPU machine
+(``stub_gpu_only_packages``); and for the tests of the server-argument checks, the
+record of a pipeline-parallel launch they read (``pp_server_args``).
 """
 
 import os
@@ -147,6 +148,45 @@ def stub_gpu_only_packages():
 
     maybe_stub_sgl_kernel()
     # @@end stub_sgl_kernel
+
+
+# ------------------------------------------------------------ server arguments
+
+
+def pp_server_args(arch, model_impl="auto", **fields):
+    """The server arguments the server-argument checks read, for ``arch`` on 2 PP
+    stages with EAGLE3 on a prefill node (``fields`` replace any of them).  The model
+    config is given as a fixture's: the fields ``get_model_architecture`` reads
+    (``--model-impl`` among them) resolve the model class, no checkpoint is read."""
+    record = SimpleNamespace(
+        pp_size=2,
+        disable_overlap_schedule=True,
+        speculative_algorithm="EAGLE3",
+        enable_multi_layer_eagle=False,
+        disaggregation_mode="prefill",
+        speculative_adaptive=False,
+        enable_dp_attention=False,
+        attn_dp_size=1,
+        ep_join_mode="none",
+        min_free_slots_delay=None,
+        enable_return_aux_hidden_states=False,
+        return_aux_hidden_state_layer_ids=None,
+        speculative_draft_model_path=None,
+        model_path="/models/target",
+    )
+    vars(record).update(fields)
+    config = SimpleNamespace(architectures=[arch])
+    record._model_config = SimpleNamespace(
+        hf_config=config,
+        hf_text_config=config,
+        model_path=record.model_path,
+        model_impl=model_impl,
+        revision=None,
+        quantization=None,
+        is_generation=True,
+        is_multimodal=False,
+    )
+    return record
 
 
 # ------------------------------------------------------------------ stand-ins

@@ -30,7 +30,6 @@ import socket
 import sys
 import traceback
 import unittest
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -62,73 +61,49 @@ AUX_ENTRY = "aux_hidden_states"
 #: whether the hook shifts the ids by one (EAGLE3's "after layer i") or not.
 CAPTURE_IDS = [0, 2]
 
-_COMMON = dict(
-    vocab_size=128,
-    hidden_size=HIDDEN,
-    intermediate_size=96,
-    num_hidden_layers=NUM_LAYERS,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    max_position_embeddings=256,
-    rms_norm_eps=1e-6,
-    rope_theta=10000.0,
-    hidden_act="silu",
-    tie_word_embeddings=False,
-)
+#: The tiny text stack every config starts from (4 layers, hidden size 64).
+_COMMON = dict(vocab_size=128, hidden_size=HIDDEN, num_hidden_layers=NUM_LAYERS)
+_COMMON.update(intermediate_size=96, hidden_act="silu", tie_word_embeddings=False)
+_COMMON.update(num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+_COMMON.update(max_position_embeddings=256, rope_theta=10000.0, rms_norm_eps=1e-6)
+# Blocks of fields that several of the tiny configs below share.
+_DEFAULT_ROPE = dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0))
 #: The only rope scaling SGLang's MLA attention builds on CPU.
-_DEEPSEEK_YARN = dict(
-    rope_type="deepseek_yarn",
-    factor=1.0,
-    original_max_position_embeddings=256,
-    beta_fast=32,
-    beta_slow=1,
-    mscale=1.0,
-    mscale_all_dim=1.0,
-)
-
-#: DeepSeek-style routed experts, shared by the tiny MoE configs below.
-_DEEPSEEK_MOE = dict(
-    n_routed_experts=4,
-    num_experts_per_tok=2,
-    n_shared_experts=1,
-    moe_intermediate_size=32,
-    first_k_dense_replace=1,
-    n_group=1,
-    topk_group=1,
-)
-#: DeepSeek-style latent attention (MLA) with the rope scaling it builds on CPU.
-_DEEPSEEK_MLA = dict(
-    q_lora_rank=32,
-    kv_lora_rank=32,
-    qk_nope_head_dim=16,
-    qk_rope_head_dim=16,
-    v_head_dim=16,
-    num_key_value_heads=4,
-    rope_scaling=_DEEPSEEK_YARN,
-    moe_layer_freq=1,
-    topk_method="noaux_tc",
-    scoring_func="sigmoid",
-)
-
-#: A vision tower narrower than the text stack (a width taken from it would show).
-_CLIP = dict(
-    model_type="clip_vision_model",
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    image_size=28,
-    patch_size=14,
-    num_channels=3,
-    hidden_act="gelu",
-    layer_norm_eps=1e-5,
-    img_token_compression_config={},
-    position_embedding_type="rope",
-    rope_mode="3d",
-    rope_theta=10000.0,
-    vision_segment_max_frames=None,
-)
+_DEEPSEEK_YARN = dict(rope_type="deepseek_yarn", original_max_position_embeddings=256)
+_DEEPSEEK_YARN.update(factor=1.0, beta_fast=32, beta_slow=1)
+_DEEPSEEK_YARN.update(mscale=1.0, mscale_all_dim=1.0)
+#: Routed experts, under the three names the config families give their count.
+_EXPERTS = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+_LOCAL_EXPERTS = dict(num_local_experts=4, num_experts_per_tok=2)
+_ROUTED_EXPERTS = dict(n_routed_experts=4, num_experts_per_tok=2, n_group=1)
+_ROUTED_EXPERTS.update(moe_intermediate_size=32, topk_group=1)
+_GROUPED_TOPK = dict(topk_method="noaux_tc", scoring_func="sigmoid")
+#: DeepSeek-style routed experts with a shared one after a dense first layer.
+_DEEPSEEK_MOE = dict(_ROUTED_EXPERTS, n_shared_experts=1, first_k_dense_replace=1)
+#: Latent attention (MLA): the ranks, and the heads of the MLA models but DeepSeek-V4.
+_LATENT_RANKS = dict(q_lora_rank=32, kv_lora_rank=32)
+_LATENT_RANKS.update(qk_nope_head_dim=16, qk_rope_head_dim=16)
+_LATENT = dict(_LATENT_RANKS, v_head_dim=16, num_key_value_heads=4)
+#: DeepSeek-style latent attention with the rope scaling it builds on CPU.
+_DEEPSEEK_MLA = dict(_LATENT, rope_scaling=_DEEPSEEK_YARN, moe_layer_freq=1)
+_DEEPSEEK_MLA.update(_GROUPED_TOPK)
+#: What both Bailing configs read besides their experts.
+_BAILING = dict(_DEFAULT_ROPE, num_shared_experts=1, first_k_dense_replace=1)
+_BAILING.update(use_bias=False, use_qkv_bias=False, num_nextn_predict_layers=0)
+_BAILING.update(partial_rotary_factor=1.0, rotary_dim=16)
+#: MiMo-V2's sliding-window attention layers.
+_MIMO_SLIDING_WINDOW = dict(sliding_window_size=16, swa_head_dim=16)
+_MIMO_SLIDING_WINDOW.update(swa_num_attention_heads=4, swa_num_key_value_heads=2)
+#: Vision towers narrower than the text stack (a width taken from one would show).
+_SMALL_VISION = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2)
+_QWEN_VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2)
+_QWEN_VISION.update(out_hidden_size=HIDDEN, in_channels=3, patch_size=14)
+_QWEN_VISION.update(spatial_merge_size=2, temporal_patch_size=2)
+_CLIP = dict(_SMALL_VISION, model_type="clip_vision_model", num_hidden_layers=1)
+_CLIP.update(image_size=28, patch_size=14, num_channels=3, hidden_act="gelu")
+_CLIP.update(layer_norm_eps=1e-5, img_token_compression_config={})
+_CLIP.update(position_embedding_type="rope", rope_mode="3d", rope_theta=10000.0)
+_CLIP.update(vision_segment_max_frames=None)
 
 #: model key -> (module, causal-LM class, config class, fields); the config class is
 #: transformers' (a name), SGLang's (``"<sglang.srt.configs module>.<Class>"``) or
@@ -145,20 +120,14 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "gpt_oss",
         "GptOssForCausalLM",
         "GptOssConfig",
-        dict(
-            num_local_experts=4,
-            num_experts_per_tok=2,
-            sliding_window=16,
-            swiglu_limit=7.0,
-        ),
+        dict(_LOCAL_EXPERTS, sliding_window=16, swiglu_limit=7.0),
     ),
     "minimax_m3": (
         "minimax_m3",
         "MiniMaxM3SparseForCausalLM",
         None,
         dict(
-            num_local_experts=4,
-            num_experts_per_tok=2,
+            _LOCAL_EXPERTS,
             n_shared_experts=1,
             dense_intermediate_size=96,
             swiglu_limit=7.0,
@@ -178,10 +147,7 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "qwen3_5_text",
         "Qwen3_5ForCausalLM",
         "qwen3_5.Qwen3_5TextConfig",
-        dict(
-            full_attention_interval=1,
-            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
-        ),
+        dict(_DEFAULT_ROPE, full_attention_interval=1),
     ),
     "nemotron_h": (
         "nemotron_h",
@@ -207,21 +173,12 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "BailingMoEForCausalLM",
         None,
         dict(
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=32,
+            _EXPERTS,
+            **_BAILING,
             moe_shared_expert_intermediate_size=32,
-            num_shared_experts=1,
-            first_k_dense_replace=1,
             embedding_dropout=0.0,
             norm_head=False,
             norm_topk_prob=True,
-            use_bias=False,
-            use_qkv_bias=False,
-            num_nextn_predict_layers=0,
-            partial_rotary_factor=1.0,
-            rotary_dim=16,
-            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
         ),
     ),
     "mimo_v2": (
@@ -229,25 +186,17 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "MiMoV2ForCausalLM",
         None,
         dict(
-            n_routed_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=32,
+            _ROUTED_EXPERTS,
+            **_GROUPED_TOPK,
+            **_MIMO_SLIDING_WINDOW,
             moe_layer_freq=[0, 1, 1, 1],
             encoder_only=False,
             attention_bias=False,
             layernorm_epsilon=1e-6,
             hybrid_layer_pattern=[0] * NUM_LAYERS,
-            n_group=1,
-            topk_group=1,
-            topk_method="noaux_tc",
-            scoring_func="sigmoid",
             norm_topk_prob=True,
             scale_emb=1.0,
             output_format=None,
-            sliding_window_size=16,
-            swa_head_dim=16,
-            swa_num_attention_heads=4,
-            swa_num_key_value_heads=2,
         ),
     ),
     "qwen2_5_vl": (
@@ -258,15 +207,7 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
             encoder_only=False,
             rope_scaling=dict(rope_type="default", mrope_section=[4, 2, 2]),
             vision_config=dict(
-                depth=1,
-                hidden_size=32,
-                intermediate_size=64,
-                num_heads=2,
-                out_hidden_size=HIDDEN,
-                patch_size=14,
-                spatial_merge_size=2,
-                temporal_patch_size=2,
-                in_channels=3,
+                _QWEN_VISION,
                 in_chans=3,
                 window_size=112,
                 fullatt_block_indexes=[0],
@@ -290,23 +231,16 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "DeepseekV4ForCausalLM",
         "deepseek_v4.DeepSeekV4Config",
         dict(
+            _ROUTED_EXPERTS,
+            **_LATENT_RANKS,
             architectures=["DeepseekV4ForCausalLM"],
             quantization_config={},
-            n_routed_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=32,
-            n_group=1,
-            topk_group=1,
-            q_lora_rank=32,
-            kv_lora_rank=32,
-            qk_nope_head_dim=16,
-            qk_rope_head_dim=16,
             v_head_dim=32,
+            num_key_value_heads=1,
             o_lora_rank=32,
             o_groups=2,
             index_head_dim=16,
             index_n_heads=2,
-            num_key_value_heads=1,
             compress_ratios=[4] * NUM_LAYERS,
             rope_scaling=_DEEPSEEK_YARN,
             kv_source_layer_ids=[],
@@ -319,45 +253,17 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "glm5_next",
         "Glm5NextForConditionalGeneration",
         "glm5_next.Glm5NextConfig",
-        dict(
-            text_config={},
-            vision_config=dict(
-                depth=1,
-                hidden_size=32,
-                num_heads=2,
-                intermediate_size=64,
-                out_hidden_size=HIDDEN,
-                patch_size=14,
-                spatial_merge_size=2,
-                temporal_patch_size=2,
-                in_channels=3,
-                swiglu_limit=7.0,
-            ),
-        ),
+        dict(text_config={}, vision_config=dict(_QWEN_VISION, swiglu_limit=7.0)),
     ),
     "bailing_moe_v3": (
         "bailing_moe_v3",
         "BailingMoeV3ForCausalLM",
         None,
         dict(
+            _EXPERTS,
+            **_BAILING,
+            **_LATENT,
             layer_group_size=[0] * NUM_LAYERS,
-            num_experts=4,
-            num_experts_per_tok=2,
-            num_shared_experts=1,
-            moe_intermediate_size=32,
-            first_k_dense_replace=1,
-            q_lora_rank=32,
-            kv_lora_rank=32,
-            qk_nope_head_dim=16,
-            qk_rope_head_dim=16,
-            v_head_dim=16,
-            num_key_value_heads=4,
-            num_nextn_predict_layers=0,
-            partial_rotary_factor=1.0,
-            rotary_dim=16,
-            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
-            use_bias=False,
-            use_qkv_bias=False,
             weight_block_size=None,
             short_conv_kernel_size=4,
             kda_lower_bound=None,
@@ -373,10 +279,8 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         dict(
             text_config="gemma4_causal",
             vision_config=dict(
-                hidden_size=32,
-                intermediate_size=64,
+                _SMALL_VISION,
                 num_hidden_layers=1,
-                num_attention_heads=2,
                 num_key_value_heads=2,
                 head_dim=16,
             ),
@@ -388,30 +292,15 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "qwen2_moe",
         "Qwen2MoeForCausalLM",
         "Qwen2MoeConfig",
-        dict(
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=32,
-            shared_expert_intermediate_size=32,
-        ),
+        dict(_EXPERTS, shared_expert_intermediate_size=32),
     ),
-    "qwen3_moe": (
-        "qwen3_moe",
-        "Qwen3MoeForCausalLM",
-        "Qwen3MoeConfig",
-        dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32),
-    ),
-    "glm4_moe": (
-        "glm4_moe",
-        "Glm4MoeForCausalLM",
-        "Glm4MoeConfig",
-        dict(_DEEPSEEK_MOE),
-    ),
+    "qwen3_moe": ("qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeConfig", _EXPERTS),
+    "glm4_moe": ("glm4_moe", "Glm4MoeForCausalLM", "Glm4MoeConfig", _DEEPSEEK_MOE),
     "deepseek_v2": (
         "deepseek_v2",
         "DeepseekV2ForCausalLM",
         "DeepseekV3Config",
-        dict(**_DEEPSEEK_MOE, **_DEEPSEEK_MLA),
+        dict(_DEEPSEEK_MOE, **_DEEPSEEK_MLA),
     ),
     "apertus": (
         "apertus",
@@ -423,23 +312,16 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "minimax_m2",
         "MiniMaxM2ForCausalLM",
         "MiniMaxM2Config",
-        dict(
-            num_local_experts=4,
-            num_experts_per_tok=2,
-            rotary_dim=16,
-            scoring_func="sigmoid",
-        ),
+        dict(_LOCAL_EXPERTS, rotary_dim=16, scoring_func="sigmoid"),
     ),
     "exaone_moe": (
         "exaone_moe",
         "ExaoneMoEForCausalLM",
         "ExaoneMoeConfig",
         dict(
-            num_experts=4,
-            num_experts_per_tok=2,
+            _EXPERTS,
             num_shared_experts=1,
             is_moe_layer=[False, True, True, True],
-            moe_intermediate_size=32,
             first_k_dense_replace=1,
             n_group=1,
             topk_group=1,
@@ -450,7 +332,7 @@ MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "glm4_moe_lite",
         "Glm4MoeLiteForCausalLM",
         "Glm4MoeLiteConfig",
-        dict(**_DEEPSEEK_MOE, **_DEEPSEEK_MLA),
+        dict(_DEEPSEEK_MOE, **_DEEPSEEK_MLA),
     ),
 }
 
@@ -730,45 +612,6 @@ def run_ranks(names, timeout=TIMEOUT_S):
     return records, errors
 
 
-# ---------------------------------------------------------------- validation
-
-
-def _server_args(arch, **fields):
-    """A server-args record with the model config given as a fixture's (no
-    checkpoint is read)."""
-    base = dict(
-        pp_size=2,
-        disable_overlap_schedule=True,
-        speculative_algorithm="EAGLE3",
-        enable_multi_layer_eagle=False,
-        disaggregation_mode="prefill",
-        speculative_adaptive=False,
-        enable_dp_attention=False,
-        attn_dp_size=1,
-        ep_join_mode="none",
-        min_free_slots_delay=None,
-        enable_return_aux_hidden_states=False,
-        return_aux_hidden_state_layer_ids=None,
-        speculative_draft_model_path=None,
-        model_path="/models/target",
-    )
-    base.update(fields)
-    record = SimpleNamespace(**base)
-    hf_config = SimpleNamespace(architectures=[arch])
-    # The fields get_model_architecture reads, as the server resolves the model class.
-    record._model_config = SimpleNamespace(
-        hf_config=hf_config,
-        hf_text_config=hf_config,
-        is_generation=True,
-        is_multimodal=False,
-        quantization=None,
-        model_impl="auto",
-        model_path=record.model_path,
-        revision=None,
-    )
-    return record
-
-
 #: An architecture whose model file has no capture hook (the patch leaves it as is).
 UNPATCHED_ARCH = "Gemma2ForCausalLM"
 
@@ -789,29 +632,36 @@ class TestPPAuxCapture(CustomTestCase):
             with self.subTest(model=key[0], rank=key[1]):
                 self.assertNotIn("error", record, record.get("error"))
 
-    def test_handoff_reaches_the_last_stage_in_layer_order(self):
+    def _check_each_model(self, check):
+        """``check(first, last)`` on the records of each model's two stages, under a
+        subTest of its own, once the last stage has run the model through."""
         for name in sorted(UNDER_TEST):
             first, last = self.by_stage.get((name, 0)), self.by_stage.get((name, 1))
             with self.subTest(model=name):
                 self.assertTrue(first and last and "error" not in last, (first, last))
-                self.assertEqual(first["sent_ids"], last["earlier_ids"])
-                self.assertTrue(last["earlier_ids"] and last["ids"], last)
-                self.assertTrue(last["in_order"], last)
-                self.assertTrue(last["collected_equal"], last)
+                check(first, last)
+
+    def test_handoff_reaches_the_last_stage_in_layer_order(self):
+        def check(first, last):
+            self.assertEqual(first["sent_ids"], last["earlier_ids"])
+            self.assertTrue(last["earlier_ids"] and last["ids"], last)
+            self.assertTrue(last["in_order"], last)
+            self.assertTrue(last["collected_equal"], last)
+
+        self._check_each_model(check)
 
     def test_stage_one_buffer_is_as_wide_as_what_stage_zero_sends(self):
-        for name in sorted(UNDER_TEST):
-            first, last = self.by_stage.get((name, 0)), self.by_stage.get((name, 1))
-            with self.subTest(model=name):
-                self.assertTrue(first and last and "error" not in last, (first, last))
-                self.assertEqual(
-                    (first["reported"], first["resolved"], first["buffer"]), (0, 0, 0)
-                )
-                self.assertEqual(last["sent"], HIDDEN * len(last["earlier_ids"]))
-                self.assertEqual(
-                    (last["reported"], last["resolved"], last["buffer"]),
-                    (last["sent"],) * 3,
-                )
+        def check(first, last):
+            self.assertEqual(
+                (first["reported"], first["resolved"], first["buffer"]), (0, 0, 0)
+            )
+            self.assertEqual(last["sent"], HIDDEN * len(last["earlier_ids"]))
+            self.assertEqual(
+                (last["reported"], last["resolved"], last["buffer"]),
+                (last["sent"],) * 3,
+            )
+
+        self._check_each_model(check)
     # @@if pp_compat_check
 
     def test_validation_accepts_patched_architectures_only(self):
@@ -819,6 +669,7 @@ class TestPPAuxCapture(CustomTestCase):
         from sglang.srt.arg_groups.validation_hook import (
             check_pipeline_parallel_compat as check,
         )
+        from sglang.test.pp_aux_capture_family_models import pp_server_args
 
         # The architectures whose patched hooks include EAGLE3's (others relay only
         # DFLASH or DSPARK captures).
@@ -833,9 +684,9 @@ class TestPPAuxCapture(CustomTestCase):
         self.assertTrue(patched)
         for arch in patched:
             with self.subTest(arch=arch):
-                check(resolving_view(_server_args(arch)))
+                check(resolving_view(pp_server_args(arch)))
         with self.assertRaises((AssertionError, ValueError)):
-            check(resolving_view(_server_args(UNPATCHED_ARCH)))
+            check(resolving_view(pp_server_args(UNPATCHED_ARCH)))
     # @@end pp_compat_check
 
 
