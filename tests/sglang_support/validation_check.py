@@ -4,8 +4,8 @@ Usage: ``python -m sglang_support.validation_check`` under ``env.sglang_env(tree
 Prints one JSON object: case name -> ``"accepted"`` or ``"refused: <message>"``.
 
 Each case is a server-args record (a namespace, as SGLang's own fixtures use), built by
-the shipped tests' ``pp_server_args`` (``sglang.test.pp_aux_capture_family_models``, a
-module of the patched copy), with the model configuration supplied the way ``model_config_of`` accepts a fixture's (an
+the shipped tests' ``pp_server_args`` (``sglang.test.pp_aux_capture_family_models``, loaded
+from the text the patch ships, so unpatched releases are checked alike), with the model configuration supplied the way ``model_config_of`` accepts a fixture's (an
 ``_model_config`` without a build key, with the fields ``get_model_architecture`` reads:
 ``--model-impl`` among them), so the check resolves the model class without loading a
 checkpoint.  ``check_pipeline_parallel_compat`` (0.5.21+) is called as
@@ -15,13 +15,15 @@ checkpoint.  ``check_pipeline_parallel_compat`` (0.5.21+) is called as
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 from sglang.srt.arg_groups import validation_hook
 from sglang.srt.arg_groups.overrides import resolving_view
-from sglang.test.pp_aux_capture_family_models import pp_server_args
+
+from codemods.upstream.validation.shipped_tests import TEST_MODELS_SOURCE, render_test_utils
 
 PATCHED_ARCH = "LlamaForCausalLM"
 #: A target whose model file the patch does not touch.
@@ -36,10 +38,18 @@ OWN_STACK_ARCH = "Llama4ForCausalLM"
 DEFAULTS = dict(speculative_algorithm=None, disaggregation_mode="null")
 
 
+@functools.cache
+def shipped_test_utils() -> ModuleType:
+    """The shipped tests' utilities module as the patch ships it, loaded from its text (an
+    unpatched release has no such module)."""
+    module = ModuleType("pp_aux_capture_family_models")
+    exec(compile(render_test_utils(), str(TEST_MODELS_SOURCE), "exec"), module.__dict__)
+    return module
+
+
 def server_args(arch: str = PATCHED_ARCH, model_impl: str = "auto", **fields) -> SimpleNamespace:
-    """The record of a case, built by the shipped tests' own builder (``pp_server_args``,
-    a module of the patched copy)."""
-    return pp_server_args(arch, model_impl, **{**DEFAULTS, **fields})
+    """The record of a case, built by the shipped tests' own builder (``pp_server_args``)."""
+    return shipped_test_utils().pp_server_args(arch, model_impl, **{**DEFAULTS, **fields})
 
 
 def _outcome(call, record, pp_spec: bool) -> str:
