@@ -4,8 +4,8 @@ Usage: ``python -m sglang_support.validation_check`` under ``env.sglang_env(tree
 Prints one JSON object: case name -> ``"accepted"`` or ``"refused: <message>"``.
 
 Each case is a server-args record (a namespace, as SGLang's own fixtures use), built by
-the shipped tests' ``pp_server_args`` (``sglang.test.pp_aux_capture_family_models``, loaded
-from the text the patch ships, so unpatched releases are checked alike), with the model configuration supplied the way ``model_config_of`` accepts a fixture's (an
+the shipped tests' ``pp_server_args`` (``sglang_support.shipped_utils``: loaded from the text the
+patch ships, so unpatched releases are checked alike), with the model configuration supplied the way ``model_config_of`` accepts a fixture's (an
 ``_model_config`` without a build key, with the fields ``get_model_architecture`` reads:
 ``--model-impl`` among them), so the check resolves the model class without loading a
 checkpoint.  ``check_pipeline_parallel_compat`` (0.5.21+) is called as
@@ -15,15 +15,14 @@ checkpoint.  ``check_pipeline_parallel_compat`` (0.5.21+) is called as
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 from sglang.srt.arg_groups import validation_hook
 from sglang.srt.arg_groups.overrides import resolving_view
 
-from codemods.upstream.validation.shipped_tests import TEST_MODELS_SOURCE, render_test_utils
+from sglang_support.shipped_utils import shipped_test_utils
 
 PATCHED_ARCH = "LlamaForCausalLM"
 #: A target whose model file the patch does not touch.
@@ -36,15 +35,6 @@ SUBCLASS_ARCH = "MistralForCausalLM"
 OWN_STACK_ARCH = "Llama4ForCausalLM"
 #: What a case does not set: no speculative algorithm, no disaggregation.
 DEFAULTS = dict(speculative_algorithm=None, disaggregation_mode="null")
-
-
-@functools.cache
-def shipped_test_utils() -> ModuleType:
-    """The shipped tests' utilities module as the patch ships it, loaded from its text (an
-    unpatched release has no such module)."""
-    module = ModuleType("pp_aux_capture_family_models")
-    exec(compile(render_test_utils(), str(TEST_MODELS_SOURCE), "exec"), module.__dict__)
-    return module
 
 
 def server_args(arch: str = PATCHED_ARCH, model_impl: str = "auto", **fields) -> SimpleNamespace:
