@@ -3,8 +3,9 @@
 Usage: ``python -m sglang_support.validation_check`` under ``env.sglang_env(tree)``.
 Prints one JSON object: case name -> ``"accepted"`` or ``"refused: <message>"``.
 
-Each case is a server-args record (a namespace, as SGLang's own fixtures use) with the
-model configuration supplied the way ``model_config_of`` accepts a fixture's (an
+Each case is a server-args record (a namespace, as SGLang's own fixtures use), built by
+the shipped tests' ``pp_server_args`` (``sglang_support.shipped_utils``: loaded from the text the
+patch ships, so unpatched releases are checked alike), with the model configuration supplied the way ``model_config_of`` accepts a fixture's (an
 ``_model_config`` without a build key, with the fields ``get_model_architecture`` reads:
 ``--model-impl`` among them), so the check resolves the model class without loading a
 checkpoint.  ``check_pipeline_parallel_compat`` (0.5.21+) is called as
@@ -21,6 +22,8 @@ from types import SimpleNamespace
 from sglang.srt.arg_groups import validation_hook
 from sglang.srt.arg_groups.overrides import resolving_view
 
+from sglang_support.shipped_utils import shipped_test_utils
+
 PATCHED_ARCH = "LlamaForCausalLM"
 #: A target whose model file the patch does not touch.
 OTHER_ARCH = "KimiLinearForCausalLM"
@@ -30,39 +33,13 @@ SUBCLASS_ARCH = "MistralForCausalLM"
 #: A subclass of the patched class that builds its own decoder stack (``llama4.py``): the
 #: declaration does not cover it.
 OWN_STACK_ARCH = "Llama4ForCausalLM"
+#: What a case does not set: no speculative algorithm, no disaggregation.
+DEFAULTS = dict(speculative_algorithm=None, disaggregation_mode="null")
 
 
 def server_args(arch: str = PATCHED_ARCH, model_impl: str = "auto", **fields) -> SimpleNamespace:
-    base = dict(
-        pp_size=2,
-        disable_overlap_schedule=True,
-        speculative_algorithm=None,
-        enable_multi_layer_eagle=False,
-        disaggregation_mode="null",
-        speculative_adaptive=False,
-        enable_dp_attention=False,
-        attn_dp_size=1,
-        ep_join_mode="none",
-        min_free_slots_delay=None,
-        enable_return_aux_hidden_states=False,
-        return_aux_hidden_state_layer_ids=None,
-        speculative_draft_model_path=None,
-        model_path="/models/target",
-    )
-    base.update(fields)
-    record = SimpleNamespace(**base)
-    hf_config = SimpleNamespace(architectures=[arch])
-    record._model_config = SimpleNamespace(
-        hf_config=hf_config,
-        hf_text_config=hf_config,
-        is_generation=True,
-        is_multimodal=False,
-        quantization=None,
-        model_impl=model_impl,
-        model_path=base["model_path"],
-        revision=None,
-    )
-    return record
+    """The record of a case, built by the shipped tests' own builder (``pp_server_args``)."""
+    return shipped_test_utils().pp_server_args(arch, model_impl, **{**DEFAULTS, **fields})
 
 
 def _outcome(call, record, pp_spec: bool) -> str:

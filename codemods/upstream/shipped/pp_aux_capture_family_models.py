@@ -1,16 +1,23 @@
 """Test utilities of the aux hidden-state capture tests under pipeline parallelism.
 
-Stand-in models for ``test_pp_aux_capture_family.py``: one PP stage of a real SGLang
-causal-LM class, built with tiny stand-in decoder layers, embedding, norm, logits
-processor and PP group (no weights to load, no attention kernels), its forward run as
-the scheduler runs it, and the aux states of a single-stage run to compare against;
-and, for both tests, the stand-ins for GPU-only packages on a CPU machine
-(``stub_gpu_only_packages``).
+* Tiny configs of the patched causal LMs (``TINY_MODELS``, ``tiny_config``), with
+  which ``test_pp_aux_capture.py`` builds them through their real ``__init__``.
+* Stand-in models for ``test_pp_aux_capture_family.py``: one PP stage of a real SGLang
+  causal-LM class, built with tiny stand-in decoder layers, embedding, norm, logits
+  processor and PP group (no weights to load, no attention kernels), its forward run
+  as the scheduler runs it, and the aux states of a single-stage run to compare
+  against.
+* For every test of the capture, the stand-ins for GPU-only packages on a CPU machine
+  (``stub_gpu_only_packages``).
+* For the tests of the server-argument checks, the record of a pipeline-parallel
+  launch they read (``pp_server_args``).
 """
 
+import importlib
 import os
 import sys
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 from torch import nn
@@ -147,6 +154,360 @@ def stub_gpu_only_packages():
 
     maybe_stub_sgl_kernel()
     # @@end stub_sgl_kernel
+
+
+# ------------------------------------- tiny configs of the patched causal LMs
+
+#: Width and depth of the tiny configs: 4 layers, hidden size 64.
+TINY_HIDDEN = 64
+TINY_LAYERS = 4
+#: The tiny text stack every config starts from (4 layers, hidden size 64).
+_COMMON = dict(vocab_size=128, hidden_size=TINY_HIDDEN, num_hidden_layers=TINY_LAYERS)
+_COMMON.update(intermediate_size=96, hidden_act="silu", tie_word_embeddings=False)
+_COMMON.update(num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+_COMMON.update(max_position_embeddings=256, rope_theta=10000.0, rms_norm_eps=1e-6)
+# Blocks of fields that several of the tiny configs below share.
+_DEFAULT_ROPE = dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0))
+#: The only rope scaling SGLang's MLA attention builds on CPU.
+_DEEPSEEK_YARN = dict(rope_type="deepseek_yarn", original_max_position_embeddings=256)
+_DEEPSEEK_YARN.update(factor=1.0, beta_fast=32, beta_slow=1)
+_DEEPSEEK_YARN.update(mscale=1.0, mscale_all_dim=1.0)
+#: Routed experts, under the three names the config families give their count.
+_EXPERTS = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+_LOCAL_EXPERTS = dict(num_local_experts=4, num_experts_per_tok=2)
+_ROUTED_EXPERTS = dict(n_routed_experts=4, num_experts_per_tok=2, n_group=1)
+_ROUTED_EXPERTS.update(moe_intermediate_size=32, topk_group=1)
+_GROUPED_TOPK = dict(topk_method="noaux_tc", scoring_func="sigmoid")
+#: DeepSeek-style routed experts with a shared one after a dense first layer.
+_DEEPSEEK_MOE = dict(_ROUTED_EXPERTS, n_shared_experts=1, first_k_dense_replace=1)
+#: Latent attention (MLA): the ranks, and the heads of the MLA models but DeepSeek-V4.
+_LATENT_RANKS = dict(q_lora_rank=32, kv_lora_rank=32)
+_LATENT_RANKS.update(qk_nope_head_dim=16, qk_rope_head_dim=16)
+_LATENT = dict(_LATENT_RANKS, v_head_dim=16, num_key_value_heads=4)
+#: DeepSeek-style latent attention with the rope scaling it builds on CPU.
+_DEEPSEEK_MLA = dict(_LATENT, rope_scaling=_DEEPSEEK_YARN, moe_layer_freq=1)
+_DEEPSEEK_MLA.update(_GROUPED_TOPK)
+#: What both Bailing configs read besides their experts.
+_BAILING = dict(_DEFAULT_ROPE, num_shared_experts=1, first_k_dense_replace=1)
+_BAILING.update(use_bias=False, use_qkv_bias=False, num_nextn_predict_layers=0)
+_BAILING.update(partial_rotary_factor=1.0, rotary_dim=16)
+#: MiMo-V2's sliding-window attention layers.
+_MIMO_SLIDING_WINDOW = dict(sliding_window_size=16, swa_head_dim=16)
+_MIMO_SLIDING_WINDOW.update(swa_num_attention_heads=4, swa_num_key_value_heads=2)
+#: Vision towers narrower than the text stack (a width taken from one would show).
+_SMALL_VISION = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2)
+_QWEN_VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2)
+_QWEN_VISION.update(out_hidden_size=TINY_HIDDEN, in_channels=3, patch_size=14)
+_QWEN_VISION.update(spatial_merge_size=2, temporal_patch_size=2)
+_CLIP = dict(_SMALL_VISION, model_type="clip_vision_model", num_hidden_layers=1)
+_CLIP.update(image_size=28, patch_size=14, num_channels=3, hidden_act="gelu")
+_CLIP.update(layer_norm_eps=1e-5, img_token_compression_config={})
+_CLIP.update(position_embedding_type="rope", rope_mode="3d", rope_theta=10000.0)
+_CLIP.update(vision_segment_max_frames=None)
+
+#: model key -> (module, causal-LM class, config class, fields); the config class is
+#: transformers' (a name), SGLang's (``"<sglang.srt.configs module>.<Class>"``) or
+#: ``PretrainedConfig`` (None).  The fields are what the constructor reads, on top of
+#: ``_COMMON``; a ``text_config`` naming another key nests that model's config.  Hybrid
+#: stacks are built with attention layers only (qwen3_5_text: full attention every
+#: layer; nemotron_h: attention and MLP layers, no Mamba; bailing_moe_v3: no linear
+#: attention layer); deepseek_v4's layers all compress (ratio 4: the rope SGLang builds
+#: on CPU); qwen3_vl is built ``language_model_only`` (no vision tower); the other
+#: multimodal models build a small one.
+TINY_MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
+    "llama": ("llama", "LlamaForCausalLM", "LlamaConfig", {}),
+    "gpt_oss": (
+        "gpt_oss",
+        "GptOssForCausalLM",
+        "GptOssConfig",
+        dict(_LOCAL_EXPERTS, sliding_window=16, swiglu_limit=7.0),
+    ),
+    "minimax_m3": (
+        "minimax_m3",
+        "MiniMaxM3SparseForCausalLM",
+        None,
+        dict(
+            _LOCAL_EXPERTS,
+            n_shared_experts=1,
+            dense_intermediate_size=96,
+            swiglu_limit=7.0,
+            swiglu_alpha=1.702,
+            num_mtp_modules=0,
+            scoring_func="sigmoid",
+            sparse_attention_config=None,
+        ),
+    ),
+    "minimax_m3_vl": (
+        "minimax_m3_vl",
+        "MiniMaxM3SparseForConditionalGeneration",
+        "minimax_vl.MiniMaxM3VLConfig",
+        dict(text_config="minimax_m3", vision_config=_CLIP, encoder_only=False),
+    ),
+    "qwen3_5_text": (
+        "qwen3_5_text",
+        "Qwen3_5ForCausalLM",
+        "qwen3_5.Qwen3_5TextConfig",
+        dict(_DEFAULT_ROPE, full_attention_interval=1),
+    ),
+    "nemotron_h": (
+        "nemotron_h",
+        "NemotronHForCausalLM",
+        "nemotron_h.NemotronHConfig",
+        dict(hybrid_override_pattern="*-*-"),
+    ),
+    "gemma4_causal": (
+        "gemma4_causal",
+        "Gemma4ForCausalLM",
+        "Gemma4TextConfig",
+        dict(
+            hidden_act="gelu_pytorch_tanh",
+            hidden_size_per_layer_input=0,
+            # Full-attention layers shaped as the sliding ones: one attention
+            # shape for every layer.
+            global_head_dim=16,
+            num_global_key_value_heads=2,
+        ),
+    ),
+    "bailing_moe": (
+        "bailing_moe",
+        "BailingMoEForCausalLM",
+        None,
+        dict(
+            _EXPERTS,
+            **_BAILING,
+            moe_shared_expert_intermediate_size=32,
+            embedding_dropout=0.0,
+            norm_head=False,
+            norm_topk_prob=True,
+        ),
+    ),
+    "mimo_v2": (
+        "mimo_v2",
+        "MiMoV2ForCausalLM",
+        None,
+        dict(
+            _ROUTED_EXPERTS,
+            **_GROUPED_TOPK,
+            **_MIMO_SLIDING_WINDOW,
+            moe_layer_freq=[0, 1, 1, 1],
+            encoder_only=False,
+            attention_bias=False,
+            layernorm_epsilon=1e-6,
+            hybrid_layer_pattern=[0] * TINY_LAYERS,
+            norm_topk_prob=True,
+            scale_emb=1.0,
+            output_format=None,
+        ),
+    ),
+    "qwen2_5_vl": (
+        "qwen2_5_vl",
+        "Qwen2_5_VLForConditionalGeneration",
+        None,
+        dict(
+            encoder_only=False,
+            rope_scaling=dict(rope_type="default", mrope_section=[4, 2, 2]),
+            vision_config=dict(
+                _QWEN_VISION,
+                in_chans=3,
+                window_size=112,
+                fullatt_block_indexes=[0],
+                hidden_act="silu",
+            ),
+        ),
+    ),
+    "qwen3_vl": (
+        "qwen3_vl",
+        "Qwen3VLForConditionalGeneration",
+        "qwen3_vl.Qwen3VLConfig",
+        dict(
+            text_config={},
+            vision_config=dict(deepstack_visual_indexes=[]),
+            language_model_only=True,
+            attention_bias=False,
+        ),
+    ),
+    "deepseek_v4": (
+        "deepseek_v4",
+        "DeepseekV4ForCausalLM",
+        "deepseek_v4.DeepSeekV4Config",
+        dict(
+            _ROUTED_EXPERTS,
+            **_LATENT_RANKS,
+            architectures=["DeepseekV4ForCausalLM"],
+            quantization_config={},
+            v_head_dim=32,
+            num_key_value_heads=1,
+            o_lora_rank=32,
+            o_groups=2,
+            index_head_dim=16,
+            index_n_heads=2,
+            compress_ratios=[4] * TINY_LAYERS,
+            rope_scaling=_DEEPSEEK_YARN,
+            kv_source_layer_ids=[],
+            index_source_layer_ids=[],
+            engram_layer_ids=[],
+            engram_num_embeddings=[],
+        ),
+    ),
+    "glm5_next": (
+        "glm5_next",
+        "Glm5NextForConditionalGeneration",
+        "glm5_next.Glm5NextConfig",
+        dict(text_config={}, vision_config=dict(_QWEN_VISION, swiglu_limit=7.0)),
+    ),
+    "bailing_moe_v3": (
+        "bailing_moe_v3",
+        "BailingMoeV3ForCausalLM",
+        None,
+        dict(
+            _EXPERTS,
+            **_BAILING,
+            **_LATENT,
+            layer_group_size=[0] * TINY_LAYERS,
+            weight_block_size=None,
+            short_conv_kernel_size=4,
+            kda_lower_bound=None,
+            kda_safe_gate=False,
+            no_kda_lora=False,
+            attention_type="mla",
+        ),
+    ),
+    "gemma4_mm": (
+        "gemma4_mm",
+        "Gemma4ForConditionalGeneration",
+        "Gemma4Config",
+        dict(
+            text_config="gemma4_causal",
+            vision_config=dict(
+                _SMALL_VISION,
+                num_hidden_layers=1,
+                num_key_value_heads=2,
+                head_dim=16,
+            ),
+        ),
+    ),
+    "qwen2": ("qwen2", "Qwen2ForCausalLM", "Qwen2Config", {}),
+    "qwen3": ("qwen3", "Qwen3ForCausalLM", "Qwen3Config", {}),
+    "qwen2_moe": (
+        "qwen2_moe",
+        "Qwen2MoeForCausalLM",
+        "Qwen2MoeConfig",
+        dict(_EXPERTS, shared_expert_intermediate_size=32),
+    ),
+    "qwen3_moe": ("qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeConfig", _EXPERTS),
+    "glm4_moe": ("glm4_moe", "Glm4MoeForCausalLM", "Glm4MoeConfig", _DEEPSEEK_MOE),
+    "deepseek_v2": (
+        "deepseek_v2",
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3Config",
+        dict(_DEEPSEEK_MOE, **_DEEPSEEK_MLA),
+    ),
+    "apertus": (
+        "apertus",
+        "ApertusForCausalLM",
+        "ApertusConfig",
+        dict(hidden_act="xielu"),
+    ),
+    "minimax_m2": (
+        "minimax_m2",
+        "MiniMaxM2ForCausalLM",
+        "MiniMaxM2Config",
+        dict(_LOCAL_EXPERTS, rotary_dim=16, scoring_func="sigmoid"),
+    ),
+    "exaone_moe": (
+        "exaone_moe",
+        "ExaoneMoEForCausalLM",
+        "ExaoneMoeConfig",
+        dict(
+            _EXPERTS,
+            num_shared_experts=1,
+            is_moe_layer=[False, True, True, True],
+            first_k_dense_replace=1,
+            n_group=1,
+            topk_group=1,
+        ),
+    ),
+    "laguna": ("laguna", "LagunaForCausalLM", "laguna.LagunaConfig", {}),
+    "glm4_moe_lite": (
+        "glm4_moe_lite",
+        "Glm4MoeLiteForCausalLM",
+        "Glm4MoeLiteConfig",
+        dict(_DEEPSEEK_MOE, **_DEEPSEEK_MLA),
+    ),
+}
+
+
+def tiny_config(name: str) -> Any:
+    """The config of ``TINY_MODELS[name]``, as a checkpoint of the model would hold it."""
+    _, _, config_cls, fields = TINY_MODELS[name]
+    import transformers
+
+    if config_cls is None:
+        cls = transformers.PretrainedConfig
+    elif "." in config_cls:  # SGLang's own config class: "<module>.<Class>"
+        module, _, attr = config_cls.rpartition(".")
+        cls = getattr(importlib.import_module(f"sglang.srt.configs.{module}"), attr)
+    else:
+        cls = getattr(transformers, config_cls)
+    if isinstance(fields.get("text_config"), str):
+        # A multimodal model: the text config is that of the model it names.
+        values = {**fields, "text_config": tiny_config(fields["text_config"])}
+    elif "text_config" in fields:
+        # The text fields both nested and at the top, as checkpoints of the model
+        # family write them.
+        text = {**_COMMON, **fields["text_config"]}
+        values = {**_COMMON, **fields, "text_config": text}
+    else:
+        values = {**_COMMON, **fields}
+    if cls is transformers.PretrainedConfig and isinstance(
+        values.get("vision_config"), dict
+    ):
+        values["vision_config"] = cls(**values["vision_config"])
+    config = cls(**values)
+    for key, value in values.items():  # fields the config class drops or renames
+        held = getattr(config, key, None)
+        if held != value and not isinstance(held, transformers.PretrainedConfig):
+            setattr(config, key, value)
+    return config
+
+
+# ------------------------------------------------------------ server arguments
+
+
+def pp_server_args(arch, model_impl="auto", **fields):
+    """The server arguments the server-argument checks read, for ``arch`` on 2 PP
+    stages with EAGLE3 on a prefill node (``fields`` replace any of them).  The model
+    config is given as a fixture's: the fields ``get_model_architecture`` reads
+    (``--model-impl`` among them) resolve the model class, no checkpoint is read."""
+    record = SimpleNamespace(
+        pp_size=2,
+        disable_overlap_schedule=True,
+        speculative_algorithm="EAGLE3",
+        enable_multi_layer_eagle=False,
+        disaggregation_mode="prefill",
+        speculative_adaptive=False,
+        enable_dp_attention=False,
+        attn_dp_size=1,
+        ep_join_mode="none",
+        min_free_slots_delay=None,
+        enable_return_aux_hidden_states=False,
+        return_aux_hidden_state_layer_ids=None,
+        speculative_draft_model_path=None,
+        model_path="/models/target",
+    )
+    vars(record).update(fields)
+    config = SimpleNamespace(architectures=[arch])
+    record._model_config = SimpleNamespace(
+        hf_config=config,
+        hf_text_config=config,
+        model_path=record.model_path,
+        model_impl=model_impl,
+        revision=None,
+        quantization=None,
+        is_generation=True,
+        is_multimodal=False,
+    )
+    return record
 
 
 # ------------------------------------------------------------------ stand-ins

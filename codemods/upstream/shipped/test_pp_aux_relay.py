@@ -26,7 +26,10 @@ from unittest import mock
 import torch
 from torch import nn
 
-from sglang.test.pp_aux_capture_family_models import stub_gpu_only_packages
+from sglang.test.pp_aux_capture_family_models import (
+    pp_server_args,
+    stub_gpu_only_packages,
+)
 
 stub_gpu_only_packages()
 
@@ -184,37 +187,6 @@ def _own_stack(cls, base, method):
     )
 
 
-def _server_args(arch, model_impl="auto"):
-    hf_config = SimpleNamespace(architectures=[arch])
-    record = SimpleNamespace(
-        pp_size=2,
-        disable_overlap_schedule=True,
-        speculative_algorithm="EAGLE3",
-        enable_multi_layer_eagle=False,
-        disaggregation_mode="prefill",
-        speculative_adaptive=False,
-        enable_dp_attention=False,
-        attn_dp_size=1,
-        ep_join_mode="none",
-        min_free_slots_delay=None,
-        enable_return_aux_hidden_states=False,
-        return_aux_hidden_state_layer_ids=None,
-        speculative_draft_model_path=None,
-        model_path="/models/target",
-    )
-    record._model_config = SimpleNamespace(
-        hf_config=hf_config,
-        hf_text_config=hf_config,
-        is_generation=True,
-        is_multimodal=False,
-        quantization=None,
-        model_impl=model_impl,
-        model_path=record.model_path,
-        revision=None,
-    )
-    return record
-
-
 class TestPPAuxRelayOptIn(CustomTestCase):
     @classmethod
     def setUpClass(cls):
@@ -256,18 +228,18 @@ class TestPPAuxRelayOptIn(CustomTestCase):
         self.assertTrue(eagle3)
         for arch in eagle3:
             with self.subTest(arch=arch):
-                check_pipeline_parallel_compat(resolving_view(_server_args(arch)))
+                check_pipeline_parallel_compat(resolving_view(pp_server_args(arch)))
         with self.assertRaises(
             AssertionError
         ):  # the Transformers backend relays nothing
             check_pipeline_parallel_compat(
-                resolving_view(_server_args(eagle3[0], model_impl="transformers"))
+                resolving_view(pp_server_args(eagle3[0], model_impl="transformers"))
             )
         refused = [(a, c) for a, c, m in self.own_stack if m == "EAGLE3"]
         for arch, _ in refused:
             with self.subTest(arch=arch):
                 with self.assertRaisesRegex(AssertionError, "only supports EAGLE"):
-                    check_pipeline_parallel_compat(resolving_view(_server_args(arch)))
+                    check_pipeline_parallel_compat(resolving_view(pp_server_args(arch)))
 
     def test_an_inheriting_subclass_with_its_own_stack_is_refused_at_runtime(self):
         from sglang.srt.model_executor.model_runner_components import (

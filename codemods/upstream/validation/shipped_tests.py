@@ -5,7 +5,7 @@ ships two test files (``TEST_FILES``): the family test, which runs every patched
 forward with stand-in layers on 2 and 3 stages, and ``test_pp_aux_capture.py``, which builds every patched causal LM through its
 real ``__init__`` on 2 stages and checks the handoff, the buffer sizing and the
 validation.  Their shared test utilities (stand-in models, the stand-ins for GPU-only
-packages) are a module of the package, where SGLang keeps its test utilities
+packages, the server-args record the validation tests read) are a module of the package, where SGLang keeps its test utilities
 (``TEST_UTILS_MODULE``, ``sglang/test/``), in the patch of either layout.  The helpers
 and the test files are kept under ``codemods/upstream/shipped/``; the tests' model lists
 are generated from the plan, and where releases differ the init test takes the one form
@@ -25,7 +25,8 @@ from codemods.upstream.tree.sglang_tree import SGLangTree
 from codemods.upstream.tree.test_variants import FEATURES, select, tree_features
 
 TEST_TEMPLATE = SHIPPED_DIR / "test_pp_aux_capture_family.py"
-#: The tests' shared utilities (stand-in models and builders, GPU-only package stand-ins).
+#: The tests' shared utilities (stand-in models and builders, GPU-only package stand-ins,
+#: the server-args record ``pp_server_args``).
 TEST_MODELS_SOURCE = SHIPPED_DIR / "pp_aux_capture_family_models.py"
 #: Where the patch puts them: beside SGLang's own test utilities, in the package.
 TEST_UTILS_MODULE = "sglang.test.pp_aux_capture_family_models"
