@@ -79,7 +79,7 @@ class ForwardShape:
     stale_comments: tuple[str, ...] = ()
     #: Index of the top-level statement that makes the forward's ``AuxHiddenStatePacker``:
     #: the last stage seeds it right after with the earlier stages' captures
-    #: (:mod:`~codemods.upstream.family.seed`) instead of gathering after its layers;
+    #: (:mod:`~codemods.upstream.family.layer_entry.seed`) instead of gathering after its layers;
     #: ``None``: the forward collects into a list.
     seed_after: int | None = None
     problem: str | None = None

@@ -21,7 +21,7 @@ import libcst as cst
 
 from codemods.upstream.edit.names import COLLECT, SEED
 from codemods.upstream.family.forward import CaptureKind, ForwardShape, Shape
-from codemods.upstream.family.seed import with_seed
+from codemods.upstream.family.layer_entry.seed import with_seed
 from codemods.upstream.family.shapes import entry, gated, loop, snapshot
 
 SHAPES: tuple[Shape, ...] = (entry.SHAPE, snapshot.SHAPE, gated.SHAPE, loop.SHAPE)
@@ -34,7 +34,7 @@ _KINDS: dict[str, tuple[Shape, CaptureKind]] = {
 def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardShape:
     """The shape of a forward that reads the capture ids; ``problem`` says why it is not
     recognised.  A forward that packs its captures gets ``seed_after``
-    (:func:`~codemods.upstream.family.seed.with_seed`)."""
+    (:func:`~codemods.upstream.family.layer_entry.seed.with_seed`)."""
     shape = next(shape for shape in SHAPES if shape.claims(fn))
     return with_seed(shape.analyse(class_name, fn, line), fn)
 

@@ -35,9 +35,9 @@ This module recognises those pieces for the layer-entry shape
 (:mod:`~codemods.upstream.family.shapes.entry`); the rewrite is the family's: the returned
 name is handed on through ``pp_aux_handoff``, and the last stage writes the earlier stages'
 captures into its own packer right after making it (``pp_aux_seed``,
-:mod:`~codemods.upstream.family.seed`), each once, into its final slot, before its layers
-and its output capture fill the rest; ``finalize()`` returns the tensor a single-stage run
-returns.
+:mod:`~codemods.upstream.family.layer_entry.seed`), each once, into its final slot, before
+its layers and its output capture fill the rest; ``finalize()`` returns the tensor a
+single-stage run returns.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ gathers them all right before it first reads the captures)::
 A last stage that also captures its own output gathers with ``final=True``, so that
 capture stays last.  A forward that packs its captures into an ``AuxHiddenStatePacker``
 gathers nothing after its layers: the last stage seeds the packer with the earlier stages'
-captures right after making it (:mod:`~codemods.upstream.family.seed`).
+captures right after making it (:mod:`~codemods.upstream.family.layer_entry.seed`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from codemods.upstream.family.forward import (
     in_else_block,
 )
 from codemods.upstream.family.layer_entry.handoff import handoff_index, wrap_handoff_returns
-from codemods.upstream.family.seed import insert_seed
+from codemods.upstream.family.layer_entry.seed import insert_seed
 
 #: Indentation of a method body and of a block directly inside it (black, 4 spaces).
 METHOD_INDENT = 8

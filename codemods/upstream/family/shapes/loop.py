@@ -70,7 +70,8 @@ which holds on every stage or on none)::
 
 A forward that packs its captures into an ``AuxHiddenStatePacker`` (deepseek_v2 before
 0.5.21, mimo_v2 on 0.5.20, deepseek_v4 on 0.5.23) is not gathered after its layers: the
-last stage seeds the packer right after making it (:mod:`~codemods.upstream.family.seed`).
+last stage seeds the packer right after making it
+(:mod:`~codemods.upstream.family.layer_entry.seed`).
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ from codemods.upstream.family.forward import (
     in_else_block,
 )
 from codemods.upstream.family.gate import every_stage, gate_of, last_stage_comments
-from codemods.upstream.family.seed import insert_seed
+from codemods.upstream.family.layer_entry.seed import insert_seed
 from codemods.upstream.family.syntax import (
     _PP_GROUP,
     CAPTURE_KWARG,
