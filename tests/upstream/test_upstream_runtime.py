@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import sys
 import types
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from codemods.upstream.edit.runtime import render_glue
 
@@ -76,20 +78,41 @@ def _capture(layer_id):
     return torch.full((TOKENS, HIDDEN), float(layer_id))
 
 
-def _run(glue, bounds, ids, collector=list):
-    """Every stage captures its own ids in order; returns the last stage's collection."""
-    stacks = _stages(glue, bounds, ids)
+def _own(stack, ids):
+    """The captures a stage takes itself, in layer order (its output, id ``NUM_LAYERS``,
+    on the last stage)."""
+    last = stack.end_layer == NUM_LAYERS
+    return [
+        _capture(i)
+        for i in sorted(ids)
+        if stack.start_layer <= i < stack.end_layer or (last and i == NUM_LAYERS)
+    ]
+
+
+def _handoffs(glue, stacks, ids, collector=list):
+    """What the last of ``stacks`` receives once every earlier stage captured its ids."""
     incoming = None
-    for rank, stack in enumerate(stacks):
+    for stack in stacks[:-1]:
         aux = collector()
-        for i in sorted(ids):
-            if stack.start_layer <= i < stack.end_layer:
-                aux.append(_capture(i))
-        if rank < len(stacks) - 1:
-            handoff = SimpleNamespace(tensors={"hidden_states": torch.zeros(TOKENS, HIDDEN)})
-            incoming = glue.pp_aux_handoff(stack, handoff, aux, incoming).tensors
-        else:
-            return stack, glue.pp_aux_collect(stack, aux, incoming), incoming
+        for capture in _own(stack, ids):
+            aux.append(capture)
+        handoff = SimpleNamespace(tensors={"hidden_states": torch.zeros(TOKENS, HIDDEN)})
+        incoming = glue.pp_aux_handoff(stack, handoff, aux, incoming).tensors
+    return incoming
+
+
+def _run(glue, bounds, ids, collector=list):
+    """Every stage captures its own ids in order, as a rewritten forward does (the last
+    seeds its collector right after making it, and gathers after its layers); returns the
+    last stage's collection."""
+    stacks = _stages(glue, bounds, ids)
+    incoming = _handoffs(glue, stacks, ids, collector)
+    stack = stacks[-1]
+    aux = collector()
+    glue.pp_aux_seed(stack, aux, incoming)
+    for capture in _own(stack, ids):
+        aux.append(capture)
+    return stack, glue.pp_aux_collect(stack, aux, incoming), incoming
 
 
 @pytest.mark.parametrize("bounds", [[(0, 2), (2, 4)], [(0, 1), (1, 3), (3, 4)], [(0, 3), (3, 4)]])
@@ -115,23 +138,44 @@ class AuxList(list):
 
 
 class Packer:
-    """The public surface of SGLang's ``AuxHiddenStatePacker`` the runtime uses."""
+    """As SGLang's ``AuxHiddenStatePacker``: one ``[tokens, K * hidden]`` buffer (``out``,
+    or made at the first capture), each capture copied into the next slot."""
 
-    def __init__(self, num_captures):
-        self.num_captures, self.items = num_captures, []
+    def __init__(self, num_captures, out=None):
+        self.num_captures, self.buffer, self.taken = num_captures, out, 0
 
     def append(self, tensor):
-        self.items.append(tensor.clone())
+        width = tensor.shape[-1]
+        if self.buffer is None:
+            self.buffer = tensor.new_empty((*tensor.shape[:-1], width * self.num_captures))
+        self.buffer[..., self.taken * width : (self.taken + 1) * width].copy_(tensor)
+        self.taken += 1
 
     def __len__(self):
-        return len(self.items)
+        return self.taken
 
     def captured(self):
-        return torch.cat(self.items, dim=-1)
+        return self.buffer[..., : self.taken * HIDDEN]
 
     def finalize(self):
-        assert len(self.items) == self.num_captures
-        return torch.cat(self.items, dim=-1)
+        if self.taken != self.num_captures:
+            raise RuntimeError(f"captured {self.taken} of {self.num_captures} aux hidden states")
+        return self.buffer
+
+
+class CountCopies(TorchDispatchMode):
+    """Counts the ATen calls that copy tensor data, by name (``aten::copy_`` ...)."""
+
+    COPIES = ("aten::copy_", "aten::clone", "aten::cat", "aten::_to_copy")
+
+    def __init__(self):
+        super().__init__()
+        self.counts = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._schema.name in self.COPIES:
+            self.counts[func._schema.name] += 1
+        return func(*args, **(kwargs or {}))
 
 
 def test_the_collector_kind_is_kept(glue):
@@ -142,6 +186,65 @@ def test_the_collector_kind_is_kept(glue):
     finalized = packed.finalize()
     assert finalized.shape == (TOKENS, 3 * HIDDEN)
     assert [int(finalized[0, k * HIDDEN]) for k in range(3)] == [0, 1, 3]
+
+
+#: Captures on every stage of 3; and with the last stage's output (id ``NUM_LAYERS``).
+PACKED_IDS = [[0, 1, 2, 3], [0, 2, 3, NUM_LAYERS]]
+
+
+@pytest.mark.parametrize("ids", PACKED_IDS)
+@pytest.mark.parametrize("preallocated", [False, True], ids=["own-buffer", "out-buffer"])
+def test_the_last_stage_copies_each_capture_once_into_its_own_packer(glue, ids, preallocated):
+    stacks = _stages(glue, [(0, 1), (1, 3), (3, 4)], ids)
+    incoming = _handoffs(glue, stacks, ids, collector=lambda: Packer(len(ids)))
+    last = stacks[-1]
+    own = _own(last, ids)
+    # ``for_batch``: the packer writes into the CUDA-graph runner's buffer.
+    out = torch.full((TOKENS, len(ids) * HIDDEN), -1.0) if preallocated else None
+    packer = Packer(len(ids), out=out)
+    with CountCopies() as counted:
+        glue.pp_aux_seed(last, packer, incoming)
+        for capture in own:
+            packer.append(capture)
+        collected = glue.pp_aux_collect(last, packer, incoming)
+        packed = collected.finalize()
+    assert collected is packer
+    assert packed is packer.buffer and (out is None or packed is out)
+    # One copy per capture, into its final slot: none rebuilt, none gathered twice.
+    assert counted.counts == {"aten::copy_": len(ids)}
+    assert [int(packed[0, k * HIDDEN]) for k in range(len(ids))] == sorted(ids)
+    assert bool((packed == packed[:, ::HIDDEN].repeat_interleave(HIDDEN, dim=1)).all())
+
+
+def test_a_packer_is_seeded_before_it_captures(glue):
+    stacks = _stages(glue, [(0, 2), (2, 4)], [1, 3])
+    incoming = _handoffs(glue, stacks, [1, 3])
+    packer = Packer(2)
+    packer.append(_capture(3))
+    with pytest.raises(RuntimeError, match="already holds 1 captures"):
+        glue.pp_aux_seed(stacks[-1], packer, incoming)
+    # A non-last stage, ``None`` (no capture) and PP=1 are left alone.
+    empty = Packer(2)
+    glue.pp_aux_seed(stacks[0], empty, None)
+    glue.pp_aux_seed(stacks[-1], None, incoming)
+    single = Stack(0, 4, config=_config())
+    glue.set_pp_aux_capture(single, _group(0, 1))
+    glue.pp_aux_seed(single, empty, None)
+    assert len(empty) == 0
+
+
+def test_the_list_path_copies_each_received_capture_once_and_no_local_one(glue):
+    ids = [0, 1, 2, 3, NUM_LAYERS]
+    stacks = _stages(glue, [(0, 1), (1, 3), (3, 4)], ids)
+    incoming = _handoffs(glue, stacks, ids)
+    last = stacks[-1]
+    own = _own(last, ids)
+    with CountCopies() as counted:
+        glue.pp_aux_seed(last, own, incoming)  # a list: left for the gathering
+        collected = glue.pp_aux_collect(last, list(own), incoming, final=True)
+    assert counted.counts == {"aten::clone": 3}
+    assert [int(t[0, 0]) for t in collected] == ids
+    assert all(got is mine for got, mine in zip(collected[3:], own, strict=True))
 
 
 def test_a_missing_or_narrow_entry_raises_naming_the_captures(glue):

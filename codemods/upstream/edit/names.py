@@ -22,6 +22,7 @@ __all__ = [
     "PP_ERROR",
     "RELAY_ATTR",
     "RELAY_CLASS",
+    "SEED",
 ]
 
 #: The helpers every rewritten model calls (``set_pp_aux_capture``, ...).
@@ -30,10 +31,13 @@ GLUE_MODULE = "sglang.srt.distributed.pp_aux_capture"
 ATTACH = "set_pp_aux_capture"
 #: The helpers a rewritten decoder-stack forward calls: a non-last stage adds its captures
 #: to the ``PPProxyTensors`` dict it builds (``OUTGOING``) or to the handoff it returns
-#: (``HANDOFF``); the last stage gathers every stage's captures (``COLLECT``).
+#: (``HANDOFF``); the last stage gathers every stage's captures into its list (``COLLECT``)
+#: or writes the earlier stages' into its ``AuxHiddenStatePacker`` before its layers
+#: capture (``SEED``).
 OUTGOING = "pp_aux_outgoing"
 HANDOFF = "pp_aux_handoff"
 COLLECT = "pp_aux_collect"
+SEED = "pp_aux_seed"
 #: The attribute of the decoder stack the relay lives on, and the relay's class.
 RELAY_ATTR = "pp_aux_relay"
 RELAY_CLASS = "PPAuxRelay"

@@ -77,6 +77,11 @@ class ForwardShape:
     #: Comments right above a gate assignment that tie capture to the last stage: the
     #: rewrite makes them stale, so they are named for review.
     stale_comments: tuple[str, ...] = ()
+    #: Index of the top-level statement that makes the forward's ``AuxHiddenStatePacker``:
+    #: the last stage seeds it right after with the earlier stages' captures
+    #: (:mod:`~codemods.upstream.family.layer_entry.seed`) instead of gathering after its layers;
+    #: ``None``: the forward collects into a list.
+    seed_after: int | None = None
     problem: str | None = None
 
     @property

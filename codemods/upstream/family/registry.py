@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.upstream.edit.names import COLLECT, SEED
 from codemods.upstream.family.forward import CaptureKind, ForwardShape, Shape
+from codemods.upstream.family.layer_entry.seed import with_seed
 from codemods.upstream.family.shapes import entry, gated, loop, snapshot
 
 SHAPES: tuple[Shape, ...] = (entry.SHAPE, snapshot.SHAPE, gated.SHAPE, loop.SHAPE)
@@ -31,9 +33,10 @@ _KINDS: dict[str, tuple[Shape, CaptureKind]] = {
 
 def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardShape:
     """The shape of a forward that reads the capture ids; ``problem`` says why it is not
-    recognised."""
+    recognised.  A forward that packs its captures gets ``seed_after``
+    (:func:`~codemods.upstream.family.layer_entry.seed.with_seed`)."""
     shape = next(shape for shape in SHAPES if shape.claims(fn))
-    return shape.analyse(class_name, fn, line)
+    return with_seed(shape.analyse(class_name, fn, line), fn)
 
 
 def capture_kind(name: str) -> CaptureKind:
@@ -74,8 +77,12 @@ def rewrite(fn: cst.FunctionDef, forward: ForwardShape) -> cst.FunctionDef | cst
 
 
 def glue(forward: ForwardShape) -> tuple[str, ...]:
-    """Names the rewritten ``forward`` imports from the shipped module."""
-    return shape_of(forward).glue
+    """Names the rewritten ``forward`` imports from the shipped module (a forward that
+    seeds its packer gathers nothing after its layers)."""
+    names = shape_of(forward).glue
+    if forward.seed_after is None:
+        return names
+    return tuple(SEED if name == COLLECT else name for name in names)
 
 
 def setter_ids_attr(forward: ForwardShape) -> str | None:

@@ -35,8 +35,8 @@ from codemods.upstream.output.result_facts import (
 #: What each runtime file gets, by its role.
 RUNTIME_FILES = {
     Role.RUNTIME_MODULE: "new: the helpers the capture hooks and decoder stacks call "
-    "(set_pp_aux_capture, pp_aux_outgoing / pp_aux_handoff, pp_aux_collect, "
-    "pp_aux_proxy_hidden_size)",
+    "(set_pp_aux_capture, pp_aux_outgoing / pp_aux_handoff, pp_aux_collect / "
+    "pp_aux_seed, pp_aux_proxy_hidden_size)",
     Role.PACKER: "AuxHiddenStatePacker.captured(): the captures taken so "
     "far, for a stage that hands them on before its packer is full",
 }

@@ -9,8 +9,10 @@ The CUDA graph runners preallocate the entry with the width that
 
 A model's ``set_*_layers_to_capture`` calls ``set_pp_aux_capture`` on every rank; its
 decoder stack's forward calls ``pp_aux_outgoing`` (or ``pp_aux_handoff``) before it
-returns the ``PPProxyTensors`` of a non-last stage, and ``pp_aux_collect`` on the last
-stage.  Under PP=1 they leave everything as it is.
+returns the ``PPProxyTensors`` of a non-last stage.  On the last stage it calls
+``pp_aux_seed`` right after it makes an ``AuxHiddenStatePacker`` (the received captures
+go into their final slots before the layers add their own), or ``pp_aux_collect`` after
+its layers when it collects into a list.  Under PP=1 they leave everything as it is.
 
 A model class declares the capture methods it relays this way in its own body
 (``pp_aux_relay_methods = ("EAGLE3",)``); the server-argument validation and
@@ -81,9 +83,12 @@ class PPAuxRelay:
         self, captures: Mapping[int, torch.Tensor], incoming: Optional[Mapping]
     ) -> List[torch.Tensor]:
         """Every capture in layer order (views of the incoming entry first)."""
+        return self.received(incoming) + self._local(captures)
+
+    def received(self, incoming: Optional[Mapping]) -> List[torch.Tensor]:
+        """The earlier stages' captures in layer order: views of the incoming entry."""
         received = self._received(incoming)
-        chunks = received[0].split(self.hidden_size, dim=-1) if received else ()
-        return list(chunks) + self._local(captures)
+        return list(received[0].split(self.hidden_size, dim=-1)) if received else []
 
     def _local(self, captures: Mapping[int, torch.Tensor]) -> List[torch.Tensor]:
         if sorted(captures) != self.local_layer_ids:
@@ -165,6 +170,27 @@ def pp_aux_handoff(
     return handoff
 
 
+def pp_aux_seed(
+    model: torch.nn.Module, aux_hidden_states: Any, pp_proxy_tensors: Optional[Any]
+) -> None:
+    """Write the earlier stages' captures into the last stage's empty
+    ``AuxHiddenStatePacker`` before its layers capture: each is copied once, into its
+    final slot (in the runner's buffer where ``for_batch`` gave one), so ``finalize()``
+    returns what a single-stage run returns.  A list or ``None`` is left alone."""
+    relay = getattr(model, "pp_aux_relay", None)
+    if relay is None or not relay.is_last_stage:
+        return
+    if aux_hidden_states is None or isinstance(aux_hidden_states, list):
+        return
+    if len(aux_hidden_states):
+        raise RuntimeError(
+            f"the aux hidden state packer already holds {len(aux_hidden_states)} "
+            "captures, but the earlier stages' captures come first."
+        )
+    for capture in relay.received(_tensors_of(pp_proxy_tensors)):
+        aux_hidden_states.append(capture)
+
+
 def pp_aux_collect(
     model: torch.nn.Module,
     aux_hidden_states: Any,
@@ -172,24 +198,21 @@ def pp_aux_collect(
     boundaries: bool = False,
     final: bool = False,
 ) -> Any:
-    """The captures of every stage in layer order, in a collector of the forward's kind
+    """The captures of every stage in layer order, in a list of the forward's kind
     (last stage).  ``final``: the last stage also captured its output, which stays last.
+    An ``AuxHiddenStatePacker`` is returned as it is: ``pp_aux_seed`` filled it.
     """
     relay = getattr(model, "pp_aux_relay", None)
     if relay is None or not relay.is_last_stage:
         return aux_hidden_states
+    if not isinstance(aux_hidden_states, list):
+        return aux_hidden_states
     captures, tail = _by_layer(relay, aux_hidden_states, boundaries, final)
     tensors = relay.collect(captures, _tensors_of(pp_proxy_tensors)) + tail
-    if isinstance(aux_hidden_states, list):
-        # The received views borrow the handoff buffer: one copy each.
-        received = len(relay.received_layer_ids)
-        owned = [t.clone() for t in tensors[:received]] + tensors[received:]
-        return type(aux_hidden_states)(owned)
-    # AuxHiddenStatePacker: a full one of the same kind, filled by its one copy.
-    packer = type(aux_hidden_states)(len(tensors))
-    for tensor in tensors:
-        packer.append(tensor)
-    return packer
+    # The received views borrow the handoff buffer: one copy each.
+    received = len(relay.received_layer_ids)
+    owned = [t.clone() for t in tensors[:received]] + tensors[received:]
+    return type(aux_hidden_states)(owned)
 
 
 def pp_aux_proxy_hidden_size(model: torch.nn.Module) -> int:

@@ -3,7 +3,9 @@
 * relay: decoder stacks of a 6-layer model split over 2 and 3 stages hand their captures
   on with ``pp_aux_outgoing``; the last stage's ``pp_aux_collect`` returns exactly
   the captures of a single-stage run, in layer order, as the collector's own kind,
-  copied out of the handoff buffer; a missing or narrow entry raises naming the layers;
+  copied out of the handoff buffer; an ``AuxHiddenStatePacker`` the last stage seeds
+  with ``pp_aux_seed`` right after making it holds them all, each copied once, and is
+  returned as it is; a missing or narrow entry raises naming the layers;
   ``pp_aux_proxy_hidden_size`` is the width each stage receives.
 * opt-in: a model class relays a capture method only where it declares it in its own
   body (``pp_aux_relay_methods``), or inherits it without defining ``__init__``,
@@ -37,10 +39,14 @@ from sglang.srt.distributed.pp_aux_capture import (  # noqa: E402
     pp_aux_collect,
     pp_aux_outgoing,
     pp_aux_proxy_hidden_size,
+    pp_aux_seed,
     relays_pp_aux_capture,
     set_pp_aux_capture,
 )
-from sglang.srt.layers.aux_hidden_states import AuxHiddenStateList  # noqa: E402
+from sglang.srt.layers.aux_hidden_states import (  # noqa: E402
+    AuxHiddenStateList,
+    AuxHiddenStatePacker,
+)
 from sglang.test.ci.ci_register import register_cpu_ci  # noqa: E402
 from sglang.test.test_utils import CustomTestCase  # noqa: E402
 
@@ -137,6 +143,29 @@ class TestPPAuxRelay(CustomTestCase):
         narrow = {"aux_hidden_states": _capture(0)}
         with self.assertRaisesRegex(RuntimeError, r"layers \[0, 2\] \(8 wide\)"):
             pp_aux_collect(stack, [_capture(3), _capture(5)], narrow)
+
+    def test_the_last_stage_fills_its_own_packer_with_one_copy_per_capture(self):
+        ids = [0, 2, 3, 5]
+        reference = torch.cat([_capture(i) for i in ids], dim=-1)
+        append = AuxHiddenStatePacker.append
+        for size in SPLITS:
+            with self.subTest(pp=size):
+                _, incoming, _ = _run(size, ids)
+                stack = _Stack(*SPLITS[size][-1], ids)
+                set_pp_aux_capture(stack, _group(size - 1, size))
+                packer = AuxHiddenStatePacker(len(ids))
+                with mock.patch.object(
+                    AuxHiddenStatePacker, "append", autospec=True, side_effect=append
+                ) as copies:
+                    # Right after the packer is made, then the stage's own layers.
+                    pp_aux_seed(stack, packer, incoming)
+                    for i in ids:
+                        if i >= stack.start_layer:
+                            packer.append(_capture(i))
+                    collected = pp_aux_collect(stack, packer, incoming)
+                self.assertIs(collected, packer)
+                self.assertEqual(copies.call_count, len(ids))
+                self.assertTrue(torch.equal(packer.finalize(), reference))
 
 
 class TestDeprecatedWidthMethod(CustomTestCase):

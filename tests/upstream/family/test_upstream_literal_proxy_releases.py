@@ -53,12 +53,19 @@ def test_patch_applies_and_hands_captures_on_in_the_literal_proxy(patched):
     assert decision.patched, decision.reason
     assert decision.proxy_arg == "dict"
     text = (copy / "sglang/srt/models/deepseek_v4.py").read_text()
-    assert "**aux_outgoing," in text and "pp_aux_collect(" in text
+    assert "**aux_outgoing," in text
     if version == "0.5.23":
-        # The capture method is the one ``forward`` delegates to.
+        # The capture method is the one ``forward`` delegates to; its packer takes the
+        # earlier stages' captures right after it is made, and nothing is gathered later.
         impl = text[text.index("    def _forward_impl(") :]
-        assert "pp_aux_outgoing(" in impl and "pp_aux_collect(" in impl
+        assert "pp_aux_outgoing(" in impl and "pp_aux_collect(" not in text
+        made = "            else None\n        )\n"
+        assert (
+            made + "        pp_aux_seed(self, dspark_aux_hidden_states, pp_proxy_tensors)\n" in impl
+        )
         assert "dspark_aux_hidden_states.finalize()" in impl
+    else:
+        assert "pp_aux_collect(" in text  # a list
     proc = subprocess.run(
         ["git", "apply", "--check"],
         cwd=release,

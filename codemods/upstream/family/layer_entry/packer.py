@@ -33,9 +33,11 @@ and the last stage may capture its own output before the handoff (mimo_v2)::
 
 This module recognises those pieces for the layer-entry shape
 (:mod:`~codemods.upstream.family.shapes.entry`); the rewrite is the family's: the returned
-name is handed on through ``pp_aux_handoff`` and the last stage gathers through
-``pp_aux_collect``, which rebuilds a packer of the same capacity holding every stage's
-captures in layer order, so ``finalize()`` returns the tensor a single-stage run returns.
+name is handed on through ``pp_aux_handoff``, and the last stage writes the earlier stages'
+captures into its own packer right after making it (``pp_aux_seed``,
+:mod:`~codemods.upstream.family.layer_entry.seed`), each once, into its final slot, before
+its layers and its output capture fill the rest; ``finalize()`` returns the tensor a
+single-stage run returns.
 """
 
 from __future__ import annotations

@@ -25,7 +25,9 @@ gathers them all right before it first reads the captures)::
             return hidden_states
 
 A last stage that also captures its own output gathers with ``final=True``, so that
-capture stays last.
+capture stays last.  A forward that packs its captures into an ``AuxHiddenStatePacker``
+gathers nothing after its layers: the last stage seeds the packer with the earlier stages'
+captures right after making it (:mod:`~codemods.upstream.family.layer_entry.seed`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from codemods.upstream.family.forward import (
     in_else_block,
 )
 from codemods.upstream.family.layer_entry.handoff import handoff_index, wrap_handoff_returns
+from codemods.upstream.family.layer_entry.seed import insert_seed
 
 #: Indentation of a method body and of a block directly inside it (black, 4 spaces).
 METHOD_INDENT = 8
@@ -57,6 +60,11 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
     found = body[index]
     assert isinstance(found, cst.If)
     handoff = wrap_handoff_returns(found, BLOCK_INDENT, aux_name, proxy_param)
+    if shape.seed_after is not None:
+        # A packer: the last stage takes the earlier stages' captures first.
+        body[index] = handoff
+        insert_seed(body, shape)
+        return fn.with_changes(body=fn.body.with_changes(body=body))
     extra = ("final=True",) if shape.final_capture else ()
     collect = Call(COLLECT, ("self", aux_name, proxy_param, *extra))
     if shape.collect_in_else is not None:

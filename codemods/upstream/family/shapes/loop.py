@@ -67,6 +67,11 @@ which holds on every stage or on none)::
             if capture_aux and hidden_states.shape[0] != 0:
                 aux = pp_aux_collect(self, aux, pp_proxy_tensors)
             if capture_aux and len(aux) > 0:
+
+A forward that packs its captures into an ``AuxHiddenStatePacker`` (deepseek_v2 before
+0.5.21, mimo_v2 on 0.5.20, deepseek_v4 on 0.5.23) is not gathered after its layers: the
+last stage seeds the packer right after making it
+(:mod:`~codemods.upstream.family.layer_entry.seed`).
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ from codemods.upstream.family.forward import (
     in_else_block,
 )
 from codemods.upstream.family.gate import every_stage, gate_of, last_stage_comments
+from codemods.upstream.family.layer_entry.seed import insert_seed
 from codemods.upstream.family.syntax import (
     _PP_GROUP,
     CAPTURE_KWARG,
@@ -497,6 +503,11 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
         )
         handoff_body[-1] = handoff_body[-1].with_changes(leading_lines=[])
     handoff = handoff.with_changes(body=handoff.body.with_changes(body=handoff_body))
+    if shape.seed_after is not None:
+        # A packer: the last stage takes the earlier stages' captures first.
+        body[index] = handoff
+        insert_seed(body, shape)
+        return fn.with_changes(body=fn.body.with_changes(body=body))
     collect = Call(COLLECT, ("self", aux_name, proxy_param, *extra))
     if shape.collect_in_else is not None:
         at = shape.collect_in_else
