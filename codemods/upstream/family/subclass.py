@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import libcst as cst
 import libcst.matchers as m
@@ -46,8 +46,15 @@ from codemods.upstream.family.proxy_width import relay_methods
 from codemods.upstream.family.survey import ClassInfo, ModuleShapes
 from codemods.upstream.family.syntax import IDS_ATTR, LAYER_FLAG, _methods, code_of, name_value
 
-if TYPE_CHECKING:
-    from codemods.upstream.family.plan import FamilyPlan
+
+class FamilyPlan(Protocol):
+    """What the subclass decisions read and add to of the planner's ``FamilyPlan``."""
+
+    decisions: dict[str, FileDecision]
+    setter_edits: dict[str, list]
+    forward_edits: dict[str, list]
+    relay_declarations: dict[str, list[tuple[str, tuple[str, ...]]]]
+
 
 #: Text a file with a decoder stack that captures contains.
 _CAPTURE_TEXT = (IDS_ATTR.encode(), LAYER_FLAG.encode())
