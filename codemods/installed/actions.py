@@ -31,6 +31,7 @@ from codemods.upstream.generate import CannotApply, MissingModelFile, UpstreamRe
 from codemods.upstream.sizing import graph_sizing
 from codemods.upstream.tree.sglang_tree import TreeError
 from codemods.upstream.validation import relax as validation
+from codemods.upstream.validation.part import GUARD_NAME
 
 Say = Callable[[str], None]
 
@@ -246,7 +247,8 @@ def _targets(installation: Installation, result: UpstreamResult) -> dict[str, st
     files their forwards live in), and the files of the other parts where that part
     applies to this release's structure: Kimi's model files where they define a DSPARK
     hook, the CUDA-graph sizing path where the release has one (or the change touches
-    it), the server-arg validation hook where the release has one.  A part that does not
+    it), the server-arg validation hook where the release has one, the runner files
+    that call a capture hook.  A part that does not
     apply to the release leaves its files to whoever else patches them."""
     tree = installation.tree
     targets: dict[str, str] = {}
@@ -262,6 +264,10 @@ def _targets(installation: Installation, result: UpstreamResult) -> dict[str, st
     validation_path = tree.module_path(validation.MODULE)
     if tree.file(validation_path).is_file():
         targets[validation_path] = part
+    # The runner files where the runtime guard found a call of a capture hook.
+    guard = result.facts(GUARD_NAME)
+    for site in getattr(guard, "sites", ()):
+        targets.setdefault(site.path, part)
     if result.family is not None:
         models = tree.module_path("sglang.srt.models.x").rsplit("/", 1)[0]
         for decision in result.family.decisions.values():
