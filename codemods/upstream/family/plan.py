@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -34,13 +34,14 @@ from codemods.upstream.edit.walk import findall
 from codemods.upstream.family import registry
 from codemods.upstream.family.delegated import delegated_forwards
 from codemods.upstream.family.forward import ForwardShape
+from codemods.upstream.family.proxy_width import WidthUnknown, hook_width
 from codemods.upstream.family.repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
 from codemods.upstream.family.rewrite import rewrite_module
 from codemods.upstream.family.setter import SetterShape
 from codemods.upstream.family.split_stack import sibling_setters, split_stack_setters
 from codemods.upstream.family.stage_output import NamedStageOutputFix, named_stage_unpack
 from codemods.upstream.family.survey import ModuleShapes, analyse, unpacks_stack_output
-from codemods.upstream.family.syntax import IDS_ATTR, code_of
+from codemods.upstream.family.syntax import IDS_ATTR, class_node, code_of
 
 MODELS_PACKAGE = "sglang.srt.models"
 #: Text every file with a capture hook or a capture forward contains.
@@ -371,6 +372,7 @@ def _decide_setters(
     stacks: dict[str, str] = {}
     additions: list[StackSetter] = []
     stage_fixes: list[StageOutputFix] = []
+    sized: list[SetterShape] = []
     for setter in candidates:
         found = _resolve_forward(file, shapes, setter, corpus)
         if isinstance(found, str):
@@ -386,7 +388,7 @@ def _decide_setters(
                 f"return never runs and no capture is lost"
             )
         stacks[setter.class_name] = stack_class
-        outer = _class_node(corpus.modules[file], setter.class_name)
+        outer = class_node(corpus.modules[file], setter.class_name)
         unpacked = unpacks_stack_output(outer, receiver) if outer else None
         if outer is not None and unpacked is not None:
             if findall(outer, m.Name(STAGE_OUTPUT)):
@@ -422,13 +424,17 @@ def _decide_setters(
                 f"{setter.hook} stores the ids in `{setter.ids_attr}` but "
                 f"{forward.class_name}.forward reads `{forward.ids_attr}`"
             )
+        try:  # the width the rewritten hook passes on
+            sized.append(replace(setter, hidden_size=hook_width(outer, receiver)))
+        except WidthUnknown as unknown:
+            return keep(f"{setter.hook}: {unknown}")
         targets[(ref_file, forward.class_name)] = forward
     if len(targets) != 1:
         return keep("hooks of this file reach different decoder stacks")
     (ref_file, class_name), forward = next(iter(targets.items()))
     if entry_only and not registry.is_layer_entry(forward.capture_kinds):
         return keep(f"{ref_file}:{class_name}.forward is not a layer-entry forward")
-    plan.setter_edits.setdefault(file, []).extend(candidates)
+    plan.setter_edits.setdefault(file, []).extend(sized)
     additions = list(dict.fromkeys(additions))
     if additions:
         plan.stack_setters.setdefault(file, []).extend(additions)
@@ -578,7 +584,7 @@ def _defines(file: str, class_name: str, method: str, corpus: _Corpus, depth: in
 
 def _asks_hasattr(module: cst.Module, setter: SetterShape, method: str) -> bool:
     """The hook tests ``hasattr(<receiver>, "<method>")`` before calling it."""
-    outer = _class_node(module, setter.class_name)
+    outer = class_node(module, setter.class_name)
     if outer is None:
         return False
     hooks = [
@@ -591,10 +597,3 @@ def _asks_hasattr(module: cst.Module, setter: SetterShape, method: str) -> bool:
     return bool(hooks) and any(
         code_of(call.args[0].value) == setter.receiver for call in findall(hooks[-1], test)
     )
-
-
-def _class_node(module: cst.Module, name: str) -> cst.ClassDef | None:
-    for statement in module.body:
-        if isinstance(statement, cst.ClassDef) and statement.name.value == name:
-            return statement
-    return None

@@ -156,3 +156,11 @@ def attribute_of(node: cst.CSTNode) -> cst.Attribute:
     """A node the caller has matched as an ``m.Attribute()``."""
     assert isinstance(node, cst.Attribute)
     return node
+
+
+def class_node(module: cst.Module, name: str) -> cst.ClassDef | None:
+    """The top-level class ``name`` of ``module`` (the first of that name)."""
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef) and statement.name.value == name:
+            return statement
+    return None
