@@ -225,12 +225,13 @@ def test_the_shipped_test_passes_on_the_real_models_without_gpu_packages(patched
     assert "Ran 4 tests" in run.stderr, run.stderr[-3000:]
     assert run.stderr.rstrip().endswith("OK"), run.stderr[-3000:]
     assert "skipped" not in run.stderr
-    # So does the relay test (the relay, the opt-in, the runtime guard, the old width).
+    # So does the relay test (the relay, the opt-in, the runtime guard, the width lookup
+    # of a nested stack, the old width method).
     relay = _run_without_gpu_packages(
         root, tmp_path, tests_dir, "-m", "unittest", "-v", RELAY_TEST_FILE[:-3]
     )
     assert relay.returncode == 0, relay.stderr[-6000:]
-    assert "Ran 7 tests" in relay.stderr, relay.stderr[-3000:]
+    assert "Ran 8 tests" in relay.stderr, relay.stderr[-3000:]
     assert relay.stderr.rstrip().endswith("OK") and "skipped" not in relay.stderr
     # The family test imports the same way (its --json mode, one model on 2 stages).
     family = _run_without_gpu_packages(root, tmp_path, tests_dir, TEST_FILE, "--json", "2", "llama")
