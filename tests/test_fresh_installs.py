@@ -132,7 +132,7 @@ def test_base_install_upstream_patch_pr_body_and_branch(base_venv, tmp_path, mon
     )
     assert done.returncode == 0, done.stderr
     assert "Idempotent: running" in (tmp_path / "branch.md").read_text()
-    assert "sglang/srt/distributed/pp_aux_capture.py" in git(
+    assert "sglang/srt/layers/aux_hidden_states.py" in git(
         root, "show", "--name-only", "--format=", "pp/capture"
     )
 

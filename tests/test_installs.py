@@ -90,7 +90,7 @@ def test_upstream_pr_body_and_branch_need_no_torch(tmp_path, monkeypatch):
     )
     assert done.returncode == 0, done.stderr
     assert "## Benchmarking and Profiling" in body.read_text()
-    assert "diff --git a/sglang/srt/distributed/pp_aux_capture.py" in patch.read_text()
+    assert "diff --git a/sglang/srt/layers/aux_hidden_states.py" in patch.read_text()
 
     done = auxcap_without(
         hidden,

@@ -105,7 +105,7 @@ def report_parts(result) -> None:
 def _why_empty(result) -> str:
     """Why a tree gets an empty patch: it carries the patch already, or no model file of
     the tree needs it."""
-    if result.tree.read_text(result.glue_path) is None:
+    if not result.holds_helpers:
         return "no model file needs the patch"
     return "already patched"
 

@@ -6,11 +6,12 @@ changes and notes, not applicable and why, left out and what that leaves broken,
 apply).  The result holds every answer (``UpstreamResult.parts``); the CLI, the texts, the
 series and ``auxcap sglang`` read them, never a part's module.
 
-The changes are the parts' in registry order; a path changed twice keeps its first change
-(the helpers module ``shipped/pp_aux_capture.py`` at
-``<package>/srt/distributed/pp_aux_capture.py``, which every model part adds next to its
-model files).  The result's ``patch`` is the git-style patch text (``edit/patchfile.py``),
-empty when the tree already carries it.
+The changes are the parts' in registry order, one per path: a later change of a path an
+earlier part changed builds on it (``Plan.text``) and takes its place, keeping its
+position, series group and role (the helpers in ``<package>/srt/layers/aux_hidden_states.py``,
+which every model part adds next to its model files, and the packer accessor the packer part
+adds to the same module).  The result's ``patch`` is the git-style patch text
+(``edit/patchfile.py``), empty when the tree already carries it.
 
 A part that applies but cannot be completed stops the run (:class:`CannotApply`, naming the
 release and the file); a tree with no model file of any part is an error too
@@ -27,6 +28,7 @@ from typing import Any
 from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.parsing import parse_once
 from codemods.upstream.edit.patchfile import FileChange, changed_paths, render_patch
+from codemods.upstream.edit.runtime import holds_helpers
 from codemods.upstream.part import Decision, ModelState, Plan, Verdict
 from codemods.upstream.parts import PARTS, owned_models
 from codemods.upstream.sizing import packer_access
@@ -168,7 +170,13 @@ class UpstreamResult:
 
     @property
     def glue_path(self) -> str:
+        """Patch path of the module that holds the helpers (SGLang's aux-capture module)."""
         return self.tree.module_path(GLUE_MODULE)
+
+    @property
+    def holds_helpers(self) -> bool:
+        """Whether the tree's aux-capture module already holds the helpers as shipped."""
+        return holds_helpers(self.tree)
 
     @property
     def packer_path(self) -> str:
@@ -203,7 +211,7 @@ def _generate(
     wanted = None if models is None else list(dict.fromkeys(models))
     plan = Plan(tree, wanted, owned_models(), progress=progress)
     result = UpstreamResult(tree)
-    present: set[str] = set()
+    present: dict[str, int] = {}
     try:
         for index, part in enumerate(PARTS):
             plan.report(f"part {part.name}", index, len(PARTS))
@@ -214,8 +222,11 @@ def _generate(
             result.parts.append(PartAnswer(part.name, decision))
             for change in decision.changes:
                 if change.path not in present:
-                    present.add(change.path)
+                    present[change.path] = len(result.changes)
                     result.changes.append(change)
+                    continue
+                first = result.changes[present[change.path]]
+                result.changes[present[change.path]] = replace(first, new=change.new)
     finally:
         # The parts are done with the parsed trees (the family plan holds them).
         for decision in plan.decided.values():

@@ -158,6 +158,15 @@ class Plan:
     def changed_paths(self) -> set[str]:
         return {c.path for d in self.decided.values() for c in d.changes}
 
+    def text(self, path: str) -> str | None:
+        """The text of ``path`` as the parts decided so far leave it (the tree's when none
+        changed it): a part that changes a file an earlier part changed builds on this."""
+        for decision in reversed(list(self.decided.values())):
+            for change in reversed(decision.changes):
+                if change.path == path:
+                    return change.new
+        return self.tree.read_text(path)
+
 
 @dataclass(frozen=True)
 class Part:

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.sglang
 
 BRANCH = "auxcap/pp-capture"
 MODEL = "python/sglang/srt/models/kimi_linear.py"
-GLUE = "python/sglang/srt/distributed/pp_aux_capture.py"
+GLUE = "python/sglang/srt/layers/aux_hidden_states.py"
 TESTS = "test/registered/unit/models"
 #: The release files a checkout needs for the patch: package marker, model, distributed pkg.
 RELEASE_FILES = ("__init__.py", "srt/models/kimi_linear.py", "srt/distributed/__init__.py")

@@ -74,4 +74,4 @@ def test_upstream_patch_file_and_pr_body_inside_the_tree(tmp_path, monkeypatch):
     assert again.exit_code == 0, again.output
     committed = git(root, "show", "--name-only", "--format=", "pp/capture").split()
     assert "pp.patch" not in committed and "PR.md" not in committed
-    assert "sglang/srt/distributed/pp_aux_capture.py" in committed
+    assert "sglang/srt/layers/aux_hidden_states.py" in committed

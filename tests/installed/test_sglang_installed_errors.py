@@ -257,7 +257,7 @@ def test_apply_status_revert_on_a_package_tree_in_git_without_torch(tmp_path, mo
     done = auxcap("apply")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "patched: sglang/srt/models/family_llama_like.py" in done.stdout
-    assert "added: sglang/srt/distributed/pp_aux_capture.py" in done.stdout
+    assert "added: sglang/srt/layers/aux_hidden_states.py" in done.stdout
     status = auxcap("status")
     assert "auxcap's change: applied (release 0.5.23, every model," in status.stdout
     assert "sglang 0.5.23 (package tree)" in status.stdout

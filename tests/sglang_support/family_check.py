@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.generate import UpstreamResult, generate, write_tests
 from codemods.upstream.validation.shipped_tests import TEST_FILE
 from sglang_support.env import STUBS_DIR, git_apply, linked_copy, sglang_env
@@ -88,10 +89,15 @@ def stand_in_ci_register(copy: Path) -> bool:
 
 
 def unpatched_copy(release: Path, dest: Path, result: UpstreamResult) -> Path:
-    """The release plus the patch's new files only (model files as released)."""
+    """The release plus the patch's new files and the helpers (appended to SGLang's
+    ``aux_hidden_states.py`` on 0.5.17+); model files and the rest as released."""
     if dest.exists():
         shutil.rmtree(dest)
-    new_files = [change for change in result.changes if change.is_new_file]
+    new_files = [
+        change
+        for change in result.changes
+        if change.is_new_file or change.role is Role.RUNTIME_MODULE
+    ]
     linked_copy(release, dest, [change.path for change in new_files])
     for change in new_files:
         target = dest.joinpath(*change.path.split("/"))

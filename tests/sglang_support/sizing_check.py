@@ -5,8 +5,9 @@ on ``PYTHONPATH`` (see ``env.sglang_env``).  For 2- and 3-stage splits and sever
 capture sets, every stage gets the relay the patched capture hooks set up
 (``set_pp_aux_capture``, with the stage's layer range), and:
 
-* its width comes through the real chain: the patched model class's
-  ``get_pp_proxy_aux_hidden_size`` -> ``misc_utils.resolve_pp_proxy_aux_hidden_size``;
+* its width comes through the real chain: ``misc_utils.resolve_pp_proxy_aux_hidden_size``
+  of the patched causal-LM class -> the helpers' ``pp_aux_proxy_hidden_size(model)``,
+  which finds the stack's relay;
 * the real allocations (``DecodeInputBuffers.create``; ``PrefillInputBuffers.create``
   where it keeps proxy buffers, 0.5.19+; the shared ``allocate_pp_proxy_tensors`` /
   ``_allocate_pp_proxy_tensors`` where there is one) allocate the ``aux_hidden_states``
@@ -55,13 +56,11 @@ def _stage(glue, outer_cls, layer_ids, pp_rank, pp_size):
     """The real causal-LM class (no weights loaded) over a stand-in decoder stack the
     capture hooks' ``set_pp_aux_capture`` set up; the stack's relay."""
     start, end = _layer_range(pp_rank, pp_size)
-    decoder = types.SimpleNamespace(
-        config=types.SimpleNamespace(num_hidden_layers=NUM_LAYERS, hidden_size=HIDDEN),
-        layers=[None] * NUM_LAYERS,
-        start_layer=start,
-        end_layer=end,
-        layers_to_capture=list(layer_ids),
-    )
+    decoder = torch.nn.Module()
+    decoder.config = types.SimpleNamespace(num_hidden_layers=NUM_LAYERS, hidden_size=HIDDEN)
+    decoder.layers = [None] * NUM_LAYERS
+    decoder.start_layer, decoder.end_layer = start, end
+    decoder.layers_to_capture = list(layer_ids)
     group = types.SimpleNamespace(
         world_size=pp_size,
         rank_in_group=pp_rank,
@@ -69,9 +68,10 @@ def _stage(glue, outer_cls, layer_ids, pp_rank, pp_size):
         cpu_group=None,
         ranks=list(range(pp_size)),
     )
-    glue.set_pp_aux_capture(decoder, group)
+    glue.set_pp_aux_capture(decoder, group, hidden_size=HIDDEN)
     outer = outer_cls.__new__(outer_cls)  # the real class, without loading weights
-    outer.__dict__["model"] = decoder
+    torch.nn.Module.__init__(outer)
+    outer.model = decoder
     return outer, decoder.pp_aux_relay
 
 
@@ -230,7 +230,7 @@ def _copied(label, how, tensors, entry, sent, errors):
 def main() -> None:
     module_name, class_name = sys.argv[1], sys.argv[2]
     outer_cls = getattr(importlib.import_module(module_name), class_name)
-    glue = importlib.import_module("sglang.srt.distributed.pp_aux_capture")
+    glue = importlib.import_module("sglang.srt.layers.aux_hidden_states")
     entry = glue.AUX_ENTRY
     sizing = _Sizing(entry)
     checks, errors, aux_buffers = [], [], 0

@@ -8,8 +8,10 @@ initialises SGLang's distributed environment and model-parallel groups (gloo,
 ``tp_size=1``, ``pp_size=2``) the way SGLang's own CPU layer tests do, then for every
 model builds the causal LM with the tiny config the shipped init test builds it with
 (``TINY_MODELS`` of the shipped test utilities, ``sglang_support.shipped_utils``:
-``num_hidden_layers=4``, ``hidden_size=64``), calls its capture hook (EAGLE3, else DFLASH, else DSPARK; see
-``HOOKS``) with one capture on each stage and records ``get_pp_proxy_aux_hidden_size()``;
+``num_hidden_layers=4``, ``hidden_size=64``), calls its capture hook (EAGLE3, else
+DFLASH, else DSPARK; see ``HOOKS``) with one capture on each stage and records the width
+the runner's ``misc_utils.resolve_pp_proxy_aux_hidden_size`` gives (the helpers' one
+lookup);
 then stage 0 hands captures as wide as the hidden states to stage 1 in the
 ``aux_hidden_states`` entry ``pp_aux_outgoing`` makes (over a gloo send) and stage 1
 collects them with ``pp_aux_collect``.  The ranks agree after each build and each hook (a failure on either
@@ -126,7 +128,7 @@ def _handoff(stack: Any, rank: int) -> dict[str, Any]:
     collects all captures with ``pp_aux_collect``.  Stage 1 gets ``sent`` (the width of
     the entry stage 0 handed over, 0 without one) and ``collected`` (the first value of
     each capture, in the order returned)."""
-    from sglang.srt.distributed.pp_aux_capture import pp_aux_collect, pp_aux_outgoing
+    from sglang.srt.layers.aux_hidden_states import pp_aux_collect, pp_aux_outgoing
 
     relay = stack.pp_aux_relay
     if relay is None:
@@ -180,7 +182,11 @@ def _capture(lm: Any, rank: int) -> dict[str, Any]:
         # stage takes, after as many as it receives.
         got["received"] = 0 if relay is None else len(relay.received_layer_ids)
         got["ids"] = [] if relay is None else [int(i) for i in relay.local_layer_ids]
-        got["width"] = int(lm.get_pp_proxy_aux_hidden_size())
+        from sglang.srt.model_executor.model_runner_components import misc_utils
+
+        got["width"] = int(
+            misc_utils.resolve_pp_proxy_aux_hidden_size(model=lm, pp_size=PP_SIZE, pp_rank=rank)
+        )
     except BaseException:
         got["error"] = "hook: " + traceback.format_exc()[-3000:]
     if _all_ok("error" not in got):

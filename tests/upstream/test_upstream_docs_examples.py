@@ -44,7 +44,7 @@ def test_single_patch_example_applies(tmp_path, monkeypatch):
     assert done.returncode == 0, done.stdout + done.stderr
     assert (work / "pp-aux.md").read_text().startswith("# [PP]")
     changed = changed_files(checkout)
-    assert any(row.endswith("sglang/srt/distributed/pp_aux_capture.py") for row in changed)
+    assert any(row.endswith("sglang/srt/layers/aux_hidden_states.py") for row in changed)
     assert any(row.startswith(" M sglang/srt/models/family_") for row in changed), changed
 
 

@@ -1,9 +1,10 @@
 """The runtime the upstream patch ships (``shipped/pp_aux_capture.py``), in one process.
 
-The module needs nothing from SGLang, so it runs here as written into SGLang.  Stages are
-decoder stacks of a 4-layer model on 2 or 3 stages; a stage's handoff is the dict the
-next stage receives.  ``test_upstream_width_real_init.py`` checks the width on the real
-model classes of a patched release, and the family tests drive real forwards.
+The module needs nothing from SGLang, so it runs here as written into a release without
+``aux_hidden_states.py``.  Stages are decoder stacks of a 4-layer model on 2 or 3 stages;
+a stage's handoff is the dict the next stage receives; the hook passes the width.
+``test_upstream_width_real_init.py`` checks the width on the real model classes of a
+patched release, and the family tests drive real forwards.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def _stages(glue, bounds, ids):
     stacks = []
     for rank, (start, end) in enumerate(bounds):
         stack = Stack(start, end, config=_config(), ids=ids)
-        glue.set_pp_aux_capture(stack, _group(rank, len(bounds)))
+        glue.set_pp_aux_capture(stack, _group(rank, len(bounds)), hidden_size=HIDDEN)
         stacks.append(stack)
     return stacks
 
@@ -264,7 +265,7 @@ def test_a_missing_or_narrow_entry_raises_naming_the_captures(glue):
         glue.pp_aux_collect(last, [_capture(3)], narrow)
     # An entry where no earlier stage captures: the stages disagree on the capture ids.
     lonely = Stack(2, 4, config=_config(), ids=[3])
-    glue.set_pp_aux_capture(lonely, _group(1, 2))
+    glue.set_pp_aux_capture(lonely, _group(1, 2), hidden_size=HIDDEN)
     with pytest.raises(
         RuntimeError,
         match="entry is 8 wide, but earlier stages capture "
@@ -315,47 +316,46 @@ def test_relay_is_declared_per_method_and_not_past_a_subclass_with_its_own_stack
         glue.check_pp_aux_capture(Patched(), "DFLASH", 2)
 
 
-def test_the_width_passed_by_the_hook_wins_over_the_stack_config(glue):
+def test_the_width_is_the_one_the_hook_passes(glue):
     stack = Stack(0, 2, config=_config())
     glue.set_pp_aux_capture(stack, _group(1, 2), hidden_size=5)
     assert stack.pp_aux_relay.hidden_size == 5
+    # Nothing is guessed from the stack: a hook that passes no width is an error.
+    with pytest.raises(TypeError, match="hidden_size"):
+        glue.set_pp_aux_capture(stack, _group(1, 2))
+    assert not hasattr(glue, "_hidden_size")
 
 
 def test_pp1_and_ids_the_loop_never_reaches_leave_everything_as_it_is(glue):
     single = Stack(0, 4, config=_config())
-    glue.set_pp_aux_capture(single, _group(0, 1))
+    glue.set_pp_aux_capture(single, _group(0, 1), hidden_size=HIDDEN)
     aux = [_capture(1), _capture(3)]
     assert glue.pp_aux_collect(single, aux, None) is aux
     assert glue.pp_aux_outgoing(single, aux, None) == {}
     outside = Stack(2, 4, config=_config(), ids=[7, -1])
-    glue.set_pp_aux_capture(outside, _group(1, 2))
+    glue.set_pp_aux_capture(outside, _group(1, 2), hidden_size=HIDDEN)
     assert outside.pp_aux_relay is None
     assert glue.pp_aux_proxy_hidden_size(outside) == 0
 
 
-def _width(glue, make_stack):
-    widths = []
-    for rank, (start, end) in enumerate([(0, 2), (2, 4)]):
-        stack = make_stack(start, end)
-        glue.set_pp_aux_capture(stack, _group(rank, 2))
-        widths.append(glue.pp_aux_proxy_hidden_size(stack))
-    return widths
+def test_the_width_is_looked_up_from_the_relay_anywhere_in_the_model(glue):
+    # A VL model: the relayed stack is the language model's, two levels down.
+    outer = torch.nn.Module()
+    outer.language_model = torch.nn.Module()
+    outer.language_model.model = Stack(2, 4, config=_config(), ids=[0, 1, 3])
+    outer.vision = Stack(0, 4, config=_config())  # no relay: never given one
+    glue.set_pp_aux_capture(outer.language_model.model, _group(1, 2), hidden_size=6)
+    assert glue.pp_aux_proxy_hidden_size(outer) == 2 * 6
+    assert glue.pp_aux_proxy_hidden_size(outer.vision) == 0
+    # PP=1 sets the relay to None: nothing to size.
+    glue.set_pp_aux_capture(outer.language_model.model, _group(0, 1), hidden_size=6)
+    assert glue.pp_aux_proxy_hidden_size(outer) == 0
 
 
-def test_the_stacks_config_gives_the_width(glue):
-    layers = [_Layer(hidden_size=8) for _ in range(NUM_LAYERS)]
-    config = SimpleNamespace(hidden_size=24, num_hidden_layers=NUM_LAYERS)
-    assert _width(glue, lambda s, e: Stack(s, e, layers, config)) == [0, 24]
-
-
-def test_without_a_config_the_decoder_layers_give_the_width(glue):
-    # GptOssModel / MiniMaxM3Model: no config on the stack, hidden_size on each layer.
-    layers = [_Layer(hidden_size=16) for _ in range(NUM_LAYERS)]
-    assert _width(glue, lambda s, e: Stack(s, e, layers)) == [0, 16]
-    layers = [_Layer(config=SimpleNamespace(hidden_size=12)) for _ in range(NUM_LAYERS)]
-    assert _width(glue, lambda s, e: Stack(s, e, layers)) == [0, 12]
-
-
-def test_no_width_anywhere_raises_naming_the_stack(glue):
-    with pytest.raises(RuntimeError, match="Stack has no config.hidden_size"):
-        glue.set_pp_aux_capture(Stack(2, 4), _group(1, 2))
+def test_two_relayed_stacks_in_one_model_raise(glue):
+    outer = torch.nn.Module()
+    outer.a, outer.b = Stack(2, 4, config=_config()), Stack(2, 4, config=_config())
+    for stack in (outer.a, outer.b):
+        glue.set_pp_aux_capture(stack, _group(1, 2), hidden_size=HIDDEN)
+    with pytest.raises(RuntimeError, match="2 decoder stacks that relay"):
+        glue.pp_aux_proxy_hidden_size(outer)

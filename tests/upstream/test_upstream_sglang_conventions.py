@@ -237,7 +237,8 @@ def test_the_shipped_test_passes_on_the_real_models_without_gpu_packages(patched
     assert f"Ran {_test_count(tests_dir / INIT_TEST_FILE)} tests" in run.stderr, run.stderr[-3000:]
     assert run.stderr.rstrip().endswith("OK"), run.stderr[-3000:]
     assert "skipped" not in run.stderr
-    # So does the relay test (the relay, the opt-in, the runtime guard, the old width).
+    # So does the relay test (the relay, the opt-in, the runtime guard, the width lookup
+    # of a nested stack, the old width method).
     relay = _run_without_gpu_packages(
         root, tmp_path, tests_dir, "-m", "unittest", "-v", RELAY_TEST_FILE[:-3]
     )

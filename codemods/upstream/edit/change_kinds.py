@@ -32,7 +32,7 @@ class Role(Enum):
     MODEL = "model rewrite"
     #: A model file's separate fix (not about capture), cut off by the series.
     FIX = "separate fix"
-    #: The helpers module the patch ships (``srt/distributed/pp_aux_capture.py``).
+    #: The helpers the patch ships, in SGLang's ``srt/layers/aux_hidden_states.py``.
     RUNTIME_MODULE = "shipped runtime module"
     #: ``AuxHiddenStatePacker.captured()``.
     PACKER = "packer accessor"

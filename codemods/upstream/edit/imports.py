@@ -1,8 +1,9 @@
 """Add a ``from module import names`` statement to a module the way isort (profile black)
 would place it, leaving every other line untouched.
 
-Placement: among the module's top-level ``from sglang... import`` statements, before the
-first one whose module sorts after the new module (isort compares module names
+Placement: among the module's top-level ``from`` imports of the same section (``sglang``'s
+for ``from sglang... import``, the standard library's for ``from dataclasses import``),
+before the first one whose module sorts after the new module (isort compares module names
 case-insensitively, and within a section ``from`` imports follow plain imports); after the
 last of them when none sorts after.  Inserted first in its section, the statement takes
 over the blank lines that separated the section from the one above.  A module without ``sglang`` imports gets the statement
@@ -12,6 +13,7 @@ module are not added twice; an existing ``from module import ...`` statement is 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import libcst as cst
@@ -50,6 +52,15 @@ def imported_names(module: cst.Module, from_module: str) -> set[str]:
         for alias in node.names:
             names.add(alias.evaluated_alias or alias.evaluated_name)
     return names
+
+
+def _section(name: str) -> str:
+    """isort's section of module ``name``: ``__future__``, the standard library, or the
+    top-level package."""
+    top = name.split(".")[0]
+    if top != "__future__" and top in sys.stdlib_module_names:
+        return "stdlib"
+    return top
 
 
 def _sort_key(name: str) -> tuple[int, str]:
@@ -104,11 +115,11 @@ def add_from_import(module: cst.Module, from_module: str, names: Sequence[str]) 
     statement = parse_statements(
         render_from_import(from_module, sorted(wanted, key=_sort_key)), ""
     )[0]
-    package = from_module.split(".")[0]
+    section = _section(from_module)
     same_package = [
         index
         for index, stmt in enumerate(body)
-        if (node := _import_from(stmt)) is not None and module_name(node).split(".")[0] == package
+        if (node := _import_from(stmt)) is not None and _section(module_name(node)) == section
     ]
     if same_package:
         key = from_module.lower()

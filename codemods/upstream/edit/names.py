@@ -1,9 +1,10 @@
 """The names the upstream patch writes into SGLang and the errors it recognises, said once.
 
-The shipped module (its import path in a patched tree), the function the rewritten setters
-call, the helpers the rewritten decoder-stack forwards call, the attribute of the decoder
-stack the relay lives on, the ``PPProxyTensors`` entry the captures travel in, and the
-DSPARK errors of the released Kimi files (from the hook catalog).
+The module that holds the shipped helpers in a patched tree, the function the rewritten
+setters call, the helpers the rewritten decoder-stack forwards call, the one width lookup
+the CUDA-graph sizing asks, the attribute of the decoder stack the relay lives on, the
+``PPProxyTensors`` entry the captures travel in, and the DSPARK errors of the released Kimi
+files (from the hook catalog).
 """
 
 from __future__ import annotations
@@ -23,12 +24,18 @@ __all__ = [
     "RELAY_ATTR",
     "RELAY_CLASS",
     "SEED",
+    "WIDTH",
 ]
 
-#: The helpers every rewritten model calls (``set_pp_aux_capture``, ...).
-GLUE_MODULE = "sglang.srt.distributed.pp_aux_capture"
-#: The helper a rewritten setter calls on every rank once the capture ids are stored.
+#: The module of the helpers every rewritten model calls (``set_pp_aux_capture``, ...):
+#: SGLang's own aux-capture module, beside ``AuxHiddenStatePacker``.
+GLUE_MODULE = "sglang.srt.layers.aux_hidden_states"
+#: The helper a rewritten setter calls on every rank once the capture ids are stored,
+#: with the width of the stack's hidden states (``hidden_size=``).
 ATTACH = "set_pp_aux_capture"
+#: The width of the aux entry a stage of a model receives, found from the relay
+#: ``ATTACH`` gave its decoder stack: what the CUDA-graph sizing asks of any model.
+WIDTH = "pp_aux_proxy_hidden_size"
 #: The helpers a rewritten decoder-stack forward calls: a non-last stage adds its captures
 #: to the ``PPProxyTensors`` dict it builds (``OUTGOING``) or to the handoff it returns
 #: (``HANDOFF``); the last stage gathers every stage's captures into its list (``COLLECT``)

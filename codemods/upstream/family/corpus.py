@@ -19,7 +19,7 @@ from codemods.upstream.family.delegated import delegated_forwards
 from codemods.upstream.family.forward import ForwardShape
 from codemods.upstream.family.setter import SetterShape
 from codemods.upstream.family.survey import ModuleShapes, analyse
-from codemods.upstream.family.syntax import code_of
+from codemods.upstream.family.syntax import class_node, code_of
 
 MODELS_PACKAGE = "sglang.srt.models"
 
@@ -116,13 +116,6 @@ def defines(file: str, class_name: str, method: str, corpus: Corpus, depth: int)
         defines(file, base.split(".")[-1] if "." not in base else base, method, corpus, depth + 1)
         for base in info.bases
     )
-
-
-def class_node(module: cst.Module, name: str) -> cst.ClassDef | None:
-    for statement in module.body:
-        if isinstance(statement, cst.ClassDef) and statement.name.value == name:
-            return statement
-    return None
 
 
 def asks_hasattr(module: cst.Module, setter: SetterShape, method: str) -> bool:

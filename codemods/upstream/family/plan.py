@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -38,9 +38,10 @@ from codemods.upstream.edit.forked import forked_map
 from codemods.upstream.edit.splice import module_code
 from codemods.upstream.edit.walk import findall
 from codemods.upstream.family import registry
-from codemods.upstream.family.corpus import Corpus, asks_hasattr, class_node, defines, find_forward
+from codemods.upstream.family.corpus import Corpus, asks_hasattr, defines, find_forward
 from codemods.upstream.family.decision import FileDecision, ForwardRef
 from codemods.upstream.family.forward import ForwardShape
+from codemods.upstream.family.proxy_width import WidthUnknown, hook_width
 from codemods.upstream.family.repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
 from codemods.upstream.family.rewrite import rewrite_module
 from codemods.upstream.family.setter import SetterShape
@@ -48,7 +49,7 @@ from codemods.upstream.family.split_stack import sibling_setters, split_stack_se
 from codemods.upstream.family.stage_output import NamedStageOutputFix, named_stage_unpack
 from codemods.upstream.family.subclass import plan_subclasses
 from codemods.upstream.family.survey import ModuleShapes, unpacks_stack_output
-from codemods.upstream.family.syntax import IDS_ATTR
+from codemods.upstream.family.syntax import IDS_ATTR, class_node
 
 #: Text every file with a capture hook or a capture forward contains.
 #: ``def set_<method>_layers_to_capture(``: the capture hooks the plan is about.
@@ -323,6 +324,7 @@ def _decide_setters(
     stacks: dict[str, str] = {}
     additions: list[StackSetter] = []
     stage_fixes: list[StageOutputFix] = []
+    sized: list[SetterShape] = []
     for setter in candidates:
         found = _resolve_forward(file, shapes, setter, corpus)
         if isinstance(found, str):
@@ -371,13 +373,17 @@ def _decide_setters(
                 f"{setter.hook} stores the ids in `{setter.ids_attr}` but "
                 f"{forward.class_name}.forward reads `{forward.ids_attr}`"
             )
+        try:  # the width the rewritten hook passes on
+            sized.append(replace(setter, hidden_size=hook_width(outer, receiver)))
+        except WidthUnknown as unknown:
+            return keep(f"{setter.hook}: {unknown}")
         targets[(ref_file, forward.class_name)] = forward
     if len(targets) != 1:
         return keep("hooks of this file reach different decoder stacks")
     (ref_file, class_name), forward = next(iter(targets.items()))
     if entry_only and not registry.is_layer_entry(forward.capture_kinds):
         return keep(f"{ref_file}:{class_name}.forward is not a layer-entry forward")
-    plan.setter_edits.setdefault(file, []).extend(candidates)
+    plan.setter_edits.setdefault(file, []).extend(sized)
     additions = list(dict.fromkeys(additions))
     if additions:
         plan.stack_setters.setdefault(file, []).extend(additions)

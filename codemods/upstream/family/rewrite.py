@@ -9,14 +9,21 @@ Capture hook (``set_<x>_layers_to_capture`` on the causal-LM class), before::
         self.capture_aux_hidden_states = True
         self.model.layers_to_capture = [val + 1 for val in layer_ids]
 
-after (every rank stores the ids; ``set_pp_aux_capture`` prepares the stack's relay; the
-flag that makes ``forward`` unpack ``(hidden_states, aux_hidden_states)`` is set on the
-last stage only, the one stage whose stack returns them)::
+after (every rank stores the ids; ``set_pp_aux_capture`` prepares the stack's relay, with
+the width of its hidden states from the config the class built it with
+(:func:`~codemods.upstream.family.proxy_width.hook_width`); the flag that makes
+``forward`` unpack ``(hidden_states, aux_hidden_states)`` is set on the last stage only,
+the one stage whose stack returns them)::
 
     def set_eagle3_layers_to_capture(self, layer_ids=None):
         self.capture_aux_hidden_states = self.pp_group.is_last_rank
         self.model.layers_to_capture = [val + 1 for val in layer_ids]
-        set_pp_aux_capture(self.model, self.pp_group)
+        set_pp_aux_capture(
+            self.model, self.pp_group, hidden_size=self.config.hidden_size
+        )
+
+The class also declares the capture methods it relays (``pp_aux_relay_methods``,
+:mod:`~codemods.upstream.family.proxy_width`).
 
 The decoder-stack forward is rewritten by its shape (``family/shapes/``, through
 :mod:`~codemods.upstream.family.registry`); a forward with a gate gets the gate's
@@ -47,8 +54,7 @@ from codemods.upstream.family import registry
 from codemods.upstream.family.delegated import method_of
 from codemods.upstream.family.forward import FamilyRewriteError, ForwardShape
 from codemods.upstream.family.proxy_width import (
-    WIDTH,
-    add_proxy_width_method,
+    WIDTH_KEYWORD,
     add_support_attribute,
     relay_methods,
 )
@@ -103,7 +109,7 @@ def rewrite_module(
         raise FamilyRewriteError(f"did not find {', '.join(sorted(missing))}")
     names = []
     if setters:
-        names.extend([ATTACH, WIDTH])
+        names.append(ATTACH)
     for forward in forwards:
         names.extend(registry.glue(forward))
     names = list(dict.fromkeys(names))
@@ -174,15 +180,10 @@ class _FamilyTransformer(cst.CSTTransformer):
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self._classes.pop()
         if not self._classes:
-            # One width method per rewritten causal-LM class, for the CUDA graph buffers,
-            # and the attribute that tells server-arg validation it relays its captures.
-            mine = [(h, s) for (c, h), s in self.setters.items() if c == original.name.value]
+            # The attribute that tells server-arg validation the class relays its captures.
+            mine = [h for (c, h) in self.setters if c == original.name.value]
             if mine:
-                receiver = mine[0][1].receiver
-                if receiver is None:  # rewrite_setter has refused such a hook
-                    raise FamilyRewriteError(f"{original.name.value} hook has no receiver")
-                updated = add_proxy_width_method(updated, receiver)
-                updated = add_support_attribute(updated, relay_methods(h for h, _ in mine))
+                updated = add_support_attribute(updated, relay_methods(mine))
             declared = self.declarations.get(original.name.value)
             if declared is not None:
                 self.done.add(f"{original.name.value} (relay declaration)")
@@ -233,11 +234,14 @@ def rewrite_setter(fn: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
         raise FamilyRewriteError(f"{name} has no early return")
     if shape.pp_group is None:
         raise FamilyRewriteError(f"{name} has no early return")
+    if shape.hidden_size is None:
+        raise FamilyRewriteError(f"{name}: the width is not known")
     docstring, rest = _without_early_return(fn, name)
     pad = " " * METHOD_INDENT
     args: tuple[str, ...] = (shape.receiver, shape.pp_group)
     if shape.ids_attr != IDS_ATTR:
         args += (f'ids_attr="{shape.ids_attr}"',)
+    args += (f"{WIDTH_KEYWORD}={shape.hidden_size}",)
     lines = render_call(pad, "", Call(ATTACH, args))
     added = parse_statements(lines_to_text(lines), pad)
     fn = fn.with_changes(body=fn.body.with_changes(body=docstring + rest + added))

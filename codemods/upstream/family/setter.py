@@ -51,6 +51,9 @@ class SetterShape:
     #: ``if <more than one PP stage>: raise ...`` at the top of the hook (beam): the
     #: hook refuses PP itself, before it stores any capture id.
     pp_raise: str | None = None
+    #: The width of the captures the rewritten hook passes (``self.config.hidden_size``),
+    #: from the class's ``__init__`` (``proxy_width.hook_width``); set by the plan.
+    hidden_size: str | None = None
 
 
 #: Tests that hold only with more than one PP stage.

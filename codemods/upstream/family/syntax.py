@@ -171,3 +171,11 @@ def start_offset(name: str) -> m.SimpleStatementLine:
             | m.AugAssign(target=m.Name(name), operator=m.AddAssign(), value=start)
         ]
     )
+
+
+def class_node(module: cst.Module, name: str) -> cst.ClassDef | None:
+    """The top-level class ``name`` of ``module`` (the first of that name)."""
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef) and statement.name.value == name:
+            return statement
+    return None

@@ -33,7 +33,10 @@ After::
         self.capture_aux_hidden_states = True
         self.model.dspark_layers_to_capture = list(layer_ids)
         set_pp_aux_capture(
-            self.model, self.pp_group, ids_attr="dspark_layers_to_capture"
+            self.model,
+            self.pp_group,
+            ids_attr="dspark_layers_to_capture",
+            hidden_size=self.config.hidden_size,
         )
 
     # forward: each stage records its captures by layer id, non-last stages add them to
@@ -41,7 +44,7 @@ After::
     # received ones before its own (relay.collect) and returns them as before.
 
 ``set_pp_aux_capture`` is the helper every patched model calls
-(``sglang.srt.distributed.pp_aux_capture``, ``shipped/pp_aux_capture.py``): under PP it
+(``sglang.srt.layers.aux_hidden_states``, ``shipped/pp_aux_capture.py``): under PP it
 puts the stage's relay on ``self.model.pp_aux_relay`` (None at PP=1).
 
 Nothing else in the file changes.  The capture expression stays the file's own (in 0.5.x,
@@ -487,7 +490,12 @@ _D2 = "    " * 2
 def _rewrite_setter(func: cst.FunctionDef, shape: SetterShape) -> cst.FunctionDef:
     """``func`` without its PP guards, preparing the stack's relay on every rank with the
     shipped helper right after it stores the ids."""
-    args: tuple[str, ...] = (shape.inner, str(shape.pp), f'ids_attr="{CAPTURE_ATTR}"')
+    args: tuple[str, ...] = (
+        shape.inner,
+        str(shape.pp),
+        f'ids_attr="{CAPTURE_ATTR}"',
+        "hidden_size=self.config.hidden_size",  # analyse found ``self.config``
+    )
     attach = parse_statements(lines_to_text(render_call(_D2, "", Call(ATTACH, args))), _D2)
     body: list[cst.BaseStatement] = []
     for stmt in syntax.statements_of(func):

@@ -88,7 +88,16 @@ def _family(result: UpstreamResult, base: str) -> list[str]:
             f" {some} capture hooks returned early off the last PP rank, so only the "
             "last stage captured."
         )
-    return _wrap(text)
+    text += (
+        f" Each hook passes {names.ATTACH} the width of its decoder stack's hidden "
+        "states (hidden_size=, from the config its __init__ builds the stack from)"
+    )
+    if _paths(result, Role.SIZING, Role.SIZING_RENAME):
+        text += (
+            f"; the CUDA-graph sizing asks one lookup, {names.WIDTH}(model), which "
+            f"finds the relay {names.ATTACH} gave a decoder stack of the model"
+        )
+    return _wrap(text + ".")
 
 
 def _kimi(result: UpstreamResult) -> list[str]:

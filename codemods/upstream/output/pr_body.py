@@ -35,6 +35,7 @@ from codemods.upstream.output.result_facts import (
     family_models,
     file_summary,
     guard_where,
+    helpers_summary,
     in_release,
     k3_rewritten,
     kimi_relay_renamed,
@@ -300,13 +301,22 @@ def _sizing_line(result: UpstreamResult) -> str:
             "- SGLang's DSPARK entry and CUDA-graph sizing now serve every capture "
             "method: `dspark_hidden_states` -> `aux_hidden_states`, "
             "`*pp_proxy_dspark_hidden_size` -> `*pp_proxy_aux_hidden_size` in "
-            f"{', '.join(_code(p) for p in sizing + relays)}; every patched causal LM "
-            f"defines `get_pp_proxy_aux_hidden_size`{_one_relay(result)}{_old_width(result)}."
+            f"{', '.join(_code(p) for p in sizing + relays)}; the resolver asks "
+            f"{_LOOKUP}{_one_relay(result)}{_old_width(result)}."
         )
     return (
         "- CUDA-graph sizing of the `aux_hidden_states` proxy entry along a new path "
-        f"(`get_pp_proxy_aux_hidden_size`): {', '.join(_code(p) for p in sizing)}."
+        f"(`resolve_pp_proxy_aux_hidden_size`, which asks {_LOOKUP}): "
+        f"{', '.join(_code(p) for p in sizing)}."
     )
+
+
+#: How the sizing finds the width, in words.
+_LOOKUP = (
+    f"one lookup, `{names.WIDTH}(model)`, which finds the relay a hook gave the model's "
+    "decoder stack (no width method per model; a model's own "
+    "`get_pp_proxy_aux_hidden_size` is still asked first)"
+)
 
 
 def _one_relay(result: UpstreamResult) -> str:
@@ -320,7 +330,7 @@ def _one_relay(result: UpstreamResult) -> str:
         return ""
     return (
         f"; {', '.join(_code(f) for f in helpers)} relay through the runtime's helpers "
-        "instead of their own code (one mechanism for every model)"
+        "instead of their own code and width methods (one mechanism for every model)"
     )
 
 
@@ -403,8 +413,12 @@ def _modifications(result: UpstreamResult, series) -> str:
     lines = []
     if runtime:
         lines.append(
-            f"- Runtime: {', '.join(_code(p) for p in runtime)}. Each patched hook stores "
-            "its ids on every rank and calls `set_pp_aux_capture`; a non-last stage adds "
+            f"- Runtime: {', '.join(_code(p) for p in runtime)}{_helpers_where(result)}."
+            " Each patched hook stores its ids on every rank and calls "
+            "`set_pp_aux_capture` with the width of its decoder stack's hidden states "
+            "(`hidden_size=`, read off the config its `__init__` builds the stack from); a "
+            "non-last "
+            "stage adds "
             "what it received and its own captures to the `aux_hidden_states` entry of its "
             "`PPProxyTensors` handoff; the last stage puts them before its own (PP=1 order) "
             "and raises naming the layers when the entry is missing or of another width."
@@ -430,6 +444,15 @@ def _modifications(result: UpstreamResult, series) -> str:
             f"{n}. `{name}`: {patch.subject}\n" for n, (name, patch) in enumerate(series, start=1)
         )
     return text
+
+
+def _helpers_where(result: UpstreamResult) -> str:
+    """Where the helpers go, in words (in parentheses; "" without them)."""
+    change = next(iter(_changed(result, Role.RUNTIME_MODULE)), None)
+    if change is None:
+        return ""
+    words = helpers_summary(change).replace("captured()", "`captured()`")
+    return " (" + words.replace("AuxHiddenStatePacker", "`AuxHiddenStatePacker`") + ")"
 
 
 def _accuracy(result: UpstreamResult, validation) -> str:

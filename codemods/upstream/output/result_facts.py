@@ -41,7 +41,7 @@ def kimi_touched(result: UpstreamResult) -> bool:
 
 def kimi_relay_renamed(result: UpstreamResult) -> bool:
     """Kimi-Linear relays DSPARK captures itself (0.5.21+) and the patch only renames its
-    entry and width method for every capture method."""
+    entry for every capture method (and moves the relay onto the helpers)."""
     state = _touched(result, KIMI_PART)
     return state is not None and state.status == SUPPORTED
 
@@ -273,9 +273,36 @@ def forward_users(result: UpstreamResult, file: str) -> list[str]:
     )
 
 
+#: The helpers, by name.
+HELPER_NAMES = (
+    f"set_pp_aux_capture, pp_aux_outgoing / pp_aux_handoff, pp_aux_collect / "
+    f"{names.SEED}, {names.WIDTH}"
+)
+
+
+def adds_packer_accessor(change: FileChange) -> bool:
+    """``change`` gives ``AuxHiddenStatePacker`` its ``captured()`` accessor."""
+    method = "def captured(self)"
+    return method in change.new and method not in (change.old or "")
+
+
+def helpers_summary(change: FileChange, named: bool = False) -> str:
+    """What the module that holds the helpers gets: created with them, or the helpers
+    after SGLang's own code (and the packer's accessor where the patch adds it);
+    ``named``: list the helpers."""
+    what = "the helpers the patched hooks and forwards call"
+    if named:
+        what += f" ({HELPER_NAMES})"
+    if change.old is None:
+        return f"new: {what}"
+    what += ", appended after AuxHiddenStatePacker"
+    if adds_packer_accessor(change):
+        what += ", which gains captured() for stages that hand captures on"
+    return what
+
+
 #: What a file of the patch gets, by the role of its change, for file lists.
 ROLE_SUMMARIES = {
-    Role.RUNTIME_MODULE: "new: the helpers the patched hooks and forwards call",
     Role.PACKER: "AuxHiddenStatePacker.captured() for stages that hand captures on",
     Role.SIZING: "sizes the aux_hidden_states PP proxy buffer of non-first stages",
     Role.SIZING_RENAME: "CUDA-graph sizing renamed from DSPARK to every capture method",
@@ -289,7 +316,7 @@ ROLE_SUMMARIES = {
     Role.RUNTIME_GUARD: "refuses aux capture under PP for a model class that does not "
     "relay that method",
     Role.RELAY_TEST: "new CPU test: the relay, the per-method opt-in, the runtime guard, "
-    "the deprecated width method",
+    "the width lookup and the deprecated width method",
 }
 #: A relay file whose own DSPARK relay the patch also moves onto the shared helpers.
 RELAY_THROUGH_HELPERS = "DSPARK relay renamed to aux_hidden_states, run through the helpers"
@@ -310,6 +337,8 @@ def file_summary(result: UpstreamResult, change: FileChange) -> str:
         return f"accepts {what or 'nothing new'} with PP for the patched models"
     if change.role is Role.RELAY_RENAME and relays_through_helpers(change):
         return RELAY_THROUGH_HELPERS
+    if change.role is Role.RUNTIME_MODULE:
+        return helpers_summary(change)
     if change.role is not Role.MODEL:
         return ROLE_SUMMARIES.get(change.role, change.role.value)
     decision = result.family.decisions.get(name) if result.family is not None else None

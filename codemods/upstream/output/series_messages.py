@@ -25,6 +25,7 @@ from codemods.upstream.output.result_facts import (
     GUARD_CALL,
     accepted_algorithms,
     guard_where,
+    helpers_summary,
     relaxes_aux_flag,
     relays_through_helpers,
     subclass_words,
@@ -32,11 +33,8 @@ from codemods.upstream.output.result_facts import (
     validation_change,
 )
 
-#: What each runtime file gets, by its role.
+#: What each runtime file gets, by its role (the helpers' module: ``helpers_summary``).
 RUNTIME_FILES = {
-    Role.RUNTIME_MODULE: "new: the helpers the capture hooks and decoder stacks call "
-    "(set_pp_aux_capture, pp_aux_outgoing / pp_aux_handoff, pp_aux_collect / "
-    "pp_aux_seed, pp_aux_proxy_hidden_size)",
     Role.PACKER: "AuxHiddenStatePacker.captured(): the captures taken so "
     "far, for a stage that hands them on before its packer is full",
 }
@@ -96,18 +94,28 @@ def _runtime(patch, result: UpstreamResult) -> None:
         " and size its proxy buffer" if sized else ""
     )
 
-    def what(role: Role) -> str:
-        if role is Role.SIZING:
+    def what(change) -> str:
+        if change.role is Role.SIZING:
             return SIZING_WORDS
-        return RUNTIME_FILES.get(role, role.value)
+        if change.role is Role.RUNTIME_MODULE:
+            return helpers_summary(change, named=True)
+        return RUNTIME_FILES.get(change.role, change.role.value)
 
-    lines = [_wrap(f"- {_name(c.path)}: {what(c.role)}.", "  ") for c in changes]
+    lines = [_wrap(f"- {_name(c.path)}: {what(c)}.", "  ") for c in changes]
+    sizing = (
+        f"  The CUDA-graph sizing asks {names.WIDTH}(model), which finds the relay "
+        "a hook gave the model's decoder stack."
+        if sized
+        else ""
+    )
     patch.body = (
         _wrap(
             "A stage that is not the last hands the captures of every stage up to "
             f"itself to the next one in one {names.AUX_ENTRY} entry of its "
-            "PPProxyTensors; the last stage puts them before its own.  No model calls "
-            "the new helpers yet; the model patches that follow do."
+            "PPProxyTensors; the last stage puts them before its own.  A capture "
+            f"hook passes {names.ATTACH} the width of its decoder stack's hidden "
+            f"states.{sizing}  No model calls the new helpers yet; the model patches "
+            "that follow do."
         )
         + "\n"
         + "".join(lines)
@@ -138,7 +146,7 @@ def _rename(patch, result: UpstreamResult) -> None:
             + _wrap(
                 f"{', '.join(moved)} then relay through the helpers of the runtime commit "
                 "(set_pp_aux_capture, the handoff and collect calls) instead of their own "
-                "concatenation and width arithmetic: one mechanism for every model."
+                "concatenation and width methods: one mechanism for every model."
             )
             for moved in [[_name(c.path) for c in changes if relays_through_helpers(c)]]
             if moved
@@ -146,9 +154,11 @@ def _rename(patch, result: UpstreamResult) -> None:
         + "".join(
             "\n"
             + _wrap(
-                f"{_name(c.path)} keeps asking get_pp_proxy_dspark_hidden_size of a model "
-                "that still defines it (out of tree) for one more release, with a "
-                "deprecation warning."
+                f"{_name(c.path)}: the resolver asks a model's own "
+                "get_pp_proxy_aux_hidden_size, then get_pp_proxy_dspark_hidden_size of "
+                "a model that still defines it (out of tree) for one more release, with "
+                f"a deprecation warning, else {names.WIDTH}(model), one lookup for "
+                "every model."
             )
             for c in changes
             if "get_pp_proxy_dspark_hidden_size" in c.new and "deprecated" in c.new

@@ -1,30 +1,32 @@
-"""Carry the aux hidden states of EAGLE3, DFLASH and DSPARK across pipeline stages.
-
-Each stage captures the layers it runs.  A stage that is not the last hands the
-captures of every stage up to itself to the next one, side by side in the
-``aux_hidden_states`` entry of its ``PPProxyTensors``; the last stage puts them before
-its own, so it returns the captures a single-stage run returns, in the same order.
-The CUDA graph runners preallocate the entry with the width that
-``get_pp_proxy_aux_hidden_size`` reports.
-
-A model's ``set_*_layers_to_capture`` calls ``set_pp_aux_capture`` on every rank; its
-decoder stack's forward calls ``pp_aux_outgoing`` (or ``pp_aux_handoff``) before it
-returns the ``PPProxyTensors`` of a non-last stage.  On the last stage it calls
-``pp_aux_seed`` right after it makes an ``AuxHiddenStatePacker`` (the received captures
-go into their final slots before the layers add their own), or ``pp_aux_collect`` after
-its layers when it collects into a list.  Under PP=1 they leave everything as it is.
-
-A model class declares the capture methods it relays this way in its own body
-(``pp_aux_relay_methods = ("EAGLE3",)``); the server-argument validation and
-``configure_aux_hidden_state_capture`` refuse aux capture under PP for any other
-(``relays_pp_aux_capture``, ``check_pp_aux_capture``).
-"""
+"""Aux hidden states captured for EAGLE3/DFLASH/DSPARK draft models, and carried across
+pipeline stages."""
 
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+# Aux hidden states under pipeline parallelism.
+#
+# Each stage captures the layers it runs.  A stage that is not the last hands the
+# captures of every stage up to itself to the next one, side by side in the
+# ``aux_hidden_states`` entry of its ``PPProxyTensors``; the last stage puts them before
+# its own, so it returns the captures a single-stage run returns, in the same order.
+# The CUDA graph runners preallocate the entry with the width that
+# ``pp_aux_proxy_hidden_size`` reports.
+#
+# A model's ``set_*_layers_to_capture`` calls ``set_pp_aux_capture`` on every rank, with
+# the width of the hidden states its decoder stack is built for; the stack's forward
+# calls ``pp_aux_outgoing`` (or ``pp_aux_handoff``) before it returns the
+# ``PPProxyTensors`` of a non-last stage.  On the last stage it calls ``pp_aux_seed``
+# right after it makes an ``AuxHiddenStatePacker`` (the received captures go into their
+# final slots before the layers add their own), or ``pp_aux_collect`` after its layers
+# when it collects into a list.  Under PP=1 they leave everything as it is.
+#
+# A model class declares the capture methods it relays this way in its own body
+# (``pp_aux_relay_methods = ("EAGLE3",)``); the server-argument validation and
+# ``configure_aux_hidden_state_capture`` refuse aux capture under PP for any other
+# (``relays_pp_aux_capture``, ``check_pp_aux_capture``).
 AUX_ENTRY = "aux_hidden_states"
 #: Set in a model class's own body: the capture methods whose captures it relays.
 RELAY_METHODS_ATTR = "pp_aux_relay_methods"
@@ -119,11 +121,12 @@ def set_pp_aux_capture(
     model: torch.nn.Module,
     pp_group: Any,
     ids_attr: str = "layers_to_capture",
-    hidden_size: Optional[int] = None,
+    *,
+    hidden_size: int,
 ) -> None:
     """Make the decoder stack ``model`` carry the captures at ``model.<ids_attr>``,
-    each ``hidden_size`` wide (by default its ``config.hidden_size``, else its decoder
-    layers').  Called on every rank by the capture hooks."""
+    each ``hidden_size`` wide (the hidden size of the config the stack is built from).
+    Called on every rank by the capture hooks."""
     model.pp_aux_relay = None
     if pp_group.world_size == 1:
         return
@@ -135,7 +138,7 @@ def set_pp_aux_capture(
         model.pp_aux_relay = PPAuxRelay(
             received_layer_ids=[i for i in taken if i < start],
             local_layer_ids=[i for i in taken if start <= i < end],
-            hidden_size=_hidden_size(model) if hidden_size is None else hidden_size,
+            hidden_size=int(hidden_size),
             takes_end=end in ids,
             is_last_stage=pp_group.is_last_rank,
         )
@@ -216,9 +219,20 @@ def pp_aux_collect(
 
 
 def pp_aux_proxy_hidden_size(model: torch.nn.Module) -> int:
-    """Width of the aux entry this stage receives (0: none)."""
-    relay = getattr(model, "pp_aux_relay", None)
-    return 0 if relay is None else len(relay.received_layer_ids) * relay.hidden_size
+    """Width of the aux entry this stage of ``model`` receives (0: none): from the relay
+    ``set_pp_aux_capture`` gave its decoder stack, ``model`` itself or a submodule at
+    any depth (a VL model's language model)."""
+    relays = [
+        relay
+        for module in model.modules()
+        if (relay := vars(module).get("pp_aux_relay")) is not None
+    ]
+    if len(relays) > 1:
+        raise RuntimeError(
+            f"{type(model).__name__} has {len(relays)} decoder stacks that relay aux "
+            "hidden states, but the PP handoff has one aux entry."
+        )
+    return sum(len(relay.received_layer_ids) * relay.hidden_size for relay in relays)
 
 
 def _by_layer(
@@ -261,19 +275,3 @@ def _tensors_of(pp_proxy_tensors: Optional[Any]) -> Optional[Mapping]:
 def _num_layers(model: torch.nn.Module) -> int:
     num_layers = getattr(getattr(model, "config", None), "num_hidden_layers", None)
     return int(len(model.layers) if num_layers is None else num_layers)
-
-
-def _hidden_size(model: torch.nn.Module) -> int:
-    """The stack's ``config.hidden_size``, else its decoder layers' (``GptOssModel``
-    and ``MiniMaxM3Model`` keep no ``config``)."""
-    holders = [getattr(model, "config", None)]
-    for layer in getattr(model, "layers", None) or ():
-        holders += [layer, getattr(layer, "config", None)]
-    for holder in holders:
-        size = getattr(holder, "hidden_size", None)
-        if isinstance(size, int) and size > 0:
-            return size
-    raise RuntimeError(
-        f"{type(model).__name__} has no config.hidden_size and no decoder layer with a "
-        "hidden_size, so the width of its aux hidden states under PP is unknown."
-    )

@@ -182,7 +182,7 @@ def _capture(relay, value_of):
 def _handoff(lm, stack, rank, allocated):
     """Stage 0 hands its captures to stage 1 in the PP proxy tensors, stage 1
     receives them into its allocated buffer and collects every capture."""
-    from sglang.srt.distributed.pp_aux_capture import pp_aux_collect, pp_aux_outgoing
+    from sglang.srt.layers.aux_hidden_states import pp_aux_collect, pp_aux_outgoing
     from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
 
     relay = stack.pp_aux_relay
@@ -241,11 +241,13 @@ def _check(name, rank):
     if not _all_ok(lm is not None):
         record.setdefault("error", "build failed on the other rank")
         return record
+    from sglang.srt.layers.aux_hidden_states import pp_aux_proxy_hidden_size
+
     stack = allocated = None
     try:
         record["hook"] = _call_hook(lm)
         stack = _stack(lm)
-        record["reported"] = int(lm.get_pp_proxy_aux_hidden_size())
+        record["reported"] = int(pp_aux_proxy_hidden_size(lm))
         record["resolved"], record["buffer"], allocated = _sizing(lm, rank)
     except BaseException:
         record["error"] = "hook/sizing: " + traceback.format_exc()[-3000:]

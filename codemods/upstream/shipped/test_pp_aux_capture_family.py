@@ -93,14 +93,16 @@ def _check_proxy_width(model, rank, tokens, proxy):
     """The width the stage reports for its CUDA-graph aux buffer is that of the entry
     it receives (0 without one); an empty microbatch, which some models hand on
     without captures, is not checked."""
-    report = getattr(model, "get_pp_proxy_aux_hidden_size", None)
-    if report is None or rank == 0 or tokens == 0:
+    from sglang.srt.layers.aux_hidden_states import pp_aux_proxy_hidden_size
+
+    if rank == 0 or tokens == 0:
         return
     entry = (proxy or {}).get("aux_hidden_states")
     received = 0 if entry is None else entry.shape[-1]
-    if report() != received:
+    reported = pp_aux_proxy_hidden_size(model)
+    if reported != received:
         raise AssertionError(
-            f"stage {rank} sizes its aux entry {report()} wide but receives {received}"
+            f"stage {rank} sizes its aux entry {reported} wide but receives {received}"
         )
 
 

@@ -14,8 +14,9 @@
   resolved with ``get_model_architecture``, as the server resolves it; the Transformers
   backend is refused too) and by ``configure_aux_hidden_state_capture`` under PP, which
   names the class and the method.
-* sizing: a model that still defines ``get_pp_proxy_dspark_hidden_size`` (out of
-  tree) is sized by it, with a deprecation warning.
+* sizing: the runner finds the relay of a stack nested in the model; a model that still
+  defines ``get_pp_proxy_dspark_hidden_size`` (out of tree) is sized by it, with a
+  deprecation warning.
 * guard: where the runner configures a capture, a model class that does not relay the
   method is refused by name under PP before its hook is called, and one that does is
   configured; with one stage both are.
@@ -35,17 +36,15 @@ from sglang.test.pp_aux_capture_family_models import (
 
 stub_gpu_only_packages()
 
-from sglang.srt.distributed.pp_aux_capture import (  # noqa: E402
+from sglang.srt.layers.aux_hidden_states import (  # noqa: E402
+    AuxHiddenStateList,
+    AuxHiddenStatePacker,
     pp_aux_collect,
     pp_aux_outgoing,
     pp_aux_proxy_hidden_size,
     pp_aux_seed,
     relays_pp_aux_capture,
     set_pp_aux_capture,
-)
-from sglang.srt.layers.aux_hidden_states import (  # noqa: E402
-    AuxHiddenStateList,
-    AuxHiddenStatePacker,
 )
 from sglang.test.ci.ci_register import register_cpu_ci  # noqa: E402
 from sglang.test.test_utils import CustomTestCase  # noqa: E402
@@ -92,7 +91,7 @@ def _run(size, ids, drop=False):
     incoming, widths = None, []
     for rank, (start, end) in enumerate(SPLITS[size]):
         stack = _Stack(start, end, ids)
-        set_pp_aux_capture(stack, _group(rank, size))
+        set_pp_aux_capture(stack, _group(rank, size), hidden_size=HIDDEN)
         widths.append(pp_aux_proxy_hidden_size(stack))
         local = AuxHiddenStateList(_capture(i) for i in sorted(ids) if start <= i < end)
         if rank < size - 1:
@@ -127,7 +126,7 @@ class TestPPAuxRelay(CustomTestCase):
 
     def test_single_stage_leaves_the_captures_alone(self):
         stack = _Stack(0, NUM_LAYERS, [1, 4])
-        set_pp_aux_capture(stack, _group(0, 1))
+        set_pp_aux_capture(stack, _group(0, 1), hidden_size=HIDDEN)
         captures = [_capture(1), _capture(4)]
         self.assertIs(pp_aux_collect(stack, captures, None), captures)
         self.assertEqual(pp_aux_outgoing(stack, captures, None), {})
@@ -139,7 +138,7 @@ class TestPPAuxRelay(CustomTestCase):
         ):
             _run(2, [0, 2, 3, 5], drop=True)
         stack = _Stack(3, 6, [0, 2, 3, 5])
-        set_pp_aux_capture(stack, _group(1, 2))
+        set_pp_aux_capture(stack, _group(1, 2), hidden_size=HIDDEN)
         narrow = {"aux_hidden_states": _capture(0)}
         with self.assertRaisesRegex(RuntimeError, r"layers \[0, 2\] \(8 wide\)"):
             pp_aux_collect(stack, [_capture(3), _capture(5)], narrow)
@@ -169,6 +168,17 @@ class TestPPAuxRelay(CustomTestCase):
 
 
 class TestDeprecatedWidthMethod(CustomTestCase):
+    def test_the_runner_sizes_from_the_relay_of_a_nested_stack(self):
+        from sglang.srt.model_executor.model_runner_components import misc_utils
+
+        # A VL model: its language model holds the stack the hook gave a relay.
+        vl_model = nn.Module()
+        vl_model.language_model = nn.Module()
+        vl_model.language_model.model = _Stack(3, 6, [0, 2, 3, 5])
+        set_pp_aux_capture(vl_model.language_model.model, _group(1, 2), hidden_size=5)
+        resolve = misc_utils.resolve_pp_proxy_aux_hidden_size
+        self.assertEqual(resolve(model=vl_model, pp_size=2, pp_rank=1), 2 * 5)
+
     def test_the_old_dspark_width_method_still_sizes_with_a_warning(self):
         from sglang.srt.model_executor.model_runner_components import misc_utils
 

@@ -21,12 +21,16 @@ A bracketed header or call the shorter names let fit on one line is joined as bl
 it.  A tree already renamed is left as it is; a tree without the path (before 0.5.21)
 gets it from ``graph_sizing_legacy.py``.
 
-An out-of-tree model (``SGLANG_EXTERNAL_MODEL_PACKAGE``) may still define the old
-``get_pp_proxy_dspark_hidden_size``: for one release the renamed resolver keeps asking it,
-with a deprecation warning, after ``get_pp_proxy_aux_hidden_size`` (:data:`DEPRECATED`).
-In ``kimi_linear.py`` and ``kimi_k3.py`` the relay itself then goes through the shipped
-helpers (``native_relay.py``), and the classes that define the DSPARK hook declare that they
-relay DSPARK (``pp_aux_relay_methods``), which the runtime guard asks.
+The renamed resolver then asks the one width lookup of the shipped helpers,
+``pp_aux_proxy_hidden_size(model)``, which finds the relay ``set_pp_aux_capture`` gave the
+model's decoder stack (a VL model's language model included), so no model class needs a
+width method of its own (:data:`RESOLVED`).  A model that defines
+``get_pp_proxy_aux_hidden_size`` (out of tree) is still asked first, and one that still
+defines the old ``get_pp_proxy_dspark_hidden_size`` (``SGLANG_EXTERNAL_MODEL_PACKAGE``) is
+asked next for one release, with a deprecation warning.  In ``kimi_linear.py`` and
+``kimi_k3.py`` the relay itself then goes through the shipped helpers (``native_relay.py``),
+and the classes that define the DSPARK hook declare that they relay DSPARK
+(``pp_aux_relay_methods``), which the runtime guard asks.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ import re
 import libcst as cst
 
 from codemods.upstream.edit.change_kinds import RUNTIME, Role
+from codemods.upstream.edit.imports import add_from_import
+from codemods.upstream.edit.names import GLUE_MODULE, WIDTH
 from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.proxy_width import add_support_attribute
@@ -164,13 +170,14 @@ def has_dspark_sizing(tree: SGLangTree) -> bool:
 RELAY_MODULES = ("sglang.srt.models.kimi_linear", "sglang.srt.models.kimi_k3")
 
 
-#: The renamed resolver's last line, and what replaces it: the old method, deprecated.
-_RESOLVED = """\
+#: The renamed resolver's last lines, and what replaces them: the old method, deprecated,
+#: then the helpers' lookup.
+_RENAMED_RESOLVER = """\
     if isinstance(model, _SupportsAuxPPProxy):
         return model.get_pp_proxy_aux_hidden_size()
     return 0
 """
-DEPRECATED = """\
+RESOLVED = f"""\
     if isinstance(model, _SupportsAuxPPProxy):
         return model.get_pp_proxy_aux_hidden_size()
     if callable(getattr(model, "get_pp_proxy_dspark_hidden_size", None)):
@@ -178,19 +185,22 @@ DEPRECATED = """\
         # release.
         logger.warning(
             "%s.get_pp_proxy_dspark_hidden_size is deprecated and will be removed in "
-            "the next release; define get_pp_proxy_aux_hidden_size instead.",
+            "the next release; relay through set_pp_aux_capture or define "
+            "get_pp_proxy_aux_hidden_size instead.",
             type(model).__name__,
         )
         return model.get_pp_proxy_dspark_hidden_size()
-    return 0
+    return {WIDTH}(model)
 """
 
 
-def keep_deprecated_width(text: str, path: str) -> str:
-    """The renamed ``misc_utils.py`` whose resolver still asks the old width method."""
-    if text.count(_RESOLVED) != 1:
+def resolve_through_helpers(text: str, path: str) -> str:
+    """The renamed ``misc_utils.py`` whose resolver asks the old width method, deprecated,
+    then the helpers' lookup (imported from the helpers' module)."""
+    if text.count(_RENAMED_RESOLVER) != 1:
         raise SizingError(f"{path}: the renamed aux width resolver not found once")
-    return text.replace(_RESOLVED, DEPRECATED)
+    text = text.replace(_RENAMED_RESOLVER, RESOLVED)
+    return add_from_import(parse_text(text), GLUE_MODULE, [WIDTH]).code
 
 
 def declare_dspark_relay(text: str) -> str:
@@ -223,7 +233,7 @@ def sizing_changes(tree: SGLangTree) -> list[FileChange]:
             role = Role.RELAY_RENAME if module in RELAY_MODULES else Role.SIZING_RENAME
             new = rename_dspark_entry(text, path)
             if module == SIZING_MODULES[0]:
-                new = keep_deprecated_width(new, path)
+                new = resolve_through_helpers(new, path)
             elif module in RELAY_MODULES:
                 entries = module == RELAY_MODULES[1]
                 new = declare_dspark_relay(relay_through_helpers(new, path, entries))

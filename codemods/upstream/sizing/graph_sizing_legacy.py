@@ -7,7 +7,9 @@ later added the DSPARK entry along one path; this module adds the aux entry alon
 same path, next to the ``pp_proxy_residual_num_blocks`` units those releases have:
 
 * ``misc_utils``: ``_SupportsAuxPPProxy`` and ``resolve_pp_proxy_aux_hidden_size``
-  (0 on PP=1 and on the first stage), after ``resolve_pp_proxy_residual_num_blocks``;
+  (0 on PP=1 and on the first stage; a model's own ``get_pp_proxy_aux_hidden_size`` where
+  it defines one, else the helpers' one lookup, ``pp_aux_proxy_hidden_size(model)``), after
+  ``resolve_pp_proxy_residual_num_blocks``;
 * ``ModelRunner.get_pp_proxy_aux_hidden_size``, after
   ``get_pp_proxy_residual_num_blocks`` (same ``pp_size``/``pp_rank`` arguments);
 * ``runner_utils/buffers.py``: a ``pp_proxy_aux_hidden_size: int = 0`` parameter after
@@ -44,6 +46,7 @@ import libcst as cst
 
 from codemods.upstream.edit.change_kinds import RUNTIME, Role
 from codemods.upstream.edit.imports import add_from_import
+from codemods.upstream.edit.names import GLUE_MODULE, WIDTH
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.sizing.graph_sizing import (
     DONE,
@@ -69,7 +72,7 @@ PRE_PLANNED = re.compile(r"^(\s+)if not forward_batch\.needs_forward_metadata_in
 LINE_LENGTH = 88
 POSITIONS_COPY = "self.buffers.positions[: self.raw_num_token].copy_(forward_batch.positions)"
 
-RESOLVER = '''
+RESOLVER = f'''
 
 @runtime_checkable
 class _SupportsAuxPPProxy(Protocol):
@@ -82,7 +85,7 @@ def resolve_pp_proxy_aux_hidden_size(*, model: Any, pp_size: int, pp_rank: int) 
         return 0
     if isinstance(model, _SupportsAuxPPProxy):
         return model.get_pp_proxy_aux_hidden_size()
-    return 0
+    return {WIDTH}(model)
 '''
 
 METHOD = """
@@ -139,6 +142,7 @@ def add_resolver(text: str, path: str) -> str:
     end = block_end(lines, _anchor(lines, RESOLVER_ANCHOR, path, "residual resolver"))
     text = "".join(lines[:end] + _lines(RESOLVER) + lines[end:])
     module = add_from_import(cst.parse_module(text), "typing", ["Protocol", "runtime_checkable"])
+    module = add_from_import(module, GLUE_MODULE, [WIDTH])
     return _checked(module.code, path)
 
 

@@ -42,8 +42,10 @@ after::
 
 (0.5.21 builds a dict: ``proxy_tensors.update(pp_aux_outgoing(...))``).  The DSPARK hook
 gives the stack its relay, with the width it knows (``set_pp_aux_capture(self.model,
-self.pp_group, ids_attr=..., hidden_size=self.config.hidden_size)``), and the width method
-returns ``pp_aux_proxy_hidden_size(self.model)``.  Kimi-K3 takes capture id ``i`` on the
+self.pp_group, ids_attr=..., hidden_size=self.config.hidden_size)``), and the width
+methods go (the hand-written one and Kimi-K3's VL wrapper, which asks its language
+model's): the CUDA-graph sizing asks the shipped lookup, which finds the relay in any
+model (``pp_aux_proxy_hidden_size(model)``).  Kimi-K3 takes capture id ``i`` on the
 stage that runs layer ``i + 1`` (the last one at the final norm), so its stack names those
 layers (``pp_aux_capture_entries``, as the family's gated shape does) and the last stage
 collects with ``final=True``.  A file without one of these pieces raises
@@ -58,7 +60,6 @@ from codemods.upstream.edit.imports import add_from_import
 from codemods.upstream.edit.names import COLLECT, ENTRY_IDS_ATTR, GLUE_MODULE, HANDOFF, OUTGOING
 from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.pyformat import Call, lines_to_text, render_call
-from codemods.upstream.family.proxy_width import WIDTH
 
 ATTACH = "set_pp_aux_capture"
 IDS = "dspark_layers_to_capture"
@@ -96,15 +97,24 @@ _RETURN = re.compile(
     r"(?P<j> *)return hidden_states, aux_hidden_states\n",
     re.M,
 )
-#: The hand-written width method's body.
+#: The hand-written width method, and the blank line after it.
 _WIDTH = re.compile(
     r"^(?P<i> *)def get_pp_proxy_aux_hidden_size\(self\) -> int:\n"
     r"(?P=i)    layers = self\.model\.dspark_layers_to_capture or \[\]\n"
     r"(?P=i)    return self\.config\.hidden_size \* sum\(\n"
     r"(?P=i)        layer < self\.model\.start_layer(?: - 1)? for layer in layers\n"
-    r"(?P=i)    \)\n",
+    r"(?P=i)    \)\n\n?",
     re.M,
 )
+#: Kimi-K3's VL wrapper asking its language model's width method, and the blank line after.
+_WRAPPER_WIDTH = re.compile(
+    r"^(?P<i> *)def get_pp_proxy_aux_hidden_size\(self\) -> int:\n"
+    r"(?P=i)    if self\.language_model is None:\n"
+    r"(?P=i)        return 0\n"
+    r"(?P=i)    return self\.language_model\.get_pp_proxy_aux_hidden_size\(\)\n\n?",
+    re.M,
+)
+WIDTH_METHOD = "get_pp_proxy_aux_hidden_size"
 #: The DSPARK hook's store of the ids on the stack.
 _STORE = re.compile(r"^(?P<i> *)self\.model\.dspark_layers_to_capture = list\(layer_ids\)\n", re.M)
 #: Where Kimi-K3's stack gets its entry property: before its capture method.
@@ -153,13 +163,11 @@ def relay_through_helpers(text: str, path: str, entries: bool) -> str:
         match,
         match.group(0).replace(match["j"] + "return", collect + match["j"] + "return", 1),
     )
-    match = _one(_WIDTH, text, "the DSPARK width method", path)
-    text = _splice(
-        text,
-        match,
-        f"{match['i']}def get_pp_proxy_aux_hidden_size(self) -> int:\n"
-        f"{match['i']}    return {WIDTH}(self.model)\n",
-    )
+    text = _splice(text, _one(_WIDTH, text, "the DSPARK width method", path), "")
+    if entries:
+        text = _splice(text, _one(_WRAPPER_WIDTH, text, "the VL wrapper's width", path), "")
+    if WIDTH_METHOD in text:
+        raise NativeRelayShape(f"{path}: {WIDTH_METHOD} is still asked after it went")
     ids_attr = ENTRY_IDS_ATTR if entries else IDS
     match = _one(_STORE, text, "the DSPARK hook's store of the ids", path)
     attach = _call(
@@ -174,7 +182,7 @@ def relay_through_helpers(text: str, path: str, entries: bool) -> str:
         ),
     )
     text = _splice(text, match, match.group(0) + attach)
-    names = [ATTACH, WIDTH, COLLECT, HANDOFF if "pp_aux_handoff(" in text else OUTGOING]
+    names = [ATTACH, COLLECT, HANDOFF if "pp_aux_handoff(" in text else OUTGOING]
     if entries:
         match = _one(_PACKS, text, "Kimi-K3's _dspark_capture_stream", path)
         pad = match["i"]

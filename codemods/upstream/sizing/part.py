@@ -94,10 +94,10 @@ def decide_packer(tree: SGLangTree, plan: part.Plan) -> part.Decision:
     rewritten = _rewritten(plan)
     if not rewritten:
         return part.not_applicable(NO_FAMILY)
+    path = tree.module_path(packer_access.MODULE)
     try:
-        changes = packer_access.packer_access_changes(tree, rewritten.values())
+        changes = packer_access.packer_access_changes(tree, rewritten.values(), plan.text(path))
     except ValueError as err:
-        path = tree.module_path(packer_access.MODULE)
         return part.cannot_apply(str(tree.file(path)), str(err).split(": ", 1)[-1])
     if not changes and not any(packer_access.PACKER in t for t in rewritten.values()):
         return part.not_applicable("no rewritten forward packs its captures")

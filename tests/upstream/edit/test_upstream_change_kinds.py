@@ -38,7 +38,10 @@ MODEL_FILES = {
     "family_deepseek_like.py": "deepseek_like.py",
     "family_missing_setter.py": "family_missing_setter.py",
 }
-PACKER = "class AuxHiddenStatePacker:\n    def __len__(self) -> int:\n        return self._idx\n"
+PACKER = (
+    "import torch\n\n\n"
+    "class AuxHiddenStatePacker:\n    def __len__(self) -> int:\n        return self._idx\n"
+)
 
 EXPECTED = {
     "kimi_linear.py": (KIMI, Role.MODEL),
@@ -46,8 +49,8 @@ EXPECTED = {
     "llama.py": ("llama-qwen-dense", Role.MODEL),
     "deepseek_like.py": ("deepseek", Role.MODEL),
     "family_missing_setter.py": (OTHER[0], Role.MODEL),
-    "pp_aux_capture.py": (RUNTIME, Role.RUNTIME_MODULE),
-    "aux_hidden_states.py": (RUNTIME, Role.PACKER),
+    # The helpers, appended to the packer's module, with the packer's accessor.
+    "aux_hidden_states.py": (RUNTIME, Role.RUNTIME_MODULE),
     "pp_aux_capture_family_models.py": (TESTS, Role.TEST_MODELS),
     "test_pp_aux_capture_family.py": (TESTS, Role.FAMILY_TEST),
     "test_pp_aux_capture.py": (TESTS, Role.INIT_TEST),
@@ -111,8 +114,10 @@ def test_branch_file_list_reads_the_roles(tmp_path):
     result = generate(_checkout(tmp_path))
     summaries = {_name(c.path): file_summary(result, c) for c in result.changes if c.changed}
     assert "changed" not in summaries.values()
-    assert summaries["pp_aux_capture.py"].startswith("new: the helpers the patched hooks")
-    assert summaries["aux_hidden_states.py"].startswith("AuxHiddenStatePacker.captured()")
+    assert summaries["aux_hidden_states.py"] == (
+        "the helpers the patched hooks and forwards call, appended after "
+        "AuxHiddenStatePacker, which gains captured() for stages that hand captures on"
+    )
     assert summaries["test_pp_aux_capture.py"].startswith("new CPU test")
 
 

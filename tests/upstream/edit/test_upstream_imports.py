@@ -100,3 +100,29 @@ def test_first_in_its_section_it_takes_over_the_gap_above_the_section():
         "# layers\n"
         "from sglang.srt.layers.utils import PPMissingLayer\n"
     )
+
+
+def test_a_standard_library_import_joins_the_standard_library_section():
+    source = (
+        '"""Doc."""\n\n'
+        "from __future__ import annotations\n\n"
+        "import os\n"
+        "from typing import List\n\n"
+        "import torch\n\n"
+        "from sglang.srt.a import b\n"
+    )
+    out = add_from_import(cst.parse_module(source), "dataclasses", ["dataclass"]).code
+    assert out == source.replace(
+        "from typing import List\n", "from dataclasses import dataclass\nfrom typing import List\n"
+    )
+    # After every from-import of the section when none sorts after it.
+    out = add_from_import(cst.parse_module(source), "uuid", ["uuid4"]).code
+    assert out == source.replace(
+        "from typing import List\n", "from typing import List\nfrom uuid import uuid4\n"
+    )
+    # First in the section, it takes over the gap below ``from __future__``.
+    first = source.replace("import os\n", "")
+    out = add_from_import(cst.parse_module(first), "dataclasses", ["dataclass"]).code
+    assert out == first.replace(
+        "from typing import List\n", "from dataclasses import dataclass\nfrom typing import List\n"
+    )

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.family import registry
 from codemods.upstream.family.plan import plan_family
 from codemods.upstream.output.family_report import markdown_table, survey
@@ -69,7 +70,11 @@ def test_decisions_name_the_shape(plan):
 
 def test_gathered_by_id_keeps_the_hooks_pp_group(plan):
     text = plan.rewritten()["entry_gathered_ids.py"]
-    assert "set_pp_aux_capture(self.model, get_parallel().pp_group)" in text
+    assert (
+        "set_pp_aux_capture(\n"
+        "            self.model, get_parallel().pp_group, hidden_size=self.config.hidden_size\n"
+        "        )"
+    ) in text
     assert text.count("return\n") == 0
     assert (
         "        )\n"
@@ -126,6 +131,8 @@ def test_untouched_lines_are_kept(plan):
             "to_pp" in line
             or "is_last_rank" in line
             or line.strip() in ("return", "", "self.capture_aux_hidden_states = True")
+            # SGLang's aux-capture module's import, now also of the helpers
+            or line.startswith(f"from {GLUE_MODULE} import AuxHiddenState")
             for line in removed
         ), removed
 

@@ -21,6 +21,13 @@ INPUTS = Path(__file__).resolve().parents[3] / "fixtures" / "upstream" / "entry_
 NAMES = ["enumerated_stack.py", "snapshot_stack.py", "split_stack.py"]
 NO_EARLY = "no hook returns early on non-last PP ranks"
 
+#: The call a rewritten hook ends with.
+HOOK_CALL = (
+    "set_pp_aux_capture(\n"
+    "            self.model, self.pp_group, hidden_size=self.config.hidden_size\n"
+    "        )"
+)
+
 
 def _plan(tmp_path: Path, name: str, text: str | None = None):
     models = tmp_path / "models"
@@ -79,7 +86,7 @@ def test_snapshot_stack_hands_on_and_gathers_after_the_output_snapshot(plan):
     )
     assert collect in text
     assert text.index("residual_batch.snapshot(") < text.index(collect)
-    assert "set_pp_aux_capture(self.model, self.pp_group)" in text
+    assert HOOK_CALL in text
     assert "            return\n" not in text
 
 
@@ -96,7 +103,7 @@ def test_enumerated_stack_is_rewritten_like_the_range_loop(plan):
 def test_split_stack_hooks_attach_without_an_early_return(plan):
     text = plan.rewritten()["split_stack.py"]
     cst.parse_module(text)
-    assert text.count("set_pp_aux_capture(self.model, self.pp_group)") == 2
+    assert text.count(HOOK_CALL) == 2
     assert (
         "            return pp_aux_handoff(\n"
         "                self, PPProxyTensors(proxy), aux_hidden_states, pp_proxy_tensors\n"

@@ -64,7 +64,7 @@ def test_patch_covers_the_family_and_applies(patched):
     assert decisions["bailing_moe_v3.py"].capture_kinds == ("after-layer",)
     assert decisions["deepseek_v4.py"].patched
     assert decisions["qwen3_vl.py"].fixes and decisions["mimo_v2.py"].fixes
-    assert result.changed.count("sglang/srt/distributed/pp_aux_capture.py") == 1
+    assert result.changed.count("sglang/srt/layers/aux_hidden_states.py") == 1
     # A package tree: the tests are shipped, but not written into the package; their
     # utilities are a module of it.
     assert TEST_FILE in result.tests and result.tests_left_out

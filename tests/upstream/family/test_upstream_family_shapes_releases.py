@@ -97,7 +97,7 @@ def test_patch_applies_and_rewrites_the_snapshot_forward(patched):
         assert gemma.capture_kinds == ("entry-callback",) and gemma.final_capture
         text = (copy / f"sglang/srt/models/{GEMMA}.py").read_text()
         assert "self, PPProxyTensors(proxy), aux_hidden_states, pp_proxy_tensors" in text
-        assert text.count("set_pp_aux_capture(self.model, self.pp_group)") == 2
+        assert text.count("self.model, self.pp_group, hidden_size=self.config.hidden_size") == 2
         assert generate(copy, models=[GEMMA]).patch == ""
 
 

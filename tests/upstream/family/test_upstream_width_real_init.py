@@ -1,15 +1,17 @@
 """The aux entry's width on patched causal LMs built through their real ``__init__``.
 
-``get_pp_proxy_aux_hidden_size()`` is what the CUDA-graph runners size the
-``aux_hidden_states`` buffer of the PP handoff with.  The glue derives it from what the
-decoder stack holds: its ``config.hidden_size``, else its decoder layers' (``GptOssModel``,
-``MiniMaxM3Model``, ``MiniMaxM2Model`` and ``Glm4MoeLiteModel`` keep no ``config``).  Here
-every model class the patch of SGLang 0.5.23 gives ``get_pp_proxy_aux_hidden_size`` is
-built by its real constructor with a tiny config (4 layers, hidden size 64) as stage 0
-and stage 1 of 2 gloo processes on the patched tree (``sglang_support/width_check.py``),
-its capture hook takes one capture on each stage, and the stage-1 model must report
-the width of the entry stage 0 really hands over (64 x its captures, which
-stage 1 then collects with its own) while stage 0 reports 0.
+The width the CUDA-graph runners size the ``aux_hidden_states`` buffer of the PP handoff
+with comes from ``misc_utils.resolve_pp_proxy_aux_hidden_size``, which asks the helpers'
+one lookup (``pp_aux_proxy_hidden_size(model)``) for the relay the capture hook set up,
+each capture as wide as the hook says (``hidden_size=``, from the config the class builds
+its stack from).  Here every model class whose hooks the patch of SGLang 0.5.23 rewrites
+(those that declare ``pp_aux_relay_methods``) is built by its real constructor with a tiny
+config (4 layers, hidden size 64) as stage 0 and stage 1 of 2 gloo processes on the
+patched tree (``sglang_support/width_check.py``), its capture hook takes one capture on
+each stage, and the stage-1 model must be sized to the width of the entry stage 0 really
+hands over (64 x its captures, which stage 1 then collects with its own) while stage 0
+is sized 0.  ``GptOssModel``, ``MiniMaxM3Model``, ``MiniMaxM2Model`` and
+``Glm4MoeLiteModel`` keep no ``config``; VL models build their stack from a part of theirs.
 """
 
 from __future__ import annotations
@@ -44,15 +46,17 @@ def report(copy):
 
 
 def _sized_classes(tree) -> set[tuple[str, str]]:
-    """``(module, class)`` of every model class the patch gives the width method."""
+    """``(module, class)`` of every model class whose hooks the patch rewrote: those that
+    declare the capture methods they relay in their own body."""
     found = set()
     for path in sorted((tree / "sglang/srt/models").glob("*.py")):
         text = path.read_text(encoding="utf-8")
-        if "def get_pp_proxy_aux_hidden_size" not in text:
+        if "pp_aux_relay_methods = (" not in text:
             continue
         for node in ast.parse(text).body:
             if isinstance(node, ast.ClassDef) and any(
-                isinstance(item, ast.FunctionDef) and item.name == "get_pp_proxy_aux_hidden_size"
+                isinstance(item, ast.Assign)
+                and any(getattr(t, "id", None) == "pp_aux_relay_methods" for t in item.targets)
                 for item in node.body
             ):
                 found.add((path.stem, node.name))
@@ -62,10 +66,13 @@ def _sized_classes(tree) -> set[tuple[str, str]]:
 def test_the_check_builds_every_class_the_patch_sizes(copy):
     assert REQUIRED <= set(MODELS)
     built = {(module, cls) for module, cls, _, _ in MODELS.values()}
-    # Kimi-Linear and Kimi-K3 (renamed from SGLang's DSPARK width method) are built by
-    # their own checks (sglang_support/kimi_check.py, k3_check.py).
+    # Kimi-Linear and Kimi-K3 (SGLang's own DSPARK relay, moved onto the helpers) are
+    # built by their own checks (sglang_support/kimi_check.py, k3_check.py).
     sized = {(module, cls) for module, cls in _sized_classes(copy) if not module.startswith("kimi")}
     assert built == sized
+    # No class of the patch sizes the entry itself: one lookup serves them all.
+    for path in (copy / "sglang/srt/models").glob("*.py"):
+        assert "get_pp_proxy_aux_hidden_size" not in path.read_text(encoding="utf-8"), path
 
 
 @pytest.mark.timeout(600)

@@ -51,12 +51,12 @@ def test_patch_applies_compiles_and_is_idempotent(tmp_path, fixture):
     original = (root / model_path).read_text()
     result = generate(root)
     assert result.model("kimi_linear").status == kimi.NEEDS_PATCH
-    assert result.changed == [model_path, "sglang/srt/distributed/pp_aux_capture.py"]
+    assert result.changed == [model_path, "sglang/srt/layers/aux_hidden_states.py"]
     assert git_apply(root, result.patch, check=True).returncode == 0
     assert git_apply(root, result.patch).returncode == 0
     new = (root / model_path).read_text()
     compile(new, model_path, "exec")
-    assert (root / "sglang/srt/distributed/pp_aux_capture.py").read_text() == render_glue()
+    assert (root / "sglang/srt/layers/aux_hidden_states.py").read_text() == render_glue()
 
     removed, added = _removed_and_added(result.patch, model_path)
     # Only the PP guards and the bare handoff return go; everything else stays byte-equal.
@@ -90,10 +90,10 @@ def test_patch_applies_compiles_and_is_idempotent(tmp_path, fixture):
 def test_checkout_layout_paths(tmp_path):
     root, model_path = _tree(tmp_path, "kimi_renamed.py", layout="checkout")
     result = generate(root)
-    assert result.changed == [model_path, "python/sglang/srt/distributed/pp_aux_capture.py"]
+    assert result.changed == [model_path, "python/sglang/srt/layers/aux_hidden_states.py"]
     assert (
-        "diff --git a/python/sglang/srt/distributed/pp_aux_capture.py "
-        "b/python/sglang/srt/distributed/pp_aux_capture.py\nnew file mode 100644\n"
+        "diff --git a/python/sglang/srt/layers/aux_hidden_states.py "
+        "b/python/sglang/srt/layers/aux_hidden_states.py\nnew file mode 100644\n"
     ) in result.patch
     assert git_apply(root, result.patch).returncode == 0
 
@@ -109,7 +109,10 @@ def test_rewriter_keeps_local_names_and_capture_expression():
     assert "None if intermediate is None else intermediate.tensors" in new
     assert (
         "set_pp_aux_capture(\n"
-        '            self.backbone, self.pipeline, ids_attr="dspark_layers_to_capture"\n'
+        "            self.backbone,\n"
+        "            self.pipeline,\n"
+        '            ids_attr="dspark_layers_to_capture",\n'
+        "            hidden_size=self.config.hidden_size,\n"
         "        )"
     ) in new
     assert "self.pp_aux_relay: PPAuxRelay | None = None" in new
@@ -128,7 +131,7 @@ def test_generated_model_code_names_no_transport_mode():
         "SGLANG_PP_AUX_TRANSPORT",
     ):
         assert literal not in new, literal
-    assert "from sglang.srt.distributed.pp_aux_capture import" in new
+    assert "from sglang.srt.layers.aux_hidden_states import" in new
     assert "set_pp_aux_capture" in new
 
 
@@ -143,7 +146,7 @@ def test_a_tree_patched_by_the_earlier_form_is_reported_patched():
         flags=re.S,
     )
     legacy = legacy.replace("self.pp_aux_relay", "self.dspark_aux_transport").replace(
-        "from sglang.srt.distributed.pp_aux_capture import PPAuxRelay, set_pp_aux_capture\n",
+        "from sglang.srt.layers.aux_hidden_states import PPAuxRelay, set_pp_aux_capture\n",
         "from sglang.srt.distributed.pp_aux_transport import PPAuxTransport\n",
     )
     assert "set_pp_aux_capture" not in legacy and "pp_aux_capture" not in legacy
@@ -239,7 +242,7 @@ def test_pr_body_cites_the_error_in_sglangs_template(tmp_path):
         "## Benchmarking and Profiling",
         "## Checklist",
         'NotImplementedError("DSPARK aux hidden capture requires PP=1.")',
-        "sglang/srt/distributed/pp_aux_capture.py",
+        "sglang/srt/layers/aux_hidden_states.py",
     ):
         assert needle in text, needle
     for stale in ("direct", "SGLANG_PP_AUX_TRANSPORT", "pp_aux_transport"):

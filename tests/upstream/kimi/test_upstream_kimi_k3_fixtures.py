@@ -51,9 +51,10 @@ def test_rewrite_changes_setter_forward_and_capture_method():
     assert early < method.index("if idx + 1 < self.end_layer:")
     setter = new.split("def set_dspark_layers_to_capture", 1)[1]
     assert (
-        'set_pp_aux_capture(\n            self.model, self.pp_group, ids_attr="dspark_layers_to_capture"'
-        in setter
-    )
+        "set_pp_aux_capture(\n            self.model,\n            self.pp_group,\n"
+        '            ids_attr="dspark_layers_to_capture",\n'
+        "            hidden_size=self.config.hidden_size,\n        )"
+    ) in setter
     assert "mode=" not in new and '"direct"' not in new and "relay_only" not in new
     again, second = kimi_k3.rewrite(new, "k3.py")
     assert second.status == kimi.PATCHED and again == new
@@ -117,7 +118,7 @@ def test_generate_patches_k3_with_the_helpers_and_applies(tmp_path):
     assert result.model("kimi_k3").status == kimi.NEEDS_PATCH
     assert result.changed == [
         K3_PATH,
-        "sglang/srt/distributed/pp_aux_capture.py",
+        "sglang/srt/layers/aux_hidden_states.py",
     ]
     assert git_apply(root, result.patch, check=True).returncode == 0
     assert git_apply(root, result.patch).returncode == 0
@@ -171,11 +172,11 @@ def rewritten(monkeypatch):
     distributed = types.ModuleType("sglang.srt.distributed")
     batch_info = types.ModuleType("sglang.srt.model_executor.forward_batch_info")
     batch_info.PPProxyTensors = _Proxy
-    for name in ("sglang", "sglang.srt", "sglang.srt.model_executor"):
+    for name in ("sglang", "sglang.srt", "sglang.srt.layers", "sglang.srt.model_executor"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "sglang.srt.distributed", distributed)
     monkeypatch.setitem(sys.modules, batch_info.__name__, batch_info)
-    glue = types.ModuleType("sglang.srt.distributed.pp_aux_capture")
+    glue = types.ModuleType("sglang.srt.layers.aux_hidden_states")
     monkeypatch.setitem(sys.modules, glue.__name__, glue)
     exec(compile(render_glue(), "pp_aux_capture.py", "exec"), glue.__dict__)
     module = types.ModuleType("k3_rewritten")

@@ -52,7 +52,7 @@ def test_patched_kimi_k3_matches_pp1(sglang_release, tmp_path, version):
     assert result.model("kimi_k3").status == kimi.NEEDS_PATCH
     assert result.changed == [
         K3_FILE,
-        "sglang/srt/distributed/pp_aux_capture.py",
+        "sglang/srt/layers/aux_hidden_states.py",
     ]
     check = git_apply(release, result.patch, check=True)
     assert check.returncode == 0, check.stderr
@@ -122,7 +122,7 @@ def test_full_patch_on_0_5_20_includes_kimi_k3_and_applies(sglang_release):
     result = release_result(release)
     assert result.model("kimi_k3").status == kimi.NEEDS_PATCH
     assert K3_FILE in result.changed
-    assert result.changed.count("sglang/srt/distributed/pp_aux_capture.py") == 1
+    assert result.changed.count("sglang/srt/layers/aux_hidden_states.py") == 1
     check = git_apply(release, result.patch, check=True)
     assert check.returncode == 0, check.stderr
     decision = result.family.decisions["kimi_k3.py"]

@@ -59,7 +59,7 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
     result, copy = _patched_copy(release, tmp_path)
     assert result.changed == [
         "sglang/srt/models/kimi_linear.py",
-        "sglang/srt/distributed/pp_aux_capture.py",
+        "sglang/srt/layers/aux_hidden_states.py",
     ]
     text = (copy / result.model("kimi_linear").path).read_text()
     assert "set_pp_aux_capture(" in text
@@ -139,8 +139,9 @@ def test_cli_patch_applies_on_release_and_compiles(sglang_release, tmp_path, ver
     assert outcome.exit_code == 0, outcome.output
     patch = out.read_text()
     assert git_apply(release, patch, check=True).returncode == 0
-    assert "diff --git a/sglang/srt/distributed/pp_aux_capture.py" in patch
-    assert "new file mode 100644" in patch
+    # The helpers go into the release's own aux-capture module (not a new file).
+    glue = "sglang/srt/layers/aux_hidden_states.py"
+    assert f"diff --git a/{glue} b/{glue}\nindex " in patch
     added = [
         line[1:]
         for line in patch.splitlines()

@@ -47,6 +47,16 @@ def test_branch_message_is_true_of_the_release(version, sglang_release):
     assert f"the capture hooks of {len(early)} model files return early" in body
     title, subject = body.splitlines()[0].removeprefix("# "), message.splitlines()[0]
     assert subject == title or (len(title) > 72 and subject == title.replace("pipeline", "PP"))
+    # The helpers' module, the width the hooks pass and the one lookup, as the diff has
+    # them: no class sizes the entry itself.
+    added = [line[1:] for line in result.patch.splitlines() if line.startswith("+")]
+    assert result.glue_path.endswith("srt/layers/aux_hidden_states.py")
+    assert "layers/aux_hidden_states.py" in message
+    models = [c for c in result.changes if "/srt/models/" in c.path]
+    assert models and not any("def get_pp_proxy_aux_hidden_size" in c.new for c in models)
+    assert sum("hidden_size=self.config" in line for line in added) >= len(early)
+    assert "hidden_size=" in " ".join(message.split())
+    assert "pp_aux_proxy_hidden_size(model)" in " ".join(message.split())
     relay = "models/kimi_linear.py"
     if version >= "0.5.21":
         # SGLang relays DSPARK itself: Kimi-Linear's diff is a rename, said as one.

@@ -43,7 +43,7 @@ def _family_result(tmp_path, with_kimi: bool, tests: bool = False):
     changes = [
         _model(f"{MODELS}/llama.py"),
         _model(f"{MODELS}/qwen3_moe.py"),
-        _runtime(f"{PKG}/srt/distributed/pp_aux_capture.py", Role.RUNTIME_MODULE, None),
+        _runtime(f"{PKG}/srt/layers/aux_hidden_states.py", Role.RUNTIME_MODULE, None),
     ]
     if with_kimi:
         changes.append(_model(f"{MODELS}/kimi_linear.py"))
@@ -77,9 +77,11 @@ def test_title_motivation_and_modifications_cover_only_what_the_patch_touches(tm
     mods = section(text, "## Modifications")
     assert "  - Llama / Qwen dense: `llama.py`" in mods
     assert "  - Qwen MoE / VL / hybrid: `qwen3_moe.py`" in mods
-    assert f"`{PKG}/srt/distributed/pp_aux_capture.py`" in mods
-    # The packer accessor is not in this patch, so it is not named.
-    assert "aux_hidden_states.py" not in text and "captured()" not in text
+    assert f"`{PKG}/srt/layers/aux_hidden_states.py`" in mods
+    # The module is created with the helpers; no packer accessor, so none is named.
+    assert "(new: the helpers the patched hooks and forwards call)" in mods
+    assert "captured()" not in text and "AuxHiddenStatePacker" not in text
+    assert "with the width of its decoder stack's hidden states (`hidden_size=`" in mods
 
 
 def test_kimi_is_named_only_when_the_patch_touches_it(tmp_path):

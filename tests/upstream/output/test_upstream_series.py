@@ -109,7 +109,7 @@ def test_series_orders_runtime_then_model_groups_then_validation(tmp_path):
         _model(f"{MODELS}/beam.py"),
         _model(f"{MODELS}/kimi_linear.py"),
         _model(f"{MODELS}/brand_new_model.py"),
-        _runtime(f"{PKG}/srt/distributed/pp_aux_capture.py", Role.RUNTIME_MODULE, None),
+        _runtime(f"{PKG}/srt/layers/aux_hidden_states.py", Role.RUNTIME_MODULE, None),
         _runtime(f"{PKG}/srt/model_executor/model_runner.py", Role.SIZING),
         _runtime(f"{PKG}/srt/model_executor/cuda_graph_runner.py", Role.SIZING),
         _runtime(f"{PKG}/srt/speculative/spec_info.py", Role.SIZING),
@@ -130,7 +130,7 @@ def test_series_orders_runtime_then_model_groups_then_validation(tmp_path):
     ]
     by_key = {patch.key: patch for patch in patches}
     assert by_key["runtime"].paths == [
-        f"{PKG}/srt/distributed/pp_aux_capture.py",
+        f"{PKG}/srt/layers/aux_hidden_states.py",
         f"{PKG}/srt/model_executor/model_runner.py",
         f"{PKG}/srt/model_executor/cuda_graph_runner.py",
         f"{PKG}/srt/speculative/spec_info.py",
@@ -256,7 +256,7 @@ def test_checkout_tests_spread_over_the_series_and_the_init_test_comes_last(tmp_
     result.changes = [
         _model("python/sglang/srt/models/llama.py"),
         _model("python/sglang/srt/models/qwen3_moe.py"),
-        _runtime("python/sglang/srt/distributed/pp_aux_capture.py", Role.RUNTIME_MODULE, None),
+        _runtime("python/sglang/srt/layers/aux_hidden_states.py", Role.RUNTIME_MODULE, None),
         _validation("python/sglang/srt/arg_groups/validation_hook.py"),
         _test(f"{tests}/pp_aux_capture_family_models.py", Role.TEST_MODELS, "M = 1\n"),
         _test(f"{tests}/test_pp_aux_capture_family.py", Role.FAMILY_TEST, final),
@@ -293,7 +293,7 @@ def test_series_mails_apply_with_git_am_as_a_stack(tmp_path, monkeypatch):
     changes = [
         _model(f"{MODELS}/llama.py", "x = 1\n", "x = 2\n"),
         FileChange(f"{PKG}/srt/server_args.py", "y = 1\n", "y = 2\n", VALIDATION, Role.VALIDATION),
-        _runtime(f"{PKG}/srt/distributed/pp_aux_capture.py", Role.RUNTIME_MODULE, None, "T = 1\n"),
+        _runtime(f"{PKG}/srt/layers/aux_hidden_states.py", Role.RUNTIME_MODULE, None, "T = 1\n"),
     ]
     patches = series.build_series(_result(tmp_path / "tree", changes, decisions))
     files = series.render_series(patches, "A U Thor <author@example.com>")
@@ -317,7 +317,7 @@ def test_series_mails_apply_with_git_am_as_a_stack(tmp_path, monkeypatch):
         "A U Thor|[PP] Carry aux hidden states in the PP handoff",
     ]
     assert (repo / MODELS / "llama.py").read_text() == "x = 2\n"
-    assert (repo / PKG / "srt/distributed/pp_aux_capture.py").read_text() == "T = 1\n"
+    assert (repo / PKG / "srt/layers/aux_hidden_states.py").read_text() == "T = 1\n"
 
 
 def test_series_directory_with_another_series_is_refused(tmp_path):
@@ -573,20 +573,28 @@ def test_a_series_that_does_not_apply_leaves_no_branch(tmp_path, monkeypatch):
 
 def test_runtime_patch_claims_sizing_only_when_it_sizes_buffers(tmp_path):
     """The shipped helpers and the packer accessor alone size nothing."""
+    packer = "class AuxHiddenStatePacker:\n    pass\n"
+    helpers = packer.replace("pass", "def captured(self):\n        pass") + "\n\ndef h(): ...\n"
     shipped = [
-        _runtime(f"{PKG}/srt/distributed/pp_aux_capture.py", Role.RUNTIME_MODULE, None),
-        _runtime(f"{PKG}/srt/layers/aux_hidden_states.py", Role.PACKER),
+        _runtime(f"{PKG}/srt/layers/aux_hidden_states.py", Role.RUNTIME_MODULE, packer, helpers)
     ]
     (runtime,) = series.build_series(_result(tmp_path, shipped, []))
     assert runtime.subject == "[PP] Carry aux hidden states in the PP handoff"
     assert "proxy buffer" not in runtime.body
-    assert "- aux_hidden_states.py: AuxHiddenStatePacker.captured()" in runtime.body
+    assert (
+        "- aux_hidden_states.py: the helpers the patched hooks and forwards call "
+        "(set_pp_aux_capture, pp_aux_outgoing / pp_aux_handoff, pp_aux_collect, "
+        "pp_aux_proxy_hidden_size), appended after AuxHiddenStatePacker, which gains "
+        "captured() for stages that hand captures on."
+    ) in " ".join(runtime.body.split())
+    assert "pp_aux_proxy_hidden_size(model)" not in runtime.body
     sized = [*shipped, _runtime(f"{PKG}/srt/model_executor/runner_utils/buffers.py", Role.SIZING)]
     (runtime,) = series.build_series(_result(tmp_path, sized, []))
     assert runtime.subject.endswith("and size its proxy buffer")
     assert "- buffers.py: sizes the aux_hidden_states PP proxy buffer" in " ".join(
         runtime.body.split()
     )
+    assert "sizing asks pp_aux_proxy_hidden_size(model)" in " ".join(runtime.body.split())
     old, new = 'k = "dspark_hidden_states"\n', 'k = "aux_hidden_states"\n'
     renamed = [
         *shipped,

@@ -1,13 +1,24 @@
 """``graph_sizing.py`` renames a DSPARK PP proxy sizing path for every capture method, and
-``family_proxy_width.py`` gives a rewritten causal-LM class its width method."""
+its resolver asks a model's own width method, the old DSPARK one (deprecated), then the
+shipped helpers' one lookup."""
 
 from __future__ import annotations
 
-import libcst as cst
-import pytest
+import logging
+import sys
+import types
+from types import SimpleNamespace
 
-from codemods.upstream.family.proxy_width import add_proxy_width_method
-from codemods.upstream.sizing.graph_sizing import SizingError, rename_dspark_entry
+import pytest
+import torch
+
+from codemods.upstream.edit.names import GLUE_MODULE
+from codemods.upstream.edit.runtime import render_glue
+from codemods.upstream.sizing.graph_sizing import (
+    SizingError,
+    rename_dspark_entry,
+    resolve_through_helpers,
+)
 
 #: A small module in the shape of a sizing path: protocol, resolver, allocation with an
 #: ``if`` block, a keyword argument spread over lines, and a method.
@@ -107,28 +118,71 @@ def test_renaming_is_idempotent_and_a_line_that_would_not_fit_stays_split():
         rename_dspark_entry("def f(:\n    pp_proxy_dspark_hidden_size\n", "bad.py")
 
 
-CLASS = """\
-class TinyForCausalLM:
-    def set_eagle3_layers_to_capture(self, layer_ids=None):
-        pass
+#: SGLang 0.5.21+'s resolver, as its ``misc_utils.py`` has it.
+RESOLVER = """\
+import logging
+from typing import Any, Protocol, runtime_checkable
 
-    def set_dflash_layers_to_capture(self, layer_ids):
-        pass
+logger = logging.getLogger("misc_utils")
 
-    # Loads weights.
-    def load_weights(self, weights):
-        pass
+
+@runtime_checkable
+class _SupportsDSparkPPProxy(Protocol):
+    def get_pp_proxy_dspark_hidden_size(self) -> int: ...
+
+
+def resolve_pp_proxy_dspark_hidden_size(
+    *, model: Any, pp_size: int, pp_rank: int
+) -> int:
+    if pp_size <= 1 or pp_rank == 0:
+        return 0
+    if isinstance(model, _SupportsDSparkPPProxy):
+        return model.get_pp_proxy_dspark_hidden_size()
+    return 0
 """
 
 
-def test_the_width_method_follows_the_last_capture_hook_once():
-    (cls,) = cst.parse_module(CLASS).body
-    updated = add_proxy_width_method(cls, "self.model")
-    text = cst.Module(body=[updated]).code
-    assert text == CLASS.replace(
-        "    # Loads weights.",
-        "    def get_pp_proxy_aux_hidden_size(self) -> int:\n"
-        "        return pp_aux_proxy_hidden_size(self.model)\n\n"
-        "    # Loads weights.",
-    )
-    assert add_proxy_width_method(updated, "self.model") is updated
+@pytest.fixture
+def resolve(monkeypatch):
+    """The rewritten resolver, importing the shipped helpers."""
+    glue = types.ModuleType(GLUE_MODULE)
+    monkeypatch.setitem(sys.modules, GLUE_MODULE, glue)
+    exec(compile(render_glue(), "aux_hidden_states.py", "exec"), glue.__dict__)
+    text = resolve_through_helpers(rename_dspark_entry(RESOLVER, "m.py"), "m.py")
+    assert f"from {GLUE_MODULE} import pp_aux_proxy_hidden_size\n" in text
+    namespace: dict = {}
+    exec(compile(text, "misc_utils.py", "exec"), namespace)
+    return glue, namespace["resolve_pp_proxy_aux_hidden_size"]
+
+
+def test_the_resolver_sizes_from_the_relay_a_hook_gave_any_stack_of_the_model(resolve):
+    glue, resolver = resolve
+    model = torch.nn.Module()
+    model.language_model = torch.nn.Module()
+    stack = model.language_model.model = torch.nn.Module()
+    stack.layers, stack.start_layer, stack.end_layer = [None] * 4, 2, 4
+    stack.layers_to_capture = [0, 1, 3]
+    group = SimpleNamespace(world_size=2, is_last_rank=True)
+    glue.set_pp_aux_capture(stack, group, hidden_size=8)
+    assert resolver(model=model, pp_size=2, pp_rank=1) == 16
+    assert resolver(model=model, pp_size=2, pp_rank=0) == 0
+    assert resolver(model=torch.nn.Module(), pp_size=2, pp_rank=1) == 0
+
+
+def test_a_models_own_width_method_comes_first_and_the_old_one_warns(resolve, caplog):
+    _, resolver = resolve
+
+    class Own(torch.nn.Module):
+        def get_pp_proxy_aux_hidden_size(self):
+            return 7
+
+    class Old(torch.nn.Module):
+        def get_pp_proxy_dspark_hidden_size(self):
+            return 5
+
+    assert resolver(model=Own(), pp_size=2, pp_rank=1) == 7
+    with caplog.at_level(logging.WARNING, logger="misc_utils"):
+        assert resolver(model=Old(), pp_size=3, pp_rank=2) == 5
+    assert "get_pp_proxy_dspark_hidden_size is deprecated" in caplog.text
+    with pytest.raises(SizingError, match="resolver not found once"):
+        resolve_through_helpers(RESOLVER, "m.py")

@@ -4,11 +4,14 @@ shape: the results are executed and their allocations and copies inspected."""
 
 from __future__ import annotations
 
+import sys
 import types
 
 import pytest
 import torch
 
+from codemods.upstream.edit.names import GLUE_MODULE
+from codemods.upstream.edit.runtime import render_glue
 from codemods.upstream.sizing.graph_sizing import SizingError
 from codemods.upstream.sizing.graph_sizing_legacy import (
     add_buffer_sizing,
@@ -109,16 +112,33 @@ class _Model:
         return 12
 
 
-def test_the_resolver_and_the_runner_method_follow_the_residual_bank():
+@pytest.fixture
+def glue(monkeypatch):
+    """The shipped helpers, importable where the resolver imports them from."""
+    module = types.ModuleType(GLUE_MODULE)
+    monkeypatch.setitem(sys.modules, GLUE_MODULE, module)
+    exec(compile(render_glue(), "aux_hidden_states.py", "exec"), module.__dict__)
+    return module
+
+
+def test_the_resolver_and_the_runner_method_follow_the_residual_bank(glue):
     misc = _exec(add_resolver(MISC, "misc_utils.py"))
     resolve = misc["resolve_pp_proxy_aux_hidden_size"]
     assert resolve(model=_Model(), pp_size=3, pp_rank=2) == 12
     assert resolve(model=_Model(), pp_size=3, pp_rank=0) == 0
     assert resolve(model=_Model(), pp_size=1, pp_rank=0) == 0
-    assert resolve(model=object(), pp_size=3, pp_rank=1) == 0
-    assert "from typing import Any, Optional, Protocol, runtime_checkable\n" in add_resolver(
-        MISC, "misc_utils.py"
-    )
+    assert resolve(model=torch.nn.Module(), pp_size=3, pp_rank=1) == 0
+    # A model without a width method of its own: the relay its hook gave a stack.
+    model = torch.nn.Module()
+    model.model = torch.nn.Module()
+    model.model.layers, model.model.start_layer, model.model.end_layer = [0] * 4, 2, 4
+    model.model.layers_to_capture = [1, 3]
+    group = types.SimpleNamespace(world_size=2, is_last_rank=True)
+    glue.set_pp_aux_capture(model.model, group, hidden_size=6)
+    assert resolve(model=model, pp_size=2, pp_rank=1) == 6
+    text = add_resolver(MISC, "misc_utils.py")
+    assert "from typing import Any, Optional, Protocol, runtime_checkable\n" in text
+    assert f"from {GLUE_MODULE} import pp_aux_proxy_hidden_size\n" in text
     runner_text = add_runner_method(RUNNER, "model_runner.py")
     namespace = _exec(runner_text)
     runner = namespace["ModelRunner"]()

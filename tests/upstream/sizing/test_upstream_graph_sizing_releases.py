@@ -3,8 +3,9 @@
 The family patch of each release also sizes the PP proxy buffers for the aux entry: on
 0.5.21+ by mirroring SGLang's DSPARK sizing path (``graph_sizing.py``), on 0.5.18-0.5.20
 by adding the path next to the residual bank's, with the pre-planned decode load's
-refresh (``graph_sizing_legacy.py``); each patched causal-LM class gets
-``get_pp_proxy_aux_hidden_size``.  The patched tree is imported on CPU; for every stage
+refresh (``graph_sizing_legacy.py``); the resolver asks the helpers' one lookup,
+``pp_aux_proxy_hidden_size(model)``, so no patched class gets a width method.  The
+patched tree is imported on CPU; for every stage
 of 2- and 3-stage splits the real allocation functions allocate the aux entry with
 exactly the width the previous stage sends, and the real replay loads (full and
 pre-planned) copy the incoming entry into it (``sglang_support/sizing_check.py``).  The
@@ -63,7 +64,11 @@ def test_the_patch_sizes_the_aux_entry_along_the_sizing_path(patched):
         assert "pp_proxy_aux_hidden_size" in (copy / path).read_text()
         assert "pp_proxy_aux_hidden_size" not in released
     llama = (copy / "sglang/srt/models/llama.py").read_text()
-    assert "def get_pp_proxy_aux_hidden_size(self) -> int:" in llama
+    assert "get_pp_proxy_aux_hidden_size" not in llama
+    assert "hidden_size=self.config.hidden_size" in llama
+    misc = (copy / _path(SIZING_MODULES[0])).read_text()
+    assert "return pp_aux_proxy_hidden_size(model)\n" in misc
+    assert "from sglang.srt.layers.aux_hidden_states import pp_aux_proxy_hidden_size\n" in misc
     body = render(result)
     # 0.5.21+ size DSPARK's entry already: it is renamed; older releases get the path.
     renamed = "dspark" in (release / _path(SIZING_MODULES[2])).read_text()

@@ -3,7 +3,8 @@
 On 0.5.21-0.5.23 the patch (with any family model, which brings the renamed sizing path)
 replaces the hand-written relay of ``kimi_linear.py`` and ``kimi_k3.py`` with the helpers
 every other model calls: no incoming entry appended by hand, no ``torch.cat`` into the
-handoff, no width arithmetic; the DSPARK hook gives the stack its relay with the width it
+handoff, no width arithmetic and no width method (the sizing asks the helpers' lookup);
+the DSPARK hook gives the stack its relay with the width it
 knows, and the classes with a DSPARK hook declare that they relay DSPARK.  On 0.5.22 and
 0.5.23 the patched ``KimiLinearForCausalLM`` and ``KimiLinearModel``, imported on CPU, run as
 2 and 3 pipeline stages (``sglang_support.entry_check``) and hand the logits processor
@@ -42,7 +43,9 @@ def test_both_kimi_files_relay_through_the_shipped_helpers(patched):
         assert "aux_hidden_states, dim=-1" not in text
         assert "dspark_hidden_states" not in text
         assert "self.config.hidden_size * sum(" not in text
-        assert "return pp_aux_proxy_hidden_size(self.model)" in text
+        # No width method: the sizing asks the helpers' lookup of any model.
+        assert "get_pp_proxy_aux_hidden_size" not in text
+        assert "get_pp_proxy_dspark_hidden_size" not in text
         assert "pp_aux_collect(" in text
         assert 'pp_aux_relay_methods = ("DSPARK",)' in text
         assert "hidden_size=self.config.hidden_size," in text

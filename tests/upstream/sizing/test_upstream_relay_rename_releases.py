@@ -22,7 +22,7 @@ from sglang_support.family_check import patched_copy
 
 from codemods.upstream.generate import generate
 from codemods.upstream.kimi import linear as kimi
-from codemods.upstream.sizing.graph_sizing import DEPRECATED
+from codemods.upstream.sizing.graph_sizing import RESOLVED
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -64,8 +64,8 @@ def test_one_entry_for_every_capture_method(version, tmp_path):
     # Only the resolver's deprecated fallback for out-of-tree models names the old method.
     assert left == ["sglang/srt/model_executor/model_runner_components/misc_utils.py"]
     misc = (copy / left[0]).read_text(encoding="utf-8")
-    assert DEPRECATED in misc
-    assert len(OLD_NAMES.findall(misc)) == len(OLD_NAMES.findall(DEPRECATED))
+    assert RESOLVED in misc
+    assert len(OLD_NAMES.findall(misc)) == len(OLD_NAMES.findall(RESOLVED))
     renamed = {str(p.relative_to(release)) for p in before}
     assert renamed <= set(result.changed)
     relayed = _relay(copy, "aux_hidden_states", "dspark_hidden_states")
