@@ -229,7 +229,7 @@ def test_a_packer_is_seeded_before_it_captures(glue):
     glue.pp_aux_seed(stacks[0], empty, None)
     glue.pp_aux_seed(stacks[-1], None, incoming)
     single = Stack(0, 4, config=_config())
-    glue.set_pp_aux_capture(single, _group(0, 1))
+    glue.set_pp_aux_capture(single, _group(0, 1), hidden_size=HIDDEN)
     glue.pp_aux_seed(single, empty, None)
     assert len(empty) == 0
 

@@ -17,8 +17,8 @@ the same ids, default layers, order (ascending layer id) and capture point.
 A model that refuses PP in its constructor is not patched: only the early return of its
 hooks, which never runs, is dropped (``FileDecision.dead_returns``).  A class that inherits
 a patched class's hooks but builds its own decoder stack is decided by
-:mod:`~codemods.upstream.family.subclass`; the parsed files and the cross-file lookups are
-:mod:`~codemods.upstream.family.corpus`'s.
+:mod:`~codemods.upstream.family.planning.subclass`; the parsed files and the cross-file lookups are
+:mod:`~codemods.upstream.family.planning.corpus`'s.
 """
 
 from __future__ import annotations
@@ -38,16 +38,16 @@ from codemods.upstream.edit.forked import forked_map
 from codemods.upstream.edit.splice import module_code
 from codemods.upstream.edit.walk import findall
 from codemods.upstream.family import registry
-from codemods.upstream.family.corpus import Corpus, asks_hasattr, defines, find_forward
-from codemods.upstream.family.decision import FileDecision, ForwardRef
 from codemods.upstream.family.forward import ForwardShape
+from codemods.upstream.family.planning.corpus import Corpus, asks_hasattr, defines, find_forward
+from codemods.upstream.family.planning.decision import FileDecision, ForwardRef
+from codemods.upstream.family.planning.subclass import plan_subclasses
 from codemods.upstream.family.proxy_width import WidthUnknown, hook_width
 from codemods.upstream.family.repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
 from codemods.upstream.family.rewrite import rewrite_module
 from codemods.upstream.family.setter import SetterShape
 from codemods.upstream.family.split_stack import sibling_setters, split_stack_setters
 from codemods.upstream.family.stage_output import NamedStageOutputFix, named_stage_unpack
-from codemods.upstream.family.subclass import plan_subclasses
 from codemods.upstream.family.survey import ModuleShapes, unpacks_stack_output
 from codemods.upstream.family.syntax import IDS_ATTR, class_node
 

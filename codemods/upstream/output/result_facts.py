@@ -215,7 +215,7 @@ DEAD_RETURN = (
 
 def own_stack_subclasses(result: UpstreamResult) -> list[str]:
     """The classes that inherit patched hooks and declare their own relay because the patch
-    rewrote the decoder stack they build (``family/subclass.py``)."""
+    rewrote the decoder stack they build (``family/planning/subclass.py``)."""
     if result.family is None:
         return []
     return sorted(

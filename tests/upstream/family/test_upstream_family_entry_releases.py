@@ -248,7 +248,7 @@ PATCHED_0_5_23 = (
     "qwen3_5_text",
     "qwen3_moe",
     "qwen3_vl",
-    # Inherits qwen3_vl's hooks and builds its own stack (``family/subclass.py``).
+    # Inherits qwen3_vl's hooks and builds its own stack (``family/planning/subclass.py``).
     "qwen3_vl_moe",
 )
 #: Not in the layer-entry shape.

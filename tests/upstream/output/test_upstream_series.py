@@ -583,8 +583,8 @@ def test_runtime_patch_claims_sizing_only_when_it_sizes_buffers(tmp_path):
     assert "proxy buffer" not in runtime.body
     assert (
         "- aux_hidden_states.py: the helpers the patched hooks and forwards call "
-        "(set_pp_aux_capture, pp_aux_outgoing / pp_aux_handoff, pp_aux_collect, "
-        "pp_aux_proxy_hidden_size), appended after AuxHiddenStatePacker, which gains "
+        "(set_pp_aux_capture, pp_aux_outgoing / pp_aux_handoff, pp_aux_collect / "
+        "pp_aux_seed, pp_aux_proxy_hidden_size), appended after AuxHiddenStatePacker, which gains "
         "captured() for stages that hand captures on."
     ) in " ".join(runtime.body.split())
     assert "pp_aux_proxy_hidden_size(model)" not in runtime.body

@@ -93,7 +93,7 @@ def test_each_call_gets_the_check_with_the_pp_size_its_scope_has():
         "import torch\n\n"
         "from sglang.srt.distributed import get_tensor_model_parallel_rank\n"
         "from sglang.srt.distributed.parallel_state import get_pp_group\n"
-        "from sglang.srt.distributed.pp_aux_capture import check_pp_aux_capture\n"
+        "from sglang.srt.layers.aux_hidden_states import check_pp_aux_capture\n"
         "from sglang.srt.utils import helper\n"
     )
     removed = [line for line in done.text.splitlines() if "check_pp_aux_capture" not in line]
@@ -170,7 +170,7 @@ def test_the_part_answers_for_each_tree(tmp_path):
     paths = [c.path for c in decision.changes]
     assert paths == [
         "sglang/srt/model_executor/model_runner.py",
-        "sglang/srt/distributed/pp_aux_capture.py",
+        "sglang/srt/layers/aux_hidden_states.py",
     ]
     # No model part applies: nothing relays, so nothing to guard for.
     assert decide_guard(tree, part.Plan(tree)).verdict is part.Verdict.NOT_APPLICABLE

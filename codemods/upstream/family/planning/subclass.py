@@ -33,7 +33,7 @@ import libcst.matchers as m
 
 from codemods.upstream.edit.walk import findall
 from codemods.upstream.family import registry
-from codemods.upstream.family.corpus import (
+from codemods.upstream.family.planning.corpus import (
     MODELS_PACKAGE,
     Corpus,
     asks_hasattr,
@@ -41,7 +41,7 @@ from codemods.upstream.family.corpus import (
     defines,
     find_forward,
 )
-from codemods.upstream.family.decision import FileDecision, ForwardRef
+from codemods.upstream.family.planning.decision import FileDecision, ForwardRef
 from codemods.upstream.family.proxy_width import relay_methods
 from codemods.upstream.family.survey import ClassInfo, ModuleShapes
 from codemods.upstream.family.syntax import IDS_ATTR, LAYER_FLAG, _methods, code_of, name_value
