@@ -30,6 +30,11 @@ FEATURES = {
         "sglang.srt.distributed.parallel_state",
         r"^\s+pipeline_model_parallel_size: int",
     ),
+    # Server args are published in the runtime context (0.5.20+).
+    "published_server_args": (
+        "sglang.srt.runtime_context",
+        r"^def publish\(",
+    ),
     # The PP proxy buffers are allocated by a public function (0.5.22+).
     "public_allocate": (
         "sglang.srt.model_executor.runner_utils.buffers",
