@@ -578,6 +578,19 @@ def init_parallel(rank, world_size, port, timeout=OP_TIMEOUT_S):
         backend="gloo",
     )
     # @@end published_topology
+    # @@if native_cpu_activation
+    # @@if published_server_args
+    # @@else published_server_args
+    # The attention-DP state the model runner sets up from the server args.
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+    from sglang.srt.server_args import ServerArgs
+
+    initialize_dp_attention(
+        ServerArgs(model_path="dummy", tp_size=1, pp_size=world_size, device="cpu"),
+        SimpleNamespace(hidden_size=TINY_HIDDEN, dtype=torch.float32, hf_config=None),
+    )
+    # @@end published_server_args
+    # @@end native_cpu_activation
 
 
 # ------------------------------------------------------------------ stand-ins
@@ -923,8 +936,8 @@ def _width(model) -> int:
 
 
 def _assembled(outer_cls, inner_cls, start: int, end: int, pp_group):
-    """The causal LM and its decoder stack without their ``__init__`` (for classes
-    ``TINY_MODELS`` has no config of), with the attributes their forwards read."""
+    """The causal LM and its decoder stack without their ``__init__`` (where
+    ``build_model`` cannot run it), with the attributes their forwards read."""
     config = SimpleNamespace(
         num_hidden_layers=NUM_LAYERS,
         hidden_size=HIDDEN_SIZE,
@@ -1011,12 +1024,12 @@ def build_model(case, pp_rank: int, pp_size: int, group):
     set_pp_group(pp_group)
     start, end = get_pp_indices(NUM_LAYERS, pp_rank, pp_size)
     _outside_forward()
-    # @@if published_server_args
+    # @@if native_cpu_activation
     name = _tiny_model(module_name, outer_name)
-    # @@else published_server_args
-    # No __init__: the constructors read attention-DP state only a model runner sets.
+    # @@else native_cpu_activation
+    # No __init__: this release's activation layers need vllm's kernels off CUDA.
     name = None
-    # @@end published_server_args
+    # @@end native_cpu_activation
     if name is None:  # no tiny config of this class: assembled without __init__
         outer = _assembled(outer_cls, inner_cls, start, end, pp_group)
     else:

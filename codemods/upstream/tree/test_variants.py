@@ -35,6 +35,12 @@ FEATURES = {
         "sglang.srt.runtime_context",
         r"^def publish\(",
     ),
+    # The activation layers build on any CPU (0.5.9+) instead of taking vllm's off
+    # CUDA.
+    "native_cpu_activation": (
+        "sglang.srt.layers.activation",
+        r"^\s*from vllm\.model_executor\.layers\.activation import",
+    ),
     # The PP proxy buffers are allocated by a public function (0.5.22+).
     "public_allocate": (
         "sglang.srt.model_executor.runner_utils.buffers",
@@ -63,7 +69,7 @@ FEATURES = {
     ),
 }
 #: Features whose pattern tells that the tree LACKS the feature.
-_INVERTED = {"published_topology"}
+_INVERTED = {"published_topology", "native_cpu_activation"}
 
 
 class VariantError(ValueError):
