@@ -2,11 +2,13 @@
 
 * Tiny configs of the patched causal LMs (``TINY_MODELS``, ``tiny_config``), with
   which ``test_pp_aux_capture.py`` builds them through their real ``__init__``.
+* SGLang's parallel state for a gloo world of PP stages (``init_parallel``), as a
+  server sets it up before it builds a model.
 * Stand-in models for ``test_pp_aux_capture_family.py``: one PP stage of a real SGLang
-  causal-LM class, built with tiny stand-in decoder layers, embedding, norm, logits
-  processor and PP group (no weights to load, no attention kernels), its forward run
-  as the scheduler runs it, and the aux states of a single-stage run to compare
-  against.
+  causal-LM class, built through its ``__init__`` with its tiny config, then given
+  stand-in decoder layers, embedding, norm, logits processor and PP group (no
+  attention kernels) and weights filled by parameter name, its forward run as the
+  scheduler runs it, and the aux states of a single-stage run to compare against.
 * For every test of the capture, the stand-ins for GPU-only packages on a CPU machine
   (``stub_gpu_only_packages``).
 * For the tests of the server-argument checks, the record of a pipeline-parallel
@@ -16,6 +18,7 @@
 import importlib
 import os
 import sys
+import zlib
 from types import SimpleNamespace
 from typing import Any
 
@@ -437,8 +440,22 @@ TINY_MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
 }
 
 
-def tiny_config(name: str) -> Any:
-    """The config of ``TINY_MODELS[name]``, as a checkpoint of the model would hold it."""
+def _deepened(values: dict, num_layers: int) -> dict:
+    """``values`` for ``num_layers`` layers: per-layer fields (lists or patterns as
+    long as the tiny stack) repeated, nested text configs too."""
+    out = dict(values, num_hidden_layers=num_layers)
+    for key, value in values.items():
+        per_layer = isinstance(value, list) or key.endswith("_pattern")
+        if per_layer and len(value) == TINY_LAYERS:
+            out[key] = (value * num_layers)[:num_layers]
+        elif key == "text_config" and isinstance(value, dict):
+            out[key] = _deepened(value, num_layers)
+    return out
+
+
+def tiny_config(name: str, num_layers: int = TINY_LAYERS) -> Any:
+    """The config of ``TINY_MODELS[name]``, as a checkpoint of the model would hold
+    it; ``num_layers`` deep (per-layer fields repeated)."""
     _, _, config_cls, fields = TINY_MODELS[name]
     import transformers
 
@@ -451,7 +468,8 @@ def tiny_config(name: str) -> Any:
         cls = getattr(transformers, config_cls)
     if isinstance(fields.get("text_config"), str):
         # A multimodal model: the text config is that of the model it names.
-        values = {**fields, "text_config": tiny_config(fields["text_config"])}
+        text_config = tiny_config(fields["text_config"], num_layers)
+        values = {**fields, "text_config": text_config}
     elif "text_config" in fields:
         # The text fields both nested and at the top, as checkpoints of the model
         # family write them.
@@ -459,6 +477,8 @@ def tiny_config(name: str) -> Any:
         values = {**_COMMON, **fields, "text_config": text}
     else:
         values = {**_COMMON, **fields}
+    if num_layers != TINY_LAYERS:
+        values = _deepened(values, num_layers)
     if cls is transformers.PretrainedConfig and isinstance(
         values.get("vision_config"), dict
     ):
@@ -510,6 +530,69 @@ def pp_server_args(arch, model_impl="auto", **fields):
     return record
 
 
+# ------------------------------------------------------------- parallel state
+
+
+def init_parallel(rank, world_size, port, timeout=OP_TIMEOUT_S):
+    """SGLang's world and model-parallel groups for ``tp_size=1`` and
+    ``pp_size=world_size`` over gloo, and the server args the model constructors
+    read, as a server sets them up before it builds a model."""
+    from sglang.srt.distributed import parallel_state
+
+    parallel_state.init_distributed_environment(
+        world_size=world_size,
+        rank=rank,
+        local_rank=rank,
+        distributed_init_method=f"tcp://127.0.0.1:{port}",
+        backend="gloo",
+        timeout=int(timeout),
+    )
+    # @@if published_server_args
+    from sglang.srt import runtime_context
+    from sglang.srt.server_args import ServerArgs
+
+    server_args = ServerArgs(
+        model_path="dummy", tp_size=1, pp_size=world_size, device="cpu"
+    )
+    runtime_context.reset_context()
+    # @@end published_server_args
+    # @@if published_topology
+    # Publish the topology initialize_model_parallel reads, keeping the WORLD group
+    # just built.
+    runtime_context.publish(
+        server_args,
+        role="test",
+        ranks=runtime_context.SpawnRanks(world_rank=rank),
+    )
+    runtime_context.get_parallel().override_permanently(
+        world_group=parallel_state._WORLD
+    )
+    parallel_state.initialize_model_parallel(backend="gloo")
+    # @@else published_topology
+    # @@if published_server_args
+    runtime_context.publish(server_args, role="test")
+    # @@end published_server_args
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=1,
+        pipeline_model_parallel_size=world_size,
+        backend="gloo",
+    )
+    # @@end published_topology
+    # @@if native_cpu_activation
+    # @@if published_server_args
+    # @@else published_server_args
+    # The attention-DP state the model runner sets up from the server args.
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+    from sglang.srt.server_args import ServerArgs
+
+    initialize_dp_attention(
+        ServerArgs(model_path="dummy", tp_size=1, pp_size=world_size, device="cpu"),
+        SimpleNamespace(hidden_size=TINY_HIDDEN, dtype=torch.float32, hf_config=None),
+    )
+    # @@end published_server_args
+    # @@end native_cpu_activation
+
+
 # ------------------------------------------------------------------ stand-ins
 
 
@@ -536,14 +619,14 @@ class StandInLayer(nn.Module):
     """A decoder layer with SGLang's calling convention and deterministic math."""
 
     def __init__(
-        self, layer_id: int, returns: int, entry: bool = False, pair: bool = False
+        self, hidden_size: int, returns: int, entry: bool = False, pair: bool = False
     ) -> None:
         super().__init__()
-        generator = torch.Generator().manual_seed(1000 + layer_id)
-        weight = torch.randn(HIDDEN_SIZE, HIDDEN_SIZE, generator=generator)
-        self.weight = nn.Parameter(weight / HIDDEN_SIZE**0.5, requires_grad=False)
+        # Filled by ``fill_weights``, from the parameter's name.
+        weight = torch.empty(hidden_size, hidden_size)
+        self.weight = nn.Parameter(weight, requires_grad=False)
         self.returns = returns
-        self.hidden_size = HIDDEN_SIZE
+        self.hidden_size = hidden_size
         self.attn_boundary = StandInBoundary()
         self.boundary = self.attn_boundary
         self.entry = entry
@@ -578,13 +661,22 @@ class StandInLayer(nn.Module):
             return hidden_states, residual, None
         return hidden_states, residual
 
+    def hc_post(self, hidden_states, residual, post, comb):
+        """mHC layers: the stand-in's output is already complete."""
+        return hidden_states
+
 
 class StandInEmbedding(nn.Module):
     """Token ids -> deterministic hidden states (first stage)."""
 
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.hidden_size = hidden_size
+
     def forward(self, input_ids):
-        base = input_ids.to(torch.float32).unsqueeze(-1) / HIDDEN_SIZE
-        return torch.sin(base + torch.arange(HIDDEN_SIZE, dtype=torch.float32))
+        width = self.hidden_size
+        base = input_ids.to(torch.float32).unsqueeze(-1) / width
+        return torch.sin(base + torch.arange(width, dtype=torch.float32))
 
 
 class StandInNorm(nn.Module):
@@ -594,10 +686,10 @@ class StandInNorm(nn.Module):
         return (hidden_states + residual) * 0.5, residual
 
 
-class RecordingLogitsProcessor:
+class RecordingLogitsProcessor(nn.Module):
     """Stands in for LogitsProcessor: returns what the last stage hands it."""
 
-    def __call__(self, input_ids, hidden_states, lm_head, forward_batch, *args, **kw):
+    def forward(self, input_ids, hidden_states, lm_head, forward_batch, *args, **kw):
         aux = kw.get("aux_hidden_states", args[0] if args else None)
         return SimpleNamespace(hidden_states=hidden_states, aux_hidden_states=aux)
 
@@ -625,8 +717,13 @@ def _forward_batch(tokens: int):
         is_extend=lambda: True,
         is_decode=lambda: False,
         is_target_verify=lambda: False,
+        is_context_parallel_extend=lambda: False,
     )
     return SimpleNamespace(
+        positions=torch.arange(tokens),
+        attn_cp_metadata=None,
+        # Multimodal rope positions of a text-only batch: the same on every section.
+        mrope_positions=torch.arange(tokens).expand(3, tokens),
         capture_hidden_mode=SimpleNamespace(need_capture=lambda: True),
         can_run_tbo=False,
         contains_mm_inputs=lambda: False,
@@ -682,13 +779,21 @@ STACK_ATTRIBUTES = {
         hc_pre_from_prev_sublayer=False,
         late_layer_start=None,
         _can_run_tbo=lambda forward_batch: False,
-        # Folds the mHC copies back into one hidden state, as the real head does.
-        hc_head=lambda hidden_states, *weights: hidden_states.mean(dim=1),
         hc_head_fn=None,
         hc_head_scale=None,
         hc_head_base=None,
     ),
 }
+
+
+def _fold_mhc(hidden_states, *weights):
+    """Folds the mHC copies back into one hidden state, as the real head (a GPU
+    kernel) does."""
+    return hidden_states.mean(dim=1)
+
+
+#: Per decoder stack: stand-ins for methods that run GPU kernels.
+STACK_STAND_INS = {"DeepseekV4Model": dict(hc_head=_fold_mhc)}
 #: Decoder stacks that check their layers' types against a module-level tuple.
 LAYER_TYPE_TUPLES = {"NemotronHModel": "Layers"}
 #: Causal-LM attributes some forwards read (their __init__ is skipped).
@@ -749,6 +854,15 @@ def _deepseek_v4_state() -> None:
 STACK_SETUP = {"DeepseekV4Model": _deepseek_v4_state}
 
 
+def _outside_forward() -> None:
+    """No forward context left set (by ``STACK_SETUP``): a server builds a model
+    outside any forward."""
+    if _has_module("sglang.srt.model_executor.forward_context"):
+        from sglang.srt.model_executor import forward_context
+
+        forward_context.set_forward_context(None)
+
+
 def set_pp_group(group: StandInPPGroup) -> None:
     from sglang.srt.distributed import parallel_state
 
@@ -801,21 +915,29 @@ def _keeps_config(cls) -> bool:
     )
 
 
-def build_model(case, pp_rank: int, pp_size: int, group):
-    """The causal-LM object of ``case`` for one PP stage, with stand-in layers."""
-    import importlib
+def _tiny_model(module_name: str, outer_name: str):
+    """The key of ``TINY_MODELS`` that builds ``outer_name`` of ``module_name``."""
+    for name, (module, cls_name, _, _) in TINY_MODELS.items():
+        if (module, cls_name) == (module_name, outer_name):
+            return name
+    return None
 
-    from sglang.srt.distributed import get_pp_indices
-    from sglang.srt.layers.utils import PPMissingLayer
 
-    module_name, outer_name, inner_name, _ = case
-    module = importlib.import_module(f"sglang.srt.models.{module_name}")
-    outer_cls = getattr(module, outer_name)
-    inner_cls = module
-    for part in inner_name.split("."):  # "Qwen2Model" or "qwen3_5.Qwen3_5ForCausalLM"
-        inner_cls = getattr(inner_cls, part)
-    pp_group = StandInPPGroup(pp_rank, pp_size, group)
-    set_pp_group(pp_group)
+def _constructed(outer_cls, name: str):
+    """``outer_cls`` built through its ``__init__`` with the tiny config ``name``,
+    ``NUM_LAYERS`` deep, on the PP stage set up last (``set_pp_group``)."""
+    with torch.device("cpu"):
+        return outer_cls(config=tiny_config(name, NUM_LAYERS))
+
+
+def _width(model) -> int:
+    """The hidden size of the causal LM's text stack."""
+    return (getattr(model.config, "text_config", None) or model.config).hidden_size
+
+
+def _assembled(outer_cls, inner_cls, start: int, end: int, pp_group):
+    """The causal LM and its decoder stack without their ``__init__`` (where
+    ``build_model`` cannot run it), with the attributes their forwards read."""
     config = SimpleNamespace(
         num_hidden_layers=NUM_LAYERS,
         hidden_size=HIDDEN_SIZE,
@@ -830,11 +952,6 @@ def build_model(case, pp_rank: int, pp_size: int, group):
         audio_token_id=-3,
     )
     config.text_config = config
-
-    start, end = get_pp_indices(NUM_LAYERS, pp_rank, pp_size)
-    returns = 3 if inner_cls.__name__ in THREE_OUTPUT_LAYERS else 2
-    if inner_cls.__name__ in FOUR_OUTPUT_LAYERS:
-        returns = 4
     inner = inner_cls.__new__(inner_cls)
     nn.Module.__init__(inner)
     if _keeps_config(inner_cls):  # as the real stack: some keep no config
@@ -844,31 +961,13 @@ def build_model(case, pp_rank: int, pp_size: int, group):
         inner._start_layer, inner._end_layer = start, end
     else:
         inner.start_layer, inner.end_layer = start, end
-    # Stacks that hand off with residual_batch keep the residual stream out of the
-    # layers' return value.
-    # (mHC layers keep their four-value convention either way.)
-    entry = returns != 4 and "residual_batch" in _code_names(inner_cls.forward)
-    pair = entry and inner_cls.__name__ in PAIR_ENTRY_LAYERS
-    inner.layers = nn.ModuleList(
-        StandInLayer(i, returns, entry, pair) if start <= i < end else PPMissingLayer()
-        for i in range(NUM_LAYERS)
-    )
+    inner.layers = nn.ModuleList(nn.Identity() for _ in range(NUM_LAYERS))
     inner.layers_to_capture = []
     inner.norm = StandInNorm()
-    inner.embed_tokens = StandInEmbedding()
-    inner.word_embeddings = StandInEmbedding()
-    setup = STACK_SETUP.get(inner_cls.__name__)
-    if setup is not None:
-        setup()
+    inner.embed_tokens = StandInEmbedding(HIDDEN_SIZE)
+    inner.word_embeddings = StandInEmbedding(HIDDEN_SIZE)
     for attribute, value in STACK_ATTRIBUTES.get(inner_cls.__name__, {}).items():
         setattr(inner, attribute, value)
-    tuple_name = LAYER_TYPE_TUPLES.get(inner_cls.__name__)
-    if tuple_name is not None:
-        stack_module = sys.modules[inner_cls.__module__]
-        known = getattr(stack_module, tuple_name)
-        if StandInLayer not in known:
-            setattr(stack_module, tuple_name, (*known, StandInLayer))
-
     outer = outer_cls.__new__(outer_cls)
     nn.Module.__init__(outer)
     outer.config = config
@@ -877,13 +976,98 @@ def build_model(case, pp_rank: int, pp_size: int, group):
     if outer_cls.__name__ in LANGUAGE_MODEL_OUTERS:
         outer.language_model = inner
     outer.capture_aux_hidden_states = False
-    outer.logits_processor = RecordingLogitsProcessor()
     outer.lm_head = nn.Identity()
     for attribute, value in OUTER_ATTRIBUTES.items():
         if not hasattr(outer_cls, attribute):
             setattr(outer, attribute, value)
     for attribute, value in OUTER_CLASS_ATTRIBUTES.get(outer_cls.__name__, {}).items():
         setattr(outer, attribute, value)
+    return outer
+
+
+def fill_weights(model: nn.Module) -> None:
+    """Every floating-point parameter filled from a generator seeded by its name, so
+    that a stage holds the same values as the single-stage model under that name."""
+    for name, parameter in model.named_parameters():
+        if parameter.is_floating_point():
+            generator = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+            values = torch.randn(parameter.shape, generator=generator)
+            with torch.no_grad():
+                parameter.copy_(values / max(parameter.shape[-1], 1) ** 0.5)
+
+
+def _stand_in(module: nn.Module, attribute: str, value: nn.Module) -> None:
+    """``module.attribute = value`` where the stage holds a real one."""
+    from sglang.srt.layers.utils import PPMissingLayer
+
+    held = getattr(module, attribute, None)
+    if isinstance(held, nn.Module) and not isinstance(held, PPMissingLayer):
+        setattr(module, attribute, value)
+
+
+def build_model(case, pp_rank: int, pp_size: int, group):
+    """The causal-LM object of ``case`` for one PP stage, built through its
+    ``__init__`` with a tiny config, with stand-in layers, embedding, norm and logits
+    processor, and weights filled by name (``fill_weights``)."""
+    import importlib
+
+    from sglang.srt.distributed import get_pp_indices
+    from sglang.srt.layers.utils import PPMissingLayer
+
+    module_name, outer_name, inner_name, _ = case
+    module = importlib.import_module(f"sglang.srt.models.{module_name}")
+    outer_cls = getattr(module, outer_name)
+    inner_cls = module
+    for part in inner_name.split("."):  # "Qwen2Model" or "qwen3_5.Qwen3_5ForCausalLM"
+        inner_cls = getattr(inner_cls, part)
+    pp_group = StandInPPGroup(pp_rank, pp_size, group)
+    set_pp_group(pp_group)
+    start, end = get_pp_indices(NUM_LAYERS, pp_rank, pp_size)
+    _outside_forward()
+    # @@if native_cpu_activation
+    name = _tiny_model(module_name, outer_name)
+    # @@else native_cpu_activation
+    # No __init__: this release's activation layers need vllm's kernels off CUDA.
+    name = None
+    # @@end native_cpu_activation
+    if name is None:  # no tiny config of this class: assembled without __init__
+        outer = _assembled(outer_cls, inner_cls, start, end, pp_group)
+    else:
+        outer = _constructed(outer_cls, name)
+    setup = STACK_SETUP.get(inner_cls.__name__)
+    if setup is not None:
+        setup()
+    inner = next(m for m in outer.modules() if isinstance(m, inner_cls))
+    width = _width(outer)
+
+    returns = 3 if inner_cls.__name__ in THREE_OUTPUT_LAYERS else 2
+    if inner_cls.__name__ in FOUR_OUTPUT_LAYERS:
+        returns = 4
+    # Stacks that hand off with residual_batch keep the residual stream out of the
+    # layers' return value.
+    # (mHC layers keep their four-value convention either way.)
+    entry = returns != 4 and "residual_batch" in _code_names(inner_cls.forward)
+    pair = entry and inner_cls.__name__ in PAIR_ENTRY_LAYERS
+    for i in range(NUM_LAYERS):
+        inner.layers[i] = (
+            StandInLayer(width, returns, entry, pair)
+            if start <= i < end
+            else PPMissingLayer()
+        )
+    for attribute in ("embed_tokens", "word_embeddings"):
+        _stand_in(inner, attribute, StandInEmbedding(width))
+    for attribute in ("norm", "norm_f"):
+        _stand_in(inner, attribute, StandInNorm())
+    outer.logits_processor = RecordingLogitsProcessor()
+    for attribute, value in STACK_STAND_INS.get(inner_cls.__name__, {}).items():
+        setattr(inner, attribute, value)
+    tuple_name = LAYER_TYPE_TUPLES.get(inner_cls.__name__)
+    if tuple_name is not None:
+        stack_module = sys.modules[inner_cls.__module__]
+        known = getattr(stack_module, tuple_name)
+        if StandInLayer not in known:
+            setattr(stack_module, tuple_name, (*known, StandInLayer))
+    fill_weights(outer)
     return outer
 
 
@@ -894,6 +1078,7 @@ def run_forward(model, tokens: int, proxy):
     from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
 
     kwargs = {}
+    width = _width(model)
     parameters = inspect.signature(model.forward).parameters
     if "pp_proxy_tensors" in parameters:
         kwargs["pp_proxy_tensors"] = None if proxy is None else PPProxyTensors(proxy)
@@ -903,7 +1088,7 @@ def run_forward(model, tokens: int, proxy):
     for name in ("input_embeds", "inputs_embeds"):
         ids_only = type(model).__name__ in IDS_ONLY_OUTERS
         if name in parameters and model.pp_group.is_first_rank and not ids_only:
-            kwargs[name] = StandInEmbedding()(input_ids)
+            kwargs[name] = StandInEmbedding(width)(input_ids)
     positions = torch.arange(tokens)
     with torch.no_grad():
         return model.forward(input_ids, positions, _forward_batch(tokens), **kwargs)

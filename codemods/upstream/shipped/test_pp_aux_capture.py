@@ -37,6 +37,7 @@ import torch.distributed as dist
 from sglang.test.pp_aux_capture_family_models import (
     TINY_HIDDEN,
     TINY_MODELS,
+    init_parallel,
     stub_gpu_only_packages,
     tiny_config,
 )
@@ -72,47 +73,6 @@ def _free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _init_parallel(rank, port):
-    """SGLang's world and model-parallel groups for ``tp_size=1``, ``pp_size=2``, and
-    the server args the model constructors read."""
-    from sglang.srt import runtime_context
-    from sglang.srt.distributed import parallel_state
-    from sglang.srt.server_args import ServerArgs
-
-    parallel_state.init_distributed_environment(
-        world_size=PP_SIZE,
-        rank=rank,
-        local_rank=rank,
-        distributed_init_method=f"tcp://127.0.0.1:{port}",
-        backend="gloo",
-        timeout=int(TIMEOUT_S),
-    )
-    server_args = ServerArgs(
-        model_path="dummy", tp_size=1, pp_size=PP_SIZE, device="cpu"
-    )
-    runtime_context.reset_context()
-    # @@if published_topology
-    # Publish the topology initialize_model_parallel reads, keeping the WORLD group
-    # just built.
-    runtime_context.publish(
-        server_args,
-        role="test",
-        ranks=runtime_context.SpawnRanks(world_rank=rank),
-    )
-    runtime_context.get_parallel().override_permanently(
-        world_group=parallel_state._WORLD
-    )
-    parallel_state.initialize_model_parallel(backend="gloo")
-    # @@else published_topology
-    runtime_context.publish(server_args, role="test")
-    parallel_state.initialize_model_parallel(
-        tensor_model_parallel_size=1,
-        pipeline_model_parallel_size=PP_SIZE,
-        backend="gloo",
-    )
-    # @@end published_topology
 
 
 def _all_ok(ok):
@@ -267,7 +227,7 @@ def _rank(rank, port, names, results):
     records = []
     try:
         torch.set_num_threads(1)
-        _init_parallel(rank, port)
+        init_parallel(rank, PP_SIZE, port, timeout=TIMEOUT_S)
         for name in names:
             records.append(_check(name, rank))
         results.put((rank, records, None))

@@ -1,8 +1,9 @@
 """Aux hidden-state capture under pipeline parallelism, on CPU with real processes.
 
 For every model of the PP aux-capture family (``FAMILY``), each PP stage is built
-from the real model classes with tiny stand-in decoder layers (no weights to load, no
-attention kernels), the real capture hook is called on every rank, and the real
+through its real ``__init__`` with a tiny config, in SGLang's parallel state for the
+stage, then given tiny stand-in decoder layers (no attention kernels) and weights
+filled by parameter name; the real capture hook is called on every rank, and the real
 causal-LM ``forward`` runs on 2 and 3 gloo processes; the ``PPProxyTensors`` move
 between stages as the scheduler moves them.  The last stage's aux hidden states must
 equal (``torch.equal``) those of a single-stage run of the same model.
@@ -21,7 +22,6 @@ import sys
 import tempfile
 import traceback
 import unittest
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -35,6 +35,7 @@ from sglang.test.pp_aux_capture_family_models import (
     aux_list,
     build_model,
     call_hook,
+    init_parallel,
     reference_aux,
     run_forward,
     set_pp_group,
@@ -44,6 +45,9 @@ from sglang.test.pp_aux_capture_family_models import (
 # GPU-only packages SGLang imports (sgl_kernel, flashinfer, ...) are stood in for
 # where they do not import, before the models are.
 stub_gpu_only_packages()
+# CPU: DeepSeek-V4 keeps its wo_a projection unquantized instead of asking for the FP8
+# GEMM's weight scales (read when sglang.srt.models.deepseek_v4 is imported).
+os.environ.setdefault("SGLANG_OPT_FP8_WO_A_GEMM", "0")
 
 from sglang.test.ci.ci_register import register_cpu_ci  # noqa: E402
 from sglang.test.test_utils import CustomTestCase  # noqa: E402
@@ -161,14 +165,8 @@ def _run_case(case, hook, layer_ids, rank, size, group):
 
 def _worker(rank, size, port, jobs, out_dir):
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=size,
-        # Per operation: a stage may wait while the last one runs its PP=1 reference.
-        timeout=timedelta(seconds=OP_TIMEOUT_S),
-    )
+    # Per operation: a stage may wait while the last one runs its PP=1 reference.
+    init_parallel(rank, size, port, timeout=OP_TIMEOUT_S)
     # The stages are the whole (gloo) world: the stand-in PP group is the world group.
     group = dist.group.WORLD
     path = os.path.join(out_dir, f"rank{rank}.jsonl")

@@ -30,6 +30,17 @@ FEATURES = {
         "sglang.srt.distributed.parallel_state",
         r"^\s+pipeline_model_parallel_size: int",
     ),
+    # Server args are published in the runtime context (0.5.20+).
+    "published_server_args": (
+        "sglang.srt.runtime_context",
+        r"^def publish\(",
+    ),
+    # The activation layers build on any CPU (0.5.9+) instead of taking vllm's off
+    # CUDA.
+    "native_cpu_activation": (
+        "sglang.srt.layers.activation",
+        r"^\s*from vllm\.model_executor\.layers\.activation import",
+    ),
     # The PP proxy buffers are allocated by a public function (0.5.22+).
     "public_allocate": (
         "sglang.srt.model_executor.runner_utils.buffers",
@@ -58,7 +69,7 @@ FEATURES = {
     ),
 }
 #: Features whose pattern tells that the tree LACKS the feature.
-_INVERTED = {"published_topology"}
+_INVERTED = {"published_topology", "native_cpu_activation"}
 
 
 class VariantError(ValueError):

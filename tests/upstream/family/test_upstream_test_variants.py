@@ -55,9 +55,9 @@ def test_markers_that_do_not_nest_or_name_no_feature_are_refused(broken):
 @pytest.mark.parametrize(
     ("version", "expected"),
     [
-        ("0.5.20", (False, False, True, False, True, False)),
-        ("0.5.21", (True, False, True, True, True, False)),
-        ("0.5.23", (True, True, True, True, True, False)),
+        ("0.5.20", (False, True, True, False, True, False, True, False)),
+        ("0.5.21", (True, True, True, False, True, True, True, False)),
+        ("0.5.23", (True, True, True, True, True, True, True, False)),
     ],
 )
 def test_each_release_gets_its_own_plain_init_test(sglang_release, version, expected):
@@ -85,3 +85,25 @@ def test_sgl_kernel_is_stood_in_by_sglang_where_the_release_can(
     compile(text, "pp_aux_capture_family_models.py", "exec")
     assert ("maybe_stub_sgl_kernel()" in text) == sglang_stub
     assert ('"sgl_kernel"' in text) == (not sglang_stub)
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize(
+    ("version", "published", "constructed"),
+    [("0.5.3", False, False), ("0.5.14", False, True), ("0.5.20", True, True)],
+)
+def test_parallel_state_and_model_build_follow_the_release(
+    sglang_release, version, published, constructed
+):
+    """Server args are published where the release can, else the attention-DP state is
+    set up from them; stages are built through the model's ``__init__`` where its
+    layers build on CPU."""
+    text = render_test_utils(tree_features(detect_tree(sglang_release(version))))
+    assert "# @@" not in text
+    compile(text, "pp_aux_capture_family_models.py", "exec")
+    assert ("runtime_context.publish(server_args" in text) == published
+    assert "pipeline_model_parallel_size=world_size" in text  # sizes as arguments
+    assert ("name = _tiny_model(module_name, outer_name)" in text) == constructed
+    assert ("    name = None\n" in text) == (not constructed)
+    dp_state = "initialize_dp_attention(" in text
+    assert dp_state == (constructed and not published)
