@@ -98,11 +98,16 @@ def with_helpers(text: str | None, path: str = GLUE_MODULE) -> str:
     return _with_imports(kept, path).rstrip("\n") + "\n\n\n" + section
 
 
-def runtime_change(tree: SGLangTree) -> FileChange:
-    """The helpers module of ``tree``: SGLang's aux-capture module with the helpers."""
+def runtime_change(tree: SGLangTree, base: str | None = None) -> FileChange:
+    """The helpers module of ``tree``: SGLang's aux-capture module with the helpers.
+
+    ``base``: the module's text as the parts decided so far leave it (``Plan.text``), so
+    the helpers join what an earlier part added (the packer's accessor) instead of
+    replacing it; by default the tree's own text."""
     path = tree.module_path(GLUE_MODULE)
     old = tree.read_text(path)
-    return FileChange(path, old, with_helpers(old, path), RUNTIME, Role.RUNTIME_MODULE)
+    start = old if base is None else base
+    return FileChange(path, old, with_helpers(start, path), RUNTIME, Role.RUNTIME_MODULE)
 
 
 def holds_helpers(tree: SGLangTree) -> bool:

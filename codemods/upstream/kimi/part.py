@@ -23,7 +23,7 @@ from types import ModuleType
 
 from codemods.upstream import part
 from codemods.upstream.edit.change_kinds import KIMI, Role
-from codemods.upstream.edit.names import ATTACH, AUX_ENTRY
+from codemods.upstream.edit.names import ATTACH, AUX_ENTRY, GLUE_MODULE
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.edit.runtime import runtime_change
 from codemods.upstream.kimi import k3, linear
@@ -101,7 +101,10 @@ def _decider(
         if analysis.status != part.SUPPORTED:
             # The class declares that it relays DSPARK: the runtime guard asks it.
             new_source = declare_dspark_relay(new_source)
-            changes = [FileChange(path, source, new_source, KIMI, Role.MODEL), runtime_change(tree)]
+            changes = [
+                FileChange(path, source, new_source, KIMI, Role.MODEL),
+                runtime_change(tree, plan.text(tree.module_path(GLUE_MODULE))),
+            ]
         return part.applies(changes, analysis.notes, model=state)
 
     return decide

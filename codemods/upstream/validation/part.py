@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from codemods.upstream import part
+from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.runtime import runtime_change
 from codemods.upstream.tree.sglang_tree import SGLangTree
 from codemods.upstream.validation.relax import (
@@ -37,8 +38,8 @@ GUARD_NAME = "runtime guard"
 
 
 def decide_guard(tree: SGLangTree, plan: part.Plan) -> part.Decision:
-    if not any(d.applies for d in plan.decided.values()):
-        return part.not_applicable("no model part of this patch applies")
+    if not any(d.applies and d.changes for d in plan.decided.values()):
+        return part.not_applicable("no other part of this patch changes a file")
     found = guard_changes(tree)
     if found.unguarded:
         first = found.unguarded[0]
@@ -67,7 +68,11 @@ def decide_guard(tree: SGLangTree, plan: part.Plan) -> part.Decision:
             "under PP where the runner configures that capture",
             facts=found,
         )
-    changes = [*found.changes, runtime_change(tree)] if found.changes else []
+    changes = (
+        [*found.changes, runtime_change(tree, plan.text(tree.module_path(GLUE_MODULE)))]
+        if found.changes
+        else []
+    )
     return part.applies(changes, facts=found)
 
 

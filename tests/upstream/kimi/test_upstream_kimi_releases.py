@@ -60,6 +60,8 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
     assert result.changed == [
         "sglang/srt/models/kimi_linear.py",
         "sglang/srt/layers/aux_hidden_states.py",
+        # the runtime guard where the runner configures the capture
+        "sglang/srt/model_executor/model_runner_components/attention_backend_setup.py",
     ]
     text = (copy / result.model("kimi_linear").path).read_text()
     assert "set_pp_aux_capture(" in text

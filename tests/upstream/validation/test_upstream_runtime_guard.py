@@ -159,7 +159,8 @@ def _tree(tmp_path, files: dict[str, str]):
 
 def _plan(tree) -> part.Plan:
     plan = part.Plan(tree)
-    plan.decided["family"] = part.applies()
+    model = FileChange("sglang/srt/models/m.py", "x = 1\n", "x = 2\n", "family", Role.MODEL)
+    plan.decided["family"] = part.applies([model])
     return plan
 
 
@@ -172,8 +173,12 @@ def test_the_part_answers_for_each_tree(tmp_path):
         "sglang/srt/model_executor/model_runner.py",
         "sglang/srt/layers/aux_hidden_states.py",
     ]
-    # No model part applies: nothing relays, so nothing to guard for.
+    # No model part applies: nothing relays, so nothing to guard for; nor where the parts
+    # that apply change nothing (a release whose models already relay on their own).
     assert decide_guard(tree, part.Plan(tree)).verdict is part.Verdict.NOT_APPLICABLE
+    idle = part.Plan(tree)
+    idle.decided["family"] = part.applies()
+    assert decide_guard(tree, idle).verdict is part.Verdict.NOT_APPLICABLE
     bare = _tree(tmp_path / "b", {"srt/model_executor/model_runner.py": "import torch\n"})
     decision = decide_guard(bare, _plan(bare))
     assert decision.verdict is part.Verdict.NOT_APPLICABLE
