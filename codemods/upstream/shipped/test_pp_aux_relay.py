@@ -151,7 +151,7 @@ class TestPPAuxRelay(CustomTestCase):
             with self.subTest(pp=size):
                 _, incoming, _ = _run(size, ids)
                 stack = _Stack(*SPLITS[size][-1], ids)
-                set_pp_aux_capture(stack, _group(size - 1, size))
+                set_pp_aux_capture(stack, _group(size - 1, size), hidden_size=HIDDEN)
                 packer = AuxHiddenStatePacker(len(ids))
                 with mock.patch.object(
                     AuxHiddenStatePacker, "append", autospec=True, side_effect=append
