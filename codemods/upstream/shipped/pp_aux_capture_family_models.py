@@ -215,8 +215,8 @@ _CLIP.update(vision_segment_max_frames=None)
 #: stacks are built with attention layers only (qwen3_5_text: full attention every
 #: layer; nemotron_h: attention and MLP layers, no Mamba; bailing_moe_v3: no linear
 #: attention layer); deepseek_v4's layers all compress (ratio 4: the rope SGLang builds
-#: on CPU); qwen3_vl is built ``language_model_only`` (no vision tower); the other
-#: multimodal models build a small one.
+#: on CPU); qwen3_vl and qwen3_vl_moe are built ``language_model_only`` (no vision
+#: tower); the other multimodal models build a small one.
 TINY_MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
     "llama": ("llama", "LlamaForCausalLM", "LlamaConfig", {}),
     "gpt_oss": (
@@ -324,6 +324,17 @@ TINY_MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "qwen3_vl.Qwen3VLConfig",
         dict(
             text_config={},
+            vision_config=dict(deepstack_visual_indexes=[]),
+            language_model_only=True,
+            attention_bias=False,
+        ),
+    ),
+    "qwen3_vl_moe": (
+        "qwen3_vl_moe",
+        "Qwen3VLMoeForConditionalGeneration",
+        "qwen3_vl.Qwen3VLMoeConfig",
+        dict(
+            text_config=dict(_EXPERTS),
             vision_config=dict(deepstack_visual_indexes=[]),
             language_model_only=True,
             attention_bias=False,
