@@ -284,11 +284,11 @@ def subtree(tree: cst.CSTNode) -> list[cst.CSTNode]:
 def code_of(node: cst.CSTNode) -> str:
     """The source text of ``node`` (``Module.code_for_node``), read straight off plain
     dotted names (``a``, ``a.b.c``) without generating code."""
-    dotted = _dotted(node)
-    return dotted if dotted is not None else cst.Module(body=[]).code_for_node(node)
+    name = dotted(node)
+    return name if name is not None else cst.Module(body=[]).code_for_node(node)
 
 
-def _dotted(node: cst.CSTNode) -> str | None:
+def dotted(node: cst.CSTNode) -> str | None:
     """``a.b.c`` for a name or attribute chain without parentheses or whitespace."""
     if isinstance(node, cst.Name):
         return None if node.lpar or node.rpar else node.value
@@ -300,7 +300,7 @@ def _dotted(node: cst.CSTNode) -> str | None:
             and not dot.whitespace_before.value
             and not dot.whitespace_after.value
         ):
-            left = _dotted(node.value)
-            right = _dotted(node.attr)
+            left = dotted(node.value)
+            right = dotted(node.attr)
             return None if left is None or right is None else f"{left}.{right}"
     return None

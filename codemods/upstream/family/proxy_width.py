@@ -50,7 +50,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.edit.pyformat import parse_statements
-from codemods.upstream.edit.walk import findall
+from codemods.upstream.edit.walk import dotted, findall
 
 #: The class attribute that declares the capture methods a class relays across PP stages.
 SUPPORT_ATTR = "pp_aux_relay_methods"
@@ -70,16 +70,6 @@ _HOPS = 4
 
 class WidthUnknown(ValueError):
     """Why the width of a class's captures cannot be read off its ``__init__``."""
-
-
-def _dotted(node: cst.BaseExpression) -> str | None:
-    """``a.b.c`` for a chain of names, else None."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = _dotted(node.value)
-        return None if base is None else f"{base}.{node.attr.value}"
-    return None
 
 
 def _config_arg(call: cst.Call) -> cst.BaseExpression | None:
@@ -131,9 +121,9 @@ def _bindings(init: cst.FunctionDef) -> dict[str, list[str | None]]:
     for node in findall(init, kinds):
         pairs: list[tuple[cst.CSTNode, str | None]]
         if isinstance(node, cst.Assign):
-            pairs = [(t.target, _dotted(node.value)) for t in node.targets]
+            pairs = [(t.target, dotted(node.value)) for t in node.targets]
         elif isinstance(node, cst.AnnAssign):
-            pairs = [(node.target, None if node.value is None else _dotted(node.value))]
+            pairs = [(node.target, None if node.value is None else dotted(node.value))]
         elif isinstance(node, cst.AsName):
             pairs = [(node.name, None)]
         else:
@@ -153,7 +143,7 @@ def _self_attributes(init: cst.FunctionDef) -> list[tuple[str, str]]:
     for assign in findall(init, pattern):
         target = assign.targets[0].target
         assert isinstance(target, cst.Attribute)
-        values.setdefault(target.attr.value, set()).add(_dotted(assign.value))
+        values.setdefault(target.attr.value, set()).add(dotted(assign.value))
     return [
         (attr, value)
         for attr, found in values.items()
@@ -206,7 +196,7 @@ def hook_width(cls: cst.ClassDef | None, receiver: str) -> str:
         assert isinstance(assign.value, cst.Call)
         config = _config_arg(assign.value)
         config = None if config is None else _through_factory(assign.value, config, methods)
-        configs.add(None if config is None else _dotted(config))
+        configs.add(None if config is None else dotted(config))
     if not configs:
         raise WidthUnknown(f"`{cls.name.value}.__init__` does not build `{receiver}`")
     if len(configs) != 1 or None in configs:

@@ -202,6 +202,12 @@ _SMALL_VISION = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2
 _QWEN_VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2)
 _QWEN_VISION.update(out_hidden_size=TINY_HIDDEN, in_channels=3, patch_size=14)
 _QWEN_VISION.update(spatial_merge_size=2, temporal_patch_size=2)
+#: Qwen3-VL without its vision tower (the text stack alone).
+_QWEN3_VL = dict(
+    vision_config=dict(deepstack_visual_indexes=[]),
+    language_model_only=True,
+    attention_bias=False,
+)
 _CLIP = dict(_SMALL_VISION, model_type="clip_vision_model", num_hidden_layers=1)
 _CLIP.update(image_size=28, patch_size=14, num_channels=3, hidden_act="gelu")
 _CLIP.update(layer_norm_eps=1e-5, img_token_compression_config={})
@@ -322,23 +328,13 @@ TINY_MODELS: dict[str, tuple[str, str, str | None, dict[str, Any]]] = {
         "qwen3_vl",
         "Qwen3VLForConditionalGeneration",
         "qwen3_vl.Qwen3VLConfig",
-        dict(
-            text_config={},
-            vision_config=dict(deepstack_visual_indexes=[]),
-            language_model_only=True,
-            attention_bias=False,
-        ),
+        dict(_QWEN3_VL, text_config={}),
     ),
     "qwen3_vl_moe": (
         "qwen3_vl_moe",
         "Qwen3VLMoeForConditionalGeneration",
         "qwen3_vl.Qwen3VLMoeConfig",
-        dict(
-            text_config=dict(_EXPERTS),
-            vision_config=dict(deepstack_visual_indexes=[]),
-            language_model_only=True,
-            attention_bias=False,
-        ),
+        dict(_QWEN3_VL, text_config=dict(_EXPERTS)),
     ),
     "deepseek_v4": (
         "deepseek_v4",
