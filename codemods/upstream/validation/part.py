@@ -38,9 +38,12 @@ GUARD_NAME = "runtime guard"
 
 
 def decide_guard(tree: SGLangTree, plan: part.Plan) -> part.Decision:
-    if not any(d.applies and d.changes for d in plan.decided.values()):
-        return part.not_applicable("no other part of this patch changes a file")
+    if not any(d.applies for d in plan.decided.values()):
+        return part.not_applicable("no model part of this patch applies")
     found = guard_changes(tree)
+    if found.changes and not any(d.applies and d.changes for d in plan.decided.values()):
+        # Models that relay on their own, and no check there yet: leave the runner as is.
+        return part.not_applicable("no other part of this patch changes a file", facts=found)
     if found.unguarded:
         first = found.unguarded[0]
         return part.left_out(
