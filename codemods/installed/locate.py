@@ -1,8 +1,8 @@
 """Which sglang an interpreter imports, found without running any of sglang's code.
 
-``locate(python)`` runs ``PYTHON -c PROBE``: ``importlib.util.find_spec("sglang")`` (a
-top-level package's spec is found on ``sys.path`` without executing it) and
-``importlib.metadata.distribution("sglang")``.  The release is the distribution's version
+``locate(python)`` asks ``python`` (see :mod:`codemods.installed.interpreter`) for
+``importlib.util.find_spec("sglang")`` (a top-level package's spec is found on ``sys.path``
+without executing it) and ``importlib.metadata.distribution("sglang")``.  The release is the distribution's version
 when that distribution is the one installed at the package's place (a wheel), else the
 ``__version__`` written in ``sglang/_version.py`` (a checkout whose ``python/`` is on the
 path, e.g. through a ``.pth`` file).
@@ -15,13 +15,12 @@ upstream patch does.
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from codemods.installed.errors import InstalledError
+from codemods.installed.interpreter import probe
 from codemods.upstream.tree.releases import SEEN, VERSION
 from codemods.upstream.tree.sglang_tree import SGLangTree, TreeError, detect_tree
 
@@ -30,24 +29,6 @@ from codemods.upstream.tree.sglang_tree import SGLangTree, TreeError, detect_tre
 #: this list gets one line saying so, never a refusal.
 TRIED_RELEASES = SEEN
 WHEEL, CHECKOUT, UNPACKED = "wheel", "editable checkout", "package tree"
-
-PROBE = r"""
-import importlib.util, json, sys
-out = {"executable": sys.executable, "python": sys.version.split()[0]}
-spec = importlib.util.find_spec("sglang")
-out["origin"] = None if spec is None else spec.origin
-out["locations"] = None if spec is None else list(spec.submodule_search_locations or [])
-try:
-    import importlib.metadata as md
-    dist = md.distribution("sglang")
-    out["dist_version"] = dist.version
-    out["dist_info"] = str(getattr(dist, "_path", "") or "") or None
-    out["dist_base"] = str(dist.locate_file(""))
-    out["direct_url"] = dist.read_text("direct_url.json")
-except Exception:
-    out["dist_version"] = out["dist_info"] = out["dist_base"] = out["direct_url"] = None
-print(json.dumps(out))
-"""
 
 
 @dataclass(frozen=True)
@@ -90,37 +71,6 @@ def default_python() -> str:
     if found is None:
         raise InstalledError("no interpreter named `python` on PATH; name one with --python")
     return found
-
-
-def probe(python: str) -> dict:
-    """What ``python`` says about sglang (see ``PROBE``)."""
-    try:
-        proc = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise InstalledError(f"{python}: cannot run this interpreter: {err}") from err
-    if proc.returncode != 0 and not proc.stderr.strip():
-        raise InstalledError(
-            f"{python}: did not answer like a Python interpreter (asked to run a short "
-            f"Python program, it exited {proc.returncode} and wrote nothing to stderr); "
-            f"name a Python interpreter with --python"
-        )
-    if proc.returncode != 0:
-        raise InstalledError(
-            f"{python}: the interpreter failed (exit {proc.returncode}): "
-            f"{proc.stderr.strip()[-500:]}"
-        )
-    try:
-        facts = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        facts = None
-    if not isinstance(facts, dict) or not {"executable", "python", "origin"} <= set(facts):
-        printed = proc.stdout.strip()
-        said = f"printed {printed[-200:]!r}" if printed else "printed nothing"
-        raise InstalledError(
-            f"{python}: did not answer like a Python interpreter (asked to run a short "
-            f"Python program, it exited 0 and {said}); name a Python interpreter with --python"
-        )
-    return facts
 
 
 def release_from_source(package: Path) -> str | None:

@@ -1,7 +1,7 @@
 """``auxcap sglang`` without a release wheel: apply, status and revert of a small package
 tree in a git repository with torch hidden (the base install); errors: an interpreter
 without sglang, no ``python`` on PATH, an interpreter that does not run, a program that
-does not answer like Python, a release auxcap was never tried on (said once, generated
+is not Python (one that exits, writes without end or never answers) or a Python that fails, a release auxcap was never tried on (said once, generated
 like any other), an unreadable journal, a journal of another release, a package another
 command holds; the RECORD hashes; status lines that agree with the journal after an edit;
 a file that does not compile with the target interpreter rolled back with every other
@@ -21,8 +21,8 @@ import sys
 import pytest
 from sglang_support.installed import fresh_venv, sglang, site_packages, tree_hashes
 
+from codemods.installed import interpreter, transaction
 from codemods.installed import journal as jr
-from codemods.installed import transaction
 from codemods.installed.errors import Refused
 from codemods.installed.locate import TRIED_RELEASES
 from codemods.installed.pristine import record_hashes
@@ -100,15 +100,57 @@ def test_a_release_never_tried_is_said_once_and_generated_from_its_files(fake):
 
 @pytest.mark.parametrize(
     ("program", "said"),
-    [("true", "it exited 0 and printed nothing"), ("false", "it exited 1 and wrote nothing")],
+    [
+        ("true", "it exited 0 without the answer"),
+        ("false", "it exited 1 without the answer"),
+        ("ls", "it exited 2 without the answer"),
+        ("yes", "it exited 1 without the answer"),
+    ],
 )
 def test_a_program_that_is_not_python_is_named_as_such(program, said):
     path = shutil.which(program)
     assert path is not None
     done = sglang("status", "--python", path)
     assert done.exit_code == 2, done.output
-    assert f"{path}: did not answer like a Python interpreter" in done.output
-    assert said in done.output and "unexpected answer" not in done.output
+    assert done.output.strip().splitlines() == [
+        f"auxcap: error: {path} is not a Python interpreter (asked to run a short Python "
+        f"program, {said}); name a Python interpreter with --python"
+    ]
+
+
+def _script(tmp_path, body: str) -> str:
+    path = tmp_path / "not-python"
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_program_that_writes_without_end_is_stopped_and_named(tmp_path):
+    path = _script(tmp_path, "exec yes")
+    done = sglang("apply", "--python", path)
+    assert done.exit_code == 2, done.output
+    assert f"{path} is not a Python interpreter" in done.output
+    assert "wrote more than 1048576 bytes without answering" in done.output
+    assert "y\ny" not in done.output
+
+
+def test_a_program_that_never_answers_is_stopped_and_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(interpreter, "TIMEOUT", 1.0)
+    path = _script(tmp_path, "exec sleep 600")
+    done = sglang("revert", "--python", path)
+    assert done.exit_code == 2, done.output
+    assert f"{path} is not a Python interpreter" in done.output
+    assert "gave no answer within 1 seconds" in done.output
+
+
+def test_a_python_that_fails_is_named_with_its_last_traceback_line(tmp_path):
+    path = _script(tmp_path, f"exec {sys.executable} -c 'import auxcap_no_such_module'")
+    done = sglang("status", "--python", path)
+    assert done.exit_code == 2, done.output
+    assert done.output.strip().splitlines() == [
+        f"auxcap: error: {path}: the Python interpreter failed (exit 1): "
+        "ModuleNotFoundError: No module named 'auxcap_no_such_module'"
+    ]
 
 
 def test_an_unreadable_journal_is_an_error_naming_it(fake):
