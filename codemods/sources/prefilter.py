@@ -30,8 +30,11 @@ the user's ``--hook`` names.
 3. *Stage one* passes a file that contains ``set_``...``_layers_to_capture`` (the byte regex
    ``set_[a-z0-9_]+_layers_to_capture``: every catalog name and every name of the hook form) or
    one of the user's other hook names.  By 1, any file with a call site passes.
-4. *Stage two* (``sharp=True``, the default) then drops the file when every occurrence found
-   by stage one is *inert*, i.e. cannot be part of a reported call site:
+4. *Stage two* (``sharp=True``, the default) first decides the bytes: a file that does not
+   decode in its declared encoding (UTF-8 without a cookie) or holds a NUL byte is passed, so
+   the parser names it (a stray ``#`` byte in a binary file is no comment).  Then it drops
+   the file when every occurrence found by stage one is *inert*, i.e. cannot be part of a
+   reported call site:
 
    * a **comment**: a ``#`` precedes it on its line and no quote does (without a quote the
      ``#`` starts a comment, or lies in a string still open at the occurrence);
@@ -57,7 +60,7 @@ the user's ``--hook`` names.
 What discovery cannot see, the prefilter need not see; non-ASCII look-alike identifiers that
 Python folds to a hook name (NFKC) are not call sites for discovery either.  A file that is
 not parsed cannot fail to parse, so with the prefilter on a broken file that mentions no hook
-is not reported.
+is not reported; one that mentions a hook and cannot be decoded always is.
 
 ``tests/test_prefilter.py`` checks all of this empirically: discovery over every fixture, a
 generated corpus of shapes and adversarial spellings, and the real SGLang tree when it is
@@ -142,8 +145,8 @@ class Prefilter:
         spans = self._occurrences(data)
         if not spans:
             return False
-        if not self.sharp:
-            return True
+        if not self.sharp or not _plain_text(data, declared):
+            return True  # bytes first: the parser names a file it cannot read (see 4.)
         return not all(_is_inert(data, start, end) for start, end in spans)
 
     def _occurrences(self, data: bytes) -> list[tuple[int, int]]:
@@ -166,6 +169,18 @@ class Prefilter:
         if _HOOK_FORM_TEXT.search(text) or any(name in text for name in self.extra_names):
             return True  # stage two is not applied to such rare files
         return False
+
+
+def _plain_text(data: bytes, declared: str | None) -> bool:
+    """Whether ``data`` decodes in its declared encoding (UTF-8 without a cookie) and holds
+    no NUL byte: only then can a ``#`` or a ``def`` in it be read as Python's."""
+    if b"\x00" in data:
+        return False
+    try:
+        data.decode(declared or "utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _declared_encoding(data: bytes) -> str | None:

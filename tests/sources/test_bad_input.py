@@ -92,6 +92,14 @@ def test_undecodable_bytes(tree):
     assert_good_rewritten(tree)
 
 
+def test_binary_file_naming_a_hook_after_a_stray_hash_byte_is_named_by_scan(tree):
+    bad = tree / "blob.py"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe#model.set_eagle3_layers_to_capture(ids)\n")
+    result = CliRunner().invoke(cli, ["scan", str(bad)])
+    assert_rejected(result.exit_code, result.stderr, bad, "cannot decode the file")
+    assert "1 failed" in result.stderr
+
+
 def test_symlink_loop(tree):
     os.symlink(tree / "loop_b.py", tree / "loop_a.py")
     os.symlink(tree / "loop_a.py", tree / "loop_b.py")

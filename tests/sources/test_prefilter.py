@@ -295,6 +295,37 @@ def test_stage_two_drops_the_inert_mentions_and_stage_one_does_not():
     assert not Prefilter.for_names(EXTRA, sharp=False).needs_parse(plain)
 
 
+@pytest.mark.parametrize(
+    ("data", "text"),
+    [
+        (
+            b"\x89PNG\r\n\x1a\n\xff\xfe#model.set_eagle3_layers_to_capture(ids)\n\x01",
+            b"PNG = 1\n#model.set_eagle3_layers_to_capture(ids)\n",
+        ),
+        (
+            b"x = 1  # \xff model.set_eagle3_layers_to_capture(ids)\n",
+            b"x = 1  # model.set_eagle3_layers_to_capture(ids)\n",
+        ),
+        (
+            b"\x00\x01#model.set_eagle3_layers_to_capture(ids)\n",
+            b"#model.set_eagle3_layers_to_capture(ids)\n",
+        ),
+        (
+            b"# -*- coding: ascii -*-\n# caf\xe9 set_eagle3_layers_to_capture\n",
+            b"# -*- coding: ascii -*-\n# cafe set_eagle3_layers_to_capture\n",
+        ),
+    ],
+    ids=["binary", "bad-utf8-before-comment", "nul-bytes", "not-ascii-under-ascii-cookie"],
+)
+def test_bytes_are_decided_before_comments(data, text):
+    """A file that mentions a hook where stage two would see a comment, but whose bytes are
+    no text Python reads, is passed so the parser names it; the same file as text is not."""
+    assert Prefilter().needs_parse(data)
+    result = scan_source(data, "binary.py")
+    assert result.status.name == "FAILED" and result.error, result
+    assert not Prefilter().needs_parse(text)
+
+
 def test_user_hook_names_are_searched_too():
     source = CORPUS["custom_hook_plain"][0]
     assert not Prefilter().needs_parse(source)
