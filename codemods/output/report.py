@@ -164,11 +164,8 @@ def format_site(site) -> str:
 
 
 def scan_text(results: Iterable[FileResult]) -> str:
-    lines = []
-    for result in results:
-        if result.status is Status.FAILED:
-            lines.append(f"{result.path}: error: {result.error}")
-        lines.extend(format_site(site) for site in result.call_sites)
+    """The call sites, one line each (a file that failed is named on stderr, not here)."""
+    lines = [format_site(site) for result in results for site in result.call_sites]
     return "".join(line + "\n" for line in lines)
 
 

@@ -121,6 +121,22 @@ def test_scan_text(demo):
     assert "3 to change, 1 left for review" in result.stderr
 
 
+@pytest.mark.parametrize("output_format", ["text", "json"])
+def test_scan_names_a_failed_file_once_on_stderr(tmp_path, output_format):
+    bad = tmp_path / "broken.py"
+    bad.write_text("model.set_dspark_layers_to_capture(ids\n")
+    result = invoke("scan", "--format", output_format, str(bad))
+    assert result.exit_code == 2
+    everything = result.stdout + result.stderr
+    assert everything.count(str(bad)) == 1 + (output_format == "json"), everything
+    assert f"auxcap: error: {bad}: syntax error at line" in result.stderr
+    if output_format == "json":
+        [entry] = json.loads(result.stdout)["files"]
+        assert entry["path"] == str(bad) and entry["error"].startswith("syntax error")
+    else:
+        assert result.stdout == ""
+
+
 def test_scan_json_follows_the_schema(demo):
     result = invoke("scan", "--format", "json", str(demo))
     assert result.exit_code == 0
@@ -206,7 +222,8 @@ def test_scan_reports_unprocessable_files(tmp_path):
     _broken_files(tmp_path)
     result = invoke("scan", str(tmp_path))
     assert result.exit_code == 2
-    assert "syntax.py: error: syntax error" in result.stdout
+    assert f"auxcap: error: {tmp_path / 'syntax.py'}: syntax error" in result.stderr
+    assert "syntax.py" not in result.stdout
 
 
 def test_a_syntax_error_reads_file_line_column_and_python_words(tmp_path):
