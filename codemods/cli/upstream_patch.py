@@ -22,6 +22,7 @@ import click
 from codemods.cli.progress import Progress
 from codemods.sources.fileio import write_output_atomic
 from codemods.upstream.generate import CannotApply, MissingModelFile, UpstreamResult, generate
+from codemods.upstream.output.result_facts import file_summary
 from codemods.upstream.part import NEEDS_PATCH, PATCHED, SUPPORTED
 from codemods.upstream.tree.releases import unseen_line
 from codemods.upstream.tree.sglang_tree import TreeError
@@ -65,22 +66,35 @@ def parse_models(value: str | None) -> list[str] | None:
 
 
 def report_family(result) -> None:
-    """One line per model file with a capture hook: patched or not, and why."""
+    """One line per model file with a capture hook: ``patched`` for every file the patch
+    changes (what it gets), ``skipped`` with the reason for the others; the count is of the
+    former."""
     plan = result.family
     if plan is None:
         return
     decisions = sorted(plan.decisions.values(), key=lambda d: d.file)
-    patched = [d for d in decisions if d.patched]
-    _say(f"capture-hook family: {len(patched)} of {len(decisions)} model files with a hook patched")
+    changes = [change for change in result.changes if change.changed]
+    lines, patched = [], 0
     for decision in decisions:
+        change = next((c for c in changes if c.path.endswith(f"/models/{decision.file}")), None)
         if decision.patched:
             hooks = ", ".join(hook for _, _, hs in decision.cases for hook in hs)
             also = "".join(f"; also {fix}" for fix in decision.fixes)
-            _say(f"  patched  {decision.file}: {hooks} (capture in {decision.forward}{also})")
+            what = f"{hooks} (capture in {decision.forward}{also})"
+        elif change is not None:
+            what = file_summary(result, change)
         else:
-            _say(f"  skipped  {decision.file}: {decision.reason}")
+            lines.append(f"  skipped  {decision.file}: {decision.reason}")
+            continue
+        patched += 1
+        lines.append(f"  patched  {decision.file}: {what}")
+    _say(f"capture-hook family: {patched} of {len(decisions)} model files with a hook patched")
+    for line in lines:
+        _say(line)
 
 
+#: A model that supports DSPARK under PP already, in a patch that renames its relay's entry.
+RELAY_RENAMED = "already supports DSPARK aux capture under PP; only its relay is renamed"
 MODEL_STATUS = {
     NEEDS_PATCH: "patched: DSPARK captures relayed across PP stages",
     PATCHED: "already patched",
@@ -95,7 +109,10 @@ def report_parts(result) -> None:
         decision = answer.decision
         if decision.model is not None and decision.applies:
             state = decision.model
-            _say(f"{state.title} ({state.file}): {MODEL_STATUS[state.status]}")
+            status = MODEL_STATUS[state.status]
+            if state.status == SUPPORTED and state.path in result.changed:
+                status = RELAY_RENAMED
+            _say(f"{state.title} ({state.file}): {status}")
         elif not decision.applies and answer not in result.left_out:
             _say(f"part {answer.name}: {decision.describe()}")
     for answer in result.left_out:

@@ -72,3 +72,31 @@ def test_a_partial_patch_says_what_it_leaves_out():
     assert "kimi_linear.py has no DSPARK hook in this release" in done.stderr
     assert "warning: partial patch: part sizing left out: " in done.stderr
     assert "--disable-cuda-graph" in done.stderr
+
+
+@pytest.mark.parametrize("version", ("0.5.14", "0.5.23"))
+def test_every_model_file_the_patch_changes_is_counted_patched(version, tmp_path):
+    """0.5.14's qwen3_next.py (a dead early return dropped), 0.5.23's qwen3_5.py (the
+    capture forward of another file's hooks) and kimi files (their relay renamed): changed by
+    the patch, so never "skipped", and counted."""
+    out = tmp_path / "p.patch"
+    done = CliRunner().invoke(cli, ["upstream-patch", str(hook_tree(version)), "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    prefix = "diff --git a/sglang/srt/models/"
+    changed = {
+        line.split(" b/")[0].removeprefix(prefix)
+        for line in out.read_text().splitlines()
+        if line.startswith(prefix)
+    }
+    lines = [line.removeprefix("auxcap: ") for line in done.stderr.splitlines()]
+    patched = {line.split()[1].rstrip(":") for line in lines if line.startswith("  patched  ")}
+    skipped = {line.split()[1].rstrip(":") for line in lines if line.startswith("  skipped  ")}
+    assert "qwen3_next.py" in patched and not skipped & changed
+    hooked = len(patched) + len(skipped)
+    assert f"capture-hook family: {len(patched)} of {hooked} model files with a hook patched" in (
+        lines
+    )
+    assert patched == changed & (patched | skipped)
+    for line in lines:
+        if line.startswith("Kimi-") and line.split("(", 1)[1].split(")")[0] in changed:
+            assert line.endswith("only its relay is renamed"), line

@@ -382,6 +382,30 @@ def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
     assert f"cd {tests_dir.resolve()} && python3 -m unittest test_pp_aux_capture" in text
 
 
+def test_cli_counts_a_file_rid_of_its_dead_early_return_as_patched(tmp_path):
+    """A model that refuses PP is changed (its dead early return dropped): never "skipped",
+    and counted with every other model file the patch changes."""
+    from click.testing import CliRunner
+
+    from codemods.cli.commands import cli
+
+    root = _mini_tree(tmp_path)
+    out = tmp_path / "family.patch"
+    models = "family_llama_like,family_refuses_pp,family_unsupported"
+    outcome = CliRunner().invoke(
+        cli, ["upstream-patch", str(root), "-o", str(out), "--models", models]
+    )
+    assert outcome.exit_code == 0, outcome.output
+    patch = out.read_text()
+    assert "diff --git a/sglang/srt/models/family_refuses_pp.py" in patch
+    assert "2 of 3 model files with a hook patched" in outcome.output
+    assert "patched  family_refuses_pp.py: drops the early return off the last rank" in (
+        outcome.output
+    )
+    assert "skipped  family_refuses_pp.py" not in outcome.output
+    assert "skipped  family_unsupported.py" in outcome.output
+
+
 def test_cli_without_tests_dir_says_how_to_get_the_tests(tmp_path):
     from click.testing import CliRunner
 
