@@ -52,6 +52,7 @@ from codemods.upstream.output.result_facts import (
     touched_models,
     validation_change,
 )
+from codemods.upstream.sizing.part import no_graph_buffer
 from codemods.upstream.tree.reachability import EVERY
 from codemods.upstream.validation.shipped_tests import TEST_FILE as FAMILY_TEST_FILE
 
@@ -291,9 +292,8 @@ def _sizing_line(result: UpstreamResult) -> str:
     sizing = [c.path for c in _changed(result, Role.SIZING, Role.SIZING_RENAME)]
     if not sizing:
         return (
-            "- CUDA graphs: this tree's proxy buffers are not sized for the aux entry; "
-            "run PP with CUDA graphs disabled on non-first stages (the last stage raises "
-            "`RuntimeError` naming missing layers otherwise)."
+            "- CUDA graphs: this tree's proxy buffers are not sized for the aux entry: "
+            f"{no_graph_buffer('`')}."
         )
     if _changed(result, *RENAME_ROLES):
         relays = [c.path for c in _changed(result, Role.RELAY_RENAME)]

@@ -54,11 +54,19 @@ def graph_buffers(tree: SGLangTree) -> str | None:
     return None
 
 
-#: What a patch without the aux entry's CUDA-graph sizing leaves broken.
-NO_GRAPH_BUFFER = (
-    "with CUDA graphs under PP the aux entry has no graph buffer, so a later stage's "
-    "graph replay drops the captures of earlier stages; serve with --disable-cuda-graph"
-)
+def no_graph_buffer(code: str = "") -> str:
+    """What a patch without the aux entry's CUDA-graph sizing leaves broken (``code``: the
+    mark around code words, "`" in Markdown).  The graph runners capture each stage with a
+    handoff built from their own buffers, which hold no aux entry, so the shipped relay of a
+    stage that receives captures (``PPAuxRelay._received``) raises naming the layers."""
+    return (
+        "with CUDA graphs under PP the aux entry has no graph buffer, so a stage after the "
+        f"first that receives earlier stages' captures raises {code}RuntimeError{code} "
+        f"naming the missing layers; serve with {code}--disable-cuda-graph{code}"
+    )
+
+
+NO_GRAPH_BUFFER = no_graph_buffer()
 
 
 def decide_sizing(tree: SGLangTree, plan: part.Plan) -> part.Decision:

@@ -18,6 +18,7 @@ from codemods.upstream.output.pr_body import (
     touched_models,
 )
 from codemods.upstream.sizing.graph_sizing import SIZING_MODULES
+from codemods.upstream.sizing.part import no_graph_buffer
 from codemods.upstream.tree.reachability import EVERY, refusals_in
 from codemods.upstream.validation.relax import ValidationResult
 from codemods.upstream.validation.run_tests import VALIDATED, Validation
@@ -154,7 +155,10 @@ def _sizing(tmp_path, sized: list[str], dspark: bool) -> str:
 
 
 def test_the_sizing_line_says_how_the_aux_entry_is_sized(tmp_path):
-    assert "CUDA graphs disabled on non-first stages" in _sizing(tmp_path / "a", [], False)
+    unsized = _sizing(tmp_path / "a", [], False)
+    assert f"not sized for the aux entry: {no_graph_buffer('`')}." in unsized
+    assert "raises `RuntimeError` naming the missing layers" in unsized
+    assert "serve with `--disable-cuda-graph`" in unsized
     renamed = _sizing(tmp_path / "b", [BUFFERS_PATH], dspark=True)
     assert (
         "SGLang's DSPARK entry and CUDA-graph sizing now serve every capture method" in renamed
