@@ -437,13 +437,18 @@ def _modifications(result: UpstreamResult, series) -> str:
     if tests:
         text += f"- Tests (new, CPU): {', '.join(_code(p) for p in tests)}.\n"
     elif tests_left_out_line(result):
-        text += f"- Tests: {tests_left_out_line(result)}\n"
+        text += f"- Tests: {TESTS_LEFT_OUT}\n"
     if series:
         text += f"\nSeries: {len(series)} patches, one commit each, in review order:\n\n"
         text += "".join(
             f"{n}. `{name}`: {patch.subject}\n" for n, (name, patch) in enumerate(series, start=1)
         )
     return text
+
+
+#: The Modifications bullet of a patch without its tests (``## Accuracy Tests`` says why
+#: and where they are).
+TESTS_LEFT_OUT = "none in this patch (see Accuracy Tests)."
 
 
 def _helpers_where(result: UpstreamResult) -> str:

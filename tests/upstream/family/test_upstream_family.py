@@ -377,8 +377,11 @@ def test_cli_patches_the_chosen_models_and_reports_every_hook_file(tmp_path):
     assert 'PATCHED = [\n    "family_llama_like",\n    "family_qwen_derived",\n]' in init_test
     # The PR body's test section says where the tests are and how to run them.
     text = body.read_text()
-    assert "are left out of this patch" in text
-    assert f"They were written to `{tests_dir.resolve()}`." in text
+    assert text.count("are left out of this patch") == 1
+    assert text.count(f"They were written to `{tests_dir.resolve()}`.") == 1
+    modifications = text.split("## Modifications", 1)[1].split("## Accuracy Tests", 1)[0]
+    assert "- Tests: none in this patch (see Accuracy Tests).\n" in modifications
+    assert "are left out of this patch" in text.split("## Accuracy Tests", 1)[1]
     assert f"cd {tests_dir.resolve()} && python3 -m unittest test_pp_aux_capture" in text
 
 

@@ -331,6 +331,8 @@ def check_release_body(result, version: str, patch_series) -> None:
         assert "**Still refused:** DFLASH with PP" in motivation
         assert "`check_pipeline_parallel_compat`" in motivation
     if left_out:
-        assert "are left out of this patch" in mods and "[x]" not in text
+        assert "- Tests: none in this patch (see Accuracy Tests)." in mods
+        assert "are left out of this patch" not in mods and "[x]" not in text
+        assert section(text, "## Accuracy Tests").count("are left out of this patch") == 1
     else:
         assert "[x] Add unit tests" in text and text.count("[x]") == 1
