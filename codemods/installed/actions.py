@@ -231,14 +231,15 @@ def _foreign_before(journal: Journal | None, path: str) -> bool:
 
 
 def _generate(installation: Installation, models: list[str] | None) -> UpstreamResult:
-    """``Refused`` for a model file of a shape the rewriters do not recognise,
-    ``InstalledError`` for a model name the tree has no hook for, or a tree without the
-    files the change is generated from (``srt/models/``)."""
+    """``Refused`` for a model file of a shape the rewriters do not recognise or a tree with
+    no model file they rewrite (a release before the capture hooks), ``InstalledError`` for
+    a model name the tree has no hook for, or a tree without the files the change is
+    generated from (``srt/models/``)."""
     try:
         return generate(installation.tree.root, models=models)
-    except CannotApply as err:
+    except (CannotApply, MissingModelFile) as err:
         raise Refused(f"{err}; nothing was written") from err
-    except (TreeError, MissingModelFile, OSError, ValueError) as err:
+    except (TreeError, OSError, ValueError) as err:
         raise InstalledError(f"{err}; nothing was written") from err
 
 

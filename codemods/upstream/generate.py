@@ -20,6 +20,7 @@ release and the file); a tree with no model file of any part is an error too
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -234,15 +235,28 @@ def _generate(
             if callable(release_trees):
                 release_trees()
     if all(a.decision.verdict is Verdict.NOT_APPLICABLE for a in result.parts):
-        raise MissingModelFile(
-            f"{tree.file(tree.module_path('sglang.srt.models.__init__')).parent}: "
-            "no model file with a capture hook that auxcap rewrites ("
-            + "; ".join(dict.fromkeys(a.decision.reason for a in result.parts))
-            + ")"
-        )
+        raise MissingModelFile(_nothing_to_rewrite(tree, result))
     if tests_dir is not None and result.tests:
         result.tests_dir = write_tests(result.tests, tests_dir)
     return result
+
+
+#: The parts that rewrite model files (the others follow what these rewrite).
+MODEL_PARTS = frozenset({"family"} | {part.name for part in PARTS if part.models})
+_HOOK_DEFINITION = re.compile(rb"\bdef\s+set_\w+_layers_to_capture\b")
+
+
+def _nothing_to_rewrite(tree: SGLangTree, result: UpstreamResult) -> str:
+    """One sentence for a tree in which no model part applies: no model file defines a
+    capture hook, or why the model parts rewrite none of those that do."""
+    models = tree.file(tree.module_path("sglang.srt.models.__init__")).parent
+    hooked = any(
+        _HOOK_DEFINITION.search(path.read_bytes()) for path in sorted(models.rglob("*.py"))
+    )
+    if not hooked:
+        return f"{models}: no model file defines a capture hook, so there is nothing to patch"
+    reasons = dict.fromkeys(a.decision.reason for a in result.parts if a.name in MODEL_PARTS)
+    return f"{models}: auxcap rewrites none of the model files with a capture hook ({'; '.join(reasons)})"
 
 
 def write_tests(tests: dict[str, str], folder: str | Path) -> Path:

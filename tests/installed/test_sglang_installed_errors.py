@@ -86,8 +86,9 @@ def test_a_release_never_tried_is_said_once_and_generated_from_its_files(fake):
         f"{TRIED_RELEASES[-1]}); the change is generated from this tree's files the same way"
     )
     done = sglang("apply", "--python", str(python))
-    # The stand-in tree has no model file with a capture hook: nothing to generate from.
+    # The stand-in tree has no models folder: nothing to generate from (unreadable input).
     assert done.exit_code == 2, done.output
+    assert "srt/models: not a directory; nothing was written" in done.output
     assert done.output.count(untried) == 1
     assert "nothing was written" in done.output
     status = sglang("status", "--python", str(python))
@@ -95,6 +96,24 @@ def test_a_release_never_tried_is_said_once_and_generated_from_its_files(fake):
     assert "sglang 0.4.9 (package tree)" in status.output
     assert status.output.count(untried) == 1
     assert "other differences from the release: cannot tell" in status.output
+    assert {p: p.read_bytes() for p in package.rglob("*") if p.is_file()} == before
+
+
+def test_a_release_before_the_capture_hooks_is_refused_in_one_sentence(fake):
+    """0.4.0 (a model file, no capture hook anywhere): apply refuses (exit 1, the README's
+    "a check failed"), in one sentence that names the folder, and writes nothing."""
+    python, package = fake
+    (package / "_version.py").write_text("__version__ = version = '0.4.0'\n")
+    models = package / "srt" / "models"
+    models.mkdir()
+    (models / "llama.py").write_text("class LlamaForCausalLM:\n    pass\n")
+    before = {p: p.read_bytes() for p in package.rglob("*") if p.is_file()}
+    done = sglang("apply", "--python", str(python))
+    assert done.exit_code == 1, done.output
+    assert done.output.splitlines()[-1] == (
+        f"auxcap: refused: {models}: no model file defines a capture hook, so there is "
+        "nothing to patch; nothing was written"
+    )
     assert {p: p.read_bytes() for p in package.rglob("*") if p.is_file()} == before
 
 
