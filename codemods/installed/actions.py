@@ -448,12 +448,14 @@ def _revert(installation: Installation, force: bool, say: Say) -> Outcome:
             "(--force restores them anyway):\n  " + "\n  ".join(changed)
         )
     done = transaction.restore(installation.tree, installation.package, journal, force=force)
+    discarded = set(changed)
+    lost = f" ({_files(len(discarded), 'local change')} discarded)" if discarded else ""
     say(
         f"reverted: {_files(len(done.restored), 'file')} restored, "
-        f"{_files(len(done.deleted), 'added file')} deleted; journal removed"
+        f"{_files(len(done.deleted), 'added file')} deleted{lost}; journal removed"
     )
-    for path in done.restored:
-        say(f"  restored: {path}")
-    for path in done.deleted:
-        say(f"  deleted: {path}")
+    for label, paths in (("restored", done.restored), ("deleted", done.deleted)):
+        for path in paths:
+            mark = " (local change discarded)" if path in discarded else ""
+            say(f"  {label}{mark}: {path}")
     return Outcome(installation, True, done.restored + done.deleted)

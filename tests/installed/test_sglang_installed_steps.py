@@ -3,7 +3,7 @@
 tree in git (the other patch named, its edits kept, a file it changed where no part of
 auxcap's change applies left alone, its bytes back after ``revert``); the steps ``apply``
 reports while it works (``installed/phases``), drawn on a terminal only
-(``cli/progress.PhaseBar``)."""
+(``cli/progress.PhaseBar``); ``revert --force`` naming each local change it discards."""
 
 from __future__ import annotations
 
@@ -182,3 +182,29 @@ def test_apply_goes_on_top_of_a_recorded_patch_in_a_git_tree(tmp_path, monkeypat
     )
     assert sglang("revert", *args).exit_code == 0
     assert tree_hashes(root / "sglang") == theirs
+
+
+def test_revert_force_names_each_local_change_it_discards(tmp_path, monkeypatch):
+    """``revert --force`` restores a file edited since ``apply`` like any other, and says
+    that the edit was discarded; a file it restores untouched keeps the plain label."""
+    isolate_git(monkeypatch, tmp_path)
+    root = family_checkout(tmp_path / "tree")
+    (root / "sglang" / "_version.py").write_text("__version__ = version = '0.5.23'\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "release", env=IDENTITY)
+    pristine = tree_hashes(root / "sglang")
+    python = fresh_venv(tmp_path / "v")
+    (site_packages(python) / "tree.pth").write_text(f"{root}\n")
+    args = ("--python", str(python))
+    assert sglang("apply", *args).exit_code == 0
+    edited = root / LLAMA_LIKE
+    edited.write_text(edited.read_text() + "# a local fix\n")
+    done = sglang("revert", "--force", *args)
+    assert done.exit_code == 0, done.output
+    lines = [line.removeprefix("auxcap: ") for line in done.output.splitlines()]
+    assert f"  restored (local change discarded): {LLAMA_LIKE}" in lines
+    assert f"  restored: {LLAMA_LIKE}" not in lines
+    restored = [line for line in lines if line.startswith("  restored: ")]
+    assert restored and all(LLAMA_LIKE not in line for line in restored)
+    assert any("(1 local change discarded); journal removed" in line for line in lines)
+    assert tree_hashes(root / "sglang") == pristine
