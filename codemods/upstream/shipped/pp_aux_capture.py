@@ -51,10 +51,12 @@ def relays_pp_aux_capture(model_cls: type, method: str) -> bool:
 
 
 def check_pp_aux_capture(model: torch.nn.Module, method: str, pp_size: int) -> None:
-    """Raise before ``method``'s capture is configured under PP on a model that would
-    lose the captures of the stages before the last."""
+    """Raise ``NotImplementedError``, naming the class and the method, before
+    ``method``'s capture is configured under PP on a model that would lose the captures
+    of the stages before the last (as the capture hooks do for a PP they do not support).
+    Nothing is asked with one stage."""
     if pp_size > 1 and not relays_pp_aux_capture(type(model), method):
-        raise ValueError(
+        raise NotImplementedError(
             f"{type(model).__name__} does not relay {method} aux hidden states across "
             f"pipeline stages (no {RELAY_METHODS_ATTR} entry for {method}), so "
             f"pp_size={pp_size} would lose the captures of every stage but the last."

@@ -314,7 +314,7 @@ class TestPPAuxRelayOptIn(CustomTestCase):
         pp = SimpleNamespace(world_size=2)
         with mock.patch.object(setup, "get_pp_group", return_value=pp):
             with self.assertRaisesRegex(
-                ValueError, f"^OwnStack does not relay {method} "
+                NotImplementedError, f"^OwnStack does not relay {method} "
             ):
                 setup.configure_aux_hidden_state_capture(**configure)
         with mock.patch.object(OwnStack, HOOKS[method]) as hook:
@@ -383,7 +383,8 @@ class TestRuntimeGuard(CustomTestCase):
                     with mock.patch.object(cls, hook, create=True) as called:
                         if cls is silent:
                             with self.assertRaisesRegex(
-                                ValueError, f"^Silent does not relay {method} "
+                                NotImplementedError,
+                                f"^Silent does not relay {method} ",
                             ):
                                 _configure_capture(cls(), method, pp_size=2)
                             called.assert_not_called()
