@@ -156,10 +156,12 @@ def _guard(result: UpstreamResult, base: str) -> list[str]:
     where = facts.guard_where(result, lambda path: _short(path, base))
     if not where:
         return []
+    passes = facts.guard_passes(result, lambda path: _short(path, base))
     return _wrap(
         f"Runtime guard: {facts.GUARD_CALL} before each capture hook call in "
-        f"{where}; with PP it raises naming the class and the method when the class "
-        "does not relay that method."
+        f"{where}{f'; {passes}' if passes else ''}; with PP it raises "
+        "NotImplementedError naming the class and the method when the class does not "
+        "relay that method."
     )
 
 

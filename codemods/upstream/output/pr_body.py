@@ -34,6 +34,7 @@ from codemods.upstream.output.result_facts import (
     early_return_files,
     family_models,
     file_summary,
+    guard_passes,
     guard_where,
     helpers_summary,
     in_release,
@@ -379,11 +380,13 @@ def _guard_line(result: UpstreamResult) -> str:
     where = guard_where(result, _code, _code)
     if not where:
         return ""
+    passes = guard_passes(result, _code, _code)
     return (
-        f"- Runtime guard: `{GUARD_CALL}` before each call of a capture hook in {where}; "
-        "with PP it raises naming the class and the method when the class does not relay "
-        "that method, so no path that configures the capture (the server's, or "
-        "`ModelRunner` driven directly) loses captures silently.\n"
+        f"- Runtime guard: `{GUARD_CALL}` before each call of a capture hook in {where}"
+        + (f"; {passes} (a caller without it has one stage)" if passes else "")
+        + "; with PP it raises `NotImplementedError` naming the class and the method when "
+        "the class does not relay that method, so no path that configures the capture "
+        "(the server's, or `ModelRunner` driven directly) loses captures silently.\n"
     )
 
 

@@ -105,14 +105,16 @@ GUARD_CALL = "check_pp_aux_capture(model, METHOD, pp_size)"
 def guard_places(result: UpstreamResult) -> list[tuple[str, list[str]]]:
     """(patch path, functions) where the patch puts the runtime guard before a capture
     hook call, in patch order: the runner files it changes and, from the guard part's
-    facts, the functions whose calls it guards there."""
+    facts, the functions whose calls it guards there (a file it changes only to pass
+    ``pp_size`` is not one)."""
     found = result.facts(GUARD_PART)
     sites = getattr(found, "sites", ())
     places = []
     for change in result.changes:
         if change.role is Role.RUNTIME_GUARD and change.changed:
             functions = [s.function for s in sites if s.path == change.path]
-            places.append((change.path, list(dict.fromkeys(functions))))
+            if functions:  # not a file whose calls only pass ``pp_size`` (guard_passes)
+                places.append((change.path, list(dict.fromkeys(functions))))
     return places
 
 
@@ -125,6 +127,25 @@ def guard_where(result: UpstreamResult, name=lambda path: path, function=lambda 
         for path, functions in guard_places(result)
     ]
     return " and ".join(parts)
+
+
+def guard_passes(result: UpstreamResult, name=lambda path: path, function=lambda name: name) -> str:
+    """Where the check reads a function's new ``pp_size`` parameter: ``f takes pp_size: int
+    = 1, which caller (file) passes as value``, one clause per function, joined with
+    "and" (``name`` writes a path, ``function`` a function or value); "" where none."""
+    found = result.facts(GUARD_PART)
+    calls = [c for c in getattr(found, "callers", ()) if not c.passed]
+    if not guard_places(result) or not calls:
+        return ""
+    clauses = []
+    for callee in dict.fromkeys(c.callee for c in calls):
+        passes = " and ".join(
+            f"{function(c.function)} ({name(c.path)}) passes as {function(c.pp_size)}"
+            for c in calls
+            if c.callee == callee
+        )
+        clauses.append(f"{function(callee)} takes {function('pp_size: int = 1')}, which {passes}")
+    return " and ".join(clauses)
 
 
 def relaxes_aux_flag(result: UpstreamResult) -> bool:

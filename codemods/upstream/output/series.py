@@ -18,7 +18,10 @@ reviewer can take one at a time, in this order:
    last patch of the series, when everything it checks is in place.
 
 Each file change carries its group and role from the part of the generator that made it
-(:mod:`codemods.upstream.edit.change_kinds`); the series reads them.
+(:mod:`codemods.upstream.edit.change_kinds`); the series reads them.  A file that parts of
+different groups change (``model_runner.py``: the sizing, then the runtime guard's
+``pp_size=`` argument) is cut into one change per group, each patch starting where the
+one before left the file.
 
 A fix the patch makes in a model file that is not about capture under PP (a stack setter
 the hook calls but the stack lacks, a forward that unpacks non-last stages' output) is a
@@ -156,9 +159,34 @@ def _family_test_text(result: UpstreamResult, names: set[str]) -> str:
     return render_test(dataclasses.replace(plan, decisions=decisions))
 
 
+def _by_group(result: UpstreamResult, change: FileChange) -> list[FileChange]:
+    """``change`` cut into one change per series group, where parts of different groups
+    change its file (the runtime guard passing ``pp_size`` in the ``model_runner.py``
+    the sizing changed): each starts where the one before left the file, in the order
+    of the parts, which is the order of the series.  As it is otherwise (one group, or
+    groups the series would take out of order)."""
+    steps: list[FileChange] = []
+    for answer in result.parts:
+        for step in answer.decision.changes:
+            if step.path != change.path or not step.changed:
+                continue
+            if steps and classify(steps[-1])[0] == classify(step)[0]:
+                steps[-1] = dataclasses.replace(steps[-1], new=step.new)
+            else:
+                old = steps[-1].new if steps else change.old
+                steps.append(dataclasses.replace(step, old=old))
+    ranks = [_group_rank(classify(step)[0]) for step in steps]
+    if len(steps) < 2 or ranks != sorted(set(ranks)) or steps[-1].new != change.new:
+        return [change]
+    steps[0] = dataclasses.replace(steps[0], group=change.group, role=change.role)
+    return steps
+
+
 def build_series(result: UpstreamResult) -> list[SeriesPatch]:
     """The ordered series of ``result``'s changes (empty when nothing changes)."""
-    changes = [change for change in result.changes if change.changed]
+    changes = [
+        step for change in result.changes if change.changed for step in _by_group(result, change)
+    ]
     if not changes:
         return []
     plan = result.family

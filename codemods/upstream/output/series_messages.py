@@ -24,6 +24,7 @@ from codemods.upstream.output.result_facts import (
     DEAD_RETURN,
     GUARD_CALL,
     accepted_algorithms,
+    guard_passes,
     guard_where,
     helpers_summary,
     relaxes_aux_flag,
@@ -200,11 +201,14 @@ def _guard_paragraph(result: UpstreamResult) -> str:
     where = guard_where(result, _name)
     if not where:
         return ""
+    passes = guard_passes(result, _name)
     return _wrap(
-        f"{GUARD_CALL} now runs before each call of a capture hook in {where}; "
-        "with PP it raises naming the class and the method when the class does not "
-        "relay that method (pp_aux_relay_methods, declared by the model patches of this "
-        "series), so no path that configures the capture loses captures silently."
+        f"{GUARD_CALL} now runs before each call of a capture hook in {where}"
+        + (f"; {passes} (a caller without it has one stage)" if passes else "")
+        + "; with PP it raises NotImplementedError naming the class and the method when "
+        "the class does not relay that method (pp_aux_relay_methods, declared by the "
+        "model patches of this series), so no path that configures the capture loses "
+        "captures silently."
     )
 
 
@@ -235,7 +239,7 @@ def _validation(patch, result: UpstreamResult) -> None:
         if relaxes_aux_flag(result)
         else ""
     )
-    guards = [c for c in result.changes if c.role is Role.RUNTIME_GUARD and c.changed]
+    guards = [c for c in patch.changes if c.role is Role.RUNTIME_GUARD and c.changed]
     files = ", ".join(_name(p) for p in patch.paths if p not in {c.path for c in guards})
     still = "".join(
         "\n"

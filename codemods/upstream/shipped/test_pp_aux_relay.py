@@ -311,17 +311,15 @@ class TestPPAuxRelayOptIn(CustomTestCase):
             dflash_target_layer_ids=[1],
             is_dspark=False,
         )
-        pp = SimpleNamespace(world_size=2)
-        with mock.patch.object(setup, "get_pp_group", return_value=pp):
-            with self.assertRaisesRegex(
-                NotImplementedError, f"^OwnStack does not relay {method} "
-            ):
-                setup.configure_aux_hidden_state_capture(**configure)
+        with self.assertRaisesRegex(
+            NotImplementedError, f"^OwnStack does not relay {method} "
+        ):
+            setup.configure_aux_hidden_state_capture(**configure, pp_size=2)
         with mock.patch.object(OwnStack, HOOKS[method]) as hook:
-            single = SimpleNamespace(world_size=1)
-            with mock.patch.object(setup, "get_pp_group", return_value=single):
-                setup.configure_aux_hidden_state_capture(**configure)
-            hook.assert_called_once_with([1])
+            # As the runner calls it with one stage, and as callers without pp_size do.
+            setup.configure_aux_hidden_state_capture(**configure, pp_size=1)
+            setup.configure_aux_hidden_state_capture(**configure)
+            self.assertEqual(hook.call_args_list, [mock.call([1])] * 2)
 
 
 # @@if setup_guard
@@ -331,16 +329,15 @@ def _configure_capture(model, method, pp_size):
         attention_backend_setup as setup,
     )
 
-    pp = SimpleNamespace(world_size=pp_size)
-    with mock.patch.object(setup, "get_pp_group", return_value=pp):
-        setup.configure_aux_hidden_state_capture(
-            model=model,
-            eagle_use_aux_hidden_state=method == "EAGLE3",
-            eagle_aux_hidden_state_layer_ids=[1],
-            dflash_use_aux_hidden_state=method != "EAGLE3",
-            dflash_target_layer_ids=[1],
-            is_dspark=method == "DSPARK",
-        )
+    setup.configure_aux_hidden_state_capture(
+        model=model,
+        eagle_use_aux_hidden_state=method == "EAGLE3",
+        eagle_aux_hidden_state_layer_ids=[1],
+        dflash_use_aux_hidden_state=method != "EAGLE3",
+        dflash_target_layer_ids=[1],
+        is_dspark=method == "DSPARK",
+        pp_size=pp_size,
+    )
 
 
 # @@else setup_guard

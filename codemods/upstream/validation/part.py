@@ -5,7 +5,10 @@
   relay a method's captures is refused by name under PP wherever the runner configures
   the capture.  Not applicable where no model part of the patch applies or the runner
   calls no capture hook; left out (the rest of the patch stands) where a call has a shape
-  no check can be put before, naming the file, function and line.  Its facts are the
+  no check can be put before, or a function whose check reads its new ``pp_size``
+  parameter has a call that cannot pass it (or none under the runner package), naming the
+  file, function and line.  It builds on a runner file an earlier part changed (the
+  sizing part's ``model_runner.py``, where a call passes ``pp_size``).  Its facts are the
   :class:`~codemods.upstream.validation.runtime_guard.GuardResult`.
 * ``validation`` (``relax.py``): runs last, accepting what the model parts before it make
   safe, for the architectures the capture-hook family rewrites (``plan.facts("family")``).
@@ -40,14 +43,14 @@ GUARD_NAME = "runtime guard"
 def decide_guard(tree: SGLangTree, plan: part.Plan) -> part.Decision:
     if not any(d.applies for d in plan.decided.values()):
         return part.not_applicable("no model part of this patch applies")
-    found = guard_changes(tree)
+    found = guard_changes(tree, plan.text)
     if found.changes and not any(d.applies and d.changes for d in plan.decided.values()):
         # Models that relay on their own, and no check there yet: leave the runner as is.
         return part.not_applicable("no other part of this patch changes a file", facts=found)
     if found.unguarded:
         first = found.unguarded[0]
         return part.left_out(
-            f"cannot put the check before a capture hook call: {first.describe()}",
+            f"cannot guard a runner call of a capture hook: {first.describe()}",
             "a model that does not relay a method's captures still loses them silently "
             "under PP where the runner configures that capture",
             facts=found,
@@ -55,21 +58,6 @@ def decide_guard(tree: SGLangTree, plan: part.Plan) -> part.Decision:
     if not found.sites:
         return part.not_applicable(
             f"{found.package}: no runner call of a capture hook", facts=found
-        )
-    earlier = {
-        c.path: name
-        for name, d in plan.decided.items()
-        for c in d.changes
-        if c.changed and name != GUARD_NAME
-    }
-    taken = [c.path for c in found.changes if c.path in earlier]
-    if taken:
-        # The generator keeps a path's first change: the check would be lost there.
-        return part.left_out(
-            f"{taken[0]} is already changed by the {earlier[taken[0]]} part",
-            "a model that does not relay a method's captures still loses them silently "
-            "under PP where the runner configures that capture",
-            facts=found,
         )
     changes = (
         [*found.changes, runtime_change(tree, plan.text(tree.module_path(GLUE_MODULE)))]

@@ -53,8 +53,10 @@ def test_patched_kimi_k3_matches_pp1(sglang_release, tmp_path, version):
     assert result.changed == [
         K3_FILE,
         "sglang/srt/layers/aux_hidden_states.py",
-        # the runtime guard where the runner configures the capture
+        # the runtime guard where the runner configures the capture, and the runner
+        # passing it its PP size
         "sglang/srt/model_executor/model_runner_components/attention_backend_setup.py",
+        "sglang/srt/model_executor/model_runner.py",
     ]
     check = git_apply(release, result.patch, check=True)
     assert check.returncode == 0, check.stderr

@@ -60,8 +60,10 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
     assert result.changed == [
         "sglang/srt/models/kimi_linear.py",
         "sglang/srt/layers/aux_hidden_states.py",
-        # the runtime guard where the runner configures the capture
+        # the runtime guard where the runner configures the capture, and the runner
+        # passing it its PP size
         "sglang/srt/model_executor/model_runner_components/attention_backend_setup.py",
+        "sglang/srt/model_executor/model_runner.py",
     ]
     text = (copy / result.model("kimi_linear").path).read_text()
     assert "set_pp_aux_capture(" in text

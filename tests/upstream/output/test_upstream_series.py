@@ -8,6 +8,7 @@ check that release's PR description (``check_release_body``).
 
 from __future__ import annotations
 
+import difflib
 import shutil
 from pathlib import Path
 
@@ -348,6 +349,12 @@ def _minimal_tree(path: Path, changes: list[FileChange]) -> Path:
     return path
 
 
+def _added(old: str | None, new: str) -> list[str]:
+    """The lines ``new`` adds to ``old``, stripped."""
+    diff = difflib.ndiff((old or "").splitlines(), new.splitlines())
+    return [line[2:].strip() for line in diff if line.startswith("+ ")]
+
+
 def _texts(root: Path, changes: list[FileChange]) -> dict[str, str]:
     return {c.path: (root / c.path).read_text(encoding="utf-8") for c in changes}
 
@@ -376,6 +383,21 @@ def test_series_applies_in_order_and_equals_the_single_patch(
     if guard_only:
         assert last.subject.startswith("[PP] Refuse aux capture under PP"), last.subject
         assert "configure_aux_hidden_state_capture" in " ".join(last.body.split())
+    # model_runner.py, which the sizing and the guard both change: the sizing in its
+    # commit, the pp_size= the runner passes configure_aux_hidden_state_capture in the
+    # guard's, starting where the sizing left the file.
+    runner = [
+        (patch, change)
+        for patch in patches
+        for change in patch.changes
+        if change.path.endswith("/model_executor/model_runner.py")
+    ]
+    assert [patch.key for patch, _ in runner] == [keys[1 if version >= "0.5.21" else 0], keys[-1]]
+    (_, sizing), (_, guard) = runner
+    assert guard.role is Role.RUNTIME_GUARD and guard.old == sizing.new
+    added = _added(guard.old, guard.new)
+    assert len(added) == 1 and added[0].startswith("pp_size=self."), added
+    assert "configure_aux_hidden_state_capture takes pp_size" in " ".join(last.body.split())
     # Where SGLang relays DSPARK itself, the rename of its relay is a commit of its own,
     # right after the helpers, and holds nothing but the rename.
     assert (keys[1] == series.RENAME) is (version >= "0.5.21"), keys

@@ -22,10 +22,13 @@ from codemods.upstream.tree.sglang_tree import detect_tree
 from codemods.upstream.validation.part import decide_guard
 from codemods.upstream.validation.runtime_guard import (
     GROUP_SIZE,
+    PARAM,
     SELF_SIZE,
     guard,
     guard_changes,
+    pass_pp_size,
     relay_test,
+    with_parameter,
 )
 
 RUNNER = textwrap.dedent(
@@ -47,6 +50,9 @@ RUNNER = textwrap.dedent(
                 self.model.set_eagle3_layers_to_capture(ids)
             if self.dflash:
                 self.model.set_dflash_layers_to_capture(ids)
+
+        def init_capture(self, ids):
+            configure(self.model, ids, is_dspark=True)
 
 
     class GraphRunner:
@@ -74,14 +80,17 @@ def test_each_call_gets_the_check_with_the_pp_size_its_scope_has():
         ("ModelRunner.initialize", "DFLASH", "self.model", SELF_SIZE),
         # pp_size is set after the call in __init__: not there yet
         ("GraphRunner.__init__", "EAGLE3", "runner.model", GROUP_SIZE),
-        ("configure", "DSPARK", "model", GROUP_SIZE),
+        # a module-level function: the parameter its callers pass
+        ("configure", "DSPARK", "model", PARAM),
     ]
+    assert done.functions == ("configure",)
     assert _checks(done.text) == [
         'check_pp_aux_capture(self.model, "EAGLE3", self.pp_size)',
         'check_pp_aux_capture(self.model, "DFLASH", self.pp_size)',
         'check_pp_aux_capture(runner.model, "EAGLE3", get_pp_group().world_size)',
-        'check_pp_aux_capture(model, "DSPARK", get_pp_group().world_size)',
+        'check_pp_aux_capture(model, "DSPARK", pp_size)',
     ]
+    assert "def configure(model, ids, is_dspark, pp_size: int = 1):\n" in done.text
     # Each check sits right above its call, at its indentation; the comment stays on top.
     assert (
         "            # the draft's layers\n"
@@ -99,7 +108,7 @@ def test_each_call_gets_the_check_with_the_pp_size_its_scope_has():
     removed = [line for line in done.text.splitlines() if "check_pp_aux_capture" not in line]
     assert "\n".join(removed).replace(
         "from sglang.srt.distributed.parallel_state import get_pp_group\n", ""
-    ) == RUNNER.rstrip("\n")
+    ).replace(", pp_size: int = 1)", ")") == RUNNER.rstrip("\n")
     compile(done.text, "runner.py", "exec")
 
 
@@ -117,7 +126,7 @@ def test_an_imported_get_pp_group_is_used_as_it_is():
     )
     done = guard(text, "runner.py")
     assert "parallel_state import get_pp_group" not in done.text
-    assert 'check_pp_aux_capture(model, "DSPARK", get_pp_group().world_size)' in done.text
+    assert 'check_pp_aux_capture(runner.model, "EAGLE3", get_pp_group().world_size)' in done.text
 
 
 def test_a_long_check_is_wrapped_the_way_black_would():
@@ -194,15 +203,18 @@ def test_the_part_answers_for_each_tree(tmp_path):
     assert decision.verdict is part.Verdict.LEFT_OUT and not decision.changes
     assert "sglang/srt/model_executor/other.py:2 in f" in decision.reason
     assert "silently" in decision.breaks
-    # A runner file an earlier part changed keeps that change: the guard says so.
+    # A runner file an earlier part changed: the guard builds on that change (the
+    # release's text stays the old one), and the series cuts it by part.
     plan = _plan(tree)
     runner = "sglang/srt/model_executor/model_runner.py"
     plan.decided["sizing"] = part.applies(
         [FileChange(runner, RUNNER, RUNNER + "x = 1\n", RUNTIME, Role.SIZING)]
     )
     decision = decide_guard(tree, plan)
-    assert decision.verdict is part.Verdict.LEFT_OUT
-    assert decision.reason == f"{runner} is already changed by the sizing part"
+    assert decision.applies
+    (change,) = [c for c in decision.changes if c.path == runner]
+    assert change.old == RUNNER and change.new.endswith("\nx = 1\n")
+    assert len(_checks(change.new)) == 4
 
 
 #: release -> {(file, function): methods} where the runner calls a capture hook.
@@ -221,6 +233,16 @@ def _expected(version: str) -> dict[tuple[str, str], list[str]]:
     if index >= LAST_BUILDS.index("0.5.6.post2"):
         found[(_MODEL_RUNNER, "ModelRunner._dummy_run")] = ["EAGLE3"]
     return found
+
+
+def _runner_size(version: str) -> str:
+    """How ``ModelRunner`` passes its PP size in the release (0.5.16+)."""
+    index = LAST_BUILDS.index(version)
+    if index >= LAST_BUILDS.index("0.5.22"):
+        return "self.pp_group.world_size"
+    if index >= LAST_BUILDS.index("0.5.21"):
+        return "self.pp_size"
+    return "self.ps.pp_size"
 
 
 #: One release per place the runner calls the hooks; the others are slow.
@@ -242,9 +264,29 @@ def test_every_release_guards_each_runner_call_of_a_capture_hook(version):
     for site in found.sites:
         where.setdefault((site.file, site.function), []).append(site.method)
         assert not site.guarded
-        assert site.pp_size == (GROUP_SIZE if site.file == _SETUP[0] else SELF_SIZE), site
+        assert site.pp_size == (PARAM if site.file == _SETUP[0] else SELF_SIZE), site
     assert where == _expected(version)
+    # configure_aux_hidden_state_capture gets pp_size from ModelRunner's one call, as the
+    # runner knows its PP size there.
+    index = LAST_BUILDS.index(version)
+    assert [(c.file, c.function, c.callee, c.pp_size, c.passed) for c in found.callers] == (
+        [
+            (
+                _MODEL_RUNNER,
+                "ModelRunner.init_attention_backends",
+                _SETUP[1],
+                _runner_size(version),
+                False,
+            )
+        ]
+        if index >= LAST_BUILDS.index("0.5.16")
+        else []
+    )
+    changed = sorted(c.path.rsplit("/", 1)[-1] for c in found.changes)
+    assert changed == sorted({s.file for s in found.sites} | {c.file for c in found.callers})
     for change in found.changes:
+        # No PP group asked: the size comes from the runner.
+        assert change.new.count("get_pp_group") == (change.old or "").count("get_pp_group")
         compile(change.new, change.path, "exec")
         module = cst.parse_module(change.new)
         assert module.code == change.new
@@ -254,7 +296,8 @@ def test_every_release_guards_each_runner_call_of_a_capture_hook(version):
         calls = [n for n in calls if "check_pp_aux_capture(" not in lines[n]]
         assert len(calls) == sum(1 for s in found.sites if s.path == change.path)
         assert all("check_pp_aux_capture(" in lines[n - 1] for n in calls), version
-        assert "import check_pp_aux_capture" in change.new
+        guarded = any(s.path == change.path for s in found.sites)
+        assert ("import check_pp_aux_capture" in change.new) is guarded, change.path
         again = guard(change.new, change.path)
         assert again.text == change.new and all(s.guarded for s in again.sites), version
 
@@ -299,3 +342,258 @@ def test_a_rewritten_kimi_file_declares_its_dspark_relay(name):
     pieces = model.new.split('    pp_aux_relay_methods = ("DSPARK",)')[:-1]
     declaring = [piece.rsplit("\nclass ", 1)[1].split("(")[0] for piece in pieces]
     assert any(name.endswith("ForCausalLM") for name in declaring), declaring
+
+
+SETUP = textwrap.dedent(
+    """\
+    import logging
+
+
+    def configure_capture(
+        *,
+        model,
+        eagle: bool,
+        ids,
+    ) -> None:
+        \"\"\"Configure the capture.\"\"\"
+        if eagle:
+            model.set_eagle3_layers_to_capture(ids)
+    """
+)
+
+CALLER = textwrap.dedent(
+    """\
+    from sglang.srt.model_executor.setup import configure_capture
+
+
+    class ModelRunner:
+        def __init__(self, ps):
+            self.ps = ps
+
+        def init_memory(self):
+            make_pool(
+                pp_size=self.ps.pp_size,
+            )
+
+        def init_backends(self):
+            configure_capture(
+                model=self.model,
+                eagle=self.eagle,
+                ids=self.ids,
+            )
+    """
+)
+
+
+def test_a_module_level_function_takes_pp_size_from_the_runners_call(tmp_path):
+    """The shape of 0.5.16+: ``configure_aux_hidden_state_capture(*, ...)`` in a module of
+    its own, called with keywords by ``ModelRunner``, which knows its PP size as it passes
+    it elsewhere.  No ``get_pp_group()``: SGLang's own callers (no PP group, PP=1) keep
+    working without ``pp_size``."""
+    tree = _tree(
+        tmp_path,
+        {
+            "srt/model_executor/__init__.py": "",
+            "srt/model_executor/setup.py": SETUP,
+            "srt/model_executor/model_runner.py": CALLER,
+        },
+    )
+    found = guard_changes(tree)
+    assert not found.unguarded
+    assert [(s.function, s.pp_size) for s in found.sites] == [("configure_capture", PARAM)]
+    (call,) = found.callers
+    assert (call.file, call.line, call.function, call.callee, call.pp_size, call.passed) == (
+        "model_runner.py",
+        14,
+        "ModelRunner.init_backends",
+        "configure_capture",
+        "self.ps.pp_size",
+        False,
+    )
+    new = {c.path.rsplit("/", 1)[-1]: c.new for c in found.changes}
+    assert new["setup.py"] == SETUP.replace(
+        "    ids,\n) -> None:", "    ids,\n    pp_size: int = 1,\n) -> None:"
+    ).replace(
+        "import logging\n",
+        "import logging\n\nfrom sglang.srt.layers.aux_hidden_states import check_pp_aux_capture\n",
+    ).replace(
+        "    if eagle:\n",
+        '    if eagle:\n        check_pp_aux_capture(model, "EAGLE3", pp_size)\n',
+    )
+    assert new["model_runner.py"] == CALLER.replace(
+        "            ids=self.ids,\n",
+        "            ids=self.ids,\n            pp_size=self.ps.pp_size,\n",
+    )
+    assert not any("get_pp_group" in text for text in new.values())
+    for path, text in new.items():
+        compile(text, path, "exec")
+    # Patched, the tree guards to nothing: the parameter and the argument are there.
+    patched = _tree(
+        tmp_path / "patched",
+        {
+            "srt/model_executor/__init__.py": "",
+            "srt/model_executor/setup.py": new["setup.py"],
+            "srt/model_executor/model_runner.py": new["model_runner.py"],
+        },
+    )
+    again = guard_changes(patched)
+    assert not again.changes and not again.unguarded
+    assert [c.passed for c in again.callers] == [True]
+
+
+def test_without_a_runner_value_the_caller_passes_the_pp_group_size(tmp_path):
+    caller = CALLER.replace("self.ps.pp_size", "self.pp_group_size")
+    tree = _tree(
+        tmp_path,
+        {
+            "srt/model_executor/__init__.py": "",
+            "srt/model_executor/setup.py": SETUP,
+            "srt/model_executor/model_runner.py": caller.replace(
+                "    def init_memory(self):",
+                "    def init_cache(self):\n        make_cache(pp_size=self.ps.pp_size)\n\n"
+                "    def init_memory(self):",
+            ),
+        },
+    )
+    # Two values the runner passes as pp_size: neither is taken for it.
+    (call,) = guard_changes(tree).callers
+    assert call.pp_size == GROUP_SIZE
+    (runner,) = [c for c in guard_changes(tree).changes if c.path.endswith("model_runner.py")]
+    assert "pp_size=get_pp_group().world_size,\n" in runner.new
+    assert "from sglang.srt.distributed.parallel_state import get_pp_group\n" in runner.new
+
+
+@pytest.mark.parametrize(
+    ("caller", "why"),
+    [
+        ("        configure_capture(**self.kwargs)\n", "passes **kwargs"),
+        ("        if configure_capture(model=1, eagle=2, ids=3):\n            pass\n", "header"),
+        ("        pass\n", "no call of configure_capture under sglang/srt/model_executor"),
+    ],
+)
+def test_a_function_whose_callers_cannot_pass_pp_size_is_not_guarded(tmp_path, caller, why):
+    text = "class ModelRunner:\n    def init_backends(self):\n" + caller
+    tree = _tree(
+        tmp_path,
+        {
+            "srt/model_executor/__init__.py": "",
+            "srt/model_executor/setup.py": SETUP,
+            "srt/model_executor/model_runner.py": text,
+        },
+    )
+    found = guard_changes(tree)
+    assert not found.changes
+    (refused,) = found.unguarded
+    assert why in refused.why
+    decision = decide_guard(tree, _plan(tree))
+    assert decision.verdict is part.Verdict.LEFT_OUT and not decision.changes
+    assert decision.reason.startswith("cannot guard a runner call of a capture hook: sglang/")
+
+
+def test_a_call_on_one_line_is_laid_out_again_the_way_black_would():
+    text = (
+        "class ModelRunner:\n"
+        "    def __init__(self, pp_size):\n"
+        "        self.pp_size = pp_size\n\n"
+        "    def a(self):\n"
+        "        configure(self.model, ids)\n\n"
+        "    def b(self):\n"
+        "        done = configure(self.model_with_a_long_name, self.ids_with_a_long_name, x=1)\n"
+    )
+    passed = pass_pp_size(text, "runner.py", frozenset({"configure"}))
+    assert not passed.unguarded
+    assert "        configure(self.model, ids, pp_size=self.pp_size)\n" in passed.text
+    # Over 88 columns on one line, and on one indented line: one argument per line.
+    assert (
+        "        done = configure(\n"
+        "            self.model_with_a_long_name,\n"
+        "            self.ids_with_a_long_name,\n"
+        "            x=1,\n"
+        "            pp_size=self.pp_size,\n"
+        "        )\n"
+    ) in passed.text
+    compile(passed.text, "runner.py", "exec")
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("def f(a, b=2):", "def f(a, b=2, pp_size: int = 1):"),
+        ("def f(a, *, b):", "def f(a, *, b, pp_size: int = 1):"),
+        ("def f(a, *args, **kwargs):", "def f(a, *args, pp_size: int = 1, **kwargs):"),
+        ("def f(a, /, b):", "def f(a, /, b, pp_size: int = 1):"),
+        (
+            "def f(\n    *,\n    model,\n    **kwargs,\n) -> None:",
+            "def f(\n    *,\n    model,\n    pp_size: int = 1,\n    **kwargs,\n) -> None:",
+        ),
+        (
+            "def function_name(parameter_one, parameter_two, parameter_three, param_4):",
+            "def function_name(\n"
+            "    parameter_one, parameter_two, parameter_three, param_4, pp_size: int = 1\n"
+            "):",
+        ),
+        (
+            "def f(a_long_parameter_name, another_long_parameter_name, third_parameter):",
+            "def f(\n    a_long_parameter_name,\n    another_long_parameter_name,\n"
+            "    third_parameter,\n    pp_size: int = 1,\n):",
+        ),
+    ],
+)
+def test_the_parameter_goes_last_the_way_black_lays_it_out(header, expected):
+    fn = cst.parse_module(f"{header}\n    pass\n").body[0]
+    assert isinstance(fn, cst.FunctionDef)
+    code = cst.Module([with_parameter(fn, "")]).code
+    assert code == f"{expected}\n    pass\n"
+
+
+def _blocks(doc: str) -> list[list[str]]:
+    """The literal blocks (``::`` then indented lines) of a docstring, lines stripped."""
+    blocks = []
+    for piece in doc.split("::\n\n")[1:]:
+        lines = []
+        for line in piece.splitlines():
+            if line and not line.startswith("    "):
+                break
+            if line.strip():
+                lines.append(line.strip())
+        blocks.append(lines)
+    return blocks
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize(("version", "example"), [("0.5.14", 0), ("0.5.23", 1)])
+def test_the_docstrings_before_and_after_are_what_the_guard_does(version, example):
+    """Each ``Before::``/``after::`` pair of the module docstring: the before lines are the
+    release's, in its order; the after lines are the before lines plus exactly the lines
+    the guard adds (imports aside), where it adds them."""
+    import difflib
+    from itertools import pairwise
+
+    from sglang_support.hook_trees import hook_tree
+
+    from codemods.upstream.validation import runtime_guard
+
+    before, after = _blocks(runtime_guard.__doc__ or "")[2 * example : 2 * example + 2]
+    found = guard_changes(detect_tree(hook_tree(version)))
+    old = [line.strip() for c in found.changes for line in (c.old or "").splitlines()]
+    new = [line.strip() for c in found.changes for line in c.new.splitlines()]
+    added = [
+        line[2:]
+        for c in found.changes
+        for line in difflib.ndiff(
+            [x.strip() for x in (c.old or "").splitlines()],
+            [x.strip() for x in c.new.splitlines()],
+        )
+        if line.startswith("+ ") and not line[2:].startswith("from ")
+    ]
+    shown = [line for line in before if line != "..."]
+    assert all(line in old for line in shown), [line for line in shown if line not in old]
+    # What the after shows more is what the guard adds; each added line other than the
+    # checks (one per method, one shown) is shown: the parameter and the argument.
+    assert set(after) - set(before) <= set(added), set(after) - set(before) - set(added)
+    assert {line for line in added if not line.startswith("check_pp_aux_capture(")} <= set(after)
+    # Each shown added line sits between the lines it sits between in the patched file.
+    pairs = set(pairwise(new))
+    for previous, line in pairwise(after):
+        if (line in added or previous in added) and "..." not in (previous, line):
+            assert (previous, line) in pairs, (previous, line)
