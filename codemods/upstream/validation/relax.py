@@ -6,10 +6,11 @@ lets EAGLE (not multi-layer) through on two paths: the aggregate PP relay under
 ``SGLANG_ENABLE_PP_SPEC`` (the EAGLE worker tail-drafts on the last stage) and PD prefill
 (``disaggregation-mode=prefill``); DSPARK only on PD prefill.  EAGLE3 and DFLASH are refused,
 and 0.5.23's ``handle_aux_hidden_state_capture`` refuses ``--enable-return-aux-hidden-states``
-with PP because the capture hooks only saw the last stage's layers.
+with PP, saying that the capture hooks only see the last stage's layers.
 
-Once a model file carries its captures across stages (the capture-hook family patch), those
-refusals are no longer needed for that model.  This module edits the hook so that:
+Once a model file carries its captures across stages (the capture-hook family patch), the
+speculative refusals are no longer needed for that model.  This module edits the hook so
+that:
 
 * EAGLE3 follows EAGLE's paths (same EAGLE worker, same multi-layer and relay conditions),
   for the architectures whose EAGLE3 hook the patch rewrote;
@@ -20,9 +21,20 @@ refusals are no longer needed for that model.  This module edits the hook so tha
   ``speculative_hook._handle_dflash`` (``if cfg.pp_size != 1: raise ValueError(...)``; the
   DFLASH worker drafts on the last stage only), so there DFLASH stays refused here too: a
   branch that accepted it could never run;
-* ``--enable-return-aux-hidden-states`` with PP is accepted for those architectures and the
-  convention the patch covers (a capture without a draft: the flag resets the speculative
-  algorithm, so ``_handle_dflash`` does not run and a DFLASH convention is reachable).
+* ``--enable-return-aux-hidden-states`` with PP stays refused for every model, relaying or
+  not, and only its message changes: the captures now reach the last stage, but only the
+  first pipeline rank returns output to the detokenizer, and what the last rank relays
+  back to it (``scheduler_pp_mixin._pp_prepare_tensor_dict``: token ids, logprobs,
+  speculative bookkeeping) carries no hidden states (``managers/utils.py``'s
+  ``get_logprob_from_pp_outputs`` rebuilds the output with ``hidden_states=None``), so the
+  states could not reach the client: accepting the flag would turn a startup error into
+  silently empty output.  The old reason (the hooks only see the last stage's layers) is
+  no longer true of a relaying model, so the message gives this one (:data:`AUX_FLAG_MESSAGE`).
+
+On 0.5.21-0.5.23 the rewritten DFLASH hooks are still reached by the server, through DSPARK:
+``configure_aux_hidden_state_capture`` calls ``set_dflash_layers_to_capture`` on a DSPARK
+target without ``set_dspark_layers_to_capture``, and DSPARK passes with PP on PD prefill
+(``reachability.dspark_dflash_fallback``).
 
 Every other refusal stays as it is.  Before, the hook had no notion of a model that
 relays its captures.  After, a helper asks the model class the server will load, resolved
@@ -56,6 +68,8 @@ the capture, the paths that bypass the server (``ModelRunner`` driven directly) 
 
 from __future__ import annotations
 
+import ast
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,13 +173,34 @@ _AUX_FLAG_CHECK = """\
         )
 """
 
+#: The same refusal, for every model, with the reason that holds once the patch relays
+#: captures to the last stage: the states never reach the client from there.
 _AUX_FLAG_CHECK_NEW = """\
-    if cfg.pp_size != 1 and not {helper}(cfg, method):
+    if cfg.pp_size != 1:
+        # The PP output relay (_pp_prepare_tensor_dict) carries no hidden states:
+        # get_logprob_from_pp_outputs rebuilds the first rank's output with
+        # hidden_states=None.
         raise ValueError(
-            "--enable-return-aux-hidden-states only supports pp_size == 1 for this "
-            "model: its capture hooks only see the layers on the last pipeline rank."
+            "--enable-return-aux-hidden-states only supports pp_size == 1: only "
+            "the first pipeline rank returns output to the detokenizer, and the "
+            "outputs the last rank relays back to it carry no hidden states, so "
+            "the captured aux hidden states cannot reach the client."
         )
 """
+
+
+def _message_of(check: str) -> str:
+    """The message of the ``raise`` in ``check`` (its string literals joined)."""
+    statement = ast.parse(textwrap.dedent(check)).body[0]
+    assert isinstance(statement, ast.If) and isinstance(statement.body[-1], ast.Raise)
+    call = statement.body[-1].exc
+    assert isinstance(call, ast.Call) and isinstance(call.args[0], ast.Constant)
+    return str(call.args[0].value)
+
+
+#: The reworded refusal, and its reason (what follows ``only supports pp_size == 1:``).
+AUX_FLAG_MESSAGE = _message_of(_AUX_FLAG_CHECK_NEW)
+AUX_FLAG_REASON = AUX_FLAG_MESSAGE.split(": ", 1)[1].removesuffix(".")
 
 _ANCHOR = "def check_pipeline_parallel_compat(cfg: Any) -> None:\n"
 
@@ -194,8 +229,9 @@ def relax(source: str, filename: str, dflash: bool = True) -> str:
     ``dflash``: add the DFLASH branch to ``check_pipeline_parallel_compat`` (False where the
     release refuses DFLASH with PP elsewhere: DFLASH then stays refused there).  Raises
     :class:`ValidationShapeError` (naming ``filename``) when the hook lacks the
-    EAGLE branch of ``check_pipeline_parallel_compat``; the aux-hidden-states refusal is
-    relaxed only where the release has it (0.5.23+).
+    EAGLE branch of ``check_pipeline_parallel_compat``.  The refusal of
+    ``--enable-return-aux-hidden-states`` with PP (0.5.23+) stays for every model; only its
+    message changes, to the reason that still holds (:data:`AUX_FLAG_REASON`).
     """
     if f"def {HELPER_NAME}(" in source:
         return source
@@ -214,7 +250,7 @@ def relax(source: str, filename: str, dflash: bool = True) -> str:
     text = text.replace(_EAGLE_CHECK, (branch + _EAGLE_CHECK_NEW).format(helper=helper))
     text = text.replace(_EAGLE_MESSAGE, _EAGLE_MESSAGE_NEW if dflash else _EAGLE_MESSAGE_EAGLE3)
     if text.count(_AUX_FLAG_CHECK) == 1:
-        text = text.replace(_AUX_FLAG_CHECK, _AUX_FLAG_CHECK_NEW.format(helper=helper))
+        text = text.replace(_AUX_FLAG_CHECK, _AUX_FLAG_CHECK_NEW)
     return text
 
 
