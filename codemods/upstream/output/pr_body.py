@@ -23,14 +23,15 @@ from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.model_families import family_rank, family_title
 from codemods.upstream.output.result_facts import (
-    AUX_FLAG,
     DEAD_RETURN,
     GUARD_CALL,
     KIMI_STEM,
     SHIPPED_TEST_ROLES,
     accepted_algorithms,
     added_tests,
+    aux_flag_sentence,
     dead_return_files,
+    dflash_via_dspark,
     early_return_files,
     family_models,
     file_summary,
@@ -42,7 +43,6 @@ from codemods.upstream.output.result_facts import (
     kimi_rewritten,
     kimi_touched,
     refusals,
-    relaxes_aux_flag,
     relays_through_helpers,
     shipped_test_commands,
     subclass_words,
@@ -53,7 +53,7 @@ from codemods.upstream.output.result_facts import (
     validation_change,
 )
 from codemods.upstream.sizing.part import no_graph_buffer
-from codemods.upstream.tree.reachability import EVERY
+from codemods.upstream.tree.reachability import EVERY, refusal_of
 from codemods.upstream.validation.shipped_tests import TEST_FILE as FAMILY_TEST_FILE
 
 __all__ = [
@@ -144,10 +144,13 @@ def _reach(result: UpstreamResult) -> list[str]:
                 f"where this check lets it through ({check})."
             )
         else:
+            fallback = dflash_via_dspark(result) if refusal.algorithm == "DFLASH" else None
             where = (
                 "only outside the server"
-                if not _aux_flag_reaches(result, refusal.algorithm)
-                else f"by the server only through `{AUX_FLAG}` (a capture without a draft)"
+                if fallback is None
+                else "by the server only through DSPARK with PP (`"
+                f"{fallback.function}` calls `set_dflash_layers_to_capture` for a DSPARK "
+                "target that has no `set_dspark_layers_to_capture`)"
             )
             lines.append(
                 f"**Still refused:** {refusal.algorithm} with PP ({check}); the "
@@ -155,13 +158,6 @@ def _reach(result: UpstreamResult) -> list[str]:
                 "release."
             )
     return lines
-
-
-def _aux_flag_reaches(result: UpstreamResult, algorithm: str) -> bool:
-    """The validation change accepts ``--enable-return-aux-hidden-states`` with PP for an
-    architecture that relays ``algorithm``'s captures."""
-    found = result.validation.architectures if result.validation is not None else {}
-    return relaxes_aux_flag(result) and any(algorithm in kinds for kinds in found.values())
 
 
 def _motivation(result: UpstreamResult) -> str:
@@ -231,14 +227,9 @@ def _motivation(result: UpstreamResult) -> str:
         )
     change = validation_change(result)
     if change is not None:
-        flag = (
-            f", and `handle_aux_hidden_state_capture` rejects `{AUX_FLAG}` with PP"
-            if relaxes_aux_flag(result)
-            else ""
-        )
         lines.append(
             f"1. `check_pipeline_parallel_compat` (`{change.path}`) rejects EAGLE3 "
-            f"and DFLASH speculative decoding with PP{flag}."
+            "and DFLASH speculative decoding with PP."
         )
     reach = _reach(result)
     return "\n".join(lines) + "\n" + "".join(f"\n{line}\n" for line in reach)
@@ -355,8 +346,7 @@ def _validation_line(result: UpstreamResult) -> str:
         return ""
     found = result.validation.architectures if result.validation is not None else {}
     accepted, kept = accepted_algorithms(result)
-    flag = f", and `{AUX_FLAG}` with PP," if relaxes_aux_flag(result) else ""
-    what = "/".join(accepted) + flag if accepted else f"`{AUX_FLAG}`" if flag else "nothing"
+    what = "/".join(accepted) or "nothing"
     line = (
         f"- Validation (`{change.path}`): {what} accepted with PP where the served "
         "model class (resolved as the server does, `get_model_architecture`, so "
@@ -372,7 +362,8 @@ def _validation_line(result: UpstreamResult) -> str:
             f"(`{refusal.condition}`, named above) refuses it before its worker starts, "
             "so accepting it in `check_pipeline_parallel_compat` could not run."
         )
-    return line + "\n"
+    flag = aux_flag_sentence(result)
+    return line + (f" {flag}" if flag else "") + "\n"
 
 
 def _guard_line(result: UpstreamResult) -> str:
@@ -511,7 +502,18 @@ def _launch_words(result: UpstreamResult) -> str | None:
     accepted, _left = accepted_algorithms(result)
     if accepted:
         return f"--speculative-algorithm {accepted[0]} --speculative-draft-model-path DRAFT"
-    return AUX_FLAG if relaxes_aux_flag(result) else None
+    return None
+
+
+def _reached_through_dspark(result: UpstreamResult) -> bool:
+    """The server lets DSPARK through with PP and a DSPARK target reaches the change: a
+    patched architecture relays DSPARK, or a DFLASH one is configured through the runner's
+    fallback (:func:`dflash_via_dspark`)."""
+    if refusal_of(refusals(result), "DSPARK") is not None:
+        return False
+    found = result.validation.architectures if result.validation is not None else {}
+    dspark = any("DSPARK" in methods for methods in found.values())
+    return dspark or dflash_via_dspark(result) is not None
 
 
 def _has_module(result: UpstreamResult, dotted: str) -> bool:
@@ -521,6 +523,12 @@ def _has_module(result: UpstreamResult, dotted: str) -> bool:
 def _benchmarking(result: UpstreamResult) -> str:
     """The GPU check as commands, said to be not run."""
     words = _launch_words(result)
+    if words is None and _reached_through_dspark(result):
+        return (
+            "Not run: on this release the server reaches the change with PP only through "
+            "DSPARK, where its own PP check lets DSPARK through (see Motivation), so there "
+            "is no single-server command to give here.\n"
+        )
     if words is None or not _has_module(result, "sglang.launch_server"):
         return (
             "Not run: no server configuration of this release reaches the change with PP "

@@ -202,6 +202,13 @@ def _message_of(check: str) -> str:
 AUX_FLAG_MESSAGE = _message_of(_AUX_FLAG_CHECK_NEW)
 AUX_FLAG_REASON = AUX_FLAG_MESSAGE.split(": ", 1)[1].removesuffix(".")
 
+
+def rewords_aux_flag(old: str | None, new: str) -> bool:
+    """``new`` keeps the refusal of ``--enable-return-aux-hidden-states`` with PP that
+    ``old`` has, with :data:`AUX_FLAG_MESSAGE` (the change :func:`relax` makes on 0.5.23+)."""
+    return _AUX_FLAG_CHECK in (old or "") and _AUX_FLAG_CHECK_NEW in new
+
+
 _ANCHOR = "def check_pipeline_parallel_compat(cfg: Any) -> None:\n"
 
 
