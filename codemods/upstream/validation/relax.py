@@ -54,9 +54,12 @@ off subclasses that keep its ``__init__``, ``forward`` and hook, nothing else.  
 question is asked again where the capture is configured (``runtime_guard.py``), so no path
 past this validation loses captures silently.  The hook reads the architecture only on the
 paths that used to be refused, so every accepted configuration of today validates as
-before.  The architectures the result reports (PR body, facts) come from the
-``EntryClass`` of each patched model file: the causal-LM classes with rewritten hooks and
-the classes of that file that inherit their declaration.
+before.  The architectures the result reports (PR body, facts) are the ``EntryClass``
+members of the patched model files that ``relays_pp_aux_capture`` admits once the patch is
+applied (:func:`patched_architectures`): the causal-LM classes with rewritten hooks and the
+classes that inherit their declaration by the same rule, from the same file or from another
+model file through its imports (``glm4_moe.py``'s ``GlmMoeDsaForCausalLM`` inherits
+``deepseek_v2.py``'s ``DeepseekV2ForCausalLM``).
 
 Every release before 0.5.21 refuses every speculative algorithm with PP (``server_args.py``'s
 ``assert ... self.speculative_algorithm is None`` up to 0.5.18, ``validation_hook.py`` from
@@ -73,11 +76,15 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import libcst as cst
-
+from codemods.catalog.derive.index import (
+    MODELS_DIR,
+    ClassKey,
+    HookFactsError,
+    _Module,
+    _parse_module,
+)
 from codemods.upstream.edit.change_kinds import VALIDATION, Role
 from codemods.upstream.edit.names import GLUE_MODULE
-from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan
 from codemods.upstream.family.proxy_width import HOOK_METHODS
@@ -261,89 +268,163 @@ def relax(source: str, filename: str, dflash: bool = True) -> str:
     return text
 
 
-def _entry_classes(module: cst.Module) -> list[str]:
-    """The class names of the module's ``EntryClass = ...`` (a name, a list or a tuple)."""
-    for statement in module.body:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            if isinstance(small, cst.Assign) and any(
-                isinstance(t.target, cst.Name) and t.target.value == "EntryClass"
-                for t in small.targets
-            ):
-                value = small.value
-                items = (
-                    [element.value for element in value.elements]
-                    if isinstance(value, (cst.List, cst.Tuple))
-                    else [value]
-                )
-                return [item.value for item in items if isinstance(item, cst.Name)]
-    return []
+#: The package of the model files, as their imports name it.
+MODELS_PACKAGE = ".".join(MODELS_DIR)
+#: What a class that does not declare the relay may not define, besides the method's hook,
+#: for its declaration to be inherited (``relays_pp_aux_capture``).
+_KEPT = ("__init__", "forward")
+#: A base outside the model files (``nn.Module``, a class from another package).
+_OUTSIDE = "?"
 
 
-def _local_classes(module: cst.Module) -> dict[str, tuple[list[str], set[str]]]:
-    """class name -> (its base names, the names its body defines), for the module's
-    top-level classes."""
-    classes: dict[str, tuple[list[str], set[str]]] = {}
-    for statement in module.body:
-        if isinstance(statement, cst.ClassDef):
-            bases = [
-                arg.value.value
-                for arg in statement.bases
-                if arg.star == "" and isinstance(arg.value, cst.Name)
-            ]
-            defined = {s.name.value for s in statement.body.body if isinstance(s, cst.FunctionDef)}
-            classes[statement.name.value] = (bases, defined)
-    return classes
+class _ModelClasses:
+    """The model files of a tree, parsed on demand, with their classes' bases resolved
+    through their imports across the model files (``catalog.derive.index``'s parsing)."""
+
+    def __init__(self, models_dir: Path) -> None:
+        self.models_dir = models_dir
+        self._modules: dict[str, _Module | None] = {}
+
+    def module(self, rel: str) -> _Module | None:
+        if rel not in self._modules:
+            path = self.models_dir / rel
+            dotted = f"{MODELS_PACKAGE}.{rel.removesuffix('.py').replace('/', '.')}"
+            dotted = dotted.removesuffix(".__init__")
+            try:
+                text = path.read_text(encoding="utf-8-sig")
+                parsed: _Module | None = _parse_module(rel, dotted, text, str(path))
+            except (OSError, UnicodeDecodeError, HookFactsError):
+                parsed = None
+            self._modules[rel] = parsed
+        return self._modules[rel]
+
+    def _file_of(self, dotted: str) -> str | None:
+        """The model file of the module ``dotted`` (None outside the model files)."""
+        if not dotted.startswith(MODELS_PACKAGE + "."):
+            return None
+        rel = dotted[len(MODELS_PACKAGE) + 1 :].replace(".", "/")
+        for candidate in (f"{rel}.py", f"{rel}/__init__.py"):
+            if (self.models_dir / candidate).is_file():
+                return candidate
+        return None
+
+    def resolve(self, rel: str, name: str, depth: int = 0) -> ClassKey | None:
+        """The class ``name`` means in the model file ``rel`` (defined or imported there)."""
+        module = self.module(rel)
+        if module is None or depth > 8:
+            return None
+        if name in module.classes:
+            return (rel, name)
+        if name in module.imports:
+            dotted, original = module.imports[name]
+            target = self._file_of(dotted)
+            if target is not None:
+                return self.resolve(target, original, depth + 1)
+        return None
+
+    def _base(self, key: ClassKey, base: ast.expr) -> ClassKey:
+        found = None
+        if isinstance(base, ast.Name):
+            found = self.resolve(key[0], base.id)
+        elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
+            # ``module.Class``, the module imported from the model package.
+            module = self.module(key[0])
+            imported = module.imports.get(base.value.id) if module is not None else None
+            target = self._file_of(".".join(imported)) if imported is not None else None
+            if target is not None:
+                found = self.resolve(target, base.attr)
+        return found if found is not None else (_OUTSIDE, ast.unparse(base))
+
+    def classdef(self, key: ClassKey) -> ast.ClassDef | None:
+        module = self.module(key[0]) if key[0] != _OUTSIDE else None
+        return module.classes.get(key[1]) if module is not None else None
+
+    def mro(self, key: ClassKey, depth: int = 0) -> list[ClassKey] | None:
+        """The C3 method resolution order of ``key`` (a base outside the model files stands
+        for itself alone); None where it cannot be linearised."""
+        node = self.classdef(key)
+        if node is None or depth > 32:
+            return [key]
+        bases = [self._base(key, base) for base in node.bases]
+        sequences = [self.mro(base, depth + 1) for base in bases]
+        if any(sequence is None for sequence in sequences):
+            return None
+        pending = [list(sequence) for sequence in sequences if sequence] + [bases]
+        order = [key]
+        while any(pending):
+            pending = [sequence for sequence in pending if sequence]
+            head = next(
+                (
+                    sequence[0]
+                    for sequence in pending
+                    if not any(sequence[0] in other[1:] for other in pending)
+                ),
+                None,
+            )
+            if head is None:
+                return None
+            order.append(head)
+            pending = [sequence[1:] if sequence[0] == head else sequence for sequence in pending]
+        return order
 
 
-def _inherits_relay(
-    name: str, root: str, hook: str, classes: dict[str, tuple[list[str], set[str]]]
+def _defines(node: ast.ClassDef) -> set[str]:
+    """The names a class body binds: its methods and assigned attributes."""
+    names = set()
+    for statement in node.body:
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(statement.name)
+        elif isinstance(statement, ast.Assign):
+            names.update(t.id for t in statement.targets if isinstance(t, ast.Name))
+        elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            names.add(statement.target.id)
+    return names
+
+
+def _relays(
+    classes: _ModelClasses, key: ClassKey, method: str, declared: dict[ClassKey, set[str]]
 ) -> bool:
-    """``name`` is ``root``, or derives from it in this file through classes that define
-    none of ``__init__``, ``forward`` and ``hook`` (the rule of ``relays_pp_aux_capture``:
-    the first base, as the method resolution order reads it for single inheritance)."""
-    seen: set[str] = set()
-    current = name
-    while current != root:
-        if current in seen or current not in classes:
+    """What ``relays_pp_aux_capture`` answers for the class ``key`` once the patch is applied:
+    along its method resolution order, the first class that declares the relay decides; one
+    that defines ``__init__``, ``forward`` or the method's hook before it, or a base outside
+    the model files (whose body is not read), means no."""
+    hook = f"set_{method.lower()}_layers_to_capture"
+    for cls in classes.mro(key) or []:
+        if cls in declared:
+            return method in declared[cls]
+        node = classes.classdef(cls)
+        if node is None or _defines(node) & {*_KEPT, hook}:
             return False
-        seen.add(current)
-        bases, defined = classes[current]
-        if defined & {"__init__", "forward", hook} or not bases:
-            return False
-        current = bases[0]
-    return True
-
-
-def _parsed(path: Path) -> cst.Module | None:
-    """A model file the plan did not keep a tree of (a plan built by hand)."""
-    return parse_text(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return False
 
 
 def patched_architectures(plan: FamilyPlan) -> dict[str, tuple[str, ...]]:
-    """architecture -> conventions, over the patched files of ``plan`` (read from the
-    trees the plan parsed).
+    """architecture -> conventions, over the ``EntryClass`` members of the patched files of
+    ``plan``.
 
-    An ``EntryClass`` member counts for a rewritten hook of a causal-LM class when it is
-    that class, or a subclass in that file that keeps its ``__init__``, ``forward`` and
-    hook: the classes the runtime's ``relays_pp_aux_capture`` admits.
+    The patch declares the methods of the rewritten hooks of each causal-LM class in its
+    body; an ``EntryClass`` member counts for a method when ``relays_pp_aux_capture`` would
+    say it relays it: the declaring class, or a subclass (in that file or, through the
+    imports, from another model file) that defines none of ``__init__``, ``forward`` and
+    the method's hook before the declaration in its method resolution order.
     """
+    declared: dict[ClassKey, set[str]] = {}
+    for decision in plan.decisions.values():
+        if decision.patched:
+            for outer, _stack, hooks in decision.cases:
+                methods = {HOOK_METHODS[hook] for hook in hooks if hook in HOOK_METHODS}
+                declared.setdefault((decision.file, outer), set()).update(methods)
+    classes = _ModelClasses(plan.models_dir)
+    every = sorted({m for methods in declared.values() for m in methods})
     result: dict[str, set[str]] = {}
     for decision in plan.decisions.values():
-        if not decision.patched:
-            continue
-        module = plan.modules.get(decision.file) or _parsed(plan.models_dir / decision.file)
-        if module is None:
-            continue
-        classes = _local_classes(module)
-        for outer, _stack, hooks in decision.cases:
-            for hook in hooks:
-                if hook not in HOOK_METHODS:
-                    continue
-                for entry in _entry_classes(module):
-                    if _inherits_relay(entry, outer, hook, classes):
-                        result.setdefault(entry, set()).add(HOOK_METHODS[hook])
+        module = classes.module(decision.file) if decision.patched else None
+        for entry in module.entry if module is not None else []:
+            key = classes.resolve(decision.file, entry)
+            methods = {m for m in every if key is not None and _relays(classes, key, m, declared)}
+            if key is not None and methods:
+                # The registry names an architecture by its class's ``__name__``.
+                result.setdefault(key[1], set()).update(methods)
     return {arch: tuple(sorted(methods)) for arch, methods in sorted(result.items())}
 
 
