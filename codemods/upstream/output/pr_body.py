@@ -54,6 +54,7 @@ from codemods.upstream.output.result_facts import (
 )
 from codemods.upstream.sizing.part import no_graph_buffer
 from codemods.upstream.tree.reachability import EVERY, refusal_of
+from codemods.upstream.validation.run_tests import STAND_INS
 from codemods.upstream.validation.shipped_tests import TEST_FILE as FAMILY_TEST_FILE
 
 __all__ = [
@@ -467,13 +468,13 @@ def _accuracy(result: UpstreamResult, validation) -> str:
         passed = sorted(m for m, v in validation.verdicts.items() if v.startswith("yes"))
         failed = sorted(m for m in validation.verdicts if m not in passed)
         lines.append(
-            f"`auxcap upstream-patch --validate` ran {ran} "
-            "on a patched copy of this tree (CPU, gloo, 2 and 3 stages, "
-            "`torch.equal` with PP=1)."
+            f"CPU stand-in results: `auxcap upstream-patch --validate` ran {ran} "
+            f"on a patched copy of this tree ({STAND_INS}). They do not exercise real "
+            "weights, attention kernels or a GPU."
         )
-        lines.append(f"- passed ({len(passed)}): {', '.join(passed) or '-'}")
+        lines.append(f"- passed on CPU stand-ins ({len(passed)}): {', '.join(passed) or '-'}")
         if failed:
-            lines.append(f"- failed ({len(failed)}): {', '.join(failed)}")
+            lines.append(f"- failed on CPU stand-ins ({len(failed)}): {', '.join(failed)}")
     commands = shipped_test_commands(result)
     left_out = tests_left_out_line(result)
     if left_out:

@@ -26,7 +26,7 @@ from codemods.upstream.validation.relax import (
     AUX_FLAG_REASON,
     ValidationResult,
 )
-from codemods.upstream.validation.run_tests import VALIDATED, Validation
+from codemods.upstream.validation.run_tests import STAND_INS, VALIDATED, Validation
 from tests.upstream.output.test_upstream_series import (
     MODELS,
     PKG,
@@ -119,8 +119,16 @@ def test_validate_verdicts_are_reported_as_run(tmp_path):
     result = _family_result(tmp_path, with_kimi=False, tests=True)
     ran = Validation({"llama": VALIDATED, "qwen3_moe": "no: mismatch"})
     bench = section(render(result, validation=ran), "## Accuracy Tests")
-    assert bench.startswith("`auxcap upstream-patch --validate` ran `python3 -m unittest")
-    assert "- passed (1): llama\n" in bench and "- failed (1): qwen3_moe\n" in bench
+    # The family test runs stand-ins on CPU: its results say so.
+    assert bench.startswith(
+        "CPU stand-in results: `auxcap upstream-patch --validate` ran `python3 -m unittest"
+    )
+    assert f"on a patched copy of this tree ({STAND_INS})." in bench
+    assert "stand-in decoder layers (no attention kernels)" in STAND_INS
+    assert "They do not exercise real weights, attention kernels or a GPU." in bench
+    assert "- passed on CPU stand-ins (1): llama\n" in bench
+    assert "- failed on CPU stand-ins (1): qwen3_moe\n" in bench
+    assert VALIDATED.startswith("yes on CPU stand-ins:")
     assert "Not run" not in bench
     nothing = Validation(problem="No module named 'torch'")
     bench = section(render(result, validation=nothing), "## Accuracy Tests")
