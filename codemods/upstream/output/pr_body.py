@@ -347,16 +347,24 @@ def _validation_line(result: UpstreamResult) -> str:
         return ""
     found = result.validation.architectures if result.validation is not None else {}
     accepted, kept = accepted_algorithms(result)
-    what = "/".join(accepted) or "nothing"
-    line = (
-        f"- Validation (`{change.path}`): {what} accepted with PP where the served "
-        "model class (resolved as the server does, `get_model_architecture`, so "
-        "`--model-impl transformers` is refused) relays that method: it is listed in "
-        "`pp_aux_relay_methods`, declared in the body of each causal-LM class whose hooks "
-        f"this patch rewrote ({len(found)} architectures in the patched files), and a "
-        "subclass is covered only where it defines none of `__init__`, `forward` or the "
-        f"method's hook{subclass_words(result)}; every other refusal kept."
-    )
+    count = f"{len(found)} architecture{'' if len(found) == 1 else 's'} in the patched files"
+    if accepted:
+        line = (
+            f"- Validation (`{change.path}`): {'/'.join(accepted)} accepted with PP where "
+            "the served model class (resolved as the server does, `get_model_architecture`, "
+            "so `--model-impl transformers` is refused) relays that method: it is listed in "
+            "`pp_aux_relay_methods`, declared in the body of each causal-LM class whose "
+            f"hooks this patch rewrote ({count}), and a subclass is covered only where it "
+            "defines none of `__init__`, `forward` or the method's "
+            f"hook{subclass_words(result)}; every other refusal kept."
+        )
+    else:
+        line = (
+            f"- Validation (`{change.path}`): no speculative algorithm is newly accepted "
+            "with PP for the patched model classes (`pp_aux_relay_methods`, declared in "
+            f"the body of each causal-LM class whose hooks this patch rewrote: {count}); "
+            "every other refusal kept."
+        )
     for refusal in kept:
         line += (
             f" {refusal.algorithm} with PP stays refused: `{refusal.function}` "

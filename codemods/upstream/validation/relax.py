@@ -107,8 +107,9 @@ class ValidationShapeError(ValueError):
 @dataclass(frozen=True)
 class ValidationResult:
     change: FileChange | None
-    #: architecture -> capture conventions accepted with PP (reported; the hook itself asks
-    #: the model class)
+    #: architecture -> the capture conventions it relays once patched (reported, by
+    #: :func:`patched_architectures`; which of them the server accepts with PP is the
+    #: release's and the hook's business: the hook itself asks the model class)
     architectures: dict[str, tuple[str, ...]]
     notes: tuple[str, ...] = ()
     #: The release's refusal of DFLASH with PP that keeps DFLASH refused (None: DFLASH is

@@ -256,6 +256,13 @@ def test_benchmarking_says_how_a_dflash_only_patch_is_reached(tmp_path):
     hooks.mkdir(parents=True)
     (hooks / "speculative_hook.py").write_text(SPEC_HOOK)
     (tmp_path / PKG / "launch_server.py").write_text("")
+    mods = section(render(result), "## Modifications")
+    assert (
+        f"- Validation (`{VALIDATION_PATH}`): no speculative algorithm is newly accepted with "
+        "PP for the patched model classes (`pp_aux_relay_methods`, declared in the body of "
+        "each causal-LM class whose hooks this patch rewrote: 1 architecture in the patched "
+        "files); every other refusal kept. DFLASH with PP stays refused:"
+    ) in mods
     bench = section(render(result), "## Benchmarking and Profiling")
     assert bench.startswith("Not run: no server configuration of this release reaches"), bench
     runner = tmp_path / PKG / "srt" / "model_executor"
