@@ -25,7 +25,7 @@ that:
   not, and only its message changes: the captures now reach the last stage, but only the
   first pipeline rank returns output to the detokenizer, and what the last rank relays
   back to it (``scheduler_pp_mixin._pp_prepare_tensor_dict``: token ids, logprobs,
-  speculative bookkeeping) carries no hidden states (``managers/utils.py``'s
+  sampling-mask and speculative fields) carries no hidden states (``managers/utils.py``'s
   ``get_logprob_from_pp_outputs`` rebuilds the output with ``hidden_states=None``), so the
   states could not reach the client: accepting the flag would turn a startup error into
   silently empty output.  The old reason (the hooks only see the last stage's layers) is
