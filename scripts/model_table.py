@@ -3,9 +3,9 @@
 For every model file of an SGLang release (default 0.5.20, from the wheel cache) that
 defines a capture hook: its hooks, whether they return early on non-last PP ranks,
 whether the family patch rewrites the file (and why not), and whether the rewritten model
-was validated.  Validation runs the family test the patch adds (CPU, gloo, 2 and 3
-stages; every case compared with a PP=1 run via torch.equal) on a patched copy of the
-release; ``--no-run`` leaves the column as "not run".
+was validated.  Validation runs the family test the patch adds (CPU stand-ins: tiny
+configs, stand-in decoder layers; gloo, 2 and 3 stages; every case compared with a PP=1 run
+via torch.equal) on a patched copy of the release, and the column says "on CPU stand-ins"; ``--no-run`` leaves the column as "not run".
 
     python scripts/model_table.py               # regenerate the section in docs/models.md
     python scripts/model_table.py --print       # print the section instead
@@ -76,7 +76,7 @@ def validate(release: Path, saved: list[Path]) -> dict[str, str]:
     if sizes != {2, 3}:
         raise SystemExit(f"validation results cover PP sizes {sorted(sizes)}, need 2 and 3")
     return {
-        model: "yes: 2 and 3 stages, `torch.equal` with PP=1"
+        model: "yes on CPU stand-ins: 2 and 3 stages, `torch.equal` with PP=1"
         if len(oks) == 2 and all(oks)
         else "FAILED"
         for model, oks in passed.items()

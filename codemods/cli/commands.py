@@ -481,9 +481,10 @@ def migrate(
     "--validate",
     is_flag=True,
     default=False,
-    help="Run the family test the patch adds on a patched copy of the tree (CPU, gloo, 2 "
-    "and 3 stages; needs SGLang's dependencies in this Python) and report its verdicts "
-    "in the PR description. Exit 1 when a model fails it, 2 when it could not run.",
+    help="Run the family test the patch adds on a patched copy of the tree (CPU stand-ins: "
+    "tiny configs, stand-in decoder layers, gloo, 2 and 3 stages; needs SGLang's "
+    "dependencies in this Python) and report its verdicts in the PR description as CPU "
+    "stand-in results. Exit 1 when a model fails it, 2 when it could not run.",
 )
 @_folder_option(
     "--tests-dir",

@@ -129,9 +129,9 @@ def _why_empty(result) -> str:
 
 def run_validation(result):
     """``--validate``: run the family test on a patched copy; report each verdict."""
-    from codemods.upstream.validation.run_tests import run_family
+    from codemods.upstream.validation.run_tests import STAND_INS, run_family
 
-    _say("validating: the family test on a patched copy of the tree (2 and 3 stages)")
+    _say(f"validating on a patched copy of the tree, the family test on {STAND_INS}")
     validation = run_family(result)
     if validation.problem:
         _say(f"  not validated: {validation.problem}")

@@ -10,13 +10,16 @@ patch ships, so unpatched releases are checked alike), with the model configurat
 ``--model-impl`` among them), so the check resolves the model class without loading a
 checkpoint.  ``check_pipeline_parallel_compat`` (0.5.21+) is called as
 ``check_server_args`` calls it, with a resolving view; ``handle_aux_hidden_state_capture``
-(0.5.23+) with the record.
+(0.5.23+) with the record.  ``--aux JSON`` (case name -> fields) runs only the latter on
+those cases and prints, per case, its outcome and whether the served class relays the
+case's method (``aux_cases``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from types import SimpleNamespace
 
 from sglang.srt.arg_groups import validation_hook
@@ -131,17 +134,18 @@ PP_CASES = {
     ),
 }
 
-#: ``--enable-return-aux-hidden-states`` with PP (0.5.23+).
+#: ``--enable-return-aux-hidden-states`` with PP (0.5.23+): refused for every model, the
+#: ones that relay their captures to the last stage included.
 AUX_CASES = {
     "aux_eagle3": dict(speculative_algorithm="EAGLE3"),
     "aux_dflash": dict(speculative_algorithm="DFLASH", return_aux_hidden_state_layer_ids=[1, 4]),
     "aux_eagle3_subclass": dict(speculative_algorithm="EAGLE3", arch=SUBCLASS_ARCH),
-    # The refusals that stay.
     "aux_eagle3_other_model": dict(speculative_algorithm="EAGLE3", arch=OTHER_ARCH),
     "aux_dspark_not_relayed": dict(
         speculative_algorithm="DSPARK", return_aux_hidden_state_layer_ids=[1, 4]
     ),
-    "aux_dflash_without_ids": dict(speculative_algorithm="DFLASH"),
+    # Checked after pp_size: without PP, so that the layer-ids refusal is reached.
+    "aux_dflash_without_ids": dict(speculative_algorithm="DFLASH", pp_size=1),
     "aux_with_draft": dict(speculative_algorithm="EAGLE3", speculative_draft_model_path="/d"),
     "aux_ngram": dict(speculative_algorithm="NGRAM"),
     "aux_eagle3_own_stack_subclass": dict(speculative_algorithm="EAGLE3", arch=OWN_STACK_ARCH),
@@ -149,7 +153,28 @@ AUX_CASES = {
 }
 
 
+def aux_cases(cases: dict[str, dict]) -> dict[str, dict[str, object]]:
+    """``handle_aux_hidden_state_capture`` on each case (fields as in :data:`AUX_CASES`,
+    ``arch`` and ``pp_size`` included): its outcome, and whether the patched hook's helper
+    says the served class relays the case's method (None on a tree without the helper)."""
+    helper = getattr(validation_hook, "_pp_aux_capture_supported", None)
+    results: dict[str, dict[str, object]] = {}
+    for name, fields in cases.items():
+        fields = dict(fields)
+        record = server_args(
+            fields.pop("arch", PATCHED_ARCH), enable_return_aux_hidden_states=True, **fields
+        )
+        method = record.speculative_algorithm
+        relays = None if helper is None else helper(resolving_view(record), method.upper())
+        outcome = _outcome(validation_hook.handle_aux_hidden_state_capture, record, False)
+        results[name] = {"outcome": outcome, "relays": relays}
+    return results
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--aux"]:
+        print(json.dumps(aux_cases(json.loads(sys.argv[2]))))
+        return
     results = {}
     for name, (fields, pp_spec) in PP_CASES.items():
         fields = dict(fields)

@@ -141,14 +141,15 @@ def _validation(result: UpstreamResult, base: str) -> list[str]:
     if change is None:
         return []
     accepted, left = facts.accepted_algorithms(result)
-    what = accepted + ([facts.AUX_FLAG] if facts.relaxes_aux_flag(result) else [])
     text = (
         f"Validation ({_short(change.path, base)}): "
-        f"{' and '.join(what) or 'nothing new'} accepted with PP for the "
+        f"{' and '.join(accepted) or 'nothing new'} accepted with PP for the "
         "patched model classes; every other refusal is kept."
     )
     for refusal in left:
         text += f" {refusal.algorithm} with PP stays refused ({refusal.function})."
+    if facts.rewords_aux_flag(result):
+        text += f" {facts.aux_flag_sentence(result, '')}"
     return _wrap(text)
 
 

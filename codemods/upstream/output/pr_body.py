@@ -23,14 +23,15 @@ from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.model_families import family_rank, family_title
 from codemods.upstream.output.result_facts import (
-    AUX_FLAG,
     DEAD_RETURN,
     GUARD_CALL,
     KIMI_STEM,
     SHIPPED_TEST_ROLES,
     accepted_algorithms,
     added_tests,
+    aux_flag_sentence,
     dead_return_files,
+    dflash_via_dspark,
     early_return_files,
     family_models,
     file_summary,
@@ -43,7 +44,6 @@ from codemods.upstream.output.result_facts import (
     kimi_rewritten,
     kimi_touched,
     refusals,
-    relaxes_aux_flag,
     relays_through_helpers,
     shipped_test_commands,
     subclass_words,
@@ -54,7 +54,8 @@ from codemods.upstream.output.result_facts import (
     validation_change,
 )
 from codemods.upstream.sizing.part import no_graph_buffer
-from codemods.upstream.tree.reachability import EVERY
+from codemods.upstream.tree.reachability import EVERY, refusal_of
+from codemods.upstream.validation.run_tests import STAND_INS
 from codemods.upstream.validation.shipped_tests import TEST_FILE as FAMILY_TEST_FILE
 
 __all__ = [
@@ -145,10 +146,13 @@ def _reach(result: UpstreamResult) -> list[str]:
                 f"where this check lets it through ({check})."
             )
         else:
+            fallback = dflash_via_dspark(result) if refusal.algorithm == "DFLASH" else None
             where = (
                 "only outside the server"
-                if not _aux_flag_reaches(result, refusal.algorithm)
-                else f"by the server only through `{AUX_FLAG}` (a capture without a draft)"
+                if fallback is None
+                else "by the server only through DSPARK with PP (`"
+                f"{fallback.function}` calls `set_dflash_layers_to_capture` for a DSPARK "
+                "target that has no `set_dspark_layers_to_capture`)"
             )
             lines.append(
                 f"**Still refused:** {refusal.algorithm} with PP ({check}); the "
@@ -156,13 +160,6 @@ def _reach(result: UpstreamResult) -> list[str]:
                 "release."
             )
     return lines
-
-
-def _aux_flag_reaches(result: UpstreamResult, algorithm: str) -> bool:
-    """The validation change accepts ``--enable-return-aux-hidden-states`` with PP for an
-    architecture that relays ``algorithm``'s captures."""
-    found = result.validation.architectures if result.validation is not None else {}
-    return relaxes_aux_flag(result) and any(algorithm in kinds for kinds in found.values())
 
 
 def _motivation(result: UpstreamResult) -> str:
@@ -232,14 +229,9 @@ def _motivation(result: UpstreamResult) -> str:
         )
     change = validation_change(result)
     if change is not None:
-        flag = (
-            f", and `handle_aux_hidden_state_capture` rejects `{AUX_FLAG}` with PP"
-            if relaxes_aux_flag(result)
-            else ""
-        )
         lines.append(
             f"1. `check_pipeline_parallel_compat` (`{change.path}`) rejects EAGLE3 "
-            f"and DFLASH speculative decoding with PP{flag}."
+            "and DFLASH speculative decoding with PP."
         )
     reach = _reach(result)
     return "\n".join(lines) + "\n" + "".join(f"\n{line}\n" for line in reach)
@@ -356,24 +348,32 @@ def _validation_line(result: UpstreamResult) -> str:
         return ""
     found = result.validation.architectures if result.validation is not None else {}
     accepted, kept = accepted_algorithms(result)
-    flag = f", and `{AUX_FLAG}` with PP," if relaxes_aux_flag(result) else ""
-    what = "/".join(accepted) + flag if accepted else f"`{AUX_FLAG}`" if flag else "nothing"
-    line = (
-        f"- Validation (`{change.path}`): {what} accepted with PP where the served "
-        "model class (resolved as the server does, `get_model_architecture`, so "
-        "`--model-impl transformers` is refused) relays that method: it is listed in "
-        "`pp_aux_relay_methods`, declared in the body of each causal-LM class whose hooks "
-        f"this patch rewrote ({len(found)} architectures in the patched files), and a "
-        "subclass is covered only where it defines none of `__init__`, `forward` or the "
-        f"method's hook{subclass_words(result)}; every other refusal kept."
-    )
+    count = f"{len(found)} architecture{'' if len(found) == 1 else 's'} in the patched files"
+    if accepted:
+        line = (
+            f"- Validation (`{change.path}`): {'/'.join(accepted)} accepted with PP where "
+            "the served model class (resolved as the server does, `get_model_architecture`, "
+            "so `--model-impl transformers` is refused) relays that method: it is listed in "
+            "`pp_aux_relay_methods`, declared in the body of each causal-LM class whose "
+            f"hooks this patch rewrote ({count}), and a subclass is covered only where it "
+            "defines none of `__init__`, `forward` or the method's "
+            f"hook{subclass_words(result)}; every other refusal kept."
+        )
+    else:
+        line = (
+            f"- Validation (`{change.path}`): no speculative algorithm is newly accepted "
+            "with PP for the patched model classes (`pp_aux_relay_methods`, declared in "
+            f"the body of each causal-LM class whose hooks this patch rewrote: {count}); "
+            "every other refusal kept."
+        )
     for refusal in kept:
         line += (
             f" {refusal.algorithm} with PP stays refused: `{refusal.function}` "
             f"(`{refusal.condition}`, named above) refuses it before its worker starts, "
             "so accepting it in `check_pipeline_parallel_compat` could not run."
         )
-    return line + "\n"
+    flag = aux_flag_sentence(result)
+    return line + (f" {flag}" if flag else "") + "\n"
 
 
 def _guard_line(result: UpstreamResult) -> str:
@@ -479,13 +479,13 @@ def _accuracy(result: UpstreamResult, validation) -> str:
         passed = sorted(m for m, v in validation.verdicts.items() if v.startswith("yes"))
         failed = sorted(m for m in validation.verdicts if m not in passed)
         lines.append(
-            f"`auxcap upstream-patch --validate` ran {ran} "
-            "on a patched copy of this tree (CPU, gloo, 2 and 3 stages, "
-            "`torch.equal` with PP=1)."
+            f"CPU stand-in results: `auxcap upstream-patch --validate` ran {ran} "
+            f"on a patched copy of this tree ({STAND_INS}). They do not exercise real "
+            "weights, attention kernels or a GPU."
         )
-        lines.append(f"- passed ({len(passed)}): {', '.join(passed) or '-'}")
+        lines.append(f"- passed on CPU stand-ins ({len(passed)}): {', '.join(passed) or '-'}")
         if failed:
-            lines.append(f"- failed ({len(failed)}): {', '.join(failed)}")
+            lines.append(f"- failed on CPU stand-ins ({len(failed)}): {', '.join(failed)}")
     commands = shipped_test_commands(result)
     left_out = tests_left_out_line(result)
     if left_out:
@@ -514,7 +514,18 @@ def _launch_words(result: UpstreamResult) -> str | None:
     accepted, _left = accepted_algorithms(result)
     if accepted:
         return f"--speculative-algorithm {accepted[0]} --speculative-draft-model-path DRAFT"
-    return AUX_FLAG if relaxes_aux_flag(result) else None
+    return None
+
+
+def _reached_through_dspark(result: UpstreamResult) -> bool:
+    """The server lets DSPARK through with PP and a DSPARK target reaches the change: a
+    patched architecture relays DSPARK, or a DFLASH one is configured through the runner's
+    fallback (:func:`dflash_via_dspark`)."""
+    if refusal_of(refusals(result), "DSPARK") is not None:
+        return False
+    found = result.validation.architectures if result.validation is not None else {}
+    dspark = any("DSPARK" in methods for methods in found.values())
+    return dspark or dflash_via_dspark(result) is not None
 
 
 def _has_module(result: UpstreamResult, dotted: str) -> bool:
@@ -524,6 +535,12 @@ def _has_module(result: UpstreamResult, dotted: str) -> bool:
 def _benchmarking(result: UpstreamResult) -> str:
     """The GPU check as commands, said to be not run."""
     words = _launch_words(result)
+    if words is None and _reached_through_dspark(result):
+        return (
+            "Not run: on this release the server reaches the change with PP only through "
+            "DSPARK, where its own PP check lets DSPARK through (see Motivation), so there "
+            "is no single-server command to give here.\n"
+        )
     if words is None or not _has_module(result, "sglang.launch_server"):
         return (
             "Not run: no server configuration of this release reaches the change with PP "

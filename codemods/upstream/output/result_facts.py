@@ -12,15 +12,21 @@ from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.part import SUPPORTED, ModelState
-from codemods.upstream.tree.reachability import Refusal, refusal_of, tree_refusals
+from codemods.upstream.tree.reachability import (
+    Fallback,
+    Refusal,
+    dspark_dflash_fallback,
+    refusal_of,
+    tree_refusals,
+)
+from codemods.upstream.validation.relax import AUX_FLAG_REASON
+from codemods.upstream.validation.relax import rewords_aux_flag as rewords_aux_flag_in
 
 #: The parts that rewrite Kimi-Linear's and Kimi-K3's model files (``parts.PARTS``).
 KIMI_PART, K3_PART = "kimi_linear", "kimi_k3"
 #: Kimi-Linear's model file stem (its part's name).
 KIMI_STEM = KIMI_PART
 AUX_FLAG = "--enable-return-aux-hidden-states"
-#: How the release refuses the flag with PP (the message of 0.5.23's check).
-AUX_PP_REFUSAL = f"{AUX_FLAG} only supports pp_size == 1"
 
 
 def refusals(result: UpstreamResult) -> list[Refusal]:
@@ -148,11 +154,36 @@ def guard_passes(result: UpstreamResult, name=lambda path: path, function=lambda
     return " and ".join(clauses)
 
 
-def relaxes_aux_flag(result: UpstreamResult) -> bool:
-    """The validation change also accepts ``--enable-return-aux-hidden-states`` with PP
-    (the release refuses it: 0.5.23)."""
+def rewords_aux_flag(result: UpstreamResult) -> bool:
+    """The validation change keeps the release's refusal of
+    ``--enable-return-aux-hidden-states`` with PP (0.5.23) for every model and replaces its
+    message with :data:`AUX_FLAG_REASON`."""
     change = validation_change(result)
-    return change is not None and AUX_PP_REFUSAL in (change.old or "")
+    return change is not None and rewords_aux_flag_in(change.old, change.new)
+
+
+def aux_flag_sentence(result: UpstreamResult, code: str = "`") -> str:
+    """What the validation change does to the flag's refusal, in one sentence ("" when it
+    leaves it alone)."""
+    if not rewords_aux_flag(result):
+        return ""
+    return (
+        f"{code}{AUX_FLAG}{code} with PP stays refused for every model, the relaying ones "
+        f"included; its message now gives the reason that holds: {AUX_FLAG_REASON}."
+    )
+
+
+def dflash_via_dspark(result: UpstreamResult) -> Fallback | None:
+    """Where a DSPARK target reaches a patched DFLASH hook: the runner's fallback to
+    ``set_dflash_layers_to_capture`` (``reachability.dspark_dflash_fallback``), when some
+    patched architecture relays DFLASH and the server lets DSPARK through with PP; None
+    otherwise."""
+    found = result.validation.architectures if result.validation is not None else {}
+    if not any("DFLASH" in methods for methods in found.values()):
+        return None
+    if refusal_of(refusals(result), "DSPARK") is not None:
+        return None
+    return dspark_dflash_fallback(result.tree)
 
 
 #: The roles of the test files the patch adds (each registers for SGLang's CPU CI).
@@ -354,8 +385,11 @@ def file_summary(result: UpstreamResult, change: FileChange) -> str:
     name = change.path.rsplit("/", 1)[-1]
     if change.role is Role.VALIDATION:
         accepted, _left = accepted_algorithms(result)
-        what = " and ".join(accepted + ([AUX_FLAG] if relaxes_aux_flag(result) else []))
-        return f"accepts {what or 'nothing new'} with PP for the patched models"
+        what = " and ".join(accepted)
+        words = f"accepts {what or 'nothing new'} with PP for the patched models"
+        if rewords_aux_flag(result):
+            words += f"; {AUX_FLAG} stays refused with PP, with the reason that holds"
+        return words
     if change.role is Role.RELAY_RENAME and relays_through_helpers(change):
         return RELAY_THROUGH_HELPERS
     if change.role is Role.RUNTIME_MODULE:

@@ -20,15 +20,15 @@ from codemods.upstream.edit.change_kinds import FIX, KIMI, RUNTIME, VALIDATION, 
 from codemods.upstream.family import registry
 from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.result_facts import (
-    AUX_FLAG,
     DEAD_RETURN,
     GUARD_CALL,
     accepted_algorithms,
+    aux_flag_sentence,
     guard_passes,
     guard_where,
     helpers_summary,
-    relaxes_aux_flag,
     relays_through_helpers,
+    rewords_aux_flag,
     subclass_words,
     test_command,
     validation_change,
@@ -228,17 +228,12 @@ def _validation(patch, result: UpstreamResult) -> None:
     accepted, left = accepted_algorithms(result)
     if accepted:
         patch.subject = f"[PP] Accept {'/'.join(accepted)} with PP for the patched architectures"
-    elif relaxes_aux_flag(result):
-        patch.subject = "[PP] Accept aux hidden-state capture with PP for patched models"
+    elif rewords_aux_flag(result):
+        patch.subject = "[PP] Say why aux hidden states cannot be returned with PP"
     else:
         patch.subject = "[PP] Name the patched architectures in the PP validation"
     listed = "; ".join(f"{arch} ({', '.join(ks)})" for arch, ks in sorted(found.items()))
-    draftless = " (a capture without a draft, so for every convention listed)" if left else ""
-    flag = (
-        f" {AUX_FLAG} with PP is accepted for them too{draftless}."
-        if relaxes_aux_flag(result)
-        else ""
-    )
+    flag = f" {aux_flag_sentence(result, '')}" if rewords_aux_flag(result) else ""
     guards = [c for c in patch.changes if c.role is Role.RUNTIME_GUARD and c.changed]
     files = ", ".join(_name(p) for p in patch.paths if p not in {c.path for c in guards})
     still = "".join(
@@ -263,7 +258,8 @@ def _validation(patch, result: UpstreamResult) -> None:
             f"{subclass_words(result, '')}; in the patched "
             f"files, {len(found)} architecture{'s' if len(found) != 1 else ''} "
             f"(capture conventions in brackets): {listed}.{flag}  Every other refusal is "
-            "kept, and any other model class is refused as before."
+            "kept, and any other model class is still refused (the message now mentions the "
+            "models that relay)."
         )
         + still
         + ("\n" + _guard_paragraph(result) if guards else "")

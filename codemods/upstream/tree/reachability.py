@@ -16,12 +16,21 @@ file, the tree's text elsewhere) in the files that hold them across releases
 The PR description says from these which configurations reach the change, and the
 validation change (``validation/relax.py``) relaxes an algorithm only where no refusal of it is
 left (:func:`tree_refusals` on the tree, :func:`refusal_of`).
+
+A refused algorithm's capture hook can still be reached by another one:
+:func:`dspark_dflash_fallback` finds where the runner configures a DSPARK target's capture
+through ``set_dflash_layers_to_capture`` when the model has no ``set_dspark_layers_to_capture``
+(``configure_aux_hidden_state_capture``: ``if is_dspark and hasattr(model,
+"set_dspark_layers_to_capture"): ... elif hasattr(model, "set_dflash_layers_to_capture"):
+model.set_dflash_layers_to_capture(...)``), so the DFLASH hooks are reached wherever DSPARK
+passes with PP.
 """
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from pathlib import Path
 
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
@@ -125,3 +134,75 @@ def refusal_of(found: list[Refusal], algorithm: str) -> Refusal | None:
 def refuses_every_algorithm(found: list[Refusal]) -> Refusal | None:
     """The refusal of every speculative algorithm with PP, if one is left."""
     return next((r for r in found if r.algorithm == EVERY), None)
+
+
+#: Where the runner configures the capture (its files are searched for the fallback).
+RUNNER_DIR = "srt/model_executor"
+DSPARK_HOOK = "set_dspark_layers_to_capture"
+DFLASH_HOOK = "set_dflash_layers_to_capture"
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A call of the DFLASH hook that a DSPARK target reaches."""
+
+    path: str  # patch path of the file
+    line: int  # the ``set_dflash_layers_to_capture`` call
+    function: str
+
+
+def _calls(nodes: list[ast.stmt], name: str) -> list[ast.Call]:
+    return [
+        node
+        for stmt in nodes
+        for node in ast.walk(stmt)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == name
+    ]
+
+
+def _fallback_in(source: str, path: str) -> Fallback | None:
+    try:
+        module = ast.parse(source)
+    except SyntaxError:
+        return None
+    for func in ast.walk(module):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(func):
+            test = ast.unparse(node.test) if isinstance(node, ast.If) else ""
+            if "is_dspark" not in test or DSPARK_HOOK not in test:
+                continue
+            assert isinstance(node, ast.If)
+            if not _calls(node.body, DSPARK_HOOK):
+                continue
+            calls = _calls(node.orelse, DFLASH_HOOK)
+            if calls:
+                return Fallback(path, calls[0].lineno, func.name)
+    return None
+
+
+def dspark_dflash_fallback(tree: SGLangTree) -> Fallback | None:
+    """Where a DSPARK target without ``set_dspark_layers_to_capture`` gets its capture
+    configured through ``set_dflash_layers_to_capture`` (0.5.16+:
+    ``configure_aux_hidden_state_capture``); None when the runner has no such fallback."""
+    folder = tree.file(f"{tree.package}/{RUNNER_DIR}")
+    if not folder.is_dir():
+        return None
+    for file in sorted(folder.rglob("*.py")):
+        text = _read(file)
+        if DSPARK_HOOK not in text or DFLASH_HOOK not in text:
+            continue
+        path = f"{tree.package}/{RUNNER_DIR}/{file.relative_to(folder).as_posix()}"
+        found = _fallback_in(text, path)
+        if found is not None:
+            return found
+    return None
+
+
+def _read(file: Path) -> str:
+    try:
+        return file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""

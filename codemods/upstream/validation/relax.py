@@ -6,10 +6,11 @@ lets EAGLE (not multi-layer) through on two paths: the aggregate PP relay under
 ``SGLANG_ENABLE_PP_SPEC`` (the EAGLE worker tail-drafts on the last stage) and PD prefill
 (``disaggregation-mode=prefill``); DSPARK only on PD prefill.  EAGLE3 and DFLASH are refused,
 and 0.5.23's ``handle_aux_hidden_state_capture`` refuses ``--enable-return-aux-hidden-states``
-with PP because the capture hooks only saw the last stage's layers.
+with PP, saying that the capture hooks only see the last stage's layers.
 
-Once a model file carries its captures across stages (the capture-hook family patch), those
-refusals are no longer needed for that model.  This module edits the hook so that:
+Once a model file carries its captures across stages (the capture-hook family patch), the
+speculative refusals are no longer needed for that model.  This module edits the hook so
+that:
 
 * EAGLE3 follows EAGLE's paths (same EAGLE worker, same multi-layer and relay conditions),
   for the architectures whose EAGLE3 hook the patch rewrote;
@@ -20,9 +21,20 @@ refusals are no longer needed for that model.  This module edits the hook so tha
   ``speculative_hook._handle_dflash`` (``if cfg.pp_size != 1: raise ValueError(...)``; the
   DFLASH worker drafts on the last stage only), so there DFLASH stays refused here too: a
   branch that accepted it could never run;
-* ``--enable-return-aux-hidden-states`` with PP is accepted for those architectures and the
-  convention the patch covers (a capture without a draft: the flag resets the speculative
-  algorithm, so ``_handle_dflash`` does not run and a DFLASH convention is reachable).
+* ``--enable-return-aux-hidden-states`` with PP stays refused for every model, relaying or
+  not, and only its message changes: the captures now reach the last stage, but only the
+  first pipeline rank returns output to the detokenizer, and what the last rank relays
+  back to it (``scheduler_pp_mixin._pp_prepare_tensor_dict``: token ids, logprobs,
+  sampling-mask and speculative fields) carries no hidden states (``managers/utils.py``'s
+  ``get_logprob_from_pp_outputs`` rebuilds the output with ``hidden_states=None``), so the
+  states could not reach the client: accepting the flag would turn a startup error into
+  silently empty output.  The old reason (the hooks only see the last stage's layers) is
+  no longer true of a relaying model, so the message gives this one (:data:`AUX_FLAG_MESSAGE`).
+
+On 0.5.21-0.5.23 the rewritten DFLASH hooks are still reached by the server, through DSPARK:
+``configure_aux_hidden_state_capture`` calls ``set_dflash_layers_to_capture`` on a DSPARK
+target without ``set_dspark_layers_to_capture``, and DSPARK passes with PP on PD prefill
+(``reachability.dspark_dflash_fallback``).
 
 Every other refusal stays as it is.  Before, the hook had no notion of a model that
 relays its captures.  After, a helper asks the model class the server will load, resolved
@@ -42,9 +54,12 @@ off subclasses that keep its ``__init__``, ``forward`` and hook, nothing else.  
 question is asked again where the capture is configured (``runtime_guard.py``), so no path
 past this validation loses captures silently.  The hook reads the architecture only on the
 paths that used to be refused, so every accepted configuration of today validates as
-before.  The architectures the result reports (PR body, facts) come from the
-``EntryClass`` of each patched model file: the causal-LM classes with rewritten hooks and
-the classes of that file that inherit their declaration.
+before.  The architectures the result reports (PR body, facts) are the ``EntryClass``
+members of the patched model files that ``relays_pp_aux_capture`` admits once the patch is
+applied (:func:`patched_architectures`): the causal-LM classes with rewritten hooks and the
+classes that inherit their declaration by the same rule, from the same file or from another
+model file through its imports (``glm4_moe.py``'s ``GlmMoeDsaForCausalLM`` inherits
+``deepseek_v2.py``'s ``DeepseekV2ForCausalLM``).
 
 Every release before 0.5.21 refuses every speculative algorithm with PP (``server_args.py``'s
 ``assert ... self.speculative_algorithm is None`` up to 0.5.18, ``validation_hook.py`` from
@@ -56,14 +71,20 @@ the capture, the paths that bypass the server (``ModelRunner`` driven directly) 
 
 from __future__ import annotations
 
+import ast
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import libcst as cst
-
+from codemods.catalog.derive.index import (
+    MODELS_DIR,
+    ClassKey,
+    HookFactsError,
+    _Module,
+    _parse_module,
+)
 from codemods.upstream.edit.change_kinds import VALIDATION, Role
 from codemods.upstream.edit.names import GLUE_MODULE
-from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan
 from codemods.upstream.family.proxy_width import HOOK_METHODS
@@ -86,8 +107,9 @@ class ValidationShapeError(ValueError):
 @dataclass(frozen=True)
 class ValidationResult:
     change: FileChange | None
-    #: architecture -> capture conventions accepted with PP (reported; the hook itself asks
-    #: the model class)
+    #: architecture -> the capture conventions it relays once patched (reported, by
+    #: :func:`patched_architectures`; which of them the server accepts with PP is the
+    #: release's and the hook's business: the hook itself asks the model class)
     architectures: dict[str, tuple[str, ...]]
     notes: tuple[str, ...] = ()
     #: The release's refusal of DFLASH with PP that keeps DFLASH refused (None: DFLASH is
@@ -159,13 +181,41 @@ _AUX_FLAG_CHECK = """\
         )
 """
 
+#: The same refusal, for every model, with the reason that holds once the patch relays
+#: captures to the last stage: the states never reach the client from there.
 _AUX_FLAG_CHECK_NEW = """\
-    if cfg.pp_size != 1 and not {helper}(cfg, method):
+    if cfg.pp_size != 1:
+        # The PP output relay (_pp_prepare_tensor_dict) carries no hidden states:
+        # get_logprob_from_pp_outputs rebuilds the first rank's output with
+        # hidden_states=None.
         raise ValueError(
-            "--enable-return-aux-hidden-states only supports pp_size == 1 for this "
-            "model: its capture hooks only see the layers on the last pipeline rank."
+            "--enable-return-aux-hidden-states only supports pp_size == 1: only "
+            "the first pipeline rank returns output to the detokenizer, and the "
+            "outputs the last rank relays back to it carry no hidden states, so "
+            "the captured aux hidden states cannot reach the client."
         )
 """
+
+
+def _message_of(check: str) -> str:
+    """The message of the ``raise`` in ``check`` (its string literals joined)."""
+    statement = ast.parse(textwrap.dedent(check)).body[0]
+    assert isinstance(statement, ast.If) and isinstance(statement.body[-1], ast.Raise)
+    call = statement.body[-1].exc
+    assert isinstance(call, ast.Call) and isinstance(call.args[0], ast.Constant)
+    return str(call.args[0].value)
+
+
+#: The reworded refusal, and its reason (what follows ``only supports pp_size == 1:``).
+AUX_FLAG_MESSAGE = _message_of(_AUX_FLAG_CHECK_NEW)
+AUX_FLAG_REASON = AUX_FLAG_MESSAGE.split(": ", 1)[1].removesuffix(".")
+
+
+def rewords_aux_flag(old: str | None, new: str) -> bool:
+    """``new`` keeps the refusal of ``--enable-return-aux-hidden-states`` with PP that
+    ``old`` has, with :data:`AUX_FLAG_MESSAGE` (the change :func:`relax` makes on 0.5.23+)."""
+    return _AUX_FLAG_CHECK in (old or "") and _AUX_FLAG_CHECK_NEW in new
+
 
 _ANCHOR = "def check_pipeline_parallel_compat(cfg: Any) -> None:\n"
 
@@ -194,8 +244,9 @@ def relax(source: str, filename: str, dflash: bool = True) -> str:
     ``dflash``: add the DFLASH branch to ``check_pipeline_parallel_compat`` (False where the
     release refuses DFLASH with PP elsewhere: DFLASH then stays refused there).  Raises
     :class:`ValidationShapeError` (naming ``filename``) when the hook lacks the
-    EAGLE branch of ``check_pipeline_parallel_compat``; the aux-hidden-states refusal is
-    relaxed only where the release has it (0.5.23+).
+    EAGLE branch of ``check_pipeline_parallel_compat``.  The refusal of
+    ``--enable-return-aux-hidden-states`` with PP (0.5.23+) stays for every model; only its
+    message changes, to the reason that still holds (:data:`AUX_FLAG_REASON`).
     """
     if f"def {HELPER_NAME}(" in source:
         return source
@@ -214,93 +265,167 @@ def relax(source: str, filename: str, dflash: bool = True) -> str:
     text = text.replace(_EAGLE_CHECK, (branch + _EAGLE_CHECK_NEW).format(helper=helper))
     text = text.replace(_EAGLE_MESSAGE, _EAGLE_MESSAGE_NEW if dflash else _EAGLE_MESSAGE_EAGLE3)
     if text.count(_AUX_FLAG_CHECK) == 1:
-        text = text.replace(_AUX_FLAG_CHECK, _AUX_FLAG_CHECK_NEW.format(helper=helper))
+        text = text.replace(_AUX_FLAG_CHECK, _AUX_FLAG_CHECK_NEW)
     return text
 
 
-def _entry_classes(module: cst.Module) -> list[str]:
-    """The class names of the module's ``EntryClass = ...`` (a name, a list or a tuple)."""
-    for statement in module.body:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            if isinstance(small, cst.Assign) and any(
-                isinstance(t.target, cst.Name) and t.target.value == "EntryClass"
-                for t in small.targets
-            ):
-                value = small.value
-                items = (
-                    [element.value for element in value.elements]
-                    if isinstance(value, (cst.List, cst.Tuple))
-                    else [value]
-                )
-                return [item.value for item in items if isinstance(item, cst.Name)]
-    return []
+#: The package of the model files, as their imports name it.
+MODELS_PACKAGE = ".".join(MODELS_DIR)
+#: What a class that does not declare the relay may not define, besides the method's hook,
+#: for its declaration to be inherited (``relays_pp_aux_capture``).
+_KEPT = ("__init__", "forward")
+#: A base outside the model files (``nn.Module``, a class from another package).
+_OUTSIDE = "?"
 
 
-def _local_classes(module: cst.Module) -> dict[str, tuple[list[str], set[str]]]:
-    """class name -> (its base names, the names its body defines), for the module's
-    top-level classes."""
-    classes: dict[str, tuple[list[str], set[str]]] = {}
-    for statement in module.body:
-        if isinstance(statement, cst.ClassDef):
-            bases = [
-                arg.value.value
-                for arg in statement.bases
-                if arg.star == "" and isinstance(arg.value, cst.Name)
-            ]
-            defined = {s.name.value for s in statement.body.body if isinstance(s, cst.FunctionDef)}
-            classes[statement.name.value] = (bases, defined)
-    return classes
+class _ModelClasses:
+    """The model files of a tree, parsed on demand, with their classes' bases resolved
+    through their imports across the model files (``catalog.derive.index``'s parsing)."""
+
+    def __init__(self, models_dir: Path) -> None:
+        self.models_dir = models_dir
+        self._modules: dict[str, _Module | None] = {}
+
+    def module(self, rel: str) -> _Module | None:
+        if rel not in self._modules:
+            path = self.models_dir / rel
+            dotted = f"{MODELS_PACKAGE}.{rel.removesuffix('.py').replace('/', '.')}"
+            dotted = dotted.removesuffix(".__init__")
+            try:
+                text = path.read_text(encoding="utf-8-sig")
+                parsed: _Module | None = _parse_module(rel, dotted, text, str(path))
+            except (OSError, UnicodeDecodeError, HookFactsError):
+                parsed = None
+            self._modules[rel] = parsed
+        return self._modules[rel]
+
+    def _file_of(self, dotted: str) -> str | None:
+        """The model file of the module ``dotted`` (None outside the model files)."""
+        if not dotted.startswith(MODELS_PACKAGE + "."):
+            return None
+        rel = dotted[len(MODELS_PACKAGE) + 1 :].replace(".", "/")
+        for candidate in (f"{rel}.py", f"{rel}/__init__.py"):
+            if (self.models_dir / candidate).is_file():
+                return candidate
+        return None
+
+    def resolve(self, rel: str, name: str, depth: int = 0) -> ClassKey | None:
+        """The class ``name`` means in the model file ``rel`` (defined or imported there)."""
+        module = self.module(rel)
+        if module is None or depth > 8:
+            return None
+        if name in module.classes:
+            return (rel, name)
+        if name in module.imports:
+            dotted, original = module.imports[name]
+            target = self._file_of(dotted)
+            if target is not None:
+                return self.resolve(target, original, depth + 1)
+        return None
+
+    def _base(self, key: ClassKey, base: ast.expr) -> ClassKey:
+        found = None
+        if isinstance(base, ast.Name):
+            found = self.resolve(key[0], base.id)
+        elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
+            # ``module.Class``, the module imported from the model package.
+            module = self.module(key[0])
+            imported = module.imports.get(base.value.id) if module is not None else None
+            target = self._file_of(".".join(imported)) if imported is not None else None
+            if target is not None:
+                found = self.resolve(target, base.attr)
+        return found if found is not None else (_OUTSIDE, ast.unparse(base))
+
+    def classdef(self, key: ClassKey) -> ast.ClassDef | None:
+        module = self.module(key[0]) if key[0] != _OUTSIDE else None
+        return module.classes.get(key[1]) if module is not None else None
+
+    def mro(self, key: ClassKey, depth: int = 0) -> list[ClassKey] | None:
+        """The C3 method resolution order of ``key`` (a base outside the model files stands
+        for itself alone); None where it cannot be linearised."""
+        node = self.classdef(key)
+        if node is None or depth > 32:
+            return [key]
+        bases = [self._base(key, base) for base in node.bases]
+        sequences = [self.mro(base, depth + 1) for base in bases]
+        if any(sequence is None for sequence in sequences):
+            return None
+        pending = [list(sequence) for sequence in sequences if sequence] + [bases]
+        order = [key]
+        while any(pending):
+            pending = [sequence for sequence in pending if sequence]
+            head = next(
+                (
+                    sequence[0]
+                    for sequence in pending
+                    if not any(sequence[0] in other[1:] for other in pending)
+                ),
+                None,
+            )
+            if head is None:
+                return None
+            order.append(head)
+            pending = [sequence[1:] if sequence[0] == head else sequence for sequence in pending]
+        return order
 
 
-def _inherits_relay(
-    name: str, root: str, hook: str, classes: dict[str, tuple[list[str], set[str]]]
+def _defines(node: ast.ClassDef) -> set[str]:
+    """The names a class body binds: its methods and assigned attributes."""
+    names = set()
+    for statement in node.body:
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(statement.name)
+        elif isinstance(statement, ast.Assign):
+            names.update(t.id for t in statement.targets if isinstance(t, ast.Name))
+        elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            names.add(statement.target.id)
+    return names
+
+
+def _relays(
+    classes: _ModelClasses, key: ClassKey, method: str, declared: dict[ClassKey, set[str]]
 ) -> bool:
-    """``name`` is ``root``, or derives from it in this file through classes that define
-    none of ``__init__``, ``forward`` and ``hook`` (the rule of ``relays_pp_aux_capture``:
-    the first base, as the method resolution order reads it for single inheritance)."""
-    seen: set[str] = set()
-    current = name
-    while current != root:
-        if current in seen or current not in classes:
+    """What ``relays_pp_aux_capture`` answers for the class ``key`` once the patch is applied:
+    along its method resolution order, the first class that declares the relay decides; one
+    that defines ``__init__``, ``forward`` or the method's hook before it, or a base outside
+    the model files (whose body is not read), means no."""
+    hook = f"set_{method.lower()}_layers_to_capture"
+    for cls in classes.mro(key) or []:
+        if cls in declared:
+            return method in declared[cls]
+        node = classes.classdef(cls)
+        if node is None or _defines(node) & {*_KEPT, hook}:
             return False
-        seen.add(current)
-        bases, defined = classes[current]
-        if defined & {"__init__", "forward", hook} or not bases:
-            return False
-        current = bases[0]
-    return True
-
-
-def _parsed(path: Path) -> cst.Module | None:
-    """A model file the plan did not keep a tree of (a plan built by hand)."""
-    return parse_text(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return False
 
 
 def patched_architectures(plan: FamilyPlan) -> dict[str, tuple[str, ...]]:
-    """architecture -> conventions, over the patched files of ``plan`` (read from the
-    trees the plan parsed).
+    """architecture -> conventions, over the ``EntryClass`` members of the patched files of
+    ``plan``.
 
-    An ``EntryClass`` member counts for a rewritten hook of a causal-LM class when it is
-    that class, or a subclass in that file that keeps its ``__init__``, ``forward`` and
-    hook: the classes the runtime's ``relays_pp_aux_capture`` admits.
+    The patch declares the methods of the rewritten hooks of each causal-LM class in its
+    body; an ``EntryClass`` member counts for a method when ``relays_pp_aux_capture`` would
+    say it relays it: the declaring class, or a subclass (in that file or, through the
+    imports, from another model file) that defines none of ``__init__``, ``forward`` and
+    the method's hook before the declaration in its method resolution order.
     """
+    declared: dict[ClassKey, set[str]] = {}
+    for decision in plan.decisions.values():
+        if decision.patched:
+            for outer, _stack, hooks in decision.cases:
+                methods = {HOOK_METHODS[hook] for hook in hooks if hook in HOOK_METHODS}
+                declared.setdefault((decision.file, outer), set()).update(methods)
+    classes = _ModelClasses(plan.models_dir)
+    every = sorted({m for methods in declared.values() for m in methods})
     result: dict[str, set[str]] = {}
     for decision in plan.decisions.values():
-        if not decision.patched:
-            continue
-        module = plan.modules.get(decision.file) or _parsed(plan.models_dir / decision.file)
-        if module is None:
-            continue
-        classes = _local_classes(module)
-        for outer, _stack, hooks in decision.cases:
-            for hook in hooks:
-                if hook not in HOOK_METHODS:
-                    continue
-                for entry in _entry_classes(module):
-                    if _inherits_relay(entry, outer, hook, classes):
-                        result.setdefault(entry, set()).add(HOOK_METHODS[hook])
+        module = classes.module(decision.file) if decision.patched else None
+        for entry in module.entry if module is not None else []:
+            key = classes.resolve(decision.file, entry)
+            methods = {m for m in every if key is not None and _relays(classes, key, m, declared)}
+            if key is not None and methods:
+                # The registry names an architecture by its class's ``__name__``.
+                result.setdefault(key[1], set()).update(methods)
     return {arch: tuple(sorted(methods)) for arch, methods in sorted(result.items())}
 
 

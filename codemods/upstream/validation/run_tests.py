@@ -6,7 +6,9 @@ touched), the patched files are written there, the tests the patch ships are wri
 to it (also for a package tree, whose patch leaves them out), and the generated
 ``test_pp_aux_capture_family.py`` runs in ``--json`` mode on 2 and 3 stages (gloo, CPU)
 with this Python.  A model counts as validated when every case of it, at both sizes,
-matched the PP=1 run.  The result feeds the PR body's "validated" column: only runs made
+matched the PP=1 run.  These are CPU stand-in results (:data:`STAND_INS`: tiny configs,
+stand-in decoder layers without attention kernels), and every verdict and report says so;
+they do not cover real weights, attention kernels or a GPU.  The result feeds the PR body's "validated" column: only runs made
 here are claimed.
 
 A validation that could not run (nothing to validate, the test not starting, an import error
@@ -29,8 +31,14 @@ from codemods.upstream.generate import UpstreamResult, write_tests
 from codemods.upstream.validation.shipped_tests import TEST_FILE
 
 PP_SIZES = (2, 3)
-VALIDATED = "yes: 2 and 3 stages, `torch.equal` with PP=1 (run by this invocation)"
-FAILED = "FAILED in this invocation"
+#: What the family test runs, in words: stand-ins on CPU, not the models as served.
+STAND_INS = (
+    "CPU stand-ins: each patched model built through its real `__init__` at a tiny config, "
+    "with stand-in decoder layers (no attention kernels) and weights filled by name, on 2 "
+    "and 3 gloo stages, `torch.equal` with PP=1"
+)
+VALIDATED = "yes on CPU stand-ins: 2 and 3 stages, `torch.equal` with PP=1 (run by this invocation)"
+FAILED = "FAILED on CPU stand-ins in this invocation"
 
 
 @dataclass

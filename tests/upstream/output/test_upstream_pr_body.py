@@ -20,8 +20,13 @@ from codemods.upstream.output.pr_body import (
 from codemods.upstream.sizing.graph_sizing import SIZING_MODULES
 from codemods.upstream.sizing.part import no_graph_buffer
 from codemods.upstream.tree.reachability import EVERY, refusals_in
-from codemods.upstream.validation.relax import ValidationResult
-from codemods.upstream.validation.run_tests import VALIDATED, Validation
+from codemods.upstream.validation.relax import (
+    _AUX_FLAG_CHECK,
+    _AUX_FLAG_CHECK_NEW,
+    AUX_FLAG_REASON,
+    ValidationResult,
+)
+from codemods.upstream.validation.run_tests import STAND_INS, VALIDATED, Validation
 from tests.upstream.output.test_upstream_series import (
     MODELS,
     PKG,
@@ -114,8 +119,16 @@ def test_validate_verdicts_are_reported_as_run(tmp_path):
     result = _family_result(tmp_path, with_kimi=False, tests=True)
     ran = Validation({"llama": VALIDATED, "qwen3_moe": "no: mismatch"})
     bench = section(render(result, validation=ran), "## Accuracy Tests")
-    assert bench.startswith("`auxcap upstream-patch --validate` ran `python3 -m unittest")
-    assert "- passed (1): llama\n" in bench and "- failed (1): qwen3_moe\n" in bench
+    # The family test runs stand-ins on CPU: its results say so.
+    assert bench.startswith(
+        "CPU stand-in results: `auxcap upstream-patch --validate` ran `python3 -m unittest"
+    )
+    assert f"on a patched copy of this tree ({STAND_INS})." in bench
+    assert "stand-in decoder layers (no attention kernels)" in STAND_INS
+    assert "They do not exercise real weights, attention kernels or a GPU." in bench
+    assert "- passed on CPU stand-ins (1): llama\n" in bench
+    assert "- failed on CPU stand-ins (1): qwen3_moe\n" in bench
+    assert VALIDATED.startswith("yes on CPU stand-ins:")
     assert "Not run" not in bench
     nothing = Validation(problem="No module named 'torch'")
     bench = section(render(result, validation=nothing), "## Accuracy Tests")
@@ -170,8 +183,8 @@ def test_the_sizing_line_says_how_the_aux_entry_is_sized(tmp_path):
 
 def test_validation_change_is_motivated_and_listed(tmp_path):
     result = _family_result(tmp_path, with_kimi=False)
-    old = 'raise ValueError("--enable-return-aux-hidden-states only supports pp_size == 1")\n'
-    change = _validation(VALIDATION_PATH, old, "relaxed = True\n")
+    # The release's refusal of the flag with PP, kept with its reason replaced.
+    change = _validation(VALIDATION_PATH, _AUX_FLAG_CHECK, _AUX_FLAG_CHECK_NEW)
     result.changes.append(change)
     result.validation = ValidationResult(
         change, {"LlamaForCausalLM": ("EAGLE3",), "Qwen3MoeForCausalLM": ("DFLASH",)}
@@ -179,19 +192,26 @@ def test_validation_change_is_motivated_and_listed(tmp_path):
     text = render(result)
     motivation, mods = section(text, "## Motivation"), section(text, "## Modifications")
     assert f"`check_pipeline_parallel_compat` (`{VALIDATION_PATH}`) rejects EAGLE3" in motivation
-    assert "`--enable-return-aux-hidden-states` with PP" in motivation
+    # The flag is not among the problems the patch solves, nor said to be accepted.
+    assert "--enable-return-aux-hidden-states" not in motivation
+    assert "`--enable-return-aux-hidden-states` with PP, accepted" not in mods
     assert (
-        f"- Validation (`{VALIDATION_PATH}`): EAGLE3/DFLASH, and "
-        "`--enable-return-aux-hidden-states` with PP, accepted with PP where the served "
+        f"- Validation (`{VALIDATION_PATH}`): EAGLE3/DFLASH accepted with PP where the served "
         "model class (resolved as the server does, `get_model_architecture`, so "
         "`--model-impl transformers` is refused) relays that method: it is listed in "
         "`pp_aux_relay_methods`, declared in the body of each causal-LM class whose hooks "
         "this patch rewrote (2 architectures in the patched files), and a subclass is "
         "covered only where it defines none of `__init__`, `forward` or the method's hook" in mods
     )
+    assert (
+        "`--enable-return-aux-hidden-states` with PP stays refused for every model, the "
+        f"relaying ones included; its message now gives the reason that holds: {AUX_FLAG_REASON}."
+        in mods
+    )
+    assert "the first pipeline rank returns output to the detokenizer" in AUX_FLAG_REASON
     # No guard file in this tree: the runtime guard is not claimed.
     assert "Runtime guard" not in mods
-    assert "stays refused" not in mods
+    assert "stays refused:" not in mods
     # Where the speculative hook refuses DFLASH with PP, only EAGLE3 is claimed, and the
     # body says why DFLASH stays refused.
     hooks = tmp_path / PKG / "srt" / "arg_groups"
@@ -199,11 +219,7 @@ def test_validation_change_is_motivated_and_listed(tmp_path):
     (hooks / "speculative_hook.py").write_text(SPEC_HOOK)
     text = render(result)
     motivation, mods = section(text, "## Motivation"), section(text, "## Modifications")
-    assert (
-        f"- Validation (`{VALIDATION_PATH}`): EAGLE3, and "
-        "`--enable-return-aux-hidden-states` with PP, accepted with PP where the served "
-        "model class" in mods
-    )
+    assert f"- Validation (`{VALIDATION_PATH}`): EAGLE3 accepted with PP where the served" in mods
     assert (
         "DFLASH with PP stays refused: `_handle_dflash` (`cfg.pp_size != 1`, named above)" in mods
     )
@@ -212,10 +228,62 @@ def test_validation_change_is_motivated_and_listed(tmp_path):
         f"**Still refused:** DFLASH with PP (`{PKG}/srt/arg_groups/speculative_hook.py`, "
         "`_handle_dflash`: `cfg.pp_size != 1`" in motivation
     )
-    assert "reached by the server only through `--enable-return-aux-hidden-states`" in motivation
+    # Without a runner that configures a DSPARK target through the DFLASH hook, nothing
+    # on the server reaches the DFLASH change.
+    assert "the DFLASH capture change is reached only outside the server" in motivation
+    runner = tmp_path / PKG / "srt" / "model_executor" / "model_runner_components"
+    runner.mkdir(parents=True)
+    (runner / "attention_backend_setup.py").write_text(DSPARK_FALLBACK)
+    motivation = section(render(result), "## Motivation")
+    assert (
+        "the DFLASH capture change is reached by the server only through DSPARK with PP "
+        "(`configure_aux_hidden_state_capture` calls `set_dflash_layers_to_capture` for a "
+        "DSPARK target that has no `set_dspark_layers_to_capture`) on this release."
+    ) in motivation
     # Without the validation change none of it is claimed.
     text = render(_family_result(tmp_path / "b", False))
     assert "check_pipeline" not in text and "Validation" not in text
+
+
+def test_benchmarking_says_how_a_dflash_only_patch_is_reached(tmp_path):
+    """No algorithm accepted with PP: the DFLASH hooks are reached through DSPARK where the
+    runner falls back to them, else by no server configuration."""
+    result = _family_result(tmp_path, with_kimi=False)
+    change = _validation(VALIDATION_PATH, _AUX_FLAG_CHECK, _AUX_FLAG_CHECK_NEW)
+    result.changes.append(change)
+    result.validation = ValidationResult(change, {"Qwen3MoeForCausalLM": ("DFLASH",)})
+    hooks = tmp_path / PKG / "srt" / "arg_groups"
+    hooks.mkdir(parents=True)
+    (hooks / "speculative_hook.py").write_text(SPEC_HOOK)
+    (tmp_path / PKG / "launch_server.py").write_text("")
+    mods = section(render(result), "## Modifications")
+    assert (
+        f"- Validation (`{VALIDATION_PATH}`): no speculative algorithm is newly accepted with "
+        "PP for the patched model classes (`pp_aux_relay_methods`, declared in the body of "
+        "each causal-LM class whose hooks this patch rewrote: 1 architecture in the patched "
+        "files); every other refusal kept. DFLASH with PP stays refused:"
+    ) in mods
+    bench = section(render(result), "## Benchmarking and Profiling")
+    assert bench.startswith("Not run: no server configuration of this release reaches"), bench
+    runner = tmp_path / PKG / "srt" / "model_executor"
+    runner.mkdir(parents=True)
+    (runner / "setup.py").write_text(DSPARK_FALLBACK)
+    bench = section(render(result), "## Benchmarking and Profiling")
+    assert bench.startswith(
+        "Not run: on this release the server reaches the change with PP only through DSPARK"
+    ), bench
+    assert "launch_server" not in bench
+
+
+#: 0.5.16+'s ``configure_aux_hidden_state_capture``, reduced to its DFLASH/DSPARK branch.
+DSPARK_FALLBACK = """\
+def configure_aux_hidden_state_capture(*, model, dflash_use_aux_hidden_state, ids, is_dspark):
+    if dflash_use_aux_hidden_state:
+        if is_dspark and hasattr(model, "set_dspark_layers_to_capture"):
+            model.set_dspark_layers_to_capture(ids)
+        elif hasattr(model, "set_dflash_layers_to_capture"):
+            model.set_dflash_layers_to_capture(ids)
+"""
 
 
 OLD_CHECK = """\

@@ -552,13 +552,16 @@ def test_validate_claims_only_what_it_ran(sglang_release, tmp_path, monkeypatch)
         catch_exceptions=False,
     )
     assert outcome.exit_code == 0, outcome.output
+    # The console labels the run and each verdict as CPU stand-in results.
+    assert "the family test on CPU stand-ins: each patched model built" in outcome.output
+    assert "  llama: yes on CPU stand-ins: 2 and 3 stages" in outcome.output
     text = body.read_text()
     # The tests are not in the patch, yet --validate writes them into its copy.
     assert (
-        "`auxcap upstream-patch --validate` ran `test_pp_aux_capture_family.py` "
-        "(written into the copy)"
+        "CPU stand-in results: `auxcap upstream-patch --validate` ran "
+        "`test_pp_aux_capture_family.py` (written into the copy)"
     ) in text
-    assert "- passed (1): llama\n" in text and "failed" not in text
+    assert "- passed on CPU stand-ins (1): llama\n" in text and "failed" not in text
     # the tree itself is untouched
     assert "set_pp_aux_capture" not in (release / MODELS / "llama.py").read_text()
 

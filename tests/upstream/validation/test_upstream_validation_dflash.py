@@ -18,6 +18,7 @@ from codemods.upstream.validation.relax import (
     _EAGLE_MESSAGE,
     HELPER_NAME,
     dflash_refusal,
+    patched_architectures,
     validation_changes,
 )
 
@@ -100,8 +101,8 @@ def test_a_speculative_hook_refusing_dflash_keeps_dflash_refused(tmp_path):
     assert f'algorithm == "EAGLE3" and {HELPER_NAME}(cfg, "EAGLE3")' in new
     assert DFLASH_BRANCH not in new and f'{HELPER_NAME}(cfg, "DFLASH")' not in new
     assert "EAGLE3 or DFLASH" not in new and "and EAGLE3 for models" in new
-    # The report still lists DFLASH as a relayed capture convention (the aux flag's check);
-    # the hook asks the model class, with no table of architectures.
+    # The report still lists DFLASH as a relayed capture convention (a DSPARK target reaches
+    # the DFLASH hook); the hook asks the model class, with no table of architectures.
     assert result.architectures == {
         "LlamaDerived": ("DFLASH", "EAGLE3"),
         "LlamaForCausalLM": ("DFLASH", "EAGLE3"),
@@ -136,3 +137,68 @@ def test_a_conditional_dflash_check_does_not_keep_dflash_refused(tmp_path):
     tree, plan = _tree(tmp_path, guarded)
     assert dflash_refusal(tree) is None
     assert DFLASH_BRANCH in validation_changes(tree, plan).change.new
+
+
+OTHER = """\
+from sglang.srt.models import llama
+from sglang.srt.models.llama import LlamaForCausalLM as Base
+
+
+class GlmForCausalLM:
+    pass
+
+
+class Inherits(Base):
+    x = 1
+
+
+class OwnForward(Base):
+    def forward(self):
+        pass
+
+
+class Quiet:
+    pass
+
+
+class Loud:
+    def forward(self):
+        pass
+
+
+class MixedIn(Quiet, Base):
+    pass
+
+
+class MixedForward(Loud, llama.LlamaForCausalLM):
+    pass
+
+
+EntryClass = [GlmForCausalLM, Inherits, OwnForward, MixedIn, MixedForward]
+"""
+
+
+def test_subclasses_in_another_patched_file_count_by_the_runtime_rule(tmp_path):
+    """An ``EntryClass`` member whose declaring base is in another model file counts when
+    its method resolution order reaches the declaration before any ``__init__``,
+    ``forward`` or hook of its own (``relays_pp_aux_capture``)."""
+    tree, plan = _tree(tmp_path, REFUSING)
+    (plan.models_dir / "glm.py").write_text(OTHER)
+    plan.decisions["glm.py"] = FileDecision(
+        "glm.py",
+        ("GlmForCausalLM.set_eagle3_layers_to_capture",),
+        ("GlmForCausalLM.set_eagle3_layers_to_capture",),
+        True,
+        "patched",
+        ForwardRef("glm.py", "GlmModel"),
+        ("entry-callback",),
+        (("GlmForCausalLM", "GlmModel", ("set_eagle3_layers_to_capture",)),),
+    )
+    found = patched_architectures(plan)
+    assert found == {
+        "GlmForCausalLM": ("EAGLE3",),
+        "Inherits": ("DFLASH", "EAGLE3"),
+        "LlamaDerived": ("DFLASH", "EAGLE3"),
+        "LlamaForCausalLM": ("DFLASH", "EAGLE3"),
+        "MixedIn": ("DFLASH", "EAGLE3"),
+    }

@@ -12,10 +12,12 @@ EAGLE, the overlap schedule, the
 ``SGLANG_ENABLE_PP_SPEC`` conditions, NGRAM, ``--min-free-slots-delay``).  DFLASH with PP
 stays refused on every path: these releases refuse it in ``speculative_hook._handle_dflash``
 (``cfg.pp_size != 1``), so the patch does not relax it.  On 0.5.23
-``handle_aux_hidden_state_capture`` accepts ``--enable-return-aux-hidden-states`` with PP for
-Llama (a capture without a draft, DFLASH's convention included: ``_handle_dflash`` does not
-run) and keeps its other refusals.  The release's own validation refuses EAGLE3/DFLASH with
-PP.  0.5.18-0.5.20 refuse every speculative algorithm with PP on GPU and their validation
+``handle_aux_hidden_state_capture`` still refuses ``--enable-return-aux-hidden-states`` with
+PP for every model, Llama and Mistral (which relay their captures) included, with the
+reworded message (only the first pipeline rank returns output, and the PP output relay
+carries no hidden states), and keeps its other refusals
+(``test_upstream_validation_aux_flag.py`` covers each capture method).  The release's own
+validation refuses EAGLE3/DFLASH with PP.  0.5.18-0.5.20 refuse every speculative algorithm with PP on GPU and their validation
 is not patched.
 """
 
@@ -28,7 +30,7 @@ from sglang_support.env import run_python, sglang_tree
 from sglang_support.family_check import patched_copy
 
 from codemods.upstream.generate import generate
-from codemods.upstream.validation.relax import MODULE
+from codemods.upstream.validation.relax import AUX_FLAG_MESSAGE, MODULE
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -70,15 +72,17 @@ STILL_REFUSED = {
     "eagle3_transformers_impl": "only supports EAGLE",
     "min_free_slots_delay": "--min-free-slots-delay",
 }
-AUX_ACCEPTED = {"aux_eagle3", "aux_dflash", "aux_eagle3_subclass"}
+#: Refused with PP although the served class relays the method (0.5.23).
+AUX_RELAYING = {"aux_eagle3", "aux_dflash", "aux_eagle3_subclass"}
 AUX_STILL_REFUSED = {
-    "aux_eagle3_other_model": "only supports pp_size == 1",
-    "aux_dspark_not_relayed": "only supports pp_size == 1",
+    **dict.fromkeys(AUX_RELAYING, AUX_FLAG_MESSAGE),
+    "aux_eagle3_other_model": AUX_FLAG_MESSAGE,
+    "aux_dspark_not_relayed": AUX_FLAG_MESSAGE,
     "aux_dflash_without_ids": "requires --return-aux-hidden-state-layer-ids",
     "aux_with_draft": "drop --speculative-draft-model-path",
     "aux_ngram": "to name the capture convention",
-    "aux_eagle3_own_stack_subclass": "only supports pp_size == 1",
-    "aux_eagle3_transformers_impl": "only supports pp_size == 1",
+    "aux_eagle3_own_stack_subclass": AUX_FLAG_MESSAGE,
+    "aux_eagle3_transformers_impl": AUX_FLAG_MESSAGE,
 }
 
 
@@ -124,8 +128,6 @@ def test_patched_validation_accepts_eagle3_and_keeps_refusing_dflash_with_pp(pat
     for case in DFLASH_REFUSED:
         assert "DFLASH" not in outcomes[case], (version, case, outcomes[case])
     if version >= "0.5.23":
-        for case in AUX_ACCEPTED:
-            assert outcomes[case] == "accepted", (version, case, outcomes[case])
         for case, message in AUX_STILL_REFUSED.items():
             assert outcomes[case].startswith("refused:") and message in outcomes[case], (
                 version,
@@ -133,7 +135,7 @@ def test_patched_validation_accepts_eagle3_and_keeps_refusing_dflash_with_pp(pat
                 outcomes[case],
             )
     else:
-        assert not AUX_ACCEPTED & set(outcomes)
+        assert not AUX_RELAYING & set(outcomes)
 
 
 def test_a_subclass_in_an_untouched_file_is_accepted_by_its_class(patched):
@@ -141,11 +143,9 @@ def test_a_subclass_in_an_untouched_file_is_accepted_by_its_class(patched):
     keeps the stack and hooks of the patched LlamaForCausalLM and so its declaration, while
     a model whose file the patch leaves alone keeps its refusal."""
     version, result, outcomes = patched
-    for case in SUBCLASS_ACCEPTED | ({"aux_eagle3_subclass"} if version >= "0.5.23" else set()):
+    for case in SUBCLASS_ACCEPTED:
         assert outcomes[case] == "accepted", (version, case, outcomes[case])
     assert outcomes["eagle3_other_model"].startswith("refused:"), version
-    if version >= "0.5.23":
-        assert "only supports pp_size == 1" in outcomes["aux_eagle3_other_model"], version
     change = next(c for c in result.changes if c.path == result.tree.module_path(MODULE))
     assert "MistralForCausalLM" not in change.new and "LlamaForCausalLM" not in change.new
     assert "MistralForCausalLM" not in result.validation.architectures
@@ -165,8 +165,9 @@ def test_release_validation_refuses_eagle3_and_dflash_with_pp(release):
     for case in (ACCEPTED - {"eagle_prefill", "eagle_pp_spec"}) | set(DFLASH_REFUSED):
         assert outcomes[case].startswith("refused:"), (version, case, outcomes[case])
     if version >= "0.5.23":
-        for case in AUX_ACCEPTED:
+        for case in AUX_RELAYING:
             assert "only supports pp_size == 1" in outcomes[case], (version, outcomes[case])
+            assert AUX_FLAG_MESSAGE not in outcomes[case], (version, outcomes[case])
 
 
 @pytest.mark.parametrize("version", ("0.5.18", "0.5.20"))
