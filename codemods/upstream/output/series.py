@@ -7,7 +7,8 @@ reviewer can take one at a time, in this order:
    accessor, and the PP proxy entry's sizing path where the tree has none;
    **rename**: where SGLang relays DSPARK captures itself (0.5.21+), the rename of that
    relay's entry and of its CUDA-graph sizing to serve every capture method, a commit of
-   its own right after the runtime;
+   its own right after the runtime (with the aux entry of the dummy-forward buffers,
+   which asks the renamed width getter);
 2. **one patch per model family**, the way reviewers own model code (Kimi, Llama / Qwen
    dense, Qwen MoE / VL, DeepSeek, GLM, ...): a model file belongs to the family its file
    name maps to in :mod:`codemods.upstream.output.model_families`.  The family test grows with the
@@ -123,11 +124,15 @@ def _stem(path: str) -> str:
     return path.rsplit("/", 1)[-1].removesuffix(".py")
 
 
-def classify(change: FileChange) -> tuple[str, str, str]:
-    """(group key, file-name slug, title) of one changed file of the patch."""
+def classify(change: FileChange, renamed: bool = False) -> tuple[str, str, str]:
+    """(group key, file-name slug, title) of one changed file of the patch; ``renamed``:
+    the patch renames SGLang's DSPARK relay, whose width getter the dummy-forward buffers
+    then ask (so they go with the rename)."""
     if change.group == VALIDATION:
         return VALIDATION, "validation", "validation"
-    if change.group == RUNTIME and change.role in RENAME_ROLES:
+    if change.group == RUNTIME and (
+        change.role in RENAME_ROLES or (renamed and change.role is Role.WARMUP_SIZING)
+    ):
         return RENAME, "rename-dspark-relay", "rename: SGLang's DSPARK relay for every method"
     if change.group == RUNTIME:
         return RUNTIME, "runtime", "runtime: aux hidden states in the PP handoff"
@@ -184,6 +189,7 @@ def build_series(result: UpstreamResult) -> list[SeriesPatch]:
             changes[index] = dataclasses.replace(change, old=fixed[name])
     init_test: FileChange | None = None
     model_files: dict[str, str] = {}
+    renamed = any(change.role in RENAME_ROLES for change in changes)
     for change in changes:
         if change.role is Role.INIT_TEST:
             init_test = change
@@ -194,7 +200,7 @@ def build_series(result: UpstreamResult) -> list[SeriesPatch]:
         if change.role is Role.TEST_MODELS:
             family_models = change
             continue
-        key, slug, title = classify(change)
+        key, slug, title = classify(change, renamed)
         patch = groups.setdefault(key, SeriesPatch(key, slug, title, ""))
         patch.changes.append(change)
         if change.role is Role.MODEL:
