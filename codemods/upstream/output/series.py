@@ -4,7 +4,8 @@ The single patch of :func:`codemods.upstream.generate.generate` is cut into patc
 reviewer can take one at a time, in this order:
 
 1. **runtime**: the helpers the models call (the shipped runtime module), the packer
-   accessor, and the PP proxy entry's sizing path where the tree has none;
+   accessor, and the PP proxy entry's sizing path where the tree has none (with the
+   dummy-forward buffers);
    **rename**: where SGLang relays DSPARK captures itself (0.5.21+), the rename of that
    relay's entry and of its CUDA-graph sizing to serve every capture method, a commit of
    its own right after the runtime (with the aux entry of the dummy-forward buffers,
