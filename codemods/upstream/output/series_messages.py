@@ -2,7 +2,8 @@
 
 * the runtime patch names each module it adds and each file of the sizing path it changes;
   the rename patch (0.5.21+) names each file of SGLang's own DSPARK relay and its sizing
-  that it renames, and the names it renames;
+  that it renames, and the names it renames, and says what ``base_runner.py`` gets there
+  (the aux entry in the dummy-forward buffers, not a rename);
 * a model-family patch names, per model file, the hooks it changes, how the file's capture
   forward carries the captures, and any other fix the patch makes in that file; a file
   changed only as another model's capture forward says so;
