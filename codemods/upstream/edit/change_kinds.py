@@ -40,6 +40,9 @@ class Role(Enum):
     SIZING = "CUDA-graph sizing"
     #: A file of SGLang's own DSPARK sizing path, renamed for every capture method.
     SIZING_RENAME = "CUDA-graph sizing rename"
+    #: ``runner/base_runner.py``, whose buffers for the dummy forwards of start-up (warm-up,
+    #: autotune) gain the aux entry, sized by the same lookup as the graph buffers.
+    WARMUP_SIZING = "dummy-forward buffer sizing"
     #: A model file relaying DSPARK captures itself, its entry renamed along the sizing path.
     RELAY_RENAME = "DSPARK relay rename"
     #: The family test's stand-in models and builders.

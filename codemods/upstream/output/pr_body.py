@@ -295,12 +295,25 @@ def _sizing_line(result: UpstreamResult) -> str:
             "method: `dspark_hidden_states` -> `aux_hidden_states`, "
             "`*pp_proxy_dspark_hidden_size` -> `*pp_proxy_aux_hidden_size` in "
             f"{', '.join(_code(p) for p in sizing + relays)}; the resolver asks "
-            f"{_LOOKUP}{_one_relay(result)}{_old_width(result)}."
+            f"{_LOOKUP}{_one_relay(result)}{_old_width(result)}.{_warmup(result)}"
         )
     return (
         "- CUDA-graph sizing of the `aux_hidden_states` proxy entry along a new path "
         f"(`resolve_pp_proxy_aux_hidden_size`, which asks {_LOOKUP}): "
-        f"{', '.join(_code(p) for p in sizing)}."
+        f"{', '.join(_code(p) for p in sizing)}.{_warmup(result)}"
+    )
+
+
+def _warmup(result: UpstreamResult) -> str:
+    """The dummy-forward buffers that gain the entry, in a sentence (or nothing)."""
+    warmup = [c.path for c in _changed(result, Role.WARMUP_SIZING)]
+    if not warmup:
+        return ""
+    return (
+        f" The buffers {', '.join(_code(p) for p in warmup)} builds for the dummy forwards "
+        "of start-up (`_alloc_dummy_decode_buffers`: FlashInfer autotune, DeepGEMM "
+        "warm-up) get the entry too, sized by `get_pp_proxy_aux_hidden_size`, so a stage "
+        "that receives captures gets through them."
     )
 
 

@@ -358,6 +358,8 @@ ROLE_SUMMARIES = {
     Role.PACKER: "AuxHiddenStatePacker.captured() for stages that hand captures on",
     Role.SIZING: "sizes the aux_hidden_states PP proxy buffer of non-first stages",
     Role.SIZING_RENAME: "CUDA-graph sizing renamed from DSPARK to every capture method",
+    Role.WARMUP_SIZING: "sizes the aux_hidden_states entry of the dummy-forward buffers "
+    "(FlashInfer autotune, DeepGEMM warm-up)",
     Role.RELAY_RENAME: "DSPARK relay renamed: dspark_hidden_states -> aux_hidden_states",
     Role.TEST_MODELS: "new: the small models the family test builds",
     Role.FAMILY_TEST: "new CPU test: each patched model under PP (gloo, 2 and 3 stages) "

@@ -4,10 +4,12 @@ The single patch of :func:`codemods.upstream.generate.generate` is cut into patc
 reviewer can take one at a time, in this order:
 
 1. **runtime**: the helpers the models call (the shipped runtime module), the packer
-   accessor, and the PP proxy entry's sizing path where the tree has none;
+   accessor, and the PP proxy entry's sizing path where the tree has none (with the
+   dummy-forward buffers);
    **rename**: where SGLang relays DSPARK captures itself (0.5.21+), the rename of that
    relay's entry and of its CUDA-graph sizing to serve every capture method, a commit of
-   its own right after the runtime;
+   its own right after the runtime (with the aux entry of the dummy-forward buffers,
+   which asks the renamed width getter);
 2. **one patch per model family**, the way reviewers own model code (Kimi, Llama / Qwen
    dense, Qwen MoE / VL, DeepSeek, GLM, ...): a model file belongs to the family its file
    name maps to in :mod:`codemods.upstream.output.model_families`.  The family test grows with the
@@ -126,11 +128,15 @@ def _stem(path: str) -> str:
     return path.rsplit("/", 1)[-1].removesuffix(".py")
 
 
-def classify(change: FileChange) -> tuple[str, str, str]:
-    """(group key, file-name slug, title) of one changed file of the patch."""
+def classify(change: FileChange, renamed: bool = False) -> tuple[str, str, str]:
+    """(group key, file-name slug, title) of one changed file of the patch; ``renamed``:
+    the patch renames SGLang's DSPARK relay, whose width getter the dummy-forward buffers
+    then ask (so they go with the rename)."""
     if change.group == VALIDATION:
         return VALIDATION, "validation", "validation"
-    if change.group == RUNTIME and change.role in RENAME_ROLES:
+    if change.group == RUNTIME and (
+        change.role in RENAME_ROLES or (renamed and change.role is Role.WARMUP_SIZING)
+    ):
         return RENAME, "rename-dspark-relay", "rename: SGLang's DSPARK relay for every method"
     if change.group == RUNTIME:
         return RUNTIME, "runtime", "runtime: aux hidden states in the PP handoff"
@@ -212,6 +218,7 @@ def build_series(result: UpstreamResult) -> list[SeriesPatch]:
             changes[index] = dataclasses.replace(change, old=fixed[name])
     init_test: FileChange | None = None
     model_files: dict[str, str] = {}
+    renamed = any(change.role in RENAME_ROLES for change in changes)
     for change in changes:
         if change.role is Role.INIT_TEST:
             init_test = change
@@ -222,7 +229,7 @@ def build_series(result: UpstreamResult) -> list[SeriesPatch]:
         if change.role is Role.TEST_MODELS:
             family_models = change
             continue
-        key, slug, title = classify(change)
+        key, slug, title = classify(change, renamed)
         patch = groups.setdefault(key, SeriesPatch(key, slug, title, ""))
         patch.changes.append(change)
         if change.role is Role.MODEL:

@@ -2,7 +2,8 @@
 
 * the runtime patch names each module it adds and each file of the sizing path it changes;
   the rename patch (0.5.21+) names each file of SGLang's own DSPARK relay and its sizing
-  that it renames, and the names it renames;
+  that it renames, and the names it renames, and says what ``base_runner.py`` gets there
+  (the aux entry in the dummy-forward buffers, not a rename);
 * a model-family patch names, per model file, the hooks it changes, how the file's capture
   forward carries the captures, and any other fix the patch makes in that file; a file
   changed only as another model's capture forward says so;
@@ -46,6 +47,12 @@ RENAMED_NAMES = (
 )
 #: A file that gains the sizing path (a tree without SGLang's DSPARK one).
 SIZING_WORDS = "sizes the aux_hidden_states PP proxy buffer of non-first stages"
+#: ``base_runner.py``, whose dummy-forward buffers gain the entry.
+WARMUP_WORDS = (
+    "the buffers of the dummy forwards at start-up (FlashInfer autotune, DeepGEMM "
+    "warm-up) get the aux_hidden_states entry too, sized by "
+    "ModelRunner.get_pp_proxy_aux_hidden_size as the graph buffers are"
+)
 
 
 def _wrap(text: str, indent: str = "") -> str:
@@ -98,6 +105,8 @@ def _runtime(patch, result: UpstreamResult) -> None:
     def what(change) -> str:
         if change.role is Role.SIZING:
             return SIZING_WORDS
+        if change.role is Role.WARMUP_SIZING:
+            return WARMUP_WORDS
         if change.role is Role.RUNTIME_MODULE:
             return helpers_summary(change, named=True)
         return RUNTIME_FILES.get(change.role, change.role.value)
@@ -141,7 +150,18 @@ def _rename(patch, result: UpstreamResult) -> None:
         + "\n"
         + "".join(_wrap(f"- {pair}", "  ") for pair in pairs)
         + "\n"
-        + "".join(_wrap(f"- {_name(c.path)}", "  ") for c in changes)
+        + "".join(
+            _wrap(f"- {_name(c.path)}", "  ") for c in changes if c.role is not Role.WARMUP_SIZING
+        )
+        + "".join(
+            "\n"
+            + _wrap(
+                f"{_name(c.path)} (not a rename): {WARMUP_WORDS}; SGLang never sized "
+                "its DSPARK entry there."
+            )
+            for c in changes
+            if c.role is Role.WARMUP_SIZING
+        )
         + "".join(
             "\n"
             + _wrap(

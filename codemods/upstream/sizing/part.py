@@ -5,11 +5,13 @@ files (its plan is ``plan.facts("family")``).
 
 * ``sizing``: along SGLang's DSPARK sizing path, renamed for every capture method
   (0.5.21+, ``graph_sizing.py``), or along a path added next to the residual bank's
-  (0.5.17-0.5.20, ``graph_sizing_legacy.py``).  A release that sizes the CUDA-graph
-  buffers of the PP handoff in another structure (``cuda_graph_runner.py``,
-  ``input_buffers.py``, ``runner/base_runner.py``: 0.4.10-0.5.16) is left out, and the answer says what that leaves
-  broken; a release without such buffers is not applicable.  A patch of model files
-  outside the family alone (``--models kimi_linear``) leaves the sizing out, and says so.
+  (0.5.17-0.5.20, ``graph_sizing_legacy.py``); with either, the buffers of the runner's
+  dummy forwards (warm-up, autotune) get the entry too (``warmup_buffers.py``).  A
+  release that sizes the CUDA-graph buffers of the PP handoff in another structure
+  (``cuda_graph_runner.py``, ``input_buffers.py``, ``runner/base_runner.py``:
+  0.4.10-0.5.16) is left out, and the answer says what that leaves broken; a release
+  without such buffers is not applicable.  A patch of model files outside the family
+  alone (``--models kimi_linear``) leaves the sizing out, and says so.
 * ``packer``: ``AuxHiddenStatePacker.captured()`` where a rewritten forward packs its
   captures (``packer_access.py``).
 """
@@ -23,6 +25,7 @@ from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.sizing import packer_access
 from codemods.upstream.sizing.graph_sizing import SIZING_MODULES, has_dspark_sizing, sizing_changes
 from codemods.upstream.sizing.graph_sizing_legacy import has_legacy_shape, legacy_sizing_changes
+from codemods.upstream.sizing.warmup_buffers import warmup_changes
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
 #: A CUDA-graph buffer of the PP handoff's hidden states, where a graph runner (or the
@@ -85,9 +88,9 @@ def decide_sizing(tree: SGLangTree, plan: part.Plan) -> part.Decision:
             )
         return part.not_applicable(NO_FAMILY)
     if has_dspark_sizing(tree):
-        return part.applies(sizing_changes(tree))
+        return part.applies(sizing_changes(tree) + warmup_changes(tree))
     if has_legacy_shape(tree):
-        return part.applies(legacy_sizing_changes(tree))
+        return part.applies(legacy_sizing_changes(tree) + warmup_changes(tree))
     found = graph_buffers(tree)
     if found is None:
         return part.not_applicable("this release has no CUDA-graph buffers for the PP handoff")

@@ -11,6 +11,13 @@ exactly the width the previous stage sends, and the real replay loads (full and
 pre-planned) copy the incoming entry into it (``sglang_support/sizing_check.py``).  The
 release with only the patch's new files added allocates no aux buffer, so the same
 drive fails there.
+
+The buffers of the runner's dummy forwards (FlashInfer autotune, DeepGEMM warm-up) get the
+entry too (``warmup_buffers.py``): SGLang's own ``_alloc_dummy_decode_buffers`` builds
+them for every later stage of the same splits, and llama stages driven on them run (the
+dummy forward on zeros) and, with the previous stage's handoff copied in, equal PP=1
+(``sglang_support/warmup_check.py``); with ``base_runner.py`` as released the dummy
+forward raises that the handoff has no ``aux_hidden_states`` entry.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 RELEASES = ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 MODEL = ("sglang.srt.models.llama", "LlamaForCausalLM")
 DECODE_RUNNER = "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
+BASE_RUNNER = "sglang/srt/model_executor/runner/base_runner.py"
 
 
 def _path(module: str) -> str:
@@ -121,6 +129,38 @@ def test_without_the_pre_planned_refresh_the_entry_is_stale(patched, tmp_path):
     report = _sizing_report(mutant)
     assert report["errors"]
     assert all("pre-planned load did not copy" in error for error in report["errors"])
+
+
+def _warmup_report(tree) -> dict:
+    proc = run_python(["-m", "sglang_support.warmup_check"], tree, timeout=500)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(600)
+def test_later_stages_run_on_the_dummy_forward_buffers_and_equal_pp1(patched, tmp_path):
+    release, result, copy = patched
+    assert BASE_RUNNER in result.changed
+    report = _warmup_report(copy)
+    assert report["errors"] == []
+    # Later stages of 2 + 3 stages, 3 capture sets, 3 batches.
+    later = (1 + 2) * 3 * 3
+    assert len(report["checks"]) == later
+    # Each holds the entry as wide as what the previous stage sends, one row per token.
+    assert all(width == sent > 0 for _, width, sent, _ in report["checks"])
+    assert all(rows[0] == rows[1] for *_, rows in report["checks"])
+    assert report["aux_buffers"] == report["dummy_forwards"] == later
+    # Every run (2 and 3 stages, 3 capture sets, 3 batches).
+    assert report["equal_runs"] == 2 * 3 * 3
+    # base_runner.py as released: the reviewer's start-up failure.
+    mutant = linked_copy(copy, tmp_path / "released-base-runner", [BASE_RUNNER])
+    (mutant / BASE_RUNNER).write_text((release / BASE_RUNNER).read_text())
+    released = _warmup_report(mutant)
+    assert released["aux_buffers"] == released["dummy_forwards"] == released["equal_runs"] == 0
+    assert any(
+        "dummy forward raised the PP handoff has no 'aux_hidden_states' entry" in error
+        for error in released["errors"]
+    )
 
 
 def test_generating_again_on_the_patched_tree_changes_nothing(patched):
