@@ -52,9 +52,9 @@ def relays_pp_aux_capture(model_cls: type, method: str) -> bool:
 
 def check_pp_aux_capture(model: torch.nn.Module, method: str, pp_size: int) -> None:
     """Raise ``NotImplementedError``, naming the class and the method, before
-    ``method``'s capture is configured under PP on a model that would lose the captures
-    of the stages before the last (as the capture hooks do for a PP they do not support).
-    Nothing is asked with one stage."""
+    ``method``'s capture is configured under PP on a model that would lose the
+    captures of the stages before the last (as the capture hooks do for a PP they do
+    not support). Nothing is asked with one stage."""
     if pp_size > 1 and not relays_pp_aux_capture(type(model), method):
         raise NotImplementedError(
             f"{type(model).__name__} does not relay {method} aux hidden states across "
