@@ -164,14 +164,12 @@ def run_python(
     extra_paths: Sequence[Path] = (),
     cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python ARGS`` under :func:`sglang_env`; never hangs past ``timeout``."""
-    return subprocess.run(
-        [sys.executable, *args],
-        env=sglang_env(root, extra_paths),
-        cwd=str(cwd or PROJECT_ROOT),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    """Run ``python ARGS`` under :func:`sglang_env`, started warm (:mod:`sglang_support.warm`);
+    never hangs past ``timeout``."""
+    from sglang_support import warm
+
+    return warm.run(
+        args, env=sglang_env(root, extra_paths), cwd=cwd or PROJECT_ROOT, timeout=timeout
     )
 
 

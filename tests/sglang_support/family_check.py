@@ -27,8 +27,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +34,7 @@ from typing import Any
 from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.generate import UpstreamResult, generate, write_tests
 from codemods.upstream.validation.shipped_tests import TEST_FILE
+from sglang_support import warm
 from sglang_support.env import STUBS_DIR, git_apply, linked_copy, sglang_env
 from sglang_support.generated import release_result
 
@@ -139,14 +138,7 @@ def run_family_test(
     """Per-case records of the family test's ``--json`` mode on ``tree_root``."""
     test = family_test_path(tree_root, result)
     args = [str(test), "--json", str(pp_size), *(models or [])]
-    proc = subprocess.run(
-        [sys.executable, *args],
-        env=shipped_test_env(tree_root),
-        cwd=str(tree_root),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    proc = warm.run(args, env=shipped_test_env(tree_root), cwd=tree_root, timeout=timeout)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         raise RuntimeError(
@@ -173,12 +165,10 @@ def run_family_tests(
     args = ["-m", "sglang_support.family_runner"]
     args += ["--server-defaults"] if server_defaults else []
     args += [str(test), sizes, *(models or [])]
-    proc = subprocess.run(
-        [sys.executable, *args],
+    proc = warm.run(
+        args,
         env=shipped_test_env(tree_root, extra_paths=extra_paths),
-        cwd=str(tree_root),
-        capture_output=True,
-        text=True,
+        cwd=tree_root,
         timeout=timeout,
     )
     lines = proc.stdout.strip().splitlines()

@@ -12,10 +12,9 @@ stand-in logits processor is an ``nn.Module``, and two builds hold the same weig
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from sglang_support import warm
 from sglang_support.family_check import family_test_path, patched_copy, shipped_test_env
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
@@ -29,12 +28,10 @@ ASSEMBLED: set[str] = set()
 def report(sglang_release, tmp_path_factory):
     result, copy = patched_copy(sglang_release(RELEASE), tmp_path_factory.mktemp("build"))
     test = family_test_path(copy, result)
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang_support.family_build_probe", str(test)],
+    proc = warm.run(
+        ["-m", "sglang_support.family_build_probe", str(test)],
         env=shipped_test_env(copy),
-        cwd=str(copy),
-        capture_output=True,
-        text=True,
+        cwd=copy,
         timeout=600,
     )
     lines = proc.stdout.strip().splitlines()

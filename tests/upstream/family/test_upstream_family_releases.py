@@ -13,9 +13,9 @@ files shows the loss: fewer aux states than PP=1, or an error.
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
+from sglang_support import warm
 from sglang_support.family_check import (
     family_test_path,
     patched_copy,
@@ -84,14 +84,7 @@ def test_generated_family_test_passes_in_the_patched_tree(patched):
     source = test.read_text()
     for name in REQUIRED:
         assert f'        "{name}",\n' in source, name
-    proc = subprocess.run(
-        [sys.executable, str(test), "-v"],
-        cwd=copy,
-        text=True,
-        env=shipped_test_env(copy),
-        capture_output=True,
-        timeout=2300,
-    )
+    proc = warm.run([str(test), "-v"], cwd=copy, env=shipped_test_env(copy), timeout=2300)
     assert proc.returncode == 0, proc.stderr[-6000:]
     assert "Ran 2 tests" in proc.stderr and "OK" in proc.stderr.splitlines()[-1]
     assert "skipped" not in proc.stderr

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from sglang_support import warm
 from sglang_support.env import run_python, sglang_tree
 from sglang_support.family_check import patched_copy, shipped_test_env
 
@@ -135,12 +134,10 @@ def _guard_test_module(text: str) -> str:
 def _run_guard_test(root: Path, text: str, folder: Path):
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "test_guard_variant.py").write_text(_guard_test_module(text))
-    return subprocess.run(
-        [sys.executable, "-m", "unittest", "-v", "test_guard_variant"],
+    return warm.run(
+        ["-m", "unittest", "-v", "test_guard_variant"],
         env=shipped_test_env(root),
-        cwd=str(folder),
-        capture_output=True,
-        text=True,
+        cwd=folder,
         timeout=600,
     )
 
