@@ -21,9 +21,10 @@ import click
 
 from codemods.cli.progress import Progress
 from codemods.sources.fileio import write_output_atomic
-from codemods.upstream.generate import CannotApply, MissingModelFile, UpstreamResult, generate
+from codemods.upstream.generate import CannotApply, MissingModelFile, generate
 from codemods.upstream.output.result_facts import file_summary
 from codemods.upstream.part import NEEDS_PATCH, PATCHED, SUPPORTED
+from codemods.upstream.result import UpstreamResult
 from codemods.upstream.tree.releases import unseen_line
 from codemods.upstream.tree.sglang_tree import TreeError
 

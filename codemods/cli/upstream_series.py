@@ -18,8 +18,8 @@ from codemods.cli.upstream_patch import validation_verdict
 from codemods.deliver.git_basics import GitDeliveryError
 from codemods.deliver.git_series import author_of, commit_stack
 from codemods.sources.fileio import write_output_atomic
-from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.series import build_series, render_series
+from codemods.upstream.result import UpstreamResult
 
 _SERIES_NAME = re.compile(r"^\d{4}-.*\.patch$")
 

@@ -27,7 +27,8 @@ from codemods.installed.errors import InstalledError, Refused
 from codemods.installed.journal import Entry, Journal
 from codemods.installed.locate import Installation, locate
 from codemods.installed.phases import NO_PHASES, Phases
-from codemods.upstream.generate import CannotApply, MissingModelFile, UpstreamResult, generate
+from codemods.upstream.generate import CannotApply, MissingModelFile, generate
+from codemods.upstream.result import UpstreamResult
 from codemods.upstream.sizing import graph_sizing
 from codemods.upstream.tree.sglang_tree import TreeError
 from codemods.upstream.validation import relax as validation

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from codemods.ppcheck.runner import free_port
 from tests.test_installs import PROJECT_ROOT, hide_modules
 
 PPCHECK = PROJECT_ROOT / "codemods" / "ppcheck"
@@ -86,14 +87,10 @@ if __name__ == "__main__":
 
 def test_all_gather_objects_gathers_payloads_of_different_sizes_without_numpy(tmp_path):
     """The handshake's gather: three ranks, payloads of 0.1 to 2 KB, numpy not installed."""
-    import socket
-
     hidden = hide_modules(tmp_path / "hidden", "numpy")
     script = tmp_path / "gather.py"
     script.write_text(GATHER_SCRIPT)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hidden), str(PROJECT_ROOT)])}
     done = subprocess.run(
         [sys.executable, str(script), str(port), str(tmp_path)],

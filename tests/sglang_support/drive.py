@@ -19,7 +19,6 @@ import io
 import multiprocessing as mp
 import os
 import queue
-import socket
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,11 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from codemods.ppcheck.runner import free_port
 
 
 def send_handoff(tensors: dict[str, torch.Tensor], dst: int) -> None:

@@ -12,11 +12,11 @@ case of ``FAMILY`` twice with ``build_model`` and prints one JSON line:
 from __future__ import annotations
 
 import json
-import socket
 import sys
 
 import torch
 
+from codemods.ppcheck.runner import free_port
 from sglang_support.family_runner import load_test
 
 
@@ -46,10 +46,7 @@ def main(argv: list[str]) -> int:
     test = load_test(argv[0])
     from sglang.test import pp_aux_capture_family_models as utils
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    utils.init_parallel(0, 1, port)
+    utils.init_parallel(0, 1, free_port())
     out = {}
     for case in test.FAMILY:
         try:

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from codemods.upstream.edit.change_kinds import Role
-from codemods.upstream.generate import UpstreamResult, generate, write_tests
+from codemods.upstream.generate import generate
+from codemods.upstream.result import UpstreamResult, write_tests
 from codemods.upstream.validation.shipped_tests import TEST_FILE
 from sglang_support import warm
 from sglang_support.env import STUBS_DIR, git_apply, linked_copy, sglang_env

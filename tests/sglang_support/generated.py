@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from sglang_support.env import cache_root
 
 if TYPE_CHECKING:
-    from codemods.upstream.generate import UpstreamResult
+    from codemods.upstream.result import UpstreamResult
 
 _CACHE_DIR: Path | None = None
 _RELEASES: Path | None = None

@@ -34,13 +34,13 @@ import json
 import multiprocessing as mp
 import os
 import queue
-import socket
 import sys
 import traceback
 from typing import Any
 
 import torch
 
+from codemods.ppcheck.runner import free_port
 from sglang_support.shipped_utils import shipped_test_utils
 
 #: The tiny configs of the patched causal LMs, those the shipped init test builds
@@ -56,12 +56,6 @@ AUX_ENTRY = "aux_hidden_states"
 #: Hook arguments: one capture on each stage of the 4 layers (stage 0 runs [0, 2)),
 #: whether the hook shifts the ids by one (EAGLE3's "after layer i") or not.
 CAPTURE_IDS = [0, 2]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _init_parallel(rank: int, port: int) -> None:
@@ -244,7 +238,7 @@ def main(argv: list[str]) -> int:
     importlib.import_module("sglang.srt.server_args")
     ctx = mp.get_context("fork")
     results = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [
         ctx.Process(target=_rank, args=(rank, port, names, results)) for rank in range(PP_SIZE)
     ]

@@ -9,8 +9,6 @@ patched release, and the family tests drive real forwards.
 
 from __future__ import annotations
 
-import sys
-import types
 from collections import Counter
 from types import SimpleNamespace
 
@@ -18,23 +16,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from codemods.upstream.edit.runtime import render_glue
-
 NUM_LAYERS = 4
 HIDDEN = 8
 TOKENS = 3
-
-
-@pytest.fixture(scope="module")
-def glue():
-    name = "auxcap_test_pp_aux_capture"
-    module = types.ModuleType(name)
-    sys.modules[name] = module  # dataclasses look their module up
-    try:
-        exec(compile(render_glue(), "pp_aux_capture.py", "exec"), module.__dict__)
-        yield module
-    finally:
-        sys.modules.pop(name, None)
 
 
 class _Layer(torch.nn.Module):

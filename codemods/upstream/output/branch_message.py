@@ -20,9 +20,9 @@ import textwrap
 
 from codemods.upstream.edit import names
 from codemods.upstream.edit.change_kinds import RENAME_ROLES, Role
-from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output import result_facts as facts
 from codemods.upstream.output.pr_body import title_of
+from codemods.upstream.result import UpstreamResult
 
 #: Longest line of the message.
 WIDTH = 72

@@ -20,7 +20,6 @@ from __future__ import annotations
 from codemods.upstream.edit import names
 from codemods.upstream.edit.change_kinds import KIMI, RENAME_ROLES, Role
 from codemods.upstream.edit.patchfile import FileChange
-from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.model_families import family_rank, family_title
 from codemods.upstream.output.result_facts import (
     DEAD_RETURN,
@@ -53,6 +52,7 @@ from codemods.upstream.output.result_facts import (
     touched_models,
     validation_change,
 )
+from codemods.upstream.result import UpstreamResult
 from codemods.upstream.sizing.part import no_graph_buffer
 from codemods.upstream.tree.reachability import EVERY, refusal_of
 from codemods.upstream.validation.run_tests import STAND_INS

@@ -2,7 +2,7 @@
 
 The PR description and the series' commit messages both say what the patch touches; they
 ask these functions, so their names and counts come from one source (the
-:class:`~codemods.upstream.generate.UpstreamResult`) and agree.
+:class:`~codemods.upstream.result.UpstreamResult`) and agree.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from codemods.upstream.edit import names
 from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.edit.patchfile import FileChange
-from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.part import SUPPORTED, ModelState
+from codemods.upstream.result import UpstreamResult
 from codemods.upstream.tree.reachability import (
     Fallback,
     Refusal,

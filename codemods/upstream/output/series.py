@@ -56,9 +56,9 @@ from codemods.upstream.edit.change_kinds import (
     is_model_group,
 )
 from codemods.upstream.edit.patchfile import FileChange, changed_paths, render_patch
-from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.model_families import OTHER, family_rank, family_title
 from codemods.upstream.output.series_messages import RENAME, fill_message
+from codemods.upstream.result import UpstreamResult
 from codemods.upstream.validation.shipped_tests import render_test
 
 __all__ = [

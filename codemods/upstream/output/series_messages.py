@@ -19,7 +19,6 @@ import textwrap
 from codemods.upstream.edit import names
 from codemods.upstream.edit.change_kinds import FIX, KIMI, RUNTIME, VALIDATION, Role
 from codemods.upstream.family import registry
-from codemods.upstream.generate import UpstreamResult
 from codemods.upstream.output.result_facts import (
     DEAD_RETURN,
     GUARD_CALL,
@@ -34,6 +33,7 @@ from codemods.upstream.output.result_facts import (
     test_command,
     validation_change,
 )
+from codemods.upstream.result import UpstreamResult
 
 #: What each runtime file gets, by its role (the helpers' module: ``helpers_summary``).
 RUNTIME_FILES = {

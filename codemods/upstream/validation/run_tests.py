@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codemods.upstream.generate import UpstreamResult, write_tests
+from codemods.upstream.result import UpstreamResult, write_tests
 from codemods.upstream.validation.shipped_tests import TEST_FILE
 
 PP_SIZES = (2, 3)

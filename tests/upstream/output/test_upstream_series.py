@@ -27,9 +27,9 @@ from codemods.upstream.edit.change_kinds import (
 )
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.family.plan import FamilyPlan, FileDecision, ForwardRef
-from codemods.upstream.generate import PartAnswer, UpstreamResult
 from codemods.upstream.output import series
 from codemods.upstream.part import NEEDS_PATCH, ModelState, applies
+from codemods.upstream.result import PartAnswer, UpstreamResult
 from codemods.upstream.tree.sglang_tree import detect_tree
 from tests.gitrepo import IDENTITY, git, isolate_git
 

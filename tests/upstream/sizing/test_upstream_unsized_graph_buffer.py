@@ -11,29 +11,14 @@ same sentence.
 
 from __future__ import annotations
 
-import sys
-import types
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from codemods.upstream.edit.runtime import render_glue
 from codemods.upstream.sizing.part import NO_GRAPH_BUFFER, no_graph_buffer
 
 HIDDEN, LAYERS, TOKENS = 8, 6, 3
-
-
-@pytest.fixture(scope="module")
-def glue():
-    name = "auxcap_test_unsized_graph_buffer"
-    module = types.ModuleType(name)
-    sys.modules[name] = module  # dataclasses look their module up
-    try:
-        exec(compile(render_glue(), "pp_aux_capture.py", "exec"), module.__dict__)
-        yield module
-    finally:
-        sys.modules.pop(name, None)
 
 
 def _stage(glue, rank, bounds, ids):
