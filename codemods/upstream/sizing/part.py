@@ -23,6 +23,7 @@ import re
 from codemods.upstream import part
 from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.sizing import packer_access
+from codemods.upstream.sizing.dspark_alias import keep_dspark_contract_in
 from codemods.upstream.sizing.graph_sizing import SIZING_MODULES, has_dspark_sizing, sizing_changes
 from codemods.upstream.sizing.graph_sizing_legacy import has_legacy_shape, legacy_sizing_changes
 from codemods.upstream.sizing.warmup_buffers import warmup_changes
@@ -88,7 +89,8 @@ def decide_sizing(tree: SGLangTree, plan: part.Plan) -> part.Decision:
             )
         return part.not_applicable(NO_FAMILY)
     if has_dspark_sizing(tree):
-        return part.applies(sizing_changes(tree) + warmup_changes(tree))
+        changes = sizing_changes(tree) + warmup_changes(tree)
+        return part.applies(keep_dspark_contract_in(tree, changes))
     if has_legacy_shape(tree):
         return part.applies(legacy_sizing_changes(tree) + warmup_changes(tree))
     found = graph_buffers(tree)
