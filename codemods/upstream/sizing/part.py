@@ -4,7 +4,8 @@ Both follow the capture-hook family: they apply when the family part rewrites mo
 files (its plan is ``plan.facts("family")``).
 
 * ``sizing``: along SGLang's DSPARK sizing path, renamed for every capture method
-  (0.5.21+, ``graph_sizing.py``), or along a path added next to the residual bank's
+  (0.5.21+, ``graph_sizing.py``; the release's DSPARK contract kept for out-of-tree
+  models, deprecated, ``dspark_alias.py``), or along a path added next to the residual bank's
   (0.5.17-0.5.20, ``graph_sizing_legacy.py``); with either, the buffers of the runner's
   dummy forwards (warm-up, autotune) get the entry too (``warmup_buffers.py``).  A
   release that sizes the CUDA-graph buffers of the PP handoff in another structure
