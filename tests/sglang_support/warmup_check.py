@@ -12,8 +12,9 @@ Usage: ``python -m sglang_support.warmup_check``, with the tree on ``PYTHONPATH`
 * every stage after the first gets its PP proxy buffers from SGLang's own
   ``BaseRunner._alloc_dummy_decode_buffers`` -> ``_allocate_decode_buffers`` (the
   buffers of the FlashInfer autotune and the DeepGEMM warm-up), over a stand-in model
-  runner whose ``get_pp_proxy_aux_hidden_size`` is the real ``ModelRunner`` method (the
-  patched resolver, then ``pp_aux_proxy_hidden_size(model)``);
+  runner whose ``get_pp_proxy_aux_hidden_size`` (and ``get_pp_proxy_aux_entry``, 0.5.21+)
+  is the real ``ModelRunner`` method (the patched resolver, then
+  ``pp_aux_proxy_hidden_size(model)``);
 * (a) the set must hold ``aux_hidden_states`` with the rows of ``hidden_states`` and the
   width of the entry the previous stage really sends;
 * (b) the dummy forward: the stage runs on the buffers as ``_dummy_run`` hands them over
@@ -159,9 +160,11 @@ class DummyBuffers:
             get_pp_proxy_topk_size=lambda: None,
             get_pp_proxy_residual_num_blocks=lambda: None,
         )
-        getter = getattr(self.model_runner_cls, "get_pp_proxy_aux_hidden_size", None)
-        if getter is not None:
-            mr.get_pp_proxy_aux_hidden_size = types.MethodType(getter, mr)
+        # The real getters (0.5.21+ also name the entry the buffers are kept under).
+        for name in ("get_pp_proxy_aux_hidden_size", "get_pp_proxy_aux_entry"):
+            getter = getattr(self.model_runner_cls, name, None)
+            if getter is not None:
+                setattr(mr, name, types.MethodType(getter, mr))
         runner = SimpleNamespace(model_runner=mr)
         return self.base.BaseRunner._alloc_dummy_decode_buffers(runner, MAX_BS)
 

@@ -351,7 +351,37 @@ def _old_width(result: UpstreamResult) -> str:
         return ""
     return (
         "; a model that still defines `get_pp_proxy_dspark_hidden_size` (out of tree) is "
-        "sized by it for one more release, with a deprecation warning"
+        "sized by it for one more release, with a deprecation warning (see Deprecated)"
+    )
+
+
+def _deprecated(result: UpstreamResult) -> str:
+    """What the patch keeps of the release's DSPARK relay contract for one release, where
+    it keeps it (``sizing/dspark_alias.py``)."""
+    sizing = {c.path.rsplit("/", 1)[-1]: c.new for c in _changed(result, Role.SIZING_RENAME)}
+    if "def resolve_pp_proxy_dspark_hidden_size(" not in sizing.get("misc_utils.py", ""):
+        return ""
+    return (
+        "\n### Deprecated\n\n"
+        "Kept for one release, each with a deprecation warning in SGLang's log, and removed "
+        "in the next, so that a model written against the release's DSPARK relay (out of "
+        "tree, as Kimi-Linear was written) keeps working under PP:\n\n"
+        "- `get_pp_proxy_dspark_hidden_size` on a model class: the runtime guard "
+        "(`check_pp_aux_capture` in `configure_aux_hidden_state_capture`) still admits a "
+        "class that defines it for DSPARK under PP (`relays_pp_aux_capture`: it relays "
+        "DSPARK itself, as on the release), and "
+        "`resolve_pp_proxy_aux_hidden_size` sizes its buffers by it (after a model's own "
+        "`get_pp_proxy_aux_hidden_size`; warns).\n"
+        "- The `dspark_hidden_states` PP proxy entry: such a model's CUDA-graph and "
+        "dummy-forward buffers are kept under the key it sends "
+        "(`misc_utils.resolve_pp_proxy_aux_entry`, `ModelRunner.get_pp_proxy_aux_entry`, "
+        "the new `pp_proxy_aux_entry=` keyword), so the replay refresh fills them; every "
+        "other model uses `aux_hidden_states`.\n"
+        "- `misc_utils.resolve_pp_proxy_dspark_hidden_size`: alias of "
+        "`resolve_pp_proxy_aux_hidden_size` (warns).\n"
+        "- The `pp_proxy_dspark_hidden_size=` keyword of `allocate_pp_proxy_tensors`, "
+        "`DecodeInputBuffers.create` and `PrefillInputBuffers.create`: alias of "
+        "`pp_proxy_aux_hidden_size=` (`allocate_pp_proxy_tensors` warns).\n"
     )
 
 
@@ -454,6 +484,7 @@ def _modifications(result: UpstreamResult, series) -> str:
         text += f"- Tests (new, CPU): {', '.join(_code(p) for p in tests)}.\n"
     elif tests_left_out_line(result):
         text += f"- Tests: {TESTS_LEFT_OUT}\n"
+    text += _deprecated(result)
     if series:
         text += f"\nSeries: {len(series)} patches, one commit each, in review order:\n\n"
         text += "".join(

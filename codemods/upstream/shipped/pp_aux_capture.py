@@ -30,6 +30,10 @@ import torch
 AUX_ENTRY = "aux_hidden_states"
 #: Set in a model class's own body: the capture methods whose captures it relays.
 RELAY_METHODS_ATTR = "pp_aux_relay_methods"
+# Deprecated, removed in the next release: a model written for the previous release's
+# DSPARK relay (it defines this width method and relays DSPARK captures itself in the
+# ``dspark_hidden_states`` entry, as Kimi-Linear did) is still admitted for DSPARK.
+LEGACY_DSPARK_WIDTH = "get_pp_proxy_dspark_hidden_size"
 
 
 def relays_pp_aux_capture(model_cls: type, method: str) -> bool:
@@ -38,8 +42,14 @@ def relays_pp_aux_capture(model_cls: type, method: str) -> bool:
 
     The declaration covers the class that makes it, and a subclass only while it keeps
     that class's decoder stack and hook: one that defines ``__init__``, ``forward`` or
-    the method's hook itself must declare its own.
+    the method's hook itself must declare its own.  A class that defines
+    ``get_pp_proxy_dspark_hidden_size`` relays DSPARK itself, as on the previous release
+    (deprecated).
     """
+    if method.upper() == "DSPARK" and callable(
+        getattr(model_cls, LEGACY_DSPARK_WIDTH, None)
+    ):
+        return True
     hook = f"set_{method.lower()}_layers_to_capture"
     for klass in model_cls.__mro__:
         own = vars(klass)

@@ -185,8 +185,9 @@ RESOLVED = f"""\
         # release.
         logger.warning(
             "%s.get_pp_proxy_dspark_hidden_size is deprecated and will be removed in "
-            "the next release; relay through set_pp_aux_capture or define "
-            "get_pp_proxy_aux_hidden_size instead.",
+            "the next release, with the dspark_hidden_states entry; relay through "
+            "set_pp_aux_capture, or define get_pp_proxy_aux_hidden_size and send "
+            "aux_hidden_states, instead.",
             type(model).__name__,
         )
         return model.get_pp_proxy_dspark_hidden_size()

@@ -4,7 +4,8 @@ Both follow the capture-hook family: they apply when the family part rewrites mo
 files (its plan is ``plan.facts("family")``).
 
 * ``sizing``: along SGLang's DSPARK sizing path, renamed for every capture method
-  (0.5.21+, ``graph_sizing.py``), or along a path added next to the residual bank's
+  (0.5.21+, ``graph_sizing.py``; the release's DSPARK contract kept for out-of-tree
+  models, deprecated, ``dspark_alias.py``), or along a path added next to the residual bank's
   (0.5.17-0.5.20, ``graph_sizing_legacy.py``); with either, the buffers of the runner's
   dummy forwards (warm-up, autotune) get the entry too (``warmup_buffers.py``).  A
   release that sizes the CUDA-graph buffers of the PP handoff in another structure
@@ -23,6 +24,7 @@ import re
 from codemods.upstream import part
 from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.sizing import packer_access
+from codemods.upstream.sizing.dspark_alias import keep_dspark_contract_in
 from codemods.upstream.sizing.graph_sizing import SIZING_MODULES, has_dspark_sizing, sizing_changes
 from codemods.upstream.sizing.graph_sizing_legacy import has_legacy_shape, legacy_sizing_changes
 from codemods.upstream.sizing.warmup_buffers import warmup_changes
@@ -88,7 +90,8 @@ def decide_sizing(tree: SGLangTree, plan: part.Plan) -> part.Decision:
             )
         return part.not_applicable(NO_FAMILY)
     if has_dspark_sizing(tree):
-        return part.applies(sizing_changes(tree) + warmup_changes(tree))
+        changes = sizing_changes(tree) + warmup_changes(tree)
+        return part.applies(keep_dspark_contract_in(tree, changes))
     if has_legacy_shape(tree):
         return part.applies(legacy_sizing_changes(tree) + warmup_changes(tree))
     found = graph_buffers(tree)

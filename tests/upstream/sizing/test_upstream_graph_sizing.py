@@ -14,6 +14,8 @@ import torch
 
 from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.runtime import render_glue
+from codemods.upstream.sizing import dspark_alias
+from codemods.upstream.sizing.dspark_alias import keep_dspark_contract
 from codemods.upstream.sizing.graph_sizing import (
     SizingError,
     rename_dspark_entry,
@@ -186,3 +188,37 @@ def test_a_models_own_width_method_comes_first_and_the_old_one_warns(resolve, ca
     assert "get_pp_proxy_dspark_hidden_size is deprecated" in caplog.text
     with pytest.raises(SizingError, match="resolver not found once"):
         resolve_through_helpers(RESOLVER, "m.py")
+
+
+def test_the_release_contract_keeps_its_entry_and_the_old_resolver_name(monkeypatch, caplog):
+    glue = types.ModuleType(GLUE_MODULE)
+    monkeypatch.setitem(sys.modules, GLUE_MODULE, glue)
+    exec(compile(render_glue(), "aux_hidden_states.py", "exec"), glue.__dict__)
+    resolved = resolve_through_helpers(rename_dspark_entry(RESOLVER, "m.py"), "m.py")
+    text = keep_dspark_contract(resolved, dspark_alias.MISC, "m.py")
+    namespace: dict = {}
+    exec(compile(text, "misc_utils.py", "exec"), namespace)
+
+    class Old(torch.nn.Module):
+        def get_pp_proxy_dspark_hidden_size(self):
+            return 5
+
+    class Both(Old):
+        def get_pp_proxy_aux_hidden_size(self):
+            return 7
+
+    entry = namespace["resolve_pp_proxy_aux_entry"]
+    assert entry(Old()) == "dspark_hidden_states"
+    assert entry(Both()) == entry(torch.nn.Module()) == "aux_hidden_states"
+    with caplog.at_level(logging.WARNING, logger="misc_utils"):
+        assert (
+            namespace["resolve_pp_proxy_dspark_hidden_size"](model=Both(), pp_size=2, pp_rank=1)
+            == 7
+        )
+    assert "resolve_pp_proxy_dspark_hidden_size is deprecated" in caplog.text
+    # The shipped check admits the release's contract for DSPARK only.
+    assert glue.relays_pp_aux_capture(Old, "DSPARK")
+    assert not glue.relays_pp_aux_capture(Old, "EAGLE3")
+    assert not glue.relays_pp_aux_capture(torch.nn.Module, "DSPARK")
+    with pytest.raises(SizingError, match="expected 1 of"):
+        keep_dspark_contract(RESOLVER, dspark_alias.MISC, "m.py")

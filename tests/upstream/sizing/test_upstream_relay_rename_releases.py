@@ -3,7 +3,7 @@
 The family patch renames the relay's ``PPProxyTensors`` entry, its width method and its
 CUDA-graph sizing path (``graph_sizing.py``) instead of adding a second mechanism: after it,
 no file of the package names ``dspark_hidden_states`` or ``*pp_proxy_dspark_hidden_size``
-(but the resolver's deprecated fallback for out-of-tree models), and the real
+but in what is kept, deprecated, for out-of-tree models (``dspark_alias.py``), and the real
 ``KimiLinearModel.forward`` of the patched copy, called as the last pipeline stage
 (``sglang_support.relay_check``), takes the earlier stages' captures from the
 ``aux_hidden_states`` entry the other patched models hand on, one per layer, and refuses a
@@ -22,11 +22,18 @@ from sglang_support.family_check import patched_copy
 
 from codemods.upstream.generate import generate
 from codemods.upstream.kimi import linear as kimi
+from codemods.upstream.sizing import dspark_alias
 from codemods.upstream.sizing.graph_sizing import RESOLVED
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 RELEASES = ("0.5.21", "0.5.22", "0.5.23")
+MISC = "sglang/srt/model_executor/model_runner_components/misc_utils.py"
+BUFFERS = "sglang/srt/model_executor/runner_utils/buffers.py"
+GLUE = "sglang/srt/layers/aux_hidden_states.py"
+LEGACY = 'LEGACY_DSPARK_WIDTH = "get_pp_proxy_dspark_hidden_size"'
+#: The comment above it, and the docstring's sentence, that name the old entry and method.
+LEGACY_COMMENT = "``dspark_hidden_states`` ``get_pp_proxy_dspark_hidden_size``"
 #: case -> aux widths the last stage returns when the entry carries the earlier captures
 #: (one per capture: the shipped helpers split the entry by layer).
 RELAYED = {
@@ -61,11 +68,21 @@ def test_one_entry_for_every_capture_method(version, tmp_path):
         for p in (copy / "sglang").rglob("*.py")
         if OLD_NAMES.search(p.read_text(encoding="utf-8"))
     ]
-    # Only the resolver's deprecated fallback for out-of-tree models names the old method.
-    assert left == ["sglang/srt/model_executor/model_runner_components/misc_utils.py"]
-    misc = (copy / left[0]).read_text(encoding="utf-8")
-    assert RESOLVED in misc
-    assert len(OLD_NAMES.findall(misc)) == len(OLD_NAMES.findall(RESOLVED))
+    # Only what is kept, deprecated, for out-of-tree models names the old names: the
+    # resolver's fallback and aliases, the buffers' keyword alias, the guard's admission.
+    assert sorted(left) == sorted([MISC, BUFFERS, GLUE])
+    misc = (copy / MISC).read_text(encoding="utf-8")
+    assert RESOLVED in misc and dspark_alias._ALIASES in misc
+    assert len(OLD_NAMES.findall(misc)) == len(OLD_NAMES.findall(RESOLVED + dspark_alias._ALIASES))
+    buffers = (copy / BUFFERS).read_text(encoding="utf-8")
+    kept = (
+        dspark_alias._ALLOCATE_PARAMETERS
+        + dspark_alias._ALIASED_ALLOCATION
+        + 2 * (dspark_alias._CREATE_PARAMETERS + dspark_alias._CREATE_ARGUMENTS)
+    )
+    assert len(OLD_NAMES.findall(buffers)) == len(OLD_NAMES.findall(kept))
+    glue = (copy / GLUE).read_text(encoding="utf-8")
+    assert OLD_NAMES.findall(glue.replace(LEGACY, "")) == OLD_NAMES.findall(LEGACY_COMMENT)
     renamed = {str(p.relative_to(release)) for p in before}
     assert renamed <= set(result.changed)
     relayed = _relay(copy, "aux_hidden_states", "dspark_hidden_states")

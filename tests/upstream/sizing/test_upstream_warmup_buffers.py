@@ -130,6 +130,17 @@ INSERTED = [
     ")",
     "pp_proxy_aux_hidden_size=mr.get_pp_proxy_aux_hidden_size(),",
 ]
+#: 0.5.21+: keyed by the entry the model sends (``dspark_alias.py``).
+INSERTED_KEYED = [
+    "pp_proxy_aux_hidden_size: int = 0,",
+    'pp_proxy_aux_entry: str = "aux_hidden_states",',
+    "if pp_proxy_aux_hidden_size:",
+    "pp_proxy_tensors[pp_proxy_aux_entry] = torch.zeros(",
+    "(max_num_token, pp_proxy_aux_hidden_size), dtype=dtype",
+    ")",
+    "pp_proxy_aux_hidden_size=mr.get_pp_proxy_aux_hidden_size(),",
+    "pp_proxy_aux_entry=mr.get_pp_proxy_aux_entry(),",
+]
 
 
 @pytest.mark.sglang
@@ -151,7 +162,8 @@ def test_each_release_sizes_its_dummy_buffers_where_the_getter_exists(version, s
         for line in difflib.unified_diff(change.old.splitlines(), change.new.splitlines())
         if line.startswith("-") and not line.startswith("---")
     ]
-    assert sorted(added) == sorted(INSERTED) and removed == []
+    keyed = version >= "0.5.21"
+    assert sorted(added) == sorted(INSERTED_KEYED if keyed else INSERTED) and removed == []
     # The getter the buffers ask comes from the same patch of the series or an earlier one.
     patches = build_series(result)
     home = next(i for i, p in enumerate(patches) if change.path in p.paths)
@@ -162,7 +174,9 @@ def test_each_release_sizes_its_dummy_buffers_where_the_getter_exists(version, s
         i
         for i, p in enumerate(patches)
         for c in p.changes
-        if c.path.endswith("/model_runner.py") and "def get_pp_proxy_aux_hidden_size" in c.new
+        if c.path.endswith("/model_runner.py")
+        and "def get_pp_proxy_aux_hidden_size" in c.new
+        and (not keyed or "def get_pp_proxy_aux_entry" in c.new)
     ]
     assert getter and getter[0] <= home
 
