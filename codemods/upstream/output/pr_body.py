@@ -18,9 +18,14 @@ auxcap's reference (``docs/validate-pp.md``), not in the description.
 from __future__ import annotations
 
 from codemods.upstream.edit import names
-from codemods.upstream.edit.change_kinds import KIMI, RENAME_ROLES, Role
-from codemods.upstream.edit.patchfile import FileChange
+from codemods.upstream.edit.change_kinds import KIMI, Role
 from codemods.upstream.output.model_families import family_rank, family_title
+from codemods.upstream.output.pr_sizing import (
+    changed_by,
+    code_span,
+    deprecated_section,
+    sizing_line,
+)
 from codemods.upstream.output.result_facts import (
     DEAD_RETURN,
     GUARD_CALL,
@@ -43,7 +48,6 @@ from codemods.upstream.output.result_facts import (
     kimi_rewritten,
     kimi_touched,
     refusals,
-    relays_through_helpers,
     shipped_test_commands,
     subclass_words,
     test_command,
@@ -53,7 +57,6 @@ from codemods.upstream.output.result_facts import (
     validation_change,
 )
 from codemods.upstream.result import UpstreamResult
-from codemods.upstream.sizing.part import no_graph_buffer
 from codemods.upstream.tree.reachability import EVERY, refusal_of
 from codemods.upstream.validation.run_tests import STAND_INS
 from codemods.upstream.validation.shipped_tests import TEST_FILE as FAMILY_TEST_FILE
@@ -103,15 +106,6 @@ def title_of(result: UpstreamResult) -> str:
         return KIMI_TITLE
     kinds = "/".join(HOOK_NAMES.get(hook, hook) for hook in touched_hooks(result))
     return f"# [PP] Carry aux hidden states across pipeline stages ({kinds})"
-
-
-def _code(path: str) -> str:
-    return f"`{path}`"
-
-
-def _changed(result: UpstreamResult, *roles: Role) -> list[FileChange]:
-    """The patch's changes with one of ``roles``, in patch order."""
-    return [change for change in result.changes if change.changed and change.role in roles]
 
 
 def _reach(result: UpstreamResult) -> list[str]:
@@ -181,7 +175,7 @@ def _motivation(result: UpstreamResult) -> str:
     dead = dead_return_files(result)
     if dead:
         lines.append(
-            f"1. the hooks of {len(dead)} more ({', '.join(_code(f) for f in dead)}) return "
+            f"1. the hooks of {len(dead)} more ({', '.join(code_span(f) for f in dead)}) return "
             "early the same way, but their model refuses PP in its constructor, so the "
             "return never runs and nothing is lost; the patch drops it (no capture hook "
             "decides by PP rank by itself) and declares no relay for them;"
@@ -191,7 +185,7 @@ def _motivation(result: UpstreamResult) -> str:
     others = [file for file in patched if file not in early and file not in inheriting]
     if others:
         lines.append(
-            f"1. in {len(others)} more model files ({', '.join(_code(f) for f in others)}) "
+            f"1. in {len(others)} more model files ({', '.join(code_span(f) for f in others)}) "
             "the hooks do not return early, but no stage hands its captures on to the "
             "last, so under PP the captures of earlier stages are lost the same way;"
         )
@@ -199,7 +193,7 @@ def _motivation(result: UpstreamResult) -> str:
         decision = result.family.decisions[file]
         outer, stack, _hooks = decision.cases[0]
         lines.append(
-            f"1. `{outer}` ({_code(file)}) inherits the hooks of `{decision.inherits}` but "
+            f"1. `{outer}` ({code_span(file)}) inherits the hooks of `{decision.inherits}` but "
             f"builds its own decoder stack (`{stack}`), which hands nothing on: its stack "
             "is patched the same way, and it declares the relay itself (a declaration "
             "covers subclasses only while they keep the declaring class's stack);"
@@ -244,10 +238,10 @@ def _family_lines(result: UpstreamResult) -> list[str]:
     decisions = plan.decisions if plan is not None else {}
     groups: dict[str, tuple[str, list[str]]] = {}
     # Model rewrites only: a renamed relay is listed with the sizing path.
-    for change in _changed(result, Role.MODEL):
+    for change in changed_by(result, Role.MODEL):
         name = change.path.rsplit("/", 1)[-1]
         key, title = change.group, family_title(change.group)
-        entry = _code(name)
+        entry = code_span(name)
         own = decisions.get(name)
         if own is not None and own.dead_returns:
             entry += f" ({DEAD_RETURN})"
@@ -279,110 +273,6 @@ def _kimi_lines(result: UpstreamResult) -> list[str]:
             "capture is finished on the next stage (attention residuals)."
         )
     return lines
-
-
-def _sizing_line(result: UpstreamResult) -> str:
-    sizing = [c.path for c in _changed(result, Role.SIZING, Role.SIZING_RENAME)]
-    if not sizing:
-        return (
-            "- CUDA graphs: this tree's proxy buffers are not sized for the aux entry: "
-            f"{no_graph_buffer('`')}."
-        )
-    if _changed(result, *RENAME_ROLES):
-        relays = [c.path for c in _changed(result, Role.RELAY_RENAME)]
-        return (
-            "- SGLang's DSPARK entry and CUDA-graph sizing now serve every capture "
-            "method: `dspark_hidden_states` -> `aux_hidden_states`, "
-            "`*pp_proxy_dspark_hidden_size` -> `*pp_proxy_aux_hidden_size` in "
-            f"{', '.join(_code(p) for p in sizing + relays)}; the resolver asks "
-            f"{_LOOKUP}{_one_relay(result)}{_old_width(result)}.{_warmup(result)}"
-        )
-    return (
-        "- CUDA-graph sizing of the `aux_hidden_states` proxy entry along a new path "
-        f"(`resolve_pp_proxy_aux_hidden_size`, which asks {_LOOKUP}): "
-        f"{', '.join(_code(p) for p in sizing)}.{_warmup(result)}"
-    )
-
-
-def _warmup(result: UpstreamResult) -> str:
-    """The dummy-forward buffers that gain the entry, in a sentence (or nothing)."""
-    warmup = [c.path for c in _changed(result, Role.WARMUP_SIZING)]
-    if not warmup:
-        return ""
-    return (
-        f" The buffers {', '.join(_code(p) for p in warmup)} builds for the dummy forwards "
-        "of start-up (`_alloc_dummy_decode_buffers`: FlashInfer autotune, DeepGEMM "
-        "warm-up) get the entry too, sized by `get_pp_proxy_aux_hidden_size`, so a stage "
-        "that receives captures gets through them."
-    )
-
-
-#: How the sizing finds the width, in words.
-_LOOKUP = (
-    f"one lookup, `{names.WIDTH}(model)`, which finds the relay a hook gave the model's "
-    "decoder stack (no width method per model; a model's own "
-    "`get_pp_proxy_aux_hidden_size` is still asked first)"
-)
-
-
-def _one_relay(result: UpstreamResult) -> str:
-    """The relay files that now go through the runtime's helpers, in words."""
-    helpers = [
-        c.path.rsplit("/", 1)[-1]
-        for c in _changed(result, Role.RELAY_RENAME)
-        if relays_through_helpers(c)
-    ]
-    if not helpers:
-        return ""
-    return (
-        f"; {', '.join(_code(f) for f in helpers)} relay through the runtime's helpers "
-        "instead of their own code and width methods (one mechanism for every model)"
-    )
-
-
-def _old_width(result: UpstreamResult) -> str:
-    """The deprecated width method, where the patch keeps asking it."""
-    kept = [
-        c.path
-        for c in _changed(result, Role.SIZING_RENAME)
-        if "get_pp_proxy_dspark_hidden_size" in c.new and "deprecated" in c.new
-    ]
-    if not kept:
-        return ""
-    return (
-        "; a model that still defines `get_pp_proxy_dspark_hidden_size` (out of tree) is "
-        "sized by it for one more release, with a deprecation warning (see Deprecated)"
-    )
-
-
-def _deprecated(result: UpstreamResult) -> str:
-    """What the patch keeps of the release's DSPARK relay contract for one release, where
-    it keeps it (``sizing/dspark_alias.py``)."""
-    sizing = {c.path.rsplit("/", 1)[-1]: c.new for c in _changed(result, Role.SIZING_RENAME)}
-    if "def resolve_pp_proxy_dspark_hidden_size(" not in sizing.get("misc_utils.py", ""):
-        return ""
-    return (
-        "\n### Deprecated\n\n"
-        "Kept for one release, each with a deprecation warning in SGLang's log, and removed "
-        "in the next, so that a model written against the release's DSPARK relay (out of "
-        "tree, as Kimi-Linear was written) keeps working under PP:\n\n"
-        "- `get_pp_proxy_dspark_hidden_size` on a model class: the runtime guard "
-        "(`check_pp_aux_capture` in `configure_aux_hidden_state_capture`) still admits a "
-        "class that defines it for DSPARK under PP (`relays_pp_aux_capture`: it relays "
-        "DSPARK itself, as on the release), and "
-        "`resolve_pp_proxy_aux_hidden_size` sizes its buffers by it (after a model's own "
-        "`get_pp_proxy_aux_hidden_size`; warns).\n"
-        "- The `dspark_hidden_states` PP proxy entry: such a model's CUDA-graph and "
-        "dummy-forward buffers are kept under the key it sends "
-        "(`misc_utils.resolve_pp_proxy_aux_entry`, `ModelRunner.get_pp_proxy_aux_entry`, "
-        "the new `pp_proxy_aux_entry=` keyword), so the replay refresh fills them; every "
-        "other model uses `aux_hidden_states`.\n"
-        "- `misc_utils.resolve_pp_proxy_dspark_hidden_size`: alias of "
-        "`resolve_pp_proxy_aux_hidden_size` (warns).\n"
-        "- The `pp_proxy_dspark_hidden_size=` keyword of `allocate_pp_proxy_tensors`, "
-        "`DecodeInputBuffers.create` and `PrefillInputBuffers.create`: alias of "
-        "`pp_proxy_aux_hidden_size=` (`allocate_pp_proxy_tensors` warns).\n"
-    )
 
 
 def _validation_line(result: UpstreamResult) -> str:
@@ -420,10 +310,10 @@ def _validation_line(result: UpstreamResult) -> str:
 
 
 def _guard_line(result: UpstreamResult) -> str:
-    where = guard_where(result, _code, _code)
+    where = guard_where(result, code_span, code_span)
     if not where:
         return ""
-    passes = guard_passes(result, _code, _code)
+    passes = guard_passes(result, code_span, code_span)
     return (
         f"- Runtime guard: `{GUARD_CALL}` before each call of a capture hook in {where}"
         + (f"; {passes} (a caller without it has one stage)" if passes else "")
@@ -447,19 +337,19 @@ def _fixes(result: UpstreamResult, series) -> str:
     if stale:
         out += (
             f"- Comments that still tie capture to the last stage (reword in review): "
-            f"{', '.join(_code(f) for f in stale)}.\n"
+            f"{', '.join(code_span(f) for f in stale)}.\n"
         )
     return out
 
 
 def _modifications(result: UpstreamResult, series) -> str:
     runtime = [
-        c.path for role in (Role.RUNTIME_MODULE, Role.PACKER) for c in _changed(result, role)
+        c.path for role in (Role.RUNTIME_MODULE, Role.PACKER) for c in changed_by(result, role)
     ]
     lines = []
     if runtime:
         lines.append(
-            f"- Runtime: {', '.join(_code(p) for p in runtime)}{_helpers_where(result)}."
+            f"- Runtime: {', '.join(code_span(p) for p in runtime)}{_helpers_where(result)}."
             " Each patched hook stores its ids on every rank and calls "
             "`set_pp_aux_capture` with the width of its decoder stack's hidden states "
             "(`hidden_size=`, read off the config its `__init__` builds the stack from); a "
@@ -476,15 +366,15 @@ def _modifications(result: UpstreamResult, series) -> str:
         lines += family
     text = "\n".join(lines) + "\n" + _fixes(result, series)
     if runtime:
-        text += _sizing_line(result) + "\n"
+        text += sizing_line(result) + "\n"
     text += _validation_line(result)
     text += _guard_line(result)
     tests = added_tests(result)
     if tests:
-        text += f"- Tests (new, CPU): {', '.join(_code(p) for p in tests)}.\n"
+        text += f"- Tests (new, CPU): {', '.join(code_span(p) for p in tests)}.\n"
     elif tests_left_out_line(result):
         text += f"- Tests: {TESTS_LEFT_OUT}\n"
-    text += _deprecated(result)
+    text += deprecated_section(result)
     if series:
         text += f"\nSeries: {len(series)} patches, one commit each, in review order:\n\n"
         text += "".join(
@@ -500,7 +390,7 @@ TESTS_LEFT_OUT = "none in this patch (see Accuracy Tests)."
 
 def _helpers_where(result: UpstreamResult) -> str:
     """Where the helpers go, in words (in parentheses; "" without them)."""
-    change = next(iter(_changed(result, Role.RUNTIME_MODULE)), None)
+    change = next(iter(changed_by(result, Role.RUNTIME_MODULE)), None)
     if change is None:
         return ""
     words = helpers_summary(change).replace("captured()", "`captured()`")
@@ -510,7 +400,7 @@ def _helpers_where(result: UpstreamResult) -> str:
 def _accuracy(result: UpstreamResult, validation) -> str:
     """The CPU tests by file: what ``--validate`` ran and its verdicts, else the commands a
     reviewer runs, said to be not run."""
-    family_test = next((c.path for c in _changed(result, Role.FAMILY_TEST)), None)
+    family_test = next((c.path for c in changed_by(result, Role.FAMILY_TEST)), None)
     ran = (
         f"`{test_command(result, family_test)}`"
         if family_test is not None
@@ -542,7 +432,7 @@ def _accuracy(result: UpstreamResult, validation) -> str:
         lines += [
             f"- `{change.path.rsplit('/', 1)[-1]}`: "
             + file_summary(result, change).removeprefix("new CPU test: ")
-            for change in _changed(result, *SHIPPED_TEST_ROLES)
+            for change in changed_by(result, *SHIPPED_TEST_ROLES)
         ]
         lines += ["", "To run them:"]
     if commands:

@@ -25,6 +25,7 @@ from codemods.upstream import part
 from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.runtime import runtime_change
 from codemods.upstream.tree.sglang_tree import SGLangTree
+from codemods.upstream.validation.guard_package import guard_changes
 from codemods.upstream.validation.relax import (
     MODULE,
     ValidationShapeError,
@@ -32,7 +33,6 @@ from codemods.upstream.validation.relax import (
 )
 from codemods.upstream.validation.runtime_guard import (
     GuardResult,
-    guard_changes,
     relay_test,
     relay_test_changes,
 )

@@ -93,13 +93,14 @@ is guarded then.  A runner file an earlier part changed is built on (``base``).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.upstream.edit.arguments import has_parameter, with_parameter
 from codemods.upstream.edit.change_kinds import VALIDATION, Role
 from codemods.upstream.edit.imports import add_from_import, imported_names
 from codemods.upstream.edit.names import GLUE_MODULE
@@ -160,6 +161,23 @@ class Unguarded:
 
 
 @dataclass(frozen=True)
+class SizeCall:
+    """A runner call of a module-level function whose check reads ``pp_size``, and the
+    PP world size it passes."""
+
+    path: str
+    line: int
+    function: str  # the caller: ``Class.method`` or ``function``
+    callee: str
+    pp_size: str
+    passed: bool  # it passed ``pp_size`` already
+
+    @property
+    def file(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
 class GuardResult:
     """What the runtime guard found in a tree: every runner call of a hook, those no check
     can precede, and the changed runner files (none when a call cannot be guarded)."""
@@ -174,7 +192,7 @@ class GuardResult:
 
 
 @dataclass(frozen=True)
-class _Scope:
+class Scope:
     names: tuple[str, ...] = ()
     #: The class whose method holds the call, that method, the depth of its body, and
     #: the index in that body of the statement that holds the call.
@@ -218,7 +236,7 @@ def _sets_pp_size(statement: cst.CSTNode) -> bool:
     return False
 
 
-def runner_pp_size(scope: _Scope) -> str | None:
+def runner_pp_size(scope: Scope) -> str | None:
     """The PP world size the runner holds, in a method (first parameter ``self``) of its
     class: ``self.pp_size`` where ``__init__`` sets it at its top level (before the call
     when the call is in ``__init__``), else the one ``pp_size=self...`` value the class
@@ -256,7 +274,7 @@ def _passed_pp_sizes(cls: cst.ClassDef) -> list[str]:
     return list(found)
 
 
-def pp_size_expression(scope: _Scope) -> str:
+def pp_size_expression(scope: Scope) -> str:
     """The runner's PP world size where the scope has it (:func:`runner_pp_size`); in a
     module-level function the parameter ``pp_size`` its callers pass (the guard adds it);
     else ``get_pp_group().world_size``."""
@@ -291,7 +309,7 @@ class _Finder:
     def __init__(self, module: cst.Module, text: str, path: str) -> None:
         self.path = path
         #: Line of each hook call, in source order (for messages).
-        self.lines = [text.count("\n", 0, found.start()) + 1 for found in _CALL_TEXT.finditer(text)]
+        self.lines = [text.count("\n", 0, found.start()) + 1 for found in CALL_TEXT.finditer(text)]
         self.order = {id(call): n for n, call in enumerate(_hook_calls(module))}
         self.sites: list[GuardSite] = []
         self.unguarded: list[Unguarded] = []
@@ -300,7 +318,7 @@ class _Finder:
         #: Module-level functions whose checks read their parameter ``pp_size``.
         self.parameters: dict[int, cst.FunctionDef] = {}
         self.seen: set[int] = set()
-        self.block(module.body, _Scope(), 0)
+        self.block(module.body, Scope(), 0)
         for call in _hook_calls(module):
             if id(call) not in self.seen:
                 self.refuse(call, "", "outside a function body")
@@ -313,12 +331,12 @@ class _Finder:
         self.seen.add(id(call))
         self.unguarded.append(Unguarded(self.path, self.line(call), function, why))
 
-    def refuse_all(self, node: cst.CSTNode, scope: _Scope, why: str) -> None:
+    def refuse_all(self, node: cst.CSTNode, scope: Scope, why: str) -> None:
         for call in _hook_calls(node):
             if id(call) not in self.seen:
                 self.refuse(call, ".".join(scope.names), why)
 
-    def block(self, body: Sequence[cst.BaseStatement], scope: _Scope, depth: int) -> None:
+    def block(self, body: Sequence[cst.BaseStatement], scope: Scope, depth: int) -> None:
         for index, statement in enumerate(body):
             inner = scope
             if scope.method is not None and depth == scope.method_depth:
@@ -328,20 +346,20 @@ class _Finder:
                     self.statement(statement, body, index, inner, depth)
             elif isinstance(statement, cst.ClassDef):
                 names = (*scope.names, statement.name.value)
-                self.suite(statement.body, _Scope(names, statement), depth)
+                self.suite(statement.body, Scope(names, statement), depth)
             elif isinstance(statement, cst.FunctionDef):
                 names = (*scope.names, statement.name.value)
                 if scope.cls is not None and scope.method is None:
-                    inner = _Scope(names, scope.cls, statement, depth + 1)
+                    inner = Scope(names, scope.cls, statement, depth + 1)
                 elif not scope.names:
-                    inner = _Scope(names, function=statement)
+                    inner = Scope(names, function=statement)
                 else:
                     inner = replace(inner, names=names)
                 self.suite(statement.body, inner, depth)
             else:
                 self.compound(statement, inner, depth)
 
-    def compound(self, node: cst.CSTNode, scope: _Scope, depth: int) -> None:
+    def compound(self, node: cst.CSTNode, scope: Scope, depth: int) -> None:
         """``if``/``for``/``while``/``with``/``try`` and their ``else``/``except``/``finally``:
         their blocks are walked; a hook call in a header cannot be guarded."""
         for child in node.children:
@@ -354,7 +372,7 @@ class _Finder:
             else:
                 self.refuse_all(child, scope, "the call is part of a statement's header")
 
-    def suite(self, suite: cst.BaseSuite, scope: _Scope, depth: int) -> None:
+    def suite(self, suite: cst.BaseSuite, scope: Scope, depth: int) -> None:
         if not isinstance(suite, cst.IndentedBlock):
             self.refuse_all(suite, scope, "on the line of its block's header")
         elif suite.indent is not None and suite.indent != INDENT:
@@ -367,7 +385,7 @@ class _Finder:
         statement: cst.SimpleStatementLine,
         body: Sequence[cst.BaseStatement],
         index: int,
-        scope: _Scope,
+        scope: Scope,
         depth: int,
     ) -> None:
         calls = list(_hook_calls(statement))
@@ -398,7 +416,7 @@ class _Finder:
         self.inserts[id(statement)] = check.with_changes(leading_lines=statement.leading_lines)
 
 
-_CALL_TEXT = re.compile(r"\.\s*set_(?:eagle3|dflash|dspark)_layers_to_capture\s*\(")
+CALL_TEXT = re.compile(r"\.\s*set_(?:eagle3|dflash|dspark)_layers_to_capture\s*\(")
 
 
 class _Insert(cst.CSTTransformer):
@@ -438,91 +456,6 @@ class _Insert(cst.CSTTransformer):
         )
 
 
-def has_parameter(fn: cst.FunctionDef, name: str = PARAM) -> bool:
-    params = fn.params
-    every = [*params.posonly_params, *params.params, *params.kwonly_params]
-    for extra in (params.star_arg, params.star_kwarg):
-        if isinstance(extra, cst.Param):
-            every.append(extra)
-    return any(p.name.value == name for p in every)
-
-
-def _exploded(whitespace: cst.BaseParenthesizableWhitespace) -> bool:
-    return isinstance(whitespace, cst.ParenthesizedWhitespace)
-
-
-def with_parameter(fn: cst.FunctionDef, indent: str) -> cst.FunctionDef:
-    """``fn`` with ``pp_size: int = 1`` last among its parameters (keyword-only where it
-    has a ``*``; before ``**kwargs``), laid out as black would: a parameter list one per
-    line with its magic trailing comma stays so, any other is laid out anew."""
-    (parsed,) = parse_statements(f"def f({PARAM_DEF}):\n    pass\n", "")
-    assert isinstance(parsed, cst.FunctionDef)
-    new = parsed.params.params[0]
-    params = fn.params
-    keyword_only = not isinstance(params.star_arg, cst.MaybeSentinel)
-    group = list(params.kwonly_params if keyword_only else params.params)
-    before: list[cst.Param | cst.ParamStar] = [*params.posonly_params]
-    if keyword_only:
-        before += list(params.params)
-        assert not isinstance(params.star_arg, cst.MaybeSentinel)
-        before.append(params.star_arg)
-    before += group
-    after = [params.star_kwarg] if isinstance(params.star_kwarg, cst.Param) else []
-    prev = before[-1] if before else None
-    if (
-        _exploded(fn.whitespace_before_params)
-        and prev is not None
-        and isinstance(prev.comma, cst.Comma)
-    ):
-        # One per line, trailing comma: the new line takes the previous one's comma.
-        new = new.with_changes(comma=prev.comma)
-        if not after:
-            separator = cst.Comma(whitespace_after=fn.whitespace_before_params)
-            prev = prev.with_changes(comma=separator)
-        changes = _replace_param(params, before[-1], prev)
-        if keyword_only:
-            changes["kwonly_params"] = [*changes.get("kwonly_params", group), new]
-        else:
-            changes["params"] = [*changes.get("params", group), new]
-        return fn.with_changes(params=params.with_changes(**changes))
-    texts = [_param_text(p) for p in [*before, new, *after]]
-    if params.posonly_params:
-        at = len(params.posonly_params)
-        texts.insert(at, "/")
-    head = "async def " if fn.asynchronous is not None else "def "
-    returns = f" -> {code_of(fn.returns.annotation)}" if fn.returns is not None else ""
-    lines = render_call(indent, head, Call(fn.name.value, tuple(texts)), f"{returns}:")
-    text = "".join(f"{line}\n" for line in lines) + f"{indent}{INDENT}pass\n"
-    (laid_out,) = parse_statements(text, indent)
-    assert isinstance(laid_out, cst.FunctionDef)
-    return fn.with_changes(
-        params=laid_out.params, whitespace_before_params=laid_out.whitespace_before_params
-    )
-
-
-def _replace_param(
-    params: cst.Parameters, old: cst.Param | cst.ParamStar, new: cst.Param | cst.ParamStar
-) -> dict:
-    if old is new:
-        return {}
-    if isinstance(old, cst.ParamStar) or old is params.star_arg:
-        return {"star_arg": new}
-    for field in ("posonly_params", "params", "kwonly_params"):
-        group = list(getattr(params, field))
-        if any(p is old for p in group):
-            return {field: [new if p is old else p for p in group]}
-    raise AssertionError("the parameter is not in the list")
-
-
-def _param_text(param: cst.Param | cst.ParamStar) -> str:
-    if isinstance(param, cst.ParamStar):
-        return "*"
-    bare = param.with_changes(
-        comma=cst.MaybeSentinel.DEFAULT, whitespace_after_param=cst.SimpleWhitespace("")
-    )
-    return code_of(bare)
-
-
 @dataclass(frozen=True)
 class GuardedFile:
     text: str
@@ -541,13 +474,15 @@ def guard(source: str, path: str) -> GuardedFile:
     sites, unguarded = tuple(found.sites), tuple(found.unguarded)
     functions = tuple(fn.name.value for fn in found.parameters.values())
     headers = {
-        key: with_parameter(fn, "") for key, fn in found.parameters.items() if not has_parameter(fn)
+        key: with_parameter(fn, PARAM_DEF, "")
+        for key, fn in found.parameters.items()
+        if not has_parameter(fn, PARAM)
     }
     if unguarded or not (found.inserts or headers):
         return GuardedFile(source, sites, unguarded, functions)
     module = module.visit(_Insert(found.inserts, headers))
     if any(s.pp_size == GROUP_SIZE and not s.guarded for s in sites):
-        bound = any(PP_GROUP in imported_names(module, name) for name in _from_modules(module))
+        bound = any(PP_GROUP in imported_names(module, name) for name in from_modules(module))
         if not bound:
             module = add_from_import(module, PP_GROUP_MODULE, [PP_GROUP])
     if found.inserts:
@@ -555,7 +490,7 @@ def guard(source: str, path: str) -> GuardedFile:
     return GuardedFile(module.code, sites, unguarded, functions)
 
 
-def _from_modules(module: cst.Module) -> set[str]:
+def from_modules(module: cst.Module) -> set[str]:
     """The modules the module's top-level ``from ... import`` statements name."""
     names = set()
     for statement in module.body:
@@ -564,283 +499,6 @@ def _from_modules(module: cst.Module) -> set[str]:
                 if isinstance(small, cst.ImportFrom) and small.module is not None:
                     names.add(code_of(small.module))
     return names
-
-
-@dataclass(frozen=True)
-class SizeCall:
-    """A runner call of a module-level function whose check reads ``pp_size``, and the
-    PP world size it passes."""
-
-    path: str
-    line: int
-    function: str  # the caller: ``Class.method`` or ``function``
-    callee: str
-    pp_size: str
-    passed: bool  # it passed ``pp_size`` already
-
-    @property
-    def file(self) -> str:
-        return self.path.rsplit("/", 1)[-1]
-
-
-@dataclass(frozen=True)
-class PassedFile:
-    text: str
-    calls: tuple[SizeCall, ...]
-    unguarded: tuple[Unguarded, ...]
-    #: The functions called in the file (passing ``pp_size`` or not).
-    callees: frozenset[str] = frozenset()
-
-
-def _calls_of(node: cst.CSTNode, names: frozenset[str]) -> Iterator[cst.Call]:
-    """Every call of a function named in ``names`` (``f(...)``, ``x.f(...)``), in order."""
-    if isinstance(node, cst.Call):
-        func = node.func
-        name = func.value if isinstance(func, cst.Name) else None
-        if isinstance(func, cst.Attribute):
-            name = func.attr.value
-        if name in names:
-            yield node
-    for child in node.children:
-        yield from _calls_of(child, names)
-
-
-def _callee(call: cst.Call) -> str:
-    return code_of(call.func).rsplit(".", 1)[-1]
-
-
-def _statements(
-    body: Sequence[cst.CSTNode], scope: _Scope, depth: int
-) -> Iterator[tuple[cst.SimpleStatementLine, _Scope, int]]:
-    """Each statement line under ``body`` at any depth, with its scope and block depth."""
-    for index, statement in enumerate(body):
-        inner = scope
-        if scope.method is not None and depth == scope.method_depth:
-            inner = replace(scope, top=index)
-        if isinstance(statement, cst.SimpleStatementLine):
-            yield statement, inner, depth
-        elif isinstance(statement, cst.ClassDef):
-            names = (*scope.names, statement.name.value)
-            yield from _suite(statement.body, _Scope(names, statement), depth)
-        elif isinstance(statement, cst.FunctionDef):
-            names = (*scope.names, statement.name.value)
-            if scope.cls is not None and scope.method is None:
-                inner = _Scope(names, scope.cls, statement, depth + 1)
-            elif not scope.names:
-                inner = _Scope(names, function=statement)
-            else:
-                inner = replace(inner, names=names)
-            yield from _suite(statement.body, inner, depth)
-        else:
-            for child in statement.children:
-                if isinstance(child, cst.BaseSuite):
-                    yield from _suite(child, inner, depth)
-                elif isinstance(child, cst.BaseCompoundStatement):
-                    yield from _statements([child], inner, depth)
-                elif isinstance(child, (cst.Else, cst.ExceptHandler, cst.Finally)):
-                    yield from _statements([child], inner, depth)
-
-
-def _suite(
-    suite: cst.BaseSuite, scope: _Scope, depth: int
-) -> Iterator[tuple[cst.SimpleStatementLine, _Scope, int]]:
-    if isinstance(suite, cst.IndentedBlock):
-        yield from _statements(suite.body, scope, depth + 1)
-
-
-def with_keyword(call: cst.Call, value: str) -> cst.Call | None:
-    """``call`` with ``pp_size=<value>`` last, where its arguments are one per line with a
-    magic trailing comma (black keeps them so); None for any other layout."""
-    args = list(call.args)
-    if not args or not _exploded(call.whitespace_before_args):
-        return None
-    last = args[-1]
-    if not isinstance(last.comma, cst.Comma):
-        return None
-    new = cst.Arg(
-        cst.parse_expression(value),
-        keyword=cst.Name(PARAM),
-        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-        comma=last.comma,
-    )
-    separator = cst.Comma(whitespace_after=call.whitespace_before_args)
-    return call.with_changes(args=[*args[:-1], last.with_changes(comma=separator), new])
-
-
-def _laid_out_anew(
-    statement: cst.SimpleStatementLine, call: cst.Call, value: str, indent: str
-) -> cst.SimpleStatementLine | None:
-    """The statement ``call(...)`` or ``x = call(...)`` with ``pp_size=<value>`` added,
-    laid out as black would (``render_call``); None for any other statement."""
-    if len(statement.body) != 1:
-        return None
-    small = statement.body[0]
-    if isinstance(small, cst.Expr) and small.value is call:
-        prefix = ""
-    elif isinstance(small, cst.Assign) and small.value is call:
-        prefix = "".join(f"{code_of(t.target)} = " for t in small.targets)
-    else:
-        return None
-    texts = [code_of(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip() for a in call.args]
-    if any("\n" in t or "#" in t for t in texts):
-        return None
-    lines = render_call(indent, prefix, Call(code_of(call.func), (*texts, f"{PARAM}={value}")))
-    (laid_out,) = parse_statements("".join(f"{line}\n" for line in lines), indent)
-    assert isinstance(laid_out, cst.SimpleStatementLine)
-    return laid_out.with_changes(
-        leading_lines=statement.leading_lines, trailing_whitespace=statement.trailing_whitespace
-    )
-
-
-class _Replace(cst.CSTTransformer):
-    """Replaces nodes by identity."""
-
-    def __init__(self, replacements: dict[int, cst.CSTNode]) -> None:
-        self.replacements = replacements
-
-    def on_leave(self, original_node, updated_node):
-        return self.replacements.get(id(original_node), updated_node)
-
-
-def pass_pp_size(source: str, path: str, functions: frozenset[str]) -> PassedFile:
-    """``source`` with ``pp_size=<the caller's PP world size>`` in each call of a function
-    in ``functions``: the runner's own (:func:`runner_pp_size`), else
-    ``get_pp_group().world_size``.  A call that passes it already is left alone; one that
-    passes ``**kwargs``, is outside a function, or has a layout this cannot extend is
-    reported, and nothing changes then."""
-    module = parse_text(source)
-    pattern = re.compile(
-        r"(?<!def )(?<![\w])(?:" + "|".join(map(re.escape, sorted(functions))) + r")\s*\("
-    )
-    lines = [source.count("\n", 0, f.start()) + 1 for f in pattern.finditer(source)]
-    order = {id(call): n for n, call in enumerate(_calls_of(module, functions))}
-    calls: list[SizeCall] = []
-    unguarded: list[Unguarded] = []
-    replacements: dict[int, cst.CSTNode] = {}
-    seen: set[int] = set()
-    for statement, scope, depth in _statements(module.body, _Scope(), 0):
-        for call in _calls_of(statement, functions):
-            seen.add(id(call))
-            n = order.get(id(call), -1)
-            line = lines[n] if 0 <= n < len(lines) else 0
-            function = ".".join(scope.names)
-            callee = _callee(call)
-            if not scope.names:
-                unguarded.append(Unguarded(path, line, function, "outside a function body"))
-                continue
-            keywords = [a.keyword.value for a in call.args if a.keyword is not None]
-            if PARAM in keywords:
-                value = next(
-                    code_of(a.value) for a in call.args if a.keyword and a.keyword.value == PARAM
-                )
-                calls.append(SizeCall(path, line, function, callee, value, True))
-                continue
-            if any(a.star == "**" for a in call.args):
-                why = f"the call of {callee} passes **kwargs, so pp_size cannot be added"
-                unguarded.append(Unguarded(path, line, function, why))
-                continue
-            value = runner_pp_size(scope) or GROUP_SIZE
-            extended = with_keyword(call, value)
-            if extended is not None:
-                replacements[id(call)] = extended
-            else:
-                laid_out = _laid_out_anew(statement, call, value, INDENT * depth)
-                if laid_out is None or id(statement) in replacements:
-                    why = f"the call of {callee} cannot be laid out again with pp_size"
-                    unguarded.append(Unguarded(path, line, function, why))
-                    continue
-                replacements[id(statement)] = laid_out
-            calls.append(SizeCall(path, line, function, callee, value, False))
-    callees = frozenset(_callee(call) for call in _calls_of(module, functions))
-    for call in _calls_of(module, functions):
-        if id(call) not in seen:
-            n = order.get(id(call), -1)
-            line = lines[n] if 0 <= n < len(lines) else 0
-            unguarded.append(Unguarded(path, line, "", "the call is part of a statement's header"))
-    if unguarded or not replacements:
-        return PassedFile(source, tuple(calls), tuple(unguarded), callees)
-    module = module.visit(_Replace(replacements))
-    if any(c.pp_size == GROUP_SIZE and not c.passed for c in calls):
-        bound = any(PP_GROUP in imported_names(module, name) for name in _from_modules(module))
-        if not bound:
-            module = add_from_import(module, PP_GROUP_MODULE, [PP_GROUP])
-    return PassedFile(module.code, tuple(calls), tuple(unguarded), callees)
-
-
-def _package(tree: SGLangTree) -> str:
-    return tree.module_path(f"{RUNNER_PACKAGE}.__init__").rsplit("/", 1)[0]
-
-
-def _package_files(tree: SGLangTree) -> list[str]:
-    """Patch paths of the runner package's Python files."""
-    package = _package(tree)
-    folder = tree.file(package)
-    if not folder.is_dir():
-        return []
-    return [f"{package}/{f.relative_to(folder).as_posix()}" for f in sorted(folder.rglob("*.py"))]
-
-
-def runner_files(tree: SGLangTree, read: Callable[[str], str | None] | None = None) -> list[str]:
-    """Patch paths of the runner package's files that mention a capture hook call."""
-    read = read or tree.read_text
-    return [path for path in _package_files(tree) if _CALL_TEXT.search(read(path) or "")]
-
-
-def guard_changes(tree: SGLangTree, base: Callable[[str], str | None] | None = None) -> GuardResult:
-    """The runner files with the check before each capture hook call, the calls, and the
-    calls no check can be put before (then no file is changed).  A module-level function
-    whose check reads its new parameter ``pp_size`` gets it from each of its calls in the
-    runner package (``pass_pp_size``); one without such a call cannot be guarded.
-
-    ``base``: a file's text as the parts decided so far leave it (``Plan.text``), which
-    the guard builds on; by default the tree's own."""
-    read = base or tree.read_text
-    package = _package(tree)
-    sites: list[GuardSite] = []
-    unguarded: list[Unguarded] = []
-    texts: dict[str, str] = {}
-    functions: set[str] = set()
-    for path in runner_files(tree, read):
-        source = read(path)
-        assert source is not None
-        done = guard(source, path)
-        sites += done.sites
-        unguarded += done.unguarded
-        functions.update(done.functions)
-        texts[path] = done.text
-    callers: list[SizeCall] = []
-    called: set[str] = set()
-    if functions:
-        names = frozenset(functions)
-        word = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b")
-        for path in _package_files(tree):
-            source = texts.get(path, read(path))
-            if source is None or not word.search(source):
-                continue
-            passed = pass_pp_size(source, path, names)
-            callers += passed.calls
-            called |= passed.callees
-            unguarded += passed.unguarded
-            texts[path] = passed.text
-        for name in sorted(names - called):
-            site = next(s for s in sites if s.function == name)
-            why = f"no call of {name} under {package} to pass it pp_size"
-            unguarded.append(Unguarded(site.path, site.line, name, why))
-    changes: list[FileChange] = []
-    if not unguarded:
-        for path, text in texts.items():
-            if text == read(path):
-                continue
-            changes.append(
-                FileChange(path, tree.read_text(path), text, VALIDATION, Role.RUNTIME_GUARD)
-            )
-    return GuardResult(
-        tuple(sites),
-        tuple(unguarded),
-        tuple(c for c in changes if c.changed),
-        package,
-        tuple(callers),
-    )
 
 
 #: The shipped test of the relay, the opt-in, this guard and the relaxed validation.

@@ -19,14 +19,14 @@ from codemods.upstream.edit.change_kinds import RUNTIME, Role
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.tree.releases import LAST_BUILDS
 from codemods.upstream.tree.sglang_tree import detect_tree
+from codemods.upstream.validation.guard_package import guard_changes, pass_pp_size
 from codemods.upstream.validation.part import decide_guard
 from codemods.upstream.validation.runtime_guard import (
     GROUP_SIZE,
     PARAM,
+    PARAM_DEF,
     SELF_SIZE,
     guard,
-    guard_changes,
-    pass_pp_size,
     relay_test,
     with_parameter,
 )
@@ -542,7 +542,7 @@ def test_a_call_on_one_line_is_laid_out_again_the_way_black_would():
 def test_the_parameter_goes_last_the_way_black_lays_it_out(header, expected):
     fn = cst.parse_module(f"{header}\n    pass\n").body[0]
     assert isinstance(fn, cst.FunctionDef)
-    code = cst.Module([with_parameter(fn, "")]).code
+    code = cst.Module([with_parameter(fn, PARAM_DEF, "")]).code
     assert code == f"{expected}\n    pass\n"
 
 
