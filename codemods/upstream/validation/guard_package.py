@@ -79,18 +79,8 @@ def _statements(
             inner = replace(scope, top=index)
         if isinstance(statement, cst.SimpleStatementLine):
             yield statement, inner, depth
-        elif isinstance(statement, cst.ClassDef):
-            names = (*scope.names, statement.name.value)
-            yield from _suite(statement.body, Scope(names, statement), depth)
-        elif isinstance(statement, cst.FunctionDef):
-            names = (*scope.names, statement.name.value)
-            if scope.cls is not None and scope.method is None:
-                inner = Scope(names, scope.cls, statement, depth + 1)
-            elif not scope.names:
-                inner = Scope(names, function=statement)
-            else:
-                inner = replace(inner, names=names)
-            yield from _suite(statement.body, inner, depth)
+        elif isinstance(statement, (cst.ClassDef, cst.FunctionDef)):
+            yield from _suite(statement.body, inner.entered(statement, depth), depth)
         else:
             for child in statement.children:
                 if isinstance(child, cst.BaseSuite):

@@ -203,6 +203,18 @@ class Scope:
     #: The module-level function that holds the call (not in a class).
     function: cst.FunctionDef | None = None
 
+    def entered(self, definition: cst.ClassDef | cst.FunctionDef, depth: int) -> Scope:
+        """The scope of ``definition``'s body, ``definition`` a statement of this scope at
+        block depth ``depth``."""
+        names = (*self.names, definition.name.value)
+        if isinstance(definition, cst.ClassDef):
+            return Scope(names, definition)
+        if self.cls is not None and self.method is None:
+            return Scope(names, self.cls, definition, depth + 1)
+        if not self.names:
+            return Scope(names, function=definition)
+        return replace(self, names=names)
+
 
 def _hook_of(node: cst.CSTNode) -> str | None:
     if (
@@ -344,18 +356,8 @@ class _Finder:
             if isinstance(statement, cst.SimpleStatementLine):
                 if scope.names:
                     self.statement(statement, body, index, inner, depth)
-            elif isinstance(statement, cst.ClassDef):
-                names = (*scope.names, statement.name.value)
-                self.suite(statement.body, Scope(names, statement), depth)
-            elif isinstance(statement, cst.FunctionDef):
-                names = (*scope.names, statement.name.value)
-                if scope.cls is not None and scope.method is None:
-                    inner = Scope(names, scope.cls, statement, depth + 1)
-                elif not scope.names:
-                    inner = Scope(names, function=statement)
-                else:
-                    inner = replace(inner, names=names)
-                self.suite(statement.body, inner, depth)
+            elif isinstance(statement, (cst.ClassDef, cst.FunctionDef)):
+                self.suite(statement.body, inner.entered(statement, depth), depth)
             else:
                 self.compound(statement, inner, depth)
 
