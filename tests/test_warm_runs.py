@@ -123,3 +123,30 @@ def test_a_package_the_run_would_import_from_elsewhere_is_not_the_preloaded_one(
         timeout=120,
     )
     assert run.returncode == 0 and run.stdout == "True\n", run.stderr
+
+
+#: A script named by a relative path that starts a spawned child: the child re-imports the
+#: script from the run's directory, as it does when the script is run cold.
+SPAWNS = """\
+import multiprocessing as mp
+
+def child(queue):
+    queue.put("child ran")
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=child, args=(queue,))
+    proc.start()
+    print(queue.get(timeout=60))
+    proc.join(60)
+    print(proc.exitcode)
+"""
+
+
+def test_a_spawned_child_of_a_relative_script_starts_in_the_run_directory(env, tmp_path):
+    (tmp_path / "spawns.py").write_text(SPAWNS)
+    warm_run = warm.run(["spawns.py"], env=env, cwd=tmp_path, timeout=120)
+    cold_run = _cold(["spawns.py"], env, tmp_path)
+    assert cold_run.stdout == "child ran\n0\n", cold_run.stderr
+    assert warm_run.returncode == 0 and warm_run.stdout == cold_run.stdout, warm_run.stderr

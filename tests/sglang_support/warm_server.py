@@ -141,6 +141,11 @@ def _run(request: dict, base_path: list[str], roots: set[str]) -> None:
     args = list(request["args"])
     env = request["env"]
     os.chdir(request["cwd"])
+    # multiprocessing notes the directory it was imported in and starts spawned children
+    # there; a fresh interpreter would have imported it here.
+    process = sys.modules.get("multiprocessing.process")
+    if process is not None:
+        process.ORIGINAL_DIR = os.getcwd()
     os.environ.clear()
     os.environ.update(env)
     if args[0] == "-m":

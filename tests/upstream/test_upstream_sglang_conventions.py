@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sglang_support import warm
 from sglang_support.env import STUBS_DIR
 from sglang_support.lint_tools import lay_out_checkout, write_file
 from sglang_support.release_deps import tree_paths
@@ -118,14 +119,7 @@ def _run_without_gpu_packages(
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    return warm.run(args, env=env, cwd=cwd, timeout=900)
 
 
 def _module_level_problems(path: Path) -> list[str]:
