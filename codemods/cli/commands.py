@@ -477,6 +477,14 @@ def migrate(
     "patch per model family, validation) into this directory; with --branch, commit it "
     "as a stack.",
 )
+@_folder_option(
+    "--stack",
+    "stack_dir",
+    help="Write the patch as a stack of pull requests into this directory, in merge order: "
+    "one folder per PR (01-helpers/ ...: its commits as format-patch files and its PR.md) "
+    "and an index, STACK.md; with --branch NAME, commit each PR on a branch NAME-<folder> "
+    "based on the one before.",
+)
 @click.option(
     "--validate",
     is_flag=True,
@@ -499,6 +507,7 @@ def upstream_patch(
     pr_body: str | None,
     models: str | None,
     series_dir: str | None,
+    stack_dir: str | None,
     validate: bool,
     tests_dir: str | None,
     request: BranchRequest | None,
@@ -517,6 +526,21 @@ def upstream_patch(
     chosen = parse_models(models)
     if validate and request is not None and series_dir is None:
         raise click.UsageError("--validate with --branch needs --series")
+    if stack_dir is not None:
+        from codemods.cli.upstream_stack import run_targets
+
+        if validate and series_dir is None:
+            raise click.UsageError("--validate with --stack needs --series")
+        if request is not None and (series_dir is not None or pr_body or output):
+            raise click.UsageError("--branch with --stack takes no --series, --pr-body or -o")
+        result = generate_or_say(sglang_root, chosen, tests_dir)
+        if result is None:
+            raise SystemExit(2)
+        raise SystemExit(
+            run_targets(
+                result, sglang_root, stack_dir, series_dir, output, pr_body, request, validate
+            )
+        )
     if series_dir is not None:
         from codemods.cli.upstream_series import run_series
 
