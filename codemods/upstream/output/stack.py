@@ -243,14 +243,15 @@ def _units(result: UpstreamResult, patches: list[SeriesPatch]):
         commit = SeriesPatch(DEAD_KEY, DEAD_KEY, DEAD_TITLE, "", dead)
         fill_message(commit, result)
         units.append((DEAD, DEAD_KEY, commit.subject, [commit]))
-    rest = [c for c in validation if c.role is not Role.INIT_TEST]
+    rest = [c for c in validation if not is_test(c)]
     if rest:
         commit = SeriesPatch(VALIDATION, "validation", "", "", validation)
         fill_message(commit, result)
         units.append((VALIDATE, "validation", commit.subject, [commit]))
     units.sort(key=lambda unit: KIND_ORDER.index(unit[0]))
     if validation and not rest and units:
-        # Only the init test: it builds every patched model, so it goes last.
+        # Only the shipped tests of the last patch (the init test builds every patched
+        # model): they go last.
         last = units[-1][3][-1]
         units[-1][3][-1] = dataclasses.replace(last, changes=last.changes + validation)
     return units

@@ -273,3 +273,134 @@ def test_stack_of_other_releases(version, sglang_release):
     for pr in prs:
         assert pr.code_lines <= LIMIT, pr.name
         assert not compile_failures(pr), pr.name
+
+
+@pytest.mark.sglang
+@pytest.mark.timeout(600)
+def test_stack_series_and_patch_come_from_one_generation(sglang_release, tmp_path, monkeypatch):
+    import codemods.cli.upstream_patch as upstream_patch
+
+    release = sglang_release("0.5.14")
+    result = release_result(release)
+    calls = []
+
+    def generate(root, **_options):
+        calls.append(root)
+        return result
+
+    monkeypatch.setattr(upstream_patch, "generate", generate)
+    outcome = CliRunner().invoke(
+        cli,
+        [
+            "upstream-patch",
+            str(release),
+            "--stack",
+            str(tmp_path / "stack"),
+            "--series",
+            str(tmp_path / "series"),
+            "-o",
+            str(tmp_path / "single.patch"),
+        ],
+        catch_exceptions=False,
+    )
+    assert outcome.exit_code == 0, outcome.output
+    assert calls == [str(release)]
+    assert (tmp_path / "single.patch").read_text(encoding="utf-8") == result.patch
+    series_files = sorted(p.name for p in (tmp_path / "series").glob("*.patch"))
+    stacked = sorted((tmp_path / "stack").glob("[0-9][0-9]-*/*.patch"))
+    assert series_files and len(stacked) >= len(stack.build_stack(result))
+    assert (tmp_path / "stack" / "STACK.md").is_file()
+
+
+def _checkout_result(tmp_path, model_lines: int = 1):
+    """A hand-made result of a checkout: runtime, two families (Qwen3's forward in
+    qwen2.py), the runtime guard, the validation, and the shipped tests."""
+    from codemods.upstream.edit.change_kinds import RUNTIME, TESTS, VALIDATION, model_group
+    from codemods.upstream.edit.patchfile import FileChange
+    from codemods.upstream.family.plan import FamilyPlan
+    from codemods.upstream.output import series
+    from codemods.upstream.result import UpstreamResult
+    from codemods.upstream.tree.sglang_tree import detect_tree
+    from tests.upstream.output.test_upstream_series import _decision
+
+    tests = "test/registered/unit/models"
+    root = tmp_path / "checkout"
+    for part in ("python/sglang", "python/sglang/srt/models"):
+        (root / part).mkdir(parents=True, exist_ok=True)
+        (root / part / "__init__.py").write_text("")
+    decisions = [
+        _decision("llama.py", ("entry-callback",)),
+        _decision("qwen3.py", ("entry-callback",), forward_file="qwen2.py"),
+        _decision("qwen3_moe.py", ("entry-gathered",)),
+    ]
+    result = UpstreamResult(detect_tree(root))
+    result.family = FamilyPlan(root / "python/sglang/srt/models", {d.file: d for d in decisions})
+    final = series._family_test_text(result, {"llama", "qwen3", "qwen3_moe"})
+    body = "".join(f"a{n} = {n}\n" for n in range(model_lines))
+
+    def model(stem: str) -> FileChange:
+        path = f"python/sglang/srt/models/{stem}.py"
+        return FileChange(path, "a = 1\n", body, model_group(stem), Role.MODEL)
+
+    def runtime(stem: str, role: Role, group: str = RUNTIME) -> FileChange:
+        return FileChange(f"python/sglang/srt/{stem}.py", "a = 1\n", "a = 2\n", group, role)
+
+    result.changes = [
+        model("llama"),
+        model("qwen2"),
+        model("qwen3"),
+        model("qwen3_moe"),
+        runtime("layers/aux_hidden_states", Role.RUNTIME_MODULE),
+        runtime("model_executor/model_runner", Role.RUNTIME_GUARD, VALIDATION),
+        runtime("arg_groups/validation_hook", Role.VALIDATION, VALIDATION),
+        FileChange(
+            f"{tests}/pp_aux_capture_family_models.py", None, "M = 1\n", TESTS, Role.TEST_MODELS
+        ),
+        FileChange(f"{tests}/test_pp_aux_capture_family.py", None, final, TESTS, Role.FAMILY_TEST),
+        FileChange(f"{tests}/test_pp_aux_capture.py", None, "T = 1\n", TESTS, Role.INIT_TEST),
+    ]
+    return result, tests
+
+
+def test_checkout_stack_orders_the_guard_second_and_keeps_tests_with_their_prs(tmp_path):
+    from codemods.upstream.output.stack_body import render_pr
+
+    result, tests = _checkout_result(tmp_path)
+    prs = stack.build_stack(result)
+    assert [pr.kind for pr in prs] == ["helpers", "guard", "family", "family", "validation"]
+    assert prs[1].paths == ["python/sglang/srt/model_executor/model_runner.py"]
+    assert f"{tests}/test_pp_aux_capture_family.py" in prs[2].paths
+    assert f"{tests}/test_pp_aux_capture_family.py" in prs[3].paths
+    assert prs[-1].paths == [
+        "python/sglang/srt/arg_groups/validation_hook.py",
+        f"{tests}/test_pp_aux_capture.py",
+    ]
+    assert prs[-1].depends == [pr.name for pr in prs[:-1]]
+    body = render_pr(prs[2], prs, result)
+    assert "- [x] Add unit tests" in body
+    assert "python3 -m unittest test_pp_aux_capture_family" in body
+    assert "Depends on #01-helpers. Stacked on #02-runtime-guard" in body
+    guard = render_pr(prs[1], prs, result)
+    assert "- [ ] Add unit tests" in guard and "ships no test" in guard
+
+
+def test_a_family_over_the_limit_is_split_keeping_a_models_files_together(tmp_path):
+    result, tests = _checkout_result(tmp_path, model_lines=40)
+    prs = stack.build_stack(result, limit=100)
+    dense = [pr for pr in prs if pr.slug.startswith("llama-qwen-dense")]
+    assert [pr.slug for pr in dense] == ["llama-qwen-dense-1", "llama-qwen-dense-2"]
+    names = [[p.rsplit("/", 1)[-1] for p in pr.paths] for pr in dense]
+    # qwen3.py and its capture forward's file, qwen2.py, stay in one PR; the family test
+    # (with its stand-in models) comes with the last part, when the family is complete.
+    assert names == [
+        ["llama.py"],
+        [
+            "qwen2.py",
+            "qwen3.py",
+            "pp_aux_capture_family_models.py",
+            "test_pp_aux_capture_family.py",
+        ],
+    ]
+    assert all(pr.code_lines <= 100 for pr in prs)
+    assert "llama.py" in dense[0].commits[0].body and "qwen" not in dense[0].commits[0].body
+    assert "Models: qwen3." in " ".join(dense[1].commits[0].body.split())
