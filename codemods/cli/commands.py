@@ -521,52 +521,23 @@ def upstream_patch(
     With --branch NAME (SGLANG_ROOT in a git work tree), the patch is applied and committed
     on a new branch NAME instead of being printed.
     """
-    from codemods.cli.upstream_patch import generate_or_say, parse_models, run_upstream_patch
+    from codemods.cli.upstream_patch import parse_models
+    from codemods.cli.upstream_targets import run_upstream_targets
 
-    chosen = parse_models(models)
-    if validate and request is not None and series_dir is None:
-        raise click.UsageError("--validate with --branch needs --series")
-    if stack_dir is not None:
-        from codemods.cli.upstream_stack import run_targets
-
-        if validate and series_dir is None:
-            raise click.UsageError("--validate with --stack needs --series")
-        if request is not None and (series_dir is not None or pr_body or output):
-            raise click.UsageError("--branch with --stack takes no --series, --pr-body or -o")
-        result = generate_or_say(sglang_root, chosen, tests_dir)
-        if result is None:
-            raise SystemExit(2)
-        raise SystemExit(
-            run_targets(
-                result, sglang_root, stack_dir, series_dir, output, pr_body, request, validate
-            )
+    raise SystemExit(
+        run_upstream_targets(
+            sglang_root,
+            parse_models(models),
+            tests_dir,
+            output,
+            pr_body,
+            series_dir,
+            stack_dir,
+            validate,
+            request,
+            _deliver,
         )
-    if series_dir is not None:
-        from codemods.cli.upstream_series import run_series
-
-        if request is not None:
-            request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
-        result = generate_or_say(sglang_root, chosen, tests_dir)
-        if result is None:
-            raise SystemExit(2)
-        raise SystemExit(
-            run_series(result, sglang_root, series_dir, pr_body, output, request, validate)
-        )
-    if request is not None:
-        request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
-        from codemods.deliver.on_branch import upstream_generated_on_branch
-
-        sys.exit(
-            _deliver(
-                lambda _run: upstream_generated_on_branch(
-                    sglang_root, request, output, models=chosen
-                )
-            )
-        )
-    result = generate_or_say(sglang_root, chosen, tests_dir)
-    if result is None:
-        raise SystemExit(2)
-    raise SystemExit(run_upstream_patch(result, output, pr_body, validate=validate))
+    )
 
 
 @cli.command("validate-pp")

@@ -121,36 +121,3 @@ def run_stack(
     for branch, head in zip(branches, heads, strict=True):
         _say(f"  {branch} (head {head[:12]})")
     return 0
-
-
-def run_targets(
-    result: UpstreamResult,
-    root: str,
-    stack_dir: str,
-    series_dir: str | None,
-    output: str | None,
-    pr_body: str | None,
-    request=None,
-    validate: bool = False,
-) -> int:
-    """``--stack`` with the other targets asked in the same run, all from ``result`` and
-    one series: ``--series`` (which also writes ``-o``, ``--pr-body`` and runs
-    ``--validate``), else ``-o`` and ``--pr-body`` here; ``request`` (``--branch``) makes
-    the stack's branches."""
-    from codemods.upstream.output.series import build_series
-
-    patches = build_series(result)
-    code = 0
-    if series_dir is not None:
-        from codemods.cli.upstream_series import run_series
-
-        code = run_series(result, root, series_dir, pr_body, output, None, validate, patches)
-    else:
-        if output:
-            write_output_atomic(output, result.patch.encode("utf-8"))
-        if pr_body and result.patch:
-            from codemods.upstream.output.pr_body import render
-
-            write_output_atomic(pr_body, render(result).encode("utf-8"))
-    stacked = run_stack(result, root, stack_dir, request, patches)
-    return max(code, stacked)
