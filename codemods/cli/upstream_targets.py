@@ -51,6 +51,9 @@ def run_upstream_targets(
     _usage(request, series_dir, stack_dir, output, pr_body, validate)
     if request is not None:
         request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
+        if output and series_dir is None and stack_dir is None:
+            # The patch file the branch run writes (left untracked by an earlier run).
+            request = dataclasses.replace(request, patch_file=Path(output))
         try:  # a bad branch or work tree is said before the generation
             request.preflight(sglang_root)
         except GitDeliveryError as error:
