@@ -477,6 +477,14 @@ def migrate(
     "patch per model family, validation) into this directory; with --branch, commit it "
     "as a stack.",
 )
+@_folder_option(
+    "--stack",
+    "stack_dir",
+    help="Write the patch as a stack of pull requests into this directory, in merge order: "
+    "one folder per PR (01-helpers/ ...: its commits as format-patch files and its PR.md) "
+    "and an index, STACK.md; with --branch NAME, commit each PR on a branch NAME-<folder> "
+    "based on the one before.",
+)
 @click.option(
     "--validate",
     is_flag=True,
@@ -499,6 +507,7 @@ def upstream_patch(
     pr_body: str | None,
     models: str | None,
     series_dir: str | None,
+    stack_dir: str | None,
     validate: bool,
     tests_dir: str | None,
     request: BranchRequest | None,
@@ -512,37 +521,23 @@ def upstream_patch(
     With --branch NAME (SGLANG_ROOT in a git work tree), the patch is applied and committed
     on a new branch NAME instead of being printed.
     """
-    from codemods.cli.upstream_patch import generate_or_say, parse_models, run_upstream_patch
+    from codemods.cli.upstream_patch import parse_models
+    from codemods.cli.upstream_targets import run_upstream_targets
 
-    chosen = parse_models(models)
-    if validate and request is not None and series_dir is None:
-        raise click.UsageError("--validate with --branch needs --series")
-    if series_dir is not None:
-        from codemods.cli.upstream_series import run_series
-
-        if request is not None:
-            request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
-        result = generate_or_say(sglang_root, chosen, tests_dir)
-        if result is None:
-            raise SystemExit(2)
-        raise SystemExit(
-            run_series(result, sglang_root, series_dir, pr_body, output, request, validate)
+    raise SystemExit(
+        run_upstream_targets(
+            sglang_root,
+            parse_models(models),
+            tests_dir,
+            output,
+            pr_body,
+            series_dir,
+            stack_dir,
+            validate,
+            request,
+            _deliver,
         )
-    if request is not None:
-        request = dataclasses.replace(request, pr_body=Path(pr_body) if pr_body else None)
-        from codemods.deliver.on_branch import upstream_generated_on_branch
-
-        sys.exit(
-            _deliver(
-                lambda _run: upstream_generated_on_branch(
-                    sglang_root, request, output, models=chosen
-                )
-            )
-        )
-    result = generate_or_say(sglang_root, chosen, tests_dir)
-    if result is None:
-        raise SystemExit(2)
-    raise SystemExit(run_upstream_patch(result, output, pr_body, validate=validate))
+    )
 
 
 @cli.command("validate-pp")

@@ -18,7 +18,7 @@ from codemods.cli.upstream_patch import validation_verdict
 from codemods.deliver.git_basics import GitDeliveryError
 from codemods.deliver.git_series import author_of, commit_stack
 from codemods.sources.fileio import write_output_atomic
-from codemods.upstream.output.series import build_series, render_series
+from codemods.upstream.output.series import SeriesPatch, build_series, render_series
 from codemods.upstream.result import UpstreamResult
 
 _SERIES_NAME = re.compile(r"^\d{4}-.*\.patch$")
@@ -61,11 +61,13 @@ def run_series(
     output: str | None = None,
     request=None,
     validate: bool = False,
+    patches: list[SeriesPatch] | None = None,
 ) -> int:
-    """Write the series of ``result`` (``generate_or_say`` on ``root``) and, with a
-    ``request``, commit it on a branch."""
+    """Write the series of ``result`` (``generate_or_say`` on ``root``; ``patches``: the
+    series, when already built) and, with a ``request``, commit it on a branch."""
     where = result.tree.describe()
-    patches = build_series(result)
+    if patches is None:
+        patches = build_series(result)
     if not patches:
         _say(f"{where}: nothing to do; the series is empty.")
         return 0

@@ -1,6 +1,7 @@
-"""Commit an ``upstream-patch --series`` as a stack on a new branch: ``git am -k``, one
-commit per patch, with the author git would use.  When a patch does not apply, the branch is
-removed and the work tree is left on its original branch.
+"""Commit an ``upstream-patch --series`` as a stack on a new branch, or a ``--stack`` as one
+branch per PR, each based on the one before: ``git am -k``, one commit per patch, with the
+author git would use.  When a patch does not apply, the branches made are removed and the
+work tree is left on its original branch.
 """
 
 from __future__ import annotations
@@ -31,6 +32,20 @@ def author_of(root: Path, author: str | None) -> str:
 def commit_stack(tree_root: Path, paths: list[Path], request, repo) -> str:
     """``git am -k`` the series on a new branch ``request.branch`` of ``repo`` (as
     ``request.preflight`` returned it); the new head commit."""
+    return commit_branches(tree_root, [(request.branch, paths)], request, repo)[-1]
+
+
+def commit_branches(
+    tree_root: Path, stack: list[tuple[str, list[Path]]], request, repo
+) -> list[str]:
+    """``git am -k`` each ``(branch, patch files)`` of ``stack`` on a new branch, the
+    first from ``request.base`` (default HEAD), each next one from the one before; the
+    head commit of each.  When a patch does not apply, every branch made is removed and
+    the work tree is left on its original branch."""
+    from codemods.deliver.git_branch import check_branch_name  # loads GitPython
+
+    for branch, _paths in stack[1:]:
+        check_branch_name(repo, branch)
     repo_root = Path(repo.working_tree_dir).resolve()
     relative = tree_root.resolve().relative_to(repo_root).as_posix()
     directory = [] if relative == "." else [f"--directory={relative}"]
@@ -44,21 +59,29 @@ def commit_stack(tree_root: Path, paths: list[Path], request, repo) -> str:
     if original == "HEAD":
         original = _git(repo, "rev-parse", "HEAD")
     base = _git(repo, "rev-parse", "--verify", f"{request.base or 'HEAD'}^{{commit}}")
-    _git(repo, "checkout", "-q", "--no-track", "-b", request.branch, base)
-    try:
-        _git(
-            repo,
-            "am",
-            "--keep-cr",
-            "--keep",
-            "--whitespace=nowarn",
-            *directory,
-            *[str(path.resolve()) for path in paths],
-            env=env,
-        )
-    except GitDeliveryError as error:
-        _git_ok(repo, "am", "--abort")
-        _git(repo, "checkout", "-q", original)
-        _git(repo, "branch", "-D", request.branch)
-        raise GitDeliveryError(f"the series does not apply on {base[:12]}: {error}") from None
-    return _git(repo, "rev-parse", "HEAD")
+    made: list[str] = []
+    heads: list[str] = []
+    for branch, paths in stack:
+        _git(repo, "checkout", "-q", "--no-track", "-b", branch, heads[-1] if heads else base)
+        made.append(branch)
+        try:
+            _git(
+                repo,
+                "am",
+                "--keep-cr",
+                "--keep",
+                "--whitespace=nowarn",
+                *directory,
+                *[str(path.resolve()) for path in paths],
+                env=env,
+            )
+        except GitDeliveryError as error:
+            _git_ok(repo, "am", "--abort")
+            _git(repo, "checkout", "-q", original)
+            for made_branch in made:
+                _git(repo, "branch", "-D", made_branch)
+            onto = heads[-1] if heads else base
+            what = "the series" if len(stack) == 1 else f"the patches of {branch}"
+            raise GitDeliveryError(f"{what} does not apply on {onto[:12]}: {error}") from None
+        heads.append(_git(repo, "rev-parse", "HEAD"))
+    return heads

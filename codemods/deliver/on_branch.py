@@ -331,8 +331,10 @@ def upstream_generated_on_branch(
     request: BranchRequest,
     output: str | None = None,
     models: list[str] | None = None,
+    result=None,
 ) -> Delivered:
-    """``auxcap upstream-patch SGLANG_ROOT --branch NAME``: generate, apply, commit.
+    """``auxcap upstream-patch SGLANG_ROOT --branch NAME``: generate (unless ``result``, the
+    run's generation of the tree, is given), apply, commit.
 
     The PR description is the generator's own (motivation, design, traffic, test plan)
     followed by the patched-file table, the verification and how to revert; the commit
@@ -347,10 +349,11 @@ def upstream_generated_on_branch(
     if output:
         request = replace(request, patch_file=Path(output))
     request.preflight(sglang_root)
-    try:
-        result = generate(sglang_root, models=models)
-    except (TreeError, MissingModelFile, CannotApply, ValueError) as error:
-        raise UnprocessableFiles(str(error)) from error
+    if result is None:
+        try:
+            result = generate(sglang_root, models=models)
+        except (TreeError, MissingModelFile, CannotApply, ValueError) as error:
+            raise UnprocessableFiles(str(error)) from error
     patched = [
         PatchedFile(change.path, file_summary(result, change), added=change.is_new_file)
         for change in result.changes

@@ -141,6 +141,33 @@ def test_upstream_branch_outside_a_repository_is_exit_2(tmp_path, monkeypatch, s
     assert result.exit_code == 2 and "not inside a git repository" in result.output
 
 
+def test_branch_commits_the_runs_one_generation(checkout, monkeypatch):
+    """The run generates the tree once and commits that result; the only other generation
+    is the check that the committed tree regenerates to nothing."""
+    import codemods.cli.upstream_patch as upstream_patch
+    import codemods.upstream.generate as generator
+
+    real, calls = generator.generate, []
+
+    def counted(name):
+        def generate(root, **options):
+            calls.append(name)
+            return real(root, **options)
+
+        return generate
+
+    monkeypatch.setattr(upstream_patch, "generate", counted("run"))
+    monkeypatch.setattr(generator, "generate", counted("recheck"))
+    result = auxcap("upstream-patch", str(checkout), "--branch", BRANCH)
+    assert result.exit_code == 0, result.output
+    assert calls == ["run", "recheck"]
+    # The run's own report of the generation comes with --branch too.
+    assert "Kimi-Linear (kimi_linear.py): patched" in result.output
+    bad = auxcap("upstream-patch", str(checkout), "--branch", "bad..name")
+    assert bad.exit_code == 2 and "not a valid branch name" in bad.output
+    assert calls == ["run", "recheck"]  # refused before generating
+
+
 def test_branch_companions_need_branch(checkout):
     result = auxcap("upstream-patch", str(checkout), "--allow-dirty")
     assert result.exit_code == 2 and "only works together with --branch" in result.output

@@ -232,14 +232,19 @@ def _guard_paragraph(result: UpstreamResult) -> str:
     )
 
 
+def guard_message(patch, result: UpstreamResult) -> None:
+    """The message of a patch that holds the runtime guard alone."""
+    patch.subject = "[PP] Refuse aux capture under PP for models that do not relay it"
+    patch.body = _guard_paragraph(result) or _wrap(
+        "The runtime guard of aux capture under PP and its test."
+    )
+
+
 def _validation(patch, result: UpstreamResult) -> None:
     if validation_change(result) is None:
         # Only the runtime guard (and no relaxed validation): a release whose server
         # refuses speculative decoding with PP, or a patched tree.
-        patch.subject = "[PP] Refuse aux capture under PP for models that do not relay it"
-        patch.body = _guard_paragraph(result) or _wrap(
-            "The runtime guard of aux capture under PP and its test."
-        )
+        guard_message(patch, result)
         return
     found = result.validation.architectures if result.validation is not None else {}
     refused = [
@@ -345,7 +350,15 @@ def _family(patch, result: UpstreamResult, title: str) -> None:
                 f"({kinds}) adds its captures to the PP handoff and the last stage "
                 "gathers them in PP=1 order."
             )
-            text += "".join(f"  Separate fix in this file: {fix}." for fix in decision.fixes)
+            fixed = plan.fixes_only() if plan is not None and decision.fixes else {}
+            if name in fixed and change.old == fixed[name]:
+                # The fix is a commit of its own before this one.
+                text += "".join(
+                    f"  Builds on the separate fix of this file (its own commit): {fix}."
+                    for fix in decision.fixes
+                )
+            else:
+                text += "".join(f"  Separate fix in this file: {fix}." for fix in decision.fixes)
             lines.append(_wrap(text, "  "))
             continue
         if decision is not None and decision.dead_returns:
