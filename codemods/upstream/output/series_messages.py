@@ -226,8 +226,8 @@ def _guard_paragraph(result: UpstreamResult) -> str:
         f"{GUARD_CALL} now runs before each call of a capture hook in {where}"
         + (f"; {passes} (a caller without it has one stage)" if passes else "")
         + "; with PP it raises NotImplementedError naming the class and the method when "
-        "the class does not relay that method (pp_aux_relay_methods, declared by the "
-        "model patches of this series), so no path that configures the capture loses "
+        "the class does not relay that method (pp_aux_relay_methods, which each model "
+        "patch declares on the classes it makes relay), so no path that configures the capture loses "
         "captures silently."
     )
 
