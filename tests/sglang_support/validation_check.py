@@ -12,7 +12,8 @@ checkpoint.  ``check_pipeline_parallel_compat`` (0.5.21+) is called as
 ``check_server_args`` calls it, with a resolving view; ``handle_aux_hidden_state_capture``
 (0.5.23+) with the record.  ``--aux JSON`` (case name -> fields) runs only the latter on
 those cases and prints, per case, its outcome and whether the served class relays the
-case's method (``aux_cases``).
+case's method (``aux_cases``); ``--pp JSON`` runs only the former, each case in turn, and
+prints its outcome and which model modules the check imported (``pp_cases``).
 """
 
 from __future__ import annotations
@@ -153,11 +154,23 @@ AUX_CASES = {
 }
 
 
+def _relays(record, method: str) -> bool | None:
+    """Whether the patched hook's check accepts the served class for ``method`` under PP
+    (None on a tree without the check)."""
+    check = getattr(validation_hook, "_check_pp_aux_capture_supported", None)
+    if check is None:
+        return None
+    try:
+        check(resolving_view(record), method)
+    except ValueError:
+        return False
+    return True
+
+
 def aux_cases(cases: dict[str, dict]) -> dict[str, dict[str, object]]:
     """``handle_aux_hidden_state_capture`` on each case (fields as in :data:`AUX_CASES`,
-    ``arch`` and ``pp_size`` included): its outcome, and whether the patched hook's helper
-    says the served class relays the case's method (None on a tree without the helper)."""
-    helper = getattr(validation_hook, "_pp_aux_capture_supported", None)
+    ``arch`` and ``pp_size`` included): its outcome, and whether the patched hook's check
+    says the served class relays the case's method (None on a tree without the check)."""
     results: dict[str, dict[str, object]] = {}
     for name, fields in cases.items():
         fields = dict(fields)
@@ -165,15 +178,37 @@ def aux_cases(cases: dict[str, dict]) -> dict[str, dict[str, object]]:
             fields.pop("arch", PATCHED_ARCH), enable_return_aux_hidden_states=True, **fields
         )
         method = record.speculative_algorithm
-        relays = None if helper is None else helper(resolving_view(record), method.upper())
+        relays = _relays(record, method.upper())
         outcome = _outcome(validation_hook.handle_aux_hidden_state_capture, record, False)
         results[name] = {"outcome": outcome, "relays": relays}
+    return results
+
+
+def pp_cases(cases: dict[str, dict]) -> dict[str, dict[str, object]]:
+    """``check_pipeline_parallel_compat`` on each case (server-args fields, ``arch`` and
+    ``model_impl`` included): its outcome, and whether the check imported the model
+    registry (which imports every model) or only the served model's module."""
+    results: dict[str, dict[str, object]] = {}
+    for name, fields in cases.items():
+        fields = dict(fields)
+        record = server_args(fields.pop("arch", PATCHED_ARCH), **fields)
+        before = set(sys.modules)
+        outcome = _outcome(_pp_compat, record, False)
+        models = sorted(m for m in set(sys.modules) - before if m.startswith("sglang.srt.models."))
+        results[name] = {
+            "outcome": outcome,
+            "registry": "sglang.srt.models.registry" in models,
+            "models": len(models),
+        }
     return results
 
 
 def main() -> None:
     if sys.argv[1:2] == ["--aux"]:
         print(json.dumps(aux_cases(json.loads(sys.argv[2]))))
+        return
+    if sys.argv[1:2] == ["--pp"]:
+        print(json.dumps(pp_cases(json.loads(sys.argv[2]))))
         return
     results = {}
     for name, (fields, pp_spec) in PP_CASES.items():

@@ -290,7 +290,13 @@ def _validation_line(result: UpstreamResult) -> str:
             "`pp_aux_relay_methods`, declared in the body of each causal-LM class whose "
             f"hooks this patch rewrote ({count}), and a subclass is covered only where it "
             "defines none of `__init__`, `forward` or the method's "
-            f"hook{subclass_words(result)}; every other refusal kept."
+            f"hook{subclass_words(result)}.  These architectures are answered from a table "
+            "of them and their methods in the hook, so the check imports no model code "
+            "for them (the model registry imports every model).  Any other class is "
+            "refused with a message naming the class, the method and the reason (its "
+            "decoder stack is not patched to relay captures, its constructor refuses PP, "
+            "it never splits its layers across stages, or the Transformers backend has no "
+            "capture hooks); every other refusal kept."
         )
     else:
         line = (

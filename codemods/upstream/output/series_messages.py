@@ -282,9 +282,14 @@ def _validation(patch, result: UpstreamResult) -> None:
             f"defines none of __init__, forward or the convention's hook"
             f"{subclass_words(result, '')}; in the patched "
             f"files, {len(found)} architecture{'s' if len(found) != 1 else ''} "
-            f"(capture conventions in brackets): {listed}.{flag}  Every other refusal is "
-            "kept, and any other model class is still refused (the message now mentions the "
-            "models that relay)."
+            f"(capture conventions in brackets): {listed}.{flag}  These architectures "
+            "are answered from a table of them and their conventions in the hook, so the "
+            "check imports no model code for them (the model registry imports every "
+            "model).  Every other refusal is kept, and any other model class is still "
+            "refused, with a message naming the class, the capture method and the "
+            "reason: its decoder stack is not patched to relay captures, its constructor "
+            "refuses PP, it never splits its layers across stages, or the Transformers "
+            "backend has no capture hooks."
         )
         + still
         + ("\n" + _guard_paragraph(result) if guards else "")

@@ -11,9 +11,9 @@
   body (``pp_aux_relay_methods``), or inherits it without defining ``__init__``,
   ``forward`` or the method's hook; every registered subclass of a declaring class that
   builds its own stack is refused by ``check_pipeline_parallel_compat`` (EAGLE3 with PP,
-  resolved with ``get_model_architecture``, as the server resolves it; the Transformers
-  backend is refused too) and by ``configure_aux_hidden_state_capture`` under PP, which
-  names the class and the method.
+  resolved as the server resolves it; the Transformers backend is refused too), naming
+  the class, the method and the reason, and by ``configure_aux_hidden_state_capture``
+  under PP, which names the class and the method.
 * sizing: the runner finds the relay of a stack nested in the model; a model that still
   defines ``get_pp_proxy_dspark_hidden_size`` (out of tree) is sized by it, with a
   deprecation warning.
@@ -268,16 +268,22 @@ class TestPPAuxRelayOptIn(CustomTestCase):
         for arch in eagle3:
             with self.subTest(arch=arch):
                 check_pipeline_parallel_compat(resolving_view(pp_server_args(arch)))
-        with self.assertRaises(
-            AssertionError
-        ):  # the Transformers backend relays nothing
-            check_pipeline_parallel_compat(
-                resolving_view(pp_server_args(eagle3[0], model_impl="transformers"))
-            )
+        transformers = pp_server_args(eagle3[0], model_impl="transformers")
+        with self.assertRaisesRegex(
+            ValueError,
+            r"^Transformers\w* cannot capture EAGLE3 aux hidden states with "
+            r"--pp-size 2: the Transformers backend has no capture hooks$",
+        ):
+            check_pipeline_parallel_compat(resolving_view(transformers))
         refused = [(a, c) for a, c, m in self.own_stack if m == "EAGLE3"]
-        for arch, _ in refused:
+        for arch, model_cls in refused:
             with self.subTest(arch=arch):
-                with self.assertRaisesRegex(AssertionError, "only supports EAGLE"):
+                with self.assertRaisesRegex(
+                    ValueError,
+                    f"^{model_cls.__name__} cannot capture EAGLE3 aux hidden states "
+                    "with --pp-size 2: its decoder stack is not patched to relay "
+                    "captures across pipeline stages$",
+                ):
                     check_pipeline_parallel_compat(resolving_view(pp_server_args(arch)))
 
     def test_an_inheriting_subclass_with_its_own_stack_is_refused_at_runtime(self):

@@ -37,22 +37,51 @@ target without ``set_dspark_layers_to_capture``, and DSPARK passes with PP on PD
 (``reachability.dspark_dflash_fallback``).
 
 Every other refusal stays as it is.  Before, the hook had no notion of a model that
-relays its captures.  After, a helper asks the model class the server will load, resolved
-the way the model loader resolves it (``get_model_architecture``: ``--model-impl`` and the
-architecture overrides included, so a model served through the Transformers backend is
-refused), whether it declares that it relays ``method``::
+relays its captures.  After, a check asks whether the model class the server will load
+relays ``method``, and refuses otherwise with a ``ValueError`` that names the class, the
+method and why (:mod:`.refusals`)::
 
-    def _pp_aux_capture_supported(cfg: Any, method: str) -> bool:
+    def _check_pp_aux_capture_supported(cfg: Any, method: str) -> None:
         ...
-        model_cls, _ = get_model_architecture(model_config_of(cfg))
-        return relays_pp_aux_capture(model_cls, method)
+        if arch in _PP_AUX_RELAY_METHODS and ...:
+            name, relays = arch, method in _PP_AUX_RELAY_METHODS[arch]
+        else:
+            ...
+            model_cls, arch = get_model_architecture(model_config)
+            name, relays = model_cls.__name__, relays_pp_aux_capture(model_cls, method)
+        if relays:
+            return
+        ...
+        raise ValueError(
+            f"{name} cannot capture {method} aux hidden states with "
+            f"--pp-size {cfg.pp_size}: {reason}"
+        )
+
+for instance ``Qwen3NextForCausalLM cannot capture EAGLE3 aux hidden states with --pp-size
+2: its constructor refuses pipeline parallelism``.  The reason is the Transformers
+backend's where the loader resolves to it, else the one the generator wrote into the hook
+for that architecture (``_PP_AUX_CAPTURE_REFUSALS``: the constructor refuses PP, or the
+model never splits its layers, from the family plan: :func:`.refusals.refusal_reasons`),
+else that its decoder stack is not patched to relay captures.  The check needs no model
+code for the architectures the patch makes relay: the hook holds them with the methods
+each relays (``_PP_AUX_RELAY_METHODS``: :func:`patched_architectures`, the answer
+``relays_pp_aux_capture`` gives on the patched tree, which
+``test_upstream_validation_architectures.py`` checks), and answers from it for the served
+architecture (``architectures[0]`` of the HF config) with ``--model-impl`` ``auto`` or
+``sglang``, no external model package and no disabled model module.  Any other
+architecture is resolved the way the model loader resolves it (``get_model_architecture``:
+``--model-impl`` and the architecture overrides included, so a model served through the
+Transformers backend is refused) and its class asked, which imports the model registry,
+and with it every model (several seconds at launch).
 
 The family patch declares ``pp_aux_relay_methods`` in the body of each causal-LM class
 whose hooks it rewrites, naming the methods of those hooks (``family/proxy_width.py``);
 ``relays_pp_aux_capture`` (the shipped module) reads it off the class that declares it and
 off subclasses that keep its ``__init__``, ``forward`` and hook, nothing else.  The same
-question is asked again where the capture is configured (``runtime_guard.py``), so no path
-past this validation loses captures silently.  The hook reads the architecture only on the
+question is asked again where the capture is configured (``runtime_guard.py``), of the
+model actually loaded, so no path past this validation loses captures silently (not one
+where the loader resolves another class than the table's, such as a plugin that
+re-registers an architecture).  The hook reads the architecture only on the
 paths that used to be refused, so every accepted configuration of today validates as
 before.  The architectures the result reports (PR body, facts) are the ``EntryClass``
 members of the patched model files that ``relays_pp_aux_capture`` admits once the patch is
@@ -95,9 +124,13 @@ from codemods.upstream.tree.reachability import (
     tree_refusals,
 )
 from codemods.upstream.tree.sglang_tree import SGLangTree
+from codemods.upstream.validation import refusals
 
 MODULE = "sglang.srt.arg_groups.validation_hook"
-HELPER_NAME = "_pp_aux_capture_supported"
+HELPER_NAME = "_check_pp_aux_capture_supported"
+#: The hook's tables: relaying architecture -> its methods, architecture -> reason.
+METHODS_TABLE = "_PP_AUX_RELAY_METHODS"
+REASONS_TABLE = "_PP_AUX_CAPTURE_REFUSALS"
 
 
 class ValidationShapeError(ValueError):
@@ -132,10 +165,10 @@ _DFLASH_BRANCH = """\
     elif (
         cfg.speculative_algorithm is not None
         and cfg.speculative_algorithm.upper() == "DFLASH"
-        and {helper}(cfg, "DFLASH")
     ):
         # The target relays DFLASH's aux hidden states to the last stage; like DSPARK,
         # the draft runs there on PD prefill.
+        {helper}(cfg, "DFLASH")
         assert cfg.disaggregation_mode == "prefill", (
             "Pipeline parallel DFLASH requires disaggregation-mode=prefill"
         )
@@ -149,10 +182,9 @@ _EAGLE_CHECK_NEW = """\
         # EAGLE3 runs on the EAGLE worker; it needs the aux hidden states of every
         # stage, which the target model relays to the last stage.
         algorithm = cfg.speculative_algorithm.upper()
-        eagle_worker = algorithm == "EAGLE" or (
-            algorithm == "EAGLE3" and {helper}(cfg, "EAGLE3")
-        )
-        assert eagle_worker and not cfg.enable_multi_layer_eagle, (
+        if algorithm == "EAGLE3":
+            {helper}(cfg, "EAGLE3")
+        assert algorithm in ("EAGLE", "EAGLE3") and not cfg.enable_multi_layer_eagle, (
 """
 
 _EAGLE_MESSAGE = """\
@@ -220,27 +252,99 @@ def rewords_aux_flag(old: str | None, new: str) -> bool:
 _ANCHOR = "def check_pipeline_parallel_compat(cfg: Any) -> None:\n"
 
 
-def render_helper() -> str:
-    """The helper inserted before ``check_pipeline_parallel_compat`` (black)."""
-    return f'''\
-def {HELPER_NAME}(cfg: Any, method: str) -> bool:
-    """Whether the model class the server loads relays the aux hidden states of
-    ``method`` (EAGLE3, DFLASH or DSPARK) from every pipeline stage to the last one."""
-    from sglang.srt.arg_groups.model_override_base import model_config_of
-    from {GLUE_MODULE} import relays_pp_aux_capture
-    from sglang.srt.model_loader.utils import get_model_architecture
+def _table(name: str, rows: dict[str, str]) -> str:
+    """``name = {...}``, one row a line (black); ``rows``: key -> value's source."""
+    if not rows:
+        return f"{name} = {{}}\n"
+    lines = "".join(f'    "{key}": {value},\n' for key, value in rows.items())
+    return f"{name} = {{\n{lines}}}\n"
 
-    model_cls, _ = get_model_architecture(model_config_of(cfg))
-    return relays_pp_aux_capture(model_cls, method)
+
+def _constant(name: str, text: str) -> str:
+    """``name = "text"``, in parentheses on a line of its own where too long (black)."""
+    line = f'{name} = "{text}"'
+    return f"{line}\n" if len(line) <= 88 else f'{name} = (\n    "{text}"\n)\n'
+
+
+def render_helper(relaying: dict[str, tuple[str, ...]], reasons: dict[str, str]) -> str:
+    """The helpers inserted before ``check_pipeline_parallel_compat`` (black): the
+    architectures that relay and their methods (``relaying``), the reasons of those that
+    cannot for a reason of their own (``reasons``: values of :mod:`.refusals`), and the
+    check that reads them."""
+    names = {refusals.REFUSES_PP: "_REFUSES_PP", refusals.NO_PP_SPLIT: "_NO_PP_SPLIT"}
+    methods = {
+        arch: "(" + ", ".join(f'"{m}"' for m in found) + ("," if len(found) == 1 else "") + ")"
+        for arch, found in relaying.items()
+    }
+    return f'''\
+# Aux hidden state capture under pipeline parallelism (EAGLE3, DFLASH, DSPARK).
+# The architectures whose model class relays the captures of every stage to the last
+# one, and the methods it relays (its pp_aux_relay_methods, as relays_pp_aux_capture
+# reads them): the check reads them here rather than import the model registry, which
+# imports every model.
+{_table(METHODS_TABLE, methods)}
+# Why a model class cannot capture aux hidden states under pipeline parallelism.
+{_constant("_NOT_RELAYED", refusals.NOT_RELAYED)}\
+{_constant("_TRANSFORMERS", refusals.TRANSFORMERS)}\
+{_constant("_REFUSES_PP", refusals.REFUSES_PP)}\
+{_constant("_NO_PP_SPLIT", refusals.NO_PP_SPLIT)}\
+# The architectures with a reason of their own; every other one that does not relay
+# gets _NOT_RELAYED.
+{_table(REASONS_TABLE, {a: names[r] for a, r in reasons.items()})}
+
+def {HELPER_NAME}(cfg: Any, method: str) -> None:
+    """Refuse ``method`` (EAGLE3, DFLASH or DSPARK) under pipeline parallelism, naming
+    the model class and why, unless the class the server loads relays its aux hidden
+    states from every pipeline stage to the last one.  An architecture of
+    {METHODS_TABLE} served by SGLang's own model class is answered from the table;
+    any other is resolved as the model loader resolves it (--model-impl and the
+    architecture overrides included)."""
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+
+    model_config = model_config_of(cfg)
+    architectures = getattr(model_config.hf_config, "architectures", None) or []
+    arch = architectures[0] if architectures else None
+    if (
+        arch in {METHODS_TABLE}
+        and model_config.model_impl in ("auto", "sglang")
+        and not envs.SGLANG_EXTERNAL_MODEL_PACKAGE.get()
+        and not envs.SGLANG_DISABLED_MODEL_ARCHS.get()
+    ):
+        name, relays = arch, method in {METHODS_TABLE}[arch]
+    else:
+        from {GLUE_MODULE} import relays_pp_aux_capture
+        from sglang.srt.model_loader.utils import get_model_architecture
+
+        model_cls, arch = get_model_architecture(model_config)
+        name, relays = model_cls.__name__, relays_pp_aux_capture(model_cls, method)
+    if relays:
+        return
+    if arch.startswith("Transformers"):
+        reason = _TRANSFORMERS
+    else:
+        reason = {REASONS_TABLE}.get(arch, _NOT_RELAYED)
+    raise ValueError(
+        f"{{name}} cannot capture {{method}} aux hidden states with "
+        f"--pp-size {{cfg.pp_size}}: {{reason}}"
+    )
 
 
 '''
 
 
-def relax(source: str, filename: str, dflash: bool = True) -> str:
+def relax(
+    source: str,
+    filename: str,
+    dflash: bool = True,
+    relaying: dict[str, tuple[str, ...]] | None = None,
+    reasons: dict[str, str] | None = None,
+) -> str:
     """``validation_hook.py`` text with the refusals relaxed for the models that declare
     ``pp_aux_relay_methods``.
 
+    ``relaying``: architecture -> the methods it relays (:func:`patched_architectures`),
+    which the hook reads instead of importing the model registry; ``reasons``: architecture -> why it cannot capture
+    under PP, where not :data:`.refusals.NOT_RELAYED` (:func:`.refusals.refusal_reasons`).
     ``dflash``: add the DFLASH branch to ``check_pipeline_parallel_compat`` (False where the
     release refuses DFLASH with PP elsewhere: DFLASH then stays refused there).  Raises
     :class:`ValidationShapeError` (naming ``filename``) when the hook lacks the
@@ -260,7 +364,8 @@ def relax(source: str, filename: str, dflash: bool = True) -> str:
                 f"{filename}: cannot relax PP validation: {what} not found once"
             )
     helper = HELPER_NAME
-    text = source.replace(_ANCHOR, render_helper() + _ANCHOR)
+    helpers = render_helper(relaying or {}, reasons or {})
+    text = source.replace(_ANCHOR, helpers + _ANCHOR)
     branch = _DFLASH_BRANCH if dflash else ""
     text = text.replace(_EAGLE_CHECK, (branch + _EAGLE_CHECK_NEW).format(helper=helper))
     text = text.replace(_EAGLE_MESSAGE, _EAGLE_MESSAGE_NEW if dflash else _EAGLE_MESSAGE_EAGLE3)
@@ -399,9 +504,11 @@ def _relays(
     return False
 
 
-def patched_architectures(plan: FamilyPlan) -> dict[str, tuple[str, ...]]:
+def patched_architectures(
+    plan: FamilyPlan, classes: _ModelClasses | None = None
+) -> dict[str, tuple[str, ...]]:
     """architecture -> conventions, over the ``EntryClass`` members of the patched files of
-    ``plan``.
+    ``plan`` (``classes``: its model files, parsed, where already at hand).
 
     The patch declares the methods of the rewritten hooks of each causal-LM class in its
     body; an ``EntryClass`` member counts for a method when ``relays_pp_aux_capture`` would
@@ -415,7 +522,7 @@ def patched_architectures(plan: FamilyPlan) -> dict[str, tuple[str, ...]]:
             for outer, _stack, hooks in decision.cases:
                 methods = {HOOK_METHODS[hook] for hook in hooks if hook in HOOK_METHODS}
                 declared.setdefault((decision.file, outer), set()).update(methods)
-    classes = _ModelClasses(plan.models_dir)
+    classes = classes or _ModelClasses(plan.models_dir)
     every = sorted({m for methods in declared.values() for m in methods})
     result: dict[str, set[str]] = {}
     for decision in plan.decisions.values():
@@ -434,7 +541,8 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
     patches none with an EAGLE3/DFLASH/DSPARK hook, or the release has no PP EAGLE path)."""
     if plan is None:
         return ValidationResult(None, {})
-    architectures = patched_architectures(plan)
+    classes = _ModelClasses(plan.models_dir)
+    architectures = patched_architectures(plan, classes)
     if not architectures:
         return ValidationResult(None, {})
     path = tree.module_path(MODULE)
@@ -446,7 +554,13 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
         if any("DFLASH" in methods for methods in architectures.values())
         else None
     )
-    new = relax(source, str(tree.file(path)), dflash=refused is None)
+    new = relax(
+        source,
+        str(tree.file(path)),
+        dflash=refused is None,
+        relaying=architectures,
+        reasons=refusals.refusal_reasons(plan, classes),
+    )
     return ValidationResult(
         FileChange(path, source, new, VALIDATION, Role.VALIDATION),
         architectures,

@@ -204,6 +204,14 @@ def test_validation_change_is_motivated_and_listed(tmp_path):
         "covered only where it defines none of `__init__`, `forward` or the method's hook" in mods
     )
     assert (
+        "These architectures are answered from a table of them and their methods in the "
+        "hook, so the check imports no model code for them (the model registry imports "
+        "every model).  Any other class is refused with a message naming the class, the "
+        "method and the reason (its decoder stack is not patched to relay captures, its "
+        "constructor refuses PP, it never splits its layers across stages, or the "
+        "Transformers backend has no capture hooks); every other refusal kept." in mods
+    )
+    assert (
         "`--enable-return-aux-hidden-states` with PP stays refused for every model, the "
         f"relaying ones included; its message now gives the reason that holds: {AUX_FLAG_REASON}."
         in mods

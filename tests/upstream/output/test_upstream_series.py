@@ -681,6 +681,16 @@ def test_validation_message_names_the_architectures_and_what_stays_refused(tmp_p
         "resolves it (get_model_architecture), that lists the convention in "
         "pp_aux_relay_methods" in flat
     )
+    assert (
+        "These architectures are answered from a table of them and their conventions in "
+        "the hook, so the check imports no model code for them" in flat
+    )
+    assert (
+        "any other model class is still refused, with a message naming the class, the "
+        "capture method and the reason: its decoder stack is not patched to relay "
+        "captures, its constructor refuses PP, it never splits its layers across stages, "
+        "or the Transformers backend has no capture hooks." in flat
+    )
     assert "check_pp_aux_capture" not in flat  # no runtime guard in this tree
     assert "in the patched files, 1 architecture (capture conventions" in flat
     assert "Still refused" not in flat

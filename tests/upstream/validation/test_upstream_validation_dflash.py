@@ -17,6 +17,8 @@ from codemods.upstream.validation.relax import (
     _EAGLE_CHECK,
     _EAGLE_MESSAGE,
     HELPER_NAME,
+    METHODS_TABLE,
+    REASONS_TABLE,
     dflash_refusal,
     patched_architectures,
     validation_changes,
@@ -98,18 +100,24 @@ def test_a_speculative_hook_refusing_dflash_keeps_dflash_refused(tmp_path):
     assert result.dflash_refused == refusal
     new = result.change.new
     # EAGLE3 is relaxed for the patched architectures; DFLASH gets no branch of its own.
-    assert f'algorithm == "EAGLE3" and {HELPER_NAME}(cfg, "EAGLE3")' in new
+    assert f'if algorithm == "EAGLE3":\n            {HELPER_NAME}(cfg, "EAGLE3")' in new
     assert DFLASH_BRANCH not in new and f'{HELPER_NAME}(cfg, "DFLASH")' not in new
     assert "EAGLE3 or DFLASH" not in new and "and EAGLE3 for models" in new
     # The report still lists DFLASH as a relayed capture convention (a DSPARK target reaches
-    # the DFLASH hook); the hook asks the model class, with no table of architectures.
+    # the DFLASH hook); the hook answers from its table of the relaying architectures,
+    # and asks the model class the loader resolves for any other one.
     assert result.architectures == {
         "LlamaDerived": ("DFLASH", "EAGLE3"),
         "LlamaForCausalLM": ("DFLASH", "EAGLE3"),
     }
-    assert "model_cls, _ = get_model_architecture(model_config_of(cfg))" in new
-    assert "return relays_pp_aux_capture(model_cls, method)" in new
-    assert "LlamaForCausalLM" not in new and "LlamaDerived" not in new
+    table = (
+        f'{METHODS_TABLE} = {{\n    "LlamaDerived": ("DFLASH", "EAGLE3"),\n'
+        '    "LlamaForCausalLM": ("DFLASH", "EAGLE3"),\n}'
+    )
+    assert table in new
+    assert f"{REASONS_TABLE} = {{}}" in new
+    assert "model_cls, arch = get_model_architecture(model_config)" in new
+    assert "relays_pp_aux_capture(model_cls, method)" in new
     compile(new, "validation_hook.py", "exec")
 
 
@@ -122,7 +130,7 @@ def test_a_speculative_hook_letting_dflash_through_gets_the_dflash_branch(tmp_pa
         new = result.change.new
         assert DFLASH_BRANCH in new and f'{HELPER_NAME}(cfg, "DFLASH")' in new, name
         assert "EAGLE3 or DFLASH for" in new
-        assert f'algorithm == "EAGLE3" and {HELPER_NAME}(cfg, "EAGLE3")' in new
+        assert f'if algorithm == "EAGLE3":\n            {HELPER_NAME}(cfg, "EAGLE3")' in new
         compile(new, "validation_hook.py", "exec")
 
 

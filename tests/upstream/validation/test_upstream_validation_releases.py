@@ -7,7 +7,8 @@ of the patched copy, imported on CPU, accepts EAGLE3 with PP on EAGLE's two path
 (``MistralForCausalLM(LlamaForCausalLM)`` in ``mistral.py``, a file the patch does not touch:
 the hook asks the model class, which keeps the declaring class's stack and hooks); every
 other refusal still refuses (another target model, ``Llama4ForCausalLM(LlamaForCausalLM)``
-with its own stack, the Transformers backend (``--model-impl transformers``), multi-layer
+with its own stack, the Transformers backend (``--model-impl transformers``): each named
+with its reason, ``test_upstream_validation_refusals.py`` covers every reason; multi-layer
 EAGLE, the overlap schedule, the
 ``SGLANG_ENABLE_PP_SPEC`` conditions, NGRAM, ``--min-free-slots-delay``).  DFLASH with PP
 stays refused on every path: these releases refuse it in ``speculative_hook._handle_dflash``
@@ -30,7 +31,8 @@ from sglang_support.env import run_python, sglang_tree
 from sglang_support.family_check import patched_copy
 
 from codemods.upstream.generate import generate
-from codemods.upstream.validation.relax import AUX_FLAG_MESSAGE, MODULE
+from codemods.upstream.validation.refusals import NOT_RELAYED, TRANSFORMERS
+from codemods.upstream.validation.relax import AUX_FLAG_MESSAGE, METHODS_TABLE, MODULE
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -53,9 +55,10 @@ DFLASH_REFUSED = (
     "dflash_pp_spec",
     "dflash_pp_spec_prefill",
 )
+CANNOT = "cannot capture EAGLE3 aux hidden states with --pp-size 2:"
 #: case -> the refusal that must remain (a part of its message).
 STILL_REFUSED = {
-    "eagle3_other_model": "only supports EAGLE",
+    "eagle3_other_model": f"KimiLinearForCausalLM {CANNOT} {NOT_RELAYED}",
     "dflash_prefill": "only supports EAGLE",
     "dflash_other_model": "only supports EAGLE",
     "eagle3_aggregate_without_pp_spec": "only supported on prefill nodes",
@@ -68,8 +71,8 @@ STILL_REFUSED = {
     "dflash_pp_spec_prefill": "only supports EAGLE",
     "ngram": "only supports EAGLE",
     # A subclass with its own stack (Llama4ForCausalLM), and the Transformers backend.
-    "eagle3_own_stack_subclass": "only supports EAGLE",
-    "eagle3_transformers_impl": "only supports EAGLE",
+    "eagle3_own_stack_subclass": f"Llama4ForCausalLM {CANNOT} {NOT_RELAYED}",
+    "eagle3_transformers_impl": f"TransformersForCausalLM {CANNOT} {TRANSFORMERS}",
     "min_free_slots_delay": "--min-free-slots-delay",
 }
 #: Refused with PP although the served class relays the method (0.5.23).
@@ -139,15 +142,19 @@ def test_patched_validation_accepts_eagle3_and_keeps_refusing_dflash_with_pp(pat
 
 
 def test_a_subclass_in_an_untouched_file_is_accepted_by_its_class(patched):
-    """No table names MistralForCausalLM: the patched hook resolves the model class, which
-    keeps the stack and hooks of the patched LlamaForCausalLM and so its declaration, while
-    a model whose file the patch leaves alone keeps its refusal."""
+    """No table names MistralForCausalLM (the hook's table lists the architectures of the
+    patched files, answered without model code): the patched hook resolves the model
+    class as the loader does, which keeps the stack and hooks of the patched
+    LlamaForCausalLM and so its declaration, while a model whose file the patch leaves
+    alone keeps its refusal."""
     version, result, outcomes = patched
     for case in SUBCLASS_ACCEPTED:
         assert outcomes[case] == "accepted", (version, case, outcomes[case])
     assert outcomes["eagle3_other_model"].startswith("refused:"), version
     change = next(c for c in result.changes if c.path == result.tree.module_path(MODULE))
-    assert "MistralForCausalLM" not in change.new and "LlamaForCausalLM" not in change.new
+    assert "MistralForCausalLM" not in change.new
+    table = change.new.split(f"{METHODS_TABLE} = {{\n", 1)[1].split("}", 1)[0]
+    assert '    "LlamaForCausalLM": ("DFLASH", "EAGLE3"),\n' in table
     assert "MistralForCausalLM" not in result.validation.architectures
     assert not any(c.path.endswith("/models/mistral.py") for c in result.changes)
     llama = next(c for c in result.changes if c.path.endswith("/models/llama.py"))
