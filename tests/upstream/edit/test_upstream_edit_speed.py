@@ -49,20 +49,30 @@ def _same(found: list, expected: list) -> bool:
     return len(found) == len(expected) and all(a is b for a, b in zip(found, expected, strict=True))
 
 
+def _libcst_findall(tree, nodes: list, matcher) -> list:
+    """``m.findall(tree, matcher)`` given LibCST's pre-order walk of ``tree`` (``nodes``):
+    the nodes ``m.matches`` takes, in walk order, so one walk serves every matcher
+    (``m.matches`` takes no ``MatchIfTrue``: those walk the tree again)."""
+    if isinstance(matcher, m.MatchIfTrue):
+        return m.findall(tree, matcher)
+    return [node for node in nodes if m.matches(node, matcher)]
+
+
 @pytest.mark.parametrize("path", MODEL_FILES[:40], ids=lambda p: p.name)
 def test_findall_gives_libcst_nodes_in_libcst_order(path):
     module = cst.parse_module(path.read_text(encoding="utf-8"))
     classes = [node for node in module.body if isinstance(node, cst.ClassDef)]
-    for matcher in MATCHERS:
-        assert _same(findall(module, matcher), m.findall(module, matcher)), matcher
-        for cls in classes:  # subtrees of an indexed tree, and trees of their own
-            for fn in m.findall(cls, m.FunctionDef()):
-                assert _same(findall(fn, matcher), m.findall(fn, matcher)), (cls.name, matcher)
     every = m.MatchIfTrue(lambda node: True)
-    assert _same(subtree(module), m.findall(module, every))
-    for cls in classes:
-        for fn in m.findall(cls, m.FunctionDef()):
-            assert _same(subtree(fn), m.findall(fn, every))
+    walks = [(module, m.findall(module, every))]
+    for cls in classes:  # subtrees of an indexed tree, and trees of their own
+        walks += [(fn, m.findall(fn, every)) for fn in m.findall(cls, m.FunctionDef())]
+    for tree, nodes in walks:
+        assert _same(subtree(tree), nodes)
+        for matcher in MATCHERS:
+            assert _same(findall(tree, matcher), _libcst_findall(tree, nodes, matcher)), matcher
+    # The one walk is LibCST's own findall, for a matcher of each kind.
+    for matcher in (m.Call(), m.Name("self") | m.Return(), m.Arg(keyword=m.Name())):
+        assert _same(_libcst_findall(module, walks[0][1], matcher), m.findall(module, matcher))
 
 
 def test_code_of_reads_dotted_names_and_generates_the_rest():
