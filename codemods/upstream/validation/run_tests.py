@@ -86,6 +86,15 @@ def patched_scratch(result: UpstreamResult, scratch: Path) -> Path:
     return scratch / parent_rel
 
 
+def run_python(
+    args: list[str], env: dict[str, str], cwd: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` with this interpreter, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def run_family(result: UpstreamResult, timeout: float = 1800.0) -> Validation:
     """Run the family test on a patched scratch copy; verdicts for every model it ran."""
     plan = result.family
@@ -107,14 +116,7 @@ def run_family(result: UpstreamResult, timeout: float = 1800.0) -> Validation:
             env.pop("CUDA_VISIBLE_DEVICES", None)
         for pp_size in PP_SIZES:
             try:
-                proc = subprocess.run(
-                    [sys.executable, str(test), "--json", str(pp_size)],
-                    env=env,
-                    cwd=scratch,
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout,
-                )
+                proc = run_python([str(test), "--json", str(pp_size)], env, scratch, timeout)
             except subprocess.TimeoutExpired:
                 return Validation(
                     problem=f"the family test ran past {timeout:.0f} s on {pp_size} stages"

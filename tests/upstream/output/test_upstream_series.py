@@ -535,6 +535,16 @@ def test_validate_claims_only_what_it_ran(sglang_release, tmp_path, monkeypatch)
     assert "are left out of this patch" in text
 
     monkeypatch.setenv("PYTHONPATH", str(STUBS_DIR))
+    # The family test's own processes start warm; its ranks start as they always do.
+    from sglang_support import warm
+
+    from codemods.upstream.validation import run_tests
+
+    monkeypatch.setattr(
+        run_tests,
+        "run_python",
+        lambda args, env, cwd, timeout: warm.run(args, env=env, cwd=cwd, timeout=timeout),
+    )
     body = tmp_path / "ran.md"
     outcome = CliRunner().invoke(
         cli,
