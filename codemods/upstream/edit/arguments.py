@@ -25,9 +25,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import libcst as cst
+import libcst.matchers as m
 
 from codemods.upstream.edit.pyformat import INDENT, Call, parse_statements, render_call
-from codemods.upstream.edit.walk import code_of
+from codemods.upstream.edit.walk import code_of, findall
 
 
 def has_parameter(fn: cst.FunctionDef, name: str) -> bool:
@@ -118,15 +119,13 @@ def _param_text(param: cst.Param | cst.ParamStar) -> str:
 
 def calls_of(node: cst.CSTNode, names: frozenset[str]) -> Iterator[cst.Call]:
     """Every call of a function named in ``names`` (``f(...)``, ``x.f(...)``), in order."""
-    if isinstance(node, cst.Call):
-        func = node.func
+    for call in findall(node, m.Call()):
+        func = call.func
         name = func.value if isinstance(func, cst.Name) else None
         if isinstance(func, cst.Attribute):
             name = func.attr.value
         if name in names:
-            yield node
-    for child in node.children:
-        yield from calls_of(child, names)
+            yield call
 
 
 def callee_of(call: cst.Call) -> str:
