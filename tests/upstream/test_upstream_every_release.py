@@ -6,17 +6,18 @@ the model files whose capture hooks look at the PP rank (return early off the la
 every one of them counted, are rewritten: patched to relay (by the family or by a part of
 their own), or, for a model that refuses PP in its constructor, rid of the early return
 that never runs (``dead_returns``: no capture hook decides by PP rank by itself) and
-nothing else.
+nothing else.  A release whose whole wheel is unpacked shares its generation with the other
+tests of the session (``sglang_support.generated``).
 """
 
 from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
+from sglang_support.generated import release_result
 from sglang_support.hook_trees import hook_tree
 
 from codemods.cli.commands import cli
-from codemods.upstream.generate import generate
 from codemods.upstream.output.family_report import REFUSES_PP
 from codemods.upstream.part import SUPPORTED, Verdict
 from codemods.upstream.tree.releases import LAST_BUILDS, release_of
@@ -29,7 +30,7 @@ KIMI_WITHOUT_HOOK = LAST_BUILDS[LAST_BUILDS.index("0.5.4.post3") : LAST_BUILDS.i
 @pytest.mark.parametrize("version", LAST_BUILDS)
 def test_every_release_gets_a_patch(version):
     root = hook_tree(version)
-    result = generate(root)
+    result = release_result(root)
     assert release_of(result.tree) == version
     assert result.patch, version
     for answer in result.parts:
