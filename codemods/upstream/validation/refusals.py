@@ -31,14 +31,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from codemods.catalog.derive.index import MODELS_DIR, ClassKey
+from codemods.catalog.derive.index import ClassKey
 from codemods.upstream.family.plan import OWNED_ELSEWHERE, FamilyPlan
 from codemods.upstream.family.planning.decision import FileDecision
-
-if TYPE_CHECKING:
-    from codemods.upstream.validation.relax import _ModelClasses
+from codemods.upstream.validation.model_classes import MODELS_PACKAGE, ModelClasses
 
 #: The reason of every class that does not relay a method's captures, unless it has one of
 #: the others.
@@ -50,7 +47,6 @@ REFUSES_PP = "its constructor refuses pipeline parallelism"
 #: The reason of a class none of whose model code knows of pipeline stages.
 NO_PP_SPLIT = "it never splits its layers across pipeline stages"
 
-MODELS_PACKAGE = ".".join(MODELS_DIR)
 #: Model code that reads a PP rank, group or size, or a stage's share of the layers.
 _PP_SPLIT = re.compile(
     r"\b(?:start_layer|end_layer|pp_group|get_pp_group|PPMissingLayer|PPProxyTensors"
@@ -63,7 +59,7 @@ _FROM_PACKAGE = re.compile(rf"\bfrom {re.escape(MODELS_PACKAGE)} import \(?([\w,
 _RELATIVE = re.compile(r"^\s*from \.(\w+)", re.MULTILINE)
 
 
-def refusal_reasons(plan: FamilyPlan, classes: _ModelClasses) -> dict[str, str]:
+def refusal_reasons(plan: FamilyPlan, classes: ModelClasses) -> dict[str, str]:
     """architecture -> :data:`REFUSES_PP` or :data:`NO_PP_SPLIT`, over the ``EntryClass``
     members of the files of ``plan`` it leaves alone (none of a patched file, or of a file
     another rewriter owns); ``classes``: the model files of ``plan``'s tree, parsed."""
@@ -85,7 +81,7 @@ def refusal_reasons(plan: FamilyPlan, classes: _ModelClasses) -> dict[str, str]:
 
 
 def _reason(
-    classes: _ModelClasses, key: ClassKey, decision: FileDecision, splits: dict[str, bool]
+    classes: ModelClasses, key: ClassKey, decision: FileDecision, splits: dict[str, bool]
 ) -> str | None:
     refusing = {(decision.file, hook.split(".", 1)[0]) for hook in decision.dead_returns}
     order = classes.mro(key) or []
@@ -103,7 +99,7 @@ def _reason(
     return None
 
 
-def _splits(classes: _ModelClasses, file: str, splits: dict[str, bool]) -> bool:
+def _splits(classes: ModelClasses, file: str, splits: dict[str, bool]) -> bool:
     """Whether the model file ``file``, or a model file it names, directly or through the
     files it names, reads a PP rank, group or size, or a stage's layer range, or loads
     model code dynamically (memoised in ``splits``)."""
@@ -124,7 +120,7 @@ def _splits(classes: _ModelClasses, file: str, splits: dict[str, bool]) -> bool:
     return splits[file]
 
 
-def _named_files(classes: _ModelClasses, file: str, text: str) -> list[str]:
+def _named_files(classes: ModelClasses, file: str, text: str) -> list[str]:
     """The model files ``file`` imports from, wherever in it (a function may import the
     language model it builds)."""
     package = f"{MODELS_PACKAGE}.{file.removesuffix('.py').replace('/', '.')}".rsplit(".", 1)[0]

@@ -103,15 +103,8 @@ from __future__ import annotations
 import ast
 import textwrap
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from codemods.catalog.derive.index import (
-    MODELS_DIR,
-    ClassKey,
-    HookFactsError,
-    _Module,
-    _parse_module,
-)
+from codemods.catalog.derive.index import ClassKey
 from codemods.upstream.edit.change_kinds import VALIDATION, Role
 from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.patchfile import FileChange
@@ -125,6 +118,7 @@ from codemods.upstream.tree.reachability import (
 )
 from codemods.upstream.tree.sglang_tree import SGLangTree
 from codemods.upstream.validation import refusals
+from codemods.upstream.validation.model_classes import ModelClasses
 
 MODULE = "sglang.srt.arg_groups.validation_hook"
 HELPER_NAME = "_check_pp_aux_capture_supported"
@@ -374,104 +368,9 @@ def relax(
     return text
 
 
-#: The package of the model files, as their imports name it.
-MODELS_PACKAGE = ".".join(MODELS_DIR)
 #: What a class that does not declare the relay may not define, besides the method's hook,
 #: for its declaration to be inherited (``relays_pp_aux_capture``).
 _KEPT = ("__init__", "forward")
-#: A base outside the model files (``nn.Module``, a class from another package).
-_OUTSIDE = "?"
-
-
-class _ModelClasses:
-    """The model files of a tree, parsed on demand, with their classes' bases resolved
-    through their imports across the model files (``catalog.derive.index``'s parsing)."""
-
-    def __init__(self, models_dir: Path) -> None:
-        self.models_dir = models_dir
-        self._modules: dict[str, _Module | None] = {}
-
-    def module(self, rel: str) -> _Module | None:
-        if rel not in self._modules:
-            path = self.models_dir / rel
-            dotted = f"{MODELS_PACKAGE}.{rel.removesuffix('.py').replace('/', '.')}"
-            dotted = dotted.removesuffix(".__init__")
-            try:
-                text = path.read_text(encoding="utf-8-sig")
-                parsed: _Module | None = _parse_module(rel, dotted, text, str(path))
-            except (OSError, UnicodeDecodeError, HookFactsError):
-                parsed = None
-            self._modules[rel] = parsed
-        return self._modules[rel]
-
-    def _file_of(self, dotted: str) -> str | None:
-        """The model file of the module ``dotted`` (None outside the model files)."""
-        if not dotted.startswith(MODELS_PACKAGE + "."):
-            return None
-        rel = dotted[len(MODELS_PACKAGE) + 1 :].replace(".", "/")
-        for candidate in (f"{rel}.py", f"{rel}/__init__.py"):
-            if (self.models_dir / candidate).is_file():
-                return candidate
-        return None
-
-    def resolve(self, rel: str, name: str, depth: int = 0) -> ClassKey | None:
-        """The class ``name`` means in the model file ``rel`` (defined or imported there)."""
-        module = self.module(rel)
-        if module is None or depth > 8:
-            return None
-        if name in module.classes:
-            return (rel, name)
-        if name in module.imports:
-            dotted, original = module.imports[name]
-            target = self._file_of(dotted)
-            if target is not None:
-                return self.resolve(target, original, depth + 1)
-        return None
-
-    def _base(self, key: ClassKey, base: ast.expr) -> ClassKey:
-        found = None
-        if isinstance(base, ast.Name):
-            found = self.resolve(key[0], base.id)
-        elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
-            # ``module.Class``, the module imported from the model package.
-            module = self.module(key[0])
-            imported = module.imports.get(base.value.id) if module is not None else None
-            target = self._file_of(".".join(imported)) if imported is not None else None
-            if target is not None:
-                found = self.resolve(target, base.attr)
-        return found if found is not None else (_OUTSIDE, ast.unparse(base))
-
-    def classdef(self, key: ClassKey) -> ast.ClassDef | None:
-        module = self.module(key[0]) if key[0] != _OUTSIDE else None
-        return module.classes.get(key[1]) if module is not None else None
-
-    def mro(self, key: ClassKey, depth: int = 0) -> list[ClassKey] | None:
-        """The C3 method resolution order of ``key`` (a base outside the model files stands
-        for itself alone); None where it cannot be linearised."""
-        node = self.classdef(key)
-        if node is None or depth > 32:
-            return [key]
-        bases = [self._base(key, base) for base in node.bases]
-        sequences = [self.mro(base, depth + 1) for base in bases]
-        if any(sequence is None for sequence in sequences):
-            return None
-        pending = [list(sequence) for sequence in sequences if sequence] + [bases]
-        order = [key]
-        while any(pending):
-            pending = [sequence for sequence in pending if sequence]
-            head = next(
-                (
-                    sequence[0]
-                    for sequence in pending
-                    if not any(sequence[0] in other[1:] for other in pending)
-                ),
-                None,
-            )
-            if head is None:
-                return None
-            order.append(head)
-            pending = [sequence[1:] if sequence[0] == head else sequence for sequence in pending]
-        return order
 
 
 def _defines(node: ast.ClassDef) -> set[str]:
@@ -488,7 +387,7 @@ def _defines(node: ast.ClassDef) -> set[str]:
 
 
 def _relays(
-    classes: _ModelClasses, key: ClassKey, method: str, declared: dict[ClassKey, set[str]]
+    classes: ModelClasses, key: ClassKey, method: str, declared: dict[ClassKey, set[str]]
 ) -> bool:
     """What ``relays_pp_aux_capture`` answers for the class ``key`` once the patch is applied:
     along its method resolution order, the first class that declares the relay decides; one
@@ -505,7 +404,7 @@ def _relays(
 
 
 def patched_architectures(
-    plan: FamilyPlan, classes: _ModelClasses | None = None
+    plan: FamilyPlan, classes: ModelClasses | None = None
 ) -> dict[str, tuple[str, ...]]:
     """architecture -> conventions, over the ``EntryClass`` members of the patched files of
     ``plan`` (``classes``: its model files, parsed, where already at hand).
@@ -522,7 +421,7 @@ def patched_architectures(
             for outer, _stack, hooks in decision.cases:
                 methods = {HOOK_METHODS[hook] for hook in hooks if hook in HOOK_METHODS}
                 declared.setdefault((decision.file, outer), set()).update(methods)
-    classes = classes or _ModelClasses(plan.models_dir)
+    classes = classes or ModelClasses(plan.models_dir)
     every = sorted({m for methods in declared.values() for m in methods})
     result: dict[str, set[str]] = {}
     for decision in plan.decisions.values():
@@ -541,7 +440,7 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
     patches none with an EAGLE3/DFLASH/DSPARK hook, or the release has no PP EAGLE path)."""
     if plan is None:
         return ValidationResult(None, {})
-    classes = _ModelClasses(plan.models_dir)
+    classes = ModelClasses(plan.models_dir)
     architectures = patched_architectures(plan, classes)
     if not architectures:
         return ValidationResult(None, {})

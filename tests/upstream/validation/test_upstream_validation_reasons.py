@@ -14,7 +14,7 @@ from pathlib import Path
 
 from codemods.upstream.family.plan import REFUSES_PP, FamilyPlan, FileDecision
 from codemods.upstream.validation import refusals
-from codemods.upstream.validation.relax import _ModelClasses
+from codemods.upstream.validation.model_classes import ModelClasses
 
 REFUSING = """\
 class StackModel:
@@ -113,7 +113,7 @@ def test_reasons_follow_the_plan_and_the_model_files(tmp_path: Path):
         "dynamic.py": _kept("dynamic.py", "DynamicForCausalLM", "x"),
     }
     plan = FamilyPlan(models, decisions)
-    found = refusals.refusal_reasons(plan, _ModelClasses(models))
+    found = refusals.refusal_reasons(plan, ModelClasses(models))
     assert found == {
         # The class that asserts one stage, and a subclass that runs its constructor.
         "RefusingForCausalLM": refusals.REFUSES_PP,
@@ -132,4 +132,4 @@ def test_a_patched_file_gets_no_reason(tmp_path: Path):
         (models / name).write_text(text)
     decision = FileDecision("single.py", (), (), True, "patched")
     plan = FamilyPlan(models, {"single.py": decision})
-    assert refusals.refusal_reasons(plan, _ModelClasses(models)) == {}
+    assert refusals.refusal_reasons(plan, ModelClasses(models)) == {}
