@@ -27,12 +27,12 @@ from codemods.installed.errors import InstalledError, Refused
 from codemods.installed.journal import Entry, Journal
 from codemods.installed.locate import Installation, locate
 from codemods.installed.phases import NO_PHASES, Phases
+from codemods.upstream.facts import GUARD
 from codemods.upstream.generate import CannotApply, MissingModelFile, generate
 from codemods.upstream.result import UpstreamResult
 from codemods.upstream.sizing import graph_sizing
 from codemods.upstream.tree.sglang_tree import TreeError
 from codemods.upstream.validation import relax as validation
-from codemods.upstream.validation.part import GUARD_NAME
 
 Say = Callable[[str], None]
 
@@ -267,8 +267,8 @@ def _targets(installation: Installation, result: UpstreamResult) -> dict[str, st
     if tree.file(validation_path).is_file():
         targets[validation_path] = part
     # The runner files where the runtime guard found a call of a capture hook.
-    guard = result.facts(GUARD_NAME)
-    for site in getattr(guard, "sites", ()):
+    guard = result.facts(GUARD)
+    for site in guard.sites if guard is not None else ():
         targets.setdefault(site.path, part)
     if result.family is not None:
         models = tree.module_path("sglang.srt.models.x").rsplit("/", 1)[0]

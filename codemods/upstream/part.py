@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.tree.sglang_tree import SGLangTree
@@ -40,6 +40,28 @@ class Verdict(Enum):
     NOT_APPLICABLE = "not applicable"
     LEFT_OUT = "left out"
     CANNOT_APPLY = "cannot apply"
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class FactsKey(Generic[T]):
+    """The facts of part ``part``: a value of ``kind``."""
+
+    part: str
+    kind: type[T]
+
+    def read(self, facts: Any) -> T | None:
+        """``facts`` as the part's type; a value of another type is a bug in the part."""
+        if facts is None:
+            return None
+        if not isinstance(facts, self.kind):
+            raise TypeError(
+                f"the {self.part!r} part's facts are a {type(facts).__name__}, "
+                f"not a {self.kind.__name__}"
+            )
+        return facts
 
 
 @dataclass(frozen=True)
@@ -150,10 +172,10 @@ class Plan:
         """Whether model file ``<stem>.py`` is part of this patch."""
         return self.models is None or stem in self.models
 
-    def facts(self, name: str) -> Any:
-        """The facts of the part ``name`` decided before (None: none)."""
-        decision = self.decided.get(name)
-        return None if decision is None else decision.facts
+    def facts(self, key: FactsKey[T]) -> T | None:
+        """The facts of the part ``key`` names, decided before (None: none)."""
+        decision = self.decided.get(key.part)
+        return None if decision is None else key.read(decision.facts)
 
     def changed_paths(self) -> set[str]:
         return {c.path for d in self.decided.values() for c in d.changes}

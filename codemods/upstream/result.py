@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.patchfile import FileChange, changed_paths, render_patch
 from codemods.upstream.edit.runtime import holds_helpers
-from codemods.upstream.part import Decision, ModelState, Verdict
+from codemods.upstream.facts import FAMILY, SHIPPED_TESTS, VALIDATION
+from codemods.upstream.family.plan import FamilyPlan
+from codemods.upstream.part import Decision, FactsKey, ModelState, T, Verdict
 from codemods.upstream.sizing import packer_access
 from codemods.upstream.tree.releases import release_of
 from codemods.upstream.tree.sglang_tree import SGLangTree
+from codemods.upstream.validation.relax import ValidationResult
 
 
 @dataclass(frozen=True)
@@ -27,15 +29,6 @@ class PartAnswer:
 
     name: str
     decision: Decision
-
-
-def _part_facts(name: str, doc: str) -> Any:
-    """An ``UpstreamResult`` property that reads and replaces part ``name``'s facts."""
-    return property(
-        lambda result: result.facts(name),
-        lambda result, facts: result.set_facts(name, facts),
-        doc=doc,
-    )
 
 
 @dataclass
@@ -50,13 +43,16 @@ class UpstreamResult:
     def decision(self, name: str) -> Decision | None:
         return next((a.decision for a in self.parts if a.name == name), None)
 
-    def facts(self, name: str) -> Any:
-        decision = self.decision(name)
-        return None if decision is None else decision.facts
+    def facts(self, key: FactsKey[T]) -> T | None:
+        """The facts of the part ``key`` names (:mod:`codemods.upstream.facts`)."""
+        decision = self.decision(key.part)
+        return None if decision is None else key.read(decision.facts)
 
-    def set_facts(self, name: str, facts: Any) -> None:
-        """Replace the facts of part ``name`` (an answer that applies, added if absent); a
-        new list of answers, so a copy of the result keeps its own."""
+    def set_facts(self, key: FactsKey[T], facts: T | None) -> None:
+        """Replace the facts of the part ``key`` names (an answer that applies, added if
+        absent); a new list of answers, so a copy of the result keeps its own."""
+        name = key.part
+        key.read(facts)
         if self.decision(name) is None:
             self.parts = [*self.parts, PartAnswer(name, Decision(Verdict.APPLIES, facts=facts))]
             return
@@ -84,10 +80,23 @@ class UpstreamResult:
         """The parts that would apply but are not in this patch (a partial patch)."""
         return [a for a in self.parts if a.decision.verdict is Verdict.LEFT_OUT]
 
-    family = _part_facts("family", "The capture-hook family's plan (None: not asked for).")
-    validation = _part_facts(
-        "validation", "What the server-arg validation part decided (None: not run)."
-    )
+    @property
+    def family(self) -> FamilyPlan | None:
+        """The capture-hook family's plan (None: not asked for)."""
+        return self.facts(FAMILY)
+
+    @family.setter
+    def family(self, plan: FamilyPlan | None) -> None:
+        self.set_facts(FAMILY, plan)
+
+    @property
+    def validation(self) -> ValidationResult | None:
+        """What the server-arg validation part decided (None: not run)."""
+        return self.facts(VALIDATION)
+
+    @validation.setter
+    def validation(self, found: ValidationResult | None) -> None:
+        self.set_facts(VALIDATION, found)
 
     @property
     def tests(self) -> dict[str, str]:
@@ -95,7 +104,8 @@ class UpstreamResult:
         patch; left out of a package tree's, see ``tests_left_out``)."""
         validation = self.validation
         relay = validation.tests if validation is not None else {}
-        return {**(self.facts("shipped_tests") or {}), **relay}
+        shipped: dict[str, str] = self.facts(SHIPPED_TESTS) or {}
+        return {**shipped, **relay}
 
     @property
     def release(self) -> str | None:

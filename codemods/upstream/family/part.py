@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from codemods.upstream import facts as part_facts
 from codemods.upstream import part
 from codemods.upstream.edit.change_kinds import TESTS, Role, model_group
 from codemods.upstream.edit.patchfile import FileChange
@@ -79,7 +80,7 @@ def decide_family(tree: SGLangTree, plan: part.Plan) -> part.Decision:
 
 
 def decide_tests(tree: SGLangTree, plan: part.Plan) -> part.Decision:
-    family = plan.facts("family")
+    family = plan.facts(part_facts.FAMILY)
     tests = shipped_tests(family, tree) if family is not None else {}
     if not tests:
         return part.not_applicable("no model file of the capture-hook family is rewritten")

@@ -180,8 +180,10 @@ def _motivation(result: UpstreamResult) -> str:
             "return never runs and nothing is lost; the patch drops it (no capture hook "
             "decides by PP rank by itself) and declares no relay for them;"
         )
-    patched = result.family.patched if result.family is not None else []
-    inheriting = [f for f in patched if result.family.decisions[f].inherits]
+    plan = result.family
+    patched = plan.patched if plan is not None else []
+    decisions = plan.decisions if plan is not None else {}
+    inheriting = [f for f in patched if decisions[f].inherits]
     others = [file for file in patched if file not in early and file not in inheriting]
     if others:
         lines.append(
@@ -190,7 +192,7 @@ def _motivation(result: UpstreamResult) -> str:
             "last, so under PP the captures of earlier stages are lost the same way;"
         )
     for file in inheriting:
-        decision = result.family.decisions[file]
+        decision = decisions[file]
         outer, stack, _hooks = decision.cases[0]
         lines.append(
             f"1. `{outer}` ({code_span(file)}) inherits the hooks of `{decision.inherits}` but "

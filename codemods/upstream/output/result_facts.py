@@ -10,6 +10,7 @@ from __future__ import annotations
 from codemods.upstream.edit import names
 from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.edit.patchfile import FileChange
+from codemods.upstream.facts import GUARD
 from codemods.upstream.part import SUPPORTED, ModelState
 from codemods.upstream.result import UpstreamResult
 from codemods.upstream.tree.reachability import (
@@ -104,7 +105,6 @@ def validation_change(result: UpstreamResult):
 
 
 #: The runtime guard part (``validation/part.py``) and the check it puts before each call.
-GUARD_PART = "runtime guard"
 GUARD_CALL = "check_pp_aux_capture(model, METHOD, pp_size)"
 
 
@@ -113,8 +113,8 @@ def guard_places(result: UpstreamResult) -> list[tuple[str, list[str]]]:
     hook call, in patch order: the runner files it changes and, from the guard part's
     facts, the functions whose calls it guards there (a file it changes only to pass
     ``pp_size`` is not one)."""
-    found = result.facts(GUARD_PART)
-    sites = getattr(found, "sites", ())
+    found = result.facts(GUARD)
+    sites = found.sites if found is not None else ()
     places = []
     for change in result.changes:
         if change.role is Role.RUNTIME_GUARD and change.changed:
@@ -139,8 +139,8 @@ def guard_passes(result: UpstreamResult, name=lambda path: path, function=lambda
     """Where the check reads a function's new ``pp_size`` parameter: ``f takes pp_size: int
     = 1, which caller (file) passes as value``, one clause per function, joined with
     "and" (``name`` writes a path, ``function`` a function or value); "" where none."""
-    found = result.facts(GUARD_PART)
-    calls = [c for c in getattr(found, "callers", ()) if not c.passed]
+    found = result.facts(GUARD)
+    calls = [c for c in (found.callers if found is not None else ()) if not c.passed]
     if not guard_places(result) or not calls:
         return ""
     clauses = []

@@ -1,7 +1,7 @@
 """The CUDA-graph sizing of the aux entry and the packer accessor as parts of the patch.
 
 Both follow the capture-hook family: they apply when the family part rewrites model
-files (its plan is ``plan.facts("family")``).
+files (its plan is ``plan.facts(facts.FAMILY)``).
 
 * ``sizing``: along SGLang's DSPARK sizing path, renamed for every capture method
   (0.5.21+, ``graph_sizing.py``; the release's DSPARK contract kept for out-of-tree
@@ -23,6 +23,7 @@ import re
 
 from codemods.upstream import part
 from codemods.upstream.edit.change_kinds import Role
+from codemods.upstream.facts import FAMILY
 from codemods.upstream.sizing import packer_access
 from codemods.upstream.sizing.dspark_alias import keep_dspark_contract_in
 from codemods.upstream.sizing.graph_sizing import SIZING_MODULES, has_dspark_sizing, sizing_changes
@@ -38,7 +39,7 @@ NO_FAMILY = "no model file of the capture-hook family is rewritten"
 
 
 def _rewritten(plan: part.Plan) -> dict[str, str]:
-    family = plan.facts("family")
+    family = plan.facts(FAMILY)
     # A file whose dead early return alone is dropped calls no helper: nothing to size.
     return {} if family is None or not family.patched else family.rewritten()
 

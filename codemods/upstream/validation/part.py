@@ -11,7 +11,7 @@
   sizing part's ``model_runner.py``, where a call passes ``pp_size``).  Its facts are the
   :class:`~codemods.upstream.validation.runtime_guard.GuardResult`.
 * ``validation`` (``relax.py``): runs last, accepting what the model parts before it make
-  safe, for the architectures the capture-hook family rewrites (``plan.facts("family")``).
+  safe, for the architectures the capture-hook family rewrites (``plan.facts(facts.FAMILY)``).
   Where it relaxes the validation and the runtime is guarded it ships the relay test.  Its
   facts are the :class:`~codemods.upstream.validation.relax.ValidationResult`, always set,
   with the shipped relay test in ``tests`` where it is part of the patch.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from codemods.upstream import facts as part_facts
 from codemods.upstream import part
 from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.runtime import runtime_change
@@ -32,12 +33,11 @@ from codemods.upstream.validation.relax import (
     validation_changes,
 )
 from codemods.upstream.validation.runtime_guard import (
-    GuardResult,
     relay_test,
     relay_test_changes,
 )
 
-GUARD_NAME = "runtime guard"
+GUARD_NAME = part_facts.GUARD.part
 
 
 def decide_guard(tree: SGLangTree, plan: part.Plan) -> part.Decision:
@@ -69,7 +69,7 @@ def decide_guard(tree: SGLangTree, plan: part.Plan) -> part.Decision:
 
 def decide(tree: SGLangTree, plan: part.Plan) -> part.Decision:
     try:
-        found = validation_changes(tree, plan.facts("family"))
+        found = validation_changes(tree, plan.facts(part_facts.FAMILY))
     except ValidationShapeError as err:
         return part.cannot_apply(str(tree.file(tree.module_path(MODULE))), str(err))
     if not found.architectures:
@@ -84,8 +84,8 @@ def decide(tree: SGLangTree, plan: part.Plan) -> part.Decision:
     change = found.change
     if not change.changed:
         return part.applies([], found.notes, facts=found)
-    guarded = plan.facts(GUARD_NAME)
-    if isinstance(guarded, GuardResult) and guarded.changes:
+    guarded = plan.facts(part_facts.GUARD)
+    if guarded is not None and guarded.changes:
         found = replace(found, tests=relay_test(tree))
     relay = relay_test_changes(tree, found.tests)
     return part.applies([*relay, change], found.notes, facts=found)
