@@ -37,28 +37,94 @@ HOOK_NAME_FORM = r"set_[a-z0-9_]+_layers_to_capture"
 HOOK_NAME_PATTERN = re.compile(f"^{HOOK_NAME_FORM}$")
 
 
-def _sglang_hook(family: str, none_meaning: str, accepts_none: bool = False) -> Hook:
-    """A hook SGLang defines: its name and its errors' texts follow from the family."""
-    label = family.upper()
+@dataclass(frozen=True)
+class CaptureMethod:
+    """One capture method: one row of the registry both sides derive their tables from.
+
+    The caller codemods' hook (:data:`CATALOG`), the upstream patch's hook-to-method tables,
+    its relay declarations and PR texts, and the speculative checks that mean a drafter
+    needs the capture all follow from these rows (:mod:`codemods.catalog.methods`).
+    """
+
+    #: ``dspark``: the hook is ``set_dspark_layers_to_capture``, the method ``DSPARK``.
+    family: str
+    #: What ``None`` means to the hook, for reports.
+    none_meaning: str
+    #: ``True`` when the hook takes ``None`` to mean "default layers".
+    accepts_none: bool = False
+    #: The short name PR titles give it (empty: :attr:`name`).
+    title: str = ""
+    #: Speculative-algorithm checks whose truth means the drafter needs its capture
+    #: (empty: ``is_<family>``).
+    spec_checks: tuple[str, ...] = ()
+    #: Its place (1, 2, ...) in the ``pp_aux_relay_methods`` the upstream patch declares on
+    #: the classes whose hook it rewrites; 0: the patch does not relay it.
+    relay_order: int = 0
+    #: The patch's server-argument validation change admits it with PP for the patched
+    #: architectures (``validation/relax.py``).
+    admitted_with_pp: bool = False
+    #: SGLang relays it across stages in its own model files (0.5.21+), which the patch moves
+    #: onto the shared entry and declares on the classes that define its hook.
+    relayed_natively: bool = False
+    #: The family of the hook SGLang's runner configures for a target of this method that
+    #: lacks this method's hook (empty: none).
+    falls_back_to: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.family.upper()
+
+    @property
+    def hook(self) -> str:
+        return f"set_{self.family}_layers_to_capture"
+
+
+#: The capture methods, in the order the caller codemods list their hooks.  A new capture
+#: method is one row here (and its fixtures).
+METHODS: tuple[CaptureMethod, ...] = (
+    CaptureMethod(
+        "dspark",
+        "rejected",
+        relay_order=3,
+        relayed_natively=True,
+        falls_back_to="dflash",
+    ),
+    CaptureMethod(
+        "dflash",
+        "rejected by most models",
+        title="DFlash",
+        relay_order=2,
+        admitted_with_pp=True,
+    ),
+    CaptureMethod(
+        "eagle3",
+        "default layers [2, n // 2, n - 3]",
+        accepts_none=True,
+        spec_checks=("is_eagle", "is_eagle3"),
+        relay_order=1,
+        admitted_with_pp=True,
+    ),
+    CaptureMethod("msd", "rejected"),
+)
+
+
+def method_hook(method: CaptureMethod) -> Hook:
+    """A method's hook: its name and its errors' texts follow from the family."""
+    label = method.name
     return Hook(
-        name=f"set_{family}_layers_to_capture",
-        family=family,
-        accepts_none=accepts_none,
-        none_meaning=none_meaning,
+        name=method.hook,
+        family=method.family,
+        accepts_none=method.accepts_none,
+        none_meaning=method.none_meaning,
         none_error=None
-        if accepts_none
+        if method.accepts_none
         else ("ValueError", f"{label} requires explicit layer_ids for aux hidden capture."),
         pp_error=("NotImplementedError", f"{label} aux hidden capture requires PP=1."),
     )
 
 
 #: set_dspark_layers_to_capture, set_dflash_..., set_eagle3_..., set_msd_layers_to_capture.
-CATALOG: tuple[Hook, ...] = (
-    _sglang_hook("dspark", "rejected"),
-    _sglang_hook("dflash", "rejected by most models"),
-    _sglang_hook("eagle3", "default layers [2, n // 2, n - 3]", accepts_none=True),
-    _sglang_hook("msd", "rejected"),
-)
+CATALOG: tuple[Hook, ...] = tuple(method_hook(method) for method in METHODS)
 
 
 def custom_hook(name: str) -> Hook:

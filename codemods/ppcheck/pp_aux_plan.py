@@ -27,9 +27,15 @@ from typing import Any
 AUX_ENTRY = "aux_hidden_states"
 PP_LAYER_PARTITION_ENV = "SGLANG_PP_LAYER_PARTITION"
 MODES = ("relay", "direct")
+#: The capture method whose messages the checks give by default: the one SGLang relays in
+#: its own model files (``codemods.catalog.methods.NATIVE``; this module imports nothing of
+#: ``codemods``, so that it and the transport can be used on their own).
+DEFAULT_FEATURE = "DSPARK"
 
 
-def validate_layer_ids(layer_ids: Any, num_layers: int, *, feature: str = "DSPARK") -> list[int]:
+def validate_layer_ids(
+    layer_ids: Any, num_layers: int, *, feature: str = DEFAULT_FEATURE
+) -> list[int]:
     """Check the capture ids and return them as a new list, requested order kept.
 
     Raises ``ValueError`` for None, a value that is not a list or tuple, an element
@@ -179,7 +185,7 @@ class AuxCapturePlan:
         pp_rank: int,
         pp_size: int,
         mode: str = "relay",
-        feature: str = "DSPARK",
+        feature: str = DEFAULT_FEATURE,
     ) -> AuxCapturePlan:
         ids = validate_layer_ids(layer_ids, num_layers, feature=feature)
         return cls(tuple(ids), num_layers, pp_rank, pp_size, mode)

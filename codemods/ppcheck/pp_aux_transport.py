@@ -64,6 +64,7 @@ import torch.distributed as dist
 # so tools without torch can plan with the same code.
 from .pp_aux_plan import (
     AUX_ENTRY,
+    DEFAULT_FEATURE,
     MODES,
     PP_LAYER_PARTITION_ENV,
     AuxCapturePlan,
@@ -76,6 +77,7 @@ from .pp_aux_plan import (
 
 __all__ = [
     "AUX_ENTRY",
+    "DEFAULT_FEATURE",
     "MODES",
     "PP_LAYER_PARTITION_ENV",
     "AuxCapturePlan",
@@ -229,7 +231,7 @@ class PPAuxTransport:
         hidden_size: int,
         dtype: torch.dtype,
         mode: str = "relay",
-        feature: str = "DSPARK",
+        feature: str = DEFAULT_FEATURE,
         group: Any = None,
         direct_group: Any = None,
         ranks: Sequence[int] | None = None,

@@ -8,6 +8,7 @@ from typing import Any
 
 from codemods.ppcheck.pp_aux_transport import (
     AUX_ENTRY,
+    DEFAULT_FEATURE,
     AuxCapturePlan,
     partition_from_string,
 )
@@ -46,7 +47,7 @@ class Scenario:
     fault: str | None = None
     light: bool = False
     verify: bool = True
-    feature: str = "DSPARK"
+    feature: str = DEFAULT_FEATURE
     extra: dict = field(default_factory=dict, compare=False)
 
     @property

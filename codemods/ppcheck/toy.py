@@ -19,7 +19,12 @@ from typing import Any
 
 import torch
 
-from codemods.ppcheck.pp_aux_transport import AuxCapturePlan, PPAuxTransport, pp_layer_range
+from codemods.ppcheck.pp_aux_transport import (
+    DEFAULT_FEATURE,
+    AuxCapturePlan,
+    PPAuxTransport,
+    pp_layer_range,
+)
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -56,7 +61,12 @@ def make_transport(
     mode = transport_kwargs.get("mode", spec.get("mode", "relay"))
     if spec.get("handshake_method"):  # build the plan, then call handshake() itself
         plan = AuxCapturePlan.build(
-            layer_ids, spec["num_layers"], pp_rank, pp_size, mode, spec.get("feature", "DSPARK")
+            layer_ids,
+            spec["num_layers"],
+            pp_rank,
+            pp_size,
+            mode,
+            spec.get("feature", DEFAULT_FEATURE),
         )
         transport = transport_cls(
             plan,
@@ -74,7 +84,7 @@ def make_transport(
         hidden_size=hidden_size,
         dtype=dtype,
         mode=mode,
-        feature=spec.get("feature", "DSPARK"),
+        feature=spec.get("feature", DEFAULT_FEATURE),
         group=transport_kwargs.get("group"),
         direct_group=transport_kwargs.get("direct_group"),
         ranks=transport_kwargs.get("ranks"),

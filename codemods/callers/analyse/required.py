@@ -34,12 +34,13 @@ import libcst as cst
 from codemods.callers.analyse.evidence import EvidenceMixin
 from codemods.callers.analyse.syntax import _SCOPE_NODES, _call_name, last_name
 from codemods.callers.records import REQUIRED_PREFIX
+from codemods.catalog import methods
 
 __all__ = ["REQUIRED_PREFIX", "RequiredMixin", "binding_name", "is_serving_path"]
 
 
 #: Speculative-algorithm checks whose truth means the drafter needs the capture.
-SPEC_CHECKS = frozenset({"is_eagle", "is_eagle3", "is_dflash", "is_dspark", "is_msd"})
+SPEC_CHECKS = methods.SPEC_CHECKS
 
 _FLAG_SUFFIX = "use_aux_hidden_state"
 _READ_NAMES = ("capture_aux_hidden_states",)

@@ -26,6 +26,7 @@ from typing import Any
 
 import tomllib
 
+from codemods.catalog import methods
 from codemods.catalog.hooks import NONE_ERROR_DSPARK, PP_ERROR_DSPARK
 
 #: The SGLang source the two capture errors come from (Kimi-Linear's DSPARK hook), pinned to
@@ -153,7 +154,7 @@ class CodemodMetadata:
             id=data["id"],
             action=data["action"],
             summary=data["summary"],
-            description=data["description"],
+            description=data["description"].format_map(REGISTRY_WORDS),
             review_guidance=data["review_guidance"],
             references=tuple(REFERENCES[name] for name in data.get("references", ())),
             policy=PolicyOption(
@@ -227,6 +228,21 @@ class CodemodMetadata:
             return self.why_required.format(ids=ids, reasons=required)
         return self.why.format(ids=ids) if self.why else self.summary
 
+
+def spoken_list(rows: tuple[methods.CaptureMethod, ...]) -> str:
+    """The methods' names as a sentence lists them: ``A, B and C``."""
+    names = [row.name for row in rows]
+    return " and ".join(filter(None, (", ".join(names[:-1]), names[-1]))) if names else ""
+
+
+#: The capture methods a description in ``codemods.toml`` names, from the registry.
+REGISTRY_WORDS = {
+    "rejecting": spoken_list(methods.rejecting_none()),
+    "rejecting_hook": methods.rejecting_none()[0].hook,
+    "accepting": spoken_list(methods.accepting_none()),
+    "native_hook": methods.NATIVE.hook,
+    "native": methods.NATIVE.name,
+}
 
 HOOK_OPTION_HELP = "Also treat NAME as a capture hook that rejects None (repeatable)."
 

@@ -49,17 +49,14 @@ from collections.abc import Mapping
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.catalog.methods import RELAY_HOOKS
 from codemods.upstream.edit.pyformat import parse_statements
 from codemods.upstream.edit.walk import dotted, findall
 
 #: The class attribute that declares the capture methods a class relays across PP stages.
 SUPPORT_ATTR = "pp_aux_relay_methods"
 #: The capture hooks whose rewrite relays a capture method, and the method.
-HOOK_METHODS = {
-    "set_eagle3_layers_to_capture": "EAGLE3",
-    "set_dflash_layers_to_capture": "DFLASH",
-    "set_dspark_layers_to_capture": "DSPARK",
-}
+HOOK_METHODS = RELAY_HOOKS
 
 
 #: How the hook names the width: ``hidden_size=<the stack's config>.hidden_size``.

@@ -70,6 +70,7 @@ from typing import TypeVar
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.catalog.methods import NATIVE
 from codemods.upstream.edit.imports import add_from_import
 from codemods.upstream.edit.names import ATTACH, GLUE_MODULE, PP_ERROR, RELAY_ATTR, RELAY_CLASS
 from codemods.upstream.edit.parsing import parse_text
@@ -79,7 +80,7 @@ from codemods.upstream.kimi import syntax
 from codemods.upstream.kimi.relay import relay_forward
 
 MODULE = "sglang.srt.models.kimi_linear"
-SETTER = "set_dspark_layers_to_capture"
+SETTER = NATIVE.hook
 CAPTURE_ATTR = "dspark_layers_to_capture"
 #: The module and attribute of earlier versions of this rewrite (a tree patched by them
 #: is "patched").

@@ -5,8 +5,8 @@ Each looks at its model file (``kimi_linear.py``, ``kimi_k3.py``) and answers:
 * not applicable: the file is absent (and not asked for by name), or has no DSPARK hook
   (SGLang 0.5.4-0.5.16 ship ``kimi_linear.py`` without one);
 * left out: the file needs the rewrite but ``--models`` did not ask for it;
-* applies: the rewritten file (its class with the DSPARK hook declaring
-  ``pp_aux_relay_methods = ("DSPARK",)``, which the runtime guard asks) and the helpers
+* applies: the rewritten file (its class with the DSPARK hook declaring that it relays
+  DSPARK in ``pp_aux_relay_methods``, which the runtime guard asks) and the helpers
   module (``linear.py``, ``k3.py``), nothing
   when the file already carries the rewrite or SGLang relays the captures itself, under
   its DSPARK entry or the one the patch renamed it to, or through the shipped helpers the
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
+from codemods.catalog.methods import NATIVE
 from codemods.upstream import part
 from codemods.upstream.edit.change_kinds import KIMI, Role
 from codemods.upstream.edit.names import ATTACH, AUX_ENTRY, GLUE_MODULE
@@ -30,7 +31,7 @@ from codemods.upstream.kimi import k3, linear
 from codemods.upstream.sizing.graph_sizing import declare_dspark_relay
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
-HOOK = "set_dspark_layers_to_capture"
+HOOK = NATIVE.hook
 #: The handoff entry SGLang's own DSPARK relay uses (0.5.21+), before the patch renames it.
 DSPARK_ENTRY = "dspark_hidden_states"
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import textwrap
 
+from codemods.catalog.methods import NATIVE
 from codemods.upstream.edit import names
 from codemods.upstream.edit.change_kinds import RENAME_ROLES, Role
 from codemods.upstream.output import result_facts as facts
@@ -117,7 +118,7 @@ def _kimi(result: UpstreamResult) -> list[str]:
         else " an error"
     )
     return _wrap(
-        f"{' and '.join(models)}: set_dspark_layers_to_capture raised{error} "
+        f"{' and '.join(models)}: {NATIVE.hook} raised{error} "
         "under PP; it now captures on every stage the same way."
     )
 

@@ -17,6 +17,7 @@ auxcap's reference (``docs/validate-pp.md``), not in the description.
 
 from __future__ import annotations
 
+from codemods.catalog.methods import ADMITTED, FALLBACK, FALLBACK_TARGET, HOOK_TITLES, NATIVE
 from codemods.upstream.edit import names
 from codemods.upstream.edit.change_kinds import KIMI, Role
 from codemods.upstream.output.model_families import family_rank, family_title
@@ -83,12 +84,8 @@ SECTIONS = (
 MAX_LINES = 150
 
 #: Short names of the capture hooks, as the title lists them.
-HOOK_NAMES = {
-    "set_eagle3_layers_to_capture": "EAGLE3",
-    "set_dflash_layers_to_capture": "DFlash",
-    "set_dspark_layers_to_capture": "DSPARK",
-}
-KIMI_TITLE = "# [PP] Kimi-Linear: carry DSPARK aux hidden states across pipeline stages"
+HOOK_NAMES = HOOK_TITLES
+KIMI_TITLE = f"# [PP] Kimi-Linear: carry {NATIVE.name} aux hidden states across pipeline stages"
 
 #: SGLang's checklist items.
 CHECKLIST = (
@@ -140,13 +137,15 @@ def _reach(result: UpstreamResult) -> list[str]:
                 f"where this check lets it through ({check})."
             )
         else:
-            fallback = dflash_via_dspark(result) if refusal.algorithm == "DFLASH" else None
+            fallback = (
+                dflash_via_dspark(result) if refusal.algorithm == FALLBACK_TARGET.name else None
+            )
             where = (
                 "only outside the server"
                 if fallback is None
-                else "by the server only through DSPARK with PP (`"
-                f"{fallback.function}` calls `set_dflash_layers_to_capture` for a DSPARK "
-                "target that has no `set_dspark_layers_to_capture`)"
+                else f"by the server only through {FALLBACK.name} with PP (`"
+                f"{fallback.function}` calls `{FALLBACK_TARGET.hook}` for a {FALLBACK.name} "
+                f"target that has no `{FALLBACK.hook}`)"
             )
             lines.append(
                 f"**Still refused:** {refusal.algorithm} with PP ({check}); the "
@@ -158,7 +157,8 @@ def _reach(result: UpstreamResult) -> list[str]:
 
 def _motivation(result: UpstreamResult) -> str:
     lines = [
-        "Speculative decoding (EAGLE3, DFlash, DSPARK) reads aux hidden states captured "
+        f"Speculative decoding ({', '.join(HOOK_TITLES.values())}) reads aux hidden states "
+        "captured "
         "after a few target layers; under pipeline parallelism those layers live on "
         "different stages, and today:",
         "",
@@ -226,8 +226,8 @@ def _motivation(result: UpstreamResult) -> str:
     change = validation_change(result)
     if change is not None:
         lines.append(
-            f"1. `check_pipeline_parallel_compat` (`{change.path}`) rejects EAGLE3 "
-            "and DFLASH speculative decoding with PP."
+            f"1. `check_pipeline_parallel_compat` (`{change.path}`) rejects "
+            f"{' and '.join(ADMITTED)} speculative decoding with PP."
         )
     reach = _reach(result)
     return "\n".join(lines) + "\n" + "".join(f"\n{line}\n" for line in reach)
@@ -265,7 +265,7 @@ def _kimi_lines(result: UpstreamResult) -> list[str]:
     lines = []
     if kimi_rewritten(result):
         lines.append(
-            "- `kimi_linear.py`: `set_dspark_layers_to_capture` stores the ids on "
+            f"- `kimi_linear.py`: `{NATIVE.hook}` stores the ids on "
             "every rank and calls `set_pp_aux_capture`; each stage records its "
             "captures, the last collects them in layer order."
         )
@@ -463,10 +463,10 @@ def _reached_through_dspark(result: UpstreamResult) -> bool:
     """The server lets DSPARK through with PP and a DSPARK target reaches the change: a
     patched architecture relays DSPARK, or a DFLASH one is configured through the runner's
     fallback (:func:`dflash_via_dspark`)."""
-    if refusal_of(refusals(result), "DSPARK") is not None:
+    if refusal_of(refusals(result), FALLBACK.name) is not None:
         return False
     found = result.validation.architectures if result.validation is not None else {}
-    dspark = any("DSPARK" in methods for methods in found.values())
+    dspark = any(FALLBACK.name in methods for methods in found.values())
     return dspark or dflash_via_dspark(result) is not None
 
 
@@ -480,7 +480,8 @@ def _benchmarking(result: UpstreamResult) -> str:
     if words is None and _reached_through_dspark(result):
         return (
             "Not run: on this release the server reaches the change with PP only through "
-            "DSPARK, where its own PP check lets DSPARK through (see Motivation), so there "
+            f"{FALLBACK.name}, where its own PP check lets {FALLBACK.name} through (see "
+            "Motivation), so there "
             "is no single-server command to give here.\n"
         )
     if words is None or not _has_module(result, "sglang.launch_server"):

@@ -7,6 +7,7 @@ ask these functions, so their names and counts come from one source (the
 
 from __future__ import annotations
 
+from codemods.catalog.methods import ADMITTED, FALLBACK, FALLBACK_TARGET
 from codemods.upstream.edit import names
 from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.edit.patchfile import FileChange
@@ -179,9 +180,9 @@ def dflash_via_dspark(result: UpstreamResult) -> Fallback | None:
     patched architecture relays DFLASH and the server lets DSPARK through with PP; None
     otherwise."""
     found = result.validation.architectures if result.validation is not None else {}
-    if not any("DFLASH" in methods for methods in found.values()):
+    if not any(FALLBACK_TARGET.name in methods for methods in found.values()):
         return None
-    if refusal_of(refusals(result), "DSPARK") is not None:
+    if refusal_of(refusals(result), FALLBACK.name) is not None:
         return None
     return dspark_dflash_fallback(result.tree)
 
@@ -247,9 +248,7 @@ def accepted_algorithms(result: UpstreamResult) -> tuple[list[str], list]:
     elsewhere that keep the others of EAGLE3/DFLASH refused), from the patched architectures
     and the checks left after the patch (``reachability.py``)."""
     found = result.validation.architectures if result.validation is not None else {}
-    kinds = [
-        kind for kind in ("EAGLE3", "DFLASH") if any(kind in methods for methods in found.values())
-    ]
+    kinds = [kind for kind in ADMITTED if any(kind in methods for methods in found.values())]
     left = refusals(result)
     kept = [(kind, refusal_of(left, kind)) for kind in kinds]
     return (

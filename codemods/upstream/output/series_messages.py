@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import textwrap
 
+from codemods.catalog.methods import ADMITTED, NATIVE
 from codemods.upstream.edit import names
 from codemods.upstream.edit.change_kinds import FIX, KIMI, RUNTIME, VALIDATION, Role
 from codemods.upstream.family import registry
@@ -247,9 +248,9 @@ def _validation(patch, result: UpstreamResult) -> None:
         guard_message(patch, result)
         return
     found = result.validation.architectures if result.validation is not None else {}
-    refused = [
-        kind for kind in ("EAGLE3", "DFLASH") if any(kind in kinds for kinds in found.values())
-    ] or ["EAGLE3", "DFLASH"]
+    refused = [kind for kind in ADMITTED if any(kind in kinds for kinds in found.values())] or list(
+        ADMITTED
+    )
     accepted, left = accepted_algorithms(result)
     if accepted:
         patch.subject = f"[PP] Accept {'/'.join(accepted)} with PP for the patched architectures"
@@ -311,7 +312,7 @@ def _kimi_line(path: str, result: UpstreamResult) -> str:
     old = next((c.old or "" for c in result.changes if c.path == path), "")
     error = f'"{names.PP_ERROR}"' if names.PP_ERROR in old else "an error"
     return (
-        f"set_dspark_layers_to_capture no longer raises {error} under "
+        f"{NATIVE.hook} no longer raises {error} under "
         "PP: it stores the ids on every rank and calls set_pp_aux_capture; the "
         "forward hands each stage's captures on and the last stage collects them in "
         f"layer order{k3}"

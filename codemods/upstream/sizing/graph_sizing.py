@@ -39,6 +39,7 @@ import re
 
 import libcst as cst
 
+from codemods.catalog.methods import NATIVE
 from codemods.upstream.edit.change_kinds import RUNTIME, Role
 from codemods.upstream.edit.imports import add_from_import
 from codemods.upstream.edit.names import GLUE_MODULE, WIDTH
@@ -205,14 +206,15 @@ def resolve_through_helpers(text: str, path: str) -> str:
 
 
 def declare_dspark_relay(text: str) -> str:
-    """``text`` with ``pp_aux_relay_methods = ("DSPARK",)`` in each top-level class that
-    defines the DSPARK hook (these files relay DSPARK captures themselves)."""
+    """``text`` with ``pp_aux_relay_methods`` naming the method SGLang relays natively
+    (:data:`~codemods.catalog.methods.NATIVE`: DSPARK) in each top-level class that defines
+    its hook (these files relay its captures themselves)."""
     module = parse_text(text)
     body = [
-        add_support_attribute(statement, ("DSPARK",))
+        add_support_attribute(statement, (NATIVE.name,))
         if isinstance(statement, cst.ClassDef)
         and any(
-            isinstance(s, cst.FunctionDef) and s.name.value == "set_dspark_layers_to_capture"
+            isinstance(s, cst.FunctionDef) and s.name.value == NATIVE.hook
             for s in statement.body.body
         )
         else statement

@@ -32,6 +32,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from codemods.catalog.methods import FALLBACK, FALLBACK_TARGET, RELAYED
 from codemods.upstream.tree.sglang_tree import SGLangTree
 
 FILES = (
@@ -41,7 +42,7 @@ FILES = (
 )
 EVERY = "every speculative algorithm"
 #: The algorithms whose drafters read captured aux hidden states.
-CAPTURE_ALGORITHMS = ("EAGLE3", "DFLASH", "DSPARK")
+CAPTURE_ALGORITHMS = RELAYED
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,11 @@ def refuses_every_algorithm(found: list[Refusal]) -> Refusal | None:
 
 #: Where the runner configures the capture (its files are searched for the fallback).
 RUNNER_DIR = "srt/model_executor"
-DSPARK_HOOK = "set_dspark_layers_to_capture"
-DFLASH_HOOK = "set_dflash_layers_to_capture"
+#: The hook a target's own capture goes through, the hook the runner falls back to when the
+#: model lacks it, and the runner's flag of such a target (``is_dspark``).
+DSPARK_HOOK = FALLBACK.hook
+DFLASH_HOOK = FALLBACK_TARGET.hook
+TARGET_FLAG = f"is_{FALLBACK.family}"
 
 
 @dataclass(frozen=True)
@@ -172,7 +176,7 @@ def _fallback_in(source: str, path: str) -> Fallback | None:
             continue
         for node in ast.walk(func):
             test = ast.unparse(node.test) if isinstance(node, ast.If) else ""
-            if "is_dspark" not in test or DSPARK_HOOK not in test:
+            if TARGET_FLAG not in test or DSPARK_HOOK not in test:
                 continue
             assert isinstance(node, ast.If)
             if not _calls(node.body, DSPARK_HOOK):

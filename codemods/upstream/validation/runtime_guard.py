@@ -100,6 +100,7 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.catalog.methods import RELAY_HOOKS
 from codemods.upstream.edit.arguments import has_parameter, with_parameter
 from codemods.upstream.edit.change_kinds import VALIDATION, Role
 from codemods.upstream.edit.imports import add_from_import, imported_names
@@ -115,11 +116,7 @@ CHECK = "check_pp_aux_capture"
 #: The runner's package: every file under it that calls a capture hook is guarded.
 RUNNER_PACKAGE = "sglang.srt.model_executor"
 #: Capture hook -> its capture method.
-HOOKS = {
-    "set_eagle3_layers_to_capture": "EAGLE3",
-    "set_dflash_layers_to_capture": "DFLASH",
-    "set_dspark_layers_to_capture": "DSPARK",
-}
+HOOKS = RELAY_HOOKS
 PP_GROUP_MODULE = "sglang.srt.distributed.parallel_state"
 PP_GROUP = "get_pp_group"
 GROUP_SIZE = f"{PP_GROUP}().world_size"

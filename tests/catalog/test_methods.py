@@ -1,0 +1,167 @@
+"""The capture-method registry: every table both sides read follows from its rows, so a new
+capture method is one row of ``METHODS`` in ``codemods/catalog/hooks.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib import resources
+
+import pytest
+import tomllib
+
+from codemods.callers.analyse import required
+from codemods.callers.rewrite import metadata
+from codemods.catalog import methods
+from codemods.catalog.hooks import CATALOG, METHODS, CaptureMethod
+from codemods.ppcheck import pp_aux_plan
+from codemods.upstream.family import proxy_width
+from codemods.upstream.kimi import linear
+from codemods.upstream.kimi import part as kimi_part
+from codemods.upstream.output import pr_body
+from codemods.upstream.tree import reachability
+from codemods.upstream.validation import runtime_guard
+from tests.test_installs import PROJECT_ROOT
+
+FAKE = CaptureMethod(
+    "fakecap",
+    "rejected",
+    title="FakeCap",
+    relay_order=len(METHODS) + 1,
+    admitted_with_pp=True,
+)
+
+
+def test_each_row_is_one_hook_of_the_catalog():
+    assert [hook.name for hook in CATALOG] == [method.hook for method in METHODS]
+    assert len({method.family for method in METHODS}) == len(METHODS)
+    assert sorted(method.relay_order for method in methods.relayed()) == list(
+        range(1, len(methods.relayed()) + 1)
+    )
+
+
+def test_a_new_row_shows_up_in_every_derived_table():
+    rows = (*METHODS, FAKE)
+    assert methods.relayed_names(rows)[-1] == "FAKECAP"
+    assert methods.relay_hooks(rows)["set_fakecap_layers_to_capture"] == "FAKECAP"
+    assert methods.hook_titles(rows)["set_fakecap_layers_to_capture"] == "FakeCap"
+    assert methods.admitted_names(rows)[-1] == "FAKECAP"
+    assert "is_fakecap" in methods.spec_checks(rows)
+    assert FAKE in methods.rejecting_none(rows)
+    # A row the patch does not relay is in none of the upstream tables.
+    quiet = (*METHODS, CaptureMethod("quietcap", "rejected"))
+    assert "QUIETCAP" not in methods.relayed_names(quiet)
+    assert "set_quietcap_layers_to_capture" not in methods.relay_hooks(quiet)
+
+
+def test_the_relay_order_is_the_order_of_the_declarations():
+    first = CaptureMethod("firstcap", "rejected", relay_order=1)
+    rows = tuple(
+        CaptureMethod(m.family, m.none_meaning, relay_order=m.relay_order + 1)
+        if m.relay_order
+        else m
+        for m in METHODS
+    )
+    assert methods.relayed_names((*rows, first))[0] == "FIRSTCAP"
+
+
+def test_roles_held_by_one_row_must_be_held_by_exactly_one():
+    two = (*METHODS, CaptureMethod("othercap", "rejected", relayed_natively=True))
+    with pytest.raises(ValueError, match="exactly one"):
+        methods.native_relay(two)
+    with pytest.raises(ValueError, match="exactly one"):
+        methods.runner_fallback((*METHODS, CaptureMethod("x", "y", falls_back_to="nocap")))
+
+
+def test_the_users_of_the_tables_read_the_registry():
+    assert proxy_width.HOOK_METHODS == methods.relay_hooks()
+    assert runtime_guard.HOOKS == methods.relay_hooks()
+    assert reachability.CAPTURE_ALGORITHMS == methods.relayed_names()
+    assert pr_body.HOOK_NAMES == methods.hook_titles()
+    assert required.SPEC_CHECKS == methods.spec_checks()
+    assert kimi_part.HOOK == linear.SETTER == methods.NATIVE.hook
+    assert reachability.DSPARK_HOOK == methods.FALLBACK.hook
+    assert reachability.DFLASH_HOOK == methods.FALLBACK_TARGET.hook
+    # The torch-free plan imports nothing of codemods: its default is checked here instead.
+    assert pp_aux_plan.DEFAULT_FEATURE == methods.NATIVE.name
+
+
+def test_the_codemod_descriptions_name_the_methods_from_the_registry():
+    raw = tomllib.loads(
+        resources.files(metadata.__package__).joinpath("codemods.toml").read_text("utf-8")
+    )
+    for table in ("guard", "fallback"):
+        for method in METHODS:
+            assert method.hook not in raw[table]["description"]
+        assert not [
+            m.name for m in methods.rejecting_none() if m.name in raw["guard"]["description"]
+        ]
+    guard = metadata.load_builtin("guard").description
+    rejecting = [m.name for m in methods.rejecting_none()]
+    assert f"{', '.join(rejecting[:-1])} and {rejecting[-1]} capture hooks" in guard
+    for method in methods.accepting_none():
+        assert f"{method.name} (which accepts None)" in guard
+    assert "{" not in guard and "{" not in metadata.load_builtin("fallback").description
+
+
+#: Run with a registry of one more row, added as a newcomer would add it.
+_PROBE = """
+import importlib.util, json, sys
+from pathlib import Path
+
+import codemods.catalog
+
+path = Path(codemods.catalog.__file__).with_name("hooks.py")
+anchor = "METHODS: tuple[CaptureMethod, ...] = (\\n"
+text = path.read_text(encoding="utf-8")
+assert text.count(anchor) == 1
+row = '    CaptureMethod("fakecap", "rejected", title="FakeCap", relay_order=9, admitted_with_pp=True),\\n'
+spec = importlib.util.spec_from_loader("codemods.catalog.hooks", loader=None)
+hooks = importlib.util.module_from_spec(spec)
+hooks.__file__ = str(path)
+sys.modules["codemods.catalog.hooks"] = hooks
+exec(compile(text.replace(anchor, anchor + row), str(path), "exec"), hooks.__dict__)
+
+from codemods.callers.analyse import required
+from codemods.callers.rewrite import metadata
+from codemods.upstream.family import proxy_width
+from codemods.upstream.output import pr_body, result_facts, series_messages
+from codemods.upstream.tree import reachability
+from codemods.upstream.validation import runtime_guard
+
+print(json.dumps({
+    "catalog": sorted(hooks.DEFAULT_HOOKS.names),
+    "proxy_width": proxy_width.HOOK_METHODS,
+    "runtime_guard": runtime_guard.HOOKS,
+    "reachability": list(reachability.CAPTURE_ALGORITHMS),
+    "pr_body": pr_body.HOOK_NAMES,
+    "result_facts": list(result_facts.ADMITTED),
+    "series_messages": list(series_messages.ADMITTED),
+    "spec_checks": sorted(required.SPEC_CHECKS),
+    "guard_description": metadata.load_builtin("guard").description,
+}))
+"""
+
+
+def test_one_row_added_to_the_registry_reaches_every_table():
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    hook = "set_fakecap_layers_to_capture"
+    assert hook in found["catalog"]
+    assert found["proxy_width"][hook] == found["runtime_guard"][hook] == "FAKECAP"
+    assert found["reachability"][-1] == "FAKECAP"
+    assert found["pr_body"][hook] == "FakeCap"
+    assert found["result_facts"][-1] == found["series_messages"][-1] == "FAKECAP"
+    assert "is_fakecap" in found["spec_checks"]
+    assert "FAKECAP" in found["guard_description"].split(" capture hooks")[0]
