@@ -29,6 +29,7 @@ from codemods.upstream.edit.parsing import parse_once
 from codemods.upstream.part import Plan, Verdict
 from codemods.upstream.parts import PARTS, owned_models
 from codemods.upstream.result import PartAnswer, UpstreamResult, write_tests
+from codemods.upstream.tree.reachability import tree_refusals
 from codemods.upstream.tree.releases import release_of
 from codemods.upstream.tree.sglang_tree import SGLangTree, detect_tree
 
@@ -105,6 +106,7 @@ def _generate(
         raise MissingModelFile(_nothing_to_rewrite(tree, result))
     if tests_dir is not None and result.tests:
         result.tests_dir = write_tests(result.tests, tests_dir)
+    result.refusals = tree_refusals(tree, {c.path: c.new for c in result.changes})
     return result
 
 

@@ -18,6 +18,7 @@ from codemods.upstream.facts import FAMILY, SHIPPED_TESTS, VALIDATION
 from codemods.upstream.family.plan import FamilyPlan
 from codemods.upstream.part import Decision, FactsKey, ModelState, T, Verdict
 from codemods.upstream.sizing import packer_access
+from codemods.upstream.tree.reachability import Refusal
 from codemods.upstream.tree.releases import release_of
 from codemods.upstream.tree.sglang_tree import SGLangTree
 from codemods.upstream.validation.relax import ValidationResult
@@ -39,6 +40,9 @@ class UpstreamResult:
     changes: list[FileChange] = field(default_factory=list)
     #: The folder ``generate(tests_dir=...)`` wrote ``tests`` to (None: not asked for).
     tests_dir: Path | None = None
+    #: The PP refusals of the patched tree (``reachability.tree_refusals``), found once by
+    #: ``generate`` after every part (None: a result made otherwise).
+    refusals: list[Refusal] | None = None
 
     def decision(self, name: str) -> Decision | None:
         return next((a.decision for a in self.parts if a.name == name), None)

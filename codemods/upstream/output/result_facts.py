@@ -33,7 +33,10 @@ AUX_FLAG = "--enable-return-aux-hidden-states"
 
 def refusals(result: UpstreamResult) -> list[Refusal]:
     """The PP refusals of speculative decoding left once the patch is applied, in
-    ``reachability.FILES`` order."""
+    ``reachability.FILES`` order: as ``generate`` found them, or found here for a result
+    made otherwise."""
+    if result.refusals is not None:
+        return result.refusals
     return tree_refusals(result.tree, {change.path: change.new for change in result.changes})
 
 
