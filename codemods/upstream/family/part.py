@@ -95,5 +95,5 @@ def decide_tests(tree: SGLangTree, plan: part.Plan) -> part.Decision:
     return part.applies([c for c in changes if c.changed], facts=tests)
 
 
-FAMILY = part.Part("family", decide_family)
-SHIPPED_TESTS = part.Part("shipped_tests", decide_tests)
+FAMILY = part.Part(part_facts.FAMILY.part, decide_family)
+SHIPPED_TESTS = part.Part(part_facts.SHIPPED_TESTS.part, decide_tests)

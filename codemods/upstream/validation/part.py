@@ -92,5 +92,5 @@ def decide(tree: SGLangTree, plan: part.Plan) -> part.Decision:
 
 
 GUARD = part.Part(GUARD_NAME, decide_guard)
-VALIDATION = part.Part("validation", decide)
+VALIDATION = part.Part(part_facts.VALIDATION.part, decide)
 MODULES = (MODULE,)
