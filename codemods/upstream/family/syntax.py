@@ -173,6 +173,16 @@ def start_offset(name: str) -> m.SimpleStatementLine:
     )
 
 
+def assignments(node: cst.CSTNode, name: str) -> list[cst.Assign | cst.AugAssign]:
+    """The assignments to the name ``name`` in ``node`` (plain and augmented)."""
+    found: list[cst.Assign | cst.AugAssign] = [
+        assign
+        for assign in findall(node, m.Assign())
+        if any(m.matches(t.target, m.Name(name)) for t in assign.targets)
+    ]
+    return found + findall(node, m.AugAssign(target=m.Name(name)))
+
+
 def class_node(module: cst.Module, name: str) -> cst.ClassDef | None:
     """The top-level class ``name`` of ``module`` (the first of that name)."""
     for statement in module.body:

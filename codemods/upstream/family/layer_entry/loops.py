@@ -34,8 +34,10 @@ picked in each of the two layer calls instead (qwen3_vl_moe's ``Qwen3MoeLLMModel
 
 Iteration ``k`` runs layer ``self.start_layer + k`` and captures its input when that id
 is a capture id: the same capture points as the range loop, so the forward is rewritten
-the same way (:mod:`~codemods.upstream.family.shapes.entry`).
-:func:`enumerated_loop_problem` says whether a loop is of this kind and, when it is not, why.
+the same way (:mod:`~codemods.upstream.family.shapes.entry`).  The loop itself is the
+``enumerated-slice`` form of the loop-form table
+(:mod:`~codemods.upstream.family.loop_forms`); :func:`callback_problem` says whether the
+callback of such a loop is picked as above and, when it is not, why.
 """
 
 from __future__ import annotations
@@ -46,56 +48,10 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.upstream.edit.walk import findall
-from codemods.upstream.family.syntax import SELF_IDS, name_value, only_assign, start_offset
+from codemods.upstream.family.syntax import SELF_IDS, assignments, name_value, only_assign
 
 #: The keyword the layers take the callback by.
 CAPTURE_KEYWORD = "capture_output"
-
-
-def _self_attr(name: str) -> m.Attribute:
-    return m.Attribute(value=m.Name("self"), attr=m.Name(name))
-
-
-#: ``enumerate(self.layers[self.start_layer : self.end_layer])``
-_ENUMERATED_STACK = m.Call(
-    func=m.Name("enumerate"),
-    args=[
-        m.Arg(
-            m.Subscript(
-                value=_self_attr("layers"),
-                slice=[
-                    m.SubscriptElement(
-                        m.Slice(
-                            lower=_self_attr("start_layer"),
-                            upper=_self_attr("end_layer"),
-                            step=None,
-                        )
-                    )
-                ],
-            )
-        )
-    ],
-)
-
-
-def is_enumerated_loop(loop: cst.For) -> bool:
-    """Cheap test: ``for <i>, <layer> in enumerate(self.layers[start:end])``."""
-    return m.matches(
-        loop,
-        m.For(
-            target=m.Tuple(elements=[m.Element(m.Name()), m.Element(m.Name())]),
-            iter=_ENUMERATED_STACK,
-        ),
-    )
-
-
-def _assigns(node: cst.CSTNode, name: str) -> list[cst.Assign | cst.AugAssign]:
-    found: list[cst.Assign | cst.AugAssign] = [
-        assign
-        for assign in findall(node, m.Assign())
-        if any(m.matches(t.target, m.Name(name)) for t in assign.targets)
-    ]
-    return found + findall(node, m.AugAssign(target=m.Name(name)))
 
 
 def _choice(aux_name: str, index: str) -> m.IfExp:
@@ -114,24 +70,18 @@ def callback_uses(loop: cst.For, aux_name: str) -> int:
     """How many times an enumerated loop without a problem reads the capture ids (and
     ``<aux_name>.capture``): once where it picks the callback into a local, once per
     layer call where each call picks it."""
-    assert isinstance(loop.target, cst.Tuple)  # is_enumerated_loop(loop)
+    assert isinstance(loop.target, cst.Tuple)  # the enumerated-slice form
     index = name_value(loop.target.elements[0].value)
     return len(findall(loop, _choice(aux_name, index)))
 
 
-def enumerated_loop_problem(loop: cst.For, aux_name: str) -> str | None:
-    """``None`` when ``loop`` is the enumerated layer loop described above, capturing
-    into ``aux_name`` through one callback local; otherwise what is not so."""
-    if not is_enumerated_loop(loop):
-        return "the loop does not enumerate `self.layers[self.start_layer : self.end_layer]`"
+def callback_problem(loop: cst.For, aux_name: str) -> str | None:
+    """``None`` when ``loop``, an ``enumerated-slice`` loop without a problem, captures
+    into ``aux_name`` through one callback as described above; otherwise what is not so."""
     target = loop.target
-    assert isinstance(target, cst.Tuple)
+    assert isinstance(target, cst.Tuple)  # the enumerated-slice form
     index = name_value(target.elements[0].value)
     statements = list(loop.body.body)
-    if not statements or not m.matches(statements[0], start_offset(index)):
-        return f"the loop does not start with `{index} = {index} + self.start_layer`"
-    if len(_assigns(loop, index)) != 1:
-        return f"`{index}` is assigned more than once in the loop"
     # ``cb = aux.capture if index in self.<ids> else None``, once, at the top level.
     choice = _choice(aux_name, index)
     keyword = m.Arg(keyword=m.Name(CAPTURE_KEYWORD))
@@ -154,7 +104,7 @@ def enumerated_loop_problem(loop: cst.For, aux_name: str) -> str | None:
             "self.layers_to_capture else None`"
         )
     callback = name_value(only_assign(statements[picks[0]]).targets[0].target)
-    if len(_assigns(loop, callback)) != 1:
+    if len(assignments(loop, callback)) != 1:
         return f"`{callback}` is assigned more than once in the loop"
     handed = findall(loop, keyword)
     if not handed or any(not m.matches(arg.value, m.Name(callback)) for arg in handed):

@@ -20,6 +20,9 @@ Without two-batch overlap the loop covers the stage's layers exactly, as
 nothing (a single-stage run loses those captures the same way); under PP the stage then
 holds fewer captures than the capture layers it owns, and the gathering raises, naming
 them, instead of handing on a shorter list.
+
+This is the check of the ``narrowed-range`` entry of the loop-form table
+(:mod:`~codemods.upstream.family.loop_forms`), which the layer-entry shapes ask.
 """
 
 from __future__ import annotations
@@ -32,14 +35,6 @@ from codemods.upstream.family.syntax import name_value
 
 #: The batch attribute under which the range may be narrowed.
 OVERLAP_FLAG = "can_run_tbo"
-#: ``range(self.start_layer, self.end_layer)``: the stage's layers.
-STACK_RANGE = m.Call(
-    func=m.Name("range"),
-    args=[
-        m.Arg(m.Attribute(value=m.Name("self"), attr=m.Name("start_layer"))),
-        m.Arg(m.Attribute(value=m.Name("self"), attr=m.Name("end_layer"))),
-    ],
-)
 
 
 def _self_attr(name: str) -> m.Attribute:
@@ -97,23 +92,3 @@ def narrowed_range_problem(
         ):
             return f"`{name}` changes in or after the loop"
     return None
-
-
-def layer_loop_problem(
-    body: list[cst.BaseStatement], loop_index: int, loop: cst.For, alternatives: str = ""
-) -> str | None:
-    """Why ``loop`` (``body[loop_index]``) is not a loop over the stage's layers binding one
-    variable, over ``range(self.start_layer, self.end_layer)`` or a range narrowed for
-    two-batch overlap; None when it is.  ``alternatives`` names what else the message
-    should say the loop is not."""
-    if not m.matches(loop, m.For(target=m.Name())):
-        return "the capturing loop does not bind one loop variable"
-    if m.matches(loop.iter, STACK_RANGE):
-        return None
-    narrowed = narrowed_range_problem(body, loop_index, loop)
-    if narrowed is None:
-        return None
-    return (
-        "the capturing loop is not `for i in range(self.start_layer, "
-        f"self.end_layer)`{alternatives} ({narrowed})"
-    )

@@ -74,11 +74,7 @@ from codemods.upstream.family.layer_entry.handoff import (
     handoff_index,
     handoff_returns_problem,
 )
-from codemods.upstream.family.layer_entry.loops import (
-    callback_uses,
-    enumerated_loop_problem,
-    is_enumerated_loop,
-)
+from codemods.upstream.family.layer_entry.loops import callback_problem, callback_uses
 from codemods.upstream.family.layer_entry.packer import (
     ANY_COLLECTOR_CALL,
     SIZE_READ,
@@ -87,7 +83,13 @@ from codemods.upstream.family.layer_entry.packer import (
     last_rank_output_capture,
 )
 from codemods.upstream.family.layer_entry.shape import layer_entry_shape
-from codemods.upstream.family.layer_entry.tbo import layer_loop_problem
+from codemods.upstream.family.loop_forms import (
+    ENUMERATED_SLICE,
+    STAGE_RANGES,
+    LoopSite,
+    form_of,
+    stage_loop_problem,
+)
 from codemods.upstream.family.syntax import (
     CAPTURE_KWARG,
     IDS_ATTR,
@@ -212,20 +214,20 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         kind = GATHERED_KIND
         loop_index, loop_statement = holders[0]
         loop = inner[0]
-    # A loop that enumerates the stage's slice of the stack (``layer_entry.loops``).
-    enumerated = kind == ENTRY_KIND and is_enumerated_loop(loop)
-    if enumerated:
-        problem = enumerated_loop_problem(loop, aux_name)
-    else:
-        also = " nor a range narrowed for two-batch overlap"
-        problem = layer_loop_problem(body, loop_index, loop, also)
+    # The layer loop: a form of the loop-form table (``family/loop_forms.py``); the
+    # callback forwards may enumerate the stage's slice of the stack (``layer_entry.loops``).
+    forms = (*STAGE_RANGES, ENUMERATED_SLICE) if kind == ENTRY_KIND else STAGE_RANGES
+    also = " nor a range narrowed for two-batch overlap"
+    site = LoopSite(body, loop_index, loop)
+    form = form_of(loop)
+    enumerated = form is ENUMERATED_SLICE
+    problem = stage_loop_problem(site, forms, also)
+    if problem is None and enumerated:
+        problem = callback_problem(loop, aux_name)
     if problem is not None:
         return reject(problem)
-    if enumerated:
-        assert isinstance(loop.target, cst.Tuple)  # is_enumerated_loop(loop)
-        loop_var = name_value(loop.target.elements[0].value)
-    else:
-        loop_var = name_value(loop.target)
+    assert form is not None  # stage_loop_problem accepts a form of the table only
+    loop_var = form.index(loop)
     # The callback may be a function of the loop that prepares the value and captures
     # it (``layer_entry.closure``).
     closure, closure_problem = (

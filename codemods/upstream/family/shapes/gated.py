@@ -98,6 +98,12 @@ from codemods.upstream.family.gate import (
 )
 from codemods.upstream.family.layer_entry.handoff import handoff_index
 from codemods.upstream.family.layer_entry.shape import layer_entry_shape
+from codemods.upstream.family.loop_forms import (
+    STAGE_RANGES,
+    LoopSite,
+    layer_index,
+    stage_loop_problem,
+)
 from codemods.upstream.family.syntax import (
     LAST_RANK,
     NOT_LAST_RANK,
@@ -207,6 +213,26 @@ def _first_layer_skip(gate: str, loop_var: str, fn_name: str) -> m.IfExp:
     )
 
 
+def _layer_loop(body: Sequence[cst.BaseStatement], fn_name: str) -> tuple[cst.For, str] | str:
+    """The one loop that hands ``fn_name`` to the layers and its layer index, or why
+    there is no such loop over the stage's layers (loop forms:
+    :mod:`~codemods.upstream.family.loop_forms`)."""
+    holders = [
+        (k, loop)
+        for k, statement in enumerate(body)
+        for loop in findall(statement, m.For())
+        if findall(loop, m.Name(fn_name))
+    ]
+    if len(holders) != 1:
+        return f"`{fn_name}` is not handed to layers in one loop"
+    index, loop = holders[0]
+    problem = stage_loop_problem(LoopSite(body, index, loop))
+    loop_var = layer_index(loop, STAGE_RANGES)
+    if problem is not None or loop_var is None:
+        return problem or f"`{fn_name}` is not handed to layers in one loop"
+    return loop, loop_var
+
+
 def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardShape:
     """The shape of a forward :func:`is_gated_forward` holds for; ``problem`` says what
     does not match the rewrite."""
@@ -237,12 +263,12 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     proxy = [p.name.value for p in fn.params.params if p.name.value == "pp_proxy_tensors"]
     if not proxy:
         return reject("forward takes no pp_proxy_tensors")
-    loops = [loop for loop in findall(fn, m.For(target=m.Name())) if findall(loop, m.Name(fn_name))]
-    if len(loops) != 1:
-        return reject(f"`{fn_name}` is not handed to layers in one loop")
-    loop_var = name_value(loops[0].target)
-    uses = findall(loops[0], _first_layer_skip(gate, loop_var, fn_name))
-    if len(uses) != 1 or len(findall(loops[0], m.IfExp(body=m.Name(fn_name)))) != 1:
+    found = _layer_loop(body, fn_name)
+    if isinstance(found, str):
+        return reject(found)
+    loop, loop_var = found
+    uses = findall(loop, _first_layer_skip(gate, loop_var, fn_name))
+    if len(uses) != 1 or len(findall(loop, m.IfExp(body=m.Name(fn_name)))) != 1:
         return reject(
             f"no `{fn_name} if {gate} and {loop_var} > self.start_layer and "
             f"({loop_var} - 1 in self.layers_to_capture) else None` in the layer call"
@@ -317,7 +343,10 @@ def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef
         raise FamilyRewriteError(f"{shape.class_name}.forward handoff has no else block")
     for k, statement in enumerate(body):
         if isinstance(statement, cst.For) and findall(statement, SELF_IDS):
-            fixer = _EveryFirstLayer(name_value(statement.target))
+            loop_var = layer_index(statement, STAGE_RANGES)
+            if loop_var is None:
+                raise FamilyRewriteError(f"{shape.class_name}.forward: no layer index")
+            fixer = _EveryFirstLayer(loop_var)
             fixed = statement.visit(fixer)
             assert isinstance(fixed, cst.For)  # the fixer replaces comparisons only
             body[k] = fixed

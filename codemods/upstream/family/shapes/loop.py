@@ -95,6 +95,7 @@ from codemods.upstream.family.forward import (
 )
 from codemods.upstream.family.gate import every_stage, gate_of, last_stage_comments
 from codemods.upstream.family.layer_entry.seed import insert_seed
+from codemods.upstream.family.loop_forms import layer_index
 from codemods.upstream.family.syntax import (
     _PP_GROUP,
     CAPTURE_KWARG,
@@ -108,7 +109,6 @@ from codemods.upstream.family.syntax import (
     node_ids,
     non_last_return_index,
     proxy_call_of,
-    start_offset,
 )
 
 LOOP_APPEND = CaptureKind(
@@ -198,7 +198,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     gates: set[tuple[str, ...]] = set()
     gate_assignments: set[int] = set()
     for loop in findall(fn, m.For()):
-        loop_var = _layer_loop_var(loop)
+        loop_var = layer_index(loop)
         if loop_var is None:
             continue
         for branch in findall(loop, m.If()):
@@ -387,27 +387,6 @@ def _boundary_captures(body, loop: cst.For, loop_var: str):
     if not names or _before_layer_call(loop, afters[0]):
         return None
     return names, [starts[0].test, afters[0].test]
-
-
-def _layer_loop_var(loop: cst.For) -> str | None:
-    """The global layer index of a layer loop: ``for i in range(...)``, or
-    ``for i, layer in enumerate(...)`` whose body starts with ``i = i + self.start_layer``
-    (or ``i += self.start_layer``)."""
-    if m.matches(loop, m.For(target=m.Name(), iter=m.Call(func=m.Name("range")))):
-        return name_value(loop.target)
-    if not m.matches(
-        loop,
-        m.For(
-            target=m.Tuple(elements=[m.Element(m.Name()), m.Element(m.Name())]),
-            iter=m.Call(func=m.Name("enumerate")),
-        ),
-    ):
-        return None
-    assert isinstance(loop.target, cst.Tuple)
-    name = name_value(loop.target.elements[0].value)
-    if loop.body.body and m.matches(loop.body.body[0], start_offset(name)):
-        return name
-    return None
 
 
 def _list_init_index(

@@ -46,7 +46,7 @@ from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.forward import CaptureKind, ForwardShape
 from codemods.upstream.family.layer_entry.handoff import PROXY_ARG, handoff_index
 from codemods.upstream.family.layer_entry.shape import layer_entry_shape
-from codemods.upstream.family.layer_entry.tbo import layer_loop_problem
+from codemods.upstream.family.loop_forms import LoopSite, form_of, stage_loop_problem
 from codemods.upstream.family.syntax import IDS_ATTR, SELF_IDS, name_value, only_assign
 
 _SNAPSHOT_DESCRIPTION = (
@@ -132,10 +132,12 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     if len(creations) != 1 or creations[0] > loop_index:
         return reject(f"`{aux_name} = []` is not created once, before the layer loop")
     list_index = creations[0]
-    problem = layer_loop_problem(body, loop_index, loop)
+    problem = stage_loop_problem(LoopSite(body, loop_index, loop))
     if problem is not None:
         return reject(problem)
-    loop_var = name_value(loop.target)
+    form = form_of(loop)
+    assert form is not None  # stage_loop_problem accepts a form of the table only
+    loop_var = form.index(loop)
 
     # The capture: the first statement of the loop body is ``if i in self.<ids>:``,
     # which appends one snapshot, before the layer runs.
