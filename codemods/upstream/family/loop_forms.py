@@ -15,8 +15,9 @@ it accepts:
   for the callback forwards; :func:`stage_loop_problem` says why a loop is not one).
 
 Adding a form is one entry in :data:`FORMS` (its head must not match another form's
-fixture) and its fixture in ``tests/upstream/family/loop_forms/``; a shape that should
-take it lists it among the forms it accepts.
+fixture) and its fixture, ``fixtures/upstream/loop_forms/<name>.py``, which
+``tests/upstream/family/test_loop_forms.py`` checks against the table; a shape that
+should take the form lists it among the forms it accepts.
 """
 
 from __future__ import annotations
