@@ -76,8 +76,8 @@ last stage seeds the packer right after making it
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import replace
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 import libcst.matchers as m
@@ -153,112 +153,37 @@ _FLAG_TEST = m.Call(
 
 
 def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardShape:
-    """Classify a forward that reads the capture ids; ``problem`` says why it is not ours."""
+    """Classify a forward that reads the capture ids; ``problem`` says why it is not ours.
 
-    def reject(problem: str, **known) -> ForwardShape:
-        return ForwardShape(class_name, line, problem=problem, **known)
+    The steps: the handoff (:func:`_handoff`), the capture points of the layer loops
+    (:data:`CAPTURE_POINTS`), the list they fill and the condition they are taken under,
+    the other reads of the capture ids (:func:`_other_id_reads`)."""
+
+    def reject(problem: str) -> ForwardShape:
+        return ForwardShape(class_name, line, problem=problem)
 
     if not isinstance(fn.body, cst.IndentedBlock):
         return reject("forward has no block body")
     body = list(fn.body.body)
-    proxy_param = next(
-        (p.name.value for p in fn.params.params if p.name.value == "pp_proxy_tensors"), None
-    )
-    if proxy_param is None:
-        return reject("forward takes no pp_proxy_tensors (model does not run under PP)")
-    handoff = non_last_return_index(body)
-    if handoff is None:
-        return reject("no `return PPProxyTensors(...)` under `if not ...is_last_rank`")
-    proxy_value = proxy_call_of(body[handoff]).args
-    if len(proxy_value) != 1:
-        return reject("PPProxyTensors(...) does not take one dict")
-    arg = proxy_value[0].value
-    if isinstance(arg, cst.Dict):
-        proxy_arg = "dict"
-        if any(
-            not isinstance(el, cst.DictElement)
-            or "\n" in code_of(el.key) + code_of(el.value)
-            or "#" in code_of(el)
-            for el in arg.elements
-        ):
-            return reject("PPProxyTensors dict has multi-line entries or comments")
-    elif isinstance(arg, cst.Name):
-        proxy_arg = "name"
-    else:
-        return reject("PPProxyTensors(...) argument is neither a dict literal nor a name")
+    handoff_found = _handoff(fn, body)
+    if isinstance(handoff_found, str):
+        return reject(handoff_found)
+    proxy_param, handoff, proxy_arg = handoff_found
 
     ids_attrs = sorted({node.attr.value for node in findall(fn, SELF_IDS)})
     if len(ids_attrs) > 1:
         return reject(f"reads capture ids from several attributes ({', '.join(ids_attrs)})")
     ids_attr = ids_attrs[0] if ids_attrs else IDS_ATTR
 
-    kinds: list[str] = []
-    aux_names: set[str] = set()
-    accounted: list[cst.CSTNode] = []
-    gates: set[tuple[str, ...]] = set()
-    gate_assignments: set[int] = set()
-    for loop in findall(fn, m.For()):
-        loop_var = layer_index(loop)
-        if loop_var is None:
-            continue
-        for branch in findall(loop, m.If()):
-            conjuncts = conjuncts_of(branch.test)
-            by_id = [c for c in conjuncts if m.matches(c, _ids_test(loop_var))]
-            if not by_id:
-                continue
-            appended = findall(
-                branch.body,
-                m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))),
-            )
-            if not appended:
-                return reject(f"`if {loop_var} in self.{ids_attr}` block appends nothing")
-            found = gate_of(body, loop, [c for c in conjuncts if c is not by_id[0]])
-            if isinstance(found, str):
-                return reject(found)
-            gate, assignments = found
-            gates.add(gate)
-            gate_assignments.update(assignments)
-            accounted.extend(body[k] for k in assignments)
-            aux_names.update(_appended_name(call) for call in appended)
-            # Either way the capture of id i is taken in iteration i, on the stage
-            # that owns layer i: before the layer runs (ids stored as layer + 1) or
-            # after it (raw layer ids).
-            kinds.append(LOOP_APPEND.name if _before_layer_call(loop, branch) else AFTER_LAYER.name)
-            accounted.append(branch.test)
-        boundary = _boundary_captures(body, loop, loop_var)
-        if boundary is not None:
-            names, tests = boundary
-            aux_names.update(names)
-            kinds.append(BOUNDARIES.name)
-            accounted.extend(tests)
-        for arg_node in findall(loop, m.Arg(keyword=m.Name(CAPTURE_KWARG))):
-            value = arg_node.value
-            if isinstance(value, cst.IfExp) and m.matches(
-                value,
-                m.IfExp(
-                    test=m.OneOf(_ids_test(loop_var), *_FLAG_TEST.options),
-                    body=m.Name(),
-                    orelse=m.Name("None"),
-                ),
-            ):
-                aux_names.add(name_value(value.body))
-                compared = m.matches(value.test, m.Comparison())
-                kinds.append(LAYER_KWARG.name if compared else LAYER_FLAG_KIND.name)
-                accounted.append(value.test)
-            elif not m.matches(value, m.Name("None")):
-                return reject(f"unrecognised `{CAPTURE_KWARG}=` value: {code_of(value)}")
-    if not kinds:
-        tests = [code_of(node.test) for node in findall(fn, m.If()) if findall(node.test, SELF_IDS)]
-        where = f"; captures under `{' '.join(tests[0].split())}`" if tests else ""
-        return reject(
-            f"no capture in iteration i of the layer loop (`i in self.{ids_attr}`){where}"
-        )
-    if len(aux_names) != 1:
-        return reject(f"captures go to several lists: {', '.join(sorted(aux_names))}")
-    aux_name = aux_names.pop()
-    if len(gates) > 1:
+    found = _captures(fn, body, ids_attr)
+    if isinstance(found, str):
+        return reject(found)
+    if len(found.aux_names) != 1:
+        return reject(f"captures go to several lists: {', '.join(sorted(found.aux_names))}")
+    (aux_name,) = found.aux_names
+    if len(found.gates) > 1:
         return reject("captures are taken under different conditions")
-    gate_parts = gates.pop() if gates else ()
+    gate_parts = next(iter(found.gates), ())
     gate_names = {part for part in gate_parts if part.isidentifier()}
     init_index = _list_init_index(body[:handoff], aux_name, gate_names)
     if init_index is None:
@@ -274,10 +199,186 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             return reject(f"the last stage never reads `{aux_name}`")
         gated_collect_before, collect_in_else = placement
 
+    reads = _other_id_reads(fn, body, found.accounted, init_index, handoff)
+    if isinstance(reads, str):
+        return reject(reads)
+    final_capture, collect_before = reads
+    if gate_parts and final_capture:
+        return reject("captures the stage output as well as under a condition")
+    return ForwardShape(
+        class_name,
+        line,
+        aux_name=aux_name,
+        capture_kinds=tuple(dict.fromkeys(found.kinds)),
+        proxy_arg=proxy_arg,
+        proxy_param=proxy_param,
+        final_capture=final_capture,
+        collect_before=gated_collect_before if gate_parts else collect_before,
+        ids_attr=ids_attr,
+        gate=" and ".join(gate_parts) or None,
+        gate_assignments=tuple(sorted(found.gate_assignments)),
+        collect_in_else=collect_in_else,
+        stale_comments=last_stage_comments(body, sorted(found.gate_assignments)),
+    )
+
+
+def _handoff(fn: cst.FunctionDef, body: list[cst.BaseStatement]) -> tuple[str, int, str] | str:
+    """``(proxy parameter, index of the handoff, "dict" or "name")`` of the
+    ``return PPProxyTensors(...)`` under ``if not ...is_last_rank``, or why there is none
+    the rewrite can extend."""
+    proxy_param = next(
+        (p.name.value for p in fn.params.params if p.name.value == "pp_proxy_tensors"), None
+    )
+    if proxy_param is None:
+        return "forward takes no pp_proxy_tensors (model does not run under PP)"
+    handoff = non_last_return_index(body)
+    if handoff is None:
+        return "no `return PPProxyTensors(...)` under `if not ...is_last_rank`"
+    proxy_value = proxy_call_of(body[handoff]).args
+    if len(proxy_value) != 1:
+        return "PPProxyTensors(...) does not take one dict"
+    arg = proxy_value[0].value
+    if isinstance(arg, cst.Name):
+        return proxy_param, handoff, "name"
+    if not isinstance(arg, cst.Dict):
+        return "PPProxyTensors(...) argument is neither a dict literal nor a name"
+    if any(
+        not isinstance(el, cst.DictElement)
+        or "\n" in code_of(el.key) + code_of(el.value)
+        or "#" in code_of(el)
+        for el in arg.elements
+    ):
+        return "PPProxyTensors dict has multi-line entries or comments"
+    return proxy_param, handoff, "dict"
+
+
+@dataclass
+class _Captures:
+    """What the capture points of the layer loops found: the capture kinds (in the order
+    found), the lists they fill, the nodes that read the capture ids for them, the
+    conditions (besides the id test) they are taken under, and the top-level statements
+    that define those conditions."""
+
+    kinds: list[str] = field(default_factory=list)
+    aux_names: set[str] = field(default_factory=set)
+    accounted: list[cst.CSTNode] = field(default_factory=list)
+    gates: set[tuple[str, ...]] = field(default_factory=set)
+    gate_assignments: set[int] = field(default_factory=set)
+
+
+#: A capture point: reads one layer loop (``body``, the loop, its layer index, the ids
+#: attribute), adds what it finds to the ``_Captures``; returns why the forward is
+#: refused, or ``None``.
+CapturePoint = Callable[[list[cst.BaseStatement], cst.For, str, str, _Captures], str | None]
+
+
+def _captures(fn: cst.FunctionDef, body: list[cst.BaseStatement], ids_attr: str) -> _Captures | str:
+    """Every capture point of every layer loop (a loop of the loop-form table), or why
+    the forward is refused."""
+    found = _Captures()
+    for loop in findall(fn, m.For()):
+        loop_var = layer_index(loop)
+        if loop_var is None:
+            continue
+        for point in CAPTURE_POINTS:
+            problem = point(body, loop, loop_var, ids_attr, found)
+            if problem is not None:
+                return problem
+    if not found.kinds:
+        tests = [code_of(node.test) for node in findall(fn, m.If()) if findall(node.test, SELF_IDS)]
+        where = f"; captures under `{' '.join(tests[0].split())}`" if tests else ""
+        return f"no capture in iteration i of the layer loop (`i in self.{ids_attr}`){where}"
+    return found
+
+
+def _appended_by_id(
+    body: list[cst.BaseStatement], loop: cst.For, loop_var: str, ids_attr: str, found: _Captures
+) -> str | None:
+    """``if i in self.<ids> [and <gate>]: aux.append(...)`` before the layer call (kind
+    ``loop-append``) or after it (``after-layer``)."""
+    for branch in findall(loop, m.If()):
+        conjuncts = conjuncts_of(branch.test)
+        by_id = [c for c in conjuncts if m.matches(c, _ids_test(loop_var))]
+        if not by_id:
+            continue
+        appended = findall(
+            branch.body,
+            m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("append"))),
+        )
+        if not appended:
+            return f"`if {loop_var} in self.{ids_attr}` block appends nothing"
+        gated = gate_of(body, loop, [c for c in conjuncts if c is not by_id[0]])
+        if isinstance(gated, str):
+            return gated
+        gate, assignments = gated
+        found.gates.add(gate)
+        found.gate_assignments.update(assignments)
+        found.accounted.extend(body[k] for k in assignments)
+        found.aux_names.update(_appended_name(call) for call in appended)
+        # Either way the capture of id i is taken in iteration i, on the stage
+        # that owns layer i: before the layer runs (ids stored as layer + 1) or
+        # after it (raw layer ids).
+        before = _before_layer_call(loop, branch)
+        found.kinds.append(LOOP_APPEND.name if before else AFTER_LAYER.name)
+        found.accounted.append(branch.test)
+    return None
+
+
+def _at_boundaries(
+    body: list[cst.BaseStatement], loop: cst.For, loop_var: str, ids_attr: str, found: _Captures
+) -> str | None:
+    """Captures at the layer boundaries (kind ``boundaries``, :func:`_boundary_captures`)."""
+    boundary = _boundary_captures(body, loop, loop_var)
+    if boundary is not None:
+        names, tests = boundary
+        found.aux_names.update(names)
+        found.kinds.append(BOUNDARIES.name)
+        found.accounted.extend(tests)
+    return None
+
+
+def _handed_to_layer(
+    body: list[cst.BaseStatement], loop: cst.For, loop_var: str, ids_attr: str, found: _Captures
+) -> str | None:
+    """``captured_last_layer_outputs=aux if i in self.<ids> else None`` (kind
+    ``layer-kwarg``) or ``... if <layer flag> else None`` (``layer-flag``)."""
+    for arg_node in findall(loop, m.Arg(keyword=m.Name(CAPTURE_KWARG))):
+        value = arg_node.value
+        if isinstance(value, cst.IfExp) and m.matches(
+            value,
+            m.IfExp(
+                test=m.OneOf(_ids_test(loop_var), *_FLAG_TEST.options),
+                body=m.Name(),
+                orelse=m.Name("None"),
+            ),
+        ):
+            found.aux_names.add(name_value(value.body))
+            compared = m.matches(value.test, m.Comparison())
+            found.kinds.append(LAYER_KWARG.name if compared else LAYER_FLAG_KIND.name)
+            found.accounted.append(value.test)
+        elif not m.matches(value, m.Name("None")):
+            return f"unrecognised `{CAPTURE_KWARG}=` value: {code_of(value)}"
+    return None
+
+
+#: The capture points of the classic shape, in the order each layer loop is read.
+CAPTURE_POINTS: tuple[CapturePoint, ...] = (_appended_by_id, _at_boundaries, _handed_to_layer)
+
+
+def _other_id_reads(
+    fn: cst.FunctionDef,
+    body: list[cst.BaseStatement],
+    accounted: list[cst.CSTNode],
+    init_index: int,
+    handoff: int,
+) -> tuple[bool, int | None] | str:
+    """The reads of the capture ids besides the capture points: ``(the last stage captures
+    its output, index of the top-level statement the gathering must precede)``, or the
+    read that is not recognised."""
     final_capture = False
     collect_before: int | None = None
-    for reference in findall(fn, _SIZE_READ):
-        accounted.append(reference)  # emptiness / size checks read the same on every rank
+    # emptiness / size checks read the same on every rank
+    accounted = [*accounted, *findall(fn, _SIZE_READ)]
     accounted_ids: set[int] = set().union(*(node_ids(node) for node in accounted))
     statement_ids = [node_ids(statement) for statement in body]
     for reference in findall(fn, SELF_IDS):
@@ -304,24 +405,8 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
                 collect_before = statement_index
             continue
         snippet = code_of(owner).strip().splitlines()[0] if owner is not None else "?"
-        return reject(f"reads capture ids outside the recognised capture point: `{snippet}`")
-    if gate_parts and final_capture:
-        return reject("captures the stage output as well as under a condition")
-    return ForwardShape(
-        class_name,
-        line,
-        aux_name=aux_name,
-        capture_kinds=tuple(dict.fromkeys(kinds)),
-        proxy_arg=proxy_arg,
-        proxy_param=proxy_param,
-        final_capture=final_capture,
-        collect_before=gated_collect_before if gate_parts else collect_before,
-        ids_attr=ids_attr,
-        gate=" and ".join(gate_parts) or None,
-        gate_assignments=tuple(sorted(gate_assignments)),
-        collect_in_else=collect_in_else,
-        stale_comments=last_stage_comments(body, sorted(gate_assignments)),
-    )
+        return f"reads capture ids outside the recognised capture point: `{snippet}`"
+    return final_capture, collect_before
 
 
 def _first_reader(body, handoff: int, aux_name: str) -> tuple[int | None, int | None] | None:
