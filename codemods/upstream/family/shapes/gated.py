@@ -235,7 +235,9 @@ def _layer_loop(body: Sequence[cst.BaseStatement], fn_name: str) -> tuple[cst.Fo
 
 def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardShape:
     """The shape of a forward :func:`is_gated_forward` holds for; ``problem`` says what
-    does not match the rewrite."""
+    does not match the rewrite.  The steps: the collector and its capture function
+    (:func:`_collector`), the layer loop (:func:`_layer_loop`), the capture point
+    (:func:`_capture_point`), the handoff (:func:`_handoff_problem`)."""
 
     def reject(problem: str) -> ForwardShape:
         return ForwardShape(class_name, line, capture_kinds=(GATED_KIND,), problem=problem)
@@ -248,32 +250,74 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     gate = name_value(block.test)
     gate_index = _gate_index(body, gate)
     assert gate_index is not None  # is_gated_forward(fn)
-    assigns = findall(block, m.Assign(targets=[m.AssignTarget(m.Name())], value=_COLLECTOR))
-    if len(assigns) != 1:
-        return reject(f"`if {gate}:` does not bind one `AuxHiddenStateList()`")
-    aux_name = name_value(assigns[0].targets[0].target)
-    capture = m.Call(func=m.Attribute(value=m.Name(aux_name), attr=m.Name("capture")))
-    defs = [d for d in findall(block, m.FunctionDef()) if findall(d, capture)]
-    if len(defs) != 1 or len(findall(fn, capture)) != 1:
-        return reject(f"`{aux_name}.capture` is not called once, by one local function")
-    fn_name = defs[0].name.value
-    skips = findall(defs[0], m.If(test=_EMPTY_SKIP))
-    if len(skips) != 1 or not findall(skips[0], capture):
-        return reject(f"`{fn_name}` does not capture exactly the non-empty values")
+    collector = _collector(fn, block, gate)
+    if isinstance(collector, str):
+        return reject(collector)
+    aux_name, fn_name = collector
     proxy = [p.name.value for p in fn.params.params if p.name.value == "pp_proxy_tensors"]
     if not proxy:
         return reject("forward takes no pp_proxy_tensors")
     found = _layer_loop(body, fn_name)
     if isinstance(found, str):
         return reject(found)
-    loop, loop_var = found
+    ids_read = _capture_point(*found, gate, fn_name)
+    if isinstance(ids_read, str):
+        return reject(ids_read)
+    problem = _handoff_problem(body)
+    if problem is not None:
+        return reject(problem)
+    if findall(fn, m.Name(HANDOFF_LOCAL)):
+        return reject(f"the forward already uses the name `{HANDOFF_LOCAL}`")
+    return ForwardShape(
+        class_name,
+        line,
+        aux_name=aux_name,
+        capture_kinds=(GATED_KIND,),
+        proxy_param=proxy[0],
+        ids_attr=ids_read.attr.value,
+        gate=gate,
+        gate_assignments=(gate_index,),
+        # Comments the rewrite restates are not stale.
+        stale_comments=()
+        if refresh_last_stage_comments(body, [gate_index])[1]
+        else last_stage_comments(body, [gate_index]),
+    )
+
+
+def _collector(fn: cst.FunctionDef, block: cst.If, gate: str) -> tuple[str, str] | str:
+    """``(list, capture function)``: the ``AuxHiddenStateList()`` that ``if <gate>:``
+    binds and the one local function that captures into it, skipping empty values; or
+    what is not so."""
+    assigns = findall(block, m.Assign(targets=[m.AssignTarget(m.Name())], value=_COLLECTOR))
+    if len(assigns) != 1:
+        return f"`if {gate}:` does not bind one `AuxHiddenStateList()`"
+    aux_name = name_value(assigns[0].targets[0].target)
+    capture = m.Call(func=m.Attribute(value=m.Name(aux_name), attr=m.Name("capture")))
+    defs = [d for d in findall(block, m.FunctionDef()) if findall(d, capture)]
+    if len(defs) != 1 or len(findall(fn, capture)) != 1:
+        return f"`{aux_name}.capture` is not called once, by one local function"
+    fn_name = defs[0].name.value
+    skips = findall(defs[0], m.If(test=_EMPTY_SKIP))
+    if len(skips) != 1 or not findall(skips[0], capture):
+        return f"`{fn_name}` does not capture exactly the non-empty values"
+    return aux_name, fn_name
+
+
+def _capture_point(loop: cst.For, loop_var: str, gate: str, fn_name: str) -> cst.Attribute | str:
+    """The ``self.<ids>`` the layer call tests in ``fn if gate and i > self.start_layer
+    and (i - 1 in self.<ids>) else None``, or why there is no such call."""
     uses = findall(loop, _first_layer_skip(gate, loop_var, fn_name))
     if len(uses) != 1 or len(findall(loop, m.IfExp(body=m.Name(fn_name)))) != 1:
-        return reject(
+        return (
             f"no `{fn_name} if {gate} and {loop_var} > self.start_layer and "
             f"({loop_var} - 1 in self.layers_to_capture) else None` in the layer call"
         )
-    ids_attr = findall(uses[0], SELF_IDS)[0].attr.value
+    return findall(uses[0], SELF_IDS)[0]
+
+
+def _handoff_problem(body: list[cst.BaseStatement]) -> str | None:
+    """Why the handoff is not ``if not ...is_last_rank: return residual_batch.to_pp(...)``
+    with an ``else:`` block that starts by completing the output; ``None`` when it is."""
     index = handoff_index(body)
     assert index is not None  # is_gated_forward(fn)
     handoff = body[index]
@@ -283,30 +327,15 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         or len(handoff.body.body) != 1
         or not m.matches(handoff.body.body[0], _TO_PP_RETURN)
     ):
-        return reject("the non-last-rank branch is not a lone `return residual_batch.to_pp(...)`")
+        return "the non-last-rank branch is not a lone `return residual_batch.to_pp(...)`"
     if not isinstance(handoff.orelse, cst.Else) or not m.matches(
         handoff.orelse.body.body[0], _COMPLETE
     ):
-        return reject(
+        return (
             "the last-rank branch does not start with "
             "`hidden_states = residual_batch.complete_output(...)`"
         )
-    if findall(fn, m.Name(HANDOFF_LOCAL)):
-        return reject(f"the forward already uses the name `{HANDOFF_LOCAL}`")
-    return ForwardShape(
-        class_name,
-        line,
-        aux_name=aux_name,
-        capture_kinds=(GATED_KIND,),
-        proxy_param=proxy[0],
-        ids_attr=ids_attr,
-        gate=gate,
-        gate_assignments=(gate_index,),
-        # Comments the rewrite restates are not stale.
-        stale_comments=()
-        if refresh_last_stage_comments(body, [gate_index])[1]
-        else last_stage_comments(body, [gate_index]),
-    )
+    return None
 
 
 class _EveryFirstLayer(cst.CSTTransformer):
