@@ -8,8 +8,9 @@ for the loop to run exactly the stage's layers with that index.  The forms' head
 overlap, so a loop has at most one form (:func:`form_of`), and each shape names the forms
 it accepts:
 
-* the classic loop shape (``shapes/loop.py``) takes every form, checking only that the
-  index is the global layer id (:data:`ANY_FORM`, :func:`layer_index`);
+* the classic loop shape (``shapes/loop.py``) takes every form and reads its index
+  without checking the range (:data:`ANY_FORM`, :func:`layer_index`; an enumerated
+  form's index only once the loop offsets it to the global id);
 * the layer-entry shapes (``shapes/entry.py``, ``shapes/snapshot.py``, ``shapes/gated.py``)
   need the stage's layers exactly (:data:`STAGE_RANGES`, plus :data:`ENUMERATED_SLICE`
   for the callback forwards; :func:`stage_loop_problem` says why a loop is not one).
