@@ -61,6 +61,8 @@ tensor there (before the norm it may be a handle the residual stream still owes 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -140,7 +142,11 @@ def _mentions(node: cst.CSTNode, name: str) -> bool:
 
 
 def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardShape:
-    """The forward's shape, or one whose ``problem`` says what was looked for."""
+    """The forward's shape, or one whose ``problem`` says what was looked for.  The steps:
+    the collector (:func:`_collector`), the layer loop and its capture point
+    (:func:`_layers`), the handoff (:func:`_handoff`), the stage-output capture and the
+    other reads of the list and the ids (:func:`_other_reads`), where the last stage
+    gathers (:func:`_gathering`)."""
 
     def reject(problem: str) -> ForwardShape:
         return ForwardShape(class_name, line, capture_kinds=(ENTRY_KIND,), problem=problem)
@@ -153,24 +159,73 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     if proxy_param is None:
         return reject("forward takes no pp_proxy_tensors (model does not run under PP)")
     body = list(fn.body.body)
+    collector = _collector(fn, body)
+    if isinstance(collector, str):
+        return reject(collector)
+    list_index, aux_name = collector
+    layers = _layers(fn, body, list_index, aux_name)
+    if isinstance(layers, str):
+        return reject(layers)
+    handoff = _handoff(body, list_index, aux_name, layers)
+    if isinstance(handoff, str):
+        return reject(handoff)
+    reads = _other_reads(fn, body, aux_name, layers, handoff)
+    if isinstance(reads, str):
+        return reject(reads)
+    gathering = _gathering(aux_name, handoff, reads)
+    if isinstance(gathering, str):
+        return reject(gathering)
+    collect_before, collect_in_else = gathering
+    return ForwardShape(
+        class_name,
+        line,
+        aux_name=aux_name,
+        capture_kinds=(layers.kind,),
+        proxy_arg=PROXY_ARG,
+        proxy_param=proxy_param,
+        collect_before=collect_before,
+        ids_attr=reads.ids_attr,
+        collect_in_else=collect_in_else,
+        final_capture=bool(reads.finals_top or reads.finals_else or handoff.early_finals),
+    )
 
-    # The capture list: ``aux = AuxHiddenStateList()`` (or a packer sized by the ids)
-    # once, at the top level.
+
+def _collector(fn: cst.FunctionDef, body: list[cst.BaseStatement]) -> tuple[int, str] | str:
+    """``(index, name)`` of the capture list: ``aux = AuxHiddenStateList()`` (or a packer
+    sized by the ids) once, at the top level; or why there is none."""
     creations = [
         (index, found)
         for index, found in enumerate(map(collector_creation, body))
         if found is not None
     ]
     if len(creations) != 1 or len(findall(fn, ANY_COLLECTOR_CALL)) != 1:
-        return reject(
+        return (
             f"`{LIST_CLASS}()` (or `AuxHiddenStatePacker(len(self.{IDS_ATTR}))`) is not "
             "created once, at the top of the forward"
         )
     list_index, (aux_name, _) = creations[0]
+    return list_index, aux_name
 
-    # The capture point of the layers: ``capture_output=aux.capture if i in self.ids
-    # else None`` in the call of layer ``i`` in ``for i in range(self.start_layer,
-    # self.end_layer)``.
+
+@dataclass(frozen=True)
+class _Layers:
+    """The layer loop: the capture kind, the top-level statement that is or holds the
+    loop (and its index), the loop, how many times it fills the list and reads the ids."""
+
+    kind: str
+    index: int
+    statement: cst.BaseStatement
+    loop: cst.For
+    loop_uses: int
+    id_uses: int
+
+
+def _loop(
+    fn: cst.FunctionDef, body: list[cst.BaseStatement], list_index: int, aux_name: str
+) -> tuple[str, int, cst.BaseStatement, cst.For] | str:
+    """``(capture kind, index, top-level statement, loop)``: the loop after the list is
+    made that hands ``aux.capture`` to its layers, or else the one that hands them the
+    list itself (the gathered collector, possibly inside a branch); or why there is none."""
     capture_attr = m.Attribute(value=m.Name(aux_name), attr=m.Name("capture"))
     handed = m.Name(aux_name) | m.IfExp(body=m.Name(aux_name))
     list_arg = m.Arg(keyword=m.Name(CAPTURE_KWARG), value=handed)
@@ -194,7 +249,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             if index > list_index and findall(statement, list_arg)
         ]
         if not holders:
-            return reject(f"`{aux_name}.capture` is not handed to a layer in a top-level loop")
+            return f"`{aux_name}.capture` is not handed to a layer in a top-level loop"
         inner = [node for node in findall(holders[0][1], m.For()) if findall(node, list_arg)]
         flagged = m.Arg(
             keyword=m.Name(CAPTURE_KWARG),
@@ -206,7 +261,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             or len(findall(fn, list_arg)) != 1
             or len(findall(inner[0], flagged)) != 1
         ):
-            return reject(
+            return (
                 f"the layers get the capture list itself (`{CAPTURE_KWARG}={aux_name}`) "
                 f"other than once, under the layer flag `{LAYER_FLAG}` or a capture-id "
                 "test, in one layer loop"
@@ -214,6 +269,18 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         kind = GATHERED_KIND
         loop_index, loop_statement = holders[0]
         loop = inner[0]
+    return kind, loop_index, loop_statement, loop
+
+
+def _layers(
+    fn: cst.FunctionDef, body: list[cst.BaseStatement], list_index: int, aux_name: str
+) -> _Layers | str:
+    """The layer loop (:func:`_loop`), of a form of the loop-form table the capture kind
+    takes, with its capture point (:func:`_capture_point`); or why there is none."""
+    found = _loop(fn, body, list_index, aux_name)
+    if isinstance(found, str):
+        return found
+    kind, loop_index, loop_statement, loop = found
     # The layer loop: a form of the loop-form table (``family/loop_forms.py``); the
     # callback forwards may enumerate the stage's slice of the stack (``layer_entry.loops``).
     forms = (*STAGE_RANGES, ENUMERATED_SLICE) if kind == ENTRY_KIND else STAGE_RANGES
@@ -225,16 +292,30 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     if problem is None and enumerated:
         problem = callback_problem(loop, aux_name)
     if problem is not None:
-        return reject(problem)
+        return problem
     assert form is not None  # stage_loop_problem accepts a form of the table only
     loop_var = form.index(loop)
+    uses = _capture_point(kind, loop, loop_var, aux_name, enumerated)
+    if isinstance(uses, str):
+        return uses
+    return _Layers(kind, loop_index, loop_statement, loop, *uses)
+
+
+def _capture_point(
+    kind: str, loop: cst.For, loop_var: str, aux_name: str, enumerated: bool
+) -> tuple[int, int] | str:
+    """``(fills of the list, reads of the ids)`` in the layer loop: the callback
+    ``capture_output=aux.capture if i in self.<ids> else None`` (or a capture closure of
+    the loop), or the list handed to flagged layers; and the layer call assigns
+    ``hidden_states``.  Or what is not so."""
+    capture_attr = m.Attribute(value=m.Name(aux_name), attr=m.Name("capture"))
     # The callback may be a function of the loop that prepares the value and captures
     # it (``layer_entry.closure``).
     closure, closure_problem = (
         capture_closure(loop, aux_name) if kind == ENTRY_KIND else (None, None)
     )
     if closure_problem is not None:
-        return reject(closure_problem)
+        return closure_problem
     callback = m.Name(closure) if closure is not None else capture_attr
     keyword = m.Arg(
         keyword=m.Name(CAPTURE_KEYWORD),
@@ -252,7 +333,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         and not enumerated
         and (len(findall(loop, keyword)) != 1 or len(findall(loop, capture_attr)) != 1)
     ):
-        return reject(
+        return (
             f"no `{CAPTURE_KEYWORD}={closure or aux_name + '.capture'} if {loop_var} in "
             f"self.layers_to_capture else None` in the layer call"
         )
@@ -268,7 +349,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             test=m.Comparison(left=m.Name(loop_var), comparisons=[m.ComparisonTarget()]),
         )
         if len(findall(loop, _ID_TEST)) != 1 or len(findall(loop, by_id)) != 1:
-            return reject(
+            return (
                 f"the list is handed to the layers under a capture-id test other than "
                 f"`{loop_var} in self.layers_to_capture`"
             )
@@ -279,16 +360,33 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         elements=[m.ZeroOrMore(), m.Element(m.Name(HIDDEN)), m.ZeroOrMore()]
     )
     if not findall(loop, m.Assign(targets=[m.AssignTarget(assigned)], value=m.Call())):
-        return reject(f"the layer loop does not assign `{HIDDEN}`")
+        return f"the layer loop does not assign `{HIDDEN}`"
+    return loop_uses, id_uses
 
+
+@dataclass(frozen=True)
+class _Handoff:
+    """The handoff: its index, the last stage's output captures before it, its ``else:``
+    block and the statements after it."""
+
+    index: int
+    early_finals: list[cst.BaseStatement]
+    else_block: list[cst.CSTNode]
+    after: list[cst.BaseStatement]
+
+
+def _handoff(
+    body: list[cst.BaseStatement], list_index: int, aux_name: str, layers: _Layers
+) -> _Handoff | str:
+    """The ``to_pp`` handoff after the loop, the list untouched in between and in the
+    non-last-rank branch; or why not."""
+    loop_index, loop_statement = layers.index, layers.statement
     # The handoff, after the loop.
     handoff = handoff_index(body)
     if handoff is None:
-        return reject(
-            f"no `return residual_batch.{HANDOFF_FUNC}(...)` under `if not ...is_last_rank`"
-        )
+        return f"no `return residual_batch.{HANDOFF_FUNC}(...)` under `if not ...is_last_rank`"
     if handoff < loop_index:
-        return reject("the PP handoff comes before the layer loop")
+        return "the PP handoff comes before the layer loop"
     # The last stage may capture its output before the handoff (mimo_v2).
     early_finals = [
         statement
@@ -301,22 +399,46 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
             and not any(statement is final for final in early_finals)
             and _mentions(statement, aux_name)
         ):
-            return reject(f"`{aux_name}` is used between the layer loop and the PP handoff")
+            return f"`{aux_name}` is used between the layer loop and the PP handoff"
     handoff_if = body[handoff]
     assert isinstance(handoff_if, cst.If)  # handoff_index(body)
     if _mentions(handoff_if.body, aux_name) or _mentions(handoff_if.test, aux_name):
-        return reject(f"the non-last-rank branch already uses `{aux_name}`")
+        return f"the non-last-rank branch already uses `{aux_name}`"
     returns_problem = handoff_returns_problem(handoff_if)
     if returns_problem is not None:
-        return reject(returns_problem)
+        return returns_problem
     if any(_mentions(p, HANDOFF) or _mentions(p, COLLECT) for p in body):
-        return reject("the forward already calls the PP aux glue")
+        return "the forward already calls the PP aux glue"
     orelse = handoff_if.orelse
     if isinstance(orelse, cst.If):
-        return reject("the PP handoff has an `elif`")
+        return "the PP handoff has an `elif`"
     else_block = list(orelse.body.body) if isinstance(orelse, cst.Else) else []
     after = body[handoff + 1 :]
+    return _Handoff(handoff, early_finals, else_block, after)
 
+
+@dataclass(frozen=True)
+class _Reads:
+    """The stage-output captures after the handoff (indexes into the statements after
+    it and into its ``else:`` block) and the ids attribute."""
+
+    finals_top: list[int]
+    finals_else: list[int]
+    ids_attr: str
+
+
+def _other_reads(
+    fn: cst.FunctionDef,
+    body: list[cst.BaseStatement],
+    aux_name: str,
+    layers: _Layers,
+    found: _Handoff,
+) -> _Reads | str:
+    """The last stage's output captures, and no other fill of the list or read of the
+    ids than the layers' and theirs; or what else there is."""
+    handoff, early_finals = found.index, found.early_finals
+    else_block, after = found.else_block, found.after
+    loop_uses, id_uses = layers.loop_uses, layers.id_uses
     # The last stage may capture its own output (id == num_layers) after its layers,
     # in statements that test ``self.end_layer in self.<ids>``.
     end_test = _end_test(body, handoff)
@@ -324,7 +446,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     finals_else = [k for k, s in enumerate(else_block) if _final_capture(s, aux_name, end_test)]
     finals = [after[k] for k in finals_top] + [else_block[k] for k in finals_else]
     if sum(map(bool, (finals_top, finals_else, early_finals))) > 1:
-        return reject("the stage output is captured in more than one place")
+        return "the stage output is captured in more than one place"
     aux_attrs = findall(fn, m.Attribute(value=m.Name(aux_name), attr=m.Name()))
     # The packer's ``finalize()`` after the handoff reads the captures, like ``len()``.
     finalized = [
@@ -339,9 +461,7 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     if len(aux_attrs) != loop_uses + len(final_attrs) + len(finalized) or any(
         a.attr.value not in ("capture", "append") for a in final_attrs
     ):
-        return reject(
-            f"`{aux_name}` is filled other than by the layers and the stage-output capture"
-        )
+        return f"`{aux_name}` is filled other than by the layers and the stage-output capture"
     ids_reads = findall(fn, SELF_IDS)
     ids_attrs = sorted({node.attr.value for node in ids_reads})
     end_tests = sum(len(findall(s, end_test)) for s in finals) + len(early_finals)
@@ -349,11 +469,21 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
     # size is one of them).
     size_reads = len(findall(fn, SIZE_READ))
     if len(ids_attrs) > 1 or len(ids_reads) != id_uses + end_tests + size_reads:
-        return reject(
+        return (
             "reads capture ids outside the layer call and the stage-output capture "
             f"(`self.{ids_attrs[0] if ids_attrs else IDS_ATTR}` {len(ids_reads)} times)"
         )
+    return _Reads(finals_top, finals_else, ids_attrs[0] if ids_attrs else IDS_ATTR)
 
+
+def _gathering(
+    aux_name: str, found: _Handoff, reads: _Reads
+) -> tuple[int | None, int | None] | str:
+    """``(top-level index, index in the handoff's else block)``, one of them ``None``:
+    where the last stage gathers, before the first statement that reads the captures
+    (after the stage-output capture, if any); or why there is no such place."""
+    handoff, else_block, after = found.index, found.else_block, found.after
+    finals_top, finals_else = reads.finals_top, reads.finals_else
     # Where the last stage gathers: before the first statement that reads the captures
     # (after the stage-output capture, if any).
     collect_in_else = None
@@ -362,29 +492,18 @@ def analyse_forward(class_name: str, fn: cst.FunctionDef, line: int) -> ForwardS
         k for k, s in enumerate(else_block) if _mentions(s, aux_name) and k not in finals_else
     ]
     if finals_else and else_readers:
-        return reject(f"the last-rank block reads `{aux_name}` besides capturing the output")
+        return f"the last-rank block reads `{aux_name}` besides capturing the output"
     if else_readers:
         collect_in_else = else_readers[0]
         if collect_in_else == 0:
-            return reject(f"the last stage reads `{aux_name}` before `{HIDDEN}` is final")
+            return f"the last stage reads `{aux_name}` before `{HIDDEN}` is final"
     else:
         first = finals_top[-1] + 1 if finals_top else 0
         readers = [k for k in range(first, len(after)) if _mentions(after[k], aux_name)]
         if not readers:
-            return reject(f"the last stage never reads `{aux_name}`")
+            return f"the last stage never reads `{aux_name}`"
         collect_before = handoff + 1 + readers[0]
-    return ForwardShape(
-        class_name,
-        line,
-        aux_name=aux_name,
-        capture_kinds=(kind,),
-        proxy_arg=PROXY_ARG,
-        proxy_param=proxy_param,
-        collect_before=collect_before,
-        ids_attr=ids_attrs[0] if ids_attrs else IDS_ATTR,
-        collect_in_else=collect_in_else,
-        final_capture=bool(finals or early_finals),
-    )
+    return collect_before, collect_in_else
 
 
 #: ``getattr(layer, "_is_layer_to_capture", False)`` or ``layer._is_layer_to_capture``.
