@@ -14,6 +14,9 @@ checkpoint.  ``check_pipeline_parallel_compat`` (0.5.21+) is called as
 those cases and prints, per case, its outcome and whether the served class relays the
 case's method (``aux_cases``); ``--pp JSON`` runs only the former, each case in turn, and
 prints its outcome and which model modules the check imported (``pp_cases``).
+``--verdicts JSON`` (``{"archs": [...] or null for every registered one, "methods":
+[...]}``) asks, per architecture and capture method, both the patched hook's check and
+the runtime guard where the runner configures the capture under PP (``verdicts``).
 """
 
 from __future__ import annotations
@@ -142,7 +145,7 @@ AUX_CASES = {
     "aux_dflash": dict(speculative_algorithm="DFLASH", return_aux_hidden_state_layer_ids=[1, 4]),
     "aux_eagle3_subclass": dict(speculative_algorithm="EAGLE3", arch=SUBCLASS_ARCH),
     "aux_eagle3_other_model": dict(speculative_algorithm="EAGLE3", arch=OTHER_ARCH),
-    "aux_dspark_not_relayed": dict(
+    "aux_dspark_via_dflash": dict(
         speculative_algorithm="DSPARK", return_aux_hidden_state_layer_ids=[1, 4]
     ),
     # Checked after pp_size: without PP, so that the layer-ids refusal is reached.
@@ -203,7 +206,99 @@ def pp_cases(cases: dict[str, dict]) -> dict[str, dict[str, object]]:
     return results
 
 
+def _validation_verdict(arch: str, method: str) -> str:
+    """The patched hook's check on ``arch`` served with ``method`` under 2 PP stages:
+    ``admitted`` or ``refused: <message>``."""
+    record = server_args(arch, speculative_algorithm=method)
+    try:
+        validation_hook._check_pp_aux_capture_supported(resolving_view(record), method)
+    except ValueError as exc:
+        return f"refused: {exc}"
+    return "admitted"
+
+
+def _runtime_verdict(arch: str, method: str) -> str:
+    """The runner's ``configure_aux_hidden_state_capture`` under 2 PP stages on the class
+    the loader resolves for ``arch``, built without ``__init__`` (only its class is asked)
+    and with its capture hooks replaced by recorders where they are defined: ``admitted`` (a hook was called),
+    ``refused: <message>`` (the guard's ``NotImplementedError``), ``no hook: <message>``
+    (the runner's own refusal of a class without the method's hook), or ``not a module``
+    for a class that is no ``nn.Module`` (it builds another class's module: no instance
+    of it can be built without its checkpoint's config)."""
+    from unittest import mock
+
+    from sglang.srt.model_executor.model_runner_components import (
+        attention_backend_setup as setup,
+    )
+    from sglang.srt.model_loader.utils import get_model_architecture
+    from torch import nn
+
+    model_cls, _ = get_model_architecture(server_args(arch)._model_config)
+    if not issubclass(model_cls, nn.Module):
+        # MiniCPMV: a dispatcher that builds the module of the checkpoint's version.
+        return f"not a module: {model_cls.__name__} builds another class's module"
+    model = object.__new__(model_cls)
+    nn.Module.__init__(model)
+    hooks = [
+        name
+        for name in (
+            "set_eagle3_layers_to_capture",
+            "set_dflash_layers_to_capture",
+            "set_dspark_layers_to_capture",
+        )
+        if hasattr(model_cls, name)
+    ]
+    # Each recorder replaces the hook where it is defined, so the class keeps its own body.
+    owners = {name: next(k for k in model_cls.__mro__ if name in vars(k)) for name in hooks}
+    recorders = [mock.patch.object(owners[name], name) for name in hooks]
+    called = []
+    try:
+        for recorder in recorders:
+            called.append(recorder.start())
+        setup.configure_aux_hidden_state_capture(
+            model=model,
+            eagle_use_aux_hidden_state=method == "EAGLE3",
+            eagle_aux_hidden_state_layer_ids=[1],
+            dflash_use_aux_hidden_state=method != "EAGLE3",
+            dflash_target_layer_ids=[1],
+            is_dspark=method == "DSPARK",
+            pp_size=2,
+        )
+    except NotImplementedError as exc:
+        return f"refused: {exc}"
+    except ValueError as exc:
+        return f"no hook: {exc}"
+    finally:
+        for recorder in recorders:
+            recorder.stop()
+    return "admitted" if any(hook.called for hook in called) else "not configured"
+
+
+def verdicts(archs: list[str] | None, methods: list[str]) -> dict[str, dict[str, list[str]]]:
+    """arch -> method -> [the validation's verdict, the runtime guard's verdict], over
+    ``archs`` (None: every architecture the registry holds)."""
+    if archs is None:
+        from sglang.srt.models.registry import ModelRegistry
+
+        archs = sorted(ModelRegistry.get_supported_archs())
+    found: dict[str, dict[str, list[str]]] = {}
+    for arch in archs:
+        for method in methods:
+            pair = []
+            for verdict in (_validation_verdict, _runtime_verdict):
+                try:
+                    pair.append(verdict(arch, method))
+                except Exception as exc:  # reported: the test names what could not be asked
+                    pair.append(f"error: {type(exc).__name__}: {exc}")
+            found.setdefault(arch, {})[method] = pair
+    return found
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--verdicts"]:
+        spec = json.loads(sys.argv[2])
+        print(json.dumps(verdicts(spec.get("archs"), spec["methods"])))
+        return
     if sys.argv[1:2] == ["--aux"]:
         print(json.dumps(aux_cases(json.loads(sys.argv[2]))))
         return

@@ -294,9 +294,13 @@ def test_relay_is_declared_per_method_and_not_past_a_subclass_with_its_own_stack
 
     glue.check_pp_aux_capture(Patched(), "EAGLE3", 2)
     glue.check_pp_aux_capture(OwnStack(), "EAGLE3", 1)  # one stage loses nothing
-    with pytest.raises(NotImplementedError, match=r"^OwnStack does not relay EAGLE3 .*pp_size=3"):
+    with pytest.raises(
+        NotImplementedError, match=r"^OwnStack's decoder stack does not relay EAGLE3's .*pp_size=3"
+    ):
         glue.check_pp_aux_capture(OwnStack(), "EAGLE3", 3)
-    with pytest.raises(NotImplementedError, match=r"^Patched does not relay DFLASH"):
+    with pytest.raises(
+        NotImplementedError, match=r"^Patched's decoder stack does not relay DFLASH's"
+    ):
         glue.check_pp_aux_capture(Patched(), "DFLASH", 2)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import textwrap
 
-from codemods.catalog.methods import ADMITTED, NATIVE
+from codemods.catalog.methods import ADMITTED, FALLBACK, FALLBACK_TARGET, NATIVE
 from codemods.upstream.edit import names
 from codemods.upstream.edit.change_kinds import FIX, KIMI, RUNTIME, VALIDATION, Role
 from codemods.upstream.family import registry
@@ -283,7 +283,8 @@ def _validation(patch, result: UpstreamResult) -> None:
             f"defines none of __init__, forward or the convention's hook"
             f"{subclass_words(result, '')}; in the patched "
             f"files, {len(found)} architecture{'s' if len(found) != 1 else ''} "
-            f"(capture conventions in brackets): {listed}.{flag}  These architectures "
+            f"(capture conventions in brackets): {listed}.{_via_dflash(found)}{flag}  "
+            "These architectures "
             "are answered from a table of them and their conventions in the hook, so the "
             "check imports no model code for them (the model registry imports every "
             "model).  Every other refusal is kept, and any other model class is still "
@@ -294,6 +295,19 @@ def _validation(patch, result: UpstreamResult) -> None:
         )
         + still
         + ("\n" + _guard_paragraph(result) if guards else "")
+    )
+
+
+def _via_dflash(found: dict[str, tuple[str, ...]]) -> str:
+    """The sentence that says why a class lists DSPARK without declaring it, where one
+    does: the runner configures DSPARK through the DFLASH hook of a target without a
+    DSPARK hook, and such a class relays DSPARK where it relays DFLASH."""
+    if not any(FALLBACK.name in ks and FALLBACK_TARGET.name in ks for ks in found.values()):
+        return ""
+    return (
+        f"  A class without a {FALLBACK.name} hook is listed for {FALLBACK.name} where it "
+        f"relays {FALLBACK_TARGET.name}: the runner configures {FALLBACK.name}'s capture "
+        f"through its {FALLBACK_TARGET.name} hook, which the runtime guard asks about."
     )
 
 

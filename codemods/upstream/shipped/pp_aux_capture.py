@@ -34,6 +34,10 @@ RELAY_METHODS_ATTR = "pp_aux_relay_methods"
 # DSPARK relay (it defines this width method and relays DSPARK captures itself in the
 # ``dspark_hidden_states`` entry, as Kimi-Linear did) is still admitted for DSPARK.
 LEGACY_DSPARK_WIDTH = "get_pp_proxy_dspark_hidden_size"
+# A runner that configures DSPARK's capture calls the DFLASH hook of a target that
+# has no DSPARK hook.
+DSPARK_HOOK = "set_dspark_layers_to_capture"
+DFLASH_HOOK = "set_dflash_layers_to_capture"
 
 
 def relays_pp_aux_capture(model_cls: type, method: str) -> bool:
@@ -42,19 +46,24 @@ def relays_pp_aux_capture(model_cls: type, method: str) -> bool:
 
     The declaration covers the class that makes it, and a subclass only while it keeps
     that class's decoder stack and hook: one that defines ``__init__``, ``forward`` or
-    the method's hook itself must declare its own.  A class that defines
+    the method's hook itself must declare its own.  A runner that configures DSPARK's
+    capture calls ``set_dflash_layers_to_capture`` on a target without
+    ``set_dspark_layers_to_capture``, so such a class relays DSPARK where it relays
+    DFLASH.  A class that defines
     ``get_pp_proxy_dspark_hidden_size`` relays DSPARK itself, as on the previous release
     (deprecated).
     """
-    if method.upper() == "DSPARK" and callable(
-        getattr(model_cls, LEGACY_DSPARK_WIDTH, None)
-    ):
+    method = method.upper()
+    if method == "DSPARK" and callable(getattr(model_cls, LEGACY_DSPARK_WIDTH, None)):
         return True
+    if method == "DSPARK" and not hasattr(model_cls, DSPARK_HOOK):
+        if hasattr(model_cls, DFLASH_HOOK):
+            method = "DFLASH"
     hook = f"set_{method.lower()}_layers_to_capture"
     for klass in model_cls.__mro__:
         own = vars(klass)
         if RELAY_METHODS_ATTR in own:
-            return method.upper() in own[RELAY_METHODS_ATTR]
+            return method in own[RELAY_METHODS_ATTR]
         if "__init__" in own or "forward" in own or hook in own:
             return False
     return False
@@ -67,9 +76,9 @@ def check_pp_aux_capture(model: torch.nn.Module, method: str, pp_size: int) -> N
     not support). Nothing is asked with one stage."""
     if pp_size > 1 and not relays_pp_aux_capture(type(model), method):
         raise NotImplementedError(
-            f"{type(model).__name__} does not relay {method} aux hidden states across "
-            f"pipeline stages (no {RELAY_METHODS_ATTR} entry for {method}), so "
-            f"pp_size={pp_size} would lose the captures of every stage but the last."
+            f"{type(model).__name__}'s decoder stack does not relay {method}'s aux "
+            f"hidden states across pipeline stages, so pp_size={pp_size} would lose "
+            "the captures of every stage but the last."
         )
 
 

@@ -88,7 +88,10 @@ members of the patched model files that ``relays_pp_aux_capture`` admits once th
 applied (:func:`patched_architectures`): the causal-LM classes with rewritten hooks and the
 classes that inherit their declaration by the same rule, from the same file or from another
 model file through its imports (``glm4_moe.py``'s ``GlmMoeDsaForCausalLM`` inherits
-``deepseek_v2.py``'s ``DeepseekV2ForCausalLM``).
+``deepseek_v2.py``'s ``DeepseekV2ForCausalLM``).  Where the runner configures a DSPARK
+target without a DSPARK hook through its DFLASH hook (0.5.16+), such a class counts for
+DSPARK where it counts for DFLASH, as ``relays_pp_aux_capture`` and the runtime guard
+(which asks about DFLASH there) say.
 
 Every release before 0.5.21 refuses every speculative algorithm with PP (``server_args.py``'s
 ``assert ... self.speculative_algorithm is None`` up to 0.5.18, ``validation_hook.py`` from
@@ -105,6 +108,7 @@ import textwrap
 from dataclasses import dataclass, field
 
 from codemods.catalog.derive.index import ClassKey
+from codemods.catalog.methods import FALLBACK, FALLBACK_TARGET
 from codemods.upstream.edit.change_kinds import VALIDATION, Role
 from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.patchfile import FileChange
@@ -112,6 +116,7 @@ from codemods.upstream.family.plan import FamilyPlan
 from codemods.upstream.family.proxy_width import HOOK_METHODS
 from codemods.upstream.tree.reachability import (
     Refusal,
+    dspark_dflash_fallback,
     refusal_of,
     refuses_every_algorithm,
     tree_refusals,
@@ -273,9 +278,10 @@ def render_helper(relaying: dict[str, tuple[str, ...]], reasons: dict[str, str])
     return f'''\
 # Aux hidden state capture under pipeline parallelism (EAGLE3, DFLASH, DSPARK).
 # The architectures whose model class relays the captures of every stage to the last
-# one, and the methods it relays (its pp_aux_relay_methods, as relays_pp_aux_capture
-# reads them): the check reads them here rather than import the model registry, which
-# imports every model.
+# one, and the methods it relays, as relays_pp_aux_capture answers (its
+# pp_aux_relay_methods; DSPARK also where it has no DSPARK hook and relays DFLASH, whose
+# hook the runner calls for DSPARK then): the check reads them here rather than import
+# the model registry, which imports every model.
 {_table(METHODS_TABLE, methods)}
 # Why a model class cannot capture aux hidden states under pipeline parallelism.
 {_constant("_NOT_RELAYED", refusals.NOT_RELAYED)}\
@@ -386,13 +392,34 @@ def _defines(node: ast.ClassDef) -> set[str]:
     return names
 
 
+def _has_hook(classes: ModelClasses, key: ClassKey, hook: str) -> bool:
+    """Whether the class ``key`` defines ``hook`` or inherits it from a model file."""
+    return any(
+        (node := classes.classdef(cls)) is not None and hook in _defines(node)
+        for cls in classes.mro(key) or []
+    )
+
+
 def _relays(
-    classes: ModelClasses, key: ClassKey, method: str, declared: dict[ClassKey, set[str]]
+    classes: ModelClasses,
+    key: ClassKey,
+    method: str,
+    declared: dict[ClassKey, set[str]],
+    fallback: bool = False,
 ) -> bool:
     """What ``relays_pp_aux_capture`` answers for the class ``key`` once the patch is applied:
     along its method resolution order, the first class that declares the relay decides; one
     that defines ``__init__``, ``forward`` or the method's hook before it, or a base outside
-    the model files (whose body is not read), means no."""
+    the model files (whose body is not read), means no.  ``fallback``: the runner configures
+    a DSPARK target without a DSPARK hook through its DFLASH hook, so such a class is asked
+    about DFLASH for DSPARK."""
+    if (
+        fallback
+        and method == FALLBACK.name
+        and not _has_hook(classes, key, FALLBACK.hook)
+        and _has_hook(classes, key, FALLBACK_TARGET.hook)
+    ):
+        method = FALLBACK_TARGET.name
     hook = f"set_{method.lower()}_layers_to_capture"
     for cls in classes.mro(key) or []:
         if cls in declared:
@@ -404,7 +431,7 @@ def _relays(
 
 
 def patched_architectures(
-    plan: FamilyPlan, classes: ModelClasses | None = None
+    plan: FamilyPlan, classes: ModelClasses | None = None, fallback: bool = False
 ) -> dict[str, tuple[str, ...]]:
     """architecture -> conventions, over the ``EntryClass`` members of the patched files of
     ``plan`` (``classes``: its model files, parsed, where already at hand).
@@ -413,7 +440,10 @@ def patched_architectures(
     body; an ``EntryClass`` member counts for a method when ``relays_pp_aux_capture`` would
     say it relays it: the declaring class, or a subclass (in that file or, through the
     imports, from another model file) that defines none of ``__init__``, ``forward`` and
-    the method's hook before the declaration in its method resolution order.
+    the method's hook before the declaration in its method resolution order.  With
+    ``fallback`` (the tree's runner configures a DSPARK target without a DSPARK hook
+    through its DFLASH hook: ``reachability.dspark_dflash_fallback``), a member without a
+    DSPARK hook counts for DSPARK where it counts for DFLASH, as the shipped rule says.
     """
     declared: dict[ClassKey, set[str]] = {}
     for decision in plan.decisions.values():
@@ -422,13 +452,19 @@ def patched_architectures(
                 methods = {HOOK_METHODS[hook] for hook in hooks if hook in HOOK_METHODS}
                 declared.setdefault((decision.file, outer), set()).update(methods)
     classes = classes or ModelClasses(plan.models_dir)
-    every = sorted({m for methods in declared.values() for m in methods})
+    every = {m for methods in declared.values() for m in methods}
+    if fallback and FALLBACK_TARGET.name in every:
+        every.add(FALLBACK.name)
     result: dict[str, set[str]] = {}
     for decision in plan.decisions.values():
         module = classes.module(decision.file) if decision.patched else None
         for entry in module.entry if module is not None else []:
             key = classes.resolve(decision.file, entry)
-            methods = {m for m in every if key is not None and _relays(classes, key, m, declared)}
+            methods = {
+                m
+                for m in sorted(every)
+                if key is not None and _relays(classes, key, m, declared, fallback)
+            }
             if key is not None and methods:
                 # The registry names an architecture by its class's ``__name__``.
                 result.setdefault(key[1], set()).update(methods)
@@ -441,7 +477,8 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
     if plan is None:
         return ValidationResult(None, {})
     classes = ModelClasses(plan.models_dir)
-    architectures = patched_architectures(plan, classes)
+    fallback = dspark_dflash_fallback(tree) is not None
+    architectures = patched_architectures(plan, classes, fallback)
     if not architectures:
         return ValidationResult(None, {})
     path = tree.module_path(MODULE)

@@ -28,9 +28,7 @@ pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 RELEASES = ("0.5.21", "0.5.22", "0.5.23")
 GLUE = "sglang/srt/layers/aux_hidden_states.py"
 ADMISSION = """\
-    if method.upper() == "DSPARK" and callable(
-        getattr(model_cls, LEGACY_DSPARK_WIDTH, None)
-    ):
+    if method == "DSPARK" and callable(getattr(model_cls, LEGACY_DSPARK_WIDTH, None)):
         return True
 """
 
@@ -52,7 +50,7 @@ def test_the_out_of_tree_dspark_model_keeps_working_under_pp(release, tmp_path):
     report = _report(copy)
     assert report["admitted"] is True
     # The check is live: the same class without the release's width method is refused.
-    assert "WithoutOldWidth does not relay DSPARK" in report["refused"]
+    assert "WithoutOldWidth's decoder stack does not relay DSPARK's" in report["refused"]
     # Stage 1 of 2 receives layer 0 and 1's captures (stage 0 runs layers 0-1).
     assert report["width"] == report["sent"]["dspark_hidden_states"] > 0
     assert report["entry"] == "dspark_hidden_states"

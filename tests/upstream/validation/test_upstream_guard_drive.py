@@ -70,11 +70,13 @@ def test_the_patched_runner_refuses_a_model_that_does_not_relay(patched):
         assert out[f"LlamaForCausalLM/{method}/pp1"] == "configured"
         assert out[f"OwnStack/{method}/pp1"] == "configured"
         assert out[f"OwnStack/{method}/pp2"].startswith(
-            f"raised: OwnStack does not relay {method} aux hidden states"
+            f"raised: OwnStack's decoder stack does not relay {method}'s aux hidden states"
         )
     assert out["Qwen2ForCausalLM/EAGLE3/pp1"] == "configured"
     refused = out["Qwen2ForCausalLM/EAGLE3/pp2"]
-    assert refused.startswith("raised: Qwen2ForCausalLM does not relay EAGLE3"), refused
+    assert refused.startswith("raised: Qwen2ForCausalLM's decoder stack does not relay EAGLE3's"), (
+        refused
+    )
     assert "pp_size=2 would lose the captures" in refused
 
 

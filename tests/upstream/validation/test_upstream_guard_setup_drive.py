@@ -74,7 +74,8 @@ def test_one_stage_as_sglang_calls_it_and_two_stages_as_the_runner_passes_them(p
         assert out[f"LlamaForCausalLM/{method}/2"] == "configured"
         refused = out[f"Silent/{method}/2"]
         assert refused.startswith(
-            f"raised NotImplementedError: Silent does not relay {method} aux hidden states"
+            f"raised NotImplementedError: Silent's decoder stack does not relay {method}'s "
+            "aux hidden states"
         ), refused
         assert "pp_size=2 would lose the captures" in refused
 

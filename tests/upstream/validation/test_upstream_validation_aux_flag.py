@@ -29,6 +29,8 @@ IDS = [1, 4]
 RELAYING = {
     "llama_eagle3": ("LlamaForCausalLM", "EAGLE3"),
     "llama_dflash": ("LlamaForCausalLM", "DFLASH"),
+    # No DSPARK hook: the runner configures DSPARK through the DFLASH hook.
+    "llama_dspark": ("LlamaForCausalLM", "DSPARK"),
     "deepseek_v4_dspark": ("DeepseekV4ForCausalLM", "DSPARK"),
 }
 

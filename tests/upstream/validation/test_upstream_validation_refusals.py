@@ -91,7 +91,8 @@ def test_the_reasons_are_the_plans(patched):
     assert '    "Gemma3ForCausalLM": _NO_PP_SPLIT,\n' in table
     assert "LlamaForCausalLM" not in table
     relaying = change.new.split(f"{METHODS_TABLE} = {{\n", 1)[1].split("}", 1)[0]
-    assert '    "LlamaForCausalLM": ("DFLASH", "EAGLE3"),\n' in relaying
+    # DSPARK: Llama has no DSPARK hook, and the runner calls its DFLASH hook for DSPARK.
+    assert '    "LlamaForCausalLM": ("DFLASH", "DSPARK", "EAGLE3"),\n' in relaying
     assert "Qwen3Next" not in relaying and "Gemma3" not in relaying
 
 

@@ -76,11 +76,11 @@ STILL_REFUSED = {
     "min_free_slots_delay": "--min-free-slots-delay",
 }
 #: Refused with PP although the served class relays the method (0.5.23).
-AUX_RELAYING = {"aux_eagle3", "aux_dflash", "aux_eagle3_subclass"}
+AUX_RELAYING = {"aux_eagle3", "aux_dflash", "aux_dspark_via_dflash", "aux_eagle3_subclass"}
 AUX_STILL_REFUSED = {
     **dict.fromkeys(AUX_RELAYING, AUX_FLAG_MESSAGE),
     "aux_eagle3_other_model": AUX_FLAG_MESSAGE,
-    "aux_dspark_not_relayed": AUX_FLAG_MESSAGE,
+    "aux_dspark_via_dflash": AUX_FLAG_MESSAGE,
     "aux_dflash_without_ids": "requires --return-aux-hidden-state-layer-ids",
     "aux_with_draft": "drop --speculative-draft-model-path",
     "aux_ngram": "to name the capture convention",
@@ -154,7 +154,7 @@ def test_a_subclass_in_an_untouched_file_is_accepted_by_its_class(patched):
     change = next(c for c in result.changes if c.path == result.tree.module_path(MODULE))
     assert "MistralForCausalLM" not in change.new
     table = change.new.split(f"{METHODS_TABLE} = {{\n", 1)[1].split("}", 1)[0]
-    assert '    "LlamaForCausalLM": ("DFLASH", "EAGLE3"),\n' in table
+    assert '    "LlamaForCausalLM": ("DFLASH", "DSPARK", "EAGLE3"),\n' in table
     assert "MistralForCausalLM" not in result.validation.architectures
     assert not any(c.path.endswith("/models/mistral.py") for c in result.changes)
     llama = next(c for c in result.changes if c.path.endswith("/models/llama.py"))
