@@ -24,7 +24,7 @@ from codemods.upstream.kimi import linear
 from codemods.upstream.kimi import part as kimi_part
 from codemods.upstream.output import pr_body
 from codemods.upstream.tree import reachability
-from codemods.upstream.validation import runtime_guard
+from codemods.upstream.validation import relax, runtime_guard
 from tests.test_installs import PROJECT_ROOT
 
 FAKE = CaptureMethod(
@@ -50,6 +50,14 @@ def test_a_new_row_shows_up_in_every_derived_table():
     assert methods.relay_hooks(rows)["set_fakecap_layers_to_capture"] == "FAKECAP"
     assert methods.hook_titles(rows)["set_fakecap_layers_to_capture"] == "FakeCap"
     assert methods.admitted_names(rows)[-1] == "FAKECAP"
+    # Admitted, its drafter not on the EAGLE worker: the validation admits it on PD prefill.
+    assert methods.admitted_on_pd_prefill(rows)[-1] == FAKE
+    assert methods.admitted_on_eagle_path(rows) == methods.EAGLE_PATH
+    eagle = CaptureMethod(
+        "eaglecap", "rejected", relay_order=9, admitted_with_pp=True, drafts_on_eagle_worker=True
+    )
+    with pytest.raises(ValueError, match="exactly one"):
+        methods.admitted_on_eagle_path((*METHODS, eagle))
     assert "is_fakecap" in methods.spec_checks(rows)
     assert FAKE in methods.rejecting_none(rows)
     # A row the patch does not relay is in none of the upstream tables.
@@ -223,9 +231,14 @@ from codemods.callers.rewrite import metadata
 from codemods.upstream.family import proxy_width
 from codemods.upstream.output import pr_body, result_facts, series_messages
 from codemods.upstream.tree import reachability
-from codemods.upstream.validation import runtime_guard
+from codemods.upstream.validation import relax, runtime_guard
 
+hook_source = (
+    "from typing import Any\\n\\n\\n" + relax._ANCHOR + "    if cfg.pp_size == 1:\\n        return\\n"
+    + relax._EAGLE_CHECK + relax._EAGLE_MESSAGE + "        )\\n"
+)
 print(json.dumps({
+    "relaxed": relax.relax(hook_source, "validation_hook.py"),
     "catalog": sorted(hooks.DEFAULT_HOOKS.names),
     "proxy_width": proxy_width.HOOK_METHODS,
     "runtime_guard": runtime_guard.HOOKS,
@@ -259,3 +272,9 @@ def test_one_row_added_to_the_registry_reaches_every_table():
     assert found["result_facts"][-1] == found["series_messages"][-1] == "FAKECAP"
     assert "is_fakecap" in found["spec_checks"]
     assert "FAKECAP" in found["guard_description"].split(" capture hooks")[0]
+    # The validation change admits it on PD prefill, in its branch, message and comment.
+    relaxed = found["relaxed"]
+    assert f'{relax.HELPER_NAME}(cfg, "FAKECAP")' in relaxed
+    assert 'cfg.speculative_algorithm.upper() == "FAKECAP"' in relaxed
+    assert "or FAKECAP for " in relaxed
+    assert ", FAKECAP)." in relaxed
