@@ -63,6 +63,10 @@ class CaptureMethod:
     #: The patch's server-argument validation change admits it with PP for the patched
     #: architectures (``validation/relax.py``).
     admitted_with_pp: bool = False
+    #: Its drafter runs on SGLang's EAGLE worker: the validation change admits it with PP on
+    #: EAGLE's path.  An admitted method that does not follows the path of the method SGLang
+    #: relays natively (PD prefill only).
+    drafts_on_eagle_worker: bool = False
     #: SGLang relays it across stages in its own model files (0.5.21+), which the patch moves
     #: onto the shared entry and declares on the classes that define its hook.
     relayed_natively: bool = False
@@ -103,6 +107,7 @@ METHODS: tuple[CaptureMethod, ...] = (
         spec_checks=("is_eagle", "is_eagle3"),
         relay_order=1,
         admitted_with_pp=True,
+        drafts_on_eagle_worker=True,
     ),
     CaptureMethod("msd", "rejected"),
 )

@@ -12,10 +12,12 @@ from codemods.catalog.hooks import METHODS, CaptureMethod
 
 __all__ = [
     "ADMITTED",
+    "EAGLE_PATH",
     "FALLBACK",
     "FALLBACK_TARGET",
     "HOOK_TITLES",
     "NATIVE",
+    "PD_PREFILL",
     "RELAYED",
     "RELAY_HOOKS",
     "SPEC_CHECKS",
@@ -23,7 +25,10 @@ __all__ = [
     "Methods",
     "accepting_none",
     "admitted_names",
+    "admitted_on_eagle_path",
+    "admitted_on_pd_prefill",
     "by_family",
+    "either",
     "hook_titles",
     "native_relay",
     "rejecting_none",
@@ -60,6 +65,26 @@ def hook_titles(methods: Methods = METHODS) -> dict[str, str]:
 def admitted_names(methods: Methods = METHODS) -> tuple[str, ...]:
     """The methods the validation change admits with PP, in declaration order."""
     return tuple(method.name for method in relayed(methods) if method.admitted_with_pp)
+
+
+def admitted_on_eagle_path(methods: Methods = METHODS) -> CaptureMethod:
+    """The admitted method whose drafter runs on the EAGLE worker: the validation change
+    admits it where EAGLE runs with PP."""
+    return _one(
+        [m for m in relayed(methods) if m.admitted_with_pp and m.drafts_on_eagle_worker],
+        "the validation change admits on EAGLE's path",
+    )
+
+
+def admitted_on_pd_prefill(methods: Methods = METHODS) -> tuple[CaptureMethod, ...]:
+    """The admitted methods that follow the natively relayed method's path (PD prefill), in
+    declaration order."""
+    return tuple(m for m in relayed(methods) if m.admitted_with_pp and not m.drafts_on_eagle_worker)
+
+
+def either(names: Sequence[str]) -> str:
+    """``A``, ``A or B``, ``A, B or C``: the names as a sentence lists alternatives."""
+    return " or ".join(filter(None, (", ".join(names[:-1]), *names[-1:])))
 
 
 def spec_checks(methods: Methods = METHODS) -> frozenset[str]:
@@ -106,5 +131,7 @@ RELAY_HOOKS = relay_hooks()
 HOOK_TITLES = hook_titles()
 ADMITTED = admitted_names()
 SPEC_CHECKS = spec_checks()
+EAGLE_PATH = admitted_on_eagle_path()
+PD_PREFILL = admitted_on_pd_prefill()
 NATIVE = native_relay()
 FALLBACK, FALLBACK_TARGET = runner_fallback()

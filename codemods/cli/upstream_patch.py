@@ -19,6 +19,7 @@ import sys
 
 import click
 
+from codemods.catalog.methods import NATIVE
 from codemods.cli.progress import Progress
 from codemods.sources.fileio import write_output_atomic
 from codemods.upstream.generate import CannotApply, MissingModelFile, generate
@@ -94,12 +95,13 @@ def report_family(result) -> None:
         _say(line)
 
 
-#: A model that supports DSPARK under PP already, in a patch that renames its relay's entry.
-RELAY_RENAMED = "already supports DSPARK aux capture under PP; only its relay is renamed"
+#: A model that supports DSPARK (the method SGLang relays natively) under PP already, in a
+#: patch that renames its relay's entry.
+RELAY_RENAMED = f"already supports {NATIVE.name} aux capture under PP; only its relay is renamed"
 MODEL_STATUS = {
-    NEEDS_PATCH: "patched: DSPARK captures relayed across PP stages",
+    NEEDS_PATCH: f"patched: {NATIVE.name} captures relayed across PP stages",
     PATCHED: "already patched",
-    SUPPORTED: "already supports DSPARK aux capture under PP; not patched",
+    SUPPORTED: f"already supports {NATIVE.name} aux capture under PP; not patched",
 }
 
 
@@ -192,7 +194,7 @@ def run_upstream_patch(
             done = "its relay's entry is renamed for every capture method"
         else:
             done = "no patch written" if not result.changes else "it is left out of the patch"
-        _say(f"{where}: {state.path} already supports DSPARK aux capture under PP; {done}.")
+        _say(f"{where}: {state.path} already supports {NATIVE.name} aux capture under PP; {done}.")
     if supported:
         for note in result.notes:
             _say(f"  {note}")

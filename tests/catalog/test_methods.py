@@ -3,8 +3,10 @@ capture method is one row of ``METHODS`` in ``codemods/catalog/hooks.py``."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from importlib import resources
@@ -22,7 +24,7 @@ from codemods.upstream.kimi import linear
 from codemods.upstream.kimi import part as kimi_part
 from codemods.upstream.output import pr_body
 from codemods.upstream.tree import reachability
-from codemods.upstream.validation import runtime_guard
+from codemods.upstream.validation import relax, runtime_guard
 from tests.test_installs import PROJECT_ROOT
 
 FAKE = CaptureMethod(
@@ -48,6 +50,14 @@ def test_a_new_row_shows_up_in_every_derived_table():
     assert methods.relay_hooks(rows)["set_fakecap_layers_to_capture"] == "FAKECAP"
     assert methods.hook_titles(rows)["set_fakecap_layers_to_capture"] == "FakeCap"
     assert methods.admitted_names(rows)[-1] == "FAKECAP"
+    # Admitted, its drafter not on the EAGLE worker: the validation admits it on PD prefill.
+    assert methods.admitted_on_pd_prefill(rows)[-1] == FAKE
+    assert methods.admitted_on_eagle_path(rows) == methods.EAGLE_PATH
+    eagle = CaptureMethod(
+        "eaglecap", "rejected", relay_order=9, admitted_with_pp=True, drafts_on_eagle_worker=True
+    )
+    with pytest.raises(ValueError, match="exactly one"):
+        methods.admitted_on_eagle_path((*METHODS, eagle))
     assert "is_fakecap" in methods.spec_checks(rows)
     assert FAKE in methods.rejecting_none(rows)
     # A row the patch does not relay is in none of the upstream tables.
@@ -86,6 +96,98 @@ def test_the_users_of_the_tables_read_the_registry():
     assert reachability.DFLASH_HOOK == methods.FALLBACK_TARGET.hook
     # The torch-free plan imports nothing of codemods: its default is checked here instead.
     assert pp_aux_plan.DEFAULT_FEATURE == methods.NATIVE.name
+
+
+#: The modules of ``codemods/`` that may spell a capture method in code, and why.  Every other
+#: module derives the names from the registry rows (``catalog/methods.py``).
+SPELLING_MODULES = {
+    # the registry itself
+    "catalog/hooks.py",
+    # SGLang files shipped verbatim: they cannot import auxcap
+    "upstream/shipped/pp_aux_capture.py",
+    "upstream/shipped/pp_aux_capture_family_models.py",
+    "upstream/shipped/test_pp_aux_relay.py",
+    # torch-free and import-free; its default is checked against the registry above
+    "ppcheck/pp_aux_plan.py",
+}
+CODEMODS = PROJECT_ROOT / "codemods"
+
+
+def _spellings(rows=METHODS) -> re.Pattern[str]:
+    """A method's name or family as a word (``DSPARK``, ``dspark``; not ``is_dspark``)."""
+    words = sorted({s for m in rows for s in (m.name, m.family)}, key=len, reverse=True)
+    return re.compile(r"\b(?:" + "|".join(map(re.escape, words)) + r")\b")
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def spelled_in_code(source: str, rows=METHODS) -> list[tuple[int, str]]:
+    """(line, text) of each string of ``source`` outside docstrings that spells a method:
+    literals, f-string and template text (what is emitted into SGLang included)."""
+    tree = ast.parse(source)
+    docstrings, spelling = _docstrings(tree), _spellings(rows)
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and spelling.search(node.value)
+    ]
+
+
+def spelled_in_quotes(source: str, rows=METHODS) -> list[str]:
+    """A method's name or family in quotes anywhere in ``source``, docstrings and comments
+    included (``"EAGLE3"``, ``'dspark'``)."""
+    words = sorted({s for m in rows for s in (m.name, m.family)})
+    return re.findall(r"[\"'](?:" + "|".join(map(re.escape, words)) + r")[\"']", source)
+
+
+def test_the_method_spelling_check_finds_each_form():
+    spelled = [
+        'NAME = "DSPARK"',
+        "ok = method == 'eagle3'",
+        'TEMPLATE = """    check(cfg, \\"DFLASH\\")\n"""',
+        'f"patched: MSD relay {x}"',
+        "PATTERN = r'set_(?:eagle3|dflash)_layers'",
+    ]
+    for source in spelled:
+        assert spelled_in_code(source), source
+    quiet = [
+        '"""A docstring may name DSPARK."""',
+        "# so may a comment: DSPARK",
+        'HOOK = "set_dspark_layers_to_capture"',
+        'CHECK = "is_eagle3"',
+        'ENTRY = "dspark_hidden_states"',
+        'NAME = f"{NATIVE.name} relay"',
+    ]
+    for source in quiet:
+        assert not spelled_in_code(source), source
+    assert spelled_in_quotes('"""e.g. ``x == "eagle3"``"""')
+    assert not spelled_in_quotes('"""DSPARK, unquoted"""')
+    # A new row is a new spelling.
+    assert spelled_in_code('X = "FAKECAP"', (*METHODS, FAKE))
+    assert not spelled_in_code('X = "FAKECAP"')
+
+
+def test_only_the_listed_modules_spell_a_method():
+    spelling: dict[str, object] = {}
+    for path in sorted(CODEMODS.rglob("*.py")):
+        module = path.relative_to(CODEMODS).as_posix()
+        source = path.read_text(encoding="utf-8")
+        found = spelled_in_code(source) or spelled_in_quotes(source)
+        if found:
+            spelling[module] = found
+    assert {m: f for m, f in spelling.items() if m not in SPELLING_MODULES} == {}
+    assert len(SPELLING_MODULES) <= 5
 
 
 def test_the_codemod_descriptions_name_the_methods_from_the_registry():
@@ -129,9 +231,14 @@ from codemods.callers.rewrite import metadata
 from codemods.upstream.family import proxy_width
 from codemods.upstream.output import pr_body, result_facts, series_messages
 from codemods.upstream.tree import reachability
-from codemods.upstream.validation import runtime_guard
+from codemods.upstream.validation import relax, runtime_guard
 
+hook_source = (
+    "from typing import Any\\n\\n\\n" + relax._ANCHOR + "    if cfg.pp_size == 1:\\n        return\\n"
+    + relax._EAGLE_CHECK + relax._EAGLE_MESSAGE + "        )\\n"
+)
 print(json.dumps({
+    "relaxed": relax.relax(hook_source, "validation_hook.py"),
     "catalog": sorted(hooks.DEFAULT_HOOKS.names),
     "proxy_width": proxy_width.HOOK_METHODS,
     "runtime_guard": runtime_guard.HOOKS,
@@ -165,3 +272,9 @@ def test_one_row_added_to_the_registry_reaches_every_table():
     assert found["result_facts"][-1] == found["series_messages"][-1] == "FAKECAP"
     assert "is_fakecap" in found["spec_checks"]
     assert "FAKECAP" in found["guard_description"].split(" capture hooks")[0]
+    # The validation change admits it on PD prefill, in its branch, message and comment.
+    relaxed = found["relaxed"]
+    assert f'{relax.HELPER_NAME}(cfg, "FAKECAP")' in relaxed
+    assert 'cfg.speculative_algorithm.upper() == "FAKECAP"' in relaxed
+    assert "or FAKECAP for " in relaxed
+    assert ", FAKECAP)." in relaxed

@@ -12,7 +12,7 @@ Shapes found (``records.Shape``)::
     KimiLinearForCausalLM.set_dspark_layers_to_capture(m, ids)  # UNBOUND
     getattr(model, "set_dspark_layers_to_capture")(ids)         # GETATTR
     setter = getattr(model, "set_dspark_...", None); setter(ids)  # VARIABLE
-    getattr(model, {"dspark": "set_dspark_..."}.get(method))(ids)  # DICT_LOOKUP (or [method])
+    getattr(model, {kind: "set_dspark_..."}.get(method))(ids)  # DICT_LOOKUP (or [method])
     for name in ("set_eagle3_...", "set_dspark_..."): getattr(model, name)(ids)  # LOOP
 
 Risk, per call: the ids *may be None* when they are a parameter defaulting to None or

@@ -15,7 +15,7 @@ from running.  For example::
 
     # before
     def enable(self, ids=None) -> None:
-        if self.method == "eagle3":
+        if self.use_default_layers:
             self.model.set_eagle3_layers_to_capture(ids)
         else:
             self.model.set_dspark_layers_to_capture(ids)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from enum import Enum
 
+from codemods.catalog.methods import NATIVE
 from codemods.upstream.output.model_families import family_of
 
 RUNTIME = "runtime"
@@ -44,7 +45,7 @@ class Role(Enum):
     #: autotune) gain the aux entry, sized by the same lookup as the graph buffers.
     WARMUP_SIZING = "dummy-forward buffer sizing"
     #: A model file relaying DSPARK captures itself, its entry renamed along the sizing path.
-    RELAY_RENAME = "DSPARK relay rename"
+    RELAY_RENAME = f"{NATIVE.name} relay rename"
     #: The family test's stand-in models and builders.
     TEST_MODELS = "shipped test models"
     #: The family test (every patched forward on 2 and 3 stages).

@@ -33,6 +33,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from codemods.catalog.hooks import HOOK_NAME_FORM
+from codemods.catalog.methods import NATIVE
 from codemods.catalog.pp_raise import UPSTREAM_REWRITES
 from codemods.upstream.edit.forked import forked_map
 from codemods.upstream.edit.splice import module_code
@@ -203,7 +204,7 @@ REFUSES_PP = "the model refuses PP in its constructor"
 
 #: Model files another rewriter owns: reported, never rewritten by the family patch.
 OWNED_ELSEWHERE = {
-    file: f"rewritten by the {model} rewriter (DSPARK, raises under PP)"
+    file: f"rewritten by the {model} rewriter ({NATIVE.name}, raises under PP)"
     for file, model in UPSTREAM_REWRITES.items()
 }
 

@@ -33,10 +33,12 @@ whose hooks the patch rewrote, for the server-argument validation and the runtim
         # BitandBytes specific attributes
         default_bitsandbytes_target_modules = [
 
-after (at the top of the class body, after a docstring if any)::
+after (at the top of the class body, after a docstring if any; the names of the methods of
+its rewritten hooks, in the registry's relay order: :func:`relay_methods`, here EAGLE3 then
+DFLASH)::
 
     class LlamaForCausalLM(nn.Module):
-        pp_aux_relay_methods = ("EAGLE3", "DFLASH")
+        pp_aux_relay_methods = (<method>, <method>)
 
         # BitandBytes specific attributes
         default_bitsandbytes_target_modules = [

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
+from codemods.catalog.methods import NATIVE
 from codemods.upstream.edit import names
 from codemods.upstream.edit.pyformat import Call, lines_to_text, parse_statements, render_call
 from codemods.upstream.kimi import linear as kimi
@@ -174,7 +175,7 @@ def _relays_itself(module: cst.Module, source: str, path: str) -> Analysis | Non
         setter,
         None,
         [
-            f"{path} already carries DSPARK captures across PP stages (setter has "
+            f"{path} already carries {NATIVE.name} captures across PP stages (setter has "
             f"no PP=1 guard; the stage handoff carries {RELAY_KEY!r})"
         ],
     )

@@ -403,7 +403,7 @@ def already_relayed(
             module,
             setter,
             forward,
-            [f"{path} already carries DSPARK captures across PP with {GLUE_MODULE}"],
+            [f"{path} already carries {NATIVE.name} captures across PP with {GLUE_MODULE}"],
         )
     if not setter.pp_guards and forward.relays:
         assert forward.boundary is not None
@@ -417,7 +417,7 @@ def already_relayed(
             setter,
             forward,
             [
-                f"{path} already carries DSPARK captures across PP stages "
+                f"{path} already carries {NATIVE.name} captures across PP stages "
                 f"(setter has no PP=1 guard; the stage handoff carries aux "
                 f"entries: {extra_keys})"
             ],

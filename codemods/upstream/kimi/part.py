@@ -76,7 +76,7 @@ def _decider(
                 return part.cannot_apply(str(tree.file(path)), f"{title} model file not found")
             return part.not_applicable(f"{file} is not in this release")
         if f"def {HOOK}(" not in source:
-            return part.not_applicable(f"{file} has no DSPARK hook in this release")
+            return part.not_applicable(f"{file} has no {NATIVE.name} hook in this release")
         try:
             new_source, analysis = rewriter.rewrite(source, str(tree.file(path)))
         except linear.UnrecognisedShape as err:
@@ -95,7 +95,7 @@ def _decider(
                 )
             return part.left_out(
                 f"{file} not asked for (--models)",
-                f"{title} keeps refusing DSPARK aux capture under PP",
+                f"{title} keeps refusing {NATIVE.name} aux capture under PP",
                 model=state,
             )
         changes: list[FileChange] = []

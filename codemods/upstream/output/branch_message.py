@@ -131,7 +131,7 @@ def _rename(result: UpstreamResult, base: str) -> list[str]:
     relays = [_short(p, base) for p in _paths(result, Role.RELAY_RENAME)]
     own = f" ({', '.join(relays)})" if relays else ""
     return _wrap(
-        f"SGLang's own DSPARK relay{own} and its CUDA-graph sizing are "
+        f"SGLang's own {NATIVE.name} relay{own} and its CUDA-graph sizing are "
         f"renamed so that every capture method uses them"
         + (f": {', '.join(pairs)}." if pairs else ".")
     )

@@ -218,7 +218,7 @@ def _motivation(result: UpstreamResult) -> str:
         lines.append(f"1. {' and '.join(models)} {verb} PP outright{error};")
     if kimi_relay_renamed(result) and family:
         lines.append(
-            "1. `kimi_linear.py` and `kimi_k3.py` already relay DSPARK captures in "
+            f"1. `kimi_linear.py` and `kimi_k3.py` already relay {NATIVE.name} captures in "
             "the handoff (`dspark_hidden_states`, sized for CUDA graphs through "
             "`get_pp_proxy_dspark_hidden_size`), but no other model or capture "
             "method uses that path;"

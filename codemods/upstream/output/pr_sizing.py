@@ -9,6 +9,7 @@ one release (``sizing/dspark_alias.py``); empty elsewhere.
 
 from __future__ import annotations
 
+from codemods.catalog.methods import NATIVE
 from codemods.upstream.edit import names
 from codemods.upstream.edit.change_kinds import RENAME_ROLES, Role
 from codemods.upstream.edit.patchfile import FileChange
@@ -36,7 +37,7 @@ def sizing_line(result: UpstreamResult) -> str:
     if changed_by(result, *RENAME_ROLES):
         relays = [c.path for c in changed_by(result, Role.RELAY_RENAME)]
         return (
-            "- SGLang's DSPARK entry and CUDA-graph sizing now serve every capture "
+            f"- SGLang's {NATIVE.name} entry and CUDA-graph sizing now serve every capture "
             "method: `dspark_hidden_states` -> `aux_hidden_states`, "
             "`*pp_proxy_dspark_hidden_size` -> `*pp_proxy_aux_hidden_size` in "
             f"{', '.join(code_span(p) for p in sizing + relays)}; the resolver asks "
@@ -109,12 +110,12 @@ def deprecated_section(result: UpstreamResult) -> str:
     return (
         "\n### Deprecated\n\n"
         "Kept for one release, each with a deprecation warning in SGLang's log, and removed "
-        "in the next, so that a model written against the release's DSPARK relay (out of "
+        f"in the next, so that a model written against the release's {NATIVE.name} relay (out of "
         "tree, as Kimi-Linear was written) keeps working under PP:\n\n"
         "- `get_pp_proxy_dspark_hidden_size` on a model class: the runtime guard "
         "(`check_pp_aux_capture` in `configure_aux_hidden_state_capture`) still admits a "
-        "class that defines it for DSPARK under PP (`relays_pp_aux_capture`: it relays "
-        "DSPARK itself, as on the release), and "
+        f"class that defines it for {NATIVE.name} under PP (`relays_pp_aux_capture`: it relays "
+        f"{NATIVE.name} itself, as on the release), and "
         "`resolve_pp_proxy_aux_hidden_size` sizes its buffers by it (after a model's own "
         "`get_pp_proxy_aux_hidden_size`; warns).\n"
         "- The `dspark_hidden_states` PP proxy entry: such a model's CUDA-graph and "

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from codemods.catalog.methods import NATIVE
 from codemods.upstream.family import registry
 from codemods.upstream.family.plan import RAISES_PP
 from codemods.upstream.generate import generate
@@ -34,11 +35,11 @@ def capture_shape(decision) -> str:
 DEAD_RETURN_CELL = "dead early return dropped (refuses PP)"
 #: Kimi on a release that relays DSPARK captures itself (0.5.21+): its entry and width
 #: method are renamed for every capture method (``graph_sizing.py``).
-RELAY_RENAME_CELL = "renamed: SGLang's DSPARK relay serves every capture method"
+RELAY_RENAME_CELL = f"renamed: SGLang's {NATIVE.name} relay serves every capture method"
 KIMI_CELLS = {
-    NEEDS_PATCH: "patched: DSPARK relay",
+    NEEDS_PATCH: f"patched: {NATIVE.name} relay",
     PATCHED: "already patched",
-    SUPPORTED: "no: SGLang relays DSPARK captures itself",
+    SUPPORTED: f"no: SGLang relays {NATIVE.name} captures itself",
 }
 
 

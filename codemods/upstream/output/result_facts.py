@@ -7,7 +7,7 @@ ask these functions, so their names and counts come from one source (the
 
 from __future__ import annotations
 
-from codemods.catalog.methods import ADMITTED, FALLBACK, FALLBACK_TARGET
+from codemods.catalog.methods import ADMITTED, FALLBACK, FALLBACK_TARGET, NATIVE
 from codemods.upstream.edit import names
 from codemods.upstream.edit.change_kinds import Role
 from codemods.upstream.edit.patchfile import FileChange
@@ -359,10 +359,10 @@ def helpers_summary(change: FileChange, named: bool = False) -> str:
 ROLE_SUMMARIES = {
     Role.PACKER: "AuxHiddenStatePacker.captured() for stages that hand captures on",
     Role.SIZING: "sizes the aux_hidden_states PP proxy buffer of non-first stages",
-    Role.SIZING_RENAME: "CUDA-graph sizing renamed from DSPARK to every capture method",
+    Role.SIZING_RENAME: f"CUDA-graph sizing renamed from {NATIVE.name} to every capture method",
     Role.WARMUP_SIZING: "sizes the aux_hidden_states entry of the dummy-forward buffers "
     "(FlashInfer autotune, DeepGEMM warm-up)",
-    Role.RELAY_RENAME: "DSPARK relay renamed: dspark_hidden_states -> aux_hidden_states",
+    Role.RELAY_RENAME: f"{NATIVE.name} relay renamed: dspark_hidden_states -> aux_hidden_states",
     Role.TEST_MODELS: "new: the small models the family test builds",
     Role.FAMILY_TEST: "new CPU test: each patched model under PP (gloo, 2 and 3 stages) "
     "equals PP=1",
@@ -375,7 +375,7 @@ ROLE_SUMMARIES = {
     "the width lookup and the deprecated width method",
 }
 #: A relay file whose own DSPARK relay the patch also moves onto the shared helpers.
-RELAY_THROUGH_HELPERS = "DSPARK relay renamed to aux_hidden_states, run through the helpers"
+RELAY_THROUGH_HELPERS = f"{NATIVE.name} relay renamed to aux_hidden_states, run through the helpers"
 
 
 def relays_through_helpers(change: FileChange) -> bool:

@@ -45,6 +45,7 @@ import email.utils
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from codemods.catalog.methods import NATIVE
 from codemods.upstream.edit.change_kinds import (
     FIX,
     KIMI,
@@ -137,7 +138,11 @@ def classify(change: FileChange, renamed: bool = False) -> tuple[str, str, str]:
     if change.group == RUNTIME and (
         change.role in RENAME_ROLES or (renamed and change.role is Role.WARMUP_SIZING)
     ):
-        return RENAME, "rename-dspark-relay", "rename: SGLang's DSPARK relay for every method"
+        return (
+            RENAME,
+            f"rename-{NATIVE.family}-relay",
+            f"rename: SGLang's {NATIVE.name} relay for every method",
+        )
     if change.group == RUNTIME:
         return RUNTIME, "runtime", "runtime: aux hidden states in the PP handoff"
     if change.group.startswith(FIX):

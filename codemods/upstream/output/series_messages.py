@@ -138,13 +138,13 @@ def _rename(patch, result: UpstreamResult) -> None:
     changes = [c for c in patch.changes if c.changed]
     old = "".join(c.old or "" for c in changes)
     pairs = [f"{a} -> {b}" for a, b in RENAMED_NAMES if a in old]
-    patch.subject = "[PP] Rename SGLang's DSPARK relay entry for every capture method"
+    patch.subject = f"[PP] Rename SGLang's {NATIVE.name} relay entry for every capture method"
     relays = [_name(c.path) for c in changes if c.role is Role.RELAY_RENAME]
     entry = f"a {RENAMED_NAMES[0][0]}" if RENAMED_NAMES[0][0] in old else "its own"
     where = f" ({', '.join(relays)})" if relays else ""
     patch.body = (
         _wrap(
-            f"SGLang relays DSPARK captures across PP stages itself{where}, in "
+            f"SGLang relays {NATIVE.name} captures across PP stages itself{where}, in "
             f"{entry} entry of the PP handoff sized for CUDA graphs.  The entry and "
             "its sizing are renamed so that every capture method can use them."
         )
@@ -158,7 +158,7 @@ def _rename(patch, result: UpstreamResult) -> None:
             "\n"
             + _wrap(
                 f"{_name(c.path)} (not a rename): {WARMUP_WORDS}; SGLang never sized "
-                "its DSPARK entry there."
+                f"its {NATIVE.name} entry there."
             )
             for c in changes
             if c.role is Role.WARMUP_SIZING

@@ -20,6 +20,7 @@ there, keeps working under PP:
 
 from __future__ import annotations
 
+from codemods.catalog.methods import NATIVE
 from codemods.upstream.edit.patchfile import FileChange
 from codemods.upstream.sizing.graph_sizing import SizingError, block_end
 from codemods.upstream.tree.sglang_tree import SGLangTree
@@ -39,7 +40,7 @@ _RESOLVER_END = """\
         return model.get_pp_proxy_dspark_hidden_size()
     return pp_aux_proxy_hidden_size(model)
 """
-_ALIASES = '''
+_ALIASES = f'''
 
 def resolve_pp_proxy_dspark_hidden_size(
     *, model: Any, pp_size: int, pp_rank: int
@@ -59,7 +60,7 @@ def resolve_pp_proxy_aux_entry(model: Any) -> str:
     if not isinstance(model, _SupportsAuxPPProxy) and callable(
         getattr(model, "get_pp_proxy_dspark_hidden_size", None)
     ):
-        # Out-of-tree models that relay DSPARK themselves send the old entry
+        # Out-of-tree models that relay {NATIVE.name} themselves send the old entry
         # (deprecated, kept for one release).
         return "dspark_hidden_states"
     return "aux_hidden_states"

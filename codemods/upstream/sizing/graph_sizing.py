@@ -182,7 +182,7 @@ RESOLVED = f"""\
     if isinstance(model, _SupportsAuxPPProxy):
         return model.get_pp_proxy_aux_hidden_size()
     if callable(getattr(model, "get_pp_proxy_dspark_hidden_size", None)):
-        # Out-of-tree models sized the DSPARK entry under the old name; kept for one
+        # Out-of-tree models sized the {NATIVE.name} entry under the old name; kept for one
         # release.
         logger.warning(
             "%s.get_pp_proxy_dspark_hidden_size is deprecated and will be removed in "

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import re
 
+from codemods.catalog.methods import NATIVE
 from codemods.upstream.edit.imports import add_from_import
 from codemods.upstream.edit.names import COLLECT, ENTRY_IDS_ATTR, GLUE_MODULE, HANDOFF, OUTGOING
 from codemods.upstream.edit.parsing import parse_text
@@ -163,13 +164,13 @@ def relay_through_helpers(text: str, path: str, entries: bool) -> str:
         match,
         match.group(0).replace(match["j"] + "return", collect + match["j"] + "return", 1),
     )
-    text = _splice(text, _one(_WIDTH, text, "the DSPARK width method", path), "")
+    text = _splice(text, _one(_WIDTH, text, f"the {NATIVE.name} width method", path), "")
     if entries:
         text = _splice(text, _one(_WRAPPER_WIDTH, text, "the VL wrapper's width", path), "")
     if WIDTH_METHOD in text:
         raise NativeRelayShape(f"{path}: {WIDTH_METHOD} is still asked after it went")
     ids_attr = ENTRY_IDS_ATTR if entries else IDS
-    match = _one(_STORE, text, "the DSPARK hook's store of the ids", path)
+    match = _one(_STORE, text, f"the {NATIVE.name} hook's store of the ids", path)
     attach = _call(
         match["i"],
         "",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from codemods.catalog.methods import RELAYED, either
 from codemods.upstream import facts as part_facts
 from codemods.upstream import part
 from codemods.upstream.edit.names import GLUE_MODULE
@@ -74,8 +75,7 @@ def decide(tree: SGLangTree, plan: part.Plan) -> part.Decision:
         return part.cannot_apply(str(tree.file(tree.module_path(MODULE))), str(err))
     if not found.architectures:
         return part.not_applicable(
-            "no rewritten model file of the capture-hook family has an EAGLE3, DFLASH or DSPARK "
-            "hook",
+            f"no rewritten model file of the capture-hook family has an {either(RELAYED)} hook",
             facts=found,
         )
     if found.change is None:

@@ -108,7 +108,16 @@ import textwrap
 from dataclasses import dataclass, field
 
 from codemods.catalog.derive.index import ClassKey
-from codemods.catalog.methods import FALLBACK, FALLBACK_TARGET
+from codemods.catalog.methods import (
+    ADMITTED,
+    EAGLE_PATH,
+    FALLBACK,
+    FALLBACK_TARGET,
+    NATIVE,
+    PD_PREFILL,
+    RELAYED,
+    either,
+)
 from codemods.upstream.edit.change_kinds import VALIDATION, Role
 from codemods.upstream.edit.names import GLUE_MODULE
 from codemods.upstream.edit.patchfile import FileChange
@@ -160,30 +169,33 @@ _EAGLE_CHECK = """\
         ), (
 """
 
-_DFLASH_BRANCH = """\
+#: The branch of a method admitted on PD prefill (:data:`~codemods.catalog.methods.PD_PREFILL`),
+#: before EAGLE's; ``{method}``: its name, ``{native}``: the natively relayed method's.
+_PD_PREFILL_BRANCH = """\
     elif (
         cfg.speculative_algorithm is not None
-        and cfg.speculative_algorithm.upper() == "DFLASH"
+        and cfg.speculative_algorithm.upper() == "{method}"
     ):
-        # The target relays DFLASH's aux hidden states to the last stage; like DSPARK,
+        # The target relays {method}'s aux hidden states to the last stage; like {native},
         # the draft runs there on PD prefill.
-        {helper}(cfg, "DFLASH")
+        {helper}(cfg, "{method}")
         assert cfg.disaggregation_mode == "prefill", (
-            "Pipeline parallel DFLASH requires disaggregation-mode=prefill"
+            "Pipeline parallel {method} requires disaggregation-mode=prefill"
         )
         assert not envs.SGLANG_ENABLE_PP_SPEC.get(), (
-            "SGLANG_ENABLE_PP_SPEC does not support DFLASH PD prefill"
+            "SGLANG_ENABLE_PP_SPEC does not support {method} PD prefill"
         )
 """
 
+#: ``{eagle}``: the method admitted on EAGLE's path (:data:`~codemods.catalog.methods.EAGLE_PATH`).
 _EAGLE_CHECK_NEW = """\
     elif cfg.speculative_algorithm is not None:
-        # EAGLE3 runs on the EAGLE worker; it needs the aux hidden states of every
+        # {eagle} runs on the EAGLE worker; it needs the aux hidden states of every
         # stage, which the target model relays to the last stage.
         algorithm = cfg.speculative_algorithm.upper()
-        if algorithm == "EAGLE3":
-            {helper}(cfg, "EAGLE3")
-        assert algorithm in ("EAGLE", "EAGLE3") and not cfg.enable_multi_layer_eagle, (
+        if algorithm == "{eagle}":
+            {helper}(cfg, "{eagle}")
+        assert algorithm in ("EAGLE", "{eagle}") and not cfg.enable_multi_layer_eagle, (
 """
 
 _EAGLE_MESSAGE = """\
@@ -191,16 +203,17 @@ _EAGLE_MESSAGE = """\
             "(non-multi-layer) speculative decoding"
 """
 
+#: ``{admitted}``: the methods admitted, on EAGLE's path and on PD prefill.
 _EAGLE_MESSAGE_NEW = """\
             "Pipeline parallelism currently only supports EAGLE "
-            "(non-multi-layer) speculative decoding, and EAGLE3 or DFLASH for "
+            "(non-multi-layer) speculative decoding, and {admitted} for "
             "models that relay aux hidden states across pipeline stages"
 """
 
-#: The message where DFLASH stays refused with PP.
-_EAGLE_MESSAGE_EAGLE3 = """\
+#: The message where the methods of PD prefill stay refused with PP.
+_EAGLE_MESSAGE_EAGLE_ONLY = """\
             "Pipeline parallelism currently only supports EAGLE "
-            "(non-multi-layer) speculative decoding, and EAGLE3 for models that "
+            "(non-multi-layer) speculative decoding, and {eagle} for models that "
             "relay aux hidden states across pipeline stages"
 """
 
@@ -276,11 +289,11 @@ def render_helper(relaying: dict[str, tuple[str, ...]], reasons: dict[str, str])
         for arch, found in relaying.items()
     }
     return f'''\
-# Aux hidden state capture under pipeline parallelism (EAGLE3, DFLASH, DSPARK).
+# Aux hidden state capture under pipeline parallelism ({", ".join(RELAYED)}).
 # The architectures whose model class relays the captures of every stage to the last
 # one, and the methods it relays, as relays_pp_aux_capture answers (its
-# pp_aux_relay_methods; DSPARK also where it has no DSPARK hook and relays DFLASH, whose
-# hook the runner calls for DSPARK then): the check reads them here rather than import
+# pp_aux_relay_methods; {FALLBACK.name} also where it has no {FALLBACK.name} hook and relays
+# {FALLBACK_TARGET.name}, whose hook the runner calls for {FALLBACK.name} then): the check reads them here rather than import
 # the model registry, which imports every model.
 {_table(METHODS_TABLE, methods)}
 # Why a model class cannot capture aux hidden states under pipeline parallelism.
@@ -293,7 +306,7 @@ def render_helper(relaying: dict[str, tuple[str, ...]], reasons: dict[str, str])
 {_table(REASONS_TABLE, {a: names[r] for a, r in reasons.items()})}
 
 def {HELPER_NAME}(cfg: Any, method: str) -> None:
-    """Refuse ``method`` (EAGLE3, DFLASH or DSPARK) under pipeline parallelism, naming
+    """Refuse ``method`` ({either(RELAYED)}) under pipeline parallelism, naming
     the model class and why, unless the class the server loads relays its aux hidden
     states from every pipeline stage to the last one.  An architecture of
     {METHODS_TABLE} served by SGLang's own model class is answered from the table;
@@ -345,8 +358,9 @@ def relax(
     ``relaying``: architecture -> the methods it relays (:func:`patched_architectures`),
     which the hook reads instead of importing the model registry; ``reasons``: architecture -> why it cannot capture
     under PP, where not :data:`.refusals.NOT_RELAYED` (:func:`.refusals.refusal_reasons`).
-    ``dflash``: add the DFLASH branch to ``check_pipeline_parallel_compat`` (False where the
-    release refuses DFLASH with PP elsewhere: DFLASH then stays refused there).  Raises
+    ``dflash``: add the branch of each method admitted on PD prefill (DFLASH,
+    :data:`~codemods.catalog.methods.PD_PREFILL`) to ``check_pipeline_parallel_compat``
+    (False where the release refuses it with PP elsewhere: it then stays refused there).  Raises
     :class:`ValidationShapeError` (naming ``filename``) when the hook lacks the
     EAGLE branch of ``check_pipeline_parallel_compat``.  The refusal of
     ``--enable-return-aux-hidden-states`` with PP (0.5.23+) stays for every model; only its
@@ -363,12 +377,15 @@ def relax(
             raise ValidationShapeError(
                 f"{filename}: cannot relax PP validation: {what} not found once"
             )
-    helper = HELPER_NAME
     helpers = render_helper(relaying or {}, reasons or {})
     text = source.replace(_ANCHOR, helpers + _ANCHOR)
-    branch = _DFLASH_BRANCH if dflash else ""
-    text = text.replace(_EAGLE_CHECK, (branch + _EAGLE_CHECK_NEW).format(helper=helper))
-    text = text.replace(_EAGLE_MESSAGE, _EAGLE_MESSAGE_NEW if dflash else _EAGLE_MESSAGE_EAGLE3)
+    names = {"helper": HELPER_NAME, "eagle": EAGLE_PATH.name, "native": NATIVE.name}
+    prefill = PD_PREFILL if dflash else ()
+    branches = "".join(_PD_PREFILL_BRANCH.format(**names, method=m.name) for m in prefill)
+    text = text.replace(_EAGLE_CHECK, branches + _EAGLE_CHECK_NEW.format(**names))
+    admitted = either([EAGLE_PATH.name, *(m.name for m in prefill)])
+    message = _EAGLE_MESSAGE_NEW if prefill else _EAGLE_MESSAGE_EAGLE_ONLY
+    text = text.replace(_EAGLE_MESSAGE, message.format(**names, admitted=admitted))
     if text.count(_AUX_FLAG_CHECK) == 1:
         text = text.replace(_AUX_FLAG_CHECK, _AUX_FLAG_CHECK_NEW)
     return text
@@ -485,9 +502,10 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
     source = tree.read_text(path)
     if source is None or _ANCHOR not in source:
         return ValidationResult(None, architectures, (unrelaxed_note(tree, path),))
+    prefill = {m.name for m in PD_PREFILL}
     refused = (
         dflash_refusal(tree)
-        if any("DFLASH" in methods for methods in architectures.values())
+        if any(prefill & set(methods) for methods in architectures.values())
         else None
     )
     new = relax(
@@ -514,12 +532,14 @@ def unrelaxed_note(tree: SGLangTree, path: str) -> str:
     return (
         f"{refusal.path}:{refusal.line}: {refusal.function} refuses every speculative "
         f"algorithm with PP{where} ({refusal.message!r}); server-arg validation left as "
-        "is: this release has no speculative path under PP to admit EAGLE3 or DFLASH on"
+        f"is: this release has no speculative path under PP to admit {either(ADMITTED)} on"
     )
 
 
 def dflash_refusal(tree: SGLangTree) -> Refusal | None:
-    """Where ``tree`` refuses DFLASH with PP outside ``check_pipeline_parallel_compat``
-    (0.5.21-0.5.23: ``speculative_hook._handle_dflash``); None when nothing does."""
+    """Where ``tree`` refuses a method admitted on PD prefill (DFLASH) with PP outside
+    ``check_pipeline_parallel_compat`` (0.5.21-0.5.23: ``speculative_hook._handle_dflash``);
+    None when nothing does."""
     found = [r for r in tree_refusals(tree) if not r.path.endswith("/validation_hook.py")]
-    return refusal_of(found, "DFLASH")
+    refused = (refusal_of(found, method.name) for method in PD_PREFILL)
+    return next((refusal for refusal in refused if refusal is not None), None)

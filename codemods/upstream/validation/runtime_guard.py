@@ -6,14 +6,16 @@ and older releases refuse speculative decoding with PP outright.  Neither stops 
 that does not relay from reaching the capture by another path (``ModelRunner`` driven
 directly, an architecture override, a model loaded by another entry point), and its
 non-last stages would drop their captures without an error.  This module puts the question
-where the runner calls a capture hook: every call ``<model>.set_{eagle3,dflash,dspark}_
-layers_to_capture(...)`` under ``sglang/srt/model_executor/`` (found with LibCST, whatever
+where the runner calls a capture hook: every call ``<model>.<hook>(...)`` of a hook whose
+rewrite relays a method (:data:`~codemods.catalog.methods.RELAY_HOOKS`) under
+``sglang/srt/model_executor/`` (found with LibCST, whatever
 the release: ``ModelRunner`` and ``CudaGraphRunner`` up to 0.5.15,
 ``configure_aux_hidden_state_capture`` in ``model_runner_components/attention_backend_setup.py``
 from 0.5.16) gets, just before it, the shipped ``check_pp_aux_capture``, which raises
 ``NotImplementedError`` (as the capture hooks do for a PP they do not support) naming the
 class and the method when the PP world size is above 1 and the class does not relay that
-method.
+method, given as its registry name (``<METHOD>`` below: the method of the hook called,
+DFLASH for ``set_dflash_layers_to_capture``, EAGLE3 for ``set_eagle3_layers_to_capture``).
 
 The PP world size is the runner's.  In a method of a runner class (first parameter
 ``self``) it is ``self.pp_size`` where the class's ``__init__`` sets it (before the call
@@ -29,7 +31,7 @@ after::
 
     if self.dflash_use_aux_hidden_state:
         ...
-        check_pp_aux_capture(self.model, "DFLASH", self.pp_size)
+        check_pp_aux_capture(self.model, "<METHOD>", self.pp_size)
         self.model.set_dflash_layers_to_capture(self.dflash_target_layer_ids)
 
 A module-level function gets a last parameter ``pp_size: int = 1`` (keyword-only where the
@@ -69,7 +71,7 @@ after::
         ...
         if eagle_use_aux_hidden_state:
             ...
-            check_pp_aux_capture(model, "EAGLE3", pp_size)
+            check_pp_aux_capture(model, "<METHOD>", pp_size)
             model.set_eagle3_layers_to_capture(eagle_aux_hidden_state_layer_ids)
 
         configure_aux_hidden_state_capture(
@@ -133,7 +135,7 @@ class GuardSite:
     path: str  # patch path of the file
     line: int
     function: str  # ``Class.method`` or ``function``
-    method: str  # EAGLE3, DFLASH or DSPARK
+    method: str  # the method of the hook called (:data:`HOOKS`)
     model: str  # the receiver, as written
     pp_size: str  # the PP world size the check is given
     guarded: bool  # the check was there already
@@ -415,7 +417,7 @@ class _Finder:
         self.inserts[id(statement)] = check.with_changes(leading_lines=statement.leading_lines)
 
 
-CALL_TEXT = re.compile(r"\.\s*set_(?:eagle3|dflash|dspark)_layers_to_capture\s*\(")
+CALL_TEXT = re.compile(r"\.\s*(?:" + "|".join(map(re.escape, HOOKS)) + r")\s*\(")
 
 
 class _Insert(cst.CSTTransformer):
