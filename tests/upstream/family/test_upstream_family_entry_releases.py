@@ -121,6 +121,21 @@ def _runs(models):
     return runs
 
 
+def _baseline_runs(models):
+    """The unpatched drive: each model's hooks once, ids on every stage, 3 stages (where
+    every stage owns captures).  It shows the release's files lose captures; the patched
+    drive checks every combination."""
+    runs = []
+    for model in models:
+        hooks = {"dflash" if model in DFLASH_ONLY else "eagle3"}
+        hooks.add("eagle3" if model in EAGLE3_ONLY else "dflash")
+        runs += [
+            {"model": model, "hook": hook, "layer_ids": EVERY_STAGE, "pp": 3}
+            for hook in sorted(hooks)
+        ]
+    return runs
+
+
 def _check(root, runs):
     config = dict(num_layers=NUM_LAYERS, hidden_size=4, tokens=TOKENS, runs=runs, timeout=120)
     return run_check("entry_check", config, root, timeout=900)["runs"]
@@ -193,8 +208,10 @@ def test_patched_stages_match_pp1_and_missing_entries_raise(patched):
 def test_unpatched_stages_lose_captures(patched, tmp_path):
     version, release, result, _ = patched
     baseline = unpatched_copy(release, tmp_path / "unpatched", result)
-    runs = _runs(RELEASES[version])
-    for record in _check(baseline, runs):
+    runs = _baseline_runs(RELEASES[version])
+    records = _check(baseline, runs)
+    assert len(records) == len(runs)
+    for record in records:
         assert not record["ok"], record
         counts = zip(record["aux_counts"] or [], record["expected_counts"], strict=False)
         lost = record["error"] is not None or any(got < want for got, want in counts)

@@ -96,8 +96,9 @@ def test_patched_stages_match_pp1_and_unpatched_lose_captures(patched, tmp_path,
     _, release, result, copy = patched
     baseline = unpatched_copy(release, tmp_path / "unpatched", result)
     runs = run_family_tests(copy, result, (2, 3), MODELS, timeout=900)
-    losses = run_family_tests(baseline, result, (2, 3), MODELS, timeout=900)
-    assert sorted(runs) == sorted(losses) == [2, 3]
+    # The release's file, on 3 stages (where every stage owns captures), loses them.
+    losses = run_family_tests(baseline, result, (3,), MODELS, timeout=900)
+    assert sorted(runs) == [2, 3] and sorted(losses) == [3]
     for pp_size in (2, 3):
         records = runs[pp_size]
         assert validated_models(records) == {"deepseek_v4": True}, records
@@ -110,11 +111,10 @@ def test_patched_stages_match_pp1_and_unpatched_lose_captures(patched, tmp_path,
             assert len(record["reference"]) == len(BATCHES), record
             assert record["reference"] == record["pipelined"], record
             assert any(record["reference"]), record
-        lost = losses[pp_size]
-        assert len(lost) == len(records), lost
-        for record in lost:
-            assert record["error"] is not None or any(
-                got < want
-                for got, want in zip(record["pipelined"], record["reference"], strict=False)
-            ), record
-            assert not record["equal"], record
+    lost = losses[3]
+    assert len(lost) == len(runs[3]), lost
+    for record in lost:
+        assert record["error"] is not None or any(
+            got < want for got, want in zip(record["pipelined"], record["reference"], strict=False)
+        ), record
+        assert not record["equal"], record
