@@ -129,6 +129,8 @@ def drive(factory, spec: dict, pp_size: int, timeout: float) -> dict[int, tuple[
     )
 
     def rank_run(rank, port):
+        if pp_size == 1:  # one stage: no handoff, the PP=1 run itself
+            return run_chain(factory(spec, 0, 1, {}), spec)
         channels = init_channels(rank, pp_size, "gloo", f"tcp://127.0.0.1:{port}", timeout)
         ranks = list(range(pp_size))
         kwargs = {"group": channels.meta, "direct_group": channels.direct, "ranks": ranks}
