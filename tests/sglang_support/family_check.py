@@ -129,6 +129,15 @@ def shipped_test_env(
     return env
 
 
+def _last_json(args: list[str], env: dict[str, str], cwd: Path, timeout: float, what: str):
+    """What the warm run of ``args`` printed last, read as JSON; it must succeed."""
+    proc = warm.run(args, env=env, cwd=cwd, timeout=timeout)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{what} failed (exit {proc.returncode}): {proc.stderr[-4000:]}")
+    return json.loads(lines[-1])
+
+
 def run_family_test(
     tree_root: Path,
     result: UpstreamResult,
@@ -137,15 +146,9 @@ def run_family_test(
     timeout: float = 1500.0,
 ) -> list[dict[str, Any]]:
     """Per-case records of the family test's ``--json`` mode on ``tree_root``."""
-    test = family_test_path(tree_root, result)
-    args = [str(test), "--json", str(pp_size), *(models or [])]
-    proc = warm.run(args, env=shipped_test_env(tree_root), cwd=tree_root, timeout=timeout)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"family test --json {pp_size} failed (exit {proc.returncode}): {proc.stderr[-4000:]}"
-        )
-    return json.loads(lines[-1])
+    args = [str(family_test_path(tree_root, result)), "--json", str(pp_size), *(models or [])]
+    env = shipped_test_env(tree_root)
+    return _last_json(args, env, tree_root, timeout, f"family test --json {pp_size}")
 
 
 def run_family_tests(
@@ -161,23 +164,13 @@ def run_family_tests(
     that imports the tree once and forks the stages of every PP size
     (``sglang_support.family_runner``); ``extra_paths`` first on its ``PYTHONPATH``;
     ``server_defaults``: the runner's ``--server-defaults`` (releases before 0.5.18)."""
-    test = family_test_path(tree_root, result)
     sizes = ",".join(str(size) for size in pp_sizes)
     args = ["-m", "sglang_support.family_runner"]
     args += ["--server-defaults"] if server_defaults else []
-    args += [str(test), sizes, *(models or [])]
-    proc = warm.run(
-        args,
-        env=shipped_test_env(tree_root, extra_paths=extra_paths),
-        cwd=tree_root,
-        timeout=timeout,
-    )
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"family test, PP sizes {sizes}, failed (exit {proc.returncode}): {proc.stderr[-4000:]}"
-        )
-    return {int(size): records for size, records in json.loads(lines[-1]).items()}
+    args += [str(family_test_path(tree_root, result)), sizes, *(models or [])]
+    env = shipped_test_env(tree_root, extra_paths=extra_paths)
+    out = _last_json(args, env, tree_root, timeout, f"family test, PP sizes {sizes},")
+    return {int(size): records for size, records in out.items()}
 
 
 def validated_models(records: list[dict[str, Any]]) -> dict[str, bool]:

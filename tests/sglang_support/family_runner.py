@@ -2,6 +2,7 @@
 tree, for several PP sizes in one process.
 
     python -m sglang_support.family_runner [--server-defaults] TEST_FILE PP[,PP...] [MODEL ...]
+    python -m sglang_support.family_runner --probe TEST_FILE
 
 Loads ``TEST_FILE`` (the generated ``test_pp_aux_capture_family.py``) as a module, which
 stands in for the GPU-only packages and imports SGLang once, imports the model modules of
@@ -9,6 +10,11 @@ the chosen cases, then calls the test's own ``run_family(pp, family_jobs(cases))
 each PP size with forked instead of spawned workers (each stage starts from this
 process's imports instead of importing SGLang again).  Prints one JSON line:
 ``{"PP": [records of the last rank], ...}``, the records of the test's ``--json`` mode.
+
+``--probe TEST_FILE`` says instead how the test builds each of its stages: SGLang's
+parallel state set up for one stage with the test utilities' ``init_parallel``, every case
+of ``FAMILY`` built twice with ``build_model``; one JSON line ``{model: {"constructed",
+"widths", "hidden_size", "logits_module", "same_weights"}}``.
 
 ``--server-defaults``, for releases whose model code reads what a server sets before any
 model runs (0.5.14's ``qwen2_moe`` asks ``get_global_server_args()`` in ``forward``): the
@@ -81,7 +87,50 @@ def default_server_args() -> None:
     setter(args)
 
 
+def _probe(utils, case) -> dict:
+    import torch
+    from torch import nn
+
+    first = utils.build_model(case, 0, 1, None)
+    second = utils.build_model(case, 0, 1, None)
+    stand_ins = [m for m in first.modules() if isinstance(m, utils.StandInLayer)]
+    text = getattr(first.config, "text_config", None) or first.config
+    a, b = first.state_dict(), second.state_dict()
+    return {
+        # Modules only the model's constructor builds (the assembled stand-in has none).
+        "constructed": any(
+            type(m).__module__.startswith("sglang.srt.layers.") for m in first.modules()
+        ),
+        "widths": sorted({int(layer.weight.shape[0]) for layer in stand_ins}),
+        "hidden_size": int(text.hidden_size),
+        "logits_module": isinstance(first.logits_processor, nn.Module),
+        "same_weights": a.keys() == b.keys()
+        and all(not a[k].is_floating_point() or torch.equal(a[k], b[k]) for k in a),
+    }
+
+
+def probe(path: str) -> dict:
+    from codemods.ppcheck.runner import free_port
+
+    test = load_test(path)
+    from sglang.test import pp_aux_capture_family_models as utils
+
+    utils.init_parallel(0, 1, free_port())
+    out = {}
+    for case in test.FAMILY:
+        try:
+            out[case[0]] = _probe(utils, case)
+        except Exception as error:  # reported per model
+            out[case[0]] = {"error": f"{type(error).__name__}: {error}"}
+    return out
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--probe"]:
+        out = probe(argv[1])
+        sys.stdout.flush()
+        print(json.dumps(out))
+        return 0
     defaults = argv[:1] == ["--server-defaults"]
     path, sizes, *models = argv[1:] if defaults else argv
     if defaults:

@@ -10,7 +10,7 @@ venv's path with a ``.pth`` file, the way an editable install does.
 left out), to show that a command left every byte as it was.  ``sglang(*args)`` runs
 ``auxcap sglang ...`` in this process (so tests can hook the transaction) and
 ``drive_llama(root)`` drives the llama stages of the tree at ``root`` as two gloo pipeline
-stages and compares them with PP=1 (``entry_check``).
+stages and compares them with PP=1 (``stage_check``).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def sglang(*args: str):
 
 def drive_llama(root: Path) -> dict:
     """The one run of ``DRIVE`` on the tree at ``root`` (holds ``sglang/``)."""
-    proc = run_python(["-m", "sglang_support.entry_check", json.dumps(DRIVE)], root, timeout=600)
+    proc = run_python(["-m", "sglang_support.stage_check", json.dumps(DRIVE)], root, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])["runs"][0]
 

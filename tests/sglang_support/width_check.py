@@ -5,7 +5,7 @@ Usage: ``python -m sglang_support.width_check [MODEL ...]`` with a patched SGLan
 ``PYTHONPATH`` (see ``env.sglang_env``); ``MODEL`` names keys of ``MODELS`` (default:
 all).  The parent imports the model modules once and forks two ranks; each rank
 initialises SGLang's distributed environment and model-parallel groups (gloo,
-``tp_size=1``, ``pp_size=2``) the way SGLang's own CPU layer tests do, then for every
+``tp_size=1``, ``pp_size=2``) with the shipped test utilities' ``init_parallel``, then for every
 model builds the causal LM with the tiny config the shipped init test builds it with
 (``TINY_MODELS`` of the shipped test utilities, ``sglang_support.shipped_utils``:
 ``num_hidden_layers=4``, ``hidden_size=64``), calls its capture hook (EAGLE3, else
@@ -31,17 +31,14 @@ from __future__ import annotations
 
 import importlib
 import json
-import multiprocessing as mp
-import os
-import queue
 import sys
 import traceback
 from typing import Any
 
 import torch
 
-from codemods.ppcheck.runner import free_port
 from sglang_support.shipped_utils import shipped_test_utils
+from sglang_support.stage_check import fork_ranks
 
 #: The tiny configs of the patched causal LMs, those the shipped init test builds
 #: (``TINY_MODELS`` of the shipped test utilities): 4 layers, hidden size 64.
@@ -56,32 +53,6 @@ AUX_ENTRY = "aux_hidden_states"
 #: Hook arguments: one capture on each stage of the 4 layers (stage 0 runs [0, 2)),
 #: whether the hook shifts the ids by one (EAGLE3's "after layer i") or not.
 CAPTURE_IDS = [0, 2]
-
-
-def _init_parallel(rank: int, port: int) -> None:
-    """SGLang's world and model-parallel groups for ``tp_size=1``, ``pp_size=2``."""
-    from sglang.srt import runtime_context
-    from sglang.srt.distributed import parallel_state
-    from sglang.srt.server_args import ServerArgs
-
-    parallel_state.init_distributed_environment(
-        world_size=PP_SIZE,
-        rank=rank,
-        local_rank=rank,
-        distributed_init_method=f"tcp://127.0.0.1:{port}",
-        backend="gloo",
-        timeout=60,
-    )
-    # Publish the topology initialize_model_parallel reads (and the server args the
-    # model constructors read), keeping the WORLD group just built.
-    runtime_context.reset_context()
-    runtime_context.publish(
-        ServerArgs(model_path="dummy", tp_size=1, pp_size=PP_SIZE, device="cpu"),
-        role="test",
-        ranks=runtime_context.SpawnRanks(world_rank=rank),
-    )
-    runtime_context.get_parallel().override_permanently(world_group=parallel_state._WORLD)
-    parallel_state.initialize_model_parallel(backend="gloo")
 
 
 def _all_ok(ok: bool) -> bool:
@@ -210,20 +181,6 @@ def _check(name: str, rank: int) -> dict[str, Any]:
     return record
 
 
-def _rank(rank: int, port: int, names: list[str], results: Any) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    records: list[dict[str, Any]] = []
-    try:
-        torch.set_num_threads(1)
-        _init_parallel(rank, port)
-        for name in names:
-            records.append(_check(name, rank))
-        results.put((rank, records, None))
-    except BaseException:
-        results.put((rank, records, traceback.format_exc()[-4000:]))
-
-
 def main(argv: list[str]) -> int:
     timeout = 240.0
     if argv[:1] == ["--timeout"]:
@@ -236,32 +193,14 @@ def main(argv: list[str]) -> int:
             pass
     importlib.import_module("sglang.srt.distributed.parallel_state")
     importlib.import_module("sglang.srt.server_args")
-    ctx = mp.get_context("fork")
-    results = ctx.Queue()
-    port = free_port()
-    procs = [
-        ctx.Process(target=_rank, args=(rank, port, names, results)) for rank in range(PP_SIZE)
-    ]
-    for proc in procs:
-        proc.start()
-    records: list[dict[str, Any]] = []
-    errors: list[str] = []
-    try:
-        for _ in procs:
-            try:
-                rank, got, error = results.get(timeout=timeout)
-            except queue.Empty:
-                errors.append(f"no answer within {timeout:.0f} s")
-                break
-            records += got
-            if error:
-                errors.append(f"rank {rank}: {error}")
-    finally:
-        for proc in procs:
-            proc.join(timeout=10)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=5)
+
+    def rank_run(rank: int, port: int) -> list[dict[str, Any]]:
+        _UTILS.init_parallel(rank, PP_SIZE, port, timeout=60)
+        return [_check(name, rank) for name in names]
+
+    ranks = fork_ranks(rank_run, PP_SIZE, timeout)
+    records = [record for state, got in ranks.values() if state == "ok" for record in got]
+    errors = [f"rank {rank}: {state}" for rank, (state, _) in ranks.items() if state != "ok"]
     print(json.dumps({"records": records, "errors": errors}))
     return 0
 

@@ -5,7 +5,7 @@ laguna, gpt_oss).
 The patch for the chosen models passes ``git apply --check`` on the release, applies to a
 copy and is empty on the patched copy.  The real causal-LM and decoder-stack classes of the
 patched copy, imported on CPU, run as 2 and 3 pipeline stages in separate processes (gloo,
-``sglang_support.drive``; microbatches of 3, 0 and 2 tokens; captures on every stage and
+``sglang_support.stage_check``; microbatches of 3, 0 and 2 tokens; captures on every stage and
 all on stage 0; with and without the last stage's own output among the captures): the last stage hands the logits processor exactly what a PP=1
 run hands it (same count, order, ``torch.equal`` values, and an ``AuxHiddenStateList``).
 Aux entries missing from the handoff make the last stage raise, naming the layers.  The
@@ -138,7 +138,7 @@ def _baseline_runs(models):
 
 def _check(root, runs):
     config = dict(num_layers=NUM_LAYERS, hidden_size=4, tokens=TOKENS, runs=runs, timeout=120)
-    return run_check("entry_check", config, root, timeout=900)["runs"]
+    return run_check("stage_check", config, root, timeout=900)["runs"]
 
 
 @pytest.fixture(scope="module", params=sorted(RELEASES))

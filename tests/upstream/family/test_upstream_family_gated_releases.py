@@ -7,7 +7,7 @@ captures, id ``start_layer - 1`` at the entry of a later stage's first layer, th
 and the gathering skip empty batches), attaches the transport to the stack's entry ids,
 and is empty on the patched copy.  The copy's real causal-LM and decoder-stack classes,
 imported on CPU, run as 2 and 3 pipeline stages in separate processes (gloo,
-``sglang_support.entry_check``; microbatches of 3, 0 and 2 tokens; captures on every stage,
+``sglang_support.stage_check``; microbatches of 3, 0 and 2 tokens; captures on every stage,
 each stage's last layer among them, and all on stage 0; 2 and 3 stages):
 the last stage hands the drafter exactly what a PP=1 run hands it (same count, order,
 ``torch.equal`` values, an ``AuxHiddenStateList``, nothing for the empty microbatch).
@@ -82,7 +82,7 @@ def test_patched_bailing_moe_v3_matches_pp1(sglang_release, tmp_path, version):
         "runs": [*RUNS, DROPPED],
         "timeout": 120,
     }
-    proc = run_python(["-m", "sglang_support.entry_check", json.dumps(config)], copy, timeout=540)
+    proc = run_python(["-m", "sglang_support.stage_check", json.dumps(config)], copy, timeout=540)
     assert proc.returncode == 0, proc.stderr[-4000:]
     records = json.loads(proc.stdout.strip().splitlines()[-1])["runs"]
     assert len(records) == len(RUNS) + 1

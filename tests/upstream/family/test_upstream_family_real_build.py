@@ -2,7 +2,7 @@
 
 On the patched SGLang 0.5.23 tree, every model of the family test is built as a
 single stage the way the test builds its stages (``build_model`` after the utilities'
-``init_parallel``; ``sglang_support/family_build_probe.py``): the stage holds the layers
+``init_parallel``; ``sglang_support/family_runner.py --probe``): the stage holds the layers
 its constructor builds, the stand-in decoder layers are as wide as the tiny config, the
 stand-in logits processor is an ``nn.Module``, and two builds hold the same weights
 (filled by parameter name).  Only a class without a tiny config is assembled without
@@ -29,7 +29,7 @@ def report(sglang_release, tmp_path_factory):
     result, copy = patched_copy(sglang_release(RELEASE), tmp_path_factory.mktemp("build"))
     test = family_test_path(copy, result)
     proc = warm.run(
-        ["-m", "sglang_support.family_build_probe", str(test)],
+        ["-m", "sglang_support.family_runner", "--probe", str(test)],
         env=shipped_test_env(copy),
         cwd=copy,
         timeout=600,

@@ -7,7 +7,7 @@ copy, rewrites the stack forward (``pp_aux_handoff`` around ``residual_batch.to_
 ``pp_aux_collect`` after the last stage's own output snapshot) and is empty on the
 patched copy.  On 0.5.23 the real ``NemotronHForCausalLM`` / ``NemotronHModel`` of the
 patched copy, imported on CPU, run as 2 and 3 pipeline stages in separate processes
-(gloo, ``sglang_support.drive``; microbatches of 3, 0 and 2 tokens; captures on every
+(gloo, ``sglang_support.stage_check``; microbatches of 3, 0 and 2 tokens; captures on every
 stage, all on stage 0, with the last stage's output among them; 2 and 3
 stages): the last stage hands the logits processor exactly what a PP=1 run hands it
 (same count, order, ``torch.equal`` values, a plain ``list``).  Aux entries missing from
@@ -65,7 +65,7 @@ RUNS = [
 
 def _check(root, runs):
     config = dict(num_layers=NUM_LAYERS, hidden_size=4, tokens=TOKENS, runs=runs, timeout=120)
-    return run_check("entry_check", config, root, timeout=900)["runs"]
+    return run_check("stage_check", config, root, timeout=900)["runs"]
 
 
 @pytest.fixture(scope="module", params=RELEASES)

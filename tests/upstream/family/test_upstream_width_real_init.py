@@ -67,7 +67,7 @@ def test_the_check_builds_every_class_the_patch_sizes(copy):
     assert REQUIRED <= set(MODELS)
     built = {(module, cls) for module, cls, _, _ in MODELS.values()}
     # Kimi-Linear and Kimi-K3 (SGLang's own DSPARK relay, moved onto the helpers) are
-    # built by their own checks (sglang_support/kimi_check.py, k3_check.py).
+    # built by their own checks (sglang_support/stage_check.py).
     sized = {(module, cls) for module, cls in _sized_classes(copy) if not module.startswith("kimi")}
     assert built == sized
     # No class of the patch sizes the entry itself: one lookup serves them all.

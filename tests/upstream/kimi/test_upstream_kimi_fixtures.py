@@ -266,6 +266,7 @@ def test_patched_fixture_matches_pp1_across_processes(tmp_path, fixture):
 
 def _drive(root: Path, runs: list[dict]) -> dict:
     config = {
+        "model": "kimi_linear",
         "num_layers": 7,
         "hidden_size": 4,
         "layer_ids": [6, 0, 3, 2],
@@ -274,6 +275,6 @@ def _drive(root: Path, runs: list[dict]) -> dict:
         "runs": runs,
         "timeout": 90,
     }
-    proc = run_python(["-m", "sglang_support.kimi_check", json.dumps(config)], root, timeout=300)
+    proc = run_python(["-m", "sglang_support.stage_check", json.dumps(config)], root, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

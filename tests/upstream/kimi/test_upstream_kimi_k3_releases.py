@@ -31,6 +31,7 @@ PATCHED_RELEASES = ("0.5.18", "0.5.19", "0.5.20")
 # stage in one of them (mixed on the next stage), 6 is the model's last layer (output-side
 # weights), 0 the first; attention-residual blocks of 2 layers.
 SCENARIO = {
+    "model": "kimi_k3",
     "num_layers": 7,
     "hidden_size": 4,
     "layer_ids": [6, 0, 2, 3, 1],
@@ -41,7 +42,7 @@ K3_FILE = "sglang/srt/models/kimi_k3.py"
 
 
 def _check(root, runs):
-    return run_check("k3_check", dict(SCENARIO, runs=runs), root, timeout=900)
+    return run_check("stage_check", dict(SCENARIO, runs=runs), root, timeout=900)
 
 
 @pytest.mark.timeout(1200)

@@ -27,6 +27,8 @@ pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 PATCHED_RELEASES = ("0.5.18", "0.5.19", "0.5.20")
 # 7 layers: PP=2 owns [0,3) [3,7), PP=3 owns [0,2) [2,4) [4,7); every stage captures.
 SCENARIO = {
+    "model": "kimi_linear",
+    "layers": "classic",
     "num_layers": 7,
     "hidden_size": 4,
     "layer_ids": [6, 0, 3, 2],
@@ -36,7 +38,7 @@ SCENARIO = {
 
 
 def _check(root, runs, **options):
-    return run_check("kimi_check", dict(SCENARIO, runs=runs, **options), root, timeout=1200)
+    return run_check("stage_check", dict(SCENARIO, runs=runs, **options), root, timeout=1200)
 
 
 def _patched_copy(release, tmp_path):

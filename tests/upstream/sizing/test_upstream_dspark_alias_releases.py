@@ -1,6 +1,6 @@
 """An out-of-tree model written for the release's DSPARK relay, on patched SGLang 0.5.21+.
 
-The model (``sglang_support/legacy_dspark_check.py``) is shaped like Kimi-Linear's
+The model (``sglang_support/sizing_check.py legacy``) is shaped like Kimi-Linear's
 contract on the release: it defines ``get_pp_proxy_dspark_hidden_size``, declares no
 ``pp_aux_relay_methods`` and sends its captures in ``dspark_hidden_states``.  On the
 patched tree, with SGLang's own functions, ``configure_aux_hidden_state_capture(...,
@@ -34,7 +34,7 @@ ADMISSION = """\
 
 
 def _report(tree) -> dict:
-    proc = run_python(["-m", "sglang_support.legacy_dspark_check"], tree, timeout=500)
+    proc = run_python(["-m", "sglang_support.sizing_check", "legacy"], tree, timeout=500)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -8,7 +8,7 @@ refresh (``graph_sizing_legacy.py``); the resolver asks the helpers' one lookup,
 patched tree is imported on CPU; for every stage
 of 2- and 3-stage splits the real allocation functions allocate the aux entry with
 exactly the width the previous stage sends, and the real replay loads (full and
-pre-planned) copy the incoming entry into it (``sglang_support/sizing_check.py``).  The
+pre-planned) copy the incoming entry into it (``sglang_support/sizing_check.py sizing``).  The
 release with only the patch's new files added allocates no aux buffer, so the same
 drive fails there.
 
@@ -16,7 +16,7 @@ The buffers of the runner's dummy forwards (FlashInfer autotune, DeepGEMM warm-u
 entry too (``warmup_buffers.py``): SGLang's own ``_alloc_dummy_decode_buffers`` builds
 them for every later stage of the same splits, and llama stages driven on them run (the
 dummy forward on zeros) and, with the previous stage's handoff copied in, equal PP=1
-(``sglang_support/warmup_check.py``); with ``base_runner.py`` as released the dummy
+(``sglang_support/sizing_check.py warmup``); with ``base_runner.py`` as released the dummy
 forward raises that the handoff has no ``aux_hidden_states`` entry.
 """
 
@@ -45,7 +45,7 @@ def _path(module: str) -> str:
 
 
 def _sizing_report(tree) -> dict:
-    proc = run_python(["-m", "sglang_support.sizing_check", *MODEL], tree, timeout=500)
+    proc = run_python(["-m", "sglang_support.sizing_check", "sizing", *MODEL], tree, timeout=500)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -132,7 +132,7 @@ def test_without_the_pre_planned_refresh_the_entry_is_stale(patched, tmp_path):
 
 
 def _warmup_report(tree) -> dict:
-    proc = run_python(["-m", "sglang_support.warmup_check"], tree, timeout=500)
+    proc = run_python(["-m", "sglang_support.sizing_check", "warmup"], tree, timeout=500)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -7,7 +7,7 @@ handoff, no width arithmetic and no width method (the sizing asks the helpers' l
 the DSPARK hook gives the stack its relay with the width it
 knows, and the classes with a DSPARK hook declare that they relay DSPARK.  On 0.5.22 and
 0.5.23 the patched ``KimiLinearForCausalLM`` and ``KimiLinearModel``, imported on CPU, run as
-2 and 3 pipeline stages (``sglang_support.entry_check``) and hand the logits processor
+2 and 3 pipeline stages (``sglang_support.stage_check``) and hand the logits processor
 exactly what a PP=1 run hands it.  A file lacking a piece of the relay is refused by name.
 """
 
@@ -72,7 +72,7 @@ def test_patched_kimi_linear_stages_match_pp1(version, sglang_release, tmp_path)
         for pp in (2, 3)
     ]
     config = dict(num_layers=7, hidden_size=4, tokens=[3, 0, 2], runs=runs, timeout=120)
-    results = run_check("entry_check", config, copy, timeout=900)["runs"]
+    results = run_check("stage_check", config, copy, timeout=900)["runs"]
     assert len(results) == len(runs)
     for record in results:
         assert record["ok"], record

@@ -6,7 +6,7 @@ The patch passes ``git apply --check`` on the release, applies to a copy and is 
 the patched copy.  The real causal-LM and decoder-stack classes of the patched copy
 (``DeepseekV2ForCausalLM`` / ``DeepseekV2Model``, ``MiMoV2ForCausalLM`` / ``MiMoV2Model``),
 imported on CPU, run as 2 and 3 pipeline stages in separate processes (gloo,
-``sglang_support.drive``; microbatches of 3, 0 and 2 tokens; captures on every stage, all
+``sglang_support.stage_check``; microbatches of 3, 0 and 2 tokens; captures on every stage, all
 on stage 0, EAGLE3's default layers, and for mimo_v2 with the last stage's own output
 among the captures): the last stage
 hands the logits processor exactly the packed ``[tokens, K * hidden]`` tensor a PP=1 run
@@ -81,7 +81,7 @@ def _baseline_runs(model: str) -> list[dict]:
 
 def _check(root, runs):
     config = dict(num_layers=NUM_LAYERS, hidden_size=4, tokens=TOKENS, runs=runs, timeout=120)
-    return run_check("packer_check", config, root, timeout=600)["runs"]
+    return run_check("stage_check", config, root, timeout=600)["runs"]
 
 
 @pytest.fixture(scope="module", params=RELEASES)

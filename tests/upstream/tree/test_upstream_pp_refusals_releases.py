@@ -9,7 +9,7 @@ shape that have a capture hook and run under PP, and that what it says is true.
   batches.  The patch rewrites it (``family_entry_gated``; the patched stages are driven
   by ``test_upstream_family_gated_releases.py``).  The release as shipped, its real
   causal-LM and decoder-stack classes driven as 2 and 3 gloo stages with stand-in layers
-  (``sglang_support.entry_check``; microbatches of 3, 0 and 2 tokens), hands the DSPARK
+  (``sglang_support.stage_check``; microbatches of 3, 0 and 2 tokens), hands the DSPARK
   drafter fewer captures than a PP=1 run, and no stage raises: the loss the patch fixes.
 
 glm5_next, the other model of these releases with an unusual shape, is patched
@@ -97,7 +97,7 @@ def test_bailing_moe_v3_as_released_loses_captures_under_pp(sglang_release, vers
         "timeout": 120,
     }
     proc = run_python(
-        ["-m", "sglang_support.entry_check", json.dumps(config)],
+        ["-m", "sglang_support.stage_check", json.dumps(config)],
         sglang_release(version),
         timeout=900,
     )
