@@ -18,7 +18,8 @@ collects them with ``pp_aux_collect``.  The ranks agree after each build and eac
 rank skips what follows on both), so a failure never leaves a peer waiting in the
 hook's handshake or the handoff; the parent gives up after ``--timeout`` seconds.
 
-Prints one JSON line: ``{"records": [...], "errors": [...]}``; a record per model and
+Prints one JSON line: ``{"records": [...], "errors": [...], "pp_pynccl": [...]}`` (per
+rank, whether its PP group set up PyNccl); a record per model and
 rank: ``model``, ``cls``, ``rank``, ``width``, ``earlier`` (the capture ids, as the hook
 keeps them, that stages before this one take), ``received`` (how many captures the relay
 expects from earlier stages), ``ids`` (the capture ids this stage takes, as the relay
@@ -194,14 +195,18 @@ def main(argv: list[str]) -> int:
     importlib.import_module("sglang.srt.distributed.parallel_state")
     importlib.import_module("sglang.srt.server_args")
 
-    def rank_run(rank: int, port: int) -> list[dict[str, Any]]:
+    def rank_run(rank: int, port: int) -> dict[str, Any]:
         _UTILS.init_parallel(rank, PP_SIZE, port, timeout=60)
-        return [_check(name, rank) for name in names]
+        pp_group = importlib.import_module("sglang.srt.distributed.parallel_state")._PP
+        pynccl = bool(pp_group.use_pynccl or pp_group.pynccl_comm is not None)
+        return {"records": [_check(name, rank) for name in names], "pp_pynccl": pynccl}
 
     ranks = fork_ranks(rank_run, PP_SIZE, timeout)
-    records = [record for state, got in ranks.values() if state == "ok" for record in got]
+    done = [got for state, got in ranks.values() if state == "ok"]
+    records = [record for got in done for record in got["records"]]
     errors = [f"rank {rank}: {state}" for rank, (state, _) in ranks.items() if state != "ok"]
-    print(json.dumps({"records": records, "errors": errors}))
+    pynccl = [got["pp_pynccl"] for got in done]
+    print(json.dumps({"records": records, "errors": errors, "pp_pynccl": pynccl}))
     return 0
 
 

@@ -15,12 +15,14 @@
   launch they read (``pp_server_args``).
 """
 
+import contextlib
 import importlib
 import os
 import sys
 import zlib
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import torch
 from torch import nn
@@ -540,6 +542,21 @@ def pp_server_args(arch, model_impl="auto", **fields):
 # ------------------------------------------------------------- parallel state
 
 
+@contextlib.contextmanager
+def _groups_without_pynccl(parallel_state):
+    """The model-parallel groups built meanwhile talk over gloo only: every stage runs
+    on CPU, and a CUDA build of torch on a host without a GPU would otherwise set up
+    PyNccl for the PP group (``use_pynccl`` defaults on off NPU/XPU) and fail."""
+    coordinator = parallel_state.GroupCoordinator
+
+    def without_pynccl(*args, **kwargs):
+        kwargs["use_pynccl"] = False
+        return coordinator(*args, **kwargs)
+
+    with mock.patch.object(parallel_state, "GroupCoordinator", without_pynccl):
+        yield
+
+
 def init_parallel(rank, world_size, port, timeout=OP_TIMEOUT_S):
     """SGLang's world and model-parallel groups for ``tp_size=1`` and
     ``pp_size=world_size`` over gloo, and the server args the model constructors
@@ -574,16 +591,18 @@ def init_parallel(rank, world_size, port, timeout=OP_TIMEOUT_S):
     runtime_context.get_parallel().override_permanently(
         world_group=parallel_state._WORLD
     )
-    parallel_state.initialize_model_parallel(backend="gloo")
+    with _groups_without_pynccl(parallel_state):
+        parallel_state.initialize_model_parallel(backend="gloo")
     # @@else published_topology
     # @@if published_server_args
     runtime_context.publish(server_args, role="test")
     # @@end published_server_args
-    parallel_state.initialize_model_parallel(
-        tensor_model_parallel_size=1,
-        pipeline_model_parallel_size=world_size,
-        backend="gloo",
-    )
+    with _groups_without_pynccl(parallel_state):
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=1,
+            pipeline_model_parallel_size=world_size,
+            backend="gloo",
+        )
     # @@end published_topology
     # @@if native_cpu_activation
     # @@if published_server_args

@@ -75,6 +75,13 @@ def test_the_check_builds_every_class_the_patch_sizes(copy):
         assert "get_pp_proxy_aux_hidden_size" not in path.read_text(encoding="utf-8"), path
 
 
+def test_the_shipped_init_parallel_builds_the_pp_group_without_pynccl(report):
+    # Off a GPU a CUDA build of torch would set up PyNccl for the PP group and fail;
+    # the stages talk over gloo only.  Unpatched, the release's default sets it up.
+    assert report["errors"] == []
+    assert report["pp_pynccl"] == [False, False]
+
+
 @pytest.mark.timeout(600)
 def test_every_model_reports_the_width_its_previous_stage_sends(report):
     assert report["errors"] == []
