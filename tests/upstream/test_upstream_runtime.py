@@ -285,6 +285,22 @@ def test_a_packing_stage_hands_on_its_packer_with_one_copy_per_capture(glue, bou
     assert [int(packed[0, k * HIDDEN]) for k in range(len(ids))] == ids
 
 
+@pytest.mark.parametrize("capturing", [False, True], ids=["eager", "graph"])
+def test_a_stage_without_captures_hands_the_received_entry_on(glue, monkeypatch, capturing):
+    """Eager: the entry ``recv`` delivered goes on as it is; while a graph is captured it
+    is the runner's static buffer, so it is copied."""
+    stacks = _stages(glue, [(0, 2), (2, 3), (3, 4)], [0, 3])
+    first, middle = stacks[0], stacks[1]
+    entry = glue.pp_aux_outgoing(first, [_capture(0)], None)["aux_hidden_states"]
+    if capturing:
+        _capturing_a_graph(monkeypatch)
+    with CountCopies() as counted:
+        sent = glue.pp_aux_outgoing(middle, [], {"aux_hidden_states": entry})
+    assert (sent["aux_hidden_states"] is entry) is not capturing
+    assert counted.counts == ({"aten::cat": 1} if capturing else {})
+    assert torch.equal(sent["aux_hidden_states"], _capture(0))
+
+
 def test_a_missing_or_narrow_entry_raises_naming_the_captures(glue):
     first, last = _stages(glue, [(0, 2), (2, 4)], [1, 3])
     with pytest.raises(

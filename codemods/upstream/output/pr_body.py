@@ -367,8 +367,8 @@ def _modifications(result: UpstreamResult, series) -> str:
             "what it received and its own captures to the `aux_hidden_states` entry of its "
             "`PPProxyTensors` handoff; the last stage puts them before its own (PP=1 order) "
             "and raises naming the layers when the entry is missing or of another width. "
-            "The entry cannot grow in place, so a stage copies what it received once, "
-            "beside its own captures, into the tensor it sends"
+            "The entry cannot grow in place, so a stage that adds captures copies what it "
+            "received once, beside its own, into the tensor it sends"
             + (
                 ": a stack that packs its captures packs both into an "
                 "`AuxHiddenStatePacker` sized for them and sends its buffer, a list is "

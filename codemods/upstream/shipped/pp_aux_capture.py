@@ -31,7 +31,8 @@ import torch
 # cannot grow it in place: what it received is copied once into the tensor it sends,
 # beside its own captures.  A packing stage writes both into its packer (the layers
 # fill their slots directly) and sends that buffer, with no further copy; a list is
-# concatenated once.  The last stage returns views of the received entry, except while
+# concatenated once (a stage that takes no capture of its own sends the entry it
+# received).  The last stage returns views of the received entry, except while
 # a CUDA graph is captured (or traced by ``torch.compile`` for one), where the entry is
 # the runner's static buffer, overwritten by the next replay, and each received capture
 # is copied out once.
@@ -101,8 +102,13 @@ class PPAuxRelay:
         self, captures: Mapping[int, torch.Tensor], incoming: Optional[Mapping]
     ) -> Dict[str, torch.Tensor]:
         """The entry for the next stage: what this stage received, then its own, in
-        one new tensor (the received entry cannot grow in place): one copy each."""
-        tensors = self._received(incoming) + self._local(captures)
+        one new tensor (the received entry cannot grow in place): one copy each.  A
+        stage that takes none hands the received entry on as it is, unless it is the
+        CUDA graph runner's static buffer."""
+        received, local = self._received(incoming), self._local(captures)
+        if received and not local and not _handoff_buffer_reused():
+            return {AUX_ENTRY: received[0]}
+        tensors = received + local
         if not tensors:
             return {}
         return {AUX_ENTRY: torch.cat(tensors, dim=-1)}
