@@ -112,9 +112,24 @@ def test_the_last_stage_returns_every_capture_in_layer_order(glue, bounds, ids):
     assert glue.pp_aux_proxy_hidden_size(stack) == width == HIDDEN * len(earlier)
 
 
-def test_received_captures_are_copies_not_views_of_the_proxy_buffer(glue):
+def _capturing_a_graph(monkeypatch):
+    """As while the CUDA graph runner captures: the received entry is its static buffer."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+
+
+def test_received_captures_are_views_of_a_fresh_entry_in_an_eager_forward(glue):
     _, collected, incoming = _run(glue, [(0, 2), (2, 4)], [1, 3])
-    incoming["aux_hidden_states"].zero_()
+    entry = incoming["aux_hidden_states"]
+    assert collected[0].untyped_storage().data_ptr() == entry.untyped_storage().data_ptr()
+
+
+def test_received_captures_are_copies_of_the_static_buffer_while_a_graph_is_captured(
+    glue, monkeypatch
+):
+    _capturing_a_graph(monkeypatch)
+    _, collected, incoming = _run(glue, [(0, 2), (2, 4)], [1, 3])
+    incoming["aux_hidden_states"].zero_()  # the next replay overwrites it
     assert int(collected[0][0, 0]) == 1
 
 
@@ -218,18 +233,72 @@ def test_a_packer_is_seeded_before_it_captures(glue):
     assert len(empty) == 0
 
 
-def test_the_list_path_copies_each_received_capture_once_and_no_local_one(glue):
+@pytest.mark.parametrize("capturing", [None, "graph", "compile"])
+def test_the_list_path_copies_received_captures_only_out_of_a_reused_buffer(
+    glue, monkeypatch, capturing
+):
+    """Eager: views of the fresh entry; a CUDA graph captured (or traced by
+    ``torch.compile``) reads the runner's static buffer: one copy of each."""
     ids = [0, 1, 2, 3, NUM_LAYERS]
     stacks = _stages(glue, [(0, 1), (1, 3), (3, 4)], ids)
     incoming = _handoffs(glue, stacks, ids)
     last = stacks[-1]
     own = _own(last, ids)
+    if capturing == "graph":
+        _capturing_a_graph(monkeypatch)
+    elif capturing == "compile":
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     with CountCopies() as counted:
         glue.pp_aux_seed(last, own, incoming)  # a list: left for the gathering
         collected = glue.pp_aux_collect(last, list(own), incoming, final=True)
-    assert counted.counts == {"aten::clone": 3}
+    assert counted.counts == ({"aten::clone": 3} if capturing else {})
     assert [int(t[0, 0]) for t in collected] == ids
     assert all(got is mine for got, mine in zip(collected[3:], own, strict=True))
+
+
+@pytest.mark.parametrize("bounds", [[(0, 1), (1, 3), (3, 4)], [(0, 1), (1, 2), (2, 3), (3, 4)]])
+def test_a_packing_stage_hands_on_its_packer_with_one_copy_per_capture(glue, bounds):
+    """Each non-last stage packs what it received and its own captures, each copied once,
+    into a packer sized for them, and sends its buffer: no concatenation."""
+    ids = [0, 1, 2, 3]
+    stacks = _stages(glue, bounds, ids)
+    incoming = None
+    for stack in stacks[:-1]:
+        made = Packer(len(ids))
+        with CountCopies() as counted:
+            aux = glue.pp_aux_seed(stack, made, incoming)
+            for capture in _own(stack, ids):
+                aux.append(capture)
+            entry = glue.pp_aux_outgoing(stack, aux, incoming)["aux_hidden_states"]
+        handed_on = sum(i < stack.end_layer for i in ids)
+        assert aux is not made and aux.num_captures == handed_on
+        assert counted.counts == {"aten::copy_": handed_on}
+        assert entry.data_ptr() == aux.finalize().data_ptr()  # the buffer itself
+        incoming = {"hidden_states": torch.zeros(TOKENS, HIDDEN), "aux_hidden_states": entry}
+    last = stacks[-1]
+    made = Packer(len(ids))
+    aux = glue.pp_aux_seed(last, made, incoming)
+    for capture in _own(last, ids):
+        aux.append(capture)
+    assert aux is made
+    packed = glue.pp_aux_collect(last, aux, incoming).finalize()
+    assert [int(packed[0, k * HIDDEN]) for k in range(len(ids))] == ids
+
+
+@pytest.mark.parametrize("capturing", [False, True], ids=["eager", "graph"])
+def test_a_stage_without_captures_hands_the_received_entry_on(glue, monkeypatch, capturing):
+    """Eager: the entry ``recv`` delivered goes on as it is; while a graph is captured it
+    is the runner's static buffer, so it is copied."""
+    stacks = _stages(glue, [(0, 2), (2, 3), (3, 4)], [0, 3])
+    first, middle = stacks[0], stacks[1]
+    entry = glue.pp_aux_outgoing(first, [_capture(0)], None)["aux_hidden_states"]
+    if capturing:
+        _capturing_a_graph(monkeypatch)
+    with CountCopies() as counted:
+        sent = glue.pp_aux_outgoing(middle, [], {"aux_hidden_states": entry})
+    assert (sent["aux_hidden_states"] is entry) is not capturing
+    assert counted.counts == ({"aten::cat": 1} if capturing else {})
+    assert torch.equal(sent["aux_hidden_states"], _capture(0))
 
 
 def test_a_missing_or_narrow_entry_raises_naming_the_captures(glue):

@@ -38,9 +38,10 @@ ATTACH = "set_pp_aux_capture"
 WIDTH = "pp_aux_proxy_hidden_size"
 #: The helpers a rewritten decoder-stack forward calls: a non-last stage adds its captures
 #: to the ``PPProxyTensors`` dict it builds (``OUTGOING``) or to the handoff it returns
-#: (``HANDOFF``); the last stage gathers every stage's captures into its list (``COLLECT``)
-#: or writes the earlier stages' into its ``AuxHiddenStatePacker`` before its layers
-#: capture (``SEED``).
+#: (``HANDOFF``); the last stage gathers every stage's captures into its list (``COLLECT``);
+#: a stack that packs its captures rebinds its ``AuxHiddenStatePacker`` to ``SEED``'s
+#: result, which holds the earlier stages' captures before its layers capture (on a
+#: non-last stage a packer sized for what the stage hands on).
 OUTGOING = "pp_aux_outgoing"
 HANDOFF = "pp_aux_handoff"
 COLLECT = "pp_aux_collect"

@@ -34,6 +34,7 @@ from codemods.upstream.output.result_facts import (
     SHIPPED_TEST_ROLES,
     accepted_algorithms,
     added_tests,
+    adds_packer_accessor,
     aux_flag_sentence,
     dead_return_files,
     dflash_via_dspark,
@@ -365,7 +366,19 @@ def _modifications(result: UpstreamResult, series) -> str:
             "stage adds "
             "what it received and its own captures to the `aux_hidden_states` entry of its "
             "`PPProxyTensors` handoff; the last stage puts them before its own (PP=1 order) "
-            "and raises naming the layers when the entry is missing or of another width."
+            "and raises naming the layers when the entry is missing or of another width. "
+            "The entry cannot grow in place, so a stage that adds captures copies what it "
+            "received once, beside its own, into the tensor it sends"
+            + (
+                ": a stack that packs its captures packs both into an "
+                "`AuxHiddenStatePacker` sized for them and sends its buffer, a list is "
+                "concatenated once. "
+                if _packs(result)
+                else " (one concatenation). "
+            )
+            + "The last stage returns views of the entry, copied out only while a CUDA "
+            "graph is captured (the runner's static buffer, overwritten by the next "
+            "replay)."
         )
     lines += _kimi_lines(result)
     family = _family_lines(result)
@@ -394,6 +407,15 @@ def _modifications(result: UpstreamResult, series) -> str:
 #: The Modifications bullet of a patch without its tests (``## Accuracy Tests`` says why
 #: and where they are).
 TESTS_LEFT_OUT = "none in this patch (see Accuracy Tests)."
+
+
+def _packs(result: UpstreamResult) -> bool:
+    """A patched forward packs its captures (the packer gains ``captured()``)."""
+    return any(
+        adds_packer_accessor(c)
+        for role in (Role.RUNTIME_MODULE, Role.PACKER)
+        for c in changed_by(result, role)
+    )
 
 
 def _helpers_where(result: UpstreamResult) -> str:

@@ -39,7 +39,7 @@ from codemods.upstream.result import UpstreamResult
 #: What each runtime file gets, by its role (the helpers' module: ``helpers_summary``).
 RUNTIME_FILES = {
     Role.PACKER: "AuxHiddenStatePacker.captured(): the captures taken so "
-    "far, for a stage that hands them on before its packer is full",
+    "far, for a stage that hands them on",
 }
 #: The names the rename of SGLang's DSPARK relay replaces, old -> new.
 RENAMED_NAMES = (

@@ -18,10 +18,24 @@ import torch
 # A model's ``set_*_layers_to_capture`` calls ``set_pp_aux_capture`` on every rank, with
 # the width of the hidden states its decoder stack is built for; the stack's forward
 # calls ``pp_aux_outgoing`` (or ``pp_aux_handoff``) before it returns the
-# ``PPProxyTensors`` of a non-last stage.  On the last stage it calls ``pp_aux_seed``
-# right after it makes an ``AuxHiddenStatePacker`` (the received captures go into their
-# final slots before the layers add their own), or ``pp_aux_collect`` after its layers
-# when it collects into a list.  Under PP=1 they leave everything as it is.
+# ``PPProxyTensors`` of a non-last stage.  A stack that packs its captures rebinds its
+# ``AuxHiddenStatePacker`` to what ``pp_aux_seed`` returns right after making it: the
+# received captures go into their final slots before the layers add their own (a
+# non-last stage's packer is sized for the captures it hands on and its buffer is sent
+# as it is; the last stage's ``finalize()`` returns every capture).  A stack that
+# collects into a list calls ``pp_aux_collect`` after its layers on the last stage.
+# Under PP=1 they leave everything as it is.
+#
+# Copies: the handoff carries one ``aux_hidden_states`` tensor, which ``recv`` allocates
+# (or the CUDA graph runner preallocates) with the width the stage receives, so a stage
+# cannot grow it in place: what it received is copied once into the tensor it sends,
+# beside its own captures.  A packing stage writes both into its packer (the layers
+# fill their slots directly) and sends that buffer, with no further copy; a list is
+# concatenated once (a stage that takes no capture of its own sends the entry it
+# received).  The last stage returns views of the received entry, except while
+# a CUDA graph is captured (or traced by ``torch.compile`` for one), where the entry is
+# the runner's static buffer, overwritten by the next replay, and each received capture
+# is copied out once.
 #
 # A model class declares the capture methods it relays this way in its own body
 # (``pp_aux_relay_methods = ("EAGLE3",)``); the server-argument validation and
@@ -96,11 +110,37 @@ class PPAuxRelay:
     def outgoing(
         self, captures: Mapping[int, torch.Tensor], incoming: Optional[Mapping]
     ) -> Dict[str, torch.Tensor]:
-        """The entry for the next stage: what this stage received, then its own."""
-        tensors = self._received(incoming) + self._local(captures)
+        """The entry for the next stage: what this stage received, then its own, in
+        one new tensor (the received entry cannot grow in place): one copy each.  A
+        stage that takes none hands the received entry on as it is, unless it is the
+        CUDA graph runner's static buffer."""
+        received, local = self._received(incoming), self._local(captures)
+        if received and not local and not _handoff_buffer_reused():
+            return {AUX_ENTRY: received[0]}
+        tensors = received + local
         if not tensors:
             return {}
         return {AUX_ENTRY: torch.cat(tensors, dim=-1)}
+
+    def handed_on(self, packer: Any) -> Dict[str, torch.Tensor]:
+        """The entry for the next stage from a packer ``pp_aux_seed`` filled with the
+        received captures before the layers added this stage's: its buffer as it is
+        when the packer holds exactly those (the packer ``pp_aux_seed`` made), else a
+        contiguous copy of them."""
+        count = self.num_handed_on
+        if len(packer) != count:
+            raise RuntimeError(
+                f"PP stage packed {len(packer)} aux hidden states but hands on "
+                f"{count} (layers {self.received_layer_ids + self.local_layer_ids})."
+            )
+        if not count:
+            return {}
+        return {AUX_ENTRY: packer.captured().contiguous()}
+
+    @property
+    def num_handed_on(self) -> int:
+        """How many captures a non-last stage hands on: received, then its own."""
+        return len(self.received_layer_ids) + len(self.local_layer_ids)
 
     def collect(
         self, captures: Mapping[int, torch.Tensor], incoming: Optional[Mapping]
@@ -179,8 +219,12 @@ def pp_aux_outgoing(
     relay = getattr(model, "pp_aux_relay", None)
     if relay is None:
         return {}
+    incoming = _tensors_of(pp_proxy_tensors)
+    if _seeded(relay, aux_hidden_states):
+        relay._received(incoming)  # the same checks of the received entry
+        return relay.handed_on(aux_hidden_states)
     captures, _ = _by_layer(relay, aux_hidden_states, boundaries)
-    return relay.outgoing(captures, _tensors_of(pp_proxy_tensors))
+    return relay.outgoing(captures, incoming)
 
 
 def pp_aux_handoff(
@@ -196,23 +240,33 @@ def pp_aux_handoff(
 
 def pp_aux_seed(
     model: torch.nn.Module, aux_hidden_states: Any, pp_proxy_tensors: Optional[Any]
-) -> None:
-    """Write the earlier stages' captures into the last stage's empty
-    ``AuxHiddenStatePacker`` before its layers capture: each is copied once, into its
-    final slot (in the runner's buffer where ``for_batch`` gave one), so ``finalize()``
-    returns what a single-stage run returns.  A list or ``None`` is left alone."""
+) -> Any:
+    """The packer a stage's layers capture into, with the earlier stages' captures
+    already in their final slots, each copied once; called right after the stack makes
+    its empty ``AuxHiddenStatePacker``, whose name is bound to what it returns.
+
+    On the last stage that packer itself (in the runner's buffer where ``for_batch``
+    gave one): ``finalize()`` returns what a single-stage run returns.  On a stage that
+    is not the last a new packer of the same class, sized for the captures it hands on
+    (what it received, then its own) rather than for every capture id: its buffer is
+    the entry ``pp_aux_outgoing`` sends, as it is.  (A packer allocates its buffer at
+    its first capture, so the one it replaces has allocated nothing.)  A list or
+    ``None`` is returned as it is."""
     relay = getattr(model, "pp_aux_relay", None)
-    if relay is None or not relay.is_last_stage:
-        return
+    if relay is None:
+        return aux_hidden_states
     if aux_hidden_states is None or isinstance(aux_hidden_states, list):
-        return
+        return aux_hidden_states
     if len(aux_hidden_states):
         raise RuntimeError(
             f"the aux hidden state packer already holds {len(aux_hidden_states)} "
             "captures, but the earlier stages' captures come first."
         )
+    if not relay.is_last_stage:
+        aux_hidden_states = type(aux_hidden_states)(relay.num_handed_on)
     for capture in relay.received(_tensors_of(pp_proxy_tensors)):
         aux_hidden_states.append(capture)
+    return aux_hidden_states
 
 
 def pp_aux_collect(
@@ -233,10 +287,11 @@ def pp_aux_collect(
         return aux_hidden_states
     captures, tail = _by_layer(relay, aux_hidden_states, boundaries, final)
     tensors = relay.collect(captures, _tensors_of(pp_proxy_tensors)) + tail
-    # The received views borrow the handoff buffer: one copy each.
-    received = len(relay.received_layer_ids)
-    owned = [t.clone() for t in tensors[:received]] + tensors[received:]
-    return type(aux_hidden_states)(owned)
+    if _handoff_buffer_reused():
+        # The received views borrow the runner's static buffer: one copy each.
+        received = len(relay.received_layer_ids)
+        tensors = [t.clone() for t in tensors[:received]] + tensors[received:]
+    return type(aux_hidden_states)(tensors)
 
 
 def pp_aux_proxy_hidden_size(model: torch.nn.Module) -> int:
@@ -285,6 +340,23 @@ def _by_layer(
             f"{relay.local_layer_ids}."
         )
     return dict(zip(relay.local_layer_ids, tensors)), tail
+
+
+def _seeded(relay: PPAuxRelay, aux_hidden_states: Any) -> bool:
+    """A packer ``pp_aux_seed`` filled on a stage that received captures (or any packer
+    of a stage that received none): it holds what the stage hands on."""
+    if aux_hidden_states is None or isinstance(aux_hidden_states, list):
+        return False
+    return len(aux_hidden_states) == relay.num_handed_on
+
+
+def _handoff_buffer_reused() -> bool:
+    """Whether the received entry is a buffer the next forward overwrites: the CUDA
+    graph runner's static one, read while a graph is captured or traced for one by
+    ``torch.compile`` (eager forwards get a fresh entry from ``recv`` each time)."""
+    if torch.compiler.is_compiling():
+        return True
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def _tensors_of(pp_proxy_tensors: Optional[Any]) -> Optional[Mapping]:

@@ -2,10 +2,13 @@
 
 * relay: decoder stacks of a 6-layer model split over 2 and 3 stages hand their captures
   on with ``pp_aux_outgoing``; the last stage's ``pp_aux_collect`` returns exactly
-  the captures of a single-stage run, in layer order, as the collector's own kind,
-  copied out of the handoff buffer; an ``AuxHiddenStatePacker`` the last stage seeds
+  the captures of a single-stage run, in layer order, as the collector's own kind: views
+  of the received entry in an eager forward, copied out of it once while a CUDA graph is
+  captured (its buffer is reused); an ``AuxHiddenStatePacker`` the last stage seeds
   with ``pp_aux_seed`` right after making it holds them all, each copied once, and is
-  returned as it is; a missing or narrow entry raises naming the layers;
+  returned as it is; on a non-last stage ``pp_aux_seed`` returns a packer sized for
+  the captures it hands on, seeded the same way, whose buffer is the entry it sends (no
+  concatenation); a missing or narrow entry raises naming the layers;
   ``pp_aux_proxy_hidden_size`` is the width each stage receives.
 * opt-in: a model class relays a capture method only where it declares it in its own
   body (``pp_aux_relay_methods``), or inherits it without defining ``__init__``,
@@ -120,10 +123,64 @@ class TestPPAuxRelay(CustomTestCase):
                         for start, _ in SPLITS[size]
                     ]
                     self.assertEqual(widths, received)
-                    # The received captures are copied out of the handoff buffer.
+                    # Eager: the received captures are views of the fresh entry.
                     if "aux_hidden_states" in incoming:
-                        incoming["aux_hidden_states"].zero_()
-                        self.assertTrue(torch.equal(collected[0], reference[0]))
+                        entry = incoming["aux_hidden_states"]
+                        self.assertEqual(collected[0].data_ptr(), entry.data_ptr())
+
+    def test_a_captured_cuda_graph_copies_the_received_captures_out(self):
+        ids = [0, 2, 3, 5]
+        reference = [_capture(i) for i in ids]
+        for size in SPLITS:
+            with (
+                self.subTest(pp=size),
+                mock.patch("torch.cuda.is_available", return_value=True),
+                mock.patch("torch.cuda.is_current_stream_capturing", return_value=True),
+            ):
+                collected, incoming, _ = _run(size, ids)
+                entry = incoming["aux_hidden_states"]
+                storage = entry.untyped_storage().data_ptr()
+                received = sum(i < SPLITS[size][-1][0] for i in ids)
+                for got in collected[:received]:
+                    self.assertNotEqual(got.untyped_storage().data_ptr(), storage)
+                # The runner's static buffer is overwritten by the next replay.
+                entry.zero_()
+                for got, want in zip(collected, reference):
+                    self.assertTrue(torch.equal(got, want))
+
+    def test_a_packing_stage_hands_its_seeded_packer_on_without_a_copy(self):
+        ids = [0, 2, 3, 5]
+        reference = torch.cat([_capture(i) for i in ids], dim=-1)
+        for size in SPLITS:
+            with self.subTest(pp=size):
+                incoming = None
+                for rank, (start, end) in enumerate(SPLITS[size]):
+                    stack = _Stack(start, end, ids)
+                    set_pp_aux_capture(stack, _group(rank, size), hidden_size=HIDDEN)
+                    own = [i for i in ids if start <= i < end]
+                    made = AuxHiddenStatePacker(len(ids))
+                    packer = pp_aux_seed(stack, made, incoming)
+                    for i in own:
+                        packer.append(_capture(i))
+                    if rank < size - 1:
+                        # Sized for what it hands on, not for every capture id.
+                        self.assertEqual(len(packer), sum(i < end for i in ids))
+                        packer.finalize()
+                    else:
+                        self.assertIs(packer, made)
+                    if rank == size - 1:
+                        break
+                    entry = pp_aux_outgoing(stack, packer, incoming)[
+                        "aux_hidden_states"
+                    ]
+                    # The packer's buffer is the entry: no concatenation.
+                    self.assertEqual(entry.data_ptr(), packer.finalize().data_ptr())
+                    self.assertTrue(torch.equal(entry, reference[:, : entry.shape[-1]]))
+                    incoming = {
+                        "hidden_states": torch.zeros(TOKENS, HIDDEN),
+                        "aux_hidden_states": entry,
+                    }
+                self.assertTrue(torch.equal(packer.finalize(), reference))
 
     def test_single_stage_leaves_the_captures_alone(self):
         stack = _Stack(0, NUM_LAYERS, [1, 4])

@@ -1,9 +1,10 @@
 """The ``captured()`` accessor of SGLang's ``AuxHiddenStatePacker``.
 
-A stage that is not the last hands its captures on before its packer is full, and the
-last stage puts the received ones before its own, so the helpers need the captures
-taken so far.  The packer keeps them in a private buffer and ``finalize()`` refuses a
-packer that is not full; the patch adds one public method after ``__len__``
+A stage that is not the last hands on the captures its packer holds (all of them in one
+``pp_aux_seed`` sized for what the stage hands on, the first few of one sized for every
+capture id), and the last stage puts the received ones before its own, so the helpers
+need the captures taken so far.  The packer keeps them in a private buffer and
+``finalize()`` refuses a packer that is not full; the patch adds one public method after ``__len__``
 (``srt/layers/aux_hidden_states.py``, the module the helpers are appended to: the change
 builds on that one), only when a patched forward packs its captures::
 

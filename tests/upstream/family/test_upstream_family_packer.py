@@ -59,7 +59,7 @@ def test_rewritten_text_hands_on_and_seeds_the_packer(plan):
     # The last stage's packer takes the earlier stages' captures right after it is made,
     # before the layers and the stage-output capture; nothing is gathered after them.
     made = "packed = AuxHiddenStatePacker(len(self.layers_to_capture))\n"
-    assert made + "        pp_aux_seed(self, packed, pp_proxy_tensors)\n" in named
+    assert made + "        packed = pp_aux_seed(self, packed, pp_proxy_tensors)\n" in named
     assert "pp_aux_collect" not in named
     assert named.index("if not self.pp_group.is_last_rank:\n            return model_out") < (
         named.index("hidden_states, before_norm, aux_hidden_states = model_out")
@@ -67,7 +67,10 @@ def test_rewritten_text_hands_on_and_seeds_the_packer(plan):
     delegated = plan.rewritten()["packer_delegated.py"]
     impl = delegated[delegated.index("def _forward_impl(") :]
     assert "pp_aux_outgoing(self, slots, pp_proxy_tensors)" in impl
-    assert "        )\n        pp_aux_seed(self, slots, pp_proxy_tensors)\n        for i" in impl
+    assert (
+        "        )\n        slots = pp_aux_seed(self, slots, pp_proxy_tensors)\n        for i"
+        in impl
+    )
     assert "pp_aux_collect" not in delegated
     # The delegating forward itself is left as it is.
     forward = delegated[delegated.index("    def forward(") : delegated.index("def _forward_impl(")]

@@ -60,9 +60,12 @@ def test_patch_applies_and_hands_captures_on_in_the_literal_proxy(patched):
         impl = text[text.index("    def _forward_impl(") :]
         assert "pp_aux_outgoing(" in impl and "pp_aux_collect(" not in text
         made = "            else None\n        )\n"
-        assert (
-            made + "        pp_aux_seed(self, dspark_aux_hidden_states, pp_proxy_tensors)\n" in impl
+        seed = (
+            "        dspark_aux_hidden_states = pp_aux_seed(\n"
+            "            self, dspark_aux_hidden_states, pp_proxy_tensors\n"
+            "        )\n"
         )
+        assert made + seed in impl
         assert "dspark_aux_hidden_states.finalize()" in impl
     else:
         assert "pp_aux_collect(" in text  # a list

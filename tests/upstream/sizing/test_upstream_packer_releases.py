@@ -105,7 +105,11 @@ def test_patch_applies_and_rewrites_the_packing_forward(patched):
         # The last stage's packer takes the earlier stages' captures right after it is
         # made: one packer, each capture copied once.
         made = "aux_hidden_states = AuxHiddenStatePacker(len(self.layers_to_capture))\n"
-        assert made + "        pp_aux_seed(self, aux_hidden_states, pp_proxy_tensors)\n" in text
+        assert (
+            made
+            + "        aux_hidden_states = pp_aux_seed(self, aux_hidden_states, pp_proxy_tensors)\n"
+            in text
+        )
         assert "aux_hidden_states.finalize()" in text
         assert "pp_aux_handoff" not in (release / rel).read_text()
     deepseek = (copy / "sglang/srt/models/deepseek_v2.py").read_text()

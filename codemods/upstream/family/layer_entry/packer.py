@@ -33,10 +33,11 @@ and the last stage may capture its own output before the handoff (mimo_v2)::
 
 This module recognises those pieces for the layer-entry shape
 (:mod:`~codemods.upstream.family.shapes.entry`); the rewrite is the family's: the returned
-name is handed on through ``pp_aux_handoff``, and the last stage writes the earlier stages'
-captures into its own packer right after making it (``pp_aux_seed``,
+name is handed on through ``pp_aux_handoff``, and each stage writes the earlier stages'
+captures into its packer right after making it (``aux = pp_aux_seed(...)``,
 :mod:`~codemods.upstream.family.layer_entry.seed`), each once, into its final slot, before
-its layers and its output capture fill the rest; ``finalize()`` returns the tensor a
+its layers and its output capture fill the rest: a non-last stage's packer, sized for what
+it hands on, is sent as it is, and the last stage's ``finalize()`` returns the tensor a
 single-stage run returns.
 """
 

@@ -1,20 +1,23 @@
-"""The last stage's ``AuxHiddenStatePacker``, filled with the earlier stages' captures first.
+"""A stage's ``AuxHiddenStatePacker``, filled with the earlier stages' captures first.
 
 A decoder stack that packs its captures (deepseek_v2, mimo_v2; deepseek_v4 on 0.5.23)
 makes one ``AuxHiddenStatePacker`` sized by every capture id: ``K`` slots of one
-preallocated ``[tokens, K * hidden]`` buffer, filled in order, whose ``finalize()`` raises
-unless all ``K`` were taken.  On the last stage the earlier stages' captures come first, so
-the rewrite calls ``pp_aux_seed`` right after the packer is made::
+``[tokens, K * hidden]`` buffer (allocated at the first capture), filled in order, whose
+``finalize()`` raises unless all ``K`` were taken.  The earlier stages' captures come
+first, so the rewrite rebinds the packer to what ``pp_aux_seed`` returns right after it is
+made::
 
         aux_hidden_states = AuxHiddenStatePacker(len(self.layers_to_capture))
-        pp_aux_seed(self, aux_hidden_states, pp_proxy_tensors)
+        aux_hidden_states = pp_aux_seed(self, aux_hidden_states, pp_proxy_tensors)
         for i in range(self.start_layer, self.end_layer):
             ...
 
-Each received capture is copied once, into its final slot (the CUDA-graph runner's buffer
-where ``for_batch`` gave one); the layers then add the stage's own, and a capture of the
-stage output stays last.  ``finalize()`` returns the packed tensor a single-stage run
-returns, and nothing is gathered after the layers.
+Each received capture is copied once, into its final slot; the layers then add the
+stage's own.  On the last stage the packer is the one made (in the CUDA-graph runner's
+buffer where ``for_batch`` gave one), a capture of the stage output stays last, and
+``finalize()`` returns the packed tensor a single-stage run returns; nothing is gathered
+after the layers.  A non-last stage gets a new packer sized for the captures it hands on
+(what it received, then its own), whose buffer ``pp_aux_outgoing`` sends as it is.
 
 A packer made under the forward's capture condition (``aux = AuxHiddenStatePacker(...) if
 <gate> else None``, which :mod:`~codemods.upstream.family.delegated` reads as ``if <gate>:
@@ -107,8 +110,9 @@ def with_seed(shape: ForwardShape, fn: cst.FunctionDef) -> ForwardShape:
 
 
 def insert_seed(body: list[cst.BaseStatement], shape: ForwardShape) -> None:
-    """Insert ``pp_aux_seed(self, aux, pp_proxy_tensors)`` right after the statement that
-    makes the packer (``shape.seed_after``)."""
+    """Insert ``aux = pp_aux_seed(self, aux, pp_proxy_tensors)`` right after the statement
+    that makes the packer (``shape.seed_after``): a non-last stage gets a packer sized
+    for the captures it hands on."""
     at = shape.seed_after
     if (
         at is None
@@ -119,5 +123,6 @@ def insert_seed(body: list[cst.BaseStatement], shape: ForwardShape) -> None:
         raise FamilyRewriteError(f"{shape.class_name}.forward makes no packer to seed")
     pad = " " * METHOD_INDENT
     call = Call(SEED, ("self", shape.aux_name, str(shape.proxy_param)))
-    (statement,) = parse_statements(lines_to_text(render_call(pad, "", call)), pad)
+    prefix = f"{shape.aux_name} = "
+    (statement,) = parse_statements(lines_to_text(render_call(pad, prefix, call)), pad)
     body.insert(at + 1, statement)
