@@ -18,6 +18,7 @@
 import contextlib
 import importlib
 import os
+import socket
 import sys
 import zlib
 from types import SimpleNamespace
@@ -540,6 +541,13 @@ def pp_server_args(arch, model_impl="auto", **fields):
 
 
 # ------------------------------------------------------------- parallel state
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 free now, for the stages' process group."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -26,7 +26,6 @@ import json
 import multiprocessing as mp
 import os
 import queue
-import socket
 import sys
 import traceback
 import unittest
@@ -37,6 +36,7 @@ import torch.distributed as dist
 from sglang.test.pp_aux_capture_family_models import (
     TINY_HIDDEN,
     TINY_MODELS,
+    free_port,
     init_parallel,
     stub_gpu_only_packages,
     tiny_config,
@@ -67,12 +67,6 @@ CAPTURE_IDS = [0, 2]
 #: The models of ``TINY_MODELS`` this release's patch covers.
 UNDER_TEST = {name: spec for name, spec in TINY_MODELS.items() if spec[0] in PATCHED}
 TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_TIMEOUT", "600"))
-
-
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _all_ok(ok):
@@ -240,7 +234,7 @@ def run_ranks(names, timeout=TIMEOUT_S):
     or did not answer within ``timeout`` seconds."""
     context = mp.get_context("spawn")
     results = context.Queue()
-    port = _free_port()
+    port = free_port()
     workers = [
         context.Process(target=_rank, args=(rank, port, names, results))
         for rank in range(PP_SIZE)

@@ -17,7 +17,6 @@ machine.
 
 import json
 import os
-import socket
 import sys
 import tempfile
 import traceback
@@ -35,6 +34,7 @@ from sglang.test.pp_aux_capture_family_models import (
     aux_list,
     build_model,
     call_hook,
+    free_port,
     init_parallel,
     reference_aux,
     run_forward,
@@ -189,18 +189,12 @@ def _worker(rank, size, port, jobs, out_dir):
     os._exit(0)
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run_family(pp_size, jobs, timeout=WORKER_TIMEOUT_S):
     """Run ``jobs`` ((case, hook, layer ids), ...) on ``pp_size`` processes;
     returns the last rank's results."""
     context = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as out_dir:
-        port = _free_port()
+        port = free_port()
         workers = [
             context.Process(target=_worker, args=(r, pp_size, port, jobs, out_dir))
             for r in range(pp_size)
