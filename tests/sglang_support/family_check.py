@@ -12,7 +12,9 @@ them out) and returns ``(result, copy)``.
 processes for all models at that PP size) and returns its per-case records.
 
 ``run_family_tests(copy, result, pp_sizes, models)`` gives the same records for several PP
-sizes from one process (forked stages, one SGLang import per tree).
+sizes from one process (forked stages, one SGLang import per tree).  Both take the capture
+id sets and microbatch token counts to run with (``layer_id_sets``, ``batches``; default:
+the shipped test's own) and hand them to the test as arguments.
 
 ``stand_in_ci_register(copy)`` gives a copy of a release older than SGLang's CI registry
 (before 0.5.4) a stand-in for the one function the shipped test calls from it.
@@ -138,15 +140,31 @@ def _last_json(args: list[str], env: dict[str, str], cwd: Path, timeout: float, 
     return json.loads(lines[-1])
 
 
+def _id_options(
+    layer_id_sets: Sequence[Sequence[int]] | None, batches: Sequence[int] | None
+) -> list[str]:
+    """``--layer-ids`` and ``--batches`` as the family test and its runner read them."""
+    options = []
+    if layer_id_sets is not None:
+        text = ";".join(",".join(str(i) for i in ids) for ids in layer_id_sets)
+        options += ["--layer-ids", text]
+    if batches is not None:
+        options += ["--batches", ",".join(str(tokens) for tokens in batches)]
+    return options
+
+
 def run_family_test(
     tree_root: Path,
     result: UpstreamResult,
     pp_size: int,
     models: list[str] | None = None,
     timeout: float = 1500.0,
+    layer_id_sets: Sequence[Sequence[int]] | None = None,
+    batches: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:
     """Per-case records of the family test's ``--json`` mode on ``tree_root``."""
     args = [str(family_test_path(tree_root, result)), "--json", str(pp_size), *(models or [])]
+    args += _id_options(layer_id_sets, batches)
     env = shipped_test_env(tree_root)
     return _last_json(args, env, tree_root, timeout, f"family test --json {pp_size}")
 
@@ -159,14 +177,18 @@ def run_family_tests(
     timeout: float = 1500.0,
     extra_paths: Sequence[Path] = (),
     server_defaults: bool = False,
+    layer_id_sets: Sequence[Sequence[int]] | None = None,
+    batches: Sequence[int] | None = None,
 ) -> dict[int, list[dict[str, Any]]]:
     """``pp_size -> records`` as :func:`run_family_test` gives them, from one process
     that imports the tree once and forks the stages of every PP size
     (``sglang_support.family_runner``); ``extra_paths`` first on its ``PYTHONPATH``;
-    ``server_defaults``: the runner's ``--server-defaults`` (releases before 0.5.18)."""
+    ``server_defaults``: the runner's ``--server-defaults`` (releases before 0.5.18);
+    ``layer_id_sets``, ``batches``: its ``--layer-ids``, ``--batches``."""
     sizes = ",".join(str(size) for size in pp_sizes)
     args = ["-m", "sglang_support.family_runner"]
     args += ["--server-defaults"] if server_defaults else []
+    args += _id_options(layer_id_sets, batches)
     args += [str(family_test_path(tree_root, result)), sizes, *(models or [])]
     env = shipped_test_env(tree_root, extra_paths=extra_paths)
     out = _last_json(args, env, tree_root, timeout, f"family test, PP sizes {sizes},")

@@ -1,13 +1,15 @@
 """Command run under ``family_check.shipped_test_env(tree)``: the shipped family test of a
 tree, for several PP sizes in one process.
 
-    python -m sglang_support.family_runner [--server-defaults] TEST_FILE PP[,PP...] [MODEL ...]
+    python -m sglang_support.family_runner [--server-defaults] [--layer-ids 1,3,4,6;0,1,2]
+        [--batches 3,0,2] TEST_FILE PP[,PP...] [MODEL ...]
     python -m sglang_support.family_runner --probe TEST_FILE
 
 Loads ``TEST_FILE`` (the generated ``test_pp_aux_capture_family.py``) as a module, which
 stands in for the GPU-only packages and imports SGLang once, imports the model modules of
 the chosen cases, then calls the test's own ``run_family(pp, family_jobs(cases))`` for
-each PP size with forked instead of spawned workers (each stage starts from this
+each PP size (with ``--layer-ids``: ``family_jobs(cases, layer_id_sets)``; with
+``--batches``: ``run_family(pp, jobs, batches)``; otherwise the test's defaults) with forked instead of spawned workers (each stage starts from this
 process's imports instead of importing SGLang again).  Prints one JSON line:
 ``{"PP": [records of the last rank], ...}``, the records of the test's ``--json`` mode.
 
@@ -125,6 +127,10 @@ def probe(path: str) -> dict:
     return out
 
 
+def _ints(text: str) -> list[int]:
+    return [int(i) for i in text.split(",") if i.strip()]
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--probe"]:
         out = probe(argv[1])
@@ -132,7 +138,12 @@ def main(argv: list[str]) -> int:
         print(json.dumps(out))
         return 0
     defaults = argv[:1] == ["--server-defaults"]
-    path, sizes, *models = argv[1:] if defaults else argv
+    argv = argv[1:] if defaults else argv
+    options: dict[str, str] = {}
+    while argv[:1] in (["--layer-ids"], ["--batches"]):
+        options[argv[0]] = argv[1]
+        argv = argv[2:]
+    path, sizes, *models = argv
     if defaults:
         # The shipped stand-ins for GPU-only packages first, as the test itself does.
         utils = importlib.import_module("sglang.test.pp_aux_capture_family_models")
@@ -150,8 +161,17 @@ def main(argv: list[str]) -> int:
         except Exception:
             pass
     test.mp = SimpleNamespace(get_context=lambda _method: multiprocessing.get_context("fork"))
-    jobs = test.family_jobs(chosen)
-    out = {int(size): test.run_family(int(size), jobs) for size in sizes.split(",")}
+    if "--layer-ids" in options:
+        id_sets = [_ints(part) for part in options["--layer-ids"].split(";")]
+        jobs = test.family_jobs(chosen, id_sets)
+    else:
+        jobs = test.family_jobs(chosen)
+    run = test.run_family
+    if "--batches" in options:
+        batches = _ints(options["--batches"])
+        out = {int(size): run(int(size), jobs, batches) for size in sizes.split(",")}
+    else:
+        out = {int(size): run(int(size), jobs) for size in sizes.split(",")}
     sys.stdout.flush()
     print(json.dumps(out))
     return 0

@@ -122,6 +122,24 @@ def _run_without_gpu_packages(
     return warm.run(args, env=env, cwd=cwd, timeout=900)
 
 
+def _environment_reads(path: Path) -> list[str]:
+    """Where the file at ``path`` reads an environment variable (``os.environ[...]``,
+    ``os.environ.get``, ``os.getenv``): a shipped test takes no settings that way."""
+    reads = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            value = node.value
+            if isinstance(value, ast.Attribute) and value.attr == "environ":
+                reads.append(f"os.environ[...] at line {node.lineno}")
+        elif isinstance(node, ast.Attribute) and node.attr in ("get", "getenv"):
+            inner = node.value
+            if (node.attr == "getenv" and isinstance(inner, ast.Name) and inner.id == "os") or (
+                node.attr == "get" and isinstance(inner, ast.Attribute) and inner.attr == "environ"
+            ):
+                reads.append(f"{node.attr} at line {node.lineno}")
+    return reads
+
+
 def _module_level_problems(path: Path) -> list[str]:
     """What SGLang's reviewers refuse in a test file: skips, ``inspect.getsource``,
     ``sys.modules`` mutated at module level, an ``ImportError`` fallback."""
@@ -197,6 +215,9 @@ def test_shipped_tests_keep_to_sglang_conventions(patched):
         UTILS,
     ):
         assert _module_level_problems(root / path) == [], path
+        # No environment variable of their own: settings are constants or arguments.
+        assert _environment_reads(root / path) == [], path
+        assert "SGLANG_TEST_" not in (root / path).read_text(), path
 
 
 def _test_count(path: Path) -> int:
@@ -241,8 +262,24 @@ def test_the_shipped_test_passes_on_the_real_models_without_gpu_packages(patched
         -3000:
     ]
     assert relay.stderr.rstrip().endswith("OK") and "skipped" not in relay.stderr
-    # The family test imports the same way (its --json mode, one model on 2 stages).
-    family = _run_without_gpu_packages(root, tmp_path, tests_dir, TEST_FILE, "--json", "2", "llama")
+    # The family test imports the same way (its --json mode, one model on 2 stages), with
+    # the capture ids and microbatches given as arguments.
+    family = _run_without_gpu_packages(
+        root,
+        tmp_path,
+        tests_dir,
+        TEST_FILE,
+        "--json",
+        "2",
+        "llama",
+        "--layer-ids",
+        "0,1,2;5,6",
+        "--batches",
+        "2,0",
+    )
     assert family.returncode == 0, family.stderr[-4000:]
     records = json.loads(family.stdout.strip().splitlines()[-1])
     assert records and all(r["error"] is None and r["equal"] for r in records), records
+    assert {str(r["layer_ids"]) for r in records} <= {"[0, 1, 2]", "[5, 6]", "None"}, records
+    assert {str(r["layer_ids"]) for r in records} >= {"[0, 1, 2]", "[5, 6]"}, records
+    assert all(len(r["reference"]) == 2 for r in records), records

@@ -17,7 +17,6 @@
 
 import contextlib
 import importlib
-import os
 import socket
 import sys
 import zlib
@@ -36,27 +35,13 @@ HIDDEN_SIZE = 16
 #: ([0, 4), [4, 9)) the last stage owns most.  EAGLE3 hooks also run with None (the
 #: model's default layers).
 LAYER_IDS = [1, 3, 4, 6]
-
-
-def _int_lists(text):
-    """``"1,3;0,1,2"`` -> ``[[1, 3], [0, 1, 2]]``."""
-    return [[int(i) for i in part.split(",") if i.strip()] for part in text.split(";")]
-
-
-#: The capture id sets every hook runs with: ``LAYER_IDS``, or the ``;``-separated sets
-#: of ``SGLANG_TEST_PP_AUX_LAYER_IDS`` (e.g. ``"1,3,4,6;0,1,2"``: also every capture on
-#: the first stage).
-LAYER_ID_SETS = (
-    _int_lists(os.environ["SGLANG_TEST_PP_AUX_LAYER_IDS"])
-    if os.environ.get("SGLANG_TEST_PP_AUX_LAYER_IDS")
-    else [LAYER_IDS]
-)
 #: Token counts of the batches each case runs (0: an empty microbatch, which some
-#: models capture nothing for; every stage must agree on that);
-#: ``SGLANG_TEST_PP_AUX_BATCHES`` (e.g. ``"3,0,2"``) replaces them.
-BATCHES = tuple(_int_lists(os.environ.get("SGLANG_TEST_PP_AUX_BATCHES") or "3,0,1")[0])
-WORKER_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_TIMEOUT", "900"))
-OP_TIMEOUT_S = float(os.environ.get("SGLANG_TEST_PP_AUX_OP_TIMEOUT", "300"))
+#: models capture nothing for; every stage must agree on that).
+BATCHES = (3, 0, 1)
+#: How long ``run_family`` waits for each of its stage processes.
+WORKER_TIMEOUT_S = 900.0
+#: How long one collective or point-to-point operation may wait.
+OP_TIMEOUT_S = 300.0
 
 
 # ------------------------------------------------ GPU-only packages on a CPU machine

@@ -15,6 +15,7 @@ they do not import (``stub_gpu_only_packages``, ``sglang.test``), so it runs on 
 machine.
 """
 
+import argparse
 import json
 import os
 import sys
@@ -28,7 +29,7 @@ import torch.multiprocessing as mp
 
 from sglang.test.pp_aux_capture_family_models import (
     BATCHES,
-    LAYER_ID_SETS,
+    LAYER_IDS,
     OP_TIMEOUT_S,
     WORKER_TIMEOUT_S,
     aux_list,
@@ -110,8 +111,8 @@ def _check_proxy_width(model, rank, tokens, proxy):
         )
 
 
-def _run_case(case, hook, layer_ids, rank, size, group):
-    """Runs one case on this rank; the last rank's result holds its comparison.
+def _run_case(case, hook, layer_ids, batches, rank, size, group):
+    """Runs one case on this rank, a batch of each token count of ``batches``; the last rank's result holds its comparison.
 
     Every rank does every receive and send of every batch, also after an error (an
     error travels downstream as a marker), so a failing model never leaves a handoff
@@ -127,7 +128,7 @@ def _run_case(case, hook, layer_ids, rank, size, group):
     except Exception as error:
         result["error"] = _describe(error)
         result["traceback"] = traceback.format_exc()[-4000:]
-    for tokens in BATCHES:
+    for tokens in batches:
         proxy, upstream_error = _recv_dict(rank - 1) if rank > 0 else (None, None)
         error = result["error"] or upstream_error
         output = None
@@ -163,7 +164,7 @@ def _run_case(case, hook, layer_ids, rank, size, group):
     return result
 
 
-def _worker(rank, size, port, jobs, out_dir):
+def _worker(rank, size, port, jobs, batches, out_dir):
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     # Per operation: a stage may wait while the last one runs its PP=1 reference.
     init_parallel(rank, size, port, timeout=OP_TIMEOUT_S)
@@ -174,7 +175,7 @@ def _worker(rank, size, port, jobs, out_dir):
         entry = {"model": case[0], "hook": hook, "layer_ids": layer_ids, "pp": size}
         with open(path, "a") as handle:  # what this rank is on, should it never return
             handle.write(json.dumps(dict(entry, started=True)) + "\n")
-        entry.update(_run_case(case, hook, layer_ids, rank, size, group))
+        entry.update(_run_case(case, hook, layer_ids, batches, rank, size, group))
         statuses = [None] * size
         dist.all_gather_object(statuses, entry["error"])
         entry["errors"] = statuses
@@ -189,14 +190,17 @@ def _worker(rank, size, port, jobs, out_dir):
     os._exit(0)
 
 
-def run_family(pp_size, jobs, timeout=WORKER_TIMEOUT_S):
-    """Run ``jobs`` ((case, hook, layer ids), ...) on ``pp_size`` processes;
-    returns the last rank's results."""
+def run_family(pp_size, jobs, batches=BATCHES, timeout=WORKER_TIMEOUT_S):
+    """Run ``jobs`` ((case, hook, layer ids), ...) on ``pp_size`` processes, each
+    with a microbatch of every token count of ``batches``; returns the last rank's
+    results."""
     context = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as out_dir:
         port = free_port()
         workers = [
-            context.Process(target=_worker, args=(r, pp_size, port, jobs, out_dir))
+            context.Process(
+                target=_worker, args=(r, pp_size, port, jobs, batches, out_dir)
+            )
             for r in range(pp_size)
         ]
         for worker in workers:
@@ -236,19 +240,45 @@ def run_family(pp_size, jobs, timeout=WORKER_TIMEOUT_S):
         ]
 
 
-def _layer_id_sets(hook):
+def _layer_id_sets(hook, layer_id_sets):
     if hook == "set_eagle3_layers_to_capture":
-        return (*LAYER_ID_SETS, None)
-    return tuple(LAYER_ID_SETS)
+        return (*layer_id_sets, None)
+    return tuple(layer_id_sets)
 
 
-def family_jobs(cases=None):
+def family_jobs(cases=None, layer_id_sets=(LAYER_IDS,)):
+    """(case, hook, layer ids) for every capture hook of ``cases`` (default:
+    ``FAMILY``) and every capture id set of ``layer_id_sets``; EAGLE3 hooks also
+    with None (the model's default layers)."""
     return [
         (case, hook, layer_ids)
         for case in (FAMILY if cases is None else cases)
         for hook in case[3]
-        for layer_ids in _layer_id_sets(hook)
+        for layer_ids in _layer_id_sets(hook, layer_id_sets)
     ]
+
+
+def _int_list(text):
+    return [int(i) for i in text.split(",") if i.strip()]
+
+
+def _parse_json_args(argv):
+    parser = argparse.ArgumentParser(prog="test_pp_aux_capture_family.py --json")
+    parser.add_argument("pp_size", type=int)
+    parser.add_argument("models", nargs="*", help="default: every model of FAMILY")
+    parser.add_argument(
+        "--layer-ids",
+        type=lambda text: [_int_list(part) for part in text.split(";")],
+        default=[LAYER_IDS],
+        help="';'-separated capture id sets, e.g. '1,3,4,6;0,1,2'",
+    )
+    parser.add_argument(
+        "--batches",
+        type=_int_list,
+        default=list(BATCHES),
+        help="token counts of the microbatches, e.g. '3,0,2'",
+    )
+    return parser.parse_args(argv)
 
 
 class TestPPAuxCaptureFamily(CustomTestCase):
@@ -271,9 +301,11 @@ class TestPPAuxCaptureFamily(CustomTestCase):
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--json":
-        # python test_pp_aux_capture_family.py --json PP [MODEL ...]: raw results.
-        size = int(sys.argv[2])
-        chosen = [c for c in FAMILY if not sys.argv[3:] or c[0] in sys.argv[3:]]
-        print(json.dumps(run_family(size, family_jobs(chosen))))
+        # python test_pp_aux_capture_family.py --json PP [MODEL ...]
+        #     [--layer-ids 1,3,4,6;0,1,2] [--batches 3,0,2]: raw results.
+        args = _parse_json_args(sys.argv[2:])
+        chosen = [c for c in FAMILY if not args.models or c[0] in args.models]
+        jobs = family_jobs(chosen, args.layer_ids)
+        print(json.dumps(run_family(args.pp_size, jobs, args.batches)))
     else:
         unittest.main()

@@ -81,8 +81,8 @@ def test_patch_applies_and_hands_captures_on_in_the_literal_proxy(patched):
     assert generate(copy, models=MODELS).patch == ""
 
 
-#: Capture id sets (``;``-separated) and microbatch token counts the family test runs
-#: with here.  deepseek_v4 captures after the layer (raw ids), and the 9 stand-in layers
+#: Capture id sets and microbatch token counts the family test runs with here (passed
+#: as its runner's ``--layer-ids`` and ``--batches``).  deepseek_v4 captures after the layer (raw ids), and the 9 stand-in layers
 #: split [0, 4) [4, 9) on 2 stages and [0, 3) [3, 6) [6, 9) on 3: 1,3,4,6 puts captures on
 #: every stage, 0,1,2 puts all of them on stage 0.
 LAYER_ID_SETS = {(1, 3, 4, 6): "every stage", (0, 1, 2): "all on stage 0"}
@@ -90,17 +90,13 @@ BATCHES = (3, 0, 2)
 
 
 @pytest.mark.timeout(1800)
-def test_patched_stages_match_pp1_and_unpatched_lose_captures(patched, tmp_path, monkeypatch):
-    # Inherited by the family test's subprocess and its stage workers.
-    monkeypatch.setenv(
-        "SGLANG_TEST_PP_AUX_LAYER_IDS", ";".join(",".join(map(str, ids)) for ids in LAYER_ID_SETS)
-    )
-    monkeypatch.setenv("SGLANG_TEST_PP_AUX_BATCHES", ",".join(map(str, BATCHES)))
+def test_patched_stages_match_pp1_and_unpatched_lose_captures(patched, tmp_path):
     _, release, result, copy = patched
     baseline = unpatched_copy(release, tmp_path / "unpatched", result)
-    runs = run_family_tests(copy, result, (2, 3), MODELS, timeout=900)
+    chosen = {"layer_id_sets": list(LAYER_ID_SETS), "batches": BATCHES}
+    runs = run_family_tests(copy, result, (2, 3), MODELS, timeout=900, **chosen)
     # The release's file, on 3 stages (where every stage owns captures), loses them.
-    losses = run_family_tests(baseline, result, (3,), MODELS, timeout=900)
+    losses = run_family_tests(baseline, result, (3,), MODELS, timeout=900, **chosen)
     assert sorted(runs) == [2, 3] and sorted(losses) == [3]
     for pp_size in (2, 3):
         records = runs[pp_size]
