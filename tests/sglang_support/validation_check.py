@@ -184,10 +184,7 @@ def aux_cases(cases: dict[str, dict]) -> dict[str, dict[str, object]]:
     says the served class relays the case's method (None on a tree without the check)."""
     results: dict[str, dict[str, object]] = {}
     for name, fields in cases.items():
-        fields = dict(fields)
-        record = server_args(
-            fields.pop("arch", PATCHED_ARCH), enable_return_aux_hidden_states=True, **fields
-        )
+        record = server_args(enable_return_aux_hidden_states=True, **fields)
         method = record.speculative_algorithm
         relays = _relays(record, method.upper())
         outcome = _outcome(validation_hook.handle_aux_hidden_state_capture, record, False)
@@ -201,8 +198,7 @@ def pp_cases(cases: dict[str, dict]) -> dict[str, dict[str, object]]:
     registry (which imports every model) or only the served model's module."""
     results: dict[str, dict[str, object]] = {}
     for name, fields in cases.items():
-        fields = dict(fields)
-        record = server_args(fields.pop("arch", PATCHED_ARCH), **fields)
+        record = server_args(**fields)
         before = set(sys.modules)
         outcome = _outcome(_pp_compat, record, False)
         models = sorted(m for m in set(sys.modules) - before if m.startswith("sglang.srt.models."))
@@ -351,15 +347,11 @@ def main() -> None:
         return
     results = {}
     for name, (fields, pp_spec) in PP_CASES.items():
-        fields = dict(fields)
-        record = server_args(fields.pop("arch", PATCHED_ARCH), **fields)
+        record = server_args(**fields)
         results[name] = _outcome(_pp_compat, record, pp_spec)
     if hasattr(validation_hook, "handle_aux_hidden_state_capture"):
         for name, fields in AUX_CASES.items():
-            fields = dict(fields)
-            record = server_args(
-                fields.pop("arch", PATCHED_ARCH), enable_return_aux_hidden_states=True, **fields
-            )
+            record = server_args(enable_return_aux_hidden_states=True, **fields)
             results[name] = _outcome(validation_hook.handle_aux_hidden_state_capture, record, False)
     print(json.dumps(results))
 
