@@ -165,17 +165,22 @@ AUX_CASES = {
 }
 
 
+def _pp_aux_check(record, method: str) -> str:
+    """The patched hook's check on the served class of ``record`` for ``method`` under
+    PP: ``admitted`` or ``refused: <message>``."""
+    try:
+        validation_hook._check_pp_aux_capture_supported(resolving_view(record), method)
+    except ValueError as exc:
+        return f"refused: {exc}"
+    return "admitted"
+
+
 def _relays(record, method: str) -> bool | None:
     """Whether the patched hook's check accepts the served class for ``method`` under PP
     (None on a tree without the check)."""
-    check = getattr(validation_hook, "_check_pp_aux_capture_supported", None)
-    if check is None:
+    if not hasattr(validation_hook, "_check_pp_aux_capture_supported"):
         return None
-    try:
-        check(resolving_view(record), method)
-    except ValueError:
-        return False
-    return True
+    return _pp_aux_check(record, method) == "admitted"
 
 
 def aux_cases(cases: dict[str, dict]) -> dict[str, dict[str, object]]:
@@ -211,14 +216,8 @@ def pp_cases(cases: dict[str, dict]) -> dict[str, dict[str, object]]:
 
 
 def _validation_verdict(arch: str, method: str) -> str:
-    """The patched hook's check on ``arch`` served with ``method`` under 2 PP stages:
-    ``admitted`` or ``refused: <message>``."""
-    record = server_args(arch, speculative_algorithm=method)
-    try:
-        validation_hook._check_pp_aux_capture_supported(resolving_view(record), method)
-    except ValueError as exc:
-        return f"refused: {exc}"
-    return "admitted"
+    """The patched hook's check on ``arch`` served with ``method`` under 2 PP stages."""
+    return _pp_aux_check(server_args(arch, speculative_algorithm=method), method)
 
 
 def _runtime_verdict(arch: str, method: str) -> str:
