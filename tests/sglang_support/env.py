@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -117,9 +117,13 @@ def staged(target: Path, prefix: str) -> Iterator[Path]:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def sglang_tree(version: str) -> Path:
-    """Root of the unpacked ``sglang==version`` wheel (holds ``sglang/``), created once."""
-    target = cache_root() / "unpacked" / f"sglang-{version}"
+def unpacked(
+    version: str, folder: str = "unpacked", wanted: Callable[[str], bool] | None = None
+) -> Path:
+    """Root (holding ``sglang/``) of the ``sglang==version`` wheel's members under
+    ``sglang/`` that ``wanted`` keeps (all of them without it), unpacked once into
+    ``$AUXCAP_CACHE/<folder>/sglang-<ver>/``."""
+    target = cache_root() / folder / f"sglang-{version}"
     if (target / "sglang" / "__init__.py").is_file():
         return target
     wheel = download_wheel(version)
@@ -128,9 +132,14 @@ def sglang_tree(version: str) -> Path:
             return target
         with staged(target, f".sglang-{version}-") as staging:
             with zipfile.ZipFile(wheel) as archive:
-                members = [m for m in archive.namelist() if m.startswith("sglang/")]
-                archive.extractall(staging, members)
+                names = [m for m in archive.namelist() if m.startswith("sglang/")]
+                archive.extractall(staging, [m for m in names if wanted is None or wanted(m)])
     return target
+
+
+def sglang_tree(version: str) -> Path:
+    """Root of the unpacked ``sglang==version`` wheel (holds ``sglang/``), created once."""
+    return unpacked(version)
 
 
 def sglang_env(root: Path | None, extra_paths: Sequence[Path] = ()) -> dict[str, str]:

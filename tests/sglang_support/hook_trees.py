@@ -9,10 +9,9 @@ whole wheel is unpacked already (``env.sglang_tree``), that tree is used instead
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
-from sglang_support.env import _locked, cache_root, download_wheel, staged
+from sglang_support.env import cache_root, unpacked
 
 TOP_FILES = ("sglang/__init__.py", "sglang/version.py", "sglang/_version.py")
 
@@ -26,14 +25,4 @@ def hook_tree(version: str) -> Path:
     full = cache_root() / "unpacked" / f"sglang-{version}"
     if (full / "sglang" / "__init__.py").is_file():
         return full
-    target = cache_root() / "unpacked-py" / f"sglang-{version}"
-    if (target / "sglang" / "__init__.py").is_file():
-        return target
-    wheel = download_wheel(version)
-    with _locked(cache_root() / f".sglang-{version}.lock"):
-        if (target / "sglang" / "__init__.py").is_file():
-            return target
-        with staged(target, f".sglang-{version}-") as staging:
-            with zipfile.ZipFile(wheel) as archive:
-                archive.extractall(staging, [n for n in archive.namelist() if _wanted(n)])
-    return target
+    return unpacked(version, "unpacked-py", _wanted)

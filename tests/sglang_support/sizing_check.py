@@ -252,24 +252,19 @@ def _widths(tensors):
 # ------------------------------------------------------------------------- sizing
 def _sizing_stage(glue, outer_cls, layer_ids, pp_rank, pp_size):
     """The real causal-LM class (no weights loaded) over a stand-in decoder stack the
-    capture hooks' ``set_pp_aux_capture`` set up; the stack's relay."""
+    capture hooks' ``set_pp_aux_capture`` set up (with the shipped stand-in PP group);
+    the stack's relay."""
     from sglang.srt.distributed import get_pp_indices
+
+    from sglang_support.stages import FakePPGroup, bare
 
     decoder = torch.nn.Module()
     decoder.config = SimpleNamespace(num_hidden_layers=NUM_LAYERS, hidden_size=HIDDEN)
     decoder.layers = [None] * NUM_LAYERS
     decoder.start_layer, decoder.end_layer = get_pp_indices(NUM_LAYERS, pp_rank, pp_size)
     decoder.layers_to_capture = list(layer_ids)
-    group = SimpleNamespace(
-        world_size=pp_size,
-        rank_in_group=pp_rank,
-        is_last_rank=pp_rank == pp_size - 1,
-        cpu_group=None,
-        ranks=list(range(pp_size)),
-    )
-    glue.set_pp_aux_capture(decoder, group, hidden_size=HIDDEN)
-    outer = outer_cls.__new__(outer_cls)
-    torch.nn.Module.__init__(outer)
+    glue.set_pp_aux_capture(decoder, FakePPGroup(pp_rank, pp_size), hidden_size=HIDDEN)
+    outer = bare(outer_cls)
     outer.model = decoder
     return outer, decoder.pp_aux_relay
 

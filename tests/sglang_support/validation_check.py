@@ -17,10 +17,16 @@ prints its outcome and which model modules the check imported (``pp_cases``).
 ``--verdicts JSON`` (``{"archs": [...] or null for every registered one, "methods":
 [...]}``) asks, per architecture and capture method, both the patched hook's check and
 the runtime guard where the runner configures the capture under PP (``verdicts``).
+
+The model classes themselves: ``--relays STEM,STEM,...`` (a patched tree) asks the shipped
+``relays_pp_aux_capture`` about each class of the ``EntryClass`` of each
+``sglang.srt.models.<stem>`` (``relays``); ``--refusals JSON`` calls a real capture hook
+on a bare causal-LM instance under PP groups of the given sizes (``refusals``).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -28,8 +34,10 @@ from types import SimpleNamespace
 
 from sglang.srt.arg_groups import validation_hook
 from sglang.srt.arg_groups.overrides import resolving_view
+from torch import nn
 
 from sglang_support.shipped_utils import shipped_test_utils
+from sglang_support.stages import HOOKS, FakePPGroup, bare
 
 PATCHED_ARCH = "LlamaForCausalLM"
 #: A target whose model file the patch does not touch.
@@ -157,17 +165,22 @@ AUX_CASES = {
 }
 
 
+def _pp_aux_check(record, method: str) -> str:
+    """The patched hook's check on the served class of ``record`` for ``method`` under
+    PP: ``admitted`` or ``refused: <message>``."""
+    try:
+        validation_hook._check_pp_aux_capture_supported(resolving_view(record), method)
+    except ValueError as exc:
+        return f"refused: {exc}"
+    return "admitted"
+
+
 def _relays(record, method: str) -> bool | None:
     """Whether the patched hook's check accepts the served class for ``method`` under PP
     (None on a tree without the check)."""
-    check = getattr(validation_hook, "_check_pp_aux_capture_supported", None)
-    if check is None:
+    if not hasattr(validation_hook, "_check_pp_aux_capture_supported"):
         return None
-    try:
-        check(resolving_view(record), method)
-    except ValueError:
-        return False
-    return True
+    return _pp_aux_check(record, method) == "admitted"
 
 
 def aux_cases(cases: dict[str, dict]) -> dict[str, dict[str, object]]:
@@ -176,10 +189,7 @@ def aux_cases(cases: dict[str, dict]) -> dict[str, dict[str, object]]:
     says the served class relays the case's method (None on a tree without the check)."""
     results: dict[str, dict[str, object]] = {}
     for name, fields in cases.items():
-        fields = dict(fields)
-        record = server_args(
-            fields.pop("arch", PATCHED_ARCH), enable_return_aux_hidden_states=True, **fields
-        )
+        record = server_args(enable_return_aux_hidden_states=True, **fields)
         method = record.speculative_algorithm
         relays = _relays(record, method.upper())
         outcome = _outcome(validation_hook.handle_aux_hidden_state_capture, record, False)
@@ -193,8 +203,7 @@ def pp_cases(cases: dict[str, dict]) -> dict[str, dict[str, object]]:
     registry (which imports every model) or only the served model's module."""
     results: dict[str, dict[str, object]] = {}
     for name, fields in cases.items():
-        fields = dict(fields)
-        record = server_args(fields.pop("arch", PATCHED_ARCH), **fields)
+        record = server_args(**fields)
         before = set(sys.modules)
         outcome = _outcome(_pp_compat, record, False)
         models = sorted(m for m in set(sys.modules) - before if m.startswith("sglang.srt.models."))
@@ -207,14 +216,8 @@ def pp_cases(cases: dict[str, dict]) -> dict[str, dict[str, object]]:
 
 
 def _validation_verdict(arch: str, method: str) -> str:
-    """The patched hook's check on ``arch`` served with ``method`` under 2 PP stages:
-    ``admitted`` or ``refused: <message>``."""
-    record = server_args(arch, speculative_algorithm=method)
-    try:
-        validation_hook._check_pp_aux_capture_supported(resolving_view(record), method)
-    except ValueError as exc:
-        return f"refused: {exc}"
-    return "admitted"
+    """The patched hook's check on ``arch`` served with ``method`` under 2 PP stages."""
+    return _pp_aux_check(server_args(arch, speculative_algorithm=method), method)
 
 
 def _runtime_verdict(arch: str, method: str) -> str:
@@ -231,23 +234,13 @@ def _runtime_verdict(arch: str, method: str) -> str:
         attention_backend_setup as setup,
     )
     from sglang.srt.model_loader.utils import get_model_architecture
-    from torch import nn
 
     model_cls, _ = get_model_architecture(server_args(arch)._model_config)
     if not issubclass(model_cls, nn.Module):
         # MiniCPMV: a dispatcher that builds the module of the checkpoint's version.
         return f"not a module: {model_cls.__name__} builds another class's module"
-    model = object.__new__(model_cls)
-    nn.Module.__init__(model)
-    hooks = [
-        name
-        for name in (
-            "set_eagle3_layers_to_capture",
-            "set_dflash_layers_to_capture",
-            "set_dspark_layers_to_capture",
-        )
-        if hasattr(model_cls, name)
-    ]
+    model = bare(model_cls)
+    hooks = [name for name in HOOKS.values() if hasattr(model_cls, name)]
     # Each recorder replaces the hook where it is defined, so the class keeps its own body.
     owners = {name: next(k for k in model_cls.__mro__ if name in vars(k)) for name in hooks}
     recorders = [mock.patch.object(owners[name], name) for name in hooks]
@@ -294,28 +287,70 @@ def verdicts(archs: list[str] | None, methods: list[str]) -> dict[str, dict[str,
     return found
 
 
+def relays(stems: str) -> dict[str, list[str]]:
+    """The ``__name__`` of each class of the ``EntryClass`` of each model file (stems
+    comma-separated) -> the capture methods the shipped ``relays_pp_aux_capture`` says it
+    relays, for the classes that relay any."""
+    from sglang.srt.layers.aux_hidden_states import relays_pp_aux_capture
+
+    found: dict[str, list[str]] = {}
+    for stem in stems.split(","):
+        entry = getattr(importlib.import_module(f"sglang.srt.models.{stem}"), "EntryClass", [])
+        for cls in entry if isinstance(entry, (list, tuple)) else [entry]:
+            methods = [m for m in ("DFLASH", "DSPARK", "EAGLE3") if relays_pp_aux_capture(cls, m)]
+            if methods:
+                found[cls.__name__] = methods
+    return found
+
+
+def refusals(spec: dict) -> dict[str, dict[str, object]]:
+    """The real hook ``spec["hook"]`` of ``spec["class"]`` (``sglang.srt.models.<model>``)
+    called with ``spec["layer_ids"]`` on a bare instance, on the last rank of a stand-in PP
+    group of each size in ``spec["pp"]``: per size, ``error`` (``"<type>: <message>"`` or
+    None) and ``ids`` (what it stored on ``model.layers_to_capture``, None for nothing)."""
+    module = importlib.import_module(f"sglang.srt.models.{spec['model']}")
+    report = {}
+    for size in spec["pp"]:
+        group = FakePPGroup(size - 1, size)
+        lm = bare(getattr(module, spec["class"]))
+        lm.config = SimpleNamespace(num_hidden_layers=9, hidden_size=4)
+        lm.pp_group = group
+        lm.model = nn.Module()
+        lm.model.pp_group = group
+        lm.model.config = lm.config
+        lm.capture_aux_hidden_states = False
+        try:
+            getattr(lm, spec["hook"])(list(spec["layer_ids"]))
+        except Exception as error:  # the hook's own refusal is what is reported
+            outcome = f"{type(error).__name__}: {error}"
+        else:
+            outcome = None
+        ids = getattr(lm.model, "layers_to_capture", None)
+        report[str(size)] = {"error": outcome, "ids": None if ids is None else list(ids)}
+    return report
+
+
+#: ``--flag ARG`` -> what it prints (the JSON of the call on ``ARG``).
+COMMANDS = {
+    "--verdicts": lambda arg: verdicts(json.loads(arg).get("archs"), json.loads(arg)["methods"]),
+    "--aux": lambda arg: aux_cases(json.loads(arg)),
+    "--pp": lambda arg: pp_cases(json.loads(arg)),
+    "--relays": relays,
+    "--refusals": lambda arg: refusals(json.loads(arg)),
+}
+
+
 def main() -> None:
-    if sys.argv[1:2] == ["--verdicts"]:
-        spec = json.loads(sys.argv[2])
-        print(json.dumps(verdicts(spec.get("archs"), spec["methods"])))
-        return
-    if sys.argv[1:2] == ["--aux"]:
-        print(json.dumps(aux_cases(json.loads(sys.argv[2]))))
-        return
-    if sys.argv[1:2] == ["--pp"]:
-        print(json.dumps(pp_cases(json.loads(sys.argv[2]))))
+    if sys.argv[1:2]:
+        print(json.dumps(COMMANDS[sys.argv[1]](sys.argv[2])))
         return
     results = {}
     for name, (fields, pp_spec) in PP_CASES.items():
-        fields = dict(fields)
-        record = server_args(fields.pop("arch", PATCHED_ARCH), **fields)
+        record = server_args(**fields)
         results[name] = _outcome(_pp_compat, record, pp_spec)
     if hasattr(validation_hook, "handle_aux_hidden_state_capture"):
         for name, fields in AUX_CASES.items():
-            fields = dict(fields)
-            record = server_args(
-                fields.pop("arch", PATCHED_ARCH), enable_return_aux_hidden_states=True, **fields
-            )
+            record = server_args(enable_return_aux_hidden_states=True, **fields)
             results[name] = _outcome(validation_hook.handle_aux_hidden_state_capture, record, False)
     print(json.dumps(results))
 

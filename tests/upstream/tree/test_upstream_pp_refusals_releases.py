@@ -71,7 +71,7 @@ def test_beam_hook_raises_under_pp_and_stores_nothing(sglang_release):
         "pp": [1, 2, 3],
     }
     proc = run_python(
-        ["-m", "sglang_support.refusal_check", json.dumps(spec)],
+        ["-m", "sglang_support.validation_check", "--refusals", json.dumps(spec)],
         sglang_release("0.5.23"),
         timeout=600,
     )

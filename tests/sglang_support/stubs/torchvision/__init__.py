@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import sys
-import types
+from _empty_names import stub_submodules
 
 __version__ = "0.0.0"
 
@@ -35,23 +32,6 @@ def _module_getattr(module_name: str):
     return __getattr__
 
 
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname.startswith("torchvision."):
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        module = types.ModuleType(spec.name)
-        module.__path__ = []
-        module.__getattr__ = _module_getattr(spec.name)
-        return module
-
-    def exec_module(self, module):
-        return None
-
-
-if not any(isinstance(finder, _StubFinder) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _StubFinder())
+stub_submodules("torchvision", _module_getattr)
 
 __getattr__ = _module_getattr("torchvision")

@@ -10,10 +10,10 @@ that can be called, indexed or read further.  Submodules (``triton.language``,
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
 import sys
 import types
+
+from _empty_names import stub_submodules
 
 __version__ = "3.5.0"
 
@@ -68,24 +68,11 @@ def _accept_any(self, *args, **kwargs) -> None:
     self.kwargs = kwargs
 
 
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname.startswith("triton."):
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        module = types.ModuleType(spec.name)
-        module.__path__ = []
-        module.__getattr__ = _module_getattr(spec.name)
-        return module
-
-    def exec_module(self, module):
-        if module.__name__ == "triton.runtime":
-            module.driver = _Driver()
-        if module.__name__ == "triton.language":
-            module.constexpr = _Constexpr
-        return None
+def _exec_module(module) -> None:
+    if module.__name__ == "triton.runtime":
+        module.driver = _Driver()
+    if module.__name__ == "triton.language":
+        module.constexpr = _Constexpr
 
 
 class _Constexpr:
@@ -113,8 +100,7 @@ class _Driver:
         self.active = _ActiveDriver("triton.runtime.driver.active")
 
 
-if not any(isinstance(finder, _StubFinder) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _StubFinder())
+stub_submodules("triton", _module_getattr, _exec_module)
 
 __getattr__ = _module_getattr("triton")
 runtime = importlib.import_module("triton.runtime")
