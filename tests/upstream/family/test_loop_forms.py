@@ -1,4 +1,4 @@
-"""The loop-form table (``family/loop_forms.py``) against its fixtures
+"""The loop-form table (``family/loops/forms.py``) against its fixtures
 (``fixtures/upstream/loop_forms/``, one per form, named after it): each form matches its
 own fixture's layer loop and no other form does, finds the layer index the fixture names,
 shows its fixture's loop as its example, and says whether the loop runs exactly the
@@ -14,8 +14,8 @@ import libcst.matchers as m
 import pytest
 
 from codemods.upstream.edit.walk import findall
-from codemods.upstream.family import loop_forms
-from codemods.upstream.family.loop_forms import (
+from codemods.upstream.family.loops import forms as loop_forms
+from codemods.upstream.family.loops.forms import (
     ENUMERATED_SLICE,
     FORMS,
     STAGE_RANGES,

@@ -36,7 +36,7 @@ Iteration ``k`` runs layer ``self.start_layer + k`` and captures its input when 
 is a capture id: the same capture points as the range loop, so the forward is rewritten
 the same way (:mod:`~codemods.upstream.family.shapes.entry`).  The loop itself is the
 ``enumerated-slice`` form of the loop-form table
-(:mod:`~codemods.upstream.family.loop_forms`); :func:`callback_problem` says whether the
+(:mod:`~codemods.upstream.family.loops.forms`); :func:`callback_problem` says whether the
 callback of such a loop is picked as above and, when it is not, why.
 """
 

@@ -22,7 +22,7 @@ holds fewer captures than the capture layers it owns, and the gathering raises, 
 them, instead of handing on a shorter list.
 
 This is the check of the ``narrowed-range`` entry of the loop-form table
-(:mod:`~codemods.upstream.family.loop_forms`), which the layer-entry shapes ask.
+(:mod:`~codemods.upstream.family.loops.forms`), which the layer-entry shapes ask.
 """
 
 from __future__ import annotations

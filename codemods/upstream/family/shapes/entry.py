@@ -85,7 +85,7 @@ from codemods.upstream.family.layer_entry.packer import (
     last_rank_output_capture,
 )
 from codemods.upstream.family.layer_entry.shape import layer_entry_shape
-from codemods.upstream.family.loop_forms import (
+from codemods.upstream.family.loops.forms import (
     ENUMERATED_SLICE,
     STAGE_RANGES,
     LoopSite,
@@ -281,7 +281,7 @@ def _layers(
     if isinstance(found, str):
         return found
     kind, loop_index, loop_statement, loop = found
-    # The layer loop: a form of the loop-form table (``family/loop_forms.py``); the
+    # The layer loop: a form of the loop-form table (``family/loops/forms.py``); the
     # callback forwards may enumerate the stage's slice of the stack (``layer_entry.loops``).
     forms = (*STAGE_RANGES, ENUMERATED_SLICE) if kind == ENTRY_KIND else STAGE_RANGES
     also = " nor a range narrowed for two-batch overlap"

@@ -98,7 +98,7 @@ from codemods.upstream.family.gate import (
 )
 from codemods.upstream.family.layer_entry.handoff import handoff_index
 from codemods.upstream.family.layer_entry.shape import layer_entry_shape
-from codemods.upstream.family.loop_forms import (
+from codemods.upstream.family.loops.forms import (
     STAGE_RANGES,
     LoopSite,
     layer_index,
@@ -216,7 +216,7 @@ def _first_layer_skip(gate: str, loop_var: str, fn_name: str) -> m.IfExp:
 def _layer_loop(body: Sequence[cst.BaseStatement], fn_name: str) -> tuple[cst.For, str] | str:
     """The one loop that hands ``fn_name`` to the layers and its layer index, or why
     there is no such loop over the stage's layers (loop forms:
-    :mod:`~codemods.upstream.family.loop_forms`)."""
+    :mod:`~codemods.upstream.family.loops.forms`)."""
     holders = [
         (k, loop)
         for k, statement in enumerate(body)

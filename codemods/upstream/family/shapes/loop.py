@@ -90,8 +90,8 @@ from codemods.upstream.family.forward import (
     Shape,
 )
 from codemods.upstream.family.gate import gate_of, last_stage_comments
-from codemods.upstream.family.loop_forms import layer_index
-from codemods.upstream.family.loop_rewrite import rewrite_loop_forward
+from codemods.upstream.family.loops.forms import layer_index
+from codemods.upstream.family.loops.rewrite import rewrite_loop_forward
 from codemods.upstream.family.syntax import (
     _PP_GROUP,
     CAPTURE_KWARG,
@@ -509,7 +509,7 @@ def _before_layer_call(loop: cst.For, branch: cst.If) -> bool:
 
 def rewrite_forward(fn: cst.FunctionDef, shape: ForwardShape) -> cst.FunctionDef:
     """Add this stage's captures to the handoff; gather all of them on the last stage
-    (:func:`~codemods.upstream.family.loop_rewrite.rewrite_loop_forward`)."""
+    (:func:`~codemods.upstream.family.loops.rewrite.rewrite_loop_forward`)."""
     return rewrite_loop_forward(fn, shape, boundaries=BOUNDARIES.name in shape.capture_kinds)
 
 

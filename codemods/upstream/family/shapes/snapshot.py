@@ -46,7 +46,7 @@ from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.forward import CaptureKind, ForwardShape
 from codemods.upstream.family.layer_entry.handoff import PROXY_ARG, handoff_index
 from codemods.upstream.family.layer_entry.shape import layer_entry_shape
-from codemods.upstream.family.loop_forms import LoopSite, form_of, stage_loop_problem
+from codemods.upstream.family.loops.forms import LoopSite, form_of, stage_loop_problem
 from codemods.upstream.family.syntax import IDS_ATTR, SELF_IDS, name_value, only_assign
 
 _SNAPSHOT_DESCRIPTION = (
