@@ -377,8 +377,8 @@ def _modifications(result: UpstreamResult, series) -> str:
                 else " (one concatenation). "
             )
             + "The last stage returns views of the entry, copied out only while a CUDA "
-            "graph is captured (the runner's static buffer, overwritten by the next "
-            "replay)."
+            "graph is captured or `torch.compile` traces the forward (the runner's "
+            "static buffer, overwritten by the next replay)."
         )
     lines += _kimi_lines(result)
     family = _family_lines(result)
