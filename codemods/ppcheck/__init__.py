@@ -33,7 +33,9 @@ The model under test is pluggable. A stage factory is a picklable, module-level 
 * Optional: ``stage.make_input(mb)`` (stage 0's input; default
   :func:`toy.default_input`, ``[tokens, hidden]`` in ``spec["dtype"]``),
   ``stage.flush()`` (called after the last microbatch; complete outstanding direct sends)
-  and ``stage.transport`` (its ``stats`` are checked against the analytic bytes).
+  and ``stage.transport`` (its ``stats`` are checked against the analytic bytes), and on
+  the last stage ``stage.check(results)`` (the ``(hidden_states, aux_list)`` of every
+  microbatch; the dict it returns goes into that rank's report).
 
 Entry points: :func:`run_scenario`, :func:`run_scenarios`, :func:`build_matrix`,
 :func:`format_table`. The default factory is :func:`toy.toy_stage_factory`.

@@ -125,9 +125,10 @@ def _launch(
     timeout: float,
     factory: Callable | None,
     on_result: Callable[[ScenarioResult], None],
+    start_method: str = "spawn",
 ) -> int:
     """Run ``scenarios`` in one launch; returns how many of them got a result."""
-    ctx = mp.get_context("spawn")
+    ctx: Any = mp.get_context(start_method)
     results_queue = ctx.Queue()
     init_method = f"tcp://127.0.0.1:{free_port()}"
     processes = [
@@ -233,9 +234,12 @@ def run_scenarios(
     timeout: float = 60.0,
     stage_factory: Callable | None = None,
     on_result: Callable[[ScenarioResult], None] | None = None,
+    start_method: str = "spawn",
 ) -> list[ScenarioResult]:
     """Run every scenario (grouped by world size, one launch per group when all goes
-    well); returns one result per scenario, in the order given."""
+    well); returns one result per scenario, in the order given.  ``start_method="fork"``
+    starts the ranks from this process's imports (a factory whose model code is already
+    imported here, which it need not pickle)."""
     results: dict[int, ScenarioResult] = {}
     by_world: dict[int, list[int]] = {}
     for position, scenario in enumerate(scenarios):
@@ -254,7 +258,9 @@ def run_scenarios(
                     on_result(result)
 
             try:
-                count = _launch(world, batch, backend, timeout, stage_factory, collect)
+                count = _launch(
+                    world, batch, backend, timeout, stage_factory, collect, start_method
+                )
             except LaunchFailed as err:
                 for p in todo[len(got) :]:
                     collect(

@@ -187,6 +187,9 @@ def run_scenario_on_rank(
         if rank == scenario.world_size - 1:
             results = report.pop("results")
             report["features"] = [len(aux) for _, aux in results]
+            check = getattr(stage, "check", None)
+            if check is not None:  # the factory's own judgement of what came out
+                report.update(check(results))
             if scenario.verify:
                 equal, why = compare_with_single_stage(scenario, factory, results, channels.device)
                 report.update(equal=equal, why=why)

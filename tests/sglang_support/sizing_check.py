@@ -60,10 +60,35 @@ MODULES = dict(
 )
 
 
-def _kwargs(function, **candidates):
-    """The ``candidates`` that ``function`` takes (the signatures differ by release)."""
+#: The keywords the allocations and the decode registry take that this check sets, with
+#: the values of a CPU process with one rank per group; each call passes those its
+#: release's signature has (:func:`_call`), those it does not set keep their defaults.
+ARGS = dict(
+    device=torch.device("cpu"),
+    max_bs=MAX_TOKENS,
+    max_num_token=MAX_TOKENS,
+    max_num_tokens=MAX_TOKENS,
+    max_hidden_tokens=MAX_TOKENS,
+    hidden_size=HIDDEN,
+    dtype=torch.float32,
+    dp_size=1,
+    num_dp_ranks=1,
+    is_encoder_decoder=False,
+    is_multimodal=False,
+    require_mlp_tp_gather=False,
+    seq_len_fill_value=1,
+    encoder_len_fill_value=0,
+    num_tokens_per_req=1,
+    cache_loc_dtype=torch.int64,
+    enable_mamba_track=False,
+)
+
+
+def _call(function, **overrides):
+    """``function`` called with the keywords of :data:`ARGS` and ``overrides`` it takes
+    (the signatures differ by release)."""
     parameters = inspect.signature(function).parameters
-    return {name: value for name, value in candidates.items() if name in parameters}
+    return function(**{k: v for k, v in {**ARGS, **overrides}.items() if k in parameters})
 
 
 class Buffers:
@@ -101,81 +126,25 @@ class Buffers:
         return self.resolve(model=outer, pp_size=pp_size, pp_rank=pp_rank)
 
     def decode(self, pp_size, **sized):
+        logits = torch.zeros(MAX_TOKENS, 8)
         create = self.buffers.DecodeInputBuffers.create
-        return create(
-            **_kwargs(
-                create,
-                device=torch.device("cpu"),
-                max_bs=MAX_TOKENS,
-                max_num_token=MAX_TOKENS,
-                hidden_size=HIDDEN,
-                next_token_logits_buffer=torch.zeros(MAX_TOKENS, 8),
-                dtype=torch.float32,
-                dp_size=1,
-                num_dp_ranks=1,
-                pp_size=pp_size,
-                is_encoder_decoder=False,
-                require_mlp_tp_gather=False,
-                seq_len_fill_value=1,
-                encoder_len_fill_value=0,
-                num_tokens_per_req=1,
-                cache_loc_dtype=torch.int64,
-                enable_mamba_track=False,
-                **sized,
-            )
-        )
+        return _call(create, next_token_logits_buffer=logits, pp_size=pp_size, **sized)
 
     def allocations(self, pp_size, pp_rank, **sized):
         """Proxy buffers (or None) of every allocation the graph runners use."""
         found = {"decode": self.decode(pp_size, **sized).pp_proxy_tensors}
         if self.prefill_has_proxy:
             create = self.buffers.PrefillInputBuffers.create
-            found["prefill"] = create(
-                **_kwargs(
-                    create,
-                    device=torch.device("cpu"),
-                    max_bs=4,
-                    max_num_tokens=MAX_TOKENS,
-                    cache_loc_dtype=torch.int64,
-                    is_multimodal=False,
-                    hidden_size=HIDDEN,
-                    dtype=torch.float32,
-                    enable_mamba_track=False,
-                    pp_size=pp_size,
-                    is_first_pp_rank=pp_rank == 0,
-                    **sized,
-                )
-            ).pp_proxy_tensors
+            first = pp_rank == 0
+            prefill = _call(create, max_bs=4, pp_size=pp_size, is_first_pp_rank=first, **sized)
+            found["prefill"] = prefill.pp_proxy_tensors
         if self.allocate is not None:
-            found["shared"] = self.shared(**sized)
+            found["shared"] = _call(self.allocate, **sized)
         return found
-
-    def shared(self, **sized):
-        return self.allocate(
-            **_kwargs(
-                self.allocate,
-                max_num_tokens=MAX_TOKENS,
-                max_hidden_tokens=MAX_TOKENS,
-                hidden_size=HIDDEN,
-                dtype=torch.float32,
-                **sized,
-            )
-        )
 
     def full_load(self, buffers, tokens, incoming):
         """The decode buffers after the registry's ``fill_from`` (a full replay load)."""
-        build = self.registry.build_decode_registry
-        registry = build(
-            **_kwargs(
-                build,
-                device=torch.device("cpu"),
-                max_bs=MAX_TOKENS,
-                max_num_token=MAX_TOKENS,
-                seq_len_fill_value=1,
-                cache_loc_dtype=torch.int64,
-                source=buffers,
-            )
-        )
+        registry = _call(self.registry.build_decode_registry, source=buffers)
         registry.fill_from(
             SimpleNamespace(),
             raw_bs=tokens,
@@ -556,15 +525,11 @@ def legacy() -> dict:
     report["old_resolver"] = None if old is None else old(model=model, pp_size=2, pp_rank=1)
     report["warnings"]["old_resolver"] = records.take()
     try:
-        report["old_keyword"] = _widths(
-            sizing.allocate(
-                max_num_tokens=MAX_TOKENS,
-                max_hidden_tokens=MAX_TOKENS,
-                hidden_size=HIDDEN,
-                dtype=torch.float32,
-                pp_proxy_dspark_hidden_size=width,
-            )
-        )
+        # Passed as is: a release without the old keyword raises TypeError.
+        sized = {
+            k: ARGS[k] for k in ("max_num_tokens", "max_hidden_tokens", "hidden_size", "dtype")
+        }
+        report["old_keyword"] = _widths(sizing.allocate(**sized, pp_proxy_dspark_hidden_size=width))
     except TypeError as err:
         report["old_keyword"] = f"raised {err}"
     report["warnings"]["old_keyword"] = records.take()

@@ -9,10 +9,10 @@ PP=1 run of the same module.
 
 Every top-level key but ``runs`` and the ``harness`` ones is part of each run's stage
 spec (``model``, ``hook``, ``layer_ids``, ``layers``, ``construct``, ``config``,
-``attn_res_block_size``, ...), a run's own keys override them.  Each rank is a
-``codemods.ppcheck`` rank (``init_channels``: gloo, its groups; ``run_pipeline``: the
-scheduler-like loop, microbatches in flight, handoffs over ``ppcheck.wire``); the parent
-gives up after ``timeout`` seconds and kills what is left.
+``attn_res_block_size``, ...), a run's own keys override them.  Each run is one
+``codemods.ppcheck.run_scenarios`` launch with ranks forked from this process (gloo, the
+scheduler-like loop, microbatches in flight, handoffs over ``ppcheck.wire``), the last
+stage judged by its ``check`` against PP=1; a run quiet for ``timeout`` seconds is killed.
 
 Per run: ``ok`` (per microbatch the aux container has the PP=1 type, and every aux state,
 or the packed tensor, and the final hidden states are equal with ``torch.equal``),
@@ -28,10 +28,7 @@ wire-byte accounting), under ``"harness"`` in the report.
 from __future__ import annotations
 
 import importlib
-import io
 import json
-import multiprocessing as mp
-import queue
 import sys
 import time
 import traceback
@@ -41,18 +38,9 @@ import torch
 
 from codemods.ppcheck import Scenario, run_scenarios
 from codemods.ppcheck.pp_aux_transport import AUX_ENTRY
-from codemods.ppcheck.runner import free_port
-from codemods.ppcheck.worker import init_channels, run_pipeline
 
 #: Keys of the check's config that are no part of a stage spec.
 NOT_SPEC = {"runs", "pp", "drop_aux", "timeout", "harness_runs", "harness_timeout"}
-
-
-def _bytes(value: Any) -> bytes:
-    # Plain bytes through the queue: shared-memory tensors would need the rank to live on.
-    buffer = io.BytesIO()
-    torch.save(value, buffer)
-    return buffer.getvalue()
 
 
 def dropping_aux(factory):
@@ -74,70 +62,67 @@ def dropping_aux(factory):
     return make
 
 
-def _forked(target, rank, port, results) -> None:
-    try:
-        torch.set_num_threads(1)
-        results.put((rank, "ok", _bytes(target(rank, port))))
-    except BaseException:
-        results.put((rank, traceback.format_exc(), _bytes(None)))
+def judged(result, reference) -> dict:
+    """The last stage's outcome set against the PP=1 ``reference`` (:func:`compare`) and
+    what it handed on (``aux_counts``, ``shapes``, ``types``)."""
+    same, detail = compare(result, reference)
+    return dict(ok=same, detail=detail, error=None, **_facts(result))
 
 
-def fork_ranks(target, world: int, timeout: float) -> dict[int, tuple[str, Any]]:
-    """``target(rank, port)`` in one forked process per rank (``port``: a free port for
-    the process group); per rank ``("ok", what it returned)`` or ``(what it raised,
-    None)``.  After a failure or ``timeout`` seconds without an answer the rest are
-    stopped (their peers may be blocked on them) and every process is killed."""
-    ctx = mp.get_context("fork")
-    results, port = ctx.Queue(), free_port()
-    procs = [ctx.Process(target=_forked, args=(target, r, port, results)) for r in range(world)]
-    for proc in procs:
-        proc.start()
-    got: dict[int, tuple[str, Any]] = {}
-    try:
-        while len(got) < world:
-            try:
-                rank, state, data = results.get(timeout=timeout)
-            except queue.Empty:
-                for rank in set(range(world)) - set(got):
-                    got[rank] = (f"no answer within {timeout:.0f} s", None)
-                break
-            got[rank] = (state, torch.load(io.BytesIO(data), weights_only=False))
-            if state != "ok":
-                for other in range(world):
-                    got.setdefault(other, ("stopped after a peer failed", None))
-    finally:
-        for proc in procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=5)
-    return got
+def spec_of(config: dict, run: dict) -> dict:
+    """The stage spec of ``run`` (see the module text)."""
+    spec = {k: v for k, v in {**config, **run}.items() if k not in NOT_SPEC}
+    return {"model": "kimi_linear", **spec}
 
 
-def drive(factory, spec: dict, pp_size: int, timeout: float) -> dict[int, tuple[str, Any]]:
-    """Each rank a ``codemods.ppcheck`` rank running its stage; per rank its state and,
-    on the last, its ``(hidden, aux)`` per microbatch."""
+def scenario_of(spec: dict, pp_size: int, **options: Any) -> Scenario:
+    """The ``codemods.ppcheck`` relay scenario that runs ``spec`` on ``pp_size`` stages."""
     ids = spec.get("layer_ids")
-    scenario = Scenario(
-        name=str(spec.get("model")),
+    return Scenario(
+        name=f"{spec['model']}-relay",
         world_size=pp_size,
         mode="relay",
         num_layers=int(spec["num_layers"]),
         layer_ids=None if ids is None else tuple(ids),
         tokens=tuple(spec["tokens"]),
         hidden=int(spec["hidden_size"]),
+        extra=spec,
+        **options,
     )
 
-    def rank_run(rank, port):
-        if pp_size == 1:  # one stage: no handoff, the PP=1 run itself
-            return run_chain(factory(spec, 0, 1, {}), spec)
-        channels = init_channels(rank, pp_size, "gloo", f"tcp://127.0.0.1:{port}", timeout)
-        ranks = list(range(pp_size))
-        kwargs = {"group": channels.meta, "direct_group": channels.direct, "ranks": ranks}
-        stage = factory(spec, rank, pp_size, kwargs)
-        return run_pipeline(scenario, stage, rank, channels).get("results")
 
-    return fork_ranks(rank_run, pp_size, timeout)
+def _failed(errors: list[str]) -> dict:
+    return dict(ok=False, error="\n".join(errors), aux_counts=None, shapes=None)
+
+
+def drive(factory, spec: dict, pp_size: int, timeout: float, reference: list) -> dict:
+    """Each rank a ``codemods.ppcheck`` rank running its stage (``run_scenarios``, forked
+    from this process's imports); the last stage judged against ``reference``."""
+    if pp_size == 1:  # one stage: no handoff, the PP=1 run itself
+        try:
+            return judged(run_chain(factory(spec, 0, 1, {}), spec), reference)
+        except Exception:
+            return _failed([f"rank 0: {traceback.format_exc()}"])
+
+    def with_check(spec, pp_rank, size, transport_kwargs):
+        stage = factory(spec, pp_rank, size, transport_kwargs)
+        stage.check = lambda results: judged(results, reference)
+        return stage
+
+    scenario = scenario_of(spec, pp_size, verify=False)
+    (result,) = run_scenarios(
+        [scenario], stage_factory=with_check, timeout=timeout, start_method="fork"
+    )
+    reports = result.reports
+    errors = [
+        f"rank {rank}: {rep.get('trace') or rep.get('message')}"
+        for rank, rep in sorted(reports.items())
+        if rep.get("status") != "ok"
+    ]
+    if errors or "ok" not in reports.get(pp_size - 1, {}):
+        return _failed(errors or [f"{result.status}: {result.detail}"])
+    last = reports[pp_size - 1]
+    return {key: last[key] for key in ("ok", "detail", "error", *_facts([]))}
 
 
 def run_chain(stage, spec: dict) -> list:
@@ -189,19 +174,7 @@ def run_with_harness(config: dict, runs: list[dict], timeout: float) -> dict:
     wire-byte accounting checks what the handoff carries)."""
     from sglang_support.stages import stage_factory
 
-    scenarios = [
-        Scenario(
-            name=f"{config.get('model', 'kimi_linear')}-relay",
-            world_size=int(run["pp"]),
-            mode="relay",
-            num_layers=config["num_layers"],
-            layer_ids=tuple(config["layer_ids"]),
-            tokens=tuple(config["tokens"]),
-            hidden=config["hidden_size"],
-            extra={k: v for k, v in {**config, **run}.items() if k not in NOT_SPEC},
-        )
-        for run in runs
-    ]
+    scenarios = [scenario_of(spec_of(config, run), int(run["pp"])) for run in runs]
     results = run_scenarios(scenarios, stage_factory=stage_factory, timeout=timeout)
     return {
         "harness": "codemods.ppcheck",
@@ -224,8 +197,7 @@ def main(argv: list[str]) -> int:
     report["import_s"] = round(time.time() - started, 2)
     references: dict[str, list] = {}
     for run in config["runs"]:
-        spec = {k: v for k, v in {**config, **run}.items() if k not in NOT_SPEC}
-        spec.setdefault("model", "kimi_linear")
+        spec = spec_of(config, run)
         plain = {k: v for k, v in spec.items() if k != "bypass_setter"}
         key = json.dumps(plain, sort_keys=True)
         if key not in references:
@@ -233,17 +205,9 @@ def main(argv: list[str]) -> int:
         reference = references[key]
         factory = dropping_aux(stage_factory) if run.get("drop_aux") else stage_factory
         t0 = time.time()
-        pp = int(run["pp"])
-        ranks = drive(factory, spec, pp, float(config.get("timeout", 120)))
+        outcome = drive(factory, spec, int(run["pp"]), float(config.get("timeout", 120)), reference)
         entry = dict(run, seconds=round(time.time() - t0, 2), **_facts(reference, expected=True))
-        if all(state == "ok" for state, _ in ranks.values()):
-            same, detail = compare(ranks[pp - 1][1], reference)
-            entry.update(ok=same, detail=detail, error=None, **_facts(ranks[pp - 1][1]))
-        else:
-            errors = [
-                f"rank {r}: {state}" for r, (state, _) in sorted(ranks.items()) if state != "ok"
-            ]
-            entry.update(ok=False, error="\n".join(errors), aux_counts=None, shapes=None)
+        entry.update(outcome)
         report["runs"].append(entry)
     if config.get("harness_runs"):
         timeout = float(config.get("harness_timeout", config.get("timeout", 300)))

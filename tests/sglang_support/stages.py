@@ -30,17 +30,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from codemods.catalog.hooks import METHODS
 from sglang_support.shipped_utils import shipped_test_utils
 
 UTILS = shipped_test_utils()
 #: The PP group model code reads (``rank_in_group``, ``is_last_rank``, ...).
 FakePPGroup = UTILS.StandInPPGroup
 
-HOOKS = {
-    "eagle3": "set_eagle3_layers_to_capture",
-    "dflash": "set_dflash_layers_to_capture",
-    "dspark": "set_dspark_layers_to_capture",
-}
+#: Capture method family -> its hook (the catalog's one registry of capture methods).
+HOOKS = {method.family: method.hook for method in METHODS}
 
 
 def _cdiv(a: int, b: int) -> int:

@@ -36,6 +36,7 @@ from sglang.srt.arg_groups import validation_hook
 from sglang.srt.arg_groups.overrides import resolving_view
 from torch import nn
 
+from codemods.catalog.methods import RELAYED
 from sglang_support.shipped_utils import shipped_test_utils
 from sglang_support.stages import HOOKS, FakePPGroup, bare
 
@@ -175,14 +176,6 @@ def _pp_aux_check(record, method: str) -> str:
     return "admitted"
 
 
-def _relays(record, method: str) -> bool | None:
-    """Whether the patched hook's check accepts the served class for ``method`` under PP
-    (None on a tree without the check)."""
-    if not hasattr(validation_hook, "_check_pp_aux_capture_supported"):
-        return None
-    return _pp_aux_check(record, method) == "admitted"
-
-
 def aux_cases(cases: dict[str, dict]) -> dict[str, dict[str, object]]:
     """``handle_aux_hidden_state_capture`` on each case (fields as in :data:`AUX_CASES`,
     ``arch`` and ``pp_size`` included): its outcome, and whether the patched hook's check
@@ -190,8 +183,9 @@ def aux_cases(cases: dict[str, dict]) -> dict[str, dict[str, object]]:
     results: dict[str, dict[str, object]] = {}
     for name, fields in cases.items():
         record = server_args(enable_return_aux_hidden_states=True, **fields)
-        method = record.speculative_algorithm
-        relays = _relays(record, method.upper())
+        relays = None  # on a tree without the patched hook's check
+        if hasattr(validation_hook, "_check_pp_aux_capture_supported"):
+            relays = _pp_aux_check(record, record.speculative_algorithm.upper()) == "admitted"
         outcome = _outcome(validation_hook.handle_aux_hidden_state_capture, record, False)
         results[name] = {"outcome": outcome, "relays": relays}
     return results
@@ -297,7 +291,7 @@ def relays(stems: str) -> dict[str, list[str]]:
     for stem in stems.split(","):
         entry = getattr(importlib.import_module(f"sglang.srt.models.{stem}"), "EntryClass", [])
         for cls in entry if isinstance(entry, (list, tuple)) else [entry]:
-            methods = [m for m in ("DFLASH", "DSPARK", "EAGLE3") if relays_pp_aux_capture(cls, m)]
+            methods = [m for m in sorted(RELAYED) if relays_pp_aux_capture(cls, m)]
             if methods:
                 found[cls.__name__] = methods
     return found

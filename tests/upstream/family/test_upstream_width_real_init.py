@@ -7,8 +7,8 @@ each capture as wide as the hook says (``hidden_size=``, from the config the cla
 its stack from).  Here every model class whose hooks the patch of SGLang 0.5.23 rewrites
 (those that declare ``pp_aux_relay_methods``) is built by its real constructor with a tiny
 config (4 layers, hidden size 64) as stage 0 and stage 1 of 2 gloo processes on the
-patched tree (``sglang_support/width_check.py``), its capture hook takes one capture on
-each stage, and the stage-1 model must be sized to the width of the entry stage 0 really
+patched tree (the shipped init test's ranks, ``sglang_support/width_check.py``), its
+capture hook takes one capture on each stage, and the stage-1 model must be sized to the width of the entry stage 0 really
 hands over (64 x its captures, which stage 1 then collects with its own) while stage 0
 is sized 0.  ``GptOssModel``, ``MiniMaxM3Model``, ``MiniMaxM2Model`` and
 ``Glm4MoeLiteModel`` keep no ``config``; VL models build their stack from a part of theirs.
@@ -94,7 +94,7 @@ def test_every_model_reports_the_width_its_previous_stage_sends(report):
     widths = {}
     for name in MODELS:
         first, last = by_stage[(name, 0)], by_stage[(name, 1)]
-        assert first["earlier"] == [] and first["width"] == 0, first
+        assert first["earlier"] == [] and first["resolved"] == 0, first
         assert len(last["earlier"]) == 1 == last["received"], last
         assert len(first["ids"]) == 1 and len(last["ids"]) == 1, (first, last)
         # What stage 0 really handed over, and all captures collected in layer order.
@@ -102,7 +102,7 @@ def test_every_model_reports_the_width_its_previous_stage_sends(report):
         taken = first["ids"] + last["ids"]
         assert taken == sorted(taken), (first, last)
         assert last["collected"] == [i + 1.0 for i in taken], last
-        widths[name] = (last["width"], last["sent"])
+        widths[name] = (last["resolved"], last["sent"])
     assert {name: got for name, (got, _) in widths.items()} == {
         name: want for name, (_, want) in widths.items()
     }
