@@ -150,7 +150,7 @@ def _launch(
 
     def finish(status: str, detail: str) -> None:
         nonlocal done
-        if len(ready) < world:  # the launch itself failed: nothing ran
+        if len(ready) < world and not reports:  # the launch itself failed: nothing ran
             raise LaunchFailed(detail)
         scenario = scenarios[index]
         on_result(

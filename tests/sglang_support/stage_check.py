@@ -21,8 +21,8 @@ per microbatch and their ``expected_*`` from PP=1.  ``"drop_aux": true`` removes
 entry from every handoff, to show what the last stage does when it is missing;
 ``"bypass_setter": true`` stores the ids on every stage past the hook's PP guard.
 ``"harness_runs"`` (with ``"harness_timeout"``) adds runs through
-``codemods.ppcheck.run_scenarios`` (spawned ranks, relay mode, its PP=1 comparison and
-wire-byte accounting), under ``"harness"`` in the report.
+``codemods.ppcheck.run_scenarios`` (ranks forked from this process's imports, relay
+mode, its PP=1 comparison and wire-byte accounting), under ``"harness"`` in the report.
 """
 
 from __future__ import annotations
@@ -175,7 +175,9 @@ def run_with_harness(config: dict, runs: list[dict], timeout: float) -> dict:
     from sglang_support.stages import stage_factory
 
     scenarios = [scenario_of(spec_of(config, run), int(run["pp"])) for run in runs]
-    results = run_scenarios(scenarios, stage_factory=stage_factory, timeout=timeout)
+    results = run_scenarios(
+        scenarios, stage_factory=stage_factory, timeout=timeout, start_method="fork"
+    )
     return {
         "harness": "codemods.ppcheck",
         "runs": [

@@ -75,8 +75,8 @@ def test_patched_release_matches_pp1_and_unpatched_loses_captures(
     assert "PPAuxRelay" not in (release / result.model("kimi_linear").path).read_text()
 
     # The drive, then (in the same process) the same module through the PP validation
-    # harness (spawned ranks, scheduler-like loop with microbatches in flight, PP=1
-    # comparison, wire bytes vs analytic).
+    # harness (ranks forked from its imports, scheduler-like loop with microbatches in
+    # flight, PP=1 comparison, wire bytes vs analytic).
     patched = _check(copy, [{"pp": 2}, {"pp": 3}], harness_runs=[{"pp": 3}], harness_timeout=400)
     assert patched["module"].startswith(str(copy))
     for run in patched["runs"]:
