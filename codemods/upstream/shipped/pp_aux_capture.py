@@ -37,10 +37,13 @@ import torch
 # the runner's static buffer, overwritten by the next replay, and each received capture
 # is copied out once.
 #
-# A model class declares the capture methods it relays this way in its own body
-# (``pp_aux_relay_methods = ("EAGLE3",)``); the server-argument validation and
-# ``configure_aux_hidden_state_capture`` refuse aux capture under PP for any other
-# (``relays_pp_aux_capture``, ``check_pp_aux_capture``).
+# What relays is the decoder stack's forward: the class that defines a forward that
+# relays this way declares, in its own body, the capture methods it relays
+# (``pp_aux_relay_methods = ("EAGLE3",)``), and so does the causal-LM class whose hooks
+# set it up, which the server-argument validation reads (``relays_pp_aux_capture``).
+# ``configure_aux_hidden_state_capture`` asks, right after a capture hook ran under PP,
+# whether the stack the hook gave a relay to relays that method (``check_pp_aux_capture``),
+# so a wrapper that keeps a relaying stack is admitted whatever class holds it.
 AUX_ENTRY = "aux_hidden_states"
 #: Set in a model class's own body: the capture methods whose captures it relays.
 RELAY_METHODS_ATTR = "pp_aux_relay_methods"
@@ -84,16 +87,55 @@ def relays_pp_aux_capture(model_cls: type, method: str) -> bool:
 
 
 def check_pp_aux_capture(model: torch.nn.Module, method: str, pp_size: int) -> None:
-    """Raise ``NotImplementedError``, naming the class and the method, before
-    ``method``'s capture is configured under PP on a model that would lose the
-    captures of the stages before the last (as the capture hooks do for a PP they do
-    not support). Nothing is asked with one stage."""
-    if pp_size > 1 and not relays_pp_aux_capture(type(model), method):
+    """Raise ``NotImplementedError``, naming the class, the method and why, right after
+    ``method``'s capture hook ran under PP on a model that would lose the captures of
+    the stages before the last (as the capture hooks do for a PP they do not support).
+    Nothing is asked with one stage.
+
+    The hook gives the decoder stack its captures land on a relay (``set_pp_aux_capture``
+    sets its ``pp_aux_relay``); that stack relays ``method`` when the class that defines
+    its ``forward`` declares ``method`` in its own body and the stack still runs that
+    ``forward``.  A model whose hook gives no stack a relay is asked by its own class
+    (``relays_pp_aux_capture``).
+    """
+    if pp_size <= 1:
+        return
+    name = type(model).__name__
+    if method.upper() == "DSPARK" and callable(
+        getattr(model, LEGACY_DSPARK_WIDTH, None)
+    ):
+        return
+    stacks = [module for module in model.modules() if "pp_aux_relay" in vars(module)]
+    if not stacks and relays_pp_aux_capture(type(model), method):
+        return
+    lost = f"so pp_size={pp_size} would lose the captures of every stage but the last."
+    if not stacks:
         raise NotImplementedError(
-            f"{type(model).__name__}'s decoder stack does not relay {method}'s aux "
-            f"hidden states across pipeline stages, so pp_size={pp_size} would lose "
-            "the captures of every stage but the last."
+            f"{name}'s decoder stack does not relay {method}'s aux hidden states across "
+            f"pipeline stages, {lost}"
         )
+    for stack in stacks:
+        reason = _stack_refusal(stack, method.upper())
+        if reason is not None:
+            raise NotImplementedError(
+                f"{name}'s decoder stack {type(stack).__name__} does not relay "
+                f"{method}'s aux hidden states across pipeline stages ({reason}), {lost}"
+            )
+
+
+def _stack_refusal(stack: torch.nn.Module, method: str) -> Optional[str]:
+    """Why ``stack`` does not relay ``method``'s captures (None: it does)."""
+    if "forward" in vars(stack):
+        return "its forward is replaced on the instance"
+    owner = next((k for k in type(stack).__mro__ if "forward" in vars(k)), None)
+    declared = None if owner is None else vars(owner).get(RELAY_METHODS_ATTR)
+    if declared is None:
+        return f"{getattr(owner, '__name__', '?')}.forward is not patched to relay captures"
+    if not declared:
+        return f"{owner.__name__}.forward relays no capture method"
+    if method not in declared:
+        return f"{owner.__name__}.forward relays only {', '.join(declared)}"
+    return None
 
 
 @dataclass(frozen=True)
