@@ -37,13 +37,11 @@ import torch
 # the runner's static buffer, overwritten by the next replay, and each received capture
 # is copied out once.
 #
-# What relays is the decoder stack's forward: the class that defines a forward that
-# relays this way declares, in its own body, the capture methods it relays
-# (``pp_aux_relay_methods = ("EAGLE3",)``), and so does the causal-LM class whose hooks
-# set it up, which the server-argument validation reads (``relays_pp_aux_capture``).
-# ``configure_aux_hidden_state_capture`` asks, right after a capture hook ran under PP,
-# whether the stack the hook gave a relay to relays that method (``check_pp_aux_capture``),
-# so a wrapper that keeps a relaying stack is admitted whatever class holds it.
+# What relays is the decoder stack's forward: its class declares the capture methods it
+# relays in its own body (``pp_aux_relay_methods = ("EAGLE3",)``), as does the causal-LM
+# class whose hooks set it up, for the server-argument validation
+# (``relays_pp_aux_capture``); ``configure_aux_hidden_state_capture`` asks the stack a
+# hook set up (``check_pp_aux_capture``): a wrapper that keeps a relaying stack passes.
 AUX_ENTRY = "aux_hidden_states"
 #: Set in a model class's own body: the capture methods whose captures it relays.
 RELAY_METHODS_ATTR = "pp_aux_relay_methods"
@@ -89,37 +87,25 @@ def relays_pp_aux_capture(model_cls: type, method: str) -> bool:
 def check_pp_aux_capture(model: torch.nn.Module, method: str, pp_size: int) -> None:
     """Raise ``NotImplementedError``, naming the class, the method and why, right after
     ``method``'s capture hook ran under PP on a model that would lose the captures of
-    the stages before the last (as the capture hooks do for a PP they do not support).
-    Nothing is asked with one stage.
-
-    The hook gives the decoder stack its captures land on a relay (``set_pp_aux_capture``
-    sets its ``pp_aux_relay``); that stack relays ``method`` when the class that defines
-    its ``forward`` declares ``method`` in its own body and the stack still runs that
-    ``forward``.  A model whose hook gives no stack a relay is asked by its own class
-    (``relays_pp_aux_capture``).
-    """
+    the stages before the last (as the hooks do for a PP they do not support): unless
+    the decoder stack the hook gave a relay (``set_pp_aux_capture``) still runs the
+    ``forward`` of a class that declares ``method`` in its own body.  A model whose hook
+    gave no stack a relay is asked by its class (``relays_pp_aux_capture``)."""
     if pp_size <= 1:
         return
-    name = type(model).__name__
-    if method.upper() == "DSPARK" and callable(
-        getattr(model, LEGACY_DSPARK_WIDTH, None)
-    ):
-        return
-    stacks = [module for module in model.modules() if "pp_aux_relay" in vars(module)]
+    stacks = [m for m in model.modules() if "pp_aux_relay" in vars(m)]
     if not stacks and relays_pp_aux_capture(type(model), method):
         return
-    lost = f"so pp_size={pp_size} would lose the captures of every stage but the last."
-    if not stacks:
-        raise NotImplementedError(
-            f"{name}'s decoder stack does not relay {method}'s aux hidden states across "
-            f"pipeline stages, {lost}"
-        )
-    for stack in stacks:
-        reason = _stack_refusal(stack, method.upper())
-        if reason is not None:
+    for stack in stacks or [None]:
+        reason = None if stack is None else _stack_refusal(stack, method.upper())
+        if stack is None or reason is not None:
+            name = type(model).__name__ + "'s decoder stack"
+            name += "" if stack is None else f" {type(stack).__name__}"
+            why = "" if reason is None else f" ({reason})"
             raise NotImplementedError(
-                f"{name}'s decoder stack {type(stack).__name__} does not relay "
-                f"{method}'s aux hidden states across pipeline stages ({reason}), {lost}"
+                f"{name} does not relay {method}'s aux hidden states across pipeline "
+                f"stages{why}, so pp_size={pp_size} would lose the captures of every "
+                "stage but the last."
             )
 
 
@@ -130,7 +116,8 @@ def _stack_refusal(stack: torch.nn.Module, method: str) -> Optional[str]:
     owner = next((k for k in type(stack).__mro__ if "forward" in vars(k)), None)
     declared = None if owner is None else vars(owner).get(RELAY_METHODS_ATTR)
     if declared is None:
-        return f"{getattr(owner, '__name__', '?')}.forward is not patched to relay captures"
+        owner_name = getattr(owner, "__name__", "?")
+        return f"{owner_name}.forward is not patched to relay captures"
     if not declared:
         return f"{owner.__name__}.forward relays no capture method"
     if method not in declared:
