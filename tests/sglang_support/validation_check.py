@@ -22,6 +22,9 @@ The model classes themselves: ``--relays STEM,STEM,...`` (a patched tree) asks t
 ``relays_pp_aux_capture`` about each class of the ``EntryClass`` of each
 ``sglang.srt.models.<stem>`` (``relays``); ``--refusals JSON`` calls a real capture hook
 on a bare causal-LM instance under PP groups of the given sizes (``refusals``).
+``--stacks JSON`` (case name -> class, the classes its ``__init__`` builds, method) runs
+SGLang's ``configure_aux_hidden_state_capture`` with the real hooks under PP on such an
+instance and prints whether the runtime guard admits it (``stack_cases``).
 """
 
 from __future__ import annotations
@@ -324,6 +327,87 @@ def refusals(spec: dict) -> dict[str, dict[str, object]]:
     return report
 
 
+#: The number of layers and the hidden size of an assembled model (:func:`assembled`).
+_LAYERS, _WIDTH = 8, 4
+
+
+def _class(dotted: str) -> type:
+    """``stem.Class`` -> the class ``Class`` of ``sglang.srt.models.<stem>``."""
+    stem, name = dotted.rsplit(".", 1)
+    return getattr(importlib.import_module(f"sglang.srt.models.{stem}"), name)
+
+
+def _set_layer_range(stack: nn.Module, start: int, end: int) -> None:
+    """``start_layer``/``end_layer`` of ``stack``, under the names its class reads them."""
+    for name, value in (("start_layer", start), ("end_layer", end)):
+        read_only = isinstance(getattr(type(stack), name, None), property)
+        object.__setattr__(stack, f"_{name}" if read_only else name, value)
+
+
+def assembled(spec: dict, group) -> nn.Module:
+    """A bare instance of ``spec["class"]`` (``stem.Class``) whose attributes at the dotted
+    paths of ``spec["parts"]`` are bare instances of the classes named there (the classes
+    its ``__init__`` builds there), outermost first; each with a tiny config, the PP
+    group ``group`` and, where it is a decoder stack (``"layers"`` in ``spec["stacks"]``),
+    layers and the stage's layer range."""
+    config = SimpleNamespace(num_hidden_layers=_LAYERS, hidden_size=_WIDTH)
+    per_stage = _LAYERS // group.world_size
+    start = group.rank_in_group * per_stage
+
+    def made(cls: type, stack: bool) -> nn.Module:
+        module = bare(cls)
+        module.config = config
+        module.pp_group = group
+        module.capture_aux_hidden_states = False
+        module.layers_to_capture = []
+        if stack:
+            module.layers = nn.ModuleList(nn.Module() for _ in range(_LAYERS))
+            _set_layer_range(module, start, start + per_stage)
+        return module
+
+    stacks = set(spec.get("stacks", ()))
+    root = made(_class(spec["class"]), "" in stacks)
+    for path, dotted in sorted(spec.get("parts", {}).items(), key=lambda kv: kv[0].count(".")):
+        *outer, attr = path.split(".")
+        holder = root
+        for name in outer:
+            holder = getattr(holder, name)
+        setattr(holder, attr, made(_class(dotted), path in stacks))
+    return root
+
+
+def stack_cases(cases: dict[str, dict]) -> dict[str, str]:
+    """SGLang's ``configure_aux_hidden_state_capture`` on each case's :func:`assembled`
+    model, on the first of 2 PP stages, with the real capture hooks, for the case's
+    ``method``: ``admitted``, ``refused: <message>`` (the runtime guard's
+    ``NotImplementedError``) or ``<type>: <message>`` of any other error."""
+    from sglang.srt.model_executor.model_runner_components import (
+        attention_backend_setup as setup,
+    )
+
+    found = {}
+    for name, spec in cases.items():
+        method = spec["method"]
+        model = assembled(spec, FakePPGroup(0, 2))
+        try:
+            setup.configure_aux_hidden_state_capture(
+                model=model,
+                eagle_use_aux_hidden_state=method == "EAGLE3",
+                eagle_aux_hidden_state_layer_ids=[1, 3, 5],
+                dflash_use_aux_hidden_state=method != "EAGLE3",
+                dflash_target_layer_ids=[1, 3, 5],
+                is_dspark=method == "DSPARK",
+                pp_size=2,
+            )
+        except NotImplementedError as exc:
+            found[name] = f"refused: {exc}"
+        except Exception as exc:  # reported: the test names what went wrong
+            found[name] = f"{type(exc).__name__}: {exc}"
+        else:
+            found[name] = "admitted"
+    return found
+
+
 #: ``--flag ARG`` -> what it prints (the JSON of the call on ``ARG``).
 COMMANDS = {
     "--verdicts": lambda arg: verdicts(json.loads(arg).get("archs"), json.loads(arg)["methods"]),
@@ -331,6 +415,7 @@ COMMANDS = {
     "--pp": lambda arg: pp_cases(json.loads(arg)),
     "--relays": relays,
     "--refusals": lambda arg: refusals(json.loads(arg)),
+    "--stacks": lambda arg: stack_cases(json.loads(arg)),
 }
 
 

@@ -43,7 +43,7 @@ from codemods.upstream.family.forward import ForwardShape
 from codemods.upstream.family.planning.corpus import Corpus, asks_hasattr, defines, find_forward
 from codemods.upstream.family.planning.decision import FileDecision, ForwardRef
 from codemods.upstream.family.planning.subclass import plan_subclasses
-from codemods.upstream.family.proxy_width import WidthUnknown, hook_width
+from codemods.upstream.family.proxy_width import WidthUnknown, hook_width, relay_methods
 from codemods.upstream.family.repairs import STAGE_OUTPUT, StackSetter, StageOutputFix
 from codemods.upstream.family.rewrite import rewrite_module
 from codemods.upstream.family.setter import SetterShape
@@ -152,9 +152,29 @@ class FamilyPlan:
             self.stack_setters.get(file, []),
             self.stage_fixes.get(file, []),
             self.dead_returns.get(file, []),
-            self.relay_declarations.get(file, []),
+            [*self.relay_declarations.get(file, []), *self.stack_declarations(file)],
         )
         return module_code(module, updated)
+
+    def stack_declarations(self, file: str) -> list[tuple[str, tuple[str, ...]]]:
+        """``(class, methods)`` of each decoder stack of ``file`` whose forward the patch
+        rewrites: what relays is that forward, so its class declares the methods of the
+        rewritten hooks that set its relay up (``pp_aux_relay_methods``, which the runtime
+        guard asks of the stack a hook gave a relay to)."""
+        found = []
+        for shape in self.forward_edits.get(file, []):
+            ref = ForwardRef(file, shape.class_name)
+            hooks = [
+                hook
+                for decision in self.decisions.values()
+                if decision.patched and decision.forward == ref
+                for _outer, _stack, case_hooks in decision.cases
+                for hook in case_hooks
+            ]
+            methods = relay_methods(hooks)
+            if methods:
+                found.append((shape.class_name, methods))
+        return found
 
     def fixes_only(self) -> dict[str, str]:
         """``file -> text`` with only the separate fixes applied (missing stack setters,

@@ -160,10 +160,10 @@ def _guard(result: UpstreamResult, base: str) -> list[str]:
         return []
     passes = facts.guard_passes(result, lambda path: _short(path, base))
     return _wrap(
-        f"Runtime guard: {facts.GUARD_CALL} before each capture hook call in "
+        f"Runtime guard: {facts.GUARD_CALL} after each capture hook call in "
         f"{where}{f'; {passes}' if passes else ''}; with PP it raises "
-        "NotImplementedError naming the class and the method when the class does not "
-        "relay that method."
+        "NotImplementedError naming the class, the method and why when the decoder "
+        "stack the hook set up does not relay that method."
     )
 
 

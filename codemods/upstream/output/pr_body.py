@@ -324,10 +324,11 @@ def _guard_line(result: UpstreamResult) -> str:
         return ""
     passes = guard_passes(result, code_span, code_span)
     return (
-        f"- Runtime guard: `{GUARD_CALL}` before each call of a capture hook in {where}"
+        f"- Runtime guard: `{GUARD_CALL}` after each call of a capture hook in {where}"
         + (f"; {passes} (a caller without it has one stage)" if passes else "")
-        + "; with PP it raises `NotImplementedError` naming the class and the method when "
-        "the class does not relay that method, so no path that configures the capture "
+        + "; with PP it raises `NotImplementedError` naming the class, the method and why "
+        "when the decoder stack the hook set up does not relay that method (a wrapper "
+        "that keeps a relaying stack is admitted), so no path that configures the capture "
         "(the server's, or `ModelRunner` driven directly) loses captures silently.\n"
     )
 

@@ -108,12 +108,12 @@ def validation_change(result: UpstreamResult):
     )
 
 
-#: The runtime guard part (``validation/part.py``) and the check it puts before each call.
+#: The runtime guard part (``validation/part.py``) and the check it puts after each call.
 GUARD_CALL = "check_pp_aux_capture(model, METHOD, pp_size)"
 
 
 def guard_places(result: UpstreamResult) -> list[tuple[str, list[str]]]:
-    """(patch path, functions) where the patch puts the runtime guard before a capture
+    """(patch path, functions) where the patch puts the runtime guard after a capture
     hook call, in patch order: the runner files it changes and, from the guard part's
     facts, the functions whose calls it guards there (a file it changes only to pass
     ``pp_size`` is not one)."""

@@ -224,11 +224,12 @@ def _guard_paragraph(result: UpstreamResult) -> str:
         return ""
     passes = guard_passes(result, _name)
     return _wrap(
-        f"{GUARD_CALL} now runs before each call of a capture hook in {where}"
+        f"{GUARD_CALL} now runs after each call of a capture hook in {where}"
         + (f"; {passes} (a caller without it has one stage)" if passes else "")
-        + "; with PP it raises NotImplementedError naming the class and the method when "
-        "the class does not relay that method (pp_aux_relay_methods, which each model "
-        "patch declares on the classes it makes relay), so no path that configures the capture loses "
+        + "; with PP it raises NotImplementedError naming the class, the method and why "
+        "when the decoder stack the hook set up does not relay that method "
+        "(pp_aux_relay_methods, which each model patch declares on the stacks whose "
+        "forward it makes relay), so no path that configures the capture loses "
         "captures silently."
     )
 

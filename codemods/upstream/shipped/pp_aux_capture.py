@@ -37,10 +37,11 @@ import torch
 # the runner's static buffer, overwritten by the next replay, and each received capture
 # is copied out once.
 #
-# A model class declares the capture methods it relays this way in its own body
-# (``pp_aux_relay_methods = ("EAGLE3",)``); the server-argument validation and
-# ``configure_aux_hidden_state_capture`` refuse aux capture under PP for any other
-# (``relays_pp_aux_capture``, ``check_pp_aux_capture``).
+# What relays is the decoder stack's forward: its class declares the capture methods it
+# relays in its own body (``pp_aux_relay_methods = ("EAGLE3",)``), as does the causal-LM
+# class whose hooks set it up, for the server-argument validation
+# (``relays_pp_aux_capture``); ``configure_aux_hidden_state_capture`` asks the stack a
+# hook set up (``check_pp_aux_capture``): a wrapper that keeps a relaying stack passes.
 AUX_ENTRY = "aux_hidden_states"
 #: Set in a model class's own body: the capture methods whose captures it relays.
 RELAY_METHODS_ATTR = "pp_aux_relay_methods"
@@ -84,16 +85,44 @@ def relays_pp_aux_capture(model_cls: type, method: str) -> bool:
 
 
 def check_pp_aux_capture(model: torch.nn.Module, method: str, pp_size: int) -> None:
-    """Raise ``NotImplementedError``, naming the class and the method, before
-    ``method``'s capture is configured under PP on a model that would lose the
-    captures of the stages before the last (as the capture hooks do for a PP they do
-    not support). Nothing is asked with one stage."""
-    if pp_size > 1 and not relays_pp_aux_capture(type(model), method):
-        raise NotImplementedError(
-            f"{type(model).__name__}'s decoder stack does not relay {method}'s aux "
-            f"hidden states across pipeline stages, so pp_size={pp_size} would lose "
-            "the captures of every stage but the last."
-        )
+    """Raise ``NotImplementedError``, naming the class, the method and why, right after
+    ``method``'s capture hook ran under PP on a model that would lose the captures of
+    the stages before the last (as the hooks do for a PP they do not support): unless
+    the decoder stack the hook gave a relay (``set_pp_aux_capture``) still runs the
+    ``forward`` of a class that declares ``method`` in its own body.  A model whose hook
+    gave no stack a relay is asked by its class (``relays_pp_aux_capture``)."""
+    if pp_size <= 1:
+        return
+    stacks = [m for m in model.modules() if "pp_aux_relay" in vars(m)]
+    if not stacks and relays_pp_aux_capture(type(model), method):
+        return
+    for stack in stacks or [None]:
+        reason = None if stack is None else _stack_refusal(stack, method.upper())
+        if stack is None or reason is not None:
+            name = type(model).__name__ + "'s decoder stack"
+            name += "" if stack is None else f" {type(stack).__name__}"
+            why = "" if reason is None else f" ({reason})"
+            raise NotImplementedError(
+                f"{name} does not relay {method}'s aux hidden states across pipeline "
+                f"stages{why}, so pp_size={pp_size} would lose the captures of every "
+                "stage but the last."
+            )
+
+
+def _stack_refusal(stack: torch.nn.Module, method: str) -> Optional[str]:
+    """Why ``stack`` does not relay ``method``'s captures (None: it does)."""
+    if "forward" in vars(stack):
+        return "its forward is replaced on the instance"
+    owner = next((k for k in type(stack).__mro__ if "forward" in vars(k)), None)
+    declared = None if owner is None else vars(owner).get(RELAY_METHODS_ATTR)
+    if declared is None:
+        owner_name = getattr(owner, "__name__", "?")
+        return f"{owner_name}.forward is not patched to relay captures"
+    if not declared:
+        return f"{owner.__name__}.forward relays no capture method"
+    if method not in declared:
+        return f"{owner.__name__}.forward relays only {', '.join(declared)}"
+    return None
 
 
 @dataclass(frozen=True)

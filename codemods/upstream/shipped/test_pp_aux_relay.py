@@ -21,11 +21,15 @@
 * sizing: the runner finds the relay of a stack nested in the model; a model that still
   defines ``get_pp_proxy_dspark_hidden_size`` (out of tree) is sized by it, with a
   deprecation warning.
-* guard: where the runner configures a capture, a model class that does not relay the
-  method is refused by name under PP before its hook is called, and one that does is
-  configured; with one stage both are.
+* guard: where the runner configures a capture, right after its hook ran under PP, a
+  model whose hook gave its decoder stack a relay is admitted by that stack (the class
+  that defines its ``forward`` declares the method, and the stack still runs that
+  ``forward``), whatever class wraps it, and refused by name with the reason otherwise;
+  a model whose hook gave no stack a relay is asked by its own class; with one stage
+  every model is configured.
 """
 
+import re
 import unittest
 from types import SimpleNamespace
 from unittest import mock
@@ -380,10 +384,13 @@ class TestPPAuxRelayOptIn(CustomTestCase):
             dflash_target_layer_ids=[1],
             is_dspark=False,
         )
-        with self.assertRaisesRegex(
-            NotImplementedError, f"^OwnStack's decoder stack does not relay {method}'s "
-        ):
-            setup.configure_aux_hidden_state_capture(**configure, pp_size=2)
+        with mock.patch.object(OwnStack, HOOKS[method]):
+            # The recorder gives no stack a relay: the class itself is asked.
+            with self.assertRaisesRegex(
+                NotImplementedError,
+                f"^OwnStack's decoder stack does not relay {method}'s ",
+            ):
+                setup.configure_aux_hidden_state_capture(**configure, pp_size=2)
         with mock.patch.object(OwnStack, HOOKS[method]) as hook:
             # As the runner calls it with one stage, and as callers without pp_size do.
             setup.configure_aux_hidden_state_capture(**configure, pp_size=1)
@@ -453,10 +460,59 @@ class TestRuntimeGuard(CustomTestCase):
                                 f"^Silent's decoder stack does not relay {method}'s ",
                             ):
                                 _configure_capture(cls(), method, pp_size=2)
-                            called.assert_not_called()
                         else:
                             _configure_capture(cls(), method, pp_size=2)
-                            called.assert_called_once_with([1])
+                        called.assert_called_once_with([1])
+
+    def test_capture_under_pp_is_admitted_by_the_stack_the_hook_relays_to(self):
+        def forward(self):
+            return None
+
+        def hook(self, ids):
+            # What a rewritten hook does: it gives its decoder stack a relay.
+            self.model.pp_aux_relay = None
+
+        for method in GUARDED:
+            relaying = type(
+                "RelayingStack",
+                (nn.Module,),
+                {"pp_aux_relay_methods": (method,), "forward": forward},
+            )
+            other = type(
+                "OtherStack",
+                (nn.Module,),
+                {"pp_aux_relay_methods": (), "forward": forward},
+            )
+            plain = type("PlainStack", (nn.Module,), {"forward": forward})
+            # A subclass with a forward of its own no longer runs the relaying one.
+            overriding = type("OverridingStack", (relaying,), {"forward": forward})
+            for stack, reason in (
+                (relaying, None),
+                (relaying, "its forward is replaced on the instance"),
+                (other, "OtherStack.forward relays no capture method"),
+                (plain, "PlainStack.forward is not patched to relay captures"),
+                (
+                    overriding,
+                    "OverridingStack.forward is not patched to relay captures",
+                ),
+            ):
+                # The wrapper declares nothing: only its stack is asked.
+                wrapper = type("Wrapper", (nn.Module,), {HOOKS[method]: hook})
+                model = wrapper()
+                model.model = stack()
+                if reason == "its forward is replaced on the instance":
+                    model.model.forward = lambda: None
+                with self.subTest(method=method, stack=stack.__name__, reason=reason):
+                    if reason is None:
+                        _configure_capture(model, method, pp_size=2)
+                        continue
+                    with self.assertRaisesRegex(
+                        NotImplementedError,
+                        f"^Wrapper's decoder stack {stack.__name__} does not relay "
+                        f"{method}'s aux hidden states across pipeline stages "
+                        rf"\({re.escape(reason)}",
+                    ):
+                        _configure_capture(model, method, pp_size=2)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,9 @@ width method of its own (:data:`RESOLVED`).  A model that defines
 defines the old ``get_pp_proxy_dspark_hidden_size`` (``SGLANG_EXTERNAL_MODEL_PACKAGE``) is
 asked next for one release, with a deprecation warning.  In ``kimi_linear.py`` and
 ``kimi_k3.py`` the relay itself then goes through the shipped helpers (``native_relay.py``),
-and the classes that define the DSPARK hook declare that they relay DSPARK
-(``pp_aux_relay_methods``), which the runtime guard asks.
+and the classes that define the DSPARK hook, and the decoder stacks whose forward relays,
+declare that they relay DSPARK (``pp_aux_relay_methods``), which the validation and the
+runtime guard ask.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from __future__ import annotations
 import re
 
 import libcst as cst
+import libcst.matchers as m
 
 from codemods.catalog.methods import NATIVE
 from codemods.upstream.edit.change_kinds import RUNTIME, Role
@@ -45,6 +47,7 @@ from codemods.upstream.edit.imports import add_from_import
 from codemods.upstream.edit.names import GLUE_MODULE, WIDTH
 from codemods.upstream.edit.parsing import parse_text
 from codemods.upstream.edit.patchfile import FileChange
+from codemods.upstream.edit.walk import findall
 from codemods.upstream.family.proxy_width import add_support_attribute
 from codemods.upstream.sizing.native_relay import relay_through_helpers
 from codemods.upstream.tree.sglang_tree import SGLangTree
@@ -205,18 +208,38 @@ def resolve_through_helpers(text: str, path: str) -> str:
     return add_from_import(parse_text(text), GLUE_MODULE, [WIDTH]).code
 
 
+#: The shipped helpers a decoder stack's forward relays through, ``self`` first.
+_RELAY_HELPERS = ("pp_aux_handoff", "pp_aux_outgoing", "pp_aux_seed", "pp_aux_collect")
+
+
+def _defines_hook(cls: cst.ClassDef) -> bool:
+    return any(
+        isinstance(s, cst.FunctionDef) and s.name.value == NATIVE.hook for s in cls.body.body
+    )
+
+
+def _relaying_forward(cls: cst.ClassDef) -> bool:
+    """Whether ``cls`` defines a ``forward`` that calls a relay helper on ``self``."""
+    relay = m.Call(
+        func=m.OneOf(*(m.Name(name) for name in _RELAY_HELPERS)),
+        args=[m.Arg(value=m.Name("self")), m.ZeroOrMore()],
+    )
+    return any(
+        isinstance(s, cst.FunctionDef) and s.name.value == "forward" and findall(s, relay)
+        for s in cls.body.body
+    )
+
+
 def declare_dspark_relay(text: str) -> str:
     """``text`` with ``pp_aux_relay_methods`` naming the method SGLang relays natively
     (:data:`~codemods.catalog.methods.NATIVE`: DSPARK) in each top-level class that defines
-    its hook (these files relay its captures themselves)."""
+    its hook (these files relay its captures themselves), and in each decoder stack whose
+    ``forward`` relays through the shipped helpers, which the runtime guard asks."""
     module = parse_text(text)
     body = [
         add_support_attribute(statement, (NATIVE.name,))
         if isinstance(statement, cst.ClassDef)
-        and any(
-            isinstance(s, cst.FunctionDef) and s.name.value == NATIVE.hook
-            for s in statement.body.body
-        )
+        and (_defines_hook(statement) or _relaying_forward(statement))
         else statement
         for statement in module.body
     ]

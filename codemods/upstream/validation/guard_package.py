@@ -183,8 +183,8 @@ def runner_files(tree: SGLangTree, read: Callable[[str], str | None] | None = No
 
 
 def guard_changes(tree: SGLangTree, base: Callable[[str], str | None] | None = None) -> GuardResult:
-    """The runner files with the check before each capture hook call, the calls, and the
-    calls no check can be put before (then no file is changed).  A module-level function
+    """The runner files with the check after each capture hook call, the calls, and the
+    calls no check can be put after (then no file is changed).  A module-level function
     whose check reads its new parameter ``pp_size`` gets it from each of its calls in the
     runner package (``pass_pp_size``); one without such a call cannot be guarded.
 

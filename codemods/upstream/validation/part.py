@@ -1,11 +1,11 @@
 """The runtime guard and the relaxed server-arg validation as parts of the patch.
 
-* ``runtime guard`` (``runtime_guard.py``): the check before every call of a capture hook
+* ``runtime guard`` (``runtime_guard.py``): the check after every call of a capture hook
   under ``sglang/srt/model_executor/``, on every release, so that a model that does not
   relay a method's captures is refused by name under PP wherever the runner configures
   the capture.  Not applicable where no model part of the patch applies or the runner
   calls no capture hook; left out (the rest of the patch stands) where a call has a shape
-  no check can be put before, or a function whose check reads its new ``pp_size``
+  no check can be put after, or a function whose check reads its new ``pp_size``
   parameter has a call that cannot pass it (or none under the runner package), naming the
   file, function and line.  It builds on a runner file an earlier part changed (the
   sizing part's ``model_runner.py``, where a call passes ``pp_size``).  Its facts are the

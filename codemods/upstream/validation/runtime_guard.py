@@ -1,7 +1,8 @@
 """Refuse aux capture under PP where the runner configures it, for a model that does not relay it.
 
-The patch declares ``pp_aux_relay_methods`` on each model class it makes relay its captures
-across pipeline stages; the server-argument validation (``relax.py``) reads it on 0.5.21+,
+The patch declares ``pp_aux_relay_methods`` on each decoder stack whose forward it makes
+relay captures across pipeline stages, and on the causal-LM classes whose hooks set that
+relay up; the server-argument validation (``relax.py``) reads the latter on 0.5.21+,
 and older releases refuse speculative decoding with PP outright.  Neither stops a model
 that does not relay from reaching the capture by another path (``ModelRunner`` driven
 directly, an architecture override, a model loaded by another entry point), and its
@@ -11,10 +12,14 @@ rewrite relays a method (:data:`~codemods.catalog.methods.RELAY_HOOKS`) under
 ``sglang/srt/model_executor/`` (found with LibCST, whatever
 the release: ``ModelRunner`` and ``CudaGraphRunner`` up to 0.5.15,
 ``configure_aux_hidden_state_capture`` in ``model_runner_components/attention_backend_setup.py``
-from 0.5.16) gets, just before it, the shipped ``check_pp_aux_capture``, which raises
+from 0.5.16) gets, right after it, the shipped ``check_pp_aux_capture``, which raises
 ``NotImplementedError`` (as the capture hooks do for a PP they do not support) naming the
-class and the method when the PP world size is above 1 and the class does not relay that
-method, given as its registry name (``<METHOD>`` below: the method of the hook called,
+class, the method and why when the PP world size is above 1 and the decoder stack the hook
+gave a relay to (``set_pp_aux_capture``) does not relay that method (the class that defines
+its ``forward`` does not declare it, or the stack no longer runs that ``forward``), so a
+class that keeps a relaying stack is admitted whatever class holds it (a wrapper, a
+subclass, a class that delegates to another causal LM); the method is given as its
+registry name (``<METHOD>`` below: the method of the hook called,
 DFLASH for ``set_dflash_layers_to_capture``, EAGLE3 for ``set_eagle3_layers_to_capture``).
 
 The PP world size is the runner's.  In a method of a runner class (first parameter
@@ -31,8 +36,8 @@ after::
 
     if self.dflash_use_aux_hidden_state:
         ...
-        check_pp_aux_capture(self.model, "<METHOD>", self.pp_size)
         self.model.set_dflash_layers_to_capture(self.dflash_target_layer_ids)
+        check_pp_aux_capture(self.model, "<METHOD>", self.pp_size)
 
 A module-level function gets a last parameter ``pp_size: int = 1`` (keyword-only where the
 function is; laid out as black would), its checks read it, and every call of it in the
@@ -71,8 +76,9 @@ after::
         ...
         if eagle_use_aux_hidden_state:
             ...
-            check_pp_aux_capture(model, "<METHOD>", pp_size)
             model.set_eagle3_layers_to_capture(eagle_aux_hidden_state_layer_ids)
+            check_pp_aux_capture(model, "<METHOD>", pp_size)
+        ...
 
         configure_aux_hidden_state_capture(
             model=self.model,
@@ -84,9 +90,9 @@ after::
 Elsewhere (a nested function, a class without a PP size of its own; no release) the check
 reads ``get_pp_group().world_size``, imported from ``sglang.srt.distributed.parallel_state``
 where the file does not import it already, and so does a call whose runner has no PP size
-of its own.  A call already preceded by its check, or already passing ``pp_size``, is left
+of its own.  A call already followed by its check, or already passing ``pp_size``, is left
 alone, so a patched tree regenerates to nothing.  A hook call this module cannot place a
-check before (not a statement of its own, outside a function), a call of such a function
+check after (not a statement of its own, outside a function), a call of such a function
 that cannot pass ``pp_size`` (``**kwargs``, in a statement's header), or such a function
 with no call in the runner package, is reported by file, function and line, and nothing
 is guarded then.  A runner file an earlier part changed is built on (``base``).
@@ -130,7 +136,7 @@ PARAM_DEF = f"{PARAM}: int = 1"
 
 @dataclass(frozen=True)
 class GuardSite:
-    """One runner call of a capture hook, and the check before it."""
+    """One runner call of a capture hook, and the check after it."""
 
     path: str  # patch path of the file
     line: int
@@ -147,7 +153,7 @@ class GuardSite:
 
 @dataclass(frozen=True)
 class Unguarded:
-    """A runner call of a capture hook this module cannot put a check before."""
+    """A runner call of a capture hook this module cannot put a check after."""
 
     path: str
     line: int
@@ -324,7 +330,7 @@ class _Finder:
         self.order = {id(call): n for n, call in enumerate(_hook_calls(module))}
         self.sites: list[GuardSite] = []
         self.unguarded: list[Unguarded] = []
-        #: id of a hook call's statement -> the check to put before it.
+        #: id of a hook call's statement -> the check to put after it.
         self.inserts: dict[int, cst.SimpleStatementLine] = {}
         #: Module-level functions whose checks read their parameter ``pp_size``.
         self.parameters: dict[int, cst.FunctionDef] = {}
@@ -402,7 +408,7 @@ class _Finder:
         self.seen.add(id(call))
         method = HOOKS[call.func.attr.value]
         model = code_of(call.func.value)
-        guarded = index > 0 and _is_check(body[index - 1], model, method)
+        guarded = index + 1 < len(body) and _is_check(body[index + 1], model, method)
         size = pp_size_expression(scope)
         if size == PARAM and scope.function is not None:
             self.parameters[id(scope.function)] = scope.function
@@ -414,15 +420,15 @@ class _Finder:
         lines = render_call(indent, "", Call(CHECK, (model, f'"{method}"', size)))
         (check,) = parse_statements("".join(f"{line}\n" for line in lines), indent)
         assert isinstance(check, cst.SimpleStatementLine)
-        self.inserts[id(statement)] = check.with_changes(leading_lines=statement.leading_lines)
+        self.inserts[id(statement)] = check.with_changes(leading_lines=())
 
 
 CALL_TEXT = re.compile(r"\.\s*(?:" + "|".join(map(re.escape, HOOKS)) + r")\s*\(")
 
 
 class _Insert(cst.CSTTransformer):
-    """Puts each check before its call's statement (which gives up its leading lines),
-    and gives each function in ``parameters`` its new parameter list."""
+    """Puts each check right after its call's statement, and gives each function in
+    ``parameters`` its new parameter list."""
 
     def __init__(
         self,
@@ -441,7 +447,7 @@ class _Insert(cst.CSTTransformer):
         for old, new in zip(original_node.body, updated_node.body, strict=True):
             check = self.inserts.get(id(old))
             if check is not None and isinstance(new, cst.SimpleStatementLine):
-                body += [check, new.with_changes(leading_lines=())]
+                body += [new, check]
             else:
                 body.append(new)
         return updated_node.with_changes(body=body)
@@ -467,7 +473,7 @@ class GuardedFile:
 
 
 def guard(source: str, path: str) -> GuardedFile:
-    """``source`` with the check before each hook call (unchanged when every call has it,
+    """``source`` with the check after each hook call (unchanged when every call has it,
     or when a call cannot have it: ``unguarded`` says which and why); a module-level
     function whose check reads ``pp_size`` gets that parameter (``PARAM_DEF``)."""
     module = parse_text(source)

@@ -45,19 +45,41 @@ def report(copy):
     return json.loads(lines[-1])
 
 
+#: The shipped helpers a decoder stack's rewritten forward relays through.
+_RELAY_HELPERS = ("pp_aux_handoff", "pp_aux_outgoing", "pp_aux_seed", "pp_aux_collect")
+
+
+def _relaying_forward(node: ast.ClassDef) -> bool:
+    """``node`` defines a method that calls a relay helper (its ``forward``, or the method
+    its ``forward`` hands the work to): a decoder stack."""
+    return any(
+        isinstance(item, ast.FunctionDef)
+        and any(
+            isinstance(call, ast.Call) and getattr(call.func, "id", None) in _RELAY_HELPERS
+            for call in ast.walk(item)
+        )
+        for item in node.body
+    )
+
+
 def _sized_classes(tree) -> set[tuple[str, str]]:
     """``(module, class)`` of every model class whose hooks the patch rewrote: those that
-    declare the capture methods they relay in their own body."""
+    declare the capture methods they relay in their own body, other than the decoder
+    stacks whose forward relays (they declare too)."""
     found = set()
     for path in sorted((tree / "sglang/srt/models").glob("*.py")):
         text = path.read_text(encoding="utf-8")
         if "pp_aux_relay_methods = (" not in text:
             continue
         for node in ast.parse(text).body:
-            if isinstance(node, ast.ClassDef) and any(
-                isinstance(item, ast.Assign)
-                and any(getattr(t, "id", None) == "pp_aux_relay_methods" for t in item.targets)
-                for item in node.body
+            if (
+                isinstance(node, ast.ClassDef)
+                and any(
+                    isinstance(item, ast.Assign)
+                    and any(getattr(t, "id", None) == "pp_aux_relay_methods" for t in item.targets)
+                    for item in node.body
+                )
+                and not _relaying_forward(node)
             ):
                 found.add((path.stem, node.name))
     return found

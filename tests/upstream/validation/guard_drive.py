@@ -8,8 +8,8 @@ runner calls the capture hooks in ``ModelRunner.init_aux_hidden_state_capture``,
 The runner is the patched ``ModelRunner`` class; ``init_aux_hidden_state_capture`` runs
 on a stand-in that has only what that method reads (the model, ``pp_size``, the capture
 flags and ids).  The models are the release's own classes, built without weights (only the
-class is asked); their hooks are replaced by a recorder, so what is checked is the guard in
-front of the hook: the patched ``LlamaForCausalLM``, which declares the methods it relays,
+class is asked); their hooks are replaced by a recorder, which gives no decoder stack a
+relay, so what is checked is the guard's answer for the class itself: the patched ``LlamaForCausalLM``, which declares the methods it relays,
 ``Qwen2ForCausalLM``, whose file the patch leaves alone, and a subclass of the patched
 class that builds its own stack (it defines ``__init__``), which the declaration does not
 cover.

@@ -120,6 +120,7 @@ def _guard_test_module(text: str) -> str:
         or (isinstance(node, ast.Assign) and node.targets[0].id in wanted)  # type: ignore[attr-defined]
     ]
     head = (
+        "import re\n"
         "import unittest\n"
         "from types import SimpleNamespace\n"
         "from unittest import mock\n\n"
@@ -156,7 +157,7 @@ def test_the_shipped_guard_test_in_0_5_14s_form_passes_on_the_patch_only(patched
     assert 'GUARDED = ("EAGLE3", "DFLASH")\n' in text
     passed = _run_guard_test(copy, text, tmp_path / "patched")
     assert passed.returncode == 0, passed.stderr[-3000:]
-    assert "Ran 1 test" in passed.stderr and passed.stderr.rstrip().endswith("OK")
+    assert "Ran 2 tests" in passed.stderr and passed.stderr.rstrip().endswith("OK")
     failed = _run_guard_test(sglang_tree(VERSION), text, tmp_path / "release")
     assert failed.returncode != 0
     assert "NotImplementedError not raised" in failed.stderr, failed.stderr[-3000:]

@@ -1,8 +1,8 @@
-"""The runtime guard: ``check_pp_aux_capture`` before every runner call of a capture hook.
+"""The runtime guard: ``check_pp_aux_capture`` after every runner call of a capture hook.
 
 Small runner modules check the rewrite itself (the PP world size each scope has, the
 imports, comments kept above, a second run changing nothing, the calls no check can be put
-before); every release's runner (source trees, ``hook_trees``) gets a check before each of
+after); every release's runner (source trees, ``hook_trees``) gets a check after each of
 its hook calls, in the file and function that release has; the part answers for a tree
 without such calls, and a partial patch keeps its other parts.
 """
@@ -91,11 +91,11 @@ def test_each_call_gets_the_check_with_the_pp_size_its_scope_has():
         'check_pp_aux_capture(model, "DSPARK", pp_size)',
     ]
     assert "def configure(model, ids, is_dspark, pp_size: int = 1):\n" in done.text
-    # Each check sits right above its call, at its indentation; the comment stays on top.
+    # Each check sits right below its call, at its indentation; the comment stays on top.
     assert (
         "            # the draft's layers\n"
-        '            check_pp_aux_capture(self.model, "EAGLE3", self.pp_size)\n'
         "            self.model.set_eagle3_layers_to_capture(ids)\n"
+        '            check_pp_aux_capture(self.model, "EAGLE3", self.pp_size)\n'
     ) in done.text
     # isort order among the sglang imports, nothing else moved.
     assert done.text.startswith(
@@ -290,12 +290,12 @@ def test_every_release_guards_each_runner_call_of_a_capture_hook(version):
         compile(change.new, change.path, "exec")
         module = cst.parse_module(change.new)
         assert module.code == change.new
-        # Every hook call of the file now follows its check, which is imported.
+        # Every hook call of the file is now followed by its check, which is imported.
         lines = change.new.splitlines()
         calls = [n for n, line in enumerate(lines) if "_layers_to_capture(" in line]
         calls = [n for n in calls if "check_pp_aux_capture(" not in lines[n]]
         assert len(calls) == sum(1 for s in found.sites if s.path == change.path)
-        assert all("check_pp_aux_capture(" in lines[n - 1] for n in calls), version
+        assert all("check_pp_aux_capture(" in lines[_after(lines, n)] for n in calls), version
         guarded = any(s.path == change.path for s in found.sites)
         assert ("import check_pp_aux_capture" in change.new) is guarded, change.path
         again = guard(change.new, change.path)
@@ -417,8 +417,9 @@ def test_a_module_level_function_takes_pp_size_from_the_runners_call(tmp_path):
         "import logging\n",
         "import logging\n\nfrom sglang.srt.layers.aux_hidden_states import check_pp_aux_capture\n",
     ).replace(
-        "    if eagle:\n",
-        '    if eagle:\n        check_pp_aux_capture(model, "EAGLE3", pp_size)\n',
+        "        model.set_eagle3_layers_to_capture(ids)\n",
+        "        model.set_eagle3_layers_to_capture(ids)\n"
+        '        check_pp_aux_capture(model, "EAGLE3", pp_size)\n',
     )
     assert new["model_runner.py"] == CALLER.replace(
         "            ids=self.ids,\n",
@@ -560,15 +561,28 @@ def _blocks(doc: str) -> list[list[str]]:
     return blocks
 
 
+def _after(lines: list[str], n: int) -> int:
+    """The index of the line after the statement that starts on line ``n``."""
+    indent = len(lines[n]) - len(lines[n].lstrip())
+    k = n + 1
+    while k < len(lines) and (
+        not lines[k].strip()
+        or len(lines[k]) - len(lines[k].lstrip()) > indent
+        or lines[k].lstrip().startswith(")")
+    ):
+        k += 1
+    return k
+
+
 def _methods_filled(lines: list[str]) -> list[str]:
     """``lines`` with each ``"<METHOD>"`` (how the docstring writes the method a check names)
-    replaced by the registry's method of the hook called on the next line."""
+    replaced by the registry's method of the hook called on the line before."""
     from codemods.upstream.validation.runtime_guard import HOOKS
 
     filled = []
-    for line, following in zip(lines, [*lines[1:], ""], strict=True):
+    for line, preceding in zip(lines, ["", *lines[:-1]], strict=True):
         if '"<METHOD>"' in line:
-            (hook,) = [hook for hook in HOOKS if f".{hook}(" in following]
+            (hook,) = [hook for hook in HOOKS if f".{hook}(" in preceding]
             line = line.replace('"<METHOD>"', f'"{HOOKS[hook]}"')
         filled.append(line)
     return filled
