@@ -17,6 +17,7 @@
 
 import contextlib
 import importlib
+import multiprocessing
 import socket
 import sys
 import zlib
@@ -526,6 +527,15 @@ def pp_server_args(arch, model_impl="auto", **fields):
 
 
 # ------------------------------------------------------------- parallel state
+
+
+def stage_processes(*modules: str):
+    """The multiprocessing context the PP stage processes start from: a fork server
+    that imports SGLang and ``modules`` (the test module, the model files) once, so
+    that every stage process starts with them loaded instead of importing them again."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__, *modules])
+    return context
 
 
 def free_port():
@@ -1125,8 +1135,14 @@ def call_hook(model, hook, layer_ids):
     getattr(model, hook)(None if layer_ids is None else list(layer_ids))
 
 
-def reference_aux(case, hook, layer_ids, tokens):
-    """Aux states of a single-stage run (PP=1) of the same model."""
+def reference_model(case, hook, layer_ids):
+    """The single-stage (PP=1) model of ``case``, its capture hook called."""
     model = build_model(case, 0, 1, None)
     call_hook(model, hook, layer_ids)
+    return model
+
+
+def reference_aux(model, tokens):
+    """Aux states of a single-stage run of ``model`` (``reference_model``)."""
+    set_pp_group(model.pp_group)
     return aux_list(run_forward(model, tokens, None).aux_hidden_states)
