@@ -678,6 +678,8 @@ class StandInLayer(nn.Module):
                 kwargs["capture_output"](hidden_states)
             if captured_last_layer_outputs is not None:
                 captured_last_layer_outputs.capture(hidden_states)
+            if kwargs.get("capture_gathered") is not None:
+                kwargs["capture_gathered"].capture(hidden_states)
             hidden_states = torch.tanh(hidden_states @ self.weight)
             return (hidden_states, None) if self.pair else hidden_states
         residual = hidden_states if residual is None else hidden_states + residual
@@ -764,6 +766,7 @@ def _forward_batch(tokens: int):
         seq_lens=torch.tensor([tokens]),
         residual_stream=None,
         extend_seq_lens=torch.tensor([tokens]),
+        aux_hidden_states_buffer=None,
     )
 
 
@@ -799,6 +802,16 @@ STACK_ATTRIBUTES = {
         use_hf_deepstack_order=False,
         deepstack_embed_to_decoder_layer=range(0),
         hidden_size=HIDDEN_SIZE,
+    ),
+    # The standard residual path (no attention-residual bank).
+    "KimiK3LinearModel": dict(
+        dspark_layers_to_capture=None,
+        carries_bank_slices=False,
+        attn_bank=None,
+        _final_read=StandInNorm(),
+        alt_streams=None,
+        _dp_attention=False,
+        _trim_padded_attn=False,
     ),
     "DeepseekV4Model": dict(
         dspark_layers_to_capture=None,
@@ -842,7 +855,7 @@ LANGUAGE_MODEL_OUTERS = {"Gemma4ForConditionalGeneration"}
 #: Causal-LM classes that take exactly one of input_ids and input_embeds.
 IDS_ONLY_OUTERS = {"Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"}
 #: Modules whose decoder layers return (hidden_states, residual, extra).
-THREE_OUTPUT_LAYERS = {"DeepseekV2Model", "Glm5NextModel"}
+THREE_OUTPUT_LAYERS = {"DeepseekV2Model", "Glm5NextModel", "KimiK3LinearModel"}
 #: Modules whose layer-entry decoder layers return (hidden_states, topk_indices).
 PAIR_ENTRY_LAYERS = {"DeepseekV2Model", "Glm5NextModel"}
 #: Modules whose decoder layers return four values (mHC).
@@ -979,6 +992,7 @@ def _assembled(outer_cls, inner_cls, start: int, end: int, pp_group):
         image_token_id=-1,  # multimodal token ids no stand-in input holds
         video_token_id=-2,
         audio_token_id=-3,
+        attn_res_block_size=None,  # Kimi-K3: no attention-residual bank
     )
     config.text_config = config
     inner = inner_cls.__new__(inner_cls)
@@ -1123,11 +1137,13 @@ def run_forward(model, tokens: int, proxy):
         return model.forward(input_ids, positions, _forward_batch(tokens), **kwargs)
 
 
-def aux_list(aux):
+def aux_list(model, aux):
+    """The aux hidden states ``model`` handed its logits processor, one tensor per
+    capture (packed captures split by the model's width)."""
     if aux is None:
         return []
     if isinstance(aux, torch.Tensor):
-        return [aux]
+        return list(aux.split(_width(model), dim=-1))
     return list(aux)
 
 
@@ -1145,4 +1161,4 @@ def reference_model(case, hook, layer_ids):
 def reference_aux(model, tokens):
     """Aux states of a single-stage run of ``model`` (``reference_model``)."""
     set_pp_group(model.pp_group)
-    return aux_list(run_forward(model, tokens, None).aux_hidden_states)
+    return aux_list(model, run_forward(model, tokens, None).aux_hidden_states)

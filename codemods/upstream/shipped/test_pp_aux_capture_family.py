@@ -152,7 +152,7 @@ def _run_case(case, hook, layer_ids, batches, rank, size, group):
         if error is not None:
             result["equal"] = False
             continue
-        pipelined = aux_list(output.aux_hidden_states)
+        pipelined = aux_list(model, output.aux_hidden_states)
         try:
             if single is None:  # the PP=1 model, built once for every batch
                 single = reference_model(case, hook, layer_ids)
