@@ -47,14 +47,19 @@ OP_TIMEOUT_S = 300.0
 
 # ------------------------------------------------ GPU-only packages on a CPU machine
 
-#: GPU-only packages that SGLang imports at module level besides ``sgl_kernel`` (vllm:
-#: when a rotary embedding is built off CUDA, for a kernel it never runs here).  Where
-#: one does not import, ``stub_gpu_only_packages`` stands in for it the way
-#: ``maybe_stub_sgl_kernel`` stands in for ``sgl_kernel``: a ``sys.meta_path`` finder
-#: that makes empty stub modules.  No kernel of theirs ever runs in these tests.
 # @@if stub_sgl_kernel
-GPU_ONLY_PACKAGES = ("flashinfer", "tvm_ffi", "vllm")
+#: Modules SGLang imports at module level on the paths under test that may not import
+#: on a CPU machine: tvm_ffi and flashinfer (packages SGLang declares) and vllm's
+#: custom ops (an AWQ kernel).  Where one does not import, ``stub_gpu_only_packages``
+#: puts an empty stand-in module under exactly that name in ``sys.modules`` for the
+#: test module's run (sgl_kernel: SGLang's own ``maybe_stub_sgl_kernel``).  No kernel
+#: of theirs ever runs in these tests.
+STAND_IN_MODULES = ("tvm_ffi", "flashinfer", "vllm", "vllm._custom_ops")
 # @@else stub_sgl_kernel
+#: GPU-only packages that SGLang imports at module level (vllm: when a rotary
+#: embedding is built off CUDA, for a kernel it never runs here).  Where one does not
+#: import, ``stub_gpu_only_packages`` stands in for it with a ``sys.meta_path`` finder
+#: that makes empty stub modules (this release has no ``maybe_stub_sgl_kernel``).
 GPU_ONLY_PACKAGES = ("sgl_kernel", "flashinfer", "tvm_ffi", "vllm")
 # @@end stub_sgl_kernel
 
@@ -105,12 +110,52 @@ def _stand_in_getattr(module):
     return __getattr__
 
 
+# @@if stub_sgl_kernel
+def _stand_in_module(name):
+    """An empty module (a package) named ``name`` whose every name is a stand-in."""
+    import importlib.machinery
+    import types
+
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    module.__path__ = []
+    module.__version__ = "0.0.0"
+    module.__getattr__ = _stand_in_getattr(module)
+    return module
+
+
 def stub_gpu_only_packages():
-    """Stand in for the GPU-only packages that do not import here: ``sgl_kernel``
-    through ``sglang.test.test_utils.maybe_stub_sgl_kernel``, those of
-    ``GPU_ONLY_PACKAGES`` through a finder of the same kind.  Must run before the
-    SGLang modules under test are imported; a no-op where the packages import."""
-    import importlib
+    """Stand in for each module of ``STAND_IN_MODULES`` that does not import here
+    (``sys.modules`` holds the stand-in under that name until the test module's
+    tests have run: ``unittest.addModuleCleanup``), then for ``sgl_kernel`` through
+    ``sglang.test.test_utils.maybe_stub_sgl_kernel``.  Must run before the SGLang
+    modules under test are imported; a no-op where the modules import."""
+    import unittest
+
+    added = {}
+    for name in STAND_IN_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # ImportError, or OSError from a kernel library
+            added[name] = sys.modules[name] = _stand_in_module(name)
+
+    def remove():
+        for name, module in added.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+
+    unittest.addModuleCleanup(remove)
+
+    from sglang.test.test_utils import maybe_stub_sgl_kernel
+
+    maybe_stub_sgl_kernel()
+
+
+# @@else stub_sgl_kernel
+def stub_gpu_only_packages():
+    """Stand in for the packages of ``GPU_ONLY_PACKAGES`` that do not import here,
+    through a finder.  Must run before the SGLang modules under test are imported; a
+    no-op where the packages import."""
     import importlib.abc
     import importlib.machinery
 
@@ -140,14 +185,9 @@ def stub_gpu_only_packages():
 
     if missing:
         sys.meta_path.insert(0, _GpuOnlyFinder())
-    # @@if stub_sgl_kernel
-
-    from sglang.test.test_utils import maybe_stub_sgl_kernel
-
-    maybe_stub_sgl_kernel()
-    # @@end stub_sgl_kernel
 
 
+# @@end stub_sgl_kernel
 # ------------------------------------- tiny configs of the patched causal LMs
 
 #: Width and depth of the tiny configs: 4 layers, hidden size 64.
