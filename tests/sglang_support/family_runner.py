@@ -9,7 +9,7 @@ Loads ``TEST_FILE`` (the generated ``test_pp_aux_capture_family.py``) as a modul
 stands in for the GPU-only packages and imports SGLang once, imports the model modules of
 the chosen cases, then calls the test's own ``run_family(pp, family_jobs(cases))`` for
 each PP size (with ``--layer-ids``: ``family_jobs(cases, layer_id_sets)``; with
-``--batches``: ``run_family(pp, jobs, batches)``; otherwise the test's defaults) with forked instead of spawned workers (each stage starts from this
+``--batches``: ``run_family(pp, jobs, batches)``; otherwise the test's defaults) with forked workers instead of the test's fork server (each stage starts from this
 process's imports instead of importing SGLang again).  Prints one JSON line:
 ``{"PP": [records of the last rank], ...}``, the records of the test's ``--json`` mode.
 
@@ -36,7 +36,6 @@ import json
 import multiprocessing
 import os
 import sys
-from types import SimpleNamespace
 
 
 def load_test(path: str):
@@ -160,7 +159,7 @@ def main(argv: list[str]) -> int:
             importlib.import_module(f"sglang.srt.models.{case[0]}")
         except Exception:
             pass
-    test.mp = SimpleNamespace(get_context=lambda _method: multiprocessing.get_context("fork"))
+    test.stage_processes = lambda *_modules: multiprocessing.get_context("fork")
     if "--layer-ids" in options:
         id_sets = [_ints(part) for part in options["--layer-ids"].split(";")]
         jobs = test.family_jobs(chosen, id_sets)

@@ -6,11 +6,12 @@ SGLang 0.5.23 is laid out as a checkout and patched.  SGLang's CI collects every
 without a ``register_*_ci(...)`` call or without a ``__main__`` entry: the release's own
 collector takes every file there.  The tests derive from ``CustomTestCase``, their shared
 utilities are a module of the package (``sglang/test/``), and GPU-only packages are stood
-in by ``sys.meta_path`` finders installed before the models are imported
-(``maybe_stub_sgl_kernel`` for sgl_kernel, a finder of the same kind for the others),
-never skipped around.  The tests then run from the checkout in a process where
-sgl_kernel, flashinfer, tvm_ffi and vllm do not import: only the shipped finders can make
-the models import there.  The packages SGLang needs and this machine lacks (triton, which
+in for before the models are imported, never skipped around: sgl_kernel by SGLang's own
+``maybe_stub_sgl_kernel``, the other modules by empty modules put in ``sys.modules``
+under their exact names for the test module's run (no import hook of the utilities'
+own).  The tests then run from the checkout in a process where sgl_kernel, flashinfer,
+tvm_ffi and vllm do not import: only the shipped stand-ins can make the models import
+there.  The packages SGLang needs and this machine lacks (triton, which
 ``import sglang`` itself needs, torchvision, IPython, ...; SGLang's CPU CI installs them)
 come from ``sglang_support/stubs``.
 """
@@ -204,7 +205,7 @@ def test_shipped_tests_keep_to_sglang_conventions(patched):
         # Their utilities come from the package, not from a path of their own.
         assert "from sglang.test.pp_aux_capture_family_models import" in source, name
         assert "sys.path" not in source, name
-        # The finders go in before anything else of SGLang is imported.
+        # The stand-ins go in before anything else of SGLang is imported.
         call = source.index("stub_gpu_only_packages()\n")
         assert call < source.index("from sglang.test.test_utils"), name
         assert source[:call].count("from sglang.") == 1, name
@@ -218,6 +219,8 @@ def test_shipped_tests_keep_to_sglang_conventions(patched):
         # No environment variable of their own: settings are constants or arguments.
         assert _environment_reads(root / path) == [], path
         assert "SGLANG_TEST_" not in (root / path).read_text(), path
+    # No import hook of their own: SGLang's maybe_stub_sgl_kernel is the only finder.
+    assert "meta_path" not in (root / UTILS).read_text()
 
 
 def _test_count(path: Path) -> int:

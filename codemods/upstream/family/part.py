@@ -24,6 +24,7 @@ from codemods.upstream.family.plan import FamilyPlan, plan_family
 from codemods.upstream.tree.sglang_tree import SGLangTree
 from codemods.upstream.tree.test_variants import tree_features
 from codemods.upstream.validation.shipped_tests import (
+    KIMI_CASES,
     TEST_ROLES,
     TEST_UTILS_MODULE,
     render_test_utils,
@@ -81,7 +82,12 @@ def decide_family(tree: SGLangTree, plan: part.Plan) -> part.Decision:
 
 def decide_tests(tree: SGLangTree, plan: part.Plan) -> part.Decision:
     family = plan.facts(part_facts.FAMILY)
-    tests = shipped_tests(family, tree) if family is not None else {}
+    # The Kimi files the patch rewrites (by the parts decided before this one).
+    changed = plan.changed_paths()
+    kimi = tuple(
+        stem for stem in KIMI_CASES if tree.module_path(f"sglang.srt.models.{stem}") in changed
+    )
+    tests = shipped_tests(family, tree, kimi) if family is not None else {}
     if not tests:
         return part.not_applicable("no model file of the capture-hook family is rewritten")
     # The tests' utilities: a module of the package, in either layout.

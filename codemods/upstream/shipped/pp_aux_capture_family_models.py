@@ -17,6 +17,7 @@
 
 import contextlib
 import importlib
+import multiprocessing
 import socket
 import sys
 import zlib
@@ -46,14 +47,19 @@ OP_TIMEOUT_S = 300.0
 
 # ------------------------------------------------ GPU-only packages on a CPU machine
 
-#: GPU-only packages that SGLang imports at module level besides ``sgl_kernel`` (vllm:
-#: when a rotary embedding is built off CUDA, for a kernel it never runs here).  Where
-#: one does not import, ``stub_gpu_only_packages`` stands in for it the way
-#: ``maybe_stub_sgl_kernel`` stands in for ``sgl_kernel``: a ``sys.meta_path`` finder
-#: that makes empty stub modules.  No kernel of theirs ever runs in these tests.
 # @@if stub_sgl_kernel
-GPU_ONLY_PACKAGES = ("flashinfer", "tvm_ffi", "vllm")
+#: Modules SGLang imports at module level on the paths under test that may not import
+#: on a CPU machine: tvm_ffi and flashinfer (packages SGLang declares) and vllm's
+#: custom ops (an AWQ kernel).  Where one does not import, ``stub_gpu_only_packages``
+#: puts an empty stand-in module under exactly that name in ``sys.modules`` for the
+#: test module's run (sgl_kernel: SGLang's own ``maybe_stub_sgl_kernel``).  No kernel
+#: of theirs ever runs in these tests.
+STAND_IN_MODULES = ("tvm_ffi", "flashinfer", "vllm", "vllm._custom_ops")
 # @@else stub_sgl_kernel
+#: GPU-only packages that SGLang imports at module level (vllm: when a rotary
+#: embedding is built off CUDA, for a kernel it never runs here).  Where one does not
+#: import, ``stub_gpu_only_packages`` stands in for it with a ``sys.meta_path`` finder
+#: that makes empty stub modules (this release has no ``maybe_stub_sgl_kernel``).
 GPU_ONLY_PACKAGES = ("sgl_kernel", "flashinfer", "tvm_ffi", "vllm")
 # @@end stub_sgl_kernel
 
@@ -104,12 +110,52 @@ def _stand_in_getattr(module):
     return __getattr__
 
 
+# @@if stub_sgl_kernel
+def _stand_in_module(name):
+    """An empty module (a package) named ``name`` whose every name is a stand-in."""
+    import importlib.machinery
+    import types
+
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    module.__path__ = []
+    module.__version__ = "0.0.0"
+    module.__getattr__ = _stand_in_getattr(module)
+    return module
+
+
 def stub_gpu_only_packages():
-    """Stand in for the GPU-only packages that do not import here: ``sgl_kernel``
-    through ``sglang.test.test_utils.maybe_stub_sgl_kernel``, those of
-    ``GPU_ONLY_PACKAGES`` through a finder of the same kind.  Must run before the
-    SGLang modules under test are imported; a no-op where the packages import."""
-    import importlib
+    """Stand in for each module of ``STAND_IN_MODULES`` that does not import here
+    (``sys.modules`` holds the stand-in under that name until the test module's
+    tests have run: ``unittest.addModuleCleanup``), then for ``sgl_kernel`` through
+    ``sglang.test.test_utils.maybe_stub_sgl_kernel``.  Must run before the SGLang
+    modules under test are imported; a no-op where the modules import."""
+    import unittest
+
+    added = {}
+    for name in STAND_IN_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # ImportError, or OSError from a kernel library
+            added[name] = sys.modules[name] = _stand_in_module(name)
+
+    def remove():
+        for name, module in added.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+
+    unittest.addModuleCleanup(remove)
+
+    from sglang.test.test_utils import maybe_stub_sgl_kernel
+
+    maybe_stub_sgl_kernel()
+
+
+# @@else stub_sgl_kernel
+def stub_gpu_only_packages():
+    """Stand in for the packages of ``GPU_ONLY_PACKAGES`` that do not import here,
+    through a finder.  Must run before the SGLang modules under test are imported; a
+    no-op where the packages import."""
     import importlib.abc
     import importlib.machinery
 
@@ -139,14 +185,9 @@ def stub_gpu_only_packages():
 
     if missing:
         sys.meta_path.insert(0, _GpuOnlyFinder())
-    # @@if stub_sgl_kernel
-
-    from sglang.test.test_utils import maybe_stub_sgl_kernel
-
-    maybe_stub_sgl_kernel()
-    # @@end stub_sgl_kernel
 
 
+# @@end stub_sgl_kernel
 # ------------------------------------- tiny configs of the patched causal LMs
 
 #: Width and depth of the tiny configs: 4 layers, hidden size 64.
@@ -528,6 +569,15 @@ def pp_server_args(arch, model_impl="auto", **fields):
 # ------------------------------------------------------------- parallel state
 
 
+def stage_processes(*modules: str):
+    """The multiprocessing context the PP stage processes start from: a fork server
+    that imports SGLang and ``modules`` (the test module, the model files) once, so
+    that every stage process starts with them loaded instead of importing them again."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__, *modules])
+    return context
+
+
 def free_port():
     """A TCP port on 127.0.0.1 free now, for the stages' process group."""
     with socket.socket() as sock:
@@ -668,6 +718,8 @@ class StandInLayer(nn.Module):
                 kwargs["capture_output"](hidden_states)
             if captured_last_layer_outputs is not None:
                 captured_last_layer_outputs.capture(hidden_states)
+            if kwargs.get("capture_gathered") is not None:
+                kwargs["capture_gathered"].capture(hidden_states)
             hidden_states = torch.tanh(hidden_states @ self.weight)
             return (hidden_states, None) if self.pair else hidden_states
         residual = hidden_states if residual is None else hidden_states + residual
@@ -754,6 +806,7 @@ def _forward_batch(tokens: int):
         seq_lens=torch.tensor([tokens]),
         residual_stream=None,
         extend_seq_lens=torch.tensor([tokens]),
+        aux_hidden_states_buffer=None,
     )
 
 
@@ -789,6 +842,16 @@ STACK_ATTRIBUTES = {
         use_hf_deepstack_order=False,
         deepstack_embed_to_decoder_layer=range(0),
         hidden_size=HIDDEN_SIZE,
+    ),
+    # The standard residual path (no attention-residual bank).
+    "KimiK3LinearModel": dict(
+        dspark_layers_to_capture=None,
+        carries_bank_slices=False,
+        attn_bank=None,
+        _final_read=StandInNorm(),
+        alt_streams=None,
+        _dp_attention=False,
+        _trim_padded_attn=False,
     ),
     "DeepseekV4Model": dict(
         dspark_layers_to_capture=None,
@@ -832,7 +895,7 @@ LANGUAGE_MODEL_OUTERS = {"Gemma4ForConditionalGeneration"}
 #: Causal-LM classes that take exactly one of input_ids and input_embeds.
 IDS_ONLY_OUTERS = {"Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"}
 #: Modules whose decoder layers return (hidden_states, residual, extra).
-THREE_OUTPUT_LAYERS = {"DeepseekV2Model", "Glm5NextModel"}
+THREE_OUTPUT_LAYERS = {"DeepseekV2Model", "Glm5NextModel", "KimiK3LinearModel"}
 #: Modules whose layer-entry decoder layers return (hidden_states, topk_indices).
 PAIR_ENTRY_LAYERS = {"DeepseekV2Model", "Glm5NextModel"}
 #: Modules whose decoder layers return four values (mHC).
@@ -969,6 +1032,7 @@ def _assembled(outer_cls, inner_cls, start: int, end: int, pp_group):
         image_token_id=-1,  # multimodal token ids no stand-in input holds
         video_token_id=-2,
         audio_token_id=-3,
+        attn_res_block_size=None,  # Kimi-K3: no attention-residual bank
     )
     config.text_config = config
     inner = inner_cls.__new__(inner_cls)
@@ -1113,11 +1177,13 @@ def run_forward(model, tokens: int, proxy):
         return model.forward(input_ids, positions, _forward_batch(tokens), **kwargs)
 
 
-def aux_list(aux):
+def aux_list(model, aux):
+    """The aux hidden states ``model`` handed its logits processor, one tensor per
+    capture (packed captures split by the model's width)."""
     if aux is None:
         return []
     if isinstance(aux, torch.Tensor):
-        return [aux]
+        return list(aux.split(_width(model), dim=-1))
     return list(aux)
 
 
@@ -1125,8 +1191,14 @@ def call_hook(model, hook, layer_ids):
     getattr(model, hook)(None if layer_ids is None else list(layer_ids))
 
 
-def reference_aux(case, hook, layer_ids, tokens):
-    """Aux states of a single-stage run (PP=1) of the same model."""
+def reference_model(case, hook, layer_ids):
+    """The single-stage (PP=1) model of ``case``, its capture hook called."""
     model = build_model(case, 0, 1, None)
     call_hook(model, hook, layer_ids)
-    return aux_list(run_forward(model, tokens, None).aux_hidden_states)
+    return model
+
+
+def reference_aux(model, tokens):
+    """Aux states of a single-stage run of ``model`` (``reference_model``)."""
+    set_pp_group(model.pp_group)
+    return aux_list(model, run_forward(model, tokens, None).aux_hidden_states)

@@ -3,7 +3,7 @@
 Every causal LM whose capture hooks the patch changes (``PATCHED``) is built through
 its real ``__init__`` with a tiny config (``TINY_MODELS`` of the shared test utilities:
 4 layers, hidden size 64) as stage 0 and stage 1 of 2 gloo processes, all models in one
-spawn of the two ranks.  Its capture hook takes one capture on each stage, and then:
+start of the two ranks (forked from a server that has imported SGLang once).  Its capture hook takes one capture on each stage, and then:
 
 * handoff: stage 0's ``pp_aux_outgoing`` entry (``aux_hidden_states``) goes to stage 1
   in the ``PPProxyTensors``, and stage 1's ``pp_aux_collect`` returns every capture in
@@ -23,7 +23,6 @@ CPU machine.
 
 import importlib
 import json
-import multiprocessing as mp
 import os
 import queue
 import sys
@@ -38,6 +37,7 @@ from sglang.test.pp_aux_capture_family_models import (
     TINY_MODELS,
     free_port,
     init_parallel,
+    stage_processes,
     stub_gpu_only_packages,
     tiny_config,
 )
@@ -232,7 +232,8 @@ def _rank(rank, port, names, results):
 def run_ranks(names, timeout=TIMEOUT_S):
     """Records of both ranks for the models ``names``; errors of ranks that failed
     or did not answer within ``timeout`` seconds."""
-    context = mp.get_context("spawn")
+    models = {f"sglang.srt.models.{TINY_MODELS[name][0]}" for name in names}
+    context = stage_processes(_rank.__module__, *sorted(models))
     results = context.Queue()
     port = free_port()
     workers = [

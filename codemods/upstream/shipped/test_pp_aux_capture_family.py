@@ -8,8 +8,9 @@ causal-LM ``forward`` runs on 2 and 3 gloo processes; the ``PPProxyTensors`` mov
 between stages as the scheduler moves them.  The last stage's aux hidden states must
 equal (``torch.equal``) those of a single-stage run of the same model.
 
-All models run in one set of worker processes per PP size, so the SGLang import is
-paid once.  Run directly (``python test_pp_aux_capture_family.py``) or with pytest.
+All models run in one set of worker processes per PP size, forked from a server that
+has imported SGLang once (``stage_processes``); the single-stage model is built once
+per case.  Run directly (``python test_pp_aux_capture_family.py``) or with pytest.
 GPU-only packages SGLang imports (sgl_kernel, flashinfer, ...) are stood in for where
 they do not import (``stub_gpu_only_packages``, ``sglang.test``), so it runs on a CPU
 machine.
@@ -25,7 +26,6 @@ import unittest
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from sglang.test.pp_aux_capture_family_models import (
     BATCHES,
@@ -38,8 +38,10 @@ from sglang.test.pp_aux_capture_family_models import (
     free_port,
     init_parallel,
     reference_aux,
+    reference_model,
     run_forward,
     set_pp_group,
+    stage_processes,
     stub_gpu_only_packages,
 )
 
@@ -121,7 +123,7 @@ def _run_case(case, hook, layer_ids, batches, rank, size, group):
     from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
 
     result = {"equal": True, "reference": [], "pipelined": [], "error": None}
-    model = None
+    model = single = None
     try:
         model = build_model(case, rank, size, group)
         call_hook(model, hook, layer_ids)
@@ -150,9 +152,11 @@ def _run_case(case, hook, layer_ids, batches, rank, size, group):
         if error is not None:
             result["equal"] = False
             continue
-        pipelined = aux_list(output.aux_hidden_states)
+        pipelined = aux_list(model, output.aux_hidden_states)
         try:
-            reference = reference_aux(case, hook, layer_ids, tokens)
+            if single is None:  # the PP=1 model, built once for every batch
+                single = reference_model(case, hook, layer_ids)
+            reference = reference_aux(single, tokens)
         except Exception as exc:
             result.update(equal=False, error=f"PP=1 reference: {_describe(exc)}")
             continue
@@ -194,7 +198,8 @@ def run_family(pp_size, jobs, batches=BATCHES, timeout=WORKER_TIMEOUT_S):
     """Run ``jobs`` ((case, hook, layer ids), ...) on ``pp_size`` processes, each
     with a microbatch of every token count of ``batches``; returns the last rank's
     results."""
-    context = mp.get_context("spawn")
+    models = {f"sglang.srt.models.{case[0]}" for case, _, _ in jobs}
+    context = stage_processes(_worker.__module__, *sorted(models))
     with tempfile.TemporaryDirectory() as out_dir:
         port = free_port()
         workers = [

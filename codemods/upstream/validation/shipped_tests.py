@@ -50,32 +50,46 @@ CURRENT = dict.fromkeys(FEATURES, True)
 PATCHED_MARKER = "    # @@PATCHED_MODELS@@\n"
 
 
-def render_cases(plan: FamilyPlan) -> str:
-    """The ``FAMILY`` entries of the test file, black-formatted."""
+#: Model files a part of their own rewrites to relay DSPARK captures (the Kimi parts):
+#: stem -> (causal-LM class, decoder-stack class, capture hooks), driven by the family
+#: test like the family's files where the patch rewrites them.
+KIMI_CASES = {
+    "kimi_linear": ("KimiLinearForCausalLM", "KimiLinearModel", ("set_dspark_layers_to_capture",)),
+    "kimi_k3": ("KimiK3LinearForCausalLM", "KimiK3LinearModel", ("set_dspark_layers_to_capture",)),
+}
+
+
+def render_cases(plan: FamilyPlan, kimi: tuple[str, ...] = ()) -> str:
+    """The ``FAMILY`` entries of the test file, black-formatted; ``kimi``: the stems of
+    ``KIMI_CASES`` the patch rewrites."""
     lines = []
-    for decision in sorted(plan.decisions.values(), key=lambda d: d.file):
-        if not decision.patched:
-            continue
-        for outer, stack, hooks in decision.cases:
-            hook_text = ", ".join(f'"{hook}"' for hook in hooks)
-            if len(hooks) == 1:
-                hook_text += ","
-            lines += [
-                "    (",
-                f'        "{decision.name}",',
-                f'        "{outer}",',
-                f'        "{stack}",',
-                f"        ({hook_text}),",
-                "    ),",
-            ]
+    cases = [
+        (decision.name, case)
+        for decision in sorted(plan.decisions.values(), key=lambda d: d.file)
+        if decision.patched
+        for case in decision.cases
+    ]
+    cases += [(stem, KIMI_CASES[stem]) for stem in sorted(kimi)]
+    for name, (outer, stack, hooks) in cases:
+        hook_text = ", ".join(f'"{hook}"' for hook in hooks)
+        if len(hooks) == 1:
+            hook_text += ","
+        lines += [
+            "    (",
+            f'        "{name}",',
+            f'        "{outer}",',
+            f'        "{stack}",',
+            f"        ({hook_text}),",
+            "    ),",
+        ]
     return "".join(line + "\n" for line in lines)
 
 
-def render_test(plan: FamilyPlan) -> str:
+def render_test(plan: FamilyPlan, kimi: tuple[str, ...] = ()) -> str:
     template = TEST_TEMPLATE.read_text(encoding="utf-8")
     if CASES_MARKER not in template:
         raise RuntimeError(f"{TEST_TEMPLATE}: marker {CASES_MARKER.strip()!r} missing")
-    return template.replace(CASES_MARKER, render_cases(plan))
+    return template.replace(CASES_MARKER, render_cases(plan, kimi))
 
 
 def render_init_test(plan: FamilyPlan, features: dict[str, bool] | None = None) -> str:
@@ -89,13 +103,19 @@ def render_init_test(plan: FamilyPlan, features: dict[str, bool] | None = None) 
     return template.replace(PATCHED_MARKER, "".join(f'    "{n}",\n' for n in names))
 
 
-def shipped_tests(plan: FamilyPlan, tree: SGLangTree | None = None) -> dict[str, str]:
+def shipped_tests(
+    plan: FamilyPlan, tree: SGLangTree | None = None, kimi: tuple[str, ...] = ()
+) -> dict[str, str]:
     """File name -> text of every test file the patch ships for ``plan`` (empty when it
-    patches no model of the family), in the form ``tree``'s release needs."""
+    patches no model of the family), in the form ``tree``'s release needs; the family
+    test also drives the Kimi files of ``kimi`` (``KIMI_CASES``)."""
     if not plan.patched:
         return {}
     features = tree_features(tree) if tree is not None else None
-    return {TEST_FILE: render_test(plan), INIT_TEST_FILE: render_init_test(plan, features)}
+    return {
+        TEST_FILE: render_test(plan, kimi),
+        INIT_TEST_FILE: render_init_test(plan, features),
+    }
 
 
 def render_test_utils(features: dict[str, bool] | None = None) -> str:
