@@ -106,6 +106,7 @@ from __future__ import annotations
 import ast
 import textwrap
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from codemods.catalog.derive.index import ClassKey
 from codemods.catalog.methods import (
@@ -131,7 +132,7 @@ from codemods.upstream.tree.reachability import (
     tree_refusals,
 )
 from codemods.upstream.tree.sglang_tree import SGLangTree
-from codemods.upstream.validation import refusals
+from codemods.upstream.validation import refusals, stacks
 from codemods.upstream.validation.model_classes import ModelClasses
 
 MODULE = "sglang.srt.arg_groups.validation_hook"
@@ -424,12 +425,16 @@ def _relays(
     declared: dict[ClassKey, set[str]],
     fallback: bool = False,
 ) -> bool:
-    """What ``relays_pp_aux_capture`` answers for the class ``key`` once the patch is applied:
-    along its method resolution order, the first class that declares the relay decides; one
-    that defines ``__init__``, ``forward`` or the method's hook before it, or a base outside
-    the model files (whose body is not read), means no.  ``fallback``: the runner configures
-    a DSPARK target without a DSPARK hook through its DFLASH hook, so such a class is asked
-    about DFLASH for DSPARK."""
+    """What the runtime guard answers for the class ``key`` once the patch is applied, right
+    after ``method``'s hook ran under PP.  Where the hook (through the hooks it delegates
+    to) gives decoder stacks a relay, the class relays where each stack's ``forward`` is
+    that of a class declaring ``method`` (:mod:`.stacks`); where the stacks cannot be told
+    from the source, it does not.  Where it gives none, the class itself is asked, as
+    ``relays_pp_aux_capture`` does: along its method resolution order, the first class that
+    declares the relay decides; one that defines ``__init__``, ``forward`` or the method's
+    hook before it, or a base outside the model files (whose body is not read), means no.
+    ``fallback``: the runner configures a DSPARK target without a DSPARK hook through its
+    DFLASH hook, so such a class is asked about DFLASH for DSPARK."""
     if (
         fallback
         and method == FALLBACK.name
@@ -438,6 +443,13 @@ def _relays(
     ):
         method = FALLBACK_TARGET.name
     hook = f"set_{method.lower()}_layers_to_capture"
+    if not _has_hook(classes, key, hook):
+        return False
+    found = stacks.hook_stacks(classes, key, hook)
+    if found is None:
+        return False
+    if found:
+        return all(stacks.stack_relays(classes, stack, method) for stack in found)
     for cls in classes.mro(key) or []:
         if cls in declared:
             return method in declared[cls]
@@ -447,20 +459,36 @@ def _relays(
     return False
 
 
+def _entry_files(models_dir: Path) -> list[str]:
+    """The model files that name an ``EntryClass``."""
+    found = []
+    for path in sorted(models_dir.rglob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if "EntryClass" in text:
+            found.append(path.relative_to(models_dir).as_posix())
+    return found
+
+
 def patched_architectures(
     plan: FamilyPlan, classes: ModelClasses | None = None, fallback: bool = False
 ) -> dict[str, tuple[str, ...]]:
-    """architecture -> conventions, over the ``EntryClass`` members of the patched files of
-    ``plan`` (``classes``: its model files, parsed, where already at hand).
+    """architecture -> conventions, over the ``EntryClass`` members of every model file of
+    ``plan``'s tree, read as the patch leaves them (``classes``: its model files, parsed
+    with the patched texts, where already at hand).
 
-    The patch declares the methods of the rewritten hooks of each causal-LM class in its
-    body; an ``EntryClass`` member counts for a method when ``relays_pp_aux_capture`` would
-    say it relays it: the declaring class, or a subclass (in that file or, through the
-    imports, from another model file) that defines none of ``__init__``, ``forward`` and
-    the method's hook before the declaration in its method resolution order.  With
-    ``fallback`` (the tree's runner configures a DSPARK target without a DSPARK hook
-    through its DFLASH hook: ``reachability.dspark_dflash_fallback``), a member without a
-    DSPARK hook counts for DSPARK where it counts for DFLASH, as the shipped rule says.
+    An ``EntryClass`` member counts for a method when the runtime guard would admit it
+    right after the method's hook ran (:func:`_relays`): the decoder stack its hook sets up
+    is one whose ``forward`` the patch declares for the method (the patch declares
+    ``pp_aux_relay_methods`` on each stack class whose forward it rewrites), resolved from
+    the constructors the class runs (:mod:`.stacks`); a class whose hook sets up no stack
+    is asked by the declaration of the causal-LM classes with rewritten hooks, as
+    ``relays_pp_aux_capture`` does.  With ``fallback`` (the tree's runner configures a
+    DSPARK target without a DSPARK hook through its DFLASH hook:
+    ``reachability.dspark_dflash_fallback``), a member without a DSPARK hook counts for
+    DSPARK where it counts for DFLASH, as the shipped rule says.
     """
     declared: dict[ClassKey, set[str]] = {}
     for decision in plan.decisions.values():
@@ -468,15 +496,18 @@ def patched_architectures(
             for outer, _stack, hooks in decision.cases:
                 methods = {HOOK_METHODS[hook] for hook in hooks if hook in HOOK_METHODS}
                 declared.setdefault((decision.file, outer), set()).update(methods)
-    classes = classes or ModelClasses(plan.models_dir)
+    classes = classes or ModelClasses(plan.models_dir, plan.rewritten())
     every = {m for methods in declared.values() for m in methods}
+    for file in plan.forward_edits:
+        for _stack, stack_methods in plan.stack_declarations(file):
+            every.update(stack_methods)
     if fallback and FALLBACK_TARGET.name in every:
         every.add(FALLBACK.name)
     result: dict[str, set[str]] = {}
-    for decision in plan.decisions.values():
-        module = classes.module(decision.file) if decision.patched else None
+    for file in _entry_files(plan.models_dir):
+        module = classes.module(file)
         for entry in module.entry if module is not None else []:
-            key = classes.resolve(decision.file, entry)
+            key = classes.resolve(file, entry)
             methods = {
                 m
                 for m in sorted(every)
@@ -493,7 +524,7 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
     patches none with an EAGLE3/DFLASH/DSPARK hook, or the release has no PP EAGLE path)."""
     if plan is None:
         return ValidationResult(None, {})
-    classes = ModelClasses(plan.models_dir)
+    classes = ModelClasses(plan.models_dir, plan.rewritten())
     fallback = dspark_dflash_fallback(tree) is not None
     architectures = patched_architectures(plan, classes, fallback)
     if not architectures:
