@@ -266,16 +266,31 @@ def _hook_of(classes: ModelClasses, key: ClassKey, hook: str) -> ast.FunctionDef
     return None if found is None else found[1]
 
 
-def hook_stacks(
-    classes: ModelClasses, key: ClassKey, hook: str, depth: int = 0
-) -> list[ClassKey] | None:
-    """The decoder stacks the hook ``hook`` of an instance of ``key`` gives a relay to, through
-    the hooks it delegates to; None where one of them cannot be told (or ``key`` has no
-    such hook)."""
+@dataclass(frozen=True)
+class HookParts:
+    """What a hook reaches: the class of each attribute path it goes through (``"model"``,
+    ``"language_model.model"``; ``""``: the instance itself) and the paths of the decoder
+    stacks it gives a relay to."""
+
+    parts: dict[str, ClassKey]
+    stacks: tuple[str, ...]
+
+
+def hook_parts(
+    classes: ModelClasses, key: ClassKey, hook: str, prefix: str = "", depth: int = 0
+) -> HookParts | None:
+    """What the hook ``hook`` of an instance of ``key`` (at the attribute path ``prefix``)
+    reaches, through the hooks it delegates to; None where a class it reaches cannot be
+    told (or ``key`` has no such hook)."""
     function = _hook_of(classes, key, hook)
     if function is None or depth > _DEPTH:
         return None
-    stacks: list[ClassKey] = []
+    parts: dict[str, ClassKey] = {prefix: key}
+    stacks: list[str] = []
+
+    def path(attr: str) -> str:
+        return f"{prefix}.{attr}" if prefix else attr
+
     for node in _walk(function):
         if not isinstance(node, ast.Call):
             continue
@@ -283,7 +298,7 @@ def hook_stacks(
         if isinstance(func, ast.Name) and func.id == SET_RELAY:
             target = node.args[0] if node.args else None
             if isinstance(target, ast.Name) and target.id == "self":
-                stacks.append(key)
+                stacks.append(prefix)
                 continue
             if not (
                 isinstance(target, ast.Attribute)
@@ -294,7 +309,8 @@ def hook_stacks(
             stack = attribute_class(classes, key, target.attr)
             if stack is None:
                 return None
-            stacks.append(stack)
+            parts[path(target.attr)] = stack
+            stacks.append(path(target.attr))
         elif (
             isinstance(func, ast.Attribute)
             and func.attr.startswith("set_")
@@ -306,10 +322,19 @@ def hook_stacks(
             inner = attribute_class(classes, key, func.value.attr)
             if inner is None:
                 return None
-            found = hook_stacks(classes, inner, func.attr, depth + 1)
+            found = hook_parts(classes, inner, func.attr, path(func.value.attr), depth + 1)
             if found is None:
                 if _hook_of(classes, inner, func.attr) is None:
                     continue  # guarded by hasattr: the call never runs
                 return None
-            stacks += found
-    return stacks
+            parts.update(found.parts)
+            stacks += found.stacks
+    return HookParts(parts, tuple(dict.fromkeys(stacks)))
+
+
+def hook_stacks(classes: ModelClasses, key: ClassKey, hook: str) -> list[ClassKey] | None:
+    """The decoder stacks the hook ``hook`` of an instance of ``key`` gives a relay to,
+    through the hooks it delegates to; None where one of them cannot be told (or ``key``
+    has no such hook)."""
+    found = hook_parts(classes, key, hook)
+    return None if found is None else [found.parts[p] for p in found.stacks]
