@@ -284,7 +284,16 @@ def render_helper(relaying: dict[str, tuple[str, ...]], reasons: dict[str, str])
     architectures that relay and their methods (``relaying``), the reasons of those that
     cannot for a reason of their own (``reasons``: values of :mod:`.refusals`), and the
     check that reads them."""
-    names = {refusals.REFUSES_PP: "_REFUSES_PP", refusals.NO_PP_SPLIT: "_NO_PP_SPLIT"}
+    names = {
+        refusals.REFUSES_PP: "_REFUSES_PP",
+        refusals.NO_PP_SPLIT: "_NO_PP_SPLIT",
+        refusals.UNRESOLVED: "_UNRESOLVED",
+    }
+    unresolved = (
+        _constant("_UNRESOLVED", refusals.UNRESOLVED)
+        if refusals.UNRESOLVED in reasons.values()
+        else ""
+    )
     methods = {
         arch: "(" + ", ".join(f'"{m}"' for m in found) + ("," if len(found) == 1 else "") + ")"
         for arch, found in relaying.items()
@@ -302,6 +311,7 @@ def render_helper(relaying: dict[str, tuple[str, ...]], reasons: dict[str, str])
 {_constant("_TRANSFORMERS", refusals.TRANSFORMERS)}\
 {_constant("_REFUSES_PP", refusals.REFUSES_PP)}\
 {_constant("_NO_PP_SPLIT", refusals.NO_PP_SPLIT)}\
+{unresolved}\
 # The architectures with a reason of their own; every other one that does not relay
 # gets _NOT_RELAYED.
 {_table(REASONS_TABLE, {a: names[r] for a, r in reasons.items()})}
@@ -519,6 +529,27 @@ def patched_architectures(
     return {arch: tuple(sorted(methods)) for arch, methods in sorted(result.items())}
 
 
+def unresolved_architectures(plan: FamilyPlan, classes: ModelClasses) -> dict[str, str]:
+    """architecture -> :data:`.refusals.UNRESOLVED`, over the ``EntryClass`` members of the
+    model files of ``plan``'s tree with a capture hook whose decoder stack cannot be
+    resolved from the source (:func:`.stacks.hook_parts`): the validation refuses them
+    rather than guess."""
+    found: dict[str, str] = {}
+    for file in _entry_files(plan.models_dir):
+        module = classes.module(file)
+        for entry in module.entry if module is not None else []:
+            key = classes.resolve(file, entry)
+            if key is None:
+                continue
+            hooks = [f"set_{method.lower()}_layers_to_capture" for method in RELAYED]
+            if any(
+                _has_hook(classes, key, hook) and stacks.hook_parts(classes, key, hook) is None
+                for hook in hooks
+            ):
+                found[key[1]] = refusals.UNRESOLVED
+    return found
+
+
 def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationResult:
     """The change to ``validation_hook.py`` for the models ``plan`` patches (none when it
     patches none with an EAGLE3/DFLASH/DSPARK hook, or the release has no PP EAGLE path)."""
@@ -529,6 +560,7 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
     architectures = patched_architectures(plan, classes, fallback)
     if not architectures:
         return ValidationResult(None, {})
+    refusal_reasons = refusals.refusal_reasons(plan, classes)
     path = tree.module_path(MODULE)
     source = tree.read_text(path)
     if source is None or _ANCHOR not in source:
@@ -544,7 +576,9 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
         str(tree.file(path)),
         dflash=refused is None,
         relaying=architectures,
-        reasons=refusals.refusal_reasons(plan, classes),
+        reasons=dict(
+            sorted({**unresolved_architectures(plan, classes), **refusal_reasons}.items())
+        ),
     )
     return ValidationResult(
         FileChange(path, source, new, VALIDATION, Role.VALIDATION),

@@ -99,6 +99,8 @@ class _Scope:
     owner: ClassKey
     instance: ClassKey
     bound: dict[str, tuple[ast.expr, _Scope]] = field(default_factory=dict)
+    #: Names the function imports in its own body: name -> (module, name there).
+    imports: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 class _Unresolved(Exception):
@@ -150,7 +152,12 @@ def _classes_of(classes: ModelClasses, expr: ast.expr, scope: _Scope, depth: int
         if expr.id in scope.bound:
             value, where = scope.bound[expr.id]
             return _classes_of(classes, value, where, depth + 1)
-        key = classes.resolve(scope.owner[0], expr.id)
+        if expr.id in scope.imports:
+            dotted, name = scope.imports[expr.id]
+            target = classes._file_of(dotted)
+            key = classes.resolve(target, name) if target is not None else None
+        else:
+            key = classes.resolve(scope.owner[0], expr.id)
         if key is None:
             raise _Unresolved
         return {key}
@@ -234,6 +241,12 @@ def attribute_class(classes: ModelClasses, instance: ClassKey, attr: str) -> Cla
                 continue
             inner = _bind(init, call, scope, cls, instance)
             nodes = _walk(init)
+            inner.imports.update(
+                (alias.asname or alias.name, (n.module, alias.name))
+                for n in nodes
+                if isinstance(n, ast.ImportFrom) and n.module and not n.level
+                for alias in n.names
+            )
             values = [
                 n.value
                 for n in nodes

@@ -14,9 +14,15 @@ import textwrap
 
 import pytest
 
-from codemods.upstream.validation import stacks
+from codemods.upstream.family.plan import FamilyPlan
+from codemods.upstream.validation import refusals, stacks
 from codemods.upstream.validation.model_classes import ModelClasses
-from codemods.upstream.validation.relax import _relays
+from codemods.upstream.validation.relax import (
+    REASONS_TABLE,
+    _relays,
+    render_helper,
+    unresolved_architectures,
+)
 
 HOOK = """
     def set_eagle3_layers_to_capture(self, layer_ids):
@@ -114,6 +120,14 @@ class DelegatesOwnStack(Delegates):
         self.language_model = OwnStack(config)
 
 
+class LocalImport(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        from sglang.srt.models.base import BaseModel as Local
+
+        self.model = Local(config)
+{HOOK}
+
 class Unknown(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -129,11 +143,11 @@ class Ambiguous(nn.Module):
             self.model = OtherModel(config)
 {HOOK}
 
-EntryClass = [OwnStack, KeepsStack, BodyAttr, BodyAttrOther, Param, ParamChild]
+EntryClass = [OwnStack, KeepsStack, BodyAttr, BodyAttrOther, Param, ParamChild, Unknown, Ambiguous]
 """,
 }
 
-ADMITTED = ["BaseForCausalLM", "KeepsStack", "BodyAttr", "ParamChild", "Delegates"]
+ADMITTED = ["BaseForCausalLM", "KeepsStack", "BodyAttr", "ParamChild", "Delegates", "LocalImport"]
 REFUSED = ["OwnStack", "BodyAttrOther", "Param", "DelegatesOwnStack", "Unknown", "Ambiguous"]
 
 
@@ -170,3 +184,13 @@ def test_the_stacks_resolved(classes):
     assert stacks.hook_stacks(classes, _key("Ambiguous"), hook) is None
     # A stack class that keeps its base's forward relays what that forward's class declares.
     assert stacks.stack_relays(classes, ("base.py", "BaseMoeModel"), "EAGLE3")
+
+
+def test_a_class_whose_stack_cannot_be_told_is_refused_with_that_reason(classes):
+    found = unresolved_architectures(FamilyPlan(classes.models_dir, {}), classes)
+    assert found == {"Unknown": refusals.UNRESOLVED, "Ambiguous": refusals.UNRESOLVED}
+    helper = render_helper({}, found)
+    assert f'"{refusals.UNRESOLVED}"' in helper.split("_UNRESOLVED = ", 1)[1].split("\n#", 1)[0]
+    assert f'{REASONS_TABLE} = {{\n    "Unknown": _UNRESOLVED,\n' in helper
+    # Without such a class the hook does not carry the reason.
+    assert "_UNRESOLVED" not in render_helper({}, {})
