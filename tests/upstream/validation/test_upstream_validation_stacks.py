@@ -15,6 +15,8 @@ guard (``test_upstream_stack_admission.py``):
 * ``Llama4ForCausalLM`` inherits ``LlamaForCausalLM``'s rewritten hooks and ``__init__``,
   but its factory method (``self._init_model``) builds ``Llama4Model`` from ``llama4.py``,
   which the patch never touches: refused, naming the class, the method and the reason;
+* ``Llama4ForConditionalGeneration`` (``mllama4.py``) delegates its EAGLE3 hook to the
+  ``Llama4ForCausalLM`` its constructor imports and builds: refused likewise;
 * the ``qwen3_5.py`` stack relays only EAGLE3, so DFLASH through the Qwen3.5 wrappers is
   refused.
 
@@ -42,6 +44,8 @@ WRAPPERS = [
     "KimiK25ForConditionalGeneration",
 ]
 OWN_STACK = "Llama4ForCausalLM"
+#: Delegates its hooks to the Llama4ForCausalLM its constructor imports and builds.
+DELEGATES_TO_OWN_STACK = "Llama4ForConditionalGeneration"
 
 
 def _check(root, mode: str, spec) -> dict:
@@ -76,7 +80,10 @@ def test_sglangs_pp_check_admits_the_wrappers_and_refuses_a_stack_it_does_not_pa
 
 
 def test_the_capture_check_answers_per_method_by_the_stack(copy):
-    spec = {"archs": [*WRAPPERS, OWN_STACK], "methods": ["EAGLE3", "DFLASH"]}
+    spec = {
+        "archs": [*WRAPPERS, OWN_STACK, DELEGATES_TO_OWN_STACK],
+        "methods": ["EAGLE3", "DFLASH"],
+    }
     verdicts = _check(copy, "--verdicts", spec)
     validation = {
         arch: {m: pair[0] for m, pair in found.items()} for arch, found in verdicts.items()
@@ -88,3 +95,5 @@ def test_the_capture_check_answers_per_method_by_the_stack(copy):
         assert validation[arch]["DFLASH"] == _refused(arch, "DFLASH")
     for method in ("EAGLE3", "DFLASH"):
         assert validation[OWN_STACK][method] == _refused(OWN_STACK, method)
+    eagle3 = validation[DELEGATES_TO_OWN_STACK]["EAGLE3"]
+    assert eagle3 == _refused(DELEGATES_TO_OWN_STACK, "EAGLE3"), eagle3
