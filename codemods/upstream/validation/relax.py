@@ -74,24 +74,23 @@ architecture is resolved the way the model loader resolves it (``get_model_archi
 Transformers backend is refused) and its class asked, which imports the model registry,
 and with it every model (several seconds at launch).
 
-The family patch declares ``pp_aux_relay_methods`` in the body of each causal-LM class
-whose hooks it rewrites, naming the methods of those hooks (``family/proxy_width.py``);
-``relays_pp_aux_capture`` (the shipped module) reads it off the class that declares it and
-off subclasses that keep its ``__init__``, ``forward`` and hook, nothing else.  The same
-question is asked again where the capture is configured (``runtime_guard.py``), of the
-model actually loaded, so no path past this validation loses captures silently (not one
-where the loader resolves another class than the table's, such as a plugin that
-re-registers an architecture).  The hook reads the architecture only on the
-paths that used to be refused, so every accepted configuration of today validates as
-before.  The architectures the result reports (PR body, facts) are the ``EntryClass``
-members of the patched model files that ``relays_pp_aux_capture`` admits once the patch is
-applied (:func:`patched_architectures`): the causal-LM classes with rewritten hooks and the
-classes that inherit their declaration by the same rule, from the same file or from another
-model file through its imports (``glm4_moe.py``'s ``GlmMoeDsaForCausalLM`` inherits
-``deepseek_v2.py``'s ``DeepseekV2ForCausalLM``).  Where the runner configures a DSPARK
-target without a DSPARK hook through its DFLASH hook (0.5.16+), such a class counts for
-DSPARK where it counts for DFLASH, as ``relays_pp_aux_capture`` and the runtime guard
-(which asks about DFLASH there) say.
+The family patch declares ``pp_aux_relay_methods`` in the body of each decoder-stack class
+whose ``forward`` it rewrites, and of each causal-LM class whose hooks it rewrites
+(``family/proxy_width.py``).  The runtime guard (``runtime_guard.py``) asks, right after a
+hook ran, the stack the hook gave a relay to, so a wrapper that keeps a patched stack
+passes and a class that inherits a patched hook but builds another stack does not; where
+the hook gave no stack a relay it asks the class (``relays_pp_aux_capture``).  The table
+gives the same answers without building the model: the architectures it lists
+(:func:`patched_architectures`) are the ``EntryClass`` members of every model file whose
+hook, read in the files as the patch leaves them, sets up stacks whose ``forward`` is a
+declaring class's (:mod:`.stacks` resolves the class each ``self.<attr>`` holds from the
+constructors the member runs, and follows hooks that delegate to another causal LM:
+``KimiK25ForConditionalGeneration`` to ``DeepseekV3ForCausalLM``); a member whose hook
+sets up no stack counts by the class rule.  A member whose stack cannot be resolved is
+refused with its own reason (:data:`.refusals.UNRESOLVED`).  Where the runner configures
+a DSPARK target without a DSPARK hook through its DFLASH hook (0.5.16+), such a class
+counts for DSPARK where it counts for DFLASH, as the runtime guard (which asks about
+DFLASH there) says.
 
 Every release before 0.5.21 refuses every speculative algorithm with PP (``server_args.py``'s
 ``assert ... self.speculative_algorithm is None`` up to 0.5.18, ``validation_hook.py`` from
@@ -301,8 +300,9 @@ def render_helper(relaying: dict[str, tuple[str, ...]], reasons: dict[str, str])
     return f'''\
 # Aux hidden state capture under pipeline parallelism ({", ".join(RELAYED)}).
 # The architectures whose model class relays the captures of every stage to the last
-# one, and the methods it relays, as relays_pp_aux_capture answers (its
-# pp_aux_relay_methods; {FALLBACK.name} also where it has no {FALLBACK.name} hook and relays
+# one, and the methods it relays, as check_pp_aux_capture answers once its hook ran
+# (the pp_aux_relay_methods of the decoder stack the hook sets up, else of the class;
+# {FALLBACK.name} also where it has no {FALLBACK.name} hook and relays
 # {FALLBACK_TARGET.name}, whose hook the runner calls for {FALLBACK.name} then): the check reads them here rather than import
 # the model registry, which imports every model.
 {_table(METHODS_TABLE, methods)}
