@@ -48,6 +48,19 @@ class ModelClasses:
             self._modules[rel] = parsed
         return self._modules[rel]
 
+    def entry_files(self) -> list[str]:
+        """The model files that name an ``EntryClass``."""
+        found = []
+        for path in sorted(self.models_dir.rglob("*.py")):
+            rel = path.relative_to(self.models_dir).as_posix()
+            try:
+                text = self.texts.get(rel) or path.read_text(encoding="utf-8-sig")
+            except (OSError, UnicodeDecodeError):
+                continue
+            if "EntryClass" in text:
+                found.append(rel)
+        return found
+
     def _file_of(self, dotted: str) -> str | None:
         """The model file of the module ``dotted`` (None outside the model files)."""
         if not dotted.startswith(MODELS_PACKAGE + "."):

@@ -105,7 +105,6 @@ from __future__ import annotations
 import ast
 import textwrap
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from codemods.catalog.derive.index import ClassKey
 from codemods.catalog.methods import (
@@ -469,19 +468,6 @@ def _relays(
     return False
 
 
-def _entry_files(models_dir: Path) -> list[str]:
-    """The model files that name an ``EntryClass``."""
-    found = []
-    for path in sorted(models_dir.rglob("*.py")):
-        try:
-            text = path.read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError):
-            continue
-        if "EntryClass" in text:
-            found.append(path.relative_to(models_dir).as_posix())
-    return found
-
-
 def patched_architectures(
     plan: FamilyPlan, classes: ModelClasses | None = None, fallback: bool = False
 ) -> dict[str, tuple[str, ...]]:
@@ -514,7 +500,7 @@ def patched_architectures(
     if fallback and FALLBACK_TARGET.name in every:
         every.add(FALLBACK.name)
     result: dict[str, set[str]] = {}
-    for file in _entry_files(plan.models_dir):
+    for file in classes.entry_files():
         module = classes.module(file)
         for entry in module.entry if module is not None else []:
             key = classes.resolve(file, entry)
@@ -527,27 +513,6 @@ def patched_architectures(
                 # The registry names an architecture by its class's ``__name__``.
                 result.setdefault(key[1], set()).update(methods)
     return {arch: tuple(sorted(methods)) for arch, methods in sorted(result.items())}
-
-
-def unresolved_architectures(plan: FamilyPlan, classes: ModelClasses) -> dict[str, str]:
-    """architecture -> :data:`.refusals.UNRESOLVED`, over the ``EntryClass`` members of the
-    model files of ``plan``'s tree with a capture hook whose decoder stack cannot be
-    resolved from the source (:func:`.stacks.hook_parts`): the validation refuses them
-    rather than guess."""
-    found: dict[str, str] = {}
-    for file in _entry_files(plan.models_dir):
-        module = classes.module(file)
-        for entry in module.entry if module is not None else []:
-            key = classes.resolve(file, entry)
-            if key is None:
-                continue
-            hooks = [f"set_{method.lower()}_layers_to_capture" for method in RELAYED]
-            if any(
-                _has_hook(classes, key, hook) and stacks.hook_parts(classes, key, hook) is None
-                for hook in hooks
-            ):
-                found[key[1]] = refusals.UNRESOLVED
-    return found
 
 
 def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationResult:
@@ -576,9 +541,7 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
         str(tree.file(path)),
         dflash=refused is None,
         relaying=architectures,
-        reasons=dict(
-            sorted({**unresolved_architectures(plan, classes), **refusal_reasons}.items())
-        ),
+        reasons=dict(sorted({**stacks.unresolved(classes), **refusal_reasons}.items())),
     )
     return ValidationResult(
         FileChange(path, source, new, VALIDATION, Role.VALIDATION),

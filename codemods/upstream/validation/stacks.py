@@ -27,6 +27,8 @@ import ast
 from dataclasses import dataclass, field
 
 from codemods.catalog.derive.index import ClassKey
+from codemods.catalog.methods import RELAYED
+from codemods.upstream.validation import refusals
 from codemods.upstream.validation.model_classes import ModelClasses
 
 #: The class attribute the patch declares the relayed methods with.
@@ -351,3 +353,21 @@ def hook_stacks(classes: ModelClasses, key: ClassKey, hook: str) -> list[ClassKe
     has no such hook)."""
     found = hook_parts(classes, key, hook)
     return None if found is None else [found.parts[p] for p in found.stacks]
+
+
+def unresolved(classes: ModelClasses) -> dict[str, str]:
+    """architecture -> :data:`.refusals.UNRESOLVED`, over the ``EntryClass`` members of the
+    model files whose capture hook reaches a class that cannot be resolved from the source
+    (:func:`hook_parts`): the validation refuses them rather than guess."""
+    found: dict[str, str] = {}
+    hooks = [f"set_{method.lower()}_layers_to_capture" for method in RELAYED]
+    for file in classes.entry_files():
+        module = classes.module(file)
+        for entry in module.entry if module is not None else []:
+            key = classes.resolve(file, entry)
+            if key is not None and any(
+                _hook_of(classes, key, hook) is not None and hook_parts(classes, key, hook) is None
+                for hook in hooks
+            ):
+                found[key[1]] = refusals.UNRESOLVED
+    return found

@@ -14,14 +14,12 @@ import textwrap
 
 import pytest
 
-from codemods.upstream.family.plan import FamilyPlan
 from codemods.upstream.validation import refusals, stacks
 from codemods.upstream.validation.model_classes import ModelClasses
 from codemods.upstream.validation.relax import (
     REASONS_TABLE,
     _relays,
     render_helper,
-    unresolved_architectures,
 )
 
 HOOK = """
@@ -187,7 +185,7 @@ def test_the_stacks_resolved(classes):
 
 
 def test_a_class_whose_stack_cannot_be_told_is_refused_with_that_reason(classes):
-    found = unresolved_architectures(FamilyPlan(classes.models_dir, {}), classes)
+    found = stacks.unresolved(classes)
     assert found == {"Unknown": refusals.UNRESOLVED, "Ambiguous": refusals.UNRESOLVED}
     helper = render_helper({}, found)
     assert f'"{refusals.UNRESOLVED}"' in helper.split("_UNRESOLVED = ", 1)[1].split("\n#", 1)[0]
