@@ -351,6 +351,7 @@ def assembled(spec: dict, group) -> nn.Module:
     group ``group`` and, where it is a decoder stack (``"layers"`` in ``spec["stacks"]``),
     layers and the stage's layer range."""
     config = SimpleNamespace(num_hidden_layers=_LAYERS, hidden_size=_WIDTH)
+    config.text_config = config  # a multimodal hook reads the text model's config there
     per_stage = _LAYERS // group.world_size
     start = group.rank_in_group * per_stage
 
@@ -376,6 +377,18 @@ def assembled(spec: dict, group) -> nn.Module:
     return root
 
 
+def _publish_pp_group(group) -> None:
+    """Make ``group`` the process's PP group where the release reads it from the runtime
+    context (a hook that asks ``get_parallel().pp_group`` rather than its model)."""
+    try:
+        from sglang.srt.runtime_context import get_parallel
+    except ImportError:
+        return
+    override = getattr(get_parallel(), "override_permanently", None)
+    if override is not None:
+        override(pp_group=group, pp_size=group.world_size, pp_rank=group.rank_in_group)
+
+
 def stack_cases(cases: dict[str, dict]) -> dict[str, str]:
     """SGLang's ``configure_aux_hidden_state_capture`` on each case's :func:`assembled`
     model, on the first of 2 PP stages, with the real capture hooks, for the case's
@@ -388,7 +401,9 @@ def stack_cases(cases: dict[str, dict]) -> dict[str, str]:
     found = {}
     for name, spec in cases.items():
         method = spec["method"]
-        model = assembled(spec, FakePPGroup(0, 2))
+        group = FakePPGroup(0, 2)
+        model = assembled(spec, group)
+        _publish_pp_group(group)
         try:
             setup.configure_aux_hidden_state_capture(
                 model=model,

@@ -7,6 +7,7 @@ others cannot (``refusals.py``); both read the classes from one :class:`ModelCla
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from pathlib import Path
 
 from codemods.catalog.derive.index import (
@@ -27,8 +28,11 @@ class ModelClasses:
     """The model files of a tree, parsed on demand, with their classes' bases resolved
     through their imports across the model files (``catalog.derive.index``'s parsing)."""
 
-    def __init__(self, models_dir: Path) -> None:
+    def __init__(self, models_dir: Path, texts: Mapping[str, str] | None = None) -> None:
+        """``texts``: model file -> its text where it is read from there rather than the
+        tree (the files as the patch leaves them)."""
         self.models_dir = models_dir
+        self.texts = dict(texts or {})
         self._modules: dict[str, _Module | None] = {}
 
     def module(self, rel: str) -> _Module | None:
@@ -37,12 +41,25 @@ class ModelClasses:
             dotted = f"{MODELS_PACKAGE}.{rel.removesuffix('.py').replace('/', '.')}"
             dotted = dotted.removesuffix(".__init__")
             try:
-                text = path.read_text(encoding="utf-8-sig")
+                text = self.texts.get(rel) or path.read_text(encoding="utf-8-sig")
                 parsed: _Module | None = _parse_module(rel, dotted, text, str(path))
             except (OSError, UnicodeDecodeError, HookFactsError):
                 parsed = None
             self._modules[rel] = parsed
         return self._modules[rel]
+
+    def entry_files(self) -> list[str]:
+        """The model files that name an ``EntryClass``."""
+        found = []
+        for path in sorted(self.models_dir.rglob("*.py")):
+            rel = path.relative_to(self.models_dir).as_posix()
+            try:
+                text = self.texts.get(rel) or path.read_text(encoding="utf-8-sig")
+            except (OSError, UnicodeDecodeError):
+                continue
+            if "EntryClass" in text:
+                found.append(rel)
+        return found
 
     def _file_of(self, dotted: str) -> str | None:
         """The model file of the module ``dotted`` (None outside the model files)."""

@@ -16,7 +16,10 @@ reasons:
   causal-LM class whose construction asserts a single stage);
 * :data:`NO_PP_SPLIT`: it never splits its layers across pipeline stages: no line of its
   model file, of the model files of its bases, or of the model files its file imports
-  reads a PP rank, group, size or a stage's layer range.
+  reads a PP rank, group, size or a stage's layer range;
+* :data:`UNRESOLVED`: the decoder stack its capture hook sets up cannot be told from its
+  source (``stacks.py``: a builder outside the model files, two different classes), so the
+  validation cannot check that it relays and refuses it (``relax.py``).
 
 The last two are facts of the tree, written into the hook as a table keyed by
 architecture (:func:`refusal_reasons`), for the ``EntryClass`` members of the model files
@@ -46,6 +49,8 @@ TRANSFORMERS = "the Transformers backend has no capture hooks"
 REFUSES_PP = "its constructor refuses pipeline parallelism"
 #: The reason of a class none of whose model code knows of pipeline stages.
 NO_PP_SPLIT = "it never splits its layers across pipeline stages"
+#: The reason of a class whose hook's decoder stack cannot be resolved from the source.
+UNRESOLVED = "its capture hook's decoder stack cannot be resolved from its constructor"
 
 #: Model code that reads a PP rank, group or size, or a stage's share of the layers.
 _PP_SPLIT = re.compile(

@@ -74,24 +74,23 @@ architecture is resolved the way the model loader resolves it (``get_model_archi
 Transformers backend is refused) and its class asked, which imports the model registry,
 and with it every model (several seconds at launch).
 
-The family patch declares ``pp_aux_relay_methods`` in the body of each causal-LM class
-whose hooks it rewrites, naming the methods of those hooks (``family/proxy_width.py``);
-``relays_pp_aux_capture`` (the shipped module) reads it off the class that declares it and
-off subclasses that keep its ``__init__``, ``forward`` and hook, nothing else.  The same
-question is asked again where the capture is configured (``runtime_guard.py``), of the
-model actually loaded, so no path past this validation loses captures silently (not one
-where the loader resolves another class than the table's, such as a plugin that
-re-registers an architecture).  The hook reads the architecture only on the
-paths that used to be refused, so every accepted configuration of today validates as
-before.  The architectures the result reports (PR body, facts) are the ``EntryClass``
-members of the patched model files that ``relays_pp_aux_capture`` admits once the patch is
-applied (:func:`patched_architectures`): the causal-LM classes with rewritten hooks and the
-classes that inherit their declaration by the same rule, from the same file or from another
-model file through its imports (``glm4_moe.py``'s ``GlmMoeDsaForCausalLM`` inherits
-``deepseek_v2.py``'s ``DeepseekV2ForCausalLM``).  Where the runner configures a DSPARK
-target without a DSPARK hook through its DFLASH hook (0.5.16+), such a class counts for
-DSPARK where it counts for DFLASH, as ``relays_pp_aux_capture`` and the runtime guard
-(which asks about DFLASH there) say.
+The family patch declares ``pp_aux_relay_methods`` in the body of each decoder-stack class
+whose ``forward`` it rewrites, and of each causal-LM class whose hooks it rewrites
+(``family/proxy_width.py``).  The runtime guard (``runtime_guard.py``) asks, right after a
+hook ran, the stack the hook gave a relay to, so a wrapper that keeps a patched stack
+passes and a class that inherits a patched hook but builds another stack does not; where
+the hook gave no stack a relay it asks the class (``relays_pp_aux_capture``).  The table
+gives the same answers without building the model: the architectures it lists
+(:func:`patched_architectures`) are the ``EntryClass`` members of every model file whose
+hook, read in the files as the patch leaves them, sets up stacks whose ``forward`` is a
+declaring class's (:mod:`.stacks` resolves the class each ``self.<attr>`` holds from the
+constructors the member runs, and follows hooks that delegate to another causal LM:
+``KimiK25ForConditionalGeneration`` to ``DeepseekV3ForCausalLM``); a member whose hook
+sets up no stack counts by the class rule.  A member whose stack cannot be resolved is
+refused with its own reason (:data:`.refusals.UNRESOLVED`).  Where the runner configures
+a DSPARK target without a DSPARK hook through its DFLASH hook (0.5.16+), such a class
+counts for DSPARK where it counts for DFLASH, as the runtime guard (which asks about
+DFLASH there) says.
 
 Every release before 0.5.21 refuses every speculative algorithm with PP (``server_args.py``'s
 ``assert ... self.speculative_algorithm is None`` up to 0.5.18, ``validation_hook.py`` from
@@ -131,7 +130,7 @@ from codemods.upstream.tree.reachability import (
     tree_refusals,
 )
 from codemods.upstream.tree.sglang_tree import SGLangTree
-from codemods.upstream.validation import refusals
+from codemods.upstream.validation import refusals, stacks
 from codemods.upstream.validation.model_classes import ModelClasses
 
 MODULE = "sglang.srt.arg_groups.validation_hook"
@@ -283,7 +282,16 @@ def render_helper(relaying: dict[str, tuple[str, ...]], reasons: dict[str, str])
     architectures that relay and their methods (``relaying``), the reasons of those that
     cannot for a reason of their own (``reasons``: values of :mod:`.refusals`), and the
     check that reads them."""
-    names = {refusals.REFUSES_PP: "_REFUSES_PP", refusals.NO_PP_SPLIT: "_NO_PP_SPLIT"}
+    names = {
+        refusals.REFUSES_PP: "_REFUSES_PP",
+        refusals.NO_PP_SPLIT: "_NO_PP_SPLIT",
+        refusals.UNRESOLVED: "_UNRESOLVED",
+    }
+    unresolved = (
+        _constant("_UNRESOLVED", refusals.UNRESOLVED)
+        if refusals.UNRESOLVED in reasons.values()
+        else ""
+    )
     methods = {
         arch: "(" + ", ".join(f'"{m}"' for m in found) + ("," if len(found) == 1 else "") + ")"
         for arch, found in relaying.items()
@@ -291,8 +299,9 @@ def render_helper(relaying: dict[str, tuple[str, ...]], reasons: dict[str, str])
     return f'''\
 # Aux hidden state capture under pipeline parallelism ({", ".join(RELAYED)}).
 # The architectures whose model class relays the captures of every stage to the last
-# one, and the methods it relays, as relays_pp_aux_capture answers (its
-# pp_aux_relay_methods; {FALLBACK.name} also where it has no {FALLBACK.name} hook and relays
+# one, and the methods it relays, as check_pp_aux_capture answers once its hook ran
+# (the pp_aux_relay_methods of the decoder stack the hook sets up, else of the class;
+# {FALLBACK.name} also where it has no {FALLBACK.name} hook and relays
 # {FALLBACK_TARGET.name}, whose hook the runner calls for {FALLBACK.name} then): the check reads them here rather than import
 # the model registry, which imports every model.
 {_table(METHODS_TABLE, methods)}
@@ -301,6 +310,7 @@ def render_helper(relaying: dict[str, tuple[str, ...]], reasons: dict[str, str])
 {_constant("_TRANSFORMERS", refusals.TRANSFORMERS)}\
 {_constant("_REFUSES_PP", refusals.REFUSES_PP)}\
 {_constant("_NO_PP_SPLIT", refusals.NO_PP_SPLIT)}\
+{unresolved}\
 # The architectures with a reason of their own; every other one that does not relay
 # gets _NOT_RELAYED.
 {_table(REASONS_TABLE, {a: names[r] for a, r in reasons.items()})}
@@ -424,12 +434,16 @@ def _relays(
     declared: dict[ClassKey, set[str]],
     fallback: bool = False,
 ) -> bool:
-    """What ``relays_pp_aux_capture`` answers for the class ``key`` once the patch is applied:
-    along its method resolution order, the first class that declares the relay decides; one
-    that defines ``__init__``, ``forward`` or the method's hook before it, or a base outside
-    the model files (whose body is not read), means no.  ``fallback``: the runner configures
-    a DSPARK target without a DSPARK hook through its DFLASH hook, so such a class is asked
-    about DFLASH for DSPARK."""
+    """What the runtime guard answers for the class ``key`` once the patch is applied, right
+    after ``method``'s hook ran under PP.  Where the hook (through the hooks it delegates
+    to) gives decoder stacks a relay, the class relays where each stack's ``forward`` is
+    that of a class declaring ``method`` (:mod:`.stacks`); where the stacks cannot be told
+    from the source, it does not.  Where it gives none, the class itself is asked, as
+    ``relays_pp_aux_capture`` does: along its method resolution order, the first class that
+    declares the relay decides; one that defines ``__init__``, ``forward`` or the method's
+    hook before it, or a base outside the model files (whose body is not read), means no.
+    ``fallback``: the runner configures a DSPARK target without a DSPARK hook through its
+    DFLASH hook, so such a class is asked about DFLASH for DSPARK."""
     if (
         fallback
         and method == FALLBACK.name
@@ -438,6 +452,13 @@ def _relays(
     ):
         method = FALLBACK_TARGET.name
     hook = f"set_{method.lower()}_layers_to_capture"
+    if not _has_hook(classes, key, hook):
+        return False
+    found = stacks.hook_stacks(classes, key, hook)
+    if found is None:
+        return False
+    if found:
+        return all(stacks.stack_relays(classes, stack, method) for stack in found)
     for cls in classes.mro(key) or []:
         if cls in declared:
             return method in declared[cls]
@@ -450,17 +471,20 @@ def _relays(
 def patched_architectures(
     plan: FamilyPlan, classes: ModelClasses | None = None, fallback: bool = False
 ) -> dict[str, tuple[str, ...]]:
-    """architecture -> conventions, over the ``EntryClass`` members of the patched files of
-    ``plan`` (``classes``: its model files, parsed, where already at hand).
+    """architecture -> conventions, over the ``EntryClass`` members of every model file of
+    ``plan``'s tree, read as the patch leaves them (``classes``: its model files, parsed
+    with the patched texts, where already at hand).
 
-    The patch declares the methods of the rewritten hooks of each causal-LM class in its
-    body; an ``EntryClass`` member counts for a method when ``relays_pp_aux_capture`` would
-    say it relays it: the declaring class, or a subclass (in that file or, through the
-    imports, from another model file) that defines none of ``__init__``, ``forward`` and
-    the method's hook before the declaration in its method resolution order.  With
-    ``fallback`` (the tree's runner configures a DSPARK target without a DSPARK hook
-    through its DFLASH hook: ``reachability.dspark_dflash_fallback``), a member without a
-    DSPARK hook counts for DSPARK where it counts for DFLASH, as the shipped rule says.
+    An ``EntryClass`` member counts for a method when the runtime guard would admit it
+    right after the method's hook ran (:func:`_relays`): the decoder stack its hook sets up
+    is one whose ``forward`` the patch declares for the method (the patch declares
+    ``pp_aux_relay_methods`` on each stack class whose forward it rewrites), resolved from
+    the constructors the class runs (:mod:`.stacks`); a class whose hook sets up no stack
+    is asked by the declaration of the causal-LM classes with rewritten hooks, as
+    ``relays_pp_aux_capture`` does.  With ``fallback`` (the tree's runner configures a
+    DSPARK target without a DSPARK hook through its DFLASH hook:
+    ``reachability.dspark_dflash_fallback``), a member without a DSPARK hook counts for
+    DSPARK where it counts for DFLASH, as the shipped rule says.
     """
     declared: dict[ClassKey, set[str]] = {}
     for decision in plan.decisions.values():
@@ -468,15 +492,18 @@ def patched_architectures(
             for outer, _stack, hooks in decision.cases:
                 methods = {HOOK_METHODS[hook] for hook in hooks if hook in HOOK_METHODS}
                 declared.setdefault((decision.file, outer), set()).update(methods)
-    classes = classes or ModelClasses(plan.models_dir)
+    classes = classes or ModelClasses(plan.models_dir, plan.rewritten())
     every = {m for methods in declared.values() for m in methods}
+    for file in plan.forward_edits:
+        for _stack, stack_methods in plan.stack_declarations(file):
+            every.update(stack_methods)
     if fallback and FALLBACK_TARGET.name in every:
         every.add(FALLBACK.name)
     result: dict[str, set[str]] = {}
-    for decision in plan.decisions.values():
-        module = classes.module(decision.file) if decision.patched else None
+    for file in classes.entry_files():
+        module = classes.module(file)
         for entry in module.entry if module is not None else []:
-            key = classes.resolve(decision.file, entry)
+            key = classes.resolve(file, entry)
             methods = {
                 m
                 for m in sorted(every)
@@ -493,11 +520,12 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
     patches none with an EAGLE3/DFLASH/DSPARK hook, or the release has no PP EAGLE path)."""
     if plan is None:
         return ValidationResult(None, {})
-    classes = ModelClasses(plan.models_dir)
+    classes = ModelClasses(plan.models_dir, plan.rewritten())
     fallback = dspark_dflash_fallback(tree) is not None
     architectures = patched_architectures(plan, classes, fallback)
     if not architectures:
         return ValidationResult(None, {})
+    refusal_reasons = refusals.refusal_reasons(plan, classes)
     path = tree.module_path(MODULE)
     source = tree.read_text(path)
     if source is None or _ANCHOR not in source:
@@ -513,7 +541,7 @@ def validation_changes(tree: SGLangTree, plan: FamilyPlan | None) -> ValidationR
         str(tree.file(path)),
         dflash=refused is None,
         relaying=architectures,
-        reasons=refusals.refusal_reasons(plan, classes),
+        reasons=dict(sorted({**stacks.unresolved(classes), **refusal_reasons}.items())),
     )
     return ValidationResult(
         FileChange(path, source, new, VALIDATION, Role.VALIDATION),

@@ -28,7 +28,11 @@ PKG = "sglang"
 HOOKS = ("set_eagle3_layers_to_capture", "set_dflash_layers_to_capture")
 MODEL = """\
 class LlamaForCausalLM:
-    pass
+    def set_eagle3_layers_to_capture(self, layer_ids):
+        self.model.layers_to_capture = layer_ids
+
+    def set_dflash_layers_to_capture(self, layer_ids):
+        self.model.layers_to_capture = layer_ids
 
 
 class LlamaDerived(LlamaForCausalLM):
@@ -153,7 +157,8 @@ from sglang.srt.models.llama import LlamaForCausalLM as Base
 
 
 class GlmForCausalLM:
-    pass
+    def set_eagle3_layers_to_capture(self, layer_ids):
+        self.model.layers_to_capture = layer_ids
 
 
 class Inherits(Base):

@@ -12,8 +12,9 @@ constructor refuses PP), ``Gemma3ForCausalLM`` (it never splits its layers),
 relay).  The reasons come from the generator's plan (``result.validation`` has no table of
 its own: the hook's text holds it), so the test also checks the reasons table against the
 family decisions.  It accepts ``LlamaForCausalLM`` without importing any model module (the
-registry imports every model), and ``MistralForCausalLM``, whose architecture the hook's
-table does not list, through the registry.
+registry imports every model), and ``MistralForCausalLM`` (``mistral.py``, which the patch
+leaves alone, keeps ``llama.py``'s stack) likewise; ``Llama4ForCausalLM``, which the hook's
+table does not list, is resolved through the registry.
 """
 
 from __future__ import annotations
@@ -100,7 +101,10 @@ def test_a_relaying_architecture_is_checked_without_model_code(patched):
     _result, copy = patched
     found = _pp(copy, {"llama": dict(arch="LlamaForCausalLM")})
     assert found["llama"] == {"outcome": "accepted", "registry": False, "models": 0}, found
-    # An architecture the table does not list is resolved as the model loader does.
+    # A class of a file the patch leaves alone that keeps llama.py's stack is listed too.
     found = _pp(copy, {"mistral": dict(arch="MistralForCausalLM")})
-    assert found["mistral"]["outcome"] == "accepted", found
-    assert found["mistral"]["registry"] is True, found
+    assert found["mistral"] == {"outcome": "accepted", "registry": False, "models": 0}, found
+    # An architecture the table does not list is resolved as the model loader does.
+    found = _pp(copy, {"llama4": dict(arch="Llama4ForCausalLM")})
+    assert found["llama4"]["outcome"].startswith("refused: Llama4ForCausalLM"), found
+    assert found["llama4"]["registry"] is True, found
