@@ -20,8 +20,9 @@ from sglang_support.family_check import family_test_path, patched_copy, shipped_
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 RELEASE = "0.5.23"
-#: Family classes ``TINY_MODELS`` holds no config of (every one has one on 0.5.23).
-ASSEMBLED: set[str] = set()
+#: Family classes ``TINY_MODELS`` holds no config of: Kimi-Linear and Kimi-K3, which the
+#: family test drives on stand-in layers only (the relay their patched forwards run).
+ASSEMBLED = {"kimi_linear", "kimi_k3"}
 
 
 @pytest.fixture(scope="module")
