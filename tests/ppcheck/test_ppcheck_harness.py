@@ -196,3 +196,15 @@ def test_full_matrix_world_size_4_both_modes():
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
     assert f"{expected}/{expected} scenarios passed" in proc.stdout
     assert proc.stdout.count(" PASS ") == expected
+
+
+def test_ids_the_plan_refuses_are_judged_failed_not_raised():
+    """A factory with its own id scheme (a model's raw ids, -1 among them) gets a verdict
+    saying why no wire bytes can be expected, instead of an exception from the judge."""
+    from codemods.ppcheck.runner import judge
+
+    scenario = Scenario("raw ids", 2, "relay", 9, (1, 0, -1), (3,), hidden=4, verify=False)
+    ok = {"status": "ok", "outputs": [0]}
+    passed, detail = judge(scenario, {0: ok, 1: ok})
+    assert not passed
+    assert detail.startswith("no analytic wire bytes for these layer ids:"), detail
