@@ -209,7 +209,7 @@ def test_branch_message_and_pr_body_of_a_whole_release_agree(tmp_path, monkeypat
     # NotImplementedError is named once: as what the shipped runtime guard raises, never
     # as an error the release raised.
     assert flat.count("NotImplementedError") == 1, message
-    assert "with PP it raises NotImplementedError naming the class and the method" in flat
+    assert "with PP it raises NotImplementedError naming the class, the method and why" in flat
     for phrase in quoted(message) + quoted(body):
         assert phrase in source, phrase
     listed = re.findall(r"^  [AM] (\S+)$", message, flags=re.M)

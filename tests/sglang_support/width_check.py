@@ -1,23 +1,25 @@
-"""The shipped init test's ranks on a patched copy, forked, with what the stages were sized
-to and what their relays expect.
+"""The shipped init test's ranks on a patched copy, forked, with what the stages were sized to
+and what their relays expect.
 
 Usage: ``python -m sglang_support.width_check [--timeout S] [MODEL ...]`` under
 ``env.sglang_env`` of a patched copy (``family_check.patched_copy``: the shipped tests in
-its ``shipped_tests/``); ``MODEL`` names keys of ``MODELS`` (default: all).  The parent imports
-the model modules once, then calls the shipped ``test_pp_aux_capture.py``'s own
-``run_ranks`` with forked instead of spawned ranks: per rank the shipped ``init_parallel``
-(gloo, ``tp_size=1``, ``pp_size=2``), per model the class built with its tiny config
-(``TINY_MODELS``: 4 layers, hidden size 64), its capture hook taking one capture on each
-stage, the width ``resolve_pp_proxy_aux_hidden_size`` gives (``resolved``) and the buffer
-allocated with it (``buffer``), then stage 0's ``pp_aux_outgoing`` entry sent to stage 1
-and collected there with ``pp_aux_collect`` (``sent``, ``ids``, ``collected``, ...).
+its ``shipped_tests/``); ``MODEL`` names keys of ``MODELS`` (default: all). The parent
+imports the model modules once, then calls the shipped ``test_pp_aux_capture.py``'s own
+``run_ranks`` with ranks forked from this process instead of from the test's fork server:
+per rank the shipped ``init_parallel`` (gloo, ``tp_size=1``, ``pp_size=2``), per model the
+class built with its tiny config (``TINY_MODELS``: 4 layers, hidden size 64), its capture
+hook taking one capture on each stage, the width ``resolve_pp_proxy_aux_hidden_size`` gives
+(``resolved``) and the buffer allocated with it (``buffer``), then stage 0's
+``pp_aux_outgoing`` entry sent to stage 1 and collected there with ``pp_aux_collect``
+(``sent``, ``ids``, ``collected``, ...).
 
 To each record this adds ``stack`` and ``start_layer`` (the stack the hook set the relay up
-on), ``ids`` (those this stage takes, as its relay keeps them), ``earlier`` (the capture ids, as the hook keeps them, that stages before this one take:
-on ``<family>_layers_to_capture`` where the stack has it, else ``layers_to_capture``) and
-``received`` (how many captures the relay expects from earlier stages).  Prints one JSON
-line ``{"records": [...], "errors": [...], "pp_pynccl": [...]}`` (per rank, whether its PP
-group set up PyNccl).
+on), ``ids`` (those this stage takes, as its relay keeps them), ``earlier`` (the capture
+ids, as the hook keeps them, that stages before this one take: on
+``<family>_layers_to_capture`` where the stack has it, else ``layers_to_capture``) and
+``received`` (how many captures the relay expects from earlier stages). Prints one JSON line
+``{"records": [...], "errors": [...], "pp_pynccl": [...]}`` (per rank, whether its PP group
+set up PyNccl).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import multiprocessing
 import os
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from codemods.upstream.validation.shipped_tests import INIT_TEST_FILE
@@ -92,7 +93,7 @@ def main(argv: list[str]) -> int:
             importlib.import_module(f"sglang.srt.models.{MODELS[name][0]}")
         except BaseException:
             pass
-    test.mp = SimpleNamespace(get_context=lambda _method: multiprocessing.get_context("fork"))
+    test.stage_processes = lambda *_modules: multiprocessing.get_context("fork")
     with_stage_facts(test)
     records, errors = test.run_ranks(names, timeout=timeout)
     pynccl = {r["rank"]: r["pp_pynccl"] for r in records if "pp_pynccl" in r}

@@ -33,7 +33,8 @@ from codemods.upstream.validation.shipped_tests import TEST_FILE
 PP_SIZES = (2, 3)
 #: What the family test runs, in words: stand-ins on CPU, not the models as served.
 STAND_INS = (
-    "CPU stand-ins: each patched model built through its real `__init__` at a tiny config, "
+    "CPU stand-ins: each patched model built through its real `__init__` at a tiny config "
+    "(one the test has no config for, as Kimi-Linear and Kimi-K3, assembled from its classes), "
     "with stand-in decoder layers (no attention kernels) and weights filled by name, on 2 "
     "and 3 gloo stages, `torch.equal` with PP=1"
 )
