@@ -13,11 +13,13 @@
 * opt-in: a model class relays a capture method only where it declares it in its own
   body (``pp_aux_relay_methods``), or inherits it without defining ``__init__``,
   ``forward`` or the method's hook (DSPARK, on a class without a DSPARK hook: where it
-  relays DFLASH, whose hook the runner calls for it); every registered subclass of a declaring class that
-  builds its own stack is refused by ``check_pipeline_parallel_compat`` (EAGLE3 with PP,
-  resolved as the server resolves it; the Transformers backend is refused too), naming
-  the class, the method and the reason, and by ``configure_aux_hidden_state_capture``
-  under PP, which names the class and the method.
+  relays DFLASH, whose hook the runner calls for it); a registered subclass of a
+  declaring class with its own constructor, forward or hook is answered by
+  ``check_pipeline_parallel_compat`` (EAGLE3 with PP, resolved as the server resolves
+  it; the Transformers backend is refused) by the stack its hook sets up: admitted where
+  the hook's table lists it, else refused naming the class, the method and the reason;
+  a subclass that builds its own stack is refused by
+  ``configure_aux_hidden_state_capture`` under PP, which names the class and the method.
 * sizing: the runner finds the relay of a stack nested in the model; a model that still
   defines ``get_pp_proxy_dspark_hidden_size`` (out of tree) is sized by it, with a
   deprecation warning.
@@ -324,7 +326,8 @@ class TestPPAuxRelayOptIn(CustomTestCase):
             with self.subTest(arch=arch, method=method):
                 self.assertFalse(relays_pp_aux_capture(model_cls, method))
 
-    def test_an_inheriting_subclass_with_its_own_stack_is_refused_at_validation(self):
+    def test_an_inheriting_subclass_is_answered_by_its_stack_at_validation(self):
+        from sglang.srt.arg_groups import validation_hook
         from sglang.srt.arg_groups.overrides import resolving_view
         from sglang.srt.arg_groups.validation_hook import check_pipeline_parallel_compat
 
@@ -342,9 +345,16 @@ class TestPPAuxRelayOptIn(CustomTestCase):
             r"--pp-size 2: the Transformers backend has no capture hooks$",
         ):
             check_pipeline_parallel_compat(resolving_view(transformers))
-        refused = [(a, c) for a, c, m in self.own_stack if m == "EAGLE3"]
-        for arch, model_cls in refused:
+        # A subclass with its own constructor, forward or hook is answered by the
+        # stack its hook sets up: listed in the hook's table where the patch resolved
+        # that stack to one that relays, refused otherwise.
+        table = getattr(validation_hook, "_PP_AUX_RELAY_METHODS", {})
+        own = [(a, c) for a, c, m in self.own_stack if m == "EAGLE3"]
+        for arch, model_cls in own:
             with self.subTest(arch=arch):
+                if "EAGLE3" in table.get(arch, ()):
+                    check_pipeline_parallel_compat(resolving_view(pp_server_args(arch)))
+                    continue
                 with self.assertRaisesRegex(
                     ValueError,
                     f"^{model_cls.__name__} cannot capture EAGLE3 aux hidden states "
