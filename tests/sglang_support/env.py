@@ -182,10 +182,13 @@ def run_python(
     )
 
 
-def run_check(module: str, config: dict, root: Path, *, timeout: float) -> Any:
-    """Run the check ``python -m sglang_support.<module> CONFIG`` (``config`` as JSON) on the
-    tree ``root``; it must succeed; what it printed last, read as JSON."""
-    proc = run_python(["-m", f"sglang_support.{module}", json.dumps(config)], root, timeout=timeout)
+def run_check(
+    module: str, config: dict, root: Path, *, timeout: float, mode: str | None = None
+) -> Any:
+    """Run the check ``python -m sglang_support.<module> [MODE] CONFIG`` (``config`` as JSON)
+    on the tree ``root``; it must succeed; what it printed last, read as JSON."""
+    args = ["-m", f"sglang_support.{module}", *([mode] if mode else []), json.dumps(config)]
+    proc = run_python(args, root, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

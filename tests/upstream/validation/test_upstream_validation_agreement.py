@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from sglang_support.env import run_python, sglang_tree
+from sglang_support.env import run_check, run_python, sglang_tree
 from sglang_support.family_check import patched_copy
 
 from codemods.upstream.validation import stacks
@@ -101,12 +101,7 @@ def _assembled_spec(classes: ModelClasses, arch: str, method: str) -> dict | Non
 
 
 def _check_stacks(root, cases: dict[str, dict]) -> dict[str, str]:
-    proc = run_python(
-        ["-m", "sglang_support.validation_check", "--stacks", json.dumps(cases)], root, timeout=600
-    )
-    lines = proc.stdout.strip().splitlines()
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[-1])
+    return run_check("validation_check", cases, root, timeout=600, mode="--stacks")
 
 
 def _admitted(verdict: str) -> bool:

@@ -13,10 +13,8 @@ message, which the patch replaces.
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from sglang_support.env import run_python, sglang_tree
+from sglang_support.env import run_check, sglang_tree
 from sglang_support.family_check import patched_copy
 
 from codemods.upstream.validation.relax import _AUX_FLAG_CHECK, AUX_FLAG_MESSAGE, _message_of
@@ -48,12 +46,7 @@ def _cases(pp_size: int) -> dict[str, dict]:
 
 
 def _check(root, cases: dict[str, dict]) -> dict[str, dict]:
-    proc = run_python(
-        ["-m", "sglang_support.validation_check", "--aux", json.dumps(cases)], root, timeout=600
-    )
-    lines = proc.stdout.strip().splitlines()
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[-1])
+    return run_check("validation_check", cases, root, timeout=600, mode="--aux")
 
 
 @pytest.fixture(scope="module")
